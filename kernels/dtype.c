@@ -1,0 +1,2 @@
+/* dtype.c — placeholder until the dtype/dequantizer work lands. */
+#include "kernels/dtype.h"

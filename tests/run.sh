@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# tests/run.sh — everything that runs without a GPU (the README's test command;
+# .ci/run calls exactly this). Builds cllm and the unit tests twice (normal and
+# AddressSanitizer + UBSan), fetches the real models of models.txt, runs the
+# unit-test programs, the command-line checks and a short fuzz run, and ends
+# with the line "N passed, N failed".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export CLLM_FIXTURES="$PWD/tests/fixtures"
+mkdir -p tests/out
+log=tests/out/run.log; : > "$log"
+pass=0; fail=0
+
+# Counts the "ok - " / "not ok - " lines a test program printed.
+count() { # label, output file, exit code
+    local p f
+    p=$(grep -c '^ok - ' "$2"); f=$(grep -c '^not ok - ' "$2")
+    if [ "$3" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; echo "not ok - $1 exited $3" >> "$2"; fi
+    pass=$((pass + p)); fail=$((fail + f))
+    printf '%-40s %4d passed %4d failed\n' "$1" "$p" "$f"
+    grep '^not ok\|^  ' "$2" | head -40
+    cat "$2" >> "$log"
+}
+
+echo "== build"
+./build.sh > tests/out/build.log 2>&1 || { cat tests/out/build.log; echo "0 passed, 1 failed"; exit 1; }
+tail -1 tests/out/build.log
+./build.sh --asan > tests/out/build-asan.log 2>&1 || { cat tests/out/build-asan.log; echo "0 passed, 1 failed"; exit 1; }
+tail -1 tests/out/build-asan.log
+
+echo "== models"
+models/fetch.sh --quiet default gemma3-270m > tests/out/fetch.log 2>&1 || { cat tests/out/fetch.log; echo "(real-model tests will fail)"; }
+export CLLM_MODELS="$PWD/models/cache"
+
+echo "== unit tests"
+for t in build/tests/test_*; do
+    name=$(basename "$t"); out=tests/out/$name.txt
+    timeout 900 "$t" > "$out" 2>&1; count "$name" "$out" $?
+done
+
+echo "== unit tests under AddressSanitizer + UBSan"
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1
+for t in build/asan/tests/test_*; do
+    name=$(basename "$t"); out=tests/out/asan-$name.txt
+    CLLM_QUICK=1 timeout 900 "$t" > "$out" 2>&1; count "asan/$name" "$out" $?
+done
+
+echo "== command line"
+for s in tests/cli/*.sh; do
+    name=$(basename "$s" .sh); out=tests/out/cli-$name.txt
+    timeout 900 bash "$s" > "$out" 2>&1; count "cli/$name" "$out" $?
+done
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,59 @@
+/* test.h — the unit-test harness of cllm: no framework, one header.
+ *
+ * A test program defines test functions and runs them with RUN(fn). Each
+ * CHECK that fails prints file:line and the message, and marks the current
+ * test failed; the test goes on so one run shows every failure. RUN prints
+ * one line per test, "ok - name" or "not ok - name", which tests/run.sh
+ * counts. A test program exits 1 when any of its tests failed.
+ */
+#ifndef CLLM_TEST_H
+#define CLLM_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int test_failed_checks;   /* checks failed in the current test */
+static int test_failed_tests;    /* tests failed in this program */
+
+#define CHECK(cond, ...)                                                      \
+    do {                                                                      \
+        if (!(cond)) {                                                        \
+            printf("  %s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond); \
+            printf(__VA_ARGS__);                                              \
+            printf("\n");                                                     \
+            test_failed_checks++;                                             \
+        }                                                                     \
+    } while (0)
+
+/* |a - b| <= tol * max(1, |b|): relative for large values, absolute near 0. */
+#define CHECK_NEAR(a, b, tol)                                                 \
+    do {                                                                      \
+        double a_ = (a), b_ = (b);                                            \
+        double s_ = fabs(b_) > 1.0 ? fabs(b_) : 1.0;                          \
+        CHECK(fabs(a_ - b_) <= (tol) * s_, "%s = %.9g, %s = %.9g", #a, a_, #b, b_); \
+    } while (0)
+
+#define RUN(fn)                                                               \
+    do {                                                                      \
+        test_failed_checks = 0;                                               \
+        fn();                                                                 \
+        if (test_failed_checks) {                                             \
+            printf("not ok - %s\n", #fn);                                     \
+            test_failed_tests++;                                              \
+        } else {                                                              \
+            printf("ok - %s\n", #fn);                                         \
+        }                                                                     \
+        fflush(stdout);                                                       \
+    } while (0)
+
+#define TEST_EXIT() return test_failed_tests ? 1 : 0
+
+/* Directory holding committed fixtures; run.sh sets CLLM_FIXTURES. */
+static inline const char *test_fixture_dir(void) {
+    const char *d = getenv("CLLM_FIXTURES");
+    return d ? d : "tests/fixtures";
+}
+
+#endif
