@@ -1,0 +1,248 @@
+/* loader.c — opens a model file or folder, reads its config, binds every
+ * weight role to a tensor (name, dtype and shape checked, errors naming the
+ * tensor), and loads the tokenizer. See model.h. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "model/model.h"
+#include "model/tensor_names.h"
+
+static int model_own(Model *m, void *p, Err *err) {
+    if (!p) return err_set(err, "%s: out of memory converting weights", m->path);
+    if (m->n_owned == m->cap_owned) {
+        int cap = m->cap_owned ? 2 * m->cap_owned : 64;
+        void **o = realloc(m->owned, cap * sizeof *o);
+        if (!o) { free(p); return err_set(err, "%s: out of memory", m->path); }
+        m->owned = o; m->cap_owned = cap;
+    }
+    m->owned[m->n_owned++] = p;
+    return 0;
+}
+
+static const TensorInfo *model_find(const Model *m, const char *name) {
+    return m->is_gguf ? gguf_find_tensor(&m->gguf, name) : safetensors_find(&m->st, name);
+}
+
+uint64_t model_tensor_count(const Model *m) { return m->is_gguf ? m->gguf.n_tensors : m->st.n_tensors; }
+
+const TensorInfo *model_tensor_at(const Model *m, uint64_t i) {
+    if (i >= model_tensor_count(m)) return NULL;
+    return m->is_gguf ? &m->gguf.tensors[i] : &m->st.tensors[i];
+}
+
+/* Converts any-dtype rows to a new fp32 buffer the model owns. */
+static int model_to_f32(Model *m, WeightRef *w, Err *err) {
+    int64_t rows = w->rows * w->n_mats;
+    float *f = malloc((size_t)rows * w->cols * sizeof *f);
+    if (model_own(m, f, err)) return -1;
+    for (int64_t r = 0; r < rows; r++)
+        dequantize_row(w->type, (const char *)w->data + r * w->row_bytes, f + r * w->cols, w->cols);
+    w->data = f;
+    w->type = DT_F32;
+    w->row_bytes = w->cols * sizeof(float);
+    return 0;
+}
+
+/* Binds name to w after checking its shape against [n_mats][rows][cols]. A
+ * vector (rows == 1) is converted to fp32 so every backend can read it
+ * directly. */
+static int model_bind(Model *m, WeightRef *w, const char *name, int64_t n_mats, int64_t rows, int64_t cols,
+                      bool required, Err *err) {
+    const TensorInfo *t = model_find(m, name);
+    memset(w, 0, sizeof *w);
+    if (!t) {
+        if (!required) return 0;
+        return err_set(err, "%s: tensor '%s' is missing (needed by the %s architecture)", m->path, name,
+                       arch_name(m->cfg.arch));
+    }
+    uint64_t want[TENSOR_MAX_DIMS] = {(uint64_t)cols, (uint64_t)rows, (uint64_t)n_mats, 1};
+    if (rows == 1) { want[1] = n_mats; want[2] = 1; }
+    if (memcmp(want, t->ne, sizeof want) != 0)
+        return err_set(err, "%s: tensor '%s' has shape [%llu, %llu, %llu, %llu] (innermost first), expected "
+                       "[%llu, %llu, %llu, 1]", m->path, name, (unsigned long long)t->ne[0],
+                       (unsigned long long)t->ne[1], (unsigned long long)t->ne[2], (unsigned long long)t->ne[3],
+                       (unsigned long long)want[0], (unsigned long long)want[1], (unsigned long long)want[2]);
+    *w = (WeightRef){t->data, t->type, rows, cols, n_mats, dtype_row_bytes(t->type, cols), t->name};
+    m->n_params += tensor_nelems(t);
+    m->weight_bytes += t->nbytes;
+    return rows == 1 && t->type != DT_F32 ? model_to_f32(m, w, err) : 0;
+}
+
+/* [n_mats, rows, cols] of a layer role. */
+static void shape_dims(const ModelConfig *c, TensorShape s, bool experts, int64_t d[3]) {
+    int64_t C = c->dim, F = c->ffn_dim, E = experts ? c->n_experts : 1;
+    int64_t q = (int64_t)c->n_heads * c->head_dim_k, k = (int64_t)c->n_kv_heads * c->head_dim_k;
+    int64_t v = (int64_t)c->n_kv_heads * c->head_dim_v, o = (int64_t)c->n_heads * c->head_dim_v;
+    int64_t t[][3] = {
+        [SHAPE_VEC_C] = {E, 1, C}, [SHAPE_VEC_D] = {1, 1, c->head_dim_k}, [SHAPE_VEC_H] = {1, 1, c->n_heads},
+        [SHAPE_Q] = {1, q, C}, [SHAPE_K] = {1, k, C}, [SHAPE_V] = {1, v, C}, [SHAPE_O] = {1, C, o},
+        [SHAPE_BQ] = {1, 1, q}, [SHAPE_BK] = {1, 1, k}, [SHAPE_BV] = {1, 1, v},
+        [SHAPE_GATE] = {E, F, C}, [SHAPE_DOWN] = {E, C, F}, [SHAPE_BGATE] = {E, 1, F},
+        [SHAPE_ROUTER] = {1, c->n_experts, C}, [SHAPE_VEC_E] = {1, 1, c->n_experts},
+    };
+    memcpy(d, t[s], sizeof t[s]);
+}
+
+static bool layer_field_is_expert(size_t off) {
+    return off == offsetof(LayerWeights, w_gate) || off == offsetof(LayerWeights, w_up) ||
+           off == offsetof(LayerWeights, w_down) || off == offsetof(LayerWeights, b_gate) ||
+           off == offsetof(LayerWeights, b_up) || off == offsetof(LayerWeights, b_down);
+}
+
+/* HF gpt-oss stores experts as x @ W ([E][in][out]) with gate and up
+ * interleaved in the columns (gate = even, up = odd). Rewrites them as
+ * Linear-layout fp32 matrices. */
+static int model_bind_hf_gpt_oss_experts(Model *m, int l, LayerWeights *lw, Err *err) {
+    const ModelConfig *c = &m->cfg;
+    int64_t E = c->n_experts, C = c->dim, F = c->ffn_dim;
+    char name[256];
+    WeightRef gu, gub, dn, dnb;
+    snprintf(name, sizeof name, "model.layers.%d.mlp.experts.gate_up_proj", l);
+    if (model_bind(m, &gu, name, E, C, 2 * F, true, err)) return -1;
+    snprintf(name, sizeof name, "model.layers.%d.mlp.experts.gate_up_proj_bias", l);
+    if (model_bind(m, &gub, name, 1, E, 2 * F, true, err)) return -1;
+    snprintf(name, sizeof name, "model.layers.%d.mlp.experts.down_proj", l);
+    if (model_bind(m, &dn, name, E, F, C, true, err)) return -1;
+    snprintf(name, sizeof name, "model.layers.%d.mlp.experts.down_proj_bias", l);
+    if (model_bind(m, &dnb, name, 1, E, C, true, err)) return -1;
+    if (model_to_f32(m, &gu, err) || model_to_f32(m, &gub, err) || model_to_f32(m, &dn, err) ||
+        model_to_f32(m, &dnb, err))
+        return -1;
+    float *g = malloc(E * F * C * sizeof *g), *u = malloc(E * F * C * sizeof *u), *d = malloc(E * C * F * sizeof *d);
+    float *bg = malloc(E * F * sizeof *bg), *bu = malloc(E * F * sizeof *bu);
+    if (model_own(m, g, err) || model_own(m, u, err) || model_own(m, d, err) || model_own(m, bg, err) ||
+        model_own(m, bu, err))
+        return -1;
+    const float *GU = gu.data, *GUB = gub.data, *DN = dn.data;
+    for (int64_t e = 0; e < E; e++) {
+        for (int64_t f = 0; f < F; f++) {
+            for (int64_t i = 0; i < C; i++) {
+                g[(e * F + f) * C + i] = GU[(e * C + i) * 2 * F + 2 * f];
+                u[(e * F + f) * C + i] = GU[(e * C + i) * 2 * F + 2 * f + 1];
+                d[(e * C + i) * F + f] = DN[(e * F + f) * C + i];
+            }
+            bg[e * F + f] = GUB[e * 2 * F + 2 * f];
+            bu[e * F + f] = GUB[e * 2 * F + 2 * f + 1];
+        }
+    }
+    WeightRef mat = {NULL, DT_F32, F, C, E, C * sizeof(float), gu.name};
+    lw->w_gate = mat; lw->w_gate.data = g;
+    lw->w_up = mat; lw->w_up.data = u;
+    lw->w_down = (WeightRef){d, DT_F32, C, F, E, F * sizeof(float), dn.name};
+    lw->b_gate = (WeightRef){bg, DT_F32, 1, F, E, F * sizeof(float), gub.name};
+    lw->b_up = lw->b_gate; lw->b_up.data = bu;
+    lw->b_down = (WeightRef){dnb.data, DT_F32, 1, C, E, C * sizeof(float), dnb.name};
+    return 0;
+}
+
+static int model_bind_layers(Model *m, Err *err) {
+    const ModelConfig *c = &m->cfg;
+    m->w.layers = calloc(c->n_layers, sizeof *m->w.layers);
+    if (!m->w.layers) return err_set(err, "%s: out of memory", m->path);
+    const LayerTensorName *names = tensor_names_layer(c);
+    for (int l = 0; l < c->n_layers; l++) {
+        LayerWeights *lw = &m->w.layers[l];
+        for (const LayerTensorName *n = names; n->pattern; n++) {
+            char name[256];
+            int64_t d[3];
+            snprintf(name, sizeof name, n->pattern, l);
+            shape_dims(c, n->shape, c->n_experts > 0 && layer_field_is_expert(n->offset), d);
+            WeightRef *w = (WeightRef *)((char *)lw + n->offset);
+            if (model_bind(m, w, name, d[0], d[1], d[2], n->required, err)) return -1;
+        }
+        if (c->n_experts > 0 && c->source == SRC_HF && model_bind_hf_gpt_oss_experts(m, l, lw, err)) return -1;
+        if (c->qk_norm && (!lw->q_norm.data || !lw->k_norm.data))
+            return err_set(err, "%s: layer %d lacks the q/k norm weights the %s architecture needs", m->path, l,
+                           arch_name(c->arch));
+    }
+    return 0;
+}
+
+static int model_bind_globals(Model *m, Err *err) {
+    const ModelConfig *c = &m->cfg;
+    GlobalTensorNames g = tensor_names_global(c->source);
+    if (model_bind(m, &m->w.tok_embd, g.tok_embd, 1, c->vocab, c->dim, true, err) ||
+        model_bind(m, &m->w.output_norm, g.output_norm, 1, 1, c->dim, true, err) ||
+        model_bind(m, &m->w.output, g.output, 1, c->vocab, c->dim, !c->tied_embeddings, err))
+        return -1;
+    if (!m->w.output.data) m->w.output = m->w.tok_embd;
+    if (g.rope_freqs && model_bind(m, &m->w.rope_freqs, g.rope_freqs, 1, 1, c->rope_dim / 2, false, err)) return -1;
+    return 0;
+}
+
+static bool path_is_dir(const char *p) {
+    struct stat s;
+    return stat(p, &s) == 0 && S_ISDIR(s.st_mode);
+}
+
+static bool path_is_file(const char *p) {
+    struct stat s;
+    return stat(p, &s) == 0 && S_ISREG(s.st_mode);
+}
+
+static bool file_has_gguf_magic(const char *p) {
+    FILE *f = fopen(p, "rb");
+    char magic[4] = {0};
+    if (!f) return false;
+    size_t n = fread(magic, 1, 4, f);
+    fclose(f);
+    return n == 4 && !memcmp(magic, "GGUF", 4);
+}
+
+static int model_open_hf(Model *m, int flags, Err *err) {
+    if (safetensors_open(&m->st, m->path, err)) return -1;
+    char cfg_path[4096], tok_path[4096], tokcfg_path[4096];
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", m->st.dir);
+    Json *cj = json_parse_file(cfg_path, err);
+    if (!cj) return -1;
+    int rc = config_from_hf(&m->cfg, json_root(cj), cfg_path, err);
+    json_free(cj);
+    if (rc) return -1;
+    if (!m->cfg.name[0]) {
+        const char *slash = strrchr(m->st.dir, '/');
+        snprintf(m->cfg.name, sizeof m->cfg.name, "%s", slash ? slash + 1 : m->st.dir);
+    }
+    if (flags & MODEL_LOAD_NO_TOKENIZER) return 0;
+    snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", m->st.dir);
+    snprintf(tokcfg_path, sizeof tokcfg_path, "%s/tokenizer_config.json", m->st.dir);
+    if (!path_is_file(tok_path))
+        return err_set(err, "%s: no tokenizer.json beside the weights (needed for text input)", m->st.dir);
+    return tokenizer_load_hf(&m->tok, tok_path, path_is_file(tokcfg_path) ? tokcfg_path : NULL, err);
+}
+
+static int model_open_gguf(Model *m, int flags, Err *err) {
+    if (gguf_open(&m->gguf, m->path, err) || config_from_gguf(&m->cfg, &m->gguf, err)) return -1;
+    if (flags & MODEL_LOAD_NO_TOKENIZER) return 0;
+    return tokenizer_load_gguf(&m->tok, &m->gguf, err);
+}
+
+int model_load(Model *m, const char *path, int flags, Err *err) {
+    memset(m, 0, sizeof *m);
+    m->path = strdup(path);
+    if (!m->path) return err_set(err, "out of memory");
+    int rc;
+    if (!path_is_dir(path) && !path_is_file(path)) {
+        rc = err_set(err, "%s: no such file or folder", path);
+    } else if (path_is_file(path) && file_has_gguf_magic(path)) {
+        m->is_gguf = true;
+        rc = model_open_gguf(m, flags, err);
+    } else {
+        rc = model_open_hf(m, flags, err);
+    }
+    if (rc == 0) rc = model_bind_globals(m, err);
+    if (rc == 0) rc = model_bind_layers(m, err);
+    if (rc) model_free(m);
+    return rc;
+}
+
+void model_free(Model *m) {
+    if (m->tok) tokenizer_free(m->tok);
+    if (m->is_gguf) gguf_close(&m->gguf);
+    else safetensors_close(&m->st);
+    for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
+    free(m->owned);
+    free(m->w.layers);
+    free(m->path);
+    memset(m, 0, sizeof *m);
+}
