@@ -1,9 +1,223 @@
 /* main.c — the command line of cllm: options, subcommands, help. No model
- * logic lives here; each subcommand parses its options and calls the layers. */
+ * logic lives here; each subcommand parses its options into a struct and
+ * calls the layers. User errors print one line and exit 2. */
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "model/info.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
 
 #define CLLM_VERSION "0.1.0"
+
+/* ---------- option parsing ---------- */
+
+typedef enum { OPT_FLAG, OPT_INT, OPT_FLOAT, OPT_STR } OptKind;
+typedef struct {
+    const char *lng;      /* "--model" */
+    const char *shrt;     /* "-m" or NULL */
+    OptKind kind;
+    void *dest;           /* bool* / int* / float* / const char** */
+    const char *help;
+} Opt;
+
+static int parse_number(const char *cmd, const char *opt, const char *s, OptKind k, void *dest) {
+    char *end;
+    errno = 0;
+    if (k == OPT_INT) {
+        long v = strtol(s, &end, 10);
+        if (*s == 0 || *end || errno || v < INT_MIN || v > INT_MAX) goto bad;
+        *(int *)dest = (int)v;
+    } else {
+        float v = strtof(s, &end);
+        if (*s == 0 || *end || errno) goto bad;
+        *(float *)dest = v;
+    }
+    return 0;
+bad:
+    fprintf(stderr, "cllm %s: option %s expects a number, got '%s'\n", cmd, opt, s);
+    return 2;
+}
+
+static void print_opts(FILE *out, const Opt *opts) {
+    for (const Opt *o = opts; o->lng; o++) {
+        char left[64];
+        snprintf(left, sizeof left, "%s%s%s%s", o->shrt ? o->shrt : "", o->shrt ? ", " : "", o->lng,
+                 o->kind == OPT_FLAG ? "" : o->kind == OPT_STR ? " S" : " N");
+        fprintf(out, "  %-26s %s\n", left, o->help);
+    }
+}
+
+/* Parses argv into opts; positional arguments go to pos (at most max_pos).
+ * Returns 0, 1 when --help was printed, or 2 on a user error. */
+static int parse_opts(const char *cmd, const char *usage, int argc, char **argv, const Opt *opts, const char **pos,
+                      int max_pos, int *n_pos) {
+    *n_pos = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: cllm %s\n\noptions:\n", usage);
+            print_opts(stdout, opts);
+            return 1;
+        }
+        if (a[0] != '-' || !strcmp(a, "-")) {
+            if (*n_pos >= max_pos) {
+                fprintf(stderr, "cllm %s: unexpected argument '%s' (see cllm %s --help)\n", cmd, a, cmd);
+                return 2;
+            }
+            pos[(*n_pos)++] = a;
+            continue;
+        }
+        const Opt *o = opts;
+        for (; o->lng; o++)
+            if (!strcmp(a, o->lng) || (o->shrt && !strcmp(a, o->shrt))) break;
+        if (!o->lng) {
+            fprintf(stderr, "cllm %s: unknown option '%s' (see cllm %s --help)\n", cmd, a, cmd);
+            return 2;
+        }
+        if (o->kind == OPT_FLAG) { *(bool *)o->dest = true; continue; }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "cllm %s: option %s needs a value\n", cmd, a);
+            return 2;
+        }
+        const char *v = argv[++i];
+        if (o->kind == OPT_STR) *(const char **)o->dest = v;
+        else if (parse_number(cmd, a, v, o->kind, o->dest)) return 2;
+    }
+    return 0;
+}
+
+/* ---------- the default model ---------- */
+
+/* Folder of the running executable (for models.txt and models/cache). */
+static void exe_dir(char *out, size_t cap) {
+    ssize_t n = readlink("/proc/self/exe", out, cap - 1);
+    if (n <= 0) { snprintf(out, cap, "."); return; }
+    out[n] = 0;
+    char *slash = strrchr(out, '/');
+    if (slash) *slash = 0;
+}
+
+/* Path of the first model of models.txt in models/cache (or $CLLM_MODELS). */
+static int default_model_path(char *out, size_t cap) {
+    char dir[PATH_MAX], list[PATH_MAX + 16], line[1024], name[256] = "", fmt[32] = "";
+    exe_dir(dir, sizeof dir);
+    snprintf(list, sizeof list, "%s/models.txt", dir);
+    FILE *f = fopen(list, "r");
+    while (f && fgets(line, sizeof line, f))
+        if (line[0] != '#' && sscanf(line, "%255s %*s %31s", name, fmt) == 2) break;
+    if (f) fclose(f);
+    if (!name[0]) {
+        fprintf(stderr, "cllm: no -m MODEL given and no default model listed in %s\n", list);
+        return 2;
+    }
+    const char *cache = getenv("CLLM_MODELS");
+    if (cache) snprintf(out, cap, "%s/%s.%s", cache, name, fmt);
+    else snprintf(out, cap, "%s/models/cache/%s.%s", dir, name, fmt);
+    if (access(out, R_OK) != 0) {
+        fprintf(stderr, "cllm: the default model %s is not downloaded yet (%s).\n"
+                        "Get it with:  %s/models/fetch.sh default   (or pass -m MODEL)\n", name, out, dir);
+        return 2;
+    }
+    return 0;
+}
+
+static int load_model(const char *cmd, const char *path, int flags, Model *m) {
+    char def[PATH_MAX];
+    if (!path) {
+        int rc = default_model_path(def, sizeof def);
+        if (rc) return rc;
+        path = def;
+    }
+    Err err = {{0}};
+    if (model_load(m, path, flags, &err)) {
+        fprintf(stderr, "cllm %s: %s\n", cmd, err.msg);
+        return 2;
+    }
+    return 0;
+}
+
+/* ---------- subcommands ---------- */
+
+static int cmd_info(int argc, char **argv) {
+    const char *model = NULL;
+    bool tensors = false;
+    int kv_tokens = 0;
+    const Opt opts[] = {
+        {"--model", "-m", OPT_STR, &model, "model file or folder (also as the first argument)"},
+        {"--tensors", NULL, OPT_FLAG, &tensors, "list every tensor"},
+        {"--ctx-size", "-c", OPT_INT, &kv_tokens, "tokens of KV cache to size (default: the model's context)"},
+        {0},
+    };
+    const char *pos[1];
+    int n_pos, rc = parse_opts("info", "info [MODEL] [options]", argc, argv, opts, pos, 1, &n_pos);
+    if (rc) return rc == 1 ? 0 : rc;
+    if (n_pos) model = pos[0];
+    Model m;
+    if ((rc = load_model("info", model, 0, &m))) return rc;
+    const char *tmpl = tokenizer_chat_template(m.tok);
+    model_print_info(stdout, &m, kv_tokens > 0 ? kv_tokens : m.cfg.ctx_len, tmpl ? "present" : NULL);
+    if (tensors) model_print_tensors(stdout, &m);
+    model_free(&m);
+    return 0;
+}
+
+static int cmd_tokenize(int argc, char **argv) {
+    const char *model = NULL, *file = NULL;
+    bool pieces = false, no_special = false, no_bos = false;
+    const Opt opts[] = {
+        {"--model", "-m", OPT_STR, &model, "model file or folder"},
+        {"--pieces", NULL, OPT_FLAG, &pieces, "print each token's piece beside its id"},
+        {"--no-parse-special", NULL, OPT_FLAG, &no_special, "treat special-token text as plain text"},
+        {"--no-bos", NULL, OPT_FLAG, &no_bos, "do not add BOS even where the model expects it"},
+        {"--file", "-f", OPT_STR, &file, "tokenize the contents of a file ('-' = stdin)"},
+        {0},
+    };
+    const char *pos[1];
+    int n_pos, rc = parse_opts("tokenize", "tokenize -m MODEL \"text\" [options]", argc, argv, opts, pos, 1, &n_pos);
+    if (rc) return rc == 1 ? 0 : rc;
+    if (!n_pos && !file) {
+        fprintf(stderr, "cllm tokenize: give the text as an argument or with --file\n");
+        return 2;
+    }
+    char *text = NULL;
+    size_t len = 0;
+    if (file) {
+        FILE *f = strcmp(file, "-") ? fopen(file, "rb") : stdin;
+        if (!f) { fprintf(stderr, "cllm tokenize: %s: %s\n", file, strerror(errno)); return 2; }
+        size_t cap = 0, n;
+        char buf[65536];
+        while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
+            if (len + n + 1 > cap) { cap = 2 * (len + n + 1); text = realloc(text, cap); if (!text) abort(); }
+            memcpy(text + len, buf, n);
+            len += n;
+        }
+        if (f != stdin) fclose(f);
+    } else {
+        text = strdup(pos[0]);
+        len = strlen(text);
+    }
+    Model m;
+    if ((rc = load_model("tokenize", model, 0, &m))) { free(text); return rc; }
+    TokenIds ids = {0};
+    Err err = {{0}};
+    if (tokenizer_encode(m.tok, text ? text : "", len, !no_special, !no_bos && tokenizer_add_bos(m.tok), &ids, &err)) {
+        fprintf(stderr, "cllm tokenize: %s\n", err.msg);
+        rc = 2;
+    }
+    for (size_t i = 0; rc == 0 && i < ids.n; i++) {
+        if (pieces) printf("%6d  %s\n", ids.ids[i], tokenizer_piece(m.tok, ids.ids[i]));
+        else printf(i + 1 < ids.n ? "%d " : "%d\n", ids.ids[i]);
+    }
+    token_ids_free(&ids);
+    model_free(&m);
+    free(text);
+    return rc;
+}
 
 static void print_usage(FILE *out) {
     fprintf(out,
@@ -28,6 +242,13 @@ int main(int argc, char **argv) {
         printf("cllm %s\n", CLLM_VERSION);
         return 0;
     }
-    print_usage(stderr);
+    const char *cmd = argc >= 2 ? argv[1] : "chat";
+    if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
+    if (argc >= 2 && argv[1][0] == '-') {
+        fprintf(stderr, "cllm: unknown option '%s' (see cllm --help)\n", argv[1]);
+        return 2;
+    }
+    fprintf(stderr, "cllm: unknown subcommand '%s' (see cllm --help)\n", cmd);
     return 2;
 }

@@ -1,0 +1,12 @@
+/* info.h — printing what a model holds (`cllm info`). */
+#ifndef CLLM_INFO_H
+#define CLLM_INFO_H
+
+#include <stdio.h>
+
+#include "model/model.h"
+
+void model_print_info(FILE *out, const Model *m, int kv_tokens, const char *chat_family);
+void model_print_tensors(FILE *out, const Model *m);
+
+#endif
