@@ -1,0 +1,18 @@
+/* device.h — CUDA device discovery (C interface of kernels/cuda/device.cu). */
+#ifndef CLLM_CUDA_DEVICE_H
+#define CLLM_CUDA_DEVICE_H
+
+#include <stddef.h>
+
+#include "model/err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+int cuda_device_count(int *n, Err *err);       /* 0 devices (no driver) is not an error */
+int cuda_device_describe(int dev, char *out, size_t cap, Err *err);
+#ifdef __cplusplus
+}
+#endif
+
+#endif
