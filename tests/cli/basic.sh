@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# basic.sh — help, version, option errors, `cllm info` and `cllm tokenize` on the
+# real models, and clear errors for files that are not models.
+source "$(dirname "$0")/lib.sh"
+
+expect_exit "help exits 0" 0 $CLLM --help && expect_grep "help lists subcommands" "$TMP/out" "generate"
+expect_exit "version exits 0" 0 $CLLM --version && expect_grep "version printed" "$TMP/out" "^cllm [0-9]"
+expect_exit "unknown option exits 2" 2 $CLLM --frobnicate && expect_grep "unknown option named" "$TMP/err" "frobnicate"
+expect_exit "unknown subcommand exits 2" 2 $CLLM frobnicate
+expect_exit "info: unknown option exits 2" 2 $CLLM info --bogus && expect_grep "info: option named" "$TMP/err" "bogus"
+expect_exit "info: bad number exits 2" 2 $CLLM info -c abc $MODELS/smollm2-135m-instruct.gguf
+expect_exit "info --help exits 0" 0 $CLLM info --help
+
+expect_exit "info smollm2" 0 $CLLM info $MODELS/smollm2-135m-instruct.gguf
+expect_grep "info smollm2: architecture" "$TMP/out" "architecture +llama"
+expect_grep "info smollm2: layers" "$TMP/out" "layers +30"
+expect_grep "info smollm2: tensor types" "$TMP/out" "tensors +272:.*Q4_1"
+expect_grep "info smollm2: parameters" "$TMP/out" "parameters +0\.13"
+expect_grep "info smollm2: KV per token" "$TMP/out" "KV cache"
+expect_exit "info gemma3" 0 $CLLM info $MODELS/gemma3-270m.gguf --tensors
+expect_grep "info gemma3: architecture" "$TMP/out" "architecture +gemma3"
+expect_grep "info gemma3: window pattern" "$TMP/out" "15 of 18 layers windowed"
+expect_grep "info gemma3: tensor list" "$TMP/out" "blk.17.ffn_down.weight"
+
+printf 'not a model at all' > "$TMP/junk.gguf"
+expect_exit "info: junk file exits 2" 2 $CLLM info "$TMP/junk.gguf"
+expect_grep "info: junk file named" "$TMP/err" "junk.gguf"
+expect_exit "info: missing file exits 2" 2 $CLLM info "$TMP/nope.gguf"
+expect_grep "info: missing file named" "$TMP/err" "nope.gguf"
+head -c 5000000 $MODELS/smollm2-135m-instruct.gguf > "$TMP/trunc.gguf"
+expect_exit "info: truncated GGUF exits 2" 2 $CLLM info "$TMP/trunc.gguf"
+expect_grep "info: truncated GGUF named" "$TMP/err" "trunc.gguf"
+
+expect_exit "tokenize smollm2" 0 $CLLM tokenize -m $MODELS/smollm2-135m-instruct.gguf "Hello world"
+expect_grep "tokenize smollm2 ids" "$TMP/out" "^19556 905$"
+expect_exit "tokenize --pieces" 0 $CLLM tokenize -m $MODELS/smollm2-135m-instruct.gguf --pieces "Hello world"
+expect_grep "tokenize --pieces shows pieces" "$TMP/out" "905 +Ġworld"
+expect_exit "tokenize without text exits 2" 2 $CLLM tokenize -m $MODELS/smollm2-135m-instruct.gguf
