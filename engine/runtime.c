@@ -1,0 +1,34 @@
+/* runtime.c — opens model, backend and engine for chat and generate. */
+#include "engine/runtime.h"
+
+#include <string.h>
+
+void run_options_default(RunOptions *o) {
+    memset(o, 0, sizeof *o);
+    o->prefill_chunk = 256;
+    o->sampling = sampler_params_default();
+}
+
+int runtime_open(Runtime *rt, const RunOptions *o, Err *err) {
+    memset(rt, 0, sizeof *rt);
+    if (model_load(&rt->model, o->model, 0, err)) return -1;
+    const ModelConfig *c = &rt->model.cfg;
+    int ctx = o->ctx_size > 0 ? o->ctx_size : (c->ctx_len < 4096 ? c->ctx_len : 4096);
+    int block = 16, n_blocks = (ctx + block - 1) / block + 1;
+    rt->be = backend_cpu_create(c, &rt->model.w, o->threads, block, n_blocks, err);
+    if (!rt->be) { model_free(&rt->model); return -1; }
+    int chunk = o->prefill_chunk > 0 ? o->prefill_chunk : 256;
+    if (engine_init(&rt->engine, &rt->model, rt->be, ctx, chunk, err)) {
+        rt->be->destroy(rt->be);
+        model_free(&rt->model);
+        return -1;
+    }
+    return 0;
+}
+
+void runtime_close(Runtime *rt) {
+    engine_free(&rt->engine);
+    if (rt->be) rt->be->destroy(rt->be);
+    model_free(&rt->model);
+    memset(rt, 0, sizeof *rt);
+}

@@ -1,0 +1,38 @@
+/* runtime.h — what `cllm chat` and `cllm generate` share: the options parsed
+ * by main.c, and the model + backend + engine they open. */
+#ifndef CLLM_RUNTIME_H
+#define CLLM_RUNTIME_H
+
+#include <stdbool.h>
+
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "model/model.h"
+
+typedef struct {
+    const char *model;            /* NULL: the default model (main.c resolves it) */
+    bool cpu;                     /* force the CPU backend */
+    int threads;                  /* CPU threads; <= 0: one per core */
+    int ctx_size;                 /* tokens per sequence; <= 0: min(model context, 4096) */
+    int max_tokens;               /* per reply; <= 0: until the context is full (chat), 512 (generate) */
+    int prefill_chunk;            /* tokens per forward step */
+    SamplerParams sampling;
+    const char *chat_template;    /* family name override, or NULL */
+    const char *system;           /* system prompt, or NULL */
+    bool ignore_eos;
+    bool verbose;
+} RunOptions;
+
+void run_options_default(RunOptions *o);
+
+typedef struct {
+    Model model;
+    Backend *be;
+    Engine engine;
+} Runtime;
+
+/* Loads o->model and builds the backend and engine. Prints nothing. */
+int runtime_open(Runtime *rt, const RunOptions *o, Err *err);
+void runtime_close(Runtime *rt);
+
+#endif
