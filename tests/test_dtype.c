@@ -1,0 +1,280 @@
+/* test_dtype.c — dtype table, row sizes, fp16/bf16 conversions and every
+ * dequantizer against gguf-py's dequantization (fixtures written by
+ * tests/fixtures/make_gguf_fixtures.py: synthetic blocks and rows of the real
+ * model files).
+ */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/dtype.h"
+#include "test.h"
+
+static float f_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static uint32_t bits_f(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static void test_dtype_info_table(void) {
+    static const struct { uint32_t id; const char *name; int elems, bytes; } known[] = {
+        {0, "F32", 1, 4},        {1, "F16", 1, 2},       {2, "Q4_0", 32, 18},
+        {3, "Q4_1", 32, 20},     {6, "Q5_0", 32, 22},    {7, "Q5_1", 32, 24},
+        {8, "Q8_0", 32, 34},     {10, "Q2_K", 256, 84},  {11, "Q3_K", 256, 110},
+        {12, "Q4_K", 256, 144},  {13, "Q5_K", 256, 176}, {14, "Q6_K", 256, 210},
+        {30, "BF16", 1, 2},      {39, "MXFP4", 32, 17},
+    };
+    int n_known = 0;
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
+        const DTypeInfo *d = dtype_info(known[i].id);
+        CHECK(d != NULL, "id %u", known[i].id);
+        if (!d) continue;
+        CHECK(strcmp(d->name, known[i].name) == 0, "id %u: %s", known[i].id, d->name);
+        CHECK(d->block_elems == known[i].elems && d->block_bytes == known[i].bytes, "%s", d->name);
+    }
+    for (uint32_t id = 0; id < 64; id++) n_known += dtype_info(id) != NULL;
+    CHECK(n_known == 14, "%d ids known", n_known);
+    CHECK(dtype_info(4) == NULL && dtype_info(5) == NULL && dtype_info(9) == NULL, "unsupported ids");
+    CHECK(dtype_info(40) == NULL && dtype_info(1000) == NULL && dtype_info(UINT32_MAX) == NULL,
+          "out of range ids");
+}
+
+static void test_dtype_row_bytes(void) {
+    CHECK(dtype_row_bytes(DT_F32, 10) == 40, "f32");
+    CHECK(dtype_row_bytes(DT_BF16, 3) == 6, "bf16");
+    CHECK(dtype_row_bytes(DT_Q4_0, 64) == 36, "q4_0");
+    CHECK(dtype_row_bytes(DT_Q6_K, 512) == 420, "q6_k");
+    CHECK(dtype_row_bytes(DT_MXFP4, 96) == 51, "mxfp4");
+    CHECK(dtype_row_bytes(DT_Q4_0, 33) == 0, "partial block");
+    CHECK(dtype_row_bytes(DT_Q4_K, 128) == 0, "half a K block");
+    CHECK(dtype_row_bytes((DType)5, 32) == 0, "unsupported type");
+    CHECK(dtype_row_bytes((DType)99, 32) == 0, "out of range type");
+    CHECK(dtype_row_bytes(DT_F32, UINT64_MAX / 4) == UINT64_MAX / 4 * 4, "largest f32 row");
+    CHECK(dtype_row_bytes(DT_F32, UINT64_MAX / 4 + 1) == 0, "f32 overflow");
+    CHECK(dtype_row_bytes(DT_F16, UINT64_MAX) == 0, "f16 overflow");
+    /* only types with more bytes than values per block can overflow */
+    CHECK(dtype_row_bytes(DT_Q8_0, (UINT64_MAX / 34 + 1) * 32) == 0, "q8_0 overflow");
+    CHECK(dtype_row_bytes(DT_Q8_0, UINT64_MAX / 34 * 32) == UINT64_MAX / 34 * 34, "largest q8_0");
+}
+
+static void test_fp16_to_fp32(void) {
+    CHECK(fp16_to_fp32(0x0000) == 0.0f && !signbit(fp16_to_fp32(0x0000)), "+0");
+    CHECK(fp16_to_fp32(0x8000) == 0.0f && signbit(fp16_to_fp32(0x8000)), "-0");
+    CHECK(fp16_to_fp32(0x3c00) == 1.0f, "1");
+    CHECK(fp16_to_fp32(0xc000) == -2.0f, "-2");
+    CHECK(fp16_to_fp32(0x7bff) == 65504.0f, "max");
+    CHECK(fp16_to_fp32(0x0400) == 0x1p-14f, "min normal");
+    CHECK(fp16_to_fp32(0x0001) == 0x1p-24f, "min subnormal");
+    CHECK(fp16_to_fp32(0x83ff) == -1023 * 0x1p-24f, "max subnormal, negative");
+    CHECK(fp16_to_fp32(0x3555) == 0.333251953125f, "1/3");
+    CHECK(isinf(fp16_to_fp32(0x7c00)) && fp16_to_fp32(0x7c00) > 0, "+inf");
+    CHECK(isinf(fp16_to_fp32(0xfc00)) && fp16_to_fp32(0xfc00) < 0, "-inf");
+    CHECK(isnan(fp16_to_fp32(0x7e00)) && isnan(fp16_to_fp32(0x7c01)) && isnan(fp16_to_fp32(0xfe00)),
+          "nan");
+}
+
+static void test_fp32_to_fp16(void) {
+    static const struct { float f; uint16_t h; } cases[] = {
+        {0.0f, 0x0000}, {-0.0f, 0x8000}, {1.0f, 0x3c00}, {-2.0f, 0xc000},
+        {65504.0f, 0x7bff}, {65519.99f, 0x7bff}, {65520.0f, 0x7c00}, {1e6f, 0x7c00},
+        {-1e6f, 0xfc00}, {INFINITY, 0x7c00}, {-INFINITY, 0xfc00},
+        {0x1p-14f, 0x0400}, {0x1p-24f, 0x0001}, {0x1p-25f, 0x0000}, /* tie: to even 0 */
+        {3 * 0x1p-25f, 0x0002},                                     /* 1.5 units: to even 2 */
+        {0x1p-14f - 0x1p-25f, 0x0400},                              /* 1023.5 units: to 1024 */
+        {1.0f + 0x1p-11f, 0x3c00},                                  /* tie: to even */
+        {1.0f + 3 * 0x1p-11f, 0x3c02},                              /* tie: to even */
+        {1.0f + 0x1p-11f + 0x1p-20f, 0x3c01},                       /* above the tie */
+        {0.1f, 0x2e66}, {1e-10f, 0x0000}, {-1e-10f, 0x8000}, {FLT_MAX, 0x7c00},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint16_t h = fp32_to_fp16(cases[i].f);
+        CHECK(h == cases[i].h, "fp32_to_fp16(%a) = 0x%04x, want 0x%04x", cases[i].f, h, cases[i].h);
+    }
+    CHECK(fp32_to_fp16(f_bits(0x33000001)) == 0x0001, "just above 2^-25 rounds up");
+    uint16_t n = fp32_to_fp16(NAN), sn = fp32_to_fp16(f_bits(0x7f800001));
+    CHECK((n & 0x7c00) == 0x7c00 && (n & 0x3ff) != 0, "nan -> 0x%04x", n);
+    CHECK((sn & 0x7c00) == 0x7c00 && (sn & 0x3ff) != 0, "signalling nan with a low payload -> 0x%04x", sn);
+    /* every half survives the round trip through fp32 */
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = fp16_to_fp32((uint16_t)h);
+        if (isnan(f)) continue;
+        bad += fp32_to_fp16(f) != h;
+    }
+    CHECK(bad == 0, "%d halves did not round-trip", bad);
+}
+
+static void test_bf16(void) {
+    CHECK(bf16_to_fp32(0x3f80) == 1.0f, "1");
+    CHECK(bf16_to_fp32(0x4049) == 3.140625f, "pi-ish");
+    CHECK(bf16_to_fp32(0xc2f7) == -123.5f, "-123.5");
+    CHECK(isinf(bf16_to_fp32(0xff80)) && bf16_to_fp32(0xff80) < 0, "-inf");
+    CHECK(bf16_to_fp32(0x0001) == f_bits(0x00010000), "subnormal");
+    static const struct { uint32_t f; uint16_t b; } cases[] = {
+        {0x3f800000, 0x3f80},                 /* 1 */
+        {0x3f808000, 0x3f80},                 /* 1 + 2^-8: tie, to even */
+        {0x3f818000, 0x3f82},                 /* 1 + 3*2^-8: tie, to even */
+        {0x3f808001, 0x3f81},                 /* above the tie */
+        {0x3f807fff, 0x3f80},                 /* below the tie */
+        {0x7f7fffff, 0x7f80},                 /* FLT_MAX rounds to inf */
+        {0x7f800000, 0x7f80}, {0xff800000, 0xff80}, /* +-inf */
+        {0x00008000, 0x0000}, {0x00018000, 0x0002}, /* subnormal ties */
+        {0x80000000, 0x8000},                 /* -0 */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint16_t b = fp32_to_bf16(f_bits(cases[i].f));
+        CHECK(b == cases[i].b, "fp32_to_bf16(0x%08x) = 0x%04x, want 0x%04x", cases[i].f, b, cases[i].b);
+    }
+    CHECK(fp32_to_bf16(f_bits(0x7f800001)) == 0x7fc0, "signalling nan becomes quiet, not inf");
+    CHECK(fp32_to_bf16(f_bits(0xffc00000)) == 0xffc0, "-nan");
+    CHECK(fp32_to_bf16(f_bits(0x7fffffff)) == 0x7fff, "nan with a full payload stays nan");
+    int bad = 0;
+    for (uint32_t b = 0; b < 65536; b++) {
+        float f = bf16_to_fp32((uint16_t)b);
+        if (isnan(f)) continue;
+        bad += fp32_to_bf16(f) != b;
+    }
+    CHECK(bad == 0, "%d bf16 values did not round-trip", bad);
+}
+
+/* ---- dequantizers vs gguf-py ---- */
+
+static void *read_all(const char *path, size_t *len) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return NULL;
+    fseek(fp, 0, SEEK_END);
+    long n = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    void *buf = malloc(n > 0 ? (size_t)n : 1);
+    if (buf && fread(buf, 1, (size_t)n, fp) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(fp);
+    *len = (size_t)n;
+    return buf;
+}
+
+/* Compares got with want: NaN where NaN is expected, otherwise within 1e-6
+ * relative (fp32 rounding only). Returns the number of mismatches and counts
+ * bit-exact values in *exact. */
+static int compare_floats(const char *name, const float *got, const float *want, int64_t n,
+                          int64_t *exact) {
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        bool ok;
+        if (isnan(want[i])) ok = isnan(got[i]);
+        else ok = got[i] == want[i] || fabsf(got[i] - want[i]) <= 1e-6f * fabsf(want[i]);
+        *exact += bits_f(got[i]) == bits_f(want[i]) || (isnan(got[i]) && isnan(want[i]));
+        if (!ok && bad++ < 5)
+            printf("  %s[%lld]: got %.9g (0x%08x), want %.9g (0x%08x)\n", name, (long long)i,
+                   got[i], bits_f(got[i]), want[i], bits_f(want[i]));
+    }
+    return bad;
+}
+
+/* One fixture case: whole row at once, then split at a block boundary. */
+static void check_case(const char *dir, const char *name, uint32_t type, int64_t n, int64_t *exact,
+                       int64_t *total) {
+    char path[1024];
+    size_t raw_len = 0, want_len = 0;
+    snprintf(path, sizeof path, "%s/gguf/dequant/%s.raw", dir, name);
+    uint8_t *raw = read_all(path, &raw_len);
+    snprintf(path, sizeof path, "%s/gguf/dequant/%s.f32", dir, name);
+    float *want = read_all(path, &want_len);
+    CHECK(raw && want, "%s: fixture files missing", name);
+    const DTypeInfo *info = dtype_info(type);
+    CHECK(info != NULL, "%s: type %u unknown", name, type);
+    if (!raw || !want || !info) goto out;
+    CHECK(want_len == (size_t)n * 4, "%s: %zu expected bytes for %lld values", name, want_len, (long long)n);
+    CHECK(dtype_row_bytes((DType)type, (uint64_t)n) == raw_len, "%s: row bytes", name);
+    if (want_len != (size_t)n * 4 || dtype_row_bytes((DType)type, (uint64_t)n) != raw_len) goto out;
+    float *got = malloc((size_t)n * sizeof *got);
+    dequantize_row((DType)type, raw, got, n);
+    int bad = compare_floats(name, got, want, n, exact);
+    CHECK(bad == 0, "%s (%s): %d of %lld values differ", name, info->name, bad, (long long)n);
+    /* the second half alone, starting at a block boundary, gives the same values */
+    int64_t half = n / 2 / info->block_elems * info->block_elems;
+    if (half > 0) {
+        memset(got, 0, (size_t)n * sizeof *got);
+        dequantize_row((DType)type, raw + half / info->block_elems * info->block_bytes, got, n - half);
+        int64_t ignored = 0;
+        CHECK(compare_floats(name, got, want + half, n - half, &ignored) == 0, "%s: second half", name);
+    }
+    *total += n;
+    free(got);
+out:
+    free(raw);
+    free(want);
+}
+
+static void test_dequantize_fixtures(void) {
+    const char *dir = test_fixture_dir();
+    char path[1024], line[512];
+    snprintf(path, sizeof path, "%s/gguf/dequant.txt", dir);
+    FILE *fp = fopen(path, "r");
+    CHECK(fp != NULL, "%s missing: run tests/fixtures/make_gguf_fixtures.py", path);
+    if (!fp) return;
+    bool seen[DT_COUNT] = {0};
+    bool real_seen[DT_COUNT] = {0};
+    int cases = 0;
+    int64_t exact = 0, total = 0;
+    while (fgets(line, sizeof line, fp)) {
+        char name[400];
+        unsigned type;
+        long long n;
+        if (line[0] == '#' || sscanf(line, "%399s %u %lld", name, &type, &n) != 3) continue;
+        check_case(dir, name, type, n, &exact, &total);
+        if (type < DT_COUNT) {
+            seen[type] = true;
+            if (strncmp(name, "real-", 5) == 0) real_seen[type] = true;
+        }
+        cases++;
+    }
+    fclose(fp);
+    static const DType all[] = {DT_F32, DT_F16, DT_BF16, DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1,
+                                DT_Q8_0, DT_Q2_K, DT_Q3_K, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_MXFP4};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        CHECK(seen[all[i]], "no fixture for %s", dtype_info(all[i])->name);
+    static const DType real[] = {DT_F32, DT_Q4_1, DT_Q5_0, DT_Q8_0, DT_Q4_K, DT_Q6_K};
+    for (size_t i = 0; i < sizeof real / sizeof real[0]; i++)
+        CHECK(real_seen[real[i]], "no real-model fixture for %s", dtype_info(real[i])->name);
+    CHECK(cases >= 30, "only %d cases", cases);
+    printf("  %d cases, %lld values, %lld bit-exact\n", cases, (long long)total, (long long)exact);
+}
+
+/* Hand-built blocks whose values are easy to derive on paper. */
+static void test_dequantize_hand_blocks(void) {
+    uint8_t q4[18] = {0x00, 0x3c}; /* d = 1 */
+    for (int i = 0; i < 16; i++) q4[2 + i] = (uint8_t)(i | (15 - i) << 4);
+    float y[32];
+    dequantize_row(DT_Q4_0, q4, y, 32);
+    CHECK(y[0] == -8 && y[15] == 7 && y[16] == 7 && y[31] == -8, "q4_0 %g %g %g %g", y[0], y[15], y[16], y[31]);
+    uint8_t q8[34] = {0x00, 0xc0}; /* d = -2 */
+    for (int i = 0; i < 32; i++) q8[2 + i] = (uint8_t)(int8_t)(i - 16);
+    dequantize_row(DT_Q8_0, q8, y, 32);
+    CHECK(y[0] == 32 && y[16] == 0 && y[31] == -30, "q8_0 %g %g %g", y[0], y[16], y[31]);
+    uint8_t mx[17] = {128}; /* scale 2^(128-127) = 2; codes doubled, so value = code value */
+    for (int i = 0; i < 16; i++) mx[1 + i] = (uint8_t)(i | i << 4);
+    dequantize_row(DT_MXFP4, mx, y, 32);
+    CHECK(y[1] == 1.0f && y[5] == 6.0f && y[7] == 12.0f && y[15] == -12.0f && y[16 + 9] == -1.0f,
+          "mxfp4 %g %g %g %g %g", y[1], y[5], y[7], y[15], y[25]);
+}
+
+int main(void) {
+    RUN(test_dtype_info_table);
+    RUN(test_dtype_row_bytes);
+    RUN(test_fp16_to_fp32);
+    RUN(test_fp32_to_fp16);
+    RUN(test_bf16);
+    RUN(test_dequantize_fixtures);
+    RUN(test_dequantize_hand_blocks);
+    TEST_EXIT();
+}
