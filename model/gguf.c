@@ -269,18 +269,38 @@ static int read_header(Reader *r, GGUFFile *f) {
     return 0;
 }
 
+/* Reads the name of entry k (a key or a tensor name), makes it the error
+ * context ("kv 3" until the name is known, then "key 'x'"), and adds it to the
+ * index unless it is already there. */
+typedef struct {
+    const char *entry; /* "kv" / "tensor": context before the name is read */
+    const char *named; /* "key" / "tensor": context once it is */
+    const char *field; /* the string's name in a truncation message */
+    NameAt name_at;
+} NameKind;
+
+static const NameKind KV_NAMES = {"kv", "key", "key", kv_name_at};
+static const NameKind TENSOR_NAMES = {"tensor", "tensor", "name", tensor_name_at};
+
+static int read_unique_name(Reader *r, NameIndex *ix, const void *base, const NameKind *kind,
+                            uint64_t k, char **out) {
+    size_t slot = 0;
+    snprintf(r->ctx, sizeof r->ctx, "%s %llu", kind->entry, (unsigned long long)k);
+    if (rd_name(r, out, kind->field)) return -1;
+    snprintf(r->ctx, sizeof r->ctx, "%s '%.200s'", kind->named, *out);
+    if (index_find(ix, *out, base, kind->name_at, &slot) >= 0)
+        return err_set(r->err, "%s: %s: duplicate %s", r->path, r->ctx, kind->named);
+    ix->slots[slot] = k + 1;
+    return 0;
+}
+
 static int read_kvs(Reader *r, GGUFFile *f, NameIndex *ix) {
     for (uint64_t k = 0; k < f->n_kv; k++) {
         GGUFKV *kv = &f->kv[k];
         uint32_t type;
-        size_t slot = 0;
-        snprintf(r->ctx, sizeof r->ctx, "kv %llu", (unsigned long long)k);
-        if (rd_name(r, &kv->key, "key")) return -1;
-        snprintf(r->ctx, sizeof r->ctx, "key '%.200s'", kv->key);
-        if (index_find(ix, kv->key, f->kv, kv_name_at, &slot) >= 0)
-            return err_set(r->err, "%s: %s: duplicate key", r->path, r->ctx);
-        ix->slots[slot] = k + 1;
-        if (rd_u32(r, &type, "value type")) return -1;
+        if (read_unique_name(r, ix, f->kv, &KV_NAMES, k, &kv->key) ||
+            rd_u32(r, &type, "value type"))
+            return -1;
         if (scalar_size(type) < 0)
             return err_set(r->err, "%s: %s: value type %u is not a GGUF value type", r->path, r->ctx,
                            type);
@@ -296,7 +316,7 @@ static int read_alignment(Reader *r, GGUFFile *f) {
     if (!v) return 0;
     uint64_t a;
     if (gguf_get_u64(f, "general.alignment", &a))
-        return err_set(r->err, "%s: key 'general.alignment': must be an unsigned integer, not %s",
+        return err_set(r->err, "%s: key 'general.alignment': must be a non-negative integer, not %s",
                        r->path, gguf_type_name(v->type));
     if (a == 0 || (a & (a - 1)) || a > GGUF_MAX_ALIGNMENT)
         return err_set(r->err, "%s: key 'general.alignment': %llu is not a power of two up to 2^30",
@@ -350,14 +370,9 @@ static int read_tensor_info(Reader *r, GGUFFile *f, GGUFTensor *t) {
 static int read_tensor_infos(Reader *r, GGUFFile *f, NameIndex *ix) {
     for (uint64_t k = 0; k < f->n_tensors; k++) {
         GGUFTensor *t = &f->tensors[k];
-        size_t slot = 0;
-        snprintf(r->ctx, sizeof r->ctx, "tensor %llu", (unsigned long long)k);
-        if (rd_name(r, &t->name, "name")) return -1;
-        snprintf(r->ctx, sizeof r->ctx, "tensor '%.200s'", t->name);
-        if (index_find(ix, t->name, f->tensors, tensor_name_at, &slot) >= 0)
-            return err_set(r->err, "%s: %s: duplicate tensor name", r->path, r->ctx);
-        ix->slots[slot] = k + 1;
-        if (read_tensor_info(r, f, t)) return -1;
+        if (read_unique_name(r, ix, f->tensors, &TENSOR_NAMES, k, &t->name) ||
+            read_tensor_info(r, f, t))
+            return -1;
     }
     return 0;
 }

@@ -11,16 +11,23 @@
 #include "kernels/dtype.h"
 #include "test.h"
 
-static float f_bits(uint32_t u) {
+/* Bit-level views of a float, through a union (well defined in C11). */
+typedef union {
     float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static uint32_t bits_f(float f) {
     uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
+} F32Bits;
+
+static float f_bits(uint32_t u) { return (F32Bits){.u = u}.f; }
+static uint32_t bits_f(float f) { return (F32Bits){.f = f}.u; }
+
+/* Halves (fp16 or bf16) that do not survive to-fp32-and-back; NaNs skipped. */
+static int roundtrip_failures(float (*to_f32)(uint16_t), uint16_t (*from_f32)(float)) {
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = to_f32((uint16_t)h);
+        if (!isnan(f)) bad += from_f32(f) != h;
+    }
+    return bad;
 }
 
 static void test_dtype_info_table(void) {
@@ -101,13 +108,7 @@ static void test_fp32_to_fp16(void) {
     uint16_t n = fp32_to_fp16(NAN), sn = fp32_to_fp16(f_bits(0x7f800001));
     CHECK((n & 0x7c00) == 0x7c00 && (n & 0x3ff) != 0, "nan -> 0x%04x", n);
     CHECK((sn & 0x7c00) == 0x7c00 && (sn & 0x3ff) != 0, "signalling nan with a low payload -> 0x%04x", sn);
-    /* every half survives the round trip through fp32 */
-    int bad = 0;
-    for (uint32_t h = 0; h < 65536; h++) {
-        float f = fp16_to_fp32((uint16_t)h);
-        if (isnan(f)) continue;
-        bad += fp32_to_fp16(f) != h;
-    }
+    int bad = roundtrip_failures(fp16_to_fp32, fp32_to_fp16);
     CHECK(bad == 0, "%d halves did not round-trip", bad);
 }
 
@@ -135,30 +136,22 @@ static void test_bf16(void) {
     CHECK(fp32_to_bf16(f_bits(0x7f800001)) == 0x7fc0, "signalling nan becomes quiet, not inf");
     CHECK(fp32_to_bf16(f_bits(0xffc00000)) == 0xffc0, "-nan");
     CHECK(fp32_to_bf16(f_bits(0x7fffffff)) == 0x7fff, "nan with a full payload stays nan");
-    int bad = 0;
-    for (uint32_t b = 0; b < 65536; b++) {
-        float f = bf16_to_fp32((uint16_t)b);
-        if (isnan(f)) continue;
-        bad += fp32_to_bf16(f) != b;
-    }
+    int bad = roundtrip_failures(bf16_to_fp32, fp32_to_bf16);
     CHECK(bad == 0, "%d bf16 values did not round-trip", bad);
 }
 
 /* ---- dequantizers vs gguf-py ---- */
 
-static void *read_all(const char *path, size_t *len) {
+/* Reads a fixture file that must hold exactly n bytes; NULL otherwise. */
+static void *load_exact(const char *path, size_t n) {
     FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    fseek(fp, 0, SEEK_END);
-    long n = ftell(fp);
-    fseek(fp, 0, SEEK_SET);
-    void *buf = malloc(n > 0 ? (size_t)n : 1);
-    if (buf && fread(buf, 1, (size_t)n, fp) != (size_t)n) {
+    uint8_t *buf = fp ? malloc(n + 1) : NULL;
+    size_t got = buf ? fread(buf, 1, n + 1, fp) : 0; /* n + 1: a longer file shows */
+    if (fp) fclose(fp);
+    if (got != n) {
         free(buf);
-        buf = NULL;
+        return NULL;
     }
-    fclose(fp);
-    *len = (size_t)n;
     return buf;
 }
 
@@ -180,37 +173,44 @@ static int compare_floats(const char *name, const float *got, const float *want,
     return bad;
 }
 
-/* One fixture case: whole row at once, then split at a block boundary. */
-static void check_case(const char *dir, const char *name, uint32_t type, int64_t n, int64_t *exact,
-                       int64_t *total) {
-    char path[1024];
-    size_t raw_len = 0, want_len = 0;
-    snprintf(path, sizeof path, "%s/gguf/dequant/%s.raw", dir, name);
-    uint8_t *raw = read_all(path, &raw_len);
-    snprintf(path, sizeof path, "%s/gguf/dequant/%s.f32", dir, name);
-    float *want = read_all(path, &want_len);
-    CHECK(raw && want, "%s: fixture files missing", name);
+/* Dequantizes the whole row, then its second half alone (from a block
+ * boundary), and compares both with gguf-py's values. */
+static void dequantize_and_compare(const char *name, DType type, const uint8_t *raw,
+                                   const float *want, int64_t n, int64_t *exact) {
     const DTypeInfo *info = dtype_info(type);
-    CHECK(info != NULL, "%s: type %u unknown", name, type);
-    if (!raw || !want || !info) goto out;
-    CHECK(want_len == (size_t)n * 4, "%s: %zu expected bytes for %lld values", name, want_len, (long long)n);
-    CHECK(dtype_row_bytes((DType)type, (uint64_t)n) == raw_len, "%s: row bytes", name);
-    if (want_len != (size_t)n * 4 || dtype_row_bytes((DType)type, (uint64_t)n) != raw_len) goto out;
     float *got = malloc((size_t)n * sizeof *got);
-    dequantize_row((DType)type, raw, got, n);
+    dequantize_row(type, raw, got, n);
     int bad = compare_floats(name, got, want, n, exact);
     CHECK(bad == 0, "%s (%s): %d of %lld values differ", name, info->name, bad, (long long)n);
-    /* the second half alone, starting at a block boundary, gives the same values */
     int64_t half = n / 2 / info->block_elems * info->block_elems;
     if (half > 0) {
         memset(got, 0, (size_t)n * sizeof *got);
-        dequantize_row((DType)type, raw + half / info->block_elems * info->block_bytes, got, n - half);
+        dequantize_row(type, raw + half / info->block_elems * info->block_bytes, got, n - half);
         int64_t ignored = 0;
         CHECK(compare_floats(name, got, want + half, n - half, &ignored) == 0, "%s: second half", name);
     }
-    *total += n;
     free(got);
-out:
+}
+
+/* One fixture case: NAME.raw and NAME.f32 under gguf/dequant. */
+static void check_case(const char *dir, const char *name, uint32_t type, int64_t n, int64_t *exact,
+                       int64_t *total) {
+    char path[1024];
+    uint8_t *raw = NULL;
+    float *want = NULL;
+    const DTypeInfo *info = dtype_info(type);
+    uint64_t raw_len = dtype_row_bytes((DType)type, (uint64_t)n);
+    CHECK(info != NULL && raw_len > 0, "%s: type %u with %lld values", name, type, (long long)n);
+    if (!info || raw_len == 0) return;
+    snprintf(path, sizeof path, "%s/gguf/dequant/%s.raw", dir, name);
+    raw = load_exact(path, raw_len);
+    snprintf(path, sizeof path, "%s/gguf/dequant/%s.f32", dir, name);
+    want = load_exact(path, (size_t)n * sizeof(float));
+    CHECK(raw && want, "%s: fixture files missing or of the wrong size", name);
+    if (raw && want) {
+        dequantize_and_compare(name, (DType)type, raw, want, n, exact);
+        *total += n;
+    }
     free(raw);
     free(want);
 }
