@@ -8,6 +8,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "engine/batch.h"
+#include "engine/chat.h"
+#include "engine/runtime.h"
 #include "model/info.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -219,6 +222,79 @@ static int cmd_tokenize(int argc, char **argv) {
     return rc;
 }
 
+
+/* ---------- chat and generate ---------- */
+
+/* Options shared by chat and generate, followed by each one's own. */
+#define RUN_OPTS(o)                                                                                            \
+    {"--model", "-m", OPT_STR, &(o)->model, "model file or folder (default: first model of models.txt)"},      \
+    {"--cpu", NULL, OPT_FLAG, &(o)->cpu, "run on the CPU even where a GPU is present"},                       \
+    {"--threads", "-t", OPT_INT, &(o)->threads, "CPU threads (default: one per core)"},                        \
+    {"--ctx-size", "-c", OPT_INT, &(o)->ctx_size, "context size in tokens (default: min(model, 4096))"},        \
+    {"--max-tokens", "-n", OPT_INT, &(o)->max_tokens, "most tokens per reply"},                               \
+    {"--temp", NULL, OPT_FLOAT, &(o)->sampling.temperature, "temperature (0 = greedy)"},                      \
+    {"--top-k", NULL, OPT_INT, &(o)->sampling.top_k, "top-k (0 = off)"},                                      \
+    {"--top-p", NULL, OPT_FLOAT, &(o)->sampling.top_p, "top-p (1 = off)"},                                    \
+    {"--min-p", NULL, OPT_FLOAT, &(o)->sampling.min_p, "min-p (0 = off)"},                                    \
+    {"--repeat-penalty", NULL, OPT_FLOAT, &(o)->sampling.repetition_penalty, "repetition penalty (1 = off)"},  \
+    {"--presence-penalty", NULL, OPT_FLOAT, &(o)->sampling.presence_penalty, "presence penalty"},             \
+    {"--frequency-penalty", NULL, OPT_FLOAT, &(o)->sampling.frequency_penalty, "frequency penalty"},          \
+    {"--seed", NULL, OPT_INT, &seed, "random seed (reproducible sampling)"},                                  \
+    {"--chat-template", NULL, OPT_STR, &(o)->chat_template, "chatml, llama3, llama2, mistral, gemma, harmony"}, \
+    {"--system", NULL, OPT_STR, &(o)->system, "system prompt"},                                               \
+    {"--ignore-eos", NULL, OPT_FLAG, &(o)->ignore_eos, "keep generating past end-of-text tokens"},            \
+    {"--verbose", "-v", OPT_FLAG, &(o)->verbose, "print statistics"}
+
+static int resolve_model(RunOptions *o, char *buf, size_t cap) {
+    if (o->model) return 0;
+    int rc = default_model_path(buf, cap);
+    o->model = buf;
+    return rc;
+}
+
+static int cmd_chat(int argc, char **argv) {
+    RunOptions o;
+    run_options_default(&o);
+    int seed = -1;
+    const Opt opts[] = {RUN_OPTS(&o), {0}};
+    const char *pos[1];
+    int n_pos, rc = parse_opts("chat", "chat [-m MODEL] [options]", argc, argv, opts, pos, 0, &n_pos);
+    if (rc) return rc == 1 ? 0 : rc;
+    if (seed >= 0) o.sampling.seed = (uint64_t)seed;
+    char def[PATH_MAX];
+    if ((rc = resolve_model(&o, def, sizeof def))) return rc;
+    return chat_main(&o);
+}
+
+static int cmd_generate(int argc, char **argv) {
+    RunOptions o;
+    BatchOptions b;
+    run_options_default(&o);
+    batch_options_default(&b);
+    int seed = -1;
+    const Opt opts[] = {
+        RUN_OPTS(&o),
+        {"--input", "-i", OPT_STR, &b.input, "prompts: text (a prompt per line), JSON Lines, OpenAI batch; .gz; - = stdin"},
+        {"--output", "-o", OPT_STR, &b.output, "results as JSON Lines (.gz compresses; - = stdout, the default)"},
+        {"--resume", NULL, OPT_FLAG, &b.resume, "skip prompts whose id is already in the output"},
+        {"--ordered", NULL, OPT_FLAG, &b.ordered, "write results in input order"},
+        {"--chat", NULL, OPT_FLAG, &b.chat, "wrap plain prompts in the chat template as a user turn"},
+        {0},
+    };
+    const char *pos[1];
+    int n_pos, rc = parse_opts("generate", "generate -m MODEL -i PROMPTS [-o OUT] [options]", argc, argv, opts, pos,
+                               0, &n_pos);
+    if (rc) return rc == 1 ? 0 : rc;
+    if (!b.input) {
+        fprintf(stderr, "cllm generate: give the prompts with -i FILE (or -i - for stdin)\n");
+        return 2;
+    }
+    if (seed >= 0) o.sampling.seed = (uint64_t)seed;
+    char def[PATH_MAX];
+    if ((rc = resolve_model(&o, def, sizeof def))) return rc;
+    return batch_main(&o, &b);
+}
+
 static void print_usage(FILE *out) {
     fprintf(out,
             "cllm %s — LLM inference in C (GGUF / safetensors; CUDA and CPU)\n\n"
@@ -245,10 +321,10 @@ int main(int argc, char **argv) {
     const char *cmd = argc >= 2 ? argv[1] : "chat";
     if (!strcmp(cmd, "info")) return cmd_info(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
-    if (argc >= 2 && argv[1][0] == '-') {
-        fprintf(stderr, "cllm: unknown option '%s' (see cllm --help)\n", argv[1]);
-        return 2;
-    }
+    if (!strcmp(cmd, "chat")) return cmd_chat(argc - 2, argv + 2);
+    if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
+    if (argc >= 2 && argv[1][0] == '-') return cmd_chat(argc - 1, argv + 1); /* `cllm -m X` = chat */
+    if (argc < 2) return cmd_chat(0, argv);
     fprintf(stderr, "cllm: unknown subcommand '%s' (see cllm --help)\n", cmd);
     return 2;
 }

@@ -152,7 +152,9 @@ static void gguf_set_rope_scaling(ModelConfig *c, GKeys k) {
         r->beta_fast = g_num_opt(k, "rope.scaling.yarn_beta_fast", 32.0f);
         r->beta_slow = g_num_opt(k, "rope.scaling.yarn_beta_slow", 1.0f);
         r->attn_factor = g_num_opt(k, "rope.scaling.attn_factor", 0.0f);
-        r->truncate = true; /* llama.cpp rounds the correction range */
+        /* gpt-oss (the only yarn model here) keeps the range unrounded, as its
+         * reference implementation does; llama.cpp rounds it for others. */
+        r->truncate = c->arch != ARCH_GPT_OSS;
     }
 }
 
