@@ -91,7 +91,8 @@ static int batch_write(Batch *bt, const ResultLine *line) {
 /* Runs one request to its result line. Returns -1 only when the output
  * cannot be written (the run must stop). */
 static int batch_run_one(Batch *bt, const PromptRequest *r) {
-    ResultLine line = {.id = r->id, .text = "", .finish_reason = "error"};
+    ResultLine line = {.id = r->id, .id_is_number = r->id_is_number, .text = "", .finish_reason = "error",
+                       .is_chat = r->is_chat, .model = r->model};
     Err err = {{0}};
     TokenIds ids = {0};
     Sequence seq = {0};
