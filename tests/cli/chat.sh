@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# chat.sh — `cllm chat` driven through a pipe (stdin not a terminal): turns,
+# commands, greedy determinism, the context-full message, and the default
+# model path.
+source "$(dirname "$0")/lib.sh"
+M=$MODELS/smollm2-135m-instruct.gguf
+CHAT="$CLLM chat -m $M --cpu --temp 0 -n 12"
+
+printf 'What is 2+2?\n/stats\nAnd 3+3?\n/exit\n' > "$TMP/turns"
+expect_exit "chat through a pipe" 0 sh -c "$CHAT < $TMP/turns"
+cp "$TMP/out" "$TMP/first"
+expect_grep "chat: stats command" "$TMP/out" "prompt [0-9]+ tokens, reply [0-9]+ tokens"
+n=$(grep -c . "$TMP/out"); [ "$n" -ge 3 ] && ok "chat: two replies printed" || notok "chat: two replies printed" "$(cat "$TMP/out")"
+expect_exit "chat again" 0 sh -c "$CHAT < $TMP/turns"
+cmp -s "$TMP/out" "$TMP/first" && ok "greedy chat is deterministic" || notok "greedy chat is deterministic" "$(diff "$TMP/out" "$TMP/first" | head)"
+
+printf 'Hello\n/clear\nHello\n' > "$TMP/turns2"
+expect_exit "chat /clear" 0 sh -c "$CHAT < $TMP/turns2"
+a=$(sed -n 1p "$TMP/out"); b=$(sed -n 3p "$TMP/out")
+[ -n "$a" ] && [ "$a" = "$b" ] && ok "after /clear the same turn gives the same reply" || notok "after /clear the same turn gives the same reply" "'$a' vs '$b'"
+
+printf 'Tell me a long story about dragons.\n' > "$TMP/turns3"
+expect_exit "chat: context full is not an error" 0 sh -c "$CLLM chat -m $M --cpu --temp 0 -c 40 < $TMP/turns3"
+expect_grep "chat: context full message" "$TMP/err" "context full"
+
+printf 'Hi\n' > "$TMP/turns4"
+expect_exit "chat: seeded sampling" 0 sh -c "$CLLM chat -m $M --cpu --temp 0.8 --seed 7 -n 12 < $TMP/turns4"
+cp "$TMP/out" "$TMP/s1"
+expect_exit "chat: same seed again" 0 sh -c "$CLLM chat -m $M --cpu --temp 0.8 --seed 7 -n 12 < $TMP/turns4"
+cmp -s "$TMP/out" "$TMP/s1" && ok "same seed, same reply" || notok "same seed, same reply" "$(cat "$TMP/out" "$TMP/s1")"
+
+expect_exit "chat: unknown template exits 2" 2 sh -c "$CHAT --chat-template nope < /dev/null"
+expect_grep "chat: unknown template named" "$TMP/err" "nope"
+expect_exit "chat: default model via CLLM_MODELS" 0 sh -c "CLLM_MODELS=$MODELS $CLLM --cpu --temp 0 -n 4 < $TMP/turns4"
+expect_exit "chat: missing default model explains" 2 sh -c "CLLM_MODELS=$TMP/none $CLLM --cpu < /dev/null"
+expect_grep "chat: fetch hint" "$TMP/err" "fetch.sh"

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# generate.sh — `cllm generate` end to end on the default model (CPU): a
+# 100-line JSON Lines file with bad lines gives 100 output lines; resume skips
+# finished ids; text, OpenAI batch, .gz and stdin inputs work.
+source "$(dirname "$0")/lib.sh"
+M=$MODELS/smollm2-135m-instruct.gguf
+GEN="$CLLM generate -m $M --cpu -n 4 --temp 0 -c 256"
+
+python3 - "$TMP/in.jsonl" <<'PY' 2>/dev/null || {
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for i in range(100):
+        if i == 10: f.write('{"id": "bad-json", "prompt": \n'); continue
+        if i == 20: f.write(json.dumps({"id": "empty", "prompt": ""}) + "\n"); continue
+        if i == 30: f.write(json.dumps({"id": "long", "prompt": "word " * 400}) + "\n"); continue
+        if i == 40: f.write(json.dumps({"id": "bad-type", "prompt": 7}) + "\n"); continue
+        if i % 2: f.write(json.dumps({"id": f"r{i}", "messages": [{"role": "user", "content": f"Say the number {i}."}]}) + "\n")
+        else: f.write(json.dumps({"id": f"r{i}", "prompt": f"Count: {i},", "max_tokens": 3}) + "\n")
+PY
+    # no python: write the same file with the shell
+    for i in $(seq 0 99); do
+        case $i in
+            10) echo '{"id": "bad-json", "prompt": ' ;;
+            20) echo '{"id": "empty", "prompt": ""}' ;;
+            30) printf '{"id": "long", "prompt": "%s"}\n' "$(printf 'word %.0s' $(seq 400))" ;;
+            40) echo '{"id": "bad-type", "prompt": 7}' ;;
+            *) if [ $((i % 2)) = 1 ]; then echo "{\"id\": \"r$i\", \"messages\": [{\"role\": \"user\", \"content\": \"Say the number $i.\"}]}"
+               else echo "{\"id\": \"r$i\", \"prompt\": \"Count: $i,\", \"max_tokens\": 3}"; fi ;;
+        esac
+    done > "$TMP/in.jsonl"
+}
+
+expect_exit "generate 100 prompts" 0 $GEN -i "$TMP/in.jsonl" -o "$TMP/out.jsonl"
+n=$(wc -l < "$TMP/out.jsonl")
+[ "$n" = 100 ] && ok "100 output lines" || notok "100 output lines" "got $n"
+n_err=$(grep -c '"error"' "$TMP/out.jsonl")
+[ "$n_err" = 4 ] && ok "4 bad lines carry an error" || notok "4 bad lines carry an error" "got $n_err"
+expect_grep "bad JSON reported with its line" "$TMP/out.jsonl" '"id":"line-11".*"error":"[^"]*line 11'
+expect_grep "empty prompt reported" "$TMP/out.jsonl" '"id":"empty".*"error"'
+expect_grep "prompt over the context reported" "$TMP/out.jsonl" '"id":"long".*"error":"[^"]*context'
+expect_grep "good line has text and counts" "$TMP/out.jsonl" '"id":"r2",.*"completion_tokens":[1-3],'
+expect_grep "chat line has a finish reason" "$TMP/out.jsonl" '"id":"r1",.*"finish_reason":"(stop|length)"'
+
+# Resume: drop the last 30 lines and cut the file mid-line, then rerun.
+head -n 70 "$TMP/out.jsonl" > "$TMP/part.jsonl"; printf '{"id":"r71","te' >> "$TMP/part.jsonl"
+expect_exit "generate --resume" 0 $GEN -i "$TMP/in.jsonl" -o "$TMP/part.jsonl" --resume
+n=$(wc -l < "$TMP/part.jsonl"); u=$(grep -o '"id":"[^"]*"' "$TMP/part.jsonl" | sort -u | wc -l)
+[ "$n" = 100 ] && [ "$u" = 100 ] && ok "resume completes to 100 distinct lines" || notok "resume completes to 100 distinct lines" "lines $n, distinct ids $u"
+cmp -s <(sort "$TMP/out.jsonl" | sed 's/"seconds":[0-9.e-]*//') <(sort "$TMP/part.jsonl" | sed 's/"seconds":[0-9.e-]*//') \
+    && ok "resumed output equals a full run (greedy)" || notok "resumed output equals a full run (greedy)" "$(diff <(sort "$TMP/out.jsonl") <(sort "$TMP/part.jsonl") | head -5)"
+
+printf 'The capital of France is\n\nOne, two,\n' > "$TMP/in.txt"
+expect_exit "generate from text, stdin, to stdout" 0 sh -c "$GEN -i - < $TMP/in.txt"
+n=$(wc -l < "$TMP/out"); [ "$n" = 2 ] && ok "text input: one line per prompt" || notok "text input: one line per prompt" "got $n"
+expect_grep "text input ids are line numbers" "$TMP/out" '"id":"line-3"'
+
+gzip -c "$TMP/in.txt" > "$TMP/in.txt.gz"
+expect_exit "generate .gz in and out" 0 $GEN -i "$TMP/in.txt.gz" -o "$TMP/out.jsonl.gz"
+n=$(gzip -dc "$TMP/out.jsonl.gz" | wc -l); [ "$n" = 2 ] && ok "gz output readable" || notok "gz output readable" "got $n lines"
+
+echo '{"custom_id": "q1", "method": "POST", "url": "/v1/chat/completions", "body": {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3}}' > "$TMP/batch.jsonl"
+expect_exit "generate OpenAI batch" 0 $GEN -i "$TMP/batch.jsonl" -o "$TMP/batch.out"
+expect_grep "OpenAI batch output shape" "$TMP/batch.out" '"custom_id":"q1".*"response":\{"status_code":200'
+
+expect_exit "generate without -i exits 2" 2 $CLLM generate -m $M
+expect_exit "generate missing input exits 2" 2 $GEN -i "$TMP/none.jsonl"
+expect_grep "missing input named" "$TMP/err" "none.jsonl"
