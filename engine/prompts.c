@@ -194,7 +194,7 @@ char *prompts_id_text(const JsonValue *obj, const char *key, const char *line, s
     if (v->type == JSON_STRING) return strndup(v->u.string.s, v->u.string.len);
     if (v->type != JSON_NUMBER) return NULL;
     *is_number = true;
-    size_t vs, ve;
+    size_t vs = 0, ve = 0;
     if (!raw_find_member(line, len, key, &vs, &ve) && ve > vs && ve - vs < 400) {
         char tmp[400];
         memcpy(tmp, line + vs, ve - vs);
@@ -255,7 +255,15 @@ static int reader_fill(PromptReader *r, Err *err) {
         return err_set(err, "%s: read failed after line %lld: %s", r->path, (long long)r->line_no,
                        code == Z_ERRNO ? strerror(errno) : msg);
     }
-    if (n == 0) r->eof = true;
+    if (n == 0) {
+        /* zlib reports a gzip stream cut short as a plain end with Z_BUF_ERROR. */
+        int code;
+        const char *msg = gzerror(r->gz, &code);
+        if (code == Z_BUF_ERROR)
+            return err_set(err, "%s: the gzip data is cut short after line %lld (%s)", r->path, (long long)r->line_no,
+                           msg);
+        r->eof = true;
+    }
     r->len += (size_t)n;
     return 0;
 }
