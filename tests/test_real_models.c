@@ -1,0 +1,132 @@
+/* test_real_models.c — the real models of models.txt on the CPU backend
+ * against transformers (tests/fixtures/real/*.ref.json, made by
+ * make_real_refs.py loading the same GGUF files):
+ *   - teacher-forced top-1 agreement over 256 positions: at least 99%;
+ *   - the greedy continuation of each committed prompt: identical for its
+ *     first 32 tokens (a divergence at a near tie is reported, not excused
+ *     beyond the first differing token).
+ * The model files come from models/fetch.sh ($CLLM_MODELS); a missing file
+ * fails the test. */
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "model/model.h"
+#include "tests/test.h"
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++) if (x[i] > x[b]) b = i;
+    return b;
+}
+
+static void read_ids(const JsonValue *arr, int32_t *out, int n) {
+    for (int i = 0; i < n; i++) out[i] = (int32_t)json_at(arr, i)->u.number.num;
+}
+
+/* Runs ids[0..T) in chunks and stores each position's argmax in top1. */
+static int teacher_forced(Engine *e, const int32_t *ids, int T, int *top1, Err *err) {
+    const int chunk = 32;
+    int V = e->model->cfg.vocab;
+    float *logits = malloc((size_t)chunk * V * sizeof *logits);
+    int32_t rows[32], pos[32], seqi[32] = {0};
+    int64_t slot[32];
+    Sequence s = {0};
+    int rc = block_table_reserve(&s.bt, &e->pool, T, e->block_size);
+    if (rc) err_set(err, "KV cache too small for %d tokens", T);
+    for (int start = 0; rc == 0 && start < T; start += chunk) {
+        int n = T - start < chunk ? T - start : chunk;
+        for (int i = 0; i < n; i++) {
+            rows[i] = i;
+            pos[i] = start + i;
+            slot[i] = block_table_slot(&s.bt, start + i, e->block_size);
+        }
+        const int32_t *tables[1] = {s.bt.blocks};
+        AttnBatch b = {n, pos, seqi, slot, 1, tables, e->block_size};
+        rc = forward_run(&e->fw, ids + start, &b, rows, n, logits, err);
+        for (int i = 0; rc == 0 && i < n; i++) top1[start + i] = argmax(logits + (size_t)i * V, V);
+    }
+    block_table_release(&s.bt, &e->pool);
+    block_table_free(&s.bt);
+    free(logits);
+    return rc;
+}
+
+static void check_reference(const char *ref_path) {
+    Err err = {{0}};
+    Json *doc = json_parse_file(ref_path, &err);
+    CHECK(doc != NULL, "%s", err.msg);
+    if (!doc) return;
+    const JsonValue *ref = json_root(doc);
+    const char *dir = getenv("CLLM_MODELS") ? getenv("CLLM_MODELS") : "models/cache";
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, json_get_str(ref, "gguf", "?"));
+    Model m;
+    if (model_load(&m, path, MODEL_LOAD_NO_TOKENIZER, &err)) {
+        CHECK(0, "%s (run models/fetch.sh)", err.msg);
+        json_free(doc);
+        return;
+    }
+    Backend *be = backend_cpu_create(&m.cfg, &m.w, 0, 16, 40, &err);
+    Engine e;
+    CHECK(be && engine_init(&e, &m, be, 600, 64, &err) == 0, "%s", err.msg);
+
+    const JsonValue *tf = json_get(ref, "teacher_forced");
+    int T = (int)json_len(json_get(tf, "top1"));
+    if (getenv("CLLM_QUICK")) T = T < 64 ? T : 64; /* the sanitizer run checks fewer positions */
+    int32_t *ids = malloc((T + 1) * sizeof *ids);
+    int *top1 = malloc(T * sizeof *top1);
+    read_ids(json_get(tf, "ids"), ids, T);
+    int agree = 0;
+    CHECK(teacher_forced(&e, ids, T, top1, &err) == 0, "%s", err.msg);
+    for (int i = 0; i < T; i++) agree += top1[i] == (int)json_at(json_get(tf, "top1"), i)->u.number.num;
+    printf("# %s: teacher-forced top-1 agreement %d/%d (%.2f%%)\n", json_get_str(ref, "model", "?"), agree, T,
+           100.0 * agree / T);
+    CHECK(agree >= 0.99 * T, "agreement %d/%d below 99%%", agree, T);
+
+    const JsonValue *prompts = json_get(ref, "prompts");
+    size_t n_prompts = getenv("CLLM_QUICK") ? 1 : json_len(prompts);
+    for (size_t p = 0; p < n_prompts; p++) {
+        const JsonValue *pr = json_at(prompts, p), *want = json_get(pr, "greedy");
+        int n = (int)json_len(json_get(pr, "ids")), G = (int)json_len(want);
+        int32_t *pids = malloc(n * sizeof *pids);
+        read_ids(json_get(pr, "ids"), pids, n);
+        Sequence s = {0};
+        int same = 0;
+        if (engine_feed(&e, &s, pids, n, &err) == 0) {
+            for (; same < G; same++) {
+                int32_t tok = argmax(e.logits, m.cfg.vocab);
+                if (tok != (int32_t)json_at(want, same)->u.number.num) break;
+                if (engine_feed(&e, &s, &tok, 1, &err)) break;
+            }
+        }
+        if (same < G)
+            printf("# prompt %zu: first divergence at token %d (reference margin %.4f)\n", p, same,
+                   json_at(json_get(pr, "greedy_margins"), same)->u.number.num);
+        CHECK(same == G, "prompt %zu: greedy output matches for %d of %d tokens", p, same, G);
+        sequence_release(&e, &s);
+        free(pids);
+    }
+    free(ids);
+    free(top1);
+    engine_free(&e);
+    if (be) be->destroy(be);
+    model_free(&m);
+    json_free(doc);
+}
+
+static void check_named(const char *name) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/real/%s.ref.json", test_fixture_dir(), name);
+    check_reference(path);
+}
+
+static void test_smollm2(void) { check_named("smollm2-135m-instruct"); }
+static void test_gemma3(void) { check_named("gemma3-270m"); }
+
+int main(void) {
+    RUN(test_smollm2);
+    RUN(test_gemma3);
+    TEST_EXIT();
+}
