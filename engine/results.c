@@ -78,7 +78,7 @@ static int gz_member(ResultWriter *w, const char *data, size_t len, size_t *out_
 
 static int write_chunk(ResultWriter *w, const char *data, size_t len, Err *err) {
     if (!w->gz) return write_all(w->fd, data, len, w->path, err);
-    size_t n;
+    size_t n = 0;
     if (len > (size_t)UINT32_MAX / 2) return err_set(err, "%s: a line of %zu bytes is too long", w->path, len);
     if (gz_member(w, data, len, &n, err)) return -1;
     return write_all(w->fd, w->zbuf, n, w->path, err);
