@@ -460,9 +460,53 @@ static void test_id_set(void) {
     id_set_free(s);
 }
 
+/* Fixture lines with random bytes changed: every call must return a request
+ * (good or with an error) and never crash, hang or read out of bounds. */
+static void test_hostile_lines(void) {
+    size_t n1, n2;
+    char *a = read_all(fixture("jsonl.jsonl"), &n1), *b = read_all(fixture("openai.jsonl"), &n2);
+    if (!a || !b) { CHECK(0, "fixtures"); free(a); free(b); return; }
+    size_t n = n1 + 1 + n2;
+    char *data = malloc(n), *mut = malloc(n);
+    memcpy(data, b, n2);  /* OpenAI first, so AUTO picks it unless the first line breaks */
+    data[n2] = '\n';
+    memcpy(data + n2 + 1, a, n1);
+    static const char pick[] = "\n\r{}[]\":,\\u0 \xff\xc3\x80\x01";
+    unsigned seed = 12345;
+    int iters = getenv("CLLM_QUICK") ? 100 : 400, bad = 0, total = 0;
+    for (int it = 0; it < iters; it++) {
+        memcpy(mut, data, n);
+        for (int k = 0; k < 1 + it % 8; k++) {
+            seed = seed * 1103515245u + 12345u;
+            size_t at = (seed >> 8) % n;
+            seed = seed * 1103515245u + 12345u;
+            mut[at] = (seed >> 16) % 3 ? pick[(seed >> 8) % (sizeof pick - 1)] : (char)(seed >> 20);
+        }
+        write_file(tmp_path("hostile.jsonl"), mut, n);
+        Err err;
+        PromptReader *r = prompts_open(tmp_path("hostile.jsonl"), it % 3 ? PROMPTS_AUTO : PROMPTS_JSONL, &err);
+        if (!r) { bad++; continue; }
+        PromptRequest q;
+        int rc;
+        int64_t last = 0;
+        while ((rc = prompts_next(r, &q, &err)) == 1) {
+            bool shape = q.id && q.line > last && (q.error ? true : (q.prompt != NULL) != (q.n_messages > 0));
+            if (!shape) bad++;
+            last = q.line;
+            total++;
+            prompt_request_free(&q);
+        }
+        if (rc != 0) bad++;
+        prompts_close(r);
+    }
+    CHECK(bad == 0 && total > iters * 20, "%d bad of %d requests", bad, total);
+    free(a); free(b); free(data); free(mut);
+}
+
 static void remove_tmp(void) {
     const char *names[] = {"p.jsonl.gz", "p_noext", "plain.gz", "cut.gz", "stdin.gz", "limit.txt", "limit.jsonl",
-                           "dup.jsonl", "empty.txt", "blank.txt", "nul.txt", "many.jsonl.gz", "huge.txt"};
+                           "dup.jsonl", "empty.txt", "blank.txt", "nul.txt", "many.jsonl.gz", "huge.txt",
+                           "hostile.jsonl"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) unlink(tmp_path(names[i]));
     rmdir(tmp_dir);
 }
@@ -482,6 +526,7 @@ int main(void) {
     RUN(test_duplicates_and_ids);
     RUN(test_empty_and_bad_inputs);
     RUN(test_many_lines);
+    RUN(test_hostile_lines);
     RUN(test_utf8);
     RUN(test_id_set);
     remove_tmp();

@@ -485,10 +485,48 @@ static void test_ordered(void) {
     lines_free(&L);
 }
 
+/* Output files with random bytes changed: resume either refuses with a
+ * message or leaves a file that reads back whole after one more line. */
+static void test_hostile_resume(void) {
+    const char *names[] = {"h.jsonl", "h.jsonl.gz"};
+    unsigned seed = 777;
+    int iters = getenv("CLLM_QUICK") ? 60 : 200, bad = 0, resumed = 0;
+    for (int g = 0; g < 2; g++) {
+        const char *path = tmp_path(names[g]);
+        for (int it = 0; it < iters; it++) {
+            ResultWriter *w = open_or_fail(path, PROMPTS_JSONL, false, false);
+            if (!w) return;
+            write_n(w, "h", 0, 6);
+            results_close(w);
+            int fd = open(path, O_RDWR);
+            struct stat st;
+            fstat(fd, &st);
+            for (int k = 0; k < 1 + it % 4; k++) {
+                seed = seed * 1103515245u + 12345u;
+                unsigned char c = (unsigned char)(seed >> 16);
+                seed = seed * 1103515245u + 12345u;
+                if (pwrite(fd, &c, 1, (off_t)((seed >> 8) % (unsigned)st.st_size)) != 1) bad++;
+            }
+            if (it % 5 == 0 && ftruncate(fd, st.st_size - 1 - (off_t)(seed % 40))) bad++; /* and a cut tail */
+            close(fd);
+            Err err = {{0}};
+            w = results_open(path, PROMPTS_JSONL, true, &err);
+            if (!w) { bad += err.msg[0] == 0; continue; }
+            resumed++;
+            write_n(w, "after", 0, 1);
+            results_close(w);
+            Lines L = read_lines(path);
+            if (!L.clean || L.n == 0 || !strstr(L.line[L.n - 1], "\"after0\"")) bad++;
+            lines_free(&L);
+        }
+    }
+    CHECK(bad == 0 && resumed > iters, "%d bad, %d resumed", bad, resumed);
+}
+
 static void remove_tmp(void) {
     const char *names[] = {"a.jsonl", "o.jsonl", "esc.jsonl.gz", "r.jsonl", "f.jsonl", "k.jsonl.gz", "member.gz",
                            "open.jsonl.gz", "m.jsonl", "m2.jsonl", "fake.jsonl.gz", "new.jsonl", "stdout.txt",
-                           "ord.jsonl"};
+                           "ord.jsonl", "h.jsonl", "h.jsonl.gz"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) unlink(tmp_path(names[i]));
     rmdir(tmp_dir);
 }
@@ -506,6 +544,7 @@ int main(void) {
     RUN(test_resume_refusals);
     RUN(test_stdout);
     RUN(test_ordered);
+    RUN(test_hostile_resume);
     remove_tmp();
     TEST_EXIT();
 }
