@@ -463,7 +463,7 @@ static int parse_ints(Parse *p, const JsonValue *o) {
         req->has_seed = true;
     }
     if ((v = member(o, "n")) && !(value_int(v, &i) && i == 1))
-        return fail_field(p, "n", "be 1 (one completion per request)", v);
+        return fail_field(p, "n", "be 1", v);
     return 0;
 }
 
@@ -689,6 +689,33 @@ static void request_init(PromptRequest *req) {
     req->repetition_penalty = req->presence_penalty = req->frequency_penalty = NAN;
 }
 
+/* A bad request keeps its id, line, index, is_chat and model, and nothing
+ * half-read: no prompt, messages, stop strings or sampling values. */
+static void request_clear_body(PromptRequest *req) {
+    PromptRequest keep = *req;
+    keep.prompt = NULL;
+    keep.messages = NULL;
+    keep.n_messages = 0;
+    keep.stop = NULL;
+    keep.n_stop = 0;
+    free(req->prompt);
+    for (int i = 0; i < req->n_messages; i++) {
+        free(req->messages[i].role);
+        free(req->messages[i].content);
+    }
+    free(req->messages);
+    for (int i = 0; i < req->n_stop; i++) free(req->stop[i]);
+    free(req->stop);
+    request_init(req);
+    req->id = keep.id;
+    req->id_is_number = keep.id_is_number;
+    req->index = keep.index;
+    req->line = keep.line;
+    req->is_chat = keep.is_chat;
+    req->model = keep.model;
+    req->error = keep.error;
+}
+
 /* Gives the request its fallback id and checks the id against earlier ones. */
 static int request_finish_id(PromptReader *r, Parse *p) {
     PromptRequest *req = p->req;
@@ -725,6 +752,7 @@ int prompts_next(PromptReader *r, PromptRequest *req, Err *err) {
         prompt_request_free(req);
         return err_set(err, "%s: out of memory on line %lld", r->path, (long long)r->line_no);
     }
+    if (req->error) request_clear_body(req);
     return 1;
 }
 
@@ -741,15 +769,8 @@ const char *prompts_format_name(PromptFormat fmt) {
 
 void prompt_request_free(PromptRequest *req) {
     if (!req) return;
+    request_clear_body(req);
     free(req->id);
-    free(req->prompt);
-    for (int i = 0; i < req->n_messages; i++) {
-        free(req->messages[i].role);
-        free(req->messages[i].content);
-    }
-    free(req->messages);
-    for (int i = 0; i < req->n_stop; i++) free(req->stop[i]);
-    free(req->stop);
     free(req->model);
     free(req->error);
     request_init(req);

@@ -69,7 +69,8 @@ typedef struct {
     bool has_seed;
     char **stop;
     int n_stop;
-    char *error;         /* non-NULL: this line is bad; says which line and why */
+    char *error;         /* non-NULL: this line is bad; says which line and why. Such a
+                            request keeps id, line, index, is_chat and model only. */
 } PromptRequest;
 
 typedef struct PromptReader PromptReader;

@@ -110,6 +110,8 @@ static void check_request(const PromptRequest *r, const JsonValue *e) {
         snprintf(prefix, sizeof prefix, "line %lld: ", (long long)line);
         CHECK(r->error && strstr(r->error, want_err) && !strncmp(r->error, prefix, strlen(prefix)),
               "line %lld: error '%s', want one with '%s'", (long long)line, r->error ? r->error : "(none)", want_err);
+        CHECK(!r->prompt && !r->n_messages && !r->n_stop && r->max_tokens == -1 && isnan(r->temperature),
+              "line %lld: a bad request carries half-read fields", (long long)line);
         return;
     }
     CHECK(!r->error, "line %lld: unexpected error '%s'", (long long)line, r->error);
