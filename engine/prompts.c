@@ -605,9 +605,14 @@ static void parse_json_line(Parse *p, PromptFormat fmt, const char *line, size_t
     Err jerr = {{0}};
     Json *doc = json_parse(line, len, source, &jerr);
     if (!doc) {
-        /* The reader's message names the source; keep "line N:" in front once. */
-        if (!strncmp(jerr.msg, source, strlen(source))) parse_fail(p, "invalid JSON%s", jerr.msg + strlen(source));
-        else parse_fail(p, "invalid JSON: %s", jerr.msg);
+        /* The reader says "line N: offset O (line 1, column C): what"; within
+         * one line the column is what a person looks for. */
+        const char *rest = jerr.msg + (strncmp(jerr.msg, source, strlen(source)) ? 0 : strlen(source));
+        size_t off, ln, col;
+        int k = 0;
+        if (sscanf(rest, ": offset %zu (line %zu, column %zu): %n", &off, &ln, &col, &k) == 3 && k > 0 && ln == 1)
+            parse_fail(p, "invalid JSON at column %zu: %s", col, rest + k);
+        else parse_fail(p, "invalid JSON%s%s", rest == jerr.msg ? ": " : "", rest);
         return;
     }
     const JsonValue *o = json_root(doc);
