@@ -39,7 +39,7 @@ static void config_set_arch_defaults(ModelConfig *c) {
     c->o_bias = a == ARCH_GPT_OSS;
     c->mlp_bias = a == ARCH_GPT_OSS;
     c->sinks = a == ARCH_GPT_OSS;
-    c->rope_neox = a != ARCH_LLAMA && a != ARCH_MISTRAL;
+    c->rope_neox = true; /* HF layout; GGUF llama/mistral differ (config_from_gguf) */
     c->rope_scaling_local = a != ARCH_GEMMA3;
 }
 
