@@ -240,25 +240,14 @@ typedef struct {
 } ScanResult;
 
 typedef struct {
-    char *buf;
-    size_t len, cap;
+    JsonBuf line;  /* the current line so far */
     bool overflow; /* the current line went past RESUME_MAX_LINE */
 } LineAcc;
 
 static int acc_append(LineAcc *a, const char *s, size_t n) {
     if (a->overflow) return 0;
-    if (a->len + n > RESUME_MAX_LINE) { a->overflow = true; return 0; }
-    if (a->len + n > a->cap) {
-        size_t cap = a->cap ? a->cap : 4096;
-        while (cap < a->len + n) cap *= 2;
-        char *b = realloc(a->buf, cap);
-        if (!b) return -1;
-        a->buf = b;
-        a->cap = cap;
-    }
-    memcpy(a->buf + a->len, s, n);
-    a->len += n;
-    return 0;
+    if (a->line.len + n > RESUME_MAX_LINE) { a->overflow = true; return 0; }
+    return jb_append(&a->line, s, n);
 }
 
 /* Feeds bytes; calls on_line for each line completed. *last_nl gets the
@@ -272,8 +261,8 @@ static int acc_feed(LineAcc *a, const char *data, size_t n, ScanSink *sink, size
         if (!nl) break;
         size_t k = (size_t)(nl - data);
         if (acc_append(a, data + start, k - start)) return err_set(err, "%s: out of memory reading a line", path);
-        if (!a->overflow && sink->on_line(sink->ctx, a->buf ? a->buf : "", a->len, err)) return -1;
-        a->len = 0;
+        if (!a->overflow && sink->on_line(sink->ctx, a->line.buf ? a->line.buf : "", a->line.len, err)) return -1;
+        a->line.len = 0;
         a->overflow = false;
         start = k + 1;
         *last_nl = start;
@@ -345,7 +334,7 @@ static int scan_gz(ScanIn *in, ScanSink *sink, ScanResult *res, Err *err) {
         if (z == Z_STREAM_END) {
             sink->on_commit(sink->ctx);
             res->valid_end = consumed;
-            res->open_line = in->acc.len > 0 || in->acc.overflow;
+            res->open_line = in->acc.line.len > 0 || in->acc.overflow;
             inflateReset(&zs);
         } else if (z != Z_OK && !(z == Z_BUF_ERROR && zs.avail_in == 0)) break; /* corrupt: stop here */
     }
@@ -358,7 +347,7 @@ static int scan_output(const char *path, bool gz, ScanSink *sink, ScanResult *re
     memset(res, 0, sizeof *res);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return err_set(err, "%s: cannot read the output to resume: %s", path, strerror(errno));
-    ScanIn in = {fd, path, malloc(1 << 20), 1 << 20, {0}};
+    ScanIn in = {.fd = fd, .path = path, .chunk = malloc(1 << 20), .csize = 1 << 20};
     unsigned char magic[2];
     ssize_t m = pread(fd, magic, 2, 0);
     bool is_gz = m == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
@@ -368,7 +357,7 @@ static int scan_output(const char *path, bool gz, ScanSink *sink, ScanResult *re
         rc = err_set(err, "%s: the name says %s but the content is %s; refusing to append", path,
                      gz ? "gzip (.gz)" : "plain text", is_gz ? "gzip" : "not gzip");
     else rc = (gz ? scan_gz : scan_plain)(&in, sink, res, err);
-    free(in.acc.buf);
+    jsonbuf_free(&in.acc.line);
     free(in.chunk);
     close(fd);
     return rc;

@@ -181,14 +181,22 @@ static void test_gzip_input(void) {
     free(data);
 }
 
+/* The gzip bytes of a fixture (made with zlib through path). */
+static char *gz_fixture(const char *name, const char *path, size_t *gn) {
+    size_t n;
+    char *data = read_all(fixture(name), &n);
+    CHECK(data, "cannot read fixture %s", name);
+    if (!data) return NULL;
+    write_gz(path, data, n);
+    free(data);
+    return read_all(path, gn);
+}
+
 /* A truncated .gz is an I/O error (-1), not a silent short read. */
 static void test_corrupt_gzip(void) {
-    size_t n;
-    char *data = read_all(fixture("jsonl.jsonl"), &n);
-    if (!data) { CHECK(0, "fixture"); return; }
-    write_gz(tmp_path("cut.gz"), data, n);
     size_t gn;
-    char *gz = read_all(tmp_path("cut.gz"), &gn);
+    char *gz = gz_fixture("jsonl.jsonl", tmp_path("cut.gz"), &gn);
+    if (!gz) return;
     write_file(tmp_path("cut.gz"), gz, gn / 2);
     Err err = {{0}};
     PromptReader *r = prompts_open(tmp_path("cut.gz"), PROMPTS_JSONL, &err);
@@ -199,17 +207,13 @@ static void test_corrupt_gzip(void) {
     CHECK(rc == -1 && strstr(err.msg, "cut.gz"), "rc %d after %d requests: %s", rc, got, err.msg);
     prompts_close(r);
     free(gz);
-    free(data);
 }
 
 /* "-" reads stdin; here a pipe fed by a child, gzip-compressed. */
 static void test_stdin_pipe(void) {
-    size_t n;
-    char *data = read_all(fixture("openai.jsonl"), &n);
-    if (!data) { CHECK(0, "fixture"); return; }
-    write_gz(tmp_path("stdin.gz"), data, n);
     size_t gn;
-    char *gz = read_all(tmp_path("stdin.gz"), &gn);
+    char *gz = gz_fixture("openai.jsonl", tmp_path("stdin.gz"), &gn);
+    if (!gz) return;
     int fds[2];
     CHECK(pipe(fds) == 0, "pipe");
     fflush(stdout);
@@ -235,7 +239,6 @@ static void test_stdin_pipe(void) {
     CHECK(f, "freopen");
     check_file("-", PROMPTS_AUTO, PROMPTS_TEXT, "text.txt.expected.json");
     free(gz);
-    free(data);
 }
 
 /* A JSON Lines file forced to text: every line is a prompt as written. */

@@ -96,6 +96,17 @@ static void finish_or_fail(ResultWriter *w) {
 }
 
 /* Writes n simple successful lines with ids prefix0, prefix1, ... */
+static void write_n(ResultWriter *w, const char *prefix, int from, int n);
+
+/* A fresh output file holding n lines prefix0.. */
+static bool make_output(const char *path, PromptFormat fmt, const char *prefix, int n) {
+    ResultWriter *w = open_or_fail(path, fmt, false, false);
+    if (!w) return false;
+    write_n(w, prefix, 0, n);
+    finish_or_fail(w);
+    return true;
+}
+
 static void write_n(ResultWriter *w, const char *prefix, int from, int n) {
     char id[64];
     for (int i = from; i < from + n; i++) {
@@ -105,59 +116,62 @@ static void write_n(ResultWriter *w, const char *prefix, int from, int n) {
     }
 }
 
+/* Writes lines[0..n) to a fresh file, reads it back and parses each line
+ * into d[i]. Returns whether every line came back and parsed. */
+static bool write_and_parse(const char *path, PromptFormat fmt, const ResultLine *lines, size_t n, Json **d,
+                            Lines *L) {
+    ResultWriter *w = open_or_fail(path, fmt, false, false);
+    if (!w) return false;
+    for (size_t i = 0; i < n; i++) write_or_fail(w, &lines[i]);
+    finish_or_fail(w);
+    *L = read_lines(path);
+    CHECK(L->n == n && L->clean, "%zu lines, want %zu", L->n, n);
+    bool all = L->n == n;
+    for (size_t i = 0; i < n; i++) {
+        d[i] = parse_line(i < L->n ? L->line[i] : NULL);
+        CHECK(d[i], "line %zu does not parse: %s", i, i < L->n ? L->line[i] : "(missing)");
+        all &= d[i] != NULL;
+    }
+    return all;
+}
+
 static void test_jsonl_shape(void) {
-    ResultWriter *w = open_or_fail(tmp_path("a.jsonl"), PROMPTS_JSONL, false, false);
-    if (!w) return;
     ResultLine ok = {.id = "q1", .text = "Hello", .prompt_tokens = 12, .completion_tokens = 5,
                      .finish_reason = "length", .seconds = 1.23456};
     ResultLine num = {.id = "1.50", .id_is_number = true, .text = "n", .completion_tokens = 1};
     ResultLine bad_num = {.id = "1.5.0", .id_is_number = true, .text = "x"}; /* not a number: quoted */
     ResultLine fail = {.id = "q3", .error = "line 3: field 'prompt' must not be empty"};
-    write_or_fail(w, &ok);
-    write_or_fail(w, &num);
-    write_or_fail(w, &bad_num);
-    write_or_fail(w, &fail);
-    finish_or_fail(w);
-    Lines L = read_lines(tmp_path("a.jsonl"));
-    CHECK(L.n == 4 && L.clean, "%zu lines", L.n);
-    Json *d0 = parse_line(L.n > 0 ? L.line[0] : NULL), *d1 = parse_line(L.n > 1 ? L.line[1] : NULL);
-    Json *d2 = parse_line(L.n > 2 ? L.line[2] : NULL), *d3 = parse_line(L.n > 3 ? L.line[3] : NULL);
-    CHECK(d0 && d1 && d2 && d3, "a line does not parse");
-    if (d0 && d1 && d2 && d3) {
-        const JsonValue *o = json_root(d0);
+    ResultLine lines[] = {ok, num, bad_num, fail};
+    Json *d[4] = {0};
+    Lines L;
+    if (write_and_parse(tmp_path("a.jsonl"), PROMPTS_JSONL, lines, 4, d, &L)) {
+        const JsonValue *o = json_root(d[0]);
         CHECK(has_str(o, "id", "q1") && has_str(o, "text", "Hello") && json_get_int(o, "prompt_tokens", -1) == 12 &&
                   json_get_int(o, "completion_tokens", -1) == 5 && has_str(o, "finish_reason", "length") &&
                   fabs(json_get_num(o, "seconds", -1) - 1.235) < 1e-9 && !json_get(o, "error"),
               "line 1: %s", L.line[0]);
-        CHECK(strstr(L.line[1], "\"id\":1.50,") && json_get(json_root(d1), "id")->type == JSON_NUMBER &&
-                  has_str(json_root(d1), "finish_reason", "stop"),
+        CHECK(strstr(L.line[1], "\"id\":1.50,") && json_get(json_root(d[1]), "id")->type == JSON_NUMBER &&
+                  has_str(json_root(d[1]), "finish_reason", "stop"),
               "numeric id written as given: %s", L.line[1]);
-        CHECK(has_str(json_root(d2), "id", "1.5.0"), "a bad number id is quoted: %s", L.line[2]);
-        o = json_root(d3);
+        CHECK(has_str(json_root(d[2]), "id", "1.5.0"), "a bad number id is quoted: %s", L.line[2]);
+        o = json_root(d[3]);
         CHECK(has_str(o, "error", fail.error) && has_str(o, "finish_reason", "error") && has_str(o, "text", ""),
               "failed line: %s", L.line[3]);
     }
-    json_free(d0); json_free(d1); json_free(d2); json_free(d3);
+    for (int i = 0; i < 4; i++) json_free(d[i]);
     lines_free(&L);
 }
 
 static void test_openai_shape(void) {
-    ResultWriter *w = open_or_fail(tmp_path("o.jsonl"), PROMPTS_OPENAI, false, false);
-    if (!w) return;
     ResultLine chat = {.id = "r1", .text = "Hi there", .prompt_tokens = 9, .completion_tokens = 3,
                        .finish_reason = "stop", .is_chat = true, .model = "m1"};
     ResultLine comp = {.id = "42", .id_is_number = true, .text = " a time", .prompt_tokens = 2,
                        .completion_tokens = 2, .finish_reason = "context"};
     ResultLine fail = {.id = "r3", .error = "line 3: field 'method' must be \"POST\" (got 'GET')", .is_chat = true};
-    write_or_fail(w, &chat);
-    write_or_fail(w, &comp);
-    write_or_fail(w, &fail);
-    finish_or_fail(w);
-    Lines L = read_lines(tmp_path("o.jsonl"));
-    CHECK(L.n == 3 && L.clean, "%zu lines", L.n);
+    ResultLine lines[] = {chat, comp, fail};
     Json *d[3] = {0};
-    for (size_t i = 0; i < 3 && i < L.n; i++) CHECK((d[i] = parse_line(L.line[i])), "line %zu: %s", i, L.line[i]);
-    if (d[0] && d[1] && d[2]) {
+    Lines L;
+    if (write_and_parse(tmp_path("o.jsonl"), PROMPTS_OPENAI, lines, 3, d, &L)) {
         const JsonValue *o = json_root(d[0]), *resp = json_get(o, "response"), *body = json_get(resp, "body");
         const JsonValue *ch = json_at(json_get(body, "choices"), 0), *usage = json_get(body, "usage");
         const char *bid = json_get_str(o, "id", "");
@@ -235,15 +249,12 @@ static void test_escaping(void) {
  * not done, and the next line starts on a fresh line. */
 static void test_resume_half_line(void) {
     const char *path = tmp_path("r.jsonl");
-    ResultWriter *w = open_or_fail(path, PROMPTS_JSONL, false, false);
-    if (!w) return;
-    write_n(w, "id", 0, 3);
-    finish_or_fail(w);
+    if (!make_output(path, PROMPTS_JSONL, "id", 3)) return;
     const char *half = "{\"id\":\"half\",\"text\":\"cut he";
     int fd = open(path, O_WRONLY | O_APPEND);
     CHECK(write(fd, half, strlen(half)) == (ssize_t)strlen(half), "append");
     close(fd);
-    w = open_or_fail(path, PROMPTS_JSONL, true, false);
+    ResultWriter *w = open_or_fail(path, PROMPTS_JSONL, true, false);
     if (!w) return;
     ResultResume info = results_resume_info(w);
     CHECK(info.lines == 3 && info.bytes_dropped == (int64_t)strlen(half) && info.failed == 0, "lines %lld dropped %lld",
@@ -371,16 +382,14 @@ static void test_gz_open_line(void) {
 static void test_resume_refusals(void) {
     Err err = {{0}};
     /* JSONL output resumed for an OpenAI input (and back). */
-    ResultWriter *w = open_or_fail(tmp_path("m.jsonl"), PROMPTS_JSONL, false, false);
-    if (w) { write_n(w, "a", 0, 2); finish_or_fail(w); }
+    make_output(tmp_path("m.jsonl"), PROMPTS_JSONL, "a", 2);
     CHECK(!results_open(tmp_path("m.jsonl"), PROMPTS_OPENAI, true, &err) && strstr(err.msg, "custom_id"),
           "format mismatch: %s", err.msg);
-    w = open_or_fail(tmp_path("m2.jsonl"), PROMPTS_OPENAI, false, false);
-    if (w) { write_n(w, "a", 0, 1); finish_or_fail(w); }
+    make_output(tmp_path("m2.jsonl"), PROMPTS_OPENAI, "a", 1);
     CHECK(!results_open(tmp_path("m2.jsonl"), PROMPTS_JSONL, true, &err) && strstr(err.msg, "another input format"),
           "format mismatch: %s", err.msg);
     /* The OpenAI output resumes by custom_id. */
-    w = open_or_fail(tmp_path("m2.jsonl"), PROMPTS_OPENAI, true, false);
+    ResultWriter *w = open_or_fail(tmp_path("m2.jsonl"), PROMPTS_OPENAI, true, false);
     CHECK(w && results_is_done(w, "a0"), "custom_id done");
     if (w) finish_or_fail(w);
     /* Name and content disagree about gzip. */
@@ -494,10 +503,7 @@ static void test_hostile_resume(void) {
     for (int g = 0; g < 2; g++) {
         const char *path = tmp_path(names[g]);
         for (int it = 0; it < iters; it++) {
-            ResultWriter *w = open_or_fail(path, PROMPTS_JSONL, false, false);
-            if (!w) return;
-            write_n(w, "h", 0, 6);
-            results_close(w);
+            if (!make_output(path, PROMPTS_JSONL, "h", 6)) return;
             int fd = open(path, O_RDWR);
             struct stat st;
             fstat(fd, &st);
@@ -510,7 +516,7 @@ static void test_hostile_resume(void) {
             if (it % 5 == 0 && ftruncate(fd, st.st_size - 1 - (off_t)(seed % 40))) bad++; /* and a cut tail */
             close(fd);
             Err err = {{0}};
-            w = results_open(path, PROMPTS_JSONL, true, &err);
+            ResultWriter *w = results_open(path, PROMPTS_JSONL, true, &err);
             if (!w) { bad += err.msg[0] == 0; continue; }
             resumed++;
             write_n(w, "after", 0, 1);
