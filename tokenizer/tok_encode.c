@@ -393,12 +393,18 @@ static int encode_stretch(const Tokenizer *t, const char *s, size_t n, bool firs
     return 0;
 }
 
+static int push_suffix(const Tokenizer *t, TokenIds *out) {
+    for (size_t i = 0; i < t->n_suffix_seq; i++)
+        if (token_ids_push(out, t->suffix_seq[i])) return -1;
+    return 0;
+}
+
 static int encode_all(const Tokenizer *t, const char *text, size_t len, bool parse_special, bool add_bos,
                       EncodeWs *ws, TokenIds *out) {
     if (add_bos)
         for (size_t i = 0; i < t->n_bos_seq; i++)
             if (token_ids_push(out, t->bos_seq[i])) return -1;
-    if (len == 0) return 0;
+    if (len == 0) return add_bos ? push_suffix(t, out) : 0;
     if (utf8_sanitize(text, len, &ws->clean)) return -1;
     const char *s = ws->clean.p;
     ItemList *items = &ws->items[0];
@@ -410,7 +416,7 @@ static int encode_all(const Tokenizer *t, const char *text, size_t len, bool par
                                              out);
         if (rc) return -1;
     }
-    return 0;
+    return add_bos ? push_suffix(t, out) : 0;
 }
 
 int tokenizer_encode(const Tokenizer *t, const char *text, size_t len, bool parse_special, bool add_bos,

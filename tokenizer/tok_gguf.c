@@ -294,7 +294,8 @@ static int pipeline_byte_level(GLoad *g) {
 
 static int pipeline_spm(GLoad *g, bool add_space_prefix) {
     Tokenizer *t = g->t;
-    t->byte_fallback = t->fuse_unk = t->dec_spm = true;
+    t->byte_fallback = t->fuse_unk = t->dec_byte_fallback = true;
+    t->dec_replace = (char *)"\xE2\x96\x81";
     if (g->gemma) { /* GemmaTokenizer: Replace(" ", "▁"), no prefix */
         NormStep rep = {NORM_REPLACE, (char *)" ", (char *)"\xE2\x96\x81", 1, 3};
         PreStep split = {.kind = PRE_SPLIT_STRING, .str = (char *)" ", .str_len = 1,

@@ -90,16 +90,18 @@ struct Tokenizer {
 
     int32_t bos, eos;
     bool add_bos;
-    int32_t *bos_seq;    /* what add_bos prepends */
+    int32_t *bos_seq;    /* what add_bos prepends (the template's tokens before $A) */
     size_t n_bos_seq;
+    int32_t *suffix_seq; /* and appends (the template's tokens after $A) */
+    size_t n_suffix_seq;
     int32_t *eog;
     size_t n_eog;
     char *chat_template;
 
     /* decoding */
-    bool dec_byte_level; /* ByteLevel decoder */
-    bool dec_spm;        /* Replace U+2581 -> ' ' and <0xXX> -> byte */
-    char *dec_replace;   /* Metaspace decoder: its replacement char (else NULL) */
+    bool dec_byte_level;    /* ByteLevel decoder */
+    bool dec_byte_fallback; /* ByteFallback decoder: <0xXX> -> that byte */
+    char *dec_replace;      /* Replace / Metaspace decoder: this string -> ' ' (NULL: none) */
     int dec_strip_first; /* leading spaces stripped from the first token */
     char **dec;          /* decoded bytes of each token */
     uint32_t *dec_len;

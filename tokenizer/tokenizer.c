@@ -176,7 +176,8 @@ static int build_tries(Tokenizer *t, Err *err) {
 
 /* The bytes HF's decoder gives for a token on its own (before the first-token
  * strip): ByteLevel maps each char back to its byte when all of them are in
- * the map; SPM turns U+2581 into a space and <0xXX> into that byte. */
+ * the map; ByteFallback turns <0xXX> into that byte; Replace / Metaspace turn
+ * their replacement (U+2581) into a space. */
 static int decode_token(const Tokenizer *t, const char *s, size_t n, UBuf *out) {
     if (t->dec_byte_level) {
         size_t start = out->len;
@@ -194,7 +195,7 @@ static int decode_token(const Tokenizer *t, const char *s, size_t n, UBuf *out) 
         }
         return 0;
     }
-    if (t->dec_spm && n == 6 && !memcmp(s, "<0x", 3) && s[5] == '>') {
+    if (t->dec_byte_fallback && n == 6 && !memcmp(s, "<0x", 3) && s[5] == '>') {
         char *end;
         char hex[3] = {s[3], s[4], 0};
         long v = strtol(hex, &end, 16);
@@ -203,7 +204,7 @@ static int decode_token(const Tokenizer *t, const char *s, size_t n, UBuf *out) 
             return ubuf_put(out, &c, 1);
         }
     }
-    const char *rep = t->dec_spm ? "\xE2\x96\x81" : t->dec_replace;
+    const char *rep = t->dec_replace;
     size_t rl = rep ? strlen(rep) : 0;
     for (size_t i = 0; i < n; i++) {
         if (rl && i + rl <= n && !memcmp(s + i, rep, rl)) {
@@ -346,6 +347,7 @@ void tokenizer_free(Tokenizer *t) {
     free(t->trie_raw.node);
     free(t->trie_norm.node);
     free(t->bos_seq);
+    free(t->suffix_seq);
     free(t->eog);
     free(t->dec);
     free(t->dec_len);
@@ -438,7 +440,7 @@ int detok_push(const Tokenizer *t, Detok *d, int32_t id, char *out, size_t cap) 
         if (k > 0) {
             emit(out, cap, &w, (const char *)src + i, (size_t)k);
             i += (size_t)k;
-        } else if ((size_t)-k == n - i) { /* cut by the token's end: hold back */
+        } else if (utf8_incomplete_len(src + i, n - i) == (int)(n - i)) { /* cut by the token's end: hold back */
             memcpy(d->pending, src + i, n - i);
             d->n_pending = (int)(n - i);
             break;
