@@ -25,7 +25,7 @@ typedef struct {
     Runtime rt;
     const RunOptions *o;
     const BatchOptions *b;
-    ChatFamily family;
+    ChatTemplate tmpl;
     ResultWriter *out;
     int n_done, n_failed, n_skipped;
     long long tokens_out;
@@ -67,12 +67,8 @@ static int batch_prompt_ids(Batch *bt, const PromptRequest *r, TokenIds *ids, Er
         for (int i = 0; i < r->n_messages; i++) msgs[i] = (ChatMessage){r->messages[i].role, r->messages[i].content};
         n = r->n_messages;
     }
-    char bos_text[256] = "";
-    int32_t bos = tokenizer_bos(tok);
-    int bl = bos >= 0 ? tokenizer_token_bytes(tok, bos, bos_text, sizeof bos_text - 1) : 0;
-    bos_text[bl > 0 ? bl : 0] = 0;
     ChatBuf text = {0};
-    int rc = chat_render(bt->family, msgs, n, true, bos_text, &text, err);
+    int rc = chat_render(&bt->tmpl, msgs, n, true, &text, err);
     if (msgs != &one) free(msgs);
     if (rc == 0) rc = tokenizer_encode(tok, text.data, text.len, true, false, ids, err);
     chat_buf_free(&text);
@@ -154,16 +150,11 @@ int batch_main(const RunOptions *o, const BatchOptions *b) {
         prompts_close(in);
         return 2;
     }
-    if (o->chat_template) {
-        if (chat_family_from_name(o->chat_template, &bt.family)) {
-            fprintf(stderr, "cllm generate: unknown chat template '%s' (known: %s)\n", o->chat_template,
-                    chat_family_names());
-            prompts_close(in);
-            runtime_close(&bt.rt);
-            return 2;
-        }
-    } else {
-        bt.family = chat_template_detect(tokenizer_chat_template(bt.rt.model.tok));
+    if (runtime_chat_template(&bt.rt, o->chat_template, &bt.tmpl, &err)) {
+        fprintf(stderr, "cllm generate: %s\n", err.msg);
+        prompts_close(in);
+        runtime_close(&bt.rt);
+        return 2;
     }
     int rc = 0;
     PromptRequest req;

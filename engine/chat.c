@@ -27,7 +27,7 @@ static void chat_on_sigint(int sig) { chat_interrupted = 1; }
 typedef struct {
     Runtime rt;
     const RunOptions *o;
-    ChatFamily family;
+    ChatTemplate tmpl;
     ChatMessage *msgs;           /* the conversation; role/content strings owned */
     int n_msgs, cap_msgs;
     Sequence seq;
@@ -74,14 +74,8 @@ static int chat_emit(void *ctx, const char *text, size_t len) {
 /* Renders the conversation and tokenizes it: the full prompt for the reply. */
 static int chat_prompt_ids(Chat *c, TokenIds *ids, Err *err) {
     const Tokenizer *tok = c->rt.model.tok;
-    int32_t bos = tokenizer_bos(tok);
-    char bos_text[256] = "";
-    if (bos >= 0) {
-        int n = tokenizer_token_bytes(tok, bos, bos_text, sizeof bos_text - 1);
-        bos_text[n > 0 ? n : 0] = 0;
-    }
     ChatBuf out = {0};
-    if (chat_render(c->family, c->msgs, c->n_msgs, true, bos_text, &out, err)) { chat_buf_free(&out); return -1; }
+    if (chat_render(&c->tmpl, c->msgs, c->n_msgs, true, &out, err)) { chat_buf_free(&out); return -1; }
     /* The template writes BOS itself where the model wants it. */
     int rc = tokenizer_encode(tok, out.data, out.len, true, false, ids, err);
     chat_buf_free(&out);
@@ -210,19 +204,16 @@ static int chat_setup(Chat *c, const RunOptions *o) {
     Err err = {{0}};
     if (runtime_open(&c->rt, o, &err)) { fprintf(stderr, "cllm chat: %s\n", err.msg); return 2; }
     const char *tmpl = tokenizer_chat_template(c->rt.model.tok);
-    if (o->chat_template) {
-        if (chat_family_from_name(o->chat_template, &c->family)) {
-            fprintf(stderr, "cllm chat: unknown chat template '%s' (known: %s)\n", o->chat_template, chat_family_names());
-            return 2;
-        }
-    } else {
-        c->family = chat_template_detect(tmpl);
+    Err err2 = {{0}};
+    if (runtime_chat_template(&c->rt, o->chat_template, &c->tmpl, &err2)) {
+        fprintf(stderr, "cllm chat: %s\n", err2.msg);
+        return 2;
     }
     if (o->system) chat_add_message(c, "system", o->system, strlen(o->system));
     c->tty_out = isatty(STDOUT_FILENO);
     fprintf(stderr, "cllm: %s (%s, %d layers) on %s, context %d tokens, chat template %s%s\n",
             c->rt.model.cfg.name[0] ? c->rt.model.cfg.name : c->rt.model.path, arch_name(c->rt.model.cfg.arch),
-            c->rt.model.cfg.n_layers, c->rt.be->name, c->rt.engine.ctx_limit, chat_family_name(c->family),
+            c->rt.model.cfg.n_layers, c->rt.be->name, c->rt.engine.ctx_limit, chat_family_name(c->tmpl.family),
             tmpl || o->chat_template ? "" : " (model has none; guessed)");
     return 0;
 }

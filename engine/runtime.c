@@ -32,3 +32,20 @@ void runtime_close(Runtime *rt) {
     model_free(&rt->model);
     memset(rt, 0, sizeof *rt);
 }
+
+static void token_text(const Tokenizer *tok, int32_t id, char *out, size_t cap) {
+    int n = id >= 0 ? tokenizer_token_bytes(tok, id, out, cap - 1) : 0;
+    out[n > 0 ? n : 0] = 0;
+}
+
+int runtime_chat_template(Runtime *rt, const char *override, ChatTemplate *t, Err *err) {
+    const Tokenizer *tok = rt->model.tok;
+    const char *tmpl = tokenizer_chat_template(tok);
+    ChatFamily f = tmpl ? chat_template_detect(tmpl) : chat_template_guess(tok);
+    if (override && chat_family_from_name(override, &f))
+        return err_set(err, "unknown chat template '%s' (known: %s)", override, chat_family_names());
+    token_text(tok, tokenizer_bos(tok), rt->bos_text, sizeof rt->bos_text);
+    token_text(tok, tokenizer_eos(tok), rt->eos_text, sizeof rt->eos_text);
+    chat_template_init(t, f, tmpl, rt->bos_text, rt->eos_text);
+    return 0;
+}

@@ -8,6 +8,7 @@
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "model/model.h"
+#include "tokenizer/chat_template.h"
 
 typedef struct {
     const char *model;            /* NULL: the default model (main.c resolves it) */
@@ -29,10 +30,16 @@ typedef struct {
     Model model;
     Backend *be;
     Engine engine;
+    char bos_text[64], eos_text[64];  /* the texts of BOS and EOS, for templates */
 } Runtime;
 
 /* Loads o->model and builds the backend and engine. Prints nothing. */
 int runtime_open(Runtime *rt, const RunOptions *o, Err *err);
 void runtime_close(Runtime *rt);
+
+/* The chat template to use: the family named by override (or NULL), else the
+ * one the model's template string (or, lacking one, its special tokens)
+ * belongs to. The template keeps pointers into rt: it lives as long as rt. */
+int runtime_chat_template(Runtime *rt, const char *override, ChatTemplate *t, Err *err);
 
 #endif
