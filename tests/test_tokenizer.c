@@ -188,6 +188,7 @@ static Case cases[] = {
     {"qwen2syn (GGUF)", "qwen2syn/qwen2syn.gguf", false, NULL, "qwen2syn_gguf", NULL, {0}, false},
     {"llama2syn (tokenizer.json)", NULL, false, "llama2syn", "llama2syn", NULL, {0}, false},
     {"llama2legacy (tokenizer.json)", NULL, false, "llama2legacy", "llama2legacy", NULL, {0}, false},
+    {"llama2syn (GGUF)", "llama2syn/llama2syn.gguf", false, NULL, "llama2syn_gguf", NULL, {0}, false},
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 
