@@ -22,11 +22,9 @@
 
 int spans_push(SpanList *l, size_t start, size_t end, bool first) {
     if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 64;
-        Span *v = realloc(l->v, cap * sizeof *v);
+        Span *v = tok_grow(l->v, &l->cap, l->n + 1, sizeof *v);
         if (!v) return -1;
         l->v = v;
-        l->cap = cap;
     }
     l->v[l->n++] = (Span){start, end, first};
     return 0;
@@ -190,13 +188,14 @@ static size_t regex_match(RegexKind k, const uint32_t *cp, const uint8_t *cls, s
 static int seg_push(PretokScratch *ws, size_t *n, size_t start, size_t end, bool is_match) {
     if (start == end) return 0;
     if (*n == ws->seg_cap) {
-        size_t cap = ws->seg_cap ? ws->seg_cap * 2 : 256;
-        Span *s = realloc(ws->seg, cap * sizeof *s);
-        if (s) ws->seg = s;
-        bool *m = realloc(ws->is_match, cap * sizeof *m);
-        if (m) ws->is_match = m;
-        if (!s || !m) return -1;
-        ws->seg_cap = cap;
+        Span *s = tok_grow(ws->seg, &ws->seg_cap, *n + 1, sizeof *s);
+        if (!s) return -1;
+        ws->seg = s;
+    }
+    if (*n == ws->match_cap) {
+        bool *m = tok_grow(ws->is_match, &ws->match_cap, *n + 1, sizeof *m);
+        if (!m) return -1;
+        ws->is_match = m;
     }
     ws->seg[*n] = (Span){start, end, false};
     ws->is_match[*n] = is_match;

@@ -40,7 +40,7 @@ typedef struct {
     size_t cap;
     Span *seg;      /* matches and gaps before the behavior is applied */
     bool *is_match;
-    size_t seg_cap;
+    size_t seg_cap, match_cap;
 } PretokScratch;
 
 int spans_push(SpanList *l, size_t start, size_t end, bool first); /* -1 on allocation failure */

@@ -54,11 +54,9 @@ static void ws_free(EncodeWs *ws) {
 
 int token_ids_push(TokenIds *ids, int32_t id) {
     if (ids->n == ids->cap) {
-        size_t cap = ids->cap ? 2 * ids->cap : 64;
-        int32_t *v = realloc(ids->ids, cap * sizeof *v);
+        int32_t *v = tok_grow(ids->ids, &ids->cap, ids->n + 1, sizeof *v);
         if (!v) return -1;
         ids->ids = v;
-        ids->cap = cap;
     }
     ids->ids[ids->n++] = id;
     return 0;
@@ -72,11 +70,9 @@ void token_ids_free(TokenIds *ids) {
 
 static int items_push(ItemList *l, int32_t id, size_t start, size_t end) {
     if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 16;
-        Item *v = realloc(l->v, cap * sizeof *v);
+        Item *v = tok_grow(l->v, &l->cap, l->n + 1, sizeof *v);
         if (!v) return -1;
         l->v = v;
-        l->cap = cap;
     }
     l->v[l->n++] = (Item){id, start, end};
     return 0;

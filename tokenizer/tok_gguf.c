@@ -152,11 +152,9 @@ static int cand_cmp(const void *pa, const void *pb) {
 
 static int push_cand(MergeCand **v, size_t *n, size_t *cap, MergeCand c) {
     if (*n == *cap) {
-        size_t nc = *cap ? 2 * *cap : 1024;
-        MergeCand *p = realloc(*v, nc * sizeof *p);
+        MergeCand *p = tok_grow(*v, cap, *n + 1, sizeof *p);
         if (!p) return -1;
         *v = p;
-        *cap = nc;
     }
     (*v)[(*n)++] = c;
     return 0;

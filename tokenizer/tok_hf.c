@@ -239,6 +239,39 @@ static int load_added(HLoad *h, const JsonValue *root) {
     return 0;
 }
 
+/* ---- components: {"type": ..., ...} objects, possibly nested in Sequences ---- */
+
+typedef int (*ParseFn)(HLoad *h, const JsonValue *v, const char *field);
+
+/* The "type" of a component; 1 when the component is absent or null. */
+static int component_type(HLoad *h, const JsonValue *v, const char *field, const JsonValue **type) {
+    if (!v || v->type == JSON_NULL) return 1;
+    if (v->type != JSON_OBJECT) return fail(h, field, "must be an object, not %s", type_of(v));
+    char f[160];
+    snprintf(f, sizeof f, "%s.type", field);
+    *type = need(h, v, "type", JSON_STRING, f);
+    return *type ? 0 : -1;
+}
+
+/* A Sequence: each item of v[key] through fn. */
+static int parse_list(HLoad *h, const JsonValue *v, const char *field, const char *key, ParseFn fn) {
+    char f[160];
+    snprintf(f, sizeof f, "%s.%s", field, key);
+    const JsonValue *list = need(h, v, key, JSON_ARRAY, f);
+    if (!list) return -1;
+    for (size_t i = 0; i < list->u.array.n; i++) {
+        snprintf(f, sizeof f, "%.100s.%s[%zu]", field, key, i);
+        if (fn(h, &list->u.array.items[i], f)) return -1;
+    }
+    return 0;
+}
+
+static int unsupported(HLoad *h, const char *field, const JsonValue *type, const char *supported) {
+    char f[160];
+    snprintf(f, sizeof f, "%s.type", field);
+    return err_set(h->err, "%s: %s: '%.60s' is not supported (supported: %s)", h->src, f, type->u.string.s, supported);
+}
+
 /* ---- normalizer ---------------------------------------------------------------------- */
 
 /* The literal of a {"String": s} pattern; a {"Regex": ...} is an error. */
@@ -255,12 +288,10 @@ static const JsonValue *string_pattern(HLoad *h, const JsonValue *obj, const cha
 
 static int parse_normalizer(HLoad *h, const JsonValue *v, const char *field) {
     Tokenizer *t = h->t;
-    if (!v || v->type == JSON_NULL) return 0;
-    if (v->type != JSON_OBJECT) return fail(h, field, "must be an object, not %s", type_of(v));
+    const JsonValue *type;
+    int rc = component_type(h, v, field, &type);
+    if (rc) return rc < 0 ? -1 : 0;
     char f[160];
-    snprintf(f, sizeof f, "%s.type", field);
-    const JsonValue *type = need(h, v, "type", JSON_STRING, f);
-    if (!type) return -1;
     if (str_is(type, "NFC")) return tok_push_norm(t, (NormStep){.kind = NORM_NFC}, h->err);
     if (str_is(type, "Replace")) {
         const JsonValue *p = string_pattern(h, v, field), *c;
@@ -279,17 +310,8 @@ static int parse_normalizer(HLoad *h, const JsonValue *v, const char *field) {
         if (!st.to) return fail(h, field, "out of memory%s", "");
         return tok_push_norm(t, st, h->err);
     }
-    if (str_is(type, "Sequence")) {
-        snprintf(f, sizeof f, "%s.normalizers", field);
-        const JsonValue *list = need(h, v, "normalizers", JSON_ARRAY, f);
-        if (!list) return -1;
-        for (size_t i = 0; i < list->u.array.n; i++) {
-            snprintf(f, sizeof f, "%.100s.normalizers[%zu]", field, i);
-            if (parse_normalizer(h, &list->u.array.items[i], f)) return -1;
-        }
-        return 0;
-    }
-    return fail(h, f, "'%s' is not supported (supported: NFC, Replace, Prepend, Sequence)", type->u.string.s);
+    if (str_is(type, "Sequence")) return parse_list(h, v, field, "normalizers", parse_normalizer);
+    return unsupported(h, field, type, "NFC, Replace, Prepend, Sequence");
 }
 
 /* ---- pre-tokenizer --------------------------------------------------------------------- */
@@ -369,12 +391,9 @@ static int parse_metaspace(HLoad *h, const JsonValue *v, const char *field, PreS
 
 static int parse_pre(HLoad *h, const JsonValue *v, const char *field) {
     Tokenizer *t = h->t;
-    if (!v || v->type == JSON_NULL) return 0;
-    if (v->type != JSON_OBJECT) return fail(h, field, "must be an object, not %s", type_of(v));
-    char f[160];
-    snprintf(f, sizeof f, "%s.type", field);
-    const JsonValue *type = need(h, v, "type", JSON_STRING, f);
-    if (!type) return -1;
+    const JsonValue *type;
+    int rc = component_type(h, v, field, &type);
+    if (rc) return rc < 0 ? -1 : 0;
     if (str_is(type, "ByteLevel")) {
         PreStep st = {.kind = PRE_BYTELEVEL, .rx = RX_GPT2, .behavior = SPLIT_ISOLATED};
         if (opt_bool(h, v, "add_prefix_space", true, field, &st.add_prefix_space) ||
@@ -393,18 +412,8 @@ static int parse_pre(HLoad *h, const JsonValue *v, const char *field) {
         PreStep st;
         return parse_metaspace(h, v, field, &st) || tok_push_pre(t, st, h->err) ? -1 : 0;
     }
-    if (str_is(type, "Sequence")) {
-        snprintf(f, sizeof f, "%s.pretokenizers", field);
-        const JsonValue *list = need(h, v, "pretokenizers", JSON_ARRAY, f);
-        if (!list) return -1;
-        for (size_t i = 0; i < list->u.array.n; i++) {
-            snprintf(f, sizeof f, "%.100s.pretokenizers[%zu]", field, i);
-            if (parse_pre(h, &list->u.array.items[i], f)) return -1;
-        }
-        return 0;
-    }
-    return fail(h, f, "'%s' is not supported (supported: ByteLevel, Digits, Split, Metaspace, Sequence)",
-                type->u.string.s);
+    if (str_is(type, "Sequence")) return parse_list(h, v, field, "pretokenizers", parse_pre);
+    return unsupported(h, field, type, "ByteLevel, Digits, Split, Metaspace, Sequence");
 }
 
 /* ByteLevel maps bytes to characters; a step after it would see those. */
@@ -460,26 +469,13 @@ static int parse_template(HLoad *h, const JsonValue *v, const char *field) {
 }
 
 static int parse_post(HLoad *h, const JsonValue *v, const char *field) {
-    if (!v || v->type == JSON_NULL) return 0;
-    if (v->type != JSON_OBJECT) return fail(h, field, "must be an object, not %s", type_of(v));
-    char f[160];
-    snprintf(f, sizeof f, "%s.type", field);
-    const JsonValue *type = need(h, v, "type", JSON_STRING, f);
-    if (!type) return -1;
+    const JsonValue *type;
+    int rc = component_type(h, v, field, &type);
+    if (rc) return rc < 0 ? -1 : 0;
     if (str_is(type, "ByteLevel")) return 0; /* offsets only */
     if (str_is(type, "TemplateProcessing")) return parse_template(h, v, field);
-    if (str_is(type, "Sequence")) {
-        snprintf(f, sizeof f, "%s.processors", field);
-        const JsonValue *list = need(h, v, "processors", JSON_ARRAY, f);
-        if (!list) return -1;
-        for (size_t i = 0; i < list->u.array.n; i++) {
-            snprintf(f, sizeof f, "%.100s.processors[%zu]", field, i);
-            if (parse_post(h, &list->u.array.items[i], f)) return -1;
-        }
-        return 0;
-    }
-    return fail(h, f, "'%s' is not supported (supported: TemplateProcessing, ByteLevel, Sequence)",
-                type->u.string.s);
+    if (str_is(type, "Sequence")) return parse_list(h, v, field, "processors", parse_post);
+    return unsupported(h, field, type, "TemplateProcessing, ByteLevel, Sequence");
 }
 
 /* ---- decoder ------------------------------------------------------------------------------------- */
@@ -495,12 +491,9 @@ static int parse_decoder_strip(HLoad *h, const JsonValue *v, const char *field) 
 
 static int parse_decoder(HLoad *h, const JsonValue *v, const char *field) {
     Tokenizer *t = h->t;
-    if (!v || v->type == JSON_NULL) return 0;
-    if (v->type != JSON_OBJECT) return fail(h, field, "must be an object, not %s", type_of(v));
-    char f[160];
-    snprintf(f, sizeof f, "%s.type", field);
-    const JsonValue *type = need(h, v, "type", JSON_STRING, f);
-    if (!type) return -1;
+    const JsonValue *type;
+    int rc = component_type(h, v, field, &type);
+    if (rc) return rc < 0 ? -1 : 0;
     if (str_is(type, "ByteLevel")) t->dec_byte_level = true;
     else if (str_is(type, "ByteFallback")) t->dec_byte_fallback = true;
     else if (str_is(type, "Fuse")) return 0;
@@ -516,17 +509,8 @@ static int parse_decoder(HLoad *h, const JsonValue *v, const char *field) {
         if (parse_metaspace(h, v, field, &st)) return -1;
         t->dec_replace = st.str;
         t->dec_strip_first = st.prepend != PREPEND_NEVER;
-    } else if (str_is(type, "Sequence")) {
-        snprintf(f, sizeof f, "%s.decoders", field);
-        const JsonValue *list = need(h, v, "decoders", JSON_ARRAY, f);
-        if (!list) return -1;
-        for (size_t i = 0; i < list->u.array.n; i++) {
-            snprintf(f, sizeof f, "%.100s.decoders[%zu]", field, i);
-            if (parse_decoder(h, &list->u.array.items[i], f)) return -1;
-        }
-    } else
-        return fail(h, f, "'%s' is not supported (supported: ByteLevel, ByteFallback, Fuse, Replace, Strip, "
-                          "Metaspace, Sequence)", type->u.string.s);
+    } else if (str_is(type, "Sequence")) return parse_list(h, v, field, "decoders", parse_decoder);
+    else return unsupported(h, field, type, "ByteLevel, ByteFallback, Fuse, Replace, Strip, Metaspace, Sequence");
     return 0;
 }
 

@@ -125,26 +125,33 @@ int tok_push_pre(Tokenizer *t, PreStep s, Err *err) {
 
 /* ---- added-token trie ---------------------------------------------------------- */
 
+/* Children of a node form a linked list (first child, next sibling): the
+ * '<' node of Gemma's 6000 "<unusedN>" tokens has a handful of children, so
+ * the lists stay short. parent -1 is the root, whose children are indexed by
+ * byte directly. */
+static int32_t trie_child(const AddedTrie *tr, int32_t parent, uint8_t c) {
+    int32_t node = parent < 0 ? tr->root[c] : tr->node[parent].child;
+    while (node >= 0 && tr->node[node].byte != c) node = tr->node[node].sibling;
+    return node;
+}
+
 static int trie_insert(AddedTrie *tr, const char *s, size_t len, int32_t tok) {
-    int32_t *link = &tr->root[(uint8_t)s[0]];
     int32_t node = -1;
     for (size_t i = 0; i < len; i++) {
         uint8_t c = (uint8_t)s[i];
-        node = *link;
-        while (node >= 0 && tr->node[node].byte != c) node = tr->node[node].sibling;
-        if (node < 0) {
+        int32_t next = trie_child(tr, node, c);
+        if (next < 0) {
             if (tr->n == tr->cap) {
-                size_t cap = tr->cap ? 2 * tr->cap : 256;
-                TrieNode *v = realloc(tr->node, cap * sizeof *v);
+                TrieNode *v = tok_grow(tr->node, &tr->cap, tr->n + 1, sizeof *v);
                 if (!v) return -1;
                 tr->node = v;
-                tr->cap = cap;
             }
-            node = (int32_t)tr->n++;
-            tr->node[node] = (TrieNode){-1, *link, -1, c};
-            *link = node;
+            next = (int32_t)tr->n++;
+            int32_t *head = node < 0 ? &tr->root[c] : &tr->node[node].child;
+            tr->node[next] = (TrieNode){-1, *head, -1, c};
+            *head = next;
         }
-        link = &tr->node[node].child;
+        node = next;
     }
     if (tr->node[node].tok < 0) tr->node[node].tok = tok; /* the first of equal strings wins */
     return 0;

@@ -10,6 +10,18 @@
 
 /* ---- growable buffer ---------------------------------------------------- */
 
+void *tok_grow(void *p, size_t *cap, size_t need, size_t elem) {
+    size_t c = *cap ? *cap : 16;
+    while (c < need) {
+        if (c > SIZE_MAX / 2) return NULL;
+        c *= 2;
+    }
+    if (elem && c > SIZE_MAX / elem) return NULL;
+    void *q = realloc(p, c * elem);
+    if (q) *cap = c;
+    return q;
+}
+
 int ubuf_reserve(UBuf *b, size_t extra) {
     if (b->cap - b->len >= extra) return 0;
     size_t cap = b->cap ? b->cap : 64;

@@ -44,6 +44,11 @@ int utf8_put(uint32_t cp, char *out);
  * For holding back a split multi-byte character in streaming. */
 int utf8_incomplete_len(const uint8_t *s, size_t n);
 
+/* Grows an array of elem-byte items to hold at least need (doubling, from
+ * 16): returns the new pointer and sets *cap, or NULL (p untouched) on
+ * failure or overflow. */
+void *tok_grow(void *p, size_t *cap, size_t need, size_t elem);
+
 /* A growable byte buffer. */
 typedef struct { char *p; size_t len, cap; } UBuf;
 int ubuf_reserve(UBuf *b, size_t extra);           /* -1 on allocation failure */
