@@ -126,6 +126,7 @@ static int arch_from_gguf_name(const char *s, size_t n, Arch *out) {
 /* Per-layer windows: an array key "<arch>.attention.sliding_window_pattern"
  * (bools, true = windowed) when present, else the architecture's rule. */
 static void gguf_set_windows(ModelConfig *c, GKeys k) {
+    if (c->n_layers < 0 || c->n_layers > CONFIG_MAX_LAYERS) return; /* config_check reports it */
     int window = g_int_opt(k, "attention.sliding_window", 0);
     char key[160];
     snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", k.arch);
@@ -263,6 +264,7 @@ static void hf_set_rope(ModelConfig *c, const JsonValue *j) {
 }
 
 static int hf_set_windows(ModelConfig *c, const JsonValue *j, const char *src, Err *err) {
+    if (c->n_layers < 0 || c->n_layers > CONFIG_MAX_LAYERS) return 0; /* config_check reports it */
     const JsonValue *sw = json_get(j, "sliding_window");
     int window = sw && sw->type == JSON_NUMBER ? (int)sw->u.number.num : 0;
     if (c->arch == ARCH_LLAMA) window = 0;

@@ -34,6 +34,7 @@ export CLLM_MODELS="$PWD/models/cache"
 
 echo "== unit tests"
 for t in build/tests/test_*; do
+    [ "${t%.d}" = "$t" ] || continue
     name=$(basename "$t"); out=tests/out/$name.txt
     timeout 900 "$t" > "$out" 2>&1; count "$name" "$out" $?
 done
@@ -41,12 +42,14 @@ done
 echo "== unit tests under AddressSanitizer + UBSan"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1
 for t in build/asan/tests/test_*; do
+    [ "${t%.d}" = "$t" ] || continue
     name=$(basename "$t"); out=tests/out/asan-$name.txt
     CLLM_QUICK=1 timeout 900 "$t" > "$out" 2>&1; count "asan/$name" "$out" $?
 done
 
 echo "== command line"
 for s in tests/cli/*.sh; do
+    [ "$(basename "$s")" = lib.sh ] && continue
     name=$(basename "$s" .sh); out=tests/out/cli-$name.txt
     timeout 900 bash "$s" > "$out" 2>&1; count "cli/$name" "$out" $?
 done
