@@ -119,8 +119,12 @@ static int default_model_path(char *out, size_t cap) {
         return 2;
     }
     const char *cache = getenv("CLLM_MODELS");
-    if (cache) snprintf(out, cap, "%s/%s.%s", cache, name, fmt);
-    else snprintf(out, cap, "%s/models/cache/%s.%s", dir, name, fmt);
+    int n = cache ? snprintf(out, cap, "%s/%s.%s", cache, name, fmt)
+                  : snprintf(out, cap, "%s/models/cache/%s.%s", dir, name, fmt);
+    if (n < 0 || (size_t)n >= cap) {
+        fprintf(stderr, "cllm: the default model's path is too long\n");
+        return 2;
+    }
     if (access(out, R_OK) != 0) {
         fprintf(stderr, "cllm: the default model %s is not downloaded yet (%s).\n"
                         "Get it with:  %s/models/fetch.sh default   (or pass -m MODEL)\n", name, out, dir);

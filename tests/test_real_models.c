@@ -1,5 +1,5 @@
 /* test_real_models.c — the real models of models.txt on the CPU backend
- * against transformers (tests/fixtures/real/*.ref.json, made by
+ * against transformers (tests/fixtures/real/NAME.ref.json, made by
  * make_real_refs.py loading the same GGUF files):
  *   - teacher-forced top-1 agreement over 256 positions: at least 99%;
  *   - the greedy continuation of each committed prompt: identical for its
