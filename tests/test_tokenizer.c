@@ -197,7 +197,10 @@ static Tokenizer *case_load(Case *c, Err *err) {
     if (c->gguf) {
         if (c->gguf_is_model) snprintf(path, sizeof path, "%s/%s", models_dir(), c->gguf);
         else snprintf(path, sizeof path, "%s/tokenizer/%s", test_fixture_dir(), c->gguf);
-        if (gguf_open(&c->f, path, err)) return NULL;
+        if (gguf_open(&c->f, path, err)) {
+            if (c->gguf_is_model) strncat(err->msg, " (run models/fetch.sh or set CLLM_MODELS)", 200);
+            return NULL;
+        }
         c->f_open = true;
         Tokenizer *t = NULL;
         tokenizer_load_gguf(&t, &c->f, err);
@@ -394,6 +397,7 @@ static void test_special_ids(void) {
         CHECK(n == 6 && !memcmp(b, " world", 6), "bytes of 905");
         CHECK(tokenizer_token_bytes(t, 49152, b, sizeof b) == -1 && tokenizer_token_bytes(t, -1, b, 4) == -1, "range");
         CHECK(tokenizer_token_bytes(t, 905, b, 3) == 3, "token_bytes writes at most cap");
+        CHECK(tokenizer_max_token_bytes(t) == 81, "smollm2 longest token: %d bytes", tokenizer_max_token_bytes(t));
     }
     if (sj->tok) {
         CHECK(tokenizer_bos(sj->tok) == 1 && tokenizer_eos(sj->tok) == 2 && tokenizer_is_eog(sj->tok, 2) &&

@@ -399,6 +399,8 @@ int tokenizer_token_bytes(const Tokenizer *t, int32_t id, char *out, size_t cap)
     return (int)n;
 }
 
+int tokenizer_max_token_bytes(const Tokenizer *t) { return (int)t->max_dec_len; }
+
 /* ---- streaming detokenizer ----------------------------------------------------------------- */
 
 void detok_init(Detok *d) { memset(d, 0, sizeof *d); }

@@ -66,6 +66,8 @@ const char *tokenizer_piece(const Tokenizer *t, int32_t id);
  * space, <0xXX> -> that byte). Writes up to cap bytes, returns the length
  * (or -1 for an invalid id). Special tokens decode to their text. */
 int tokenizer_token_bytes(const Tokenizer *t, int32_t id, char *out, size_t cap);
+/* The longest tokenizer_token_bytes of any token. */
+int tokenizer_max_token_bytes(const Tokenizer *t);
 
 /* Streaming detokenizer: feeds ids one at a time, emits only whole UTF-8
  * sequences (a multi-byte character split over tokens is held back until
@@ -78,7 +80,9 @@ typedef struct {
 } Detok;
 
 void detok_init(Detok *d);
-/* Returns the number of bytes written to out (cap >= 64 is always enough). */
+/* Returns the number of bytes written to out. Enough room: cap >=
+ * tokenizer_max_token_bytes(t) + 8 (81 + 8 for SmolLM2, 48 + 8 for Gemma 3);
+ * with less, what does not fit is dropped (never a partial character). */
 int detok_push(const Tokenizer *t, Detok *d, int32_t id, char *out, size_t cap);
 /* Flushes held-back bytes (as U+FFFD) at the end of a stream. */
 int detok_flush(Detok *d, char *out, size_t cap);
