@@ -173,22 +173,24 @@ typedef struct {
     bool gguf_is_model;
     const char *json_dir; /* fixture folder with tokenizer.json, or NULL */
     const char *expected;
+    bool lossy; /* the pipeline changes text: no round trip expected */
     Tokenizer *tok;
     GGUFFile f;
     bool f_open;
 } Case;
 
 static Case cases[] = {
-    {"smollm2 (GGUF)", "smollm2-135m-instruct.gguf", true, NULL, "smollm2", NULL, {0}, false},
-    {"smollm2 (tokenizer.json)", NULL, false, "smollm2", "smollm2", NULL, {0}, false},
-    {"gemma3 (GGUF)", "gemma3-270m.gguf", true, NULL, "gemma3", NULL, {0}, false},
-    {"llama3syn (tokenizer.json)", NULL, false, "llama3syn", "llama3syn", NULL, {0}, false},
-    {"llama3syn (GGUF)", "llama3syn/llama3syn.gguf", false, NULL, "llama3syn", NULL, {0}, false},
-    {"qwen2syn (tokenizer.json)", NULL, false, "qwen2syn", "qwen2syn_json", NULL, {0}, false},
-    {"qwen2syn (GGUF)", "qwen2syn/qwen2syn.gguf", false, NULL, "qwen2syn_gguf", NULL, {0}, false},
-    {"llama2syn (tokenizer.json)", NULL, false, "llama2syn", "llama2syn", NULL, {0}, false},
-    {"llama2legacy (tokenizer.json)", NULL, false, "llama2legacy", "llama2legacy", NULL, {0}, false},
-    {"llama2syn (GGUF)", "llama2syn/llama2syn.gguf", false, NULL, "llama2syn_gguf", NULL, {0}, false},
+    {"smollm2 (GGUF)", "smollm2-135m-instruct.gguf", true, NULL, "smollm2", false, NULL, {0}, false},
+    {"smollm2 (tokenizer.json)", NULL, false, "smollm2", "smollm2", false, NULL, {0}, false},
+    {"gemma3 (GGUF)", "gemma3-270m.gguf", true, NULL, "gemma3", false, NULL, {0}, false},
+    {"llama3syn (tokenizer.json)", NULL, false, "llama3syn", "llama3syn", false, NULL, {0}, false},
+    {"llama3syn (GGUF)", "llama3syn/llama3syn.gguf", false, NULL, "llama3syn", false, NULL, {0}, false},
+    {"qwen2syn (tokenizer.json)", NULL, false, "qwen2syn", "qwen2syn_json", false, NULL, {0}, false},
+    {"qwen2syn (GGUF)", "qwen2syn/qwen2syn.gguf", false, NULL, "qwen2syn_gguf", false, NULL, {0}, false},
+    {"llama2syn (tokenizer.json)", NULL, false, "llama2syn", "llama2syn", false, NULL, {0}, false},
+    {"llama2legacy (tokenizer.json)", NULL, false, "llama2legacy", "llama2legacy", false, NULL, {0}, false},
+    {"llama2syn (GGUF)", "llama2syn/llama2syn.gguf", false, NULL, "llama2syn_gguf", false, NULL, {0}, false},
+    {"misc (tokenizer.json)", NULL, false, "misc", "misc", true, NULL, {0}, false},
 };
 #define N_CASES (sizeof cases / sizeof cases[0])
 
@@ -209,7 +211,9 @@ static Tokenizer *case_load(Case *c, Err *err) {
     snprintf(path, sizeof path, "%s/tokenizer/%s/tokenizer.json", test_fixture_dir(), c->json_dir);
     snprintf(cfg, sizeof cfg, "%s/tokenizer/%s/tokenizer_config.json", test_fixture_dir(), c->json_dir);
     Tokenizer *t = NULL;
-    tokenizer_load_hf(&t, path, cfg, err);
+    FILE *fp = fopen(cfg, "r"); /* a folder may have no tokenizer_config.json */
+    if (fp) fclose(fp);
+    tokenizer_load_hf(&t, path, fp ? cfg : NULL, err);
     return t;
 }
 
@@ -278,7 +282,7 @@ static void check_case(Case *c) {
     CHECK(bad_s == 0, "%s: %d of %zu lines differ from HF (parse_special on)", c->name, bad_s, n_corpus);
     CHECK(bad_n == 0, "%s: %d of %zu lines differ from HF (parse_special off)", c->name, bad_n, n_corpus);
     CHECK(bad_d == 0, "%s: %d of %zu decodes differ from HF", c->name, bad_d, n_corpus);
-    CHECK(round_trips >= (int)n_corpus / 2, "%s: only %d lines round-trip", c->name, round_trips);
+    CHECK(c->lossy || round_trips >= (int)n_corpus * 3 / 4, "%s: only %d lines round-trip", c->name, round_trips);
     /* BOS as the caller adds it: when the tokenizer says the model wants it. */
     Err err = {{0}};
     TokenIds got = {0};
