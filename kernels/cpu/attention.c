@@ -1,59 +1,77 @@
-/* attention.c — the CPU reference attention over the paged KV cache, exactly
- * as DESIGN.md defines it:
+/* attention.c — the CPU reference attention over the paged KV cache, and the
+ * cache write. Exactly DESIGN.md's definition, for query row i at position p:
  *
- *   s_j = scale * q.k_j;  s_j = cap * tanh(s_j / cap)      (soft-cap)
- *   keys j <= pos, and pos - j < window on windowed layers
- *   o = sum_j exp(s_j - m) v_j / (sum_j exp(s_j - m) + exp(sink - m))
+ *   s_j = scale * (q . k_j)                       for j in [first, p]
+ *   s_j = cap * tanh(s_j / cap)                   (soft-cap, cap > 0)
+ *   first = max(0, p - window + 1) on windowed layers, else 0
+ *   o   = sum_j exp(s_j - m) v_j / (sum_j exp(s_j - m) + exp(sink_h - m))
  *
- * One pass per (row, head) with an online softmax in double precision (the
- * reference must not be the weak link). Query head h reads KV head
- * h / (n_heads / n_kv_heads). Parallel over rows x heads. Head sizes up to
- * 1024 (the config rejects larger). */
+ * Query head h reads KV head h / (n_heads / n_kv_heads) (GQA / MQA). Key j is
+ * at slot block_table[j / block_size] * block_size + j % block_size of the
+ * row's sequence. Each (row, head) is one pass with an online softmax in fp32:
+ * m is the running maximum of every logit seen so far, the sink included, and
+ * whatever was summed under an older, smaller m is rescaled by exp(m_old - m)
+ * when m grows. The sink starts the pass as a logit with a zero value vector,
+ * so it counts in the denominator only, under the same max subtraction, and a
+ * sink larger than every score cannot overflow exp. Work is spread over
+ * rows x heads.
+ */
 #include <math.h>
 #include <string.h>
 
 #include "kernels/cpu/cpu_ops.h"
 
 typedef struct {
-    float *out;
-    const float *q;
+    float *out;                  /* [T][n_heads][head_dim_v] */
+    const float *q;              /* [T][n_heads][head_dim_k] */
     const KVCacheHost *c;
     int layer;
     const AttnBatch *b;
     const AttnParams *p;
 } AttnJob;
 
-/* Attention of one query row and head, one pass with an online softmax:
- * the running maximum m starts at the sink logit (so the sink counts in the
- * denominator) and the accumulator is rescaled whenever m grows. */
+static float dot(const float *a, const float *b, int n) {
+    float s = 0;
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* Attention of one query row and one head; the output vector doubles as the
+ * running numerator. */
 static void attend_one(const AttnJob *j, int row, int h) {
     const AttnParams *p = j->p;
     const AttnBatch *b = j->b;
-    int pos = b->pos[row], kvh = h / (p->n_heads / p->n_kv_heads);
+    int pos = b->pos[row];
+    int kv_head = h / (p->n_heads / p->n_kv_heads);
     int first = p->window > 0 && pos - p->window + 1 > 0 ? pos - p->window + 1 : 0;
     const float *q = j->q + ((int64_t)row * p->n_heads + h) * p->head_dim_k;
     const int32_t *table = b->block_tables[b->seq[row]];
     float *o = j->out + ((int64_t)row * p->n_heads + h) * p->head_dim_v;
-    double acc[1024] = {0};
-    double m = p->sinks ? p->sinks[h] : -INFINITY, denom = p->sinks ? 1.0 : 0.0;
+    memset(o, 0, (size_t)p->head_dim_v * sizeof *o);
+
+    float m = -INFINITY, denom = 0.0f; /* running max, sum of exp(logit - m) */
+    if (p->sinks) {
+        m = p->sinks[h];
+        denom = 1.0f; /* exp(sink - m) with m = sink */
+    }
     for (int k = first; k <= pos; k++) {
         int64_t slot = (int64_t)table[k / b->block_size] * b->block_size + k % b->block_size;
-        const float *kv = kv_k_at(j->c, j->layer, slot, kvh), *v = kv_v_at(j->c, j->layer, slot, kvh);
-        float s = 0;
-        for (int d = 0; d < p->head_dim_k; d++) s += q[d] * kv[d];
-        s *= p->scale;
+        const float *key = kv_k_at(j->c, j->layer, slot, kv_head);
+        const float *val = kv_v_at(j->c, j->layer, slot, kv_head);
+        float s = p->scale * dot(q, key, p->head_dim_k);
         if (p->softcap > 0) s = p->softcap * tanhf(s / p->softcap);
-        if (s > m) { /* rescale what was summed under the old maximum */
-            double r = exp(m - s);
+        if (s > m) { /* new maximum: rescale what was summed under the old one */
+            float r = expf(m - s); /* 0 when m was -inf */
             denom *= r;
-            for (int d = 0; d < p->head_dim_v; d++) acc[d] *= r;
+            for (int d = 0; d < p->head_dim_v; d++) o[d] *= r;
             m = s;
         }
-        double w = exp(s - m);
-        denom += w;
-        for (int d = 0; d < p->head_dim_v; d++) acc[d] += w * v[d];
+        float e = expf(s - m);
+        denom += e;
+        for (int d = 0; d < p->head_dim_v; d++) o[d] += e * val[d];
     }
-    for (int d = 0; d < p->head_dim_v; d++) o[d] = (float)(acc[d] / denom);
+    if (denom > 0)
+        for (int d = 0; d < p->head_dim_v; d++) o[d] /= denom;
 }
 
 static void attend_range(void *ctx, int64_t i0, int64_t i1) {
@@ -67,10 +85,15 @@ void cpu_attention(ThreadPool *tp, float *out, const float *q, const KVCacheHost
     cpu_parallel_for(tp, (int64_t)batch->n_tokens * p->n_heads, attend_range, &j);
 }
 
+/* A slot outside the cache (a negative slot can mark a padding row) is
+ * skipped: never a write out of bounds. */
 void cpu_kv_write(KVCacheHost *c, int layer, const AttnBatch *b, const float *k, const float *v) {
-    int64_t kw = (int64_t)c->n_kv_heads * c->head_dim_k, vw = (int64_t)c->n_kv_heads * c->head_dim_v;
+    int64_t k_row = (int64_t)c->n_kv_heads * c->head_dim_k, v_row = (int64_t)c->n_kv_heads * c->head_dim_v;
+    int64_t n_slots = (int64_t)c->n_blocks * c->block_size;
     for (int t = 0; t < b->n_tokens; t++) {
-        memcpy(kv_k_at(c, layer, b->slot[t], 0), k + t * kw, kw * sizeof *k);
-        memcpy(kv_v_at(c, layer, b->slot[t], 0), v + t * vw, vw * sizeof *v);
+        int64_t slot = b->slot[t];
+        if (slot < 0 || slot >= n_slots) continue;
+        memcpy(kv_k_at(c, layer, slot, 0), k + t * k_row, (size_t)k_row * sizeof *k);
+        memcpy(kv_v_at(c, layer, slot, 0), v + t * v_row, (size_t)v_row * sizeof *v);
     }
 }
