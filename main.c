@@ -13,6 +13,7 @@
 #include "engine/runtime.h"
 #include "model/info.h"
 #include "model/model.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 #define CLLM_VERSION "0.1.0"
@@ -167,7 +168,10 @@ static int cmd_info(int argc, char **argv) {
     Model m;
     if ((rc = load_model("info", model, 0, &m))) return rc;
     const char *tmpl = tokenizer_chat_template(m.tok);
-    model_print_info(stdout, &m, kv_tokens > 0 ? kv_tokens : m.cfg.ctx_len, tmpl ? "present" : NULL);
+    char family[96];
+    snprintf(family, sizeof family, "%s%s", chat_family_name(tmpl ? chat_template_detect(tmpl) : chat_template_guess(m.tok)),
+             tmpl ? "" : " (guessed from the special tokens: the file has no template)");
+    model_print_info(stdout, &m, kv_tokens > 0 ? kv_tokens : m.cfg.ctx_len, family);
     if (tensors) model_print_tensors(stdout, &m);
     model_free(&m);
     return 0;

@@ -36,3 +36,12 @@ expect_grep "tokenize smollm2 ids" "$TMP/out" "^19556 905$"
 expect_exit "tokenize --pieces" 0 $CLLM tokenize -m $MODELS/smollm2-135m-instruct.gguf --pieces "Hello world"
 expect_grep "tokenize --pieces shows pieces" "$TMP/out" "905 +Ġworld"
 expect_exit "tokenize without text exits 2" 2 $CLLM tokenize -m $MODELS/smollm2-135m-instruct.gguf
+expect_exit "info smollm2 (chat family)" 0 $CLLM info $MODELS/smollm2-135m-instruct.gguf
+expect_grep "info smollm2: chat template family" "$TMP/out" "chat template +chatml"
+expect_exit "info gemma3 (chat family)" 0 $CLLM info $MODELS/gemma3-270m.gguf
+expect_grep "info gemma3: template guessed" "$TMP/out" "chat template +gemma \(guessed"
+for arch in llama mistral qwen2 qwen3 gemma2 gemma3 gpt-oss; do
+    expect_exit "info tiny $arch (safetensors)" 0 $CLLM info tests/fixtures/tiny/$arch
+    expect_grep "info tiny $arch: safetensors" "$TMP/out" "format +safetensors"
+    expect_exit "info tiny $arch (gguf)" 0 $CLLM info tests/fixtures/tiny/$arch.gguf
+done
