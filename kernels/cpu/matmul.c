@@ -4,7 +4,7 @@
  * (F32 rows are read in place; other dtypes are dequantized into a buffer on
  * the worker's stack) and dotted with all T input rows, four x rows at a time
  * so each weight value loaded serves four products. Accumulation is fp32 in
- * eight independent lanes, which gcc turns into SIMD without -ffast-math.
+ * eight independent partial sums held in two 4-lane vectors.
  *
  * Quantized rows are decoded in pieces of MATMUL_PIECE values: a fixed stack
  * buffer whatever the row length, so there is no allocation (and no failure
@@ -16,41 +16,58 @@
 #include "kernels/cpu/cpu_ops.h"
 
 #define MATMUL_PIECE 4096
-#define LANES 8
 
-/* sum_i a[i] * b[i] in fp32, LANES partial sums combined pairwise. */
-static float dot_f32(const float *a, const float *b, int64_t n) {
-    float s[LANES] = {0};
-    int64_t i = 0;
-    for (; i + LANES <= n; i += LANES)
-        for (int k = 0; k < LANES; k++) s[k] += a[i + k] * b[i + k];
-    float r = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-    for (; i < n; i++) r += a[i] * b[i];
+/* Four fp32 lanes (GCC vector extension: SSE on x86-64, NEON on arm64);
+ * loaded with memcpy because rows need not be 16-byte aligned. */
+typedef float F32x4 __attribute__((vector_size(16)));
+
+static F32x4 load4(const float *p) {
+    F32x4 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* The eight partial sums (lanes of lo and hi) combined pairwise, then the
+ * tail x[i..n) . w[i..n). */
+static float finish_dot(F32x4 lo, F32x4 hi, const float *x, const float *w, int64_t i, int64_t n) {
+    float r = ((lo[0] + lo[1]) + (lo[2] + lo[3])) + ((hi[0] + hi[1]) + (hi[2] + hi[3]));
+    for (; i < n; i++) r += x[i] * w[i];
     return r;
 }
 
-/* out[r] = w . x_r for the four rows x0..x3 (same order of operations as
- * dot_f32, so a row's result does not depend on which group it falls in). */
+/* w . x in fp32 over eight independent partial sums. */
+static float dot_f32(const float *w, const float *x, int64_t n) {
+    F32x4 lo = {0}, hi = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        lo += load4(x + i) * load4(w + i);
+        hi += load4(x + i + 4) * load4(w + i + 4);
+    }
+    return finish_dot(lo, hi, x, w, i, n);
+}
+
+/* out[r] = w . x_r for four rows at once, each weight load serving four
+ * products. Lane for lane the same operations as dot_f32, so a row's result
+ * does not depend on whether it fell in a group of four. */
 static void dot4_f32(const float *w, const float *x0, const float *x1, const float *x2, const float *x3,
                      int64_t n, float out[4]) {
-    float s0[LANES] = {0}, s1[LANES] = {0}, s2[LANES] = {0}, s3[LANES] = {0};
+    F32x4 lo0 = {0}, hi0 = {0}, lo1 = {0}, hi1 = {0}, lo2 = {0}, hi2 = {0}, lo3 = {0}, hi3 = {0};
     int64_t i = 0;
-    for (; i + LANES <= n; i += LANES)
-        for (int k = 0; k < LANES; k++) {
-            float wk = w[i + k];
-            s0[k] += x0[i + k] * wk;
-            s1[k] += x1[i + k] * wk;
-            s2[k] += x2[i + k] * wk;
-            s3[k] += x3[i + k] * wk;
-        }
-    float *s[4] = {s0, s1, s2, s3};
-    const float *x[4] = {x0, x1, x2, x3};
-    for (int r = 0; r < 4; r++) {
-        float *p = s[r];
-        float acc = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
-        for (int64_t j = i; j < n; j++) acc += x[r][j] * w[j];
-        out[r] = acc;
+    for (; i + 8 <= n; i += 8) {
+        F32x4 wlo = load4(w + i), whi = load4(w + i + 4);
+        lo0 += load4(x0 + i) * wlo;
+        hi0 += load4(x0 + i + 4) * whi;
+        lo1 += load4(x1 + i) * wlo;
+        hi1 += load4(x1 + i + 4) * whi;
+        lo2 += load4(x2 + i) * wlo;
+        hi2 += load4(x2 + i + 4) * whi;
+        lo3 += load4(x3 + i) * wlo;
+        hi3 += load4(x3 + i + 4) * whi;
     }
+    out[0] = finish_dot(lo0, hi0, x0, w, i, n);
+    out[1] = finish_dot(lo1, hi1, x1, w, i, n);
+    out[2] = finish_dot(lo2, hi2, x2, w, i, n);
+    out[3] = finish_dot(lo3, hi3, x3, w, i, n);
 }
 
 typedef struct {
