@@ -9,7 +9,10 @@ unicodedata is 14.0 and misses ~9000 letters, so this script needs the
 `unicodedata2` package at 16.0.0 (pip install unicodedata2==16.0.0).
 
 Tables written (all sorted, searched by binary search):
-  uni_cat_ranges      [first, last, class]  class 1 = \\p{L}, 2 = \\p{N}
+  uni_cat_ranges      [first, last, bits]   1 = \\p{L}, 2 = \\p{N}, 16 = \\w of Rust's
+                                            regex crate (Alphabetic, marks, Nd,
+                                            Pc, Join_Control), which `tokenizers`
+                                            uses for single_word added tokens
   uni_ccc_ranges      [first, last, ccc]    canonical combining class != 0
   uni_decomp          [cp, a, b]            canonical decomposition cp -> a (b)
                                             (b = 0 for singletons), one level
@@ -51,9 +54,21 @@ def ranges(value_of):
     return out
 
 
+# Other_Alphabetic characters that are not marks (PropList.txt; the rest of
+# Alphabetic is L and Nl, which unicodedata has).
+OTHER_ALPHABETIC_SYMBOLS = [(0x24B6, 0x24E9), (0x1F130, 0x1F149), (0x1F150, 0x1F169), (0x1F170, 0x1F189)]
+
+
+def is_word(cp):
+    c = ud.category(chr(cp))
+    if c[0] in "LM" or c in ("Nl", "Nd", "Pc") or cp in (0x200C, 0x200D):
+        return True
+    return any(a <= cp <= b for a, b in OTHER_ALPHABETIC_SYMBOLS)
+
+
 def cat_class(cp):
     c = ud.category(chr(cp))
-    return 1 if c[0] == "L" else 2 if c[0] == "N" else 0
+    return (1 if c[0] == "L" else 2 if c[0] == "N" else 0) | (16 if is_word(cp) else 0)
 
 
 def canonical_decomp(cp):
@@ -111,8 +126,8 @@ def check_against_tokenizers():
     text = "".join(map(chr, ALL))
     white = {0x9, 0xA, 0xB, 0xC, 0xD, 0x20, 0x85, 0xA0, 0x1680, 0x2028, 0x2029, 0x202F, 0x205F, 0x3000}
     white |= set(range(0x2000, 0x200B))
-    for pat, want in ((r"\p{L}", lambda cp: cat_class(cp) == 1),
-                      (r"\p{N}", lambda cp: cat_class(cp) == 2),
+    for pat, want in ((r"\p{L}", lambda cp: bool(cat_class(cp) & 1)),
+                      (r"\p{N}", lambda cp: bool(cat_class(cp) & 2)),
                       (r"\s", lambda cp: cp in white)):
         pieces = pre_tokenizers.Split(Regex(pat), behavior="removed").pre_tokenize_str(text)
         unmatched = {ord(ch) for piece, _ in pieces for ch in piece}
@@ -120,6 +135,16 @@ def check_against_tokenizers():
         print("%s: %d code points differ from tokenizers%s" % (pat, len(bad), "" if not bad else ": %s" % [hex(c) for c in bad[:10]]))
         if bad:
             sys.exit(1)
+    # single_word: an added token next to a \w character does not match.
+    from tokenizers import AddedToken, Tokenizer, models
+    tok = Tokenizer(models.WordLevel(vocab={"[UNK]": 0}, unk_token="[UNK]"))
+    tok.add_tokens([AddedToken("QQ", single_word=True, normalized=False)])
+    qq = tok.token_to_id("QQ")
+    enc = tok.encode_batch(["QQ" + chr(cp) for cp in ALL], add_special_tokens=False)
+    bad = [cp for cp, e in zip(ALL, enc) if bool(cat_class(cp) & 16) != (qq not in e.ids)]
+    print("\\w: %d code points differ from tokenizers' single_word rule" % len(bad))
+    if bad:
+        sys.exit(1)
 
 
 def main():

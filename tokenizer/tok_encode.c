@@ -95,7 +95,7 @@ static int32_t trie_longest(const AddedTrie *tr, const char *s, size_t i, size_t
     return best;
 }
 
-static bool is_word_cp(uint32_t cp) { return cp == '_' || (uni_class(cp) & (UNI_L | UNI_N)); }
+static bool is_word_cp(uint32_t cp) { return uni_class(cp) & UNI_W; }
 
 /* The code point ending just before s[i] (i > start). */
 static uint32_t cp_before(const char *s, size_t start, size_t i) {

@@ -72,8 +72,9 @@ static bool is_white_space(uint32_t cp) {
 
 unsigned uni_class(uint32_t cp) {
     if (cp < 0x80) {
-        if ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z') return UNI_L;
-        if (cp >= '0' && cp <= '9') return UNI_N;
+        if ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z') return UNI_L | UNI_W;
+        if (cp >= '0' && cp <= '9') return UNI_N | UNI_W;
+        if (cp == '_') return UNI_W;
         if (cp == '\r' || cp == '\n') return UNI_S | UNI_NL;
         return is_white_space(cp) ? UNI_S : 0;
     }

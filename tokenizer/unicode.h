@@ -17,7 +17,7 @@
 typedef struct { uint32_t first, last, value; } UniRange;
 typedef struct { uint32_t a, b, c; } UniTriple;
 
-extern const UniRange uni_cat_ranges[];  /* value: UNI_L or UNI_N */
+extern const UniRange uni_cat_ranges[];  /* value: UNI_L, UNI_N, UNI_W bits */
 extern const size_t uni_cat_ranges_n;
 extern const UniRange uni_ccc_ranges[];  /* value: combining class, non-zero */
 extern const size_t uni_ccc_ranges_n;
@@ -26,10 +26,11 @@ extern const size_t uni_decomp_n;
 extern const UniTriple uni_comp[];       /* a + b -> c, sorted by (a, b) */
 extern const size_t uni_comp_n;
 
-/* Character classes of the pre-tokenizer regexes, as bits. */
-enum { UNI_L = 1, UNI_N = 2, UNI_S = 4 /* \s: White_Space */, UNI_NL = 8 /* \r or \n */ };
+/* Character classes, as bits: those of the pre-tokenizer regexes, and \w as
+ * Rust's regex crate has it (for single_word added tokens). */
+enum { UNI_L = 1, UNI_N = 2, UNI_S = 4 /* \s: White_Space */, UNI_NL = 8 /* \r or \n */, UNI_W = 16 };
 
-/* Class bits of cp (UNI_L / UNI_N / UNI_S / UNI_NL; 0 for anything else). */
+/* Class bits of cp (0 for anything else). */
 unsigned uni_class(uint32_t cp);
 unsigned uni_ccc(uint32_t cp);
 
