@@ -1,4 +1,10 @@
-/* stop.c — the stop-string matcher (see stop.h). */
+/* stop.c — the streaming stop-string matcher (see stop.h).
+ *
+ * buf holds the text not yet shown: at most (longest stop - 1) bytes of a
+ * possible partial match, up to 3 bytes of an unfinished UTF-8 character, and
+ * the newest piece. Since what is held never contains a whole stop string (the
+ * matcher would have stopped), searching buf again after each push finds a
+ * stop string that straddles pieces, and nothing twice. */
 #include "engine/stop.h"
 
 #include <stdlib.h>
@@ -7,75 +13,99 @@
 void stop_matcher_init(StopMatcher *m, const char *const *stop, int n_stop) {
     memset(m, 0, sizeof *m);
     m->stop = stop;
-    m->n_stop = n_stop;
+    m->n_stop = stop ? n_stop : 0;
+    for (int i = 0; i < m->n_stop; i++) {
+        size_t n = m->stop[i] ? strlen(m->stop[i]) : 0;
+        if (n > m->max_stop) m->max_stop = n;
+    }
 }
 
 void stop_matcher_free(StopMatcher *m) {
-    free(m->held);
-    free(m->out);
+    free(m->buf);
     memset(m, 0, sizeof *m);
 }
 
-static int grow(char **buf, size_t *cap, size_t need) {
-    if (need <= *cap) return 0;
-    size_t c = *cap ? *cap : 64;
-    while (c < need) c *= 2;
-    char *b = realloc(*buf, c);
-    if (!b) return -1;
-    *buf = b;
-    *cap = c;
+/* Hands out buf[0..n) and remembers to drop it on the next call. */
+static StopResult stop_emit(StopMatcher *m, size_t n) {
+    m->emitted = n;
+    return (StopResult){n ? m->buf : "", n, m->stopped};
+}
+
+/* Appends text after dropping what the last call handed out. */
+static int stop_buf_append(StopMatcher *m, const char *text, size_t len) {
+    memmove(m->buf, m->buf + m->emitted, m->len - m->emitted);
+    m->len -= m->emitted;
+    m->emitted = 0;
+    if (len > (size_t)-1 / 2 - m->len) return -1;
+    if (m->len + len > m->cap) {
+        size_t cap = m->cap ? m->cap : 256;
+        while (cap < m->len + len) cap *= 2;
+        char *b = realloc(m->buf, cap);
+        if (!b) return -1;
+        m->buf = b;
+        m->cap = cap;
+    }
+    if (len) memcpy(m->buf + m->len, text, len);
+    m->len += len;
     return 0;
 }
 
-/* Copies held[0..n) to out and drops it from held. */
-static StopResult emit_front(StopMatcher *m, size_t n, bool stopped, size_t drop) {
-    StopResult r = {"", 0, stopped};
-    if (n > 0 && grow(&m->out, &m->cap_out, n) == 0) {
-        memcpy(m->out, m->held, n);
-        r.emit = m->out;
-        r.emit_len = n;
+/* Where the earliest complete stop string starts in buf, or -1. */
+static long stop_find_first(const StopMatcher *m) {
+    long first = -1;
+    for (int i = 0; i < m->n_stop; i++) {
+        const char *s = m->stop[i];
+        size_t n = s ? strlen(s) : 0;
+        if (n == 0 || n > m->len) continue;
+        const char *hit = memmem(m->buf, m->len, s, n);
+        if (hit && (first < 0 || hit - m->buf < first)) first = hit - m->buf;
     }
-    memmove(m->held, m->held + drop, m->n_held - drop);
-    m->n_held -= drop;
-    return r;
+    return first;
 }
 
-/* Length of the longest suffix of s[0..n) that begins some stop string. */
-static size_t partial_suffix(const StopMatcher *m, const char *s, size_t n) {
-    size_t best = 0;
-    for (int k = 0; k < m->n_stop; k++) {
-        size_t sl = strlen(m->stop[k]);
-        if (sl == 0) continue;
-        for (size_t l = sl - 1 < n ? sl - 1 : n; l > best; l--)
-            if (!memcmp(s + n - l, m->stop[k], l)) { best = l; break; }
+/* The length of the longest tail of buf that is a proper prefix of a stop
+ * string: text that may still become a stop. */
+static size_t stop_partial_tail(const StopMatcher *m) {
+    size_t limit = m->max_stop > 0 ? m->max_stop - 1 : 0;
+    if (limit > m->len) limit = m->len;
+    for (size_t k = limit; k > 0; k--) {
+        const char *tail = m->buf + m->len - k;
+        for (int i = 0; i < m->n_stop; i++) {
+            const char *s = m->stop[i];
+            if (s && strlen(s) > k && !memcmp(tail, s, k)) return k;
+        }
     }
-    return best;
+    return 0;
+}
+
+/* Moves cut back to the start of a UTF-8 character that buf[0..cut) would
+ * otherwise end inside of. Invalid bytes are not held: they never complete. */
+static size_t utf8_safe_cut(const char *buf, size_t cut) {
+    size_t q = cut;
+    while (q > 0 && cut - q < 3 && ((unsigned char)buf[q - 1] & 0xC0) == 0x80) q--;
+    if (q == 0) return cut;
+    unsigned char lead = (unsigned char)buf[q - 1];
+    size_t need = lead >= 0xF0 && lead < 0xF8 ? 4 : lead >= 0xE0 && lead < 0xF0 ? 3 : lead >= 0xC0 && lead < 0xE0 ? 2 : 1;
+    return need > cut - (q - 1) ? q - 1 : cut;
 }
 
 StopResult stop_matcher_push(StopMatcher *m, const char *text, size_t len) {
-    StopResult none = {"", 0, m->stopped};
-    if (m->stopped) return none;
-    if (grow(&m->held, &m->cap_held, m->n_held + len + 1)) return none;
-    memcpy(m->held + m->n_held, text, len);
-    m->n_held += len;
-    if (m->n_stop == 0) return emit_front(m, m->n_held, false, m->n_held);
-    size_t first = (size_t)-1;
-    for (int k = 0; k < m->n_stop; k++) {
-        size_t sl = strlen(m->stop[k]);
-        if (sl == 0) continue;
-        m->held[m->n_held] = 0;
-        const char *hit = memmem(m->held, m->n_held, m->stop[k], sl);
-        if (hit && (size_t)(hit - m->held) < first) first = (size_t)(hit - m->held);
+    if (m->stopped) return (StopResult){"", 0, true};
+    if (stop_buf_append(m, text, len)) {
+        m->stopped = true; /* out of memory: end the reply rather than lose text silently */
+        return stop_emit(m, 0);
     }
-    if (first != (size_t)-1) {
+    long first = stop_find_first(m);
+    if (first >= 0) {
         m->stopped = true;
-        return emit_front(m, first, true, m->n_held);
+        return stop_emit(m, (size_t)first);
     }
-    size_t keep = partial_suffix(m, m->held, m->n_held);
-    return emit_front(m, m->n_held - keep, false, m->n_held - keep);
+    size_t cut = m->len - stop_partial_tail(m);
+    return stop_emit(m, utf8_safe_cut(m->buf, cut));
 }
 
 StopResult stop_matcher_flush(StopMatcher *m) {
     if (m->stopped) return (StopResult){"", 0, true};
-    return emit_front(m, m->n_held, false, m->n_held);
+    if (stop_buf_append(m, "", 0)) return stop_emit(m, 0);
+    return stop_emit(m, m->len);
 }
