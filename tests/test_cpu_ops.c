@@ -345,6 +345,11 @@ static void test_matmul(void) {
     const char *cases[] = {"F32", "F16", "BF16", "Q8_0", "Q4_K", "Q4_K_long"};
     for (int c = 0; c < 6; c++) matmul_case(&f, cases[c], tp);
     matmul_case(&f, "Q4_K", NULL);
+    /* A dtype cllm does not know is a caller bug: NaN outputs, no crash. */
+    float w[64] = {0}, x[32] = {0}, y[2];
+    CpuMatrix bad = {w, (DType)4, 2, 32, 128};
+    cpu_matmul(tp, y, x, &bad, NULL, 1);
+    CHECK(isnan(y[0]) && isnan(y[1]), "unknown dtype: %g %g", y[0], y[1]);
     thread_pool_destroy(tp);
     fx_free(&f);
 }

@@ -102,7 +102,9 @@ static void rows_times_piece(const MatmulJob *j, int64_t r, const float *wrow, i
 static void matmul_rows(void *ctx, int64_t r0, int64_t r1) {
     const MatmulJob *j = ctx;
     const CpuMatrix *w = j->w;
+    /* An unknown dtype (a caller bug) reads no bytes: dequantize_row gives NaN. */
     const DTypeInfo *info = dtype_info(w->type);
+    int64_t block_elems = info ? info->block_elems : 1, block_bytes = info ? info->block_bytes : 0;
     float buf[MATMUL_PIECE];
     for (int64_t r = r0; r < r1; r++) {
         const char *row = (const char *)w->data + r * w->row_bytes;
@@ -111,7 +113,7 @@ static void matmul_rows(void *ctx, int64_t r0, int64_t r1) {
         } else {
             for (int64_t c0 = 0; c0 < w->cols; c0 += MATMUL_PIECE) {
                 int64_t n = w->cols - c0 < MATMUL_PIECE ? w->cols - c0 : MATMUL_PIECE;
-                dequantize_row(w->type, row + c0 / info->block_elems * info->block_bytes, buf, n);
+                dequantize_row(w->type, row + c0 / block_elems * block_bytes, buf, n);
                 rows_times_piece(j, r, buf, c0, n, c0 > 0);
             }
         }
