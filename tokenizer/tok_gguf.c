@@ -321,9 +321,9 @@ static int read_flag(GLoad *g, const char *key, bool *out) {
 
 static int load_ids_and_flags(GLoad *g) {
     Tokenizer *t = g->t;
-    int32_t pad, eot, eom;
+    int32_t unk, pad, eot, eom;
     if (read_id(g, "tokenizer.ggml.bos_token_id", &t->bos) || read_id(g, "tokenizer.ggml.eos_token_id", &t->eos) ||
-        read_id(g, "tokenizer.ggml.unknown_token_id", &t->unk) ||
+        read_id(g, "tokenizer.ggml.unknown_token_id", &unk) ||
         read_id(g, "tokenizer.ggml.padding_token_id", &pad) || read_id(g, "tokenizer.ggml.eot_token_id", &eot) ||
         read_id(g, "tokenizer.ggml.eom_token_id", &eom))
         return -1;
@@ -331,7 +331,11 @@ static int load_ids_and_flags(GLoad *g) {
     if (read_flag(g, "tokenizer.ggml.add_bos_token", &t->add_bos)) return -1;
     if (tok_add_eog(t, t->eos) || tok_add_eog(t, eot) || tok_add_eog(t, eom))
         return err_set(g->err, "%s: out of memory", g->f->path);
-    int32_t named[4] = {t->bos, t->eos, t->unk, pad};
+    /* Only GemmaTokenizer gives its BPE model an unk token; GPT2Tokenizer and
+     * LlamaTokenizer drop a character that has no token (byte-level vocabs
+     * can lack bytes that never occur in UTF-8 text, e.g. 0xF5..0xFF). */
+    t->unk = g->gemma ? unk : -1;
+    int32_t named[4] = {t->bos, t->eos, unk, pad};
     return load_added(g, named, 4);
 }
 
