@@ -37,6 +37,11 @@ endif
 
 TESTSRCS = $(wildcard tests/test_*.c)
 TESTBINS = $(TESTSRCS:tests/%.c=$(BUILD)/tests/%)
+ifeq ($(CUDA),1)
+  # kernel and end-to-end checks that need a GPU (tests/gpu/run.sh runs them)
+  GPUSRCS = $(wildcard tests/gpu/test_*.c)
+  TESTBINS += $(GPUSRCS:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
+endif
 
 all: $(BUILD)/cllm tests
 
@@ -47,6 +52,10 @@ $(BUILD)/libcllm.a: $(OBJS) $(CUOBJS)
 	ar rcs $@ $^
 
 $(BUILD)/cllm: $(BUILD)/main.o $(BUILD)/libcllm.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/gpu/%: $(BUILD)/tests/gpu/%.o $(BUILD)/libcllm.a
+	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libcllm.a

@@ -3,6 +3,11 @@
 
 #include <string.h>
 
+#ifdef CLLM_CUDA
+#include "kernels/cuda/backend_cuda.h"
+#include "kernels/cuda/device.h"
+#endif
+
 void run_options_default(RunOptions *o) {
     memset(o, 0, sizeof *o);
     o->prefill_chunk = 256;
@@ -15,7 +20,21 @@ int runtime_open(Runtime *rt, const RunOptions *o, Err *err) {
     const ModelConfig *c = &rt->model.cfg;
     int ctx = o->ctx_size > 0 ? o->ctx_size : (c->ctx_len < 4096 ? c->ctx_len : 4096);
     int block = 16, n_blocks = (ctx + block - 1) / block + 1;
-    rt->be = backend_cpu_create(c, &rt->model.w, o->threads, block, n_blocks, err);
+    int chunk0 = o->prefill_chunk > 0 ? o->prefill_chunk : 256;
+    rt->be = NULL;
+#ifdef CLLM_CUDA
+    int n_gpus = 0;
+    Err probe = {{0}};
+    if (!o->cpu && cuda_device_count(&n_gpus, &probe) == 0 && n_gpus > 0) {
+        if (o->gpu < 0 || o->gpu >= n_gpus) {
+            model_free(&rt->model);
+            return err_set(err, "--gpu %d: this machine has %d GPU(s) (0..%d)", o->gpu, n_gpus, n_gpus - 1);
+        }
+        rt->be = backend_cuda_create(c, &rt->model.w, o->gpu, block, n_blocks, chunk0, &rt->load_gbps, err);
+        if (!rt->be) { model_free(&rt->model); return -1; }
+    }
+#endif
+    if (!rt->be) rt->be = backend_cpu_create(c, &rt->model.w, o->threads, block, n_blocks, err);
     if (!rt->be) { model_free(&rt->model); return -1; }
     int chunk = o->prefill_chunk > 0 ? o->prefill_chunk : 256;
     if (engine_init(&rt->engine, &rt->model, rt->be, ctx, chunk, err)) {

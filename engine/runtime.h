@@ -13,6 +13,7 @@
 typedef struct {
     const char *model;            /* NULL: the default model (main.c resolves it) */
     bool cpu;                     /* force the CPU backend */
+    int gpu;                      /* CUDA device index */
     int threads;                  /* CPU threads; <= 0: one per core */
     int ctx_size;                 /* tokens per sequence; <= 0: min(model context, 4096) */
     int max_tokens;               /* per reply; <= 0: until the context is full (chat), 512 (generate) */
@@ -31,6 +32,7 @@ typedef struct {
     Backend *be;
     Engine engine;
     char bos_text[64], eos_text[64];  /* the texts of BOS and EOS, for templates */
+    double load_gbps;                 /* weight upload rate to the GPU (0 on the CPU) */
 } Runtime;
 
 /* Loads o->model and builds the backend and engine. Prints nothing. */

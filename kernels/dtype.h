@@ -14,6 +14,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" { /* also called from the CUDA backend */
+#endif
+
 typedef enum {
     DT_F32 = 0,
     DT_F16 = 1,
@@ -55,5 +59,9 @@ float fp16_to_fp32(uint16_t h);
 uint16_t fp32_to_fp16(float f);
 float bf16_to_fp32(uint16_t b);
 uint16_t fp32_to_bf16(float f); /* round to nearest even */
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -1,0 +1,185 @@
+/* test_cuda_forward.c — the CUDA backend against the CPU backend (run on a
+ * GPU machine by tests/gpu/run.sh; never in CI).
+ *
+ *   - every tiny golden model (GGUF and safetensors): the logits of every
+ *     position of each prompt, CUDA vs transformers' fp32 reference, within
+ *     bf16 tolerance (relative error <= 2e-2 of the row's max |logit|), as a
+ *     whole prompt, in chunks of 5 and token by token (decode), through a
+ *     scattered block table; outputs poisoned with NaN before each run;
+ *   - the real models: greedy tokens of the committed prompts, CUDA vs CPU;
+ *     the first divergence is reported with both logits. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "kernels/cuda/backend_cuda.h"
+#include "model/model.h"
+#include "tests/test.h"
+
+#define TOL 2e-2
+
+static int b64v(char ch) {
+    if (ch >= 'A' && ch <= 'Z') return ch - 'A';
+    if (ch >= 'a' && ch <= 'z') return ch - 'a' + 26;
+    if (ch >= '0' && ch <= '9') return ch - '0' + 52;
+    return ch == '+' ? 62 : ch == '/' ? 63 : -1;
+}
+
+static size_t b64_floats(const char *s, size_t len, float *out, size_t cap) {
+    size_t n = 0;
+    uint32_t acc = 0;
+    int bits = 0;
+    unsigned char *bytes = (unsigned char *)out;
+    for (size_t i = 0; i < len; i++) {
+        int v = b64v(s[i]);
+        if (v < 0) continue;
+        acc = acc << 6 | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) { bits -= 8; if (n < cap * 4) bytes[n++] = (acc >> bits) & 0xff; }
+    }
+    return n / 4;
+}
+
+static double row_err(const float *got, const float *want, int n) {
+    double md = 0, mw = 0;
+    for (int i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        md = isnan(d) ? INFINITY : fmax(md, d);
+        mw = fmax(mw, fabs(want[i]));
+    }
+    return md / (mw > 0 ? mw : 1);
+}
+
+static void check_tiny(const char *arch, bool gguf) {
+    char ref_path[1024], model_path[1024];
+    Err err = {{0}};
+    snprintf(ref_path, sizeof ref_path, "%s/tiny/%s.ref.json", test_fixture_dir(), arch);
+    Json *doc = json_parse_file(ref_path, &err);
+    CHECK(doc != NULL, "%s", err.msg);
+    if (!doc) return;
+    const JsonValue *ref = json_root(doc);
+    snprintf(model_path, sizeof model_path, "%s/tiny/%s", test_fixture_dir(),
+             gguf ? json_get_str(ref, "gguf", "") : json_get_str(ref, "hf_dir", ""));
+    Model m;
+    CHECK(model_load(&m, model_path, MODEL_LOAD_NO_TOKENIZER, &err) == 0, "%s", err.msg);
+    Backend *be = backend_cuda_create(&m.cfg, &m.w, 0, gguf ? 4 : 16, 64, 64, NULL, &err);
+    CHECK(be != NULL, "%s", err.msg);
+    Engine e;
+    CHECK(be && engine_init(&e, &m, be, 200, 64, &err) == 0, "%s", err.msg);
+    if (!be) { model_free(&m); json_free(doc); return; }
+    /* scatter the pool: hold every third block */
+    int held[64], nh = 0, ids_all[64], n = 0;
+    while (n < 64 && (ids_all[n] = block_pool_alloc(&e.pool)) >= 0) n++;
+    for (int i = 0; i < n; i++) { /* every third held; the rest freed in a shuffled order */
+        int j = (int)((uint32_t)(i * 37 + 11) % (uint32_t)n);
+        if (j % 3 == 1) held[nh++] = ids_all[j];
+    }
+    for (int i = 0; i < n; i++) {
+        int j = (int)((uint32_t)(i * 37 + 11) % (uint32_t)n);
+        if (j % 3 != 1) block_pool_release(&e.pool, ids_all[j]);
+    }
+    int V = m.cfg.vocab;
+    const JsonValue *prompts = json_get(ref, "prompts");
+    for (size_t p = 0; p < json_len(prompts); p++) {
+        const JsonValue *jids = json_get(json_at(prompts, p), "ids"), *b64 = json_get(json_at(prompts, p), "logits_f32_b64");
+        int T = (int)json_len(jids);
+        int32_t *ids = malloc(T * sizeof *ids);
+        float *want = malloc((size_t)T * V * sizeof *want), *got = malloc((size_t)T * V * sizeof *got);
+        for (int i = 0; i < T; i++) ids[i] = (int32_t)json_at(jids, i)->u.number.num;
+        b64_floats(b64->u.string.s, b64->u.string.len, want, (size_t)T * V);
+        double worst[3] = {0, 0, 0};
+        int chunks[3] = {T, 5, 1};
+        for (int mode = 0; mode < 3; mode++) {
+            Sequence s = {0};
+            for (int done = 0; done < T;) {
+                int k = T - done < chunks[mode] ? T - done : chunks[mode];
+                for (int i = 0; i < V; i++) e.logits[i] = NAN;
+                if (engine_feed(&e, &s, ids + done, k, &err)) { CHECK(0, "%s", err.msg); break; }
+                done += k;
+                worst[mode] = fmax(worst[mode], row_err(e.logits, want + (size_t)(done - 1) * V, V));
+            }
+            sequence_release(&e, &s);
+        }
+        printf("# cuda %-8s %-11s prompt %zu T=%2d  rel err full %.2e chunked %.2e decode %.2e\n", arch,
+               gguf ? "gguf" : "safetensors", p, T, worst[0], worst[1], worst[2]);
+        CHECK(worst[0] <= TOL && worst[1] <= TOL && worst[2] <= TOL, "%s prompt %zu errors %.3g %.3g %.3g", arch, p,
+              worst[0], worst[1], worst[2]);
+        free(ids); free(want); free(got);
+    }
+    for (int i = 0; i < nh; i++) block_pool_release(&e.pool, held[i]);
+    engine_free(&e);
+    be->destroy(be);
+    model_free(&m);
+    json_free(doc);
+}
+
+static void test_tiny_models(void) {
+    const char *archs[] = {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "gpt-oss"};
+    for (int i = 0; i < 7; i++) { check_tiny(archs[i], true); check_tiny(archs[i], false); }
+}
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++) if (x[i] > x[b]) b = i;
+    return b;
+}
+
+/* Greedy continuation of prompt p of a real model on both backends. */
+static void check_real(const char *name) {
+    char path[1024], ref_path[1024];
+    Err err = {{0}};
+    const char *dir = getenv("CLLM_MODELS") ? getenv("CLLM_MODELS") : "models/cache";
+    snprintf(path, sizeof path, "%s/%s.gguf", dir, name);
+    snprintf(ref_path, sizeof ref_path, "%s/real/%s.ref.json", test_fixture_dir(), name);
+    Json *doc = json_parse_file(ref_path, &err);
+    Model m;
+    CHECK(doc && model_load(&m, path, MODEL_LOAD_NO_TOKENIZER, &err) == 0, "%s", err.msg);
+    if (!doc) return;
+    double gbps = 0;
+    Backend *gpu = backend_cuda_create(&m.cfg, &m.w, 0, 16, 64, 256, &gbps, &err);
+    Backend *cpu = backend_cpu_create(&m.cfg, &m.w, 0, 16, 64, &err);
+    CHECK(gpu && cpu, "%s", err.msg);
+    printf("# %s: weights uploaded at %.2f GB/s\n", name, gbps);
+    Engine eg, ec;
+    CHECK(engine_init(&eg, &m, gpu, 1000, 256, &err) == 0 && engine_init(&ec, &m, cpu, 1000, 256, &err) == 0, "%s", err.msg);
+    const JsonValue *prompts = json_get(json_root(doc), "prompts");
+    for (size_t p = 0; p < json_len(prompts); p++) {
+        const JsonValue *jids = json_get(json_at(prompts, p), "ids");
+        int n = (int)json_len(jids), same = 0, G = 32;
+        int32_t ids[512];
+        for (int i = 0; i < n && i < 512; i++) ids[i] = (int32_t)json_at(jids, i)->u.number.num;
+        Sequence sg = {0}, sc = {0};
+        CHECK(engine_feed(&eg, &sg, ids, n, &err) == 0 && engine_feed(&ec, &sc, ids, n, &err) == 0, "%s", err.msg);
+        for (; same < G; same++) {
+            int a = argmax(eg.logits, m.cfg.vocab), b = argmax(ec.logits, m.cfg.vocab);
+            if (a != b) {
+                printf("# %s prompt %zu: first divergence at token %d: cuda %d (%.4f vs cpu %.4f), cpu %d (%.4f vs cuda %.4f)\n",
+                       name, p, same, a, eg.logits[a], ec.logits[a], b, ec.logits[b], eg.logits[b]);
+                break;
+            }
+            int32_t t = a;
+            if (engine_feed(&eg, &sg, &t, 1, &err) || engine_feed(&ec, &sc, &t, 1, &err)) break;
+        }
+        printf("# %s prompt %zu: greedy tokens equal for %d of %d\n", name, p, same, G);
+        CHECK(same == G, "%s prompt %zu diverges at %d", name, p, same);
+        sequence_release(&eg, &sg);
+        sequence_release(&ec, &sc);
+    }
+    engine_free(&eg);
+    engine_free(&ec);
+    gpu->destroy(gpu);
+    cpu->destroy(cpu);
+    model_free(&m);
+    json_free(doc);
+}
+
+static void test_real_smollm2(void) { check_real("smollm2-135m-instruct"); }
+static void test_real_gemma3(void) { check_real("gemma3-270m"); }
+
+int main(void) {
+    RUN(test_tiny_models);
+    RUN(test_real_smollm2);
+    RUN(test_real_gemma3);
+    TEST_EXIT();
+}
