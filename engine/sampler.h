@@ -1,51 +1,79 @@
-/* sampler.h — picks the next token from logits.
+/* sampler.h — turns a row of logits into the next token.
  *
- * Order, as Hugging Face's logits processors apply it: repetition penalty
- * (HF: a seen token's logit divided by p when positive, multiplied when
- * negative), presence and frequency penalties (OpenAI: logit -= presence *
- * [count > 0] + frequency * count), then temperature, top-k, top-p (the
- * smallest set whose probability reaches p, at least one token), min-p (drop
- * tokens below min_p x the top probability), renormalize, draw. Temperature
- * 0 is greedy: the argmax after penalties, lowest id on ties. Penalties count
- * the last penalty_last_n accepted tokens (0 = all), prompt included. */
+ * A Sampler holds all of its state explicitly: the parameters, a seeded
+ * xoshiro256** generator, the recent-token window the penalties count, and
+ * scratch buffers sized for the vocabulary. The exact order of operations
+ * (penalties, temperature, top-k, top-p, min-p, draw) is written out at the
+ * top of sampler.c.
+ *
+ * Usage: sampler_init once per reply (or sequence); sampler_accept every token
+ * that should count for the penalties (the prompt's too, as Hugging Face's
+ * repetition penalty does); sampler_sample once per step on fresh logits.
+ */
 #ifndef CLLM_SAMPLER_H
 #define CLLM_SAMPLER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "model/err.h"
 
 typedef struct {
-    float temperature;        /* 0 = greedy */
-    int top_k;                /* 0 = off */
-    float top_p;              /* 1 = off */
-    float min_p;              /* 0 = off */
-    float repetition_penalty; /* 1 = off */
-    float presence_penalty, frequency_penalty; /* 0 = off */
-    int penalty_last_n;       /* 0 = every accepted token */
-    uint64_t seed;
+    float temperature;        /* 0 = greedy (argmax after penalties) */
+    int top_k;                /* keep the k most likely tokens; 0 = off */
+    float top_p;              /* keep the smallest set with cumulative prob >= p; 1 = off */
+    float min_p;              /* drop tokens with prob < min_p * max prob; 0 = off */
+    float repetition_penalty; /* Hugging Face style, per distinct recent token; 1 = off */
+    float presence_penalty;   /* OpenAI style: logit -= presence * (count > 0); 0 = off */
+    float frequency_penalty;  /* OpenAI style: logit -= frequency * count; 0 = off */
+    int penalty_last_n;       /* how many recent accepted tokens the penalties count; 0 = all */
+    uint64_t seed;            /* the generator's seed: same seed, same draws */
 } SamplerParams;
 
-SamplerParams sampler_params_default(void); /* temperature 0.7, top-p 0.95, seed 0 */
+/* temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, penalties off,
+ * penalty_last_n 64, seed 0 (a fixed seed: runs repeat unless told otherwise). */
+SamplerParams sampler_params_default(void);
+
+typedef struct {
+    int32_t id;
+    float x;                  /* the token's logit after penalties and temperature */
+    float w;                  /* exp(x - max x): its probability relative to the top token */
+} SamplerCand;
 
 typedef struct {
     SamplerParams p;
-    int n_vocab;
-    uint64_t rng[4];          /* xoshiro256** state */
-    int32_t *history;         /* ring of the last penalty_last_n tokens (or all) */
-    int n_history, cap_history, head;
-    int32_t *counts;          /* [n_vocab] occurrences in the window */
-    int32_t *cand_ids;        /* [n_vocab] scratch */
-    float *cand_p;            /* [n_vocab] scratch */
+    int n_vocab;              /* the vocabulary the scratch buffers hold */
+    uint64_t rng[4];          /* xoshiro256** state, seeded through splitmix64 */
+    bool penalize;            /* any penalty active: the window below is kept */
+    int32_t *counts;          /* [n_vocab] occurrences of each token in the window */
+    int32_t *distinct;        /* [n_vocab] the tokens with counts > 0, in no order */
+    int32_t *distinct_pos;    /* [n_vocab] index of a token in distinct, or -1 */
+    int n_distinct;
+    int32_t *ring;            /* [penalty_last_n] the window, oldest at ring_head */
+    int ring_len, ring_head;
+    SamplerCand *cand;        /* [n_vocab] scratch: the candidate list */
+    float *prob;              /* [n_vocab] scratch: candidate probabilities */
 } Sampler;
 
+/* Checks the parameters (a bad value is an error naming the field) and
+ * allocates the buffers for n_vocab tokens. Returns 0 or -1. */
 int sampler_init(Sampler *s, const SamplerParams *p, int n_vocab, Err *err);
 void sampler_free(Sampler *s);
+
+/* Forgets the token history and restarts the generator from the seed. */
+void sampler_reset(Sampler *s);
+
+/* Records a token for the penalties (ids outside the vocabulary are ignored). */
 void sampler_accept(Sampler *s, int32_t token);
-/* Draws a token; may modify logits. */
+
+/* Draws the next token. Applies the penalties to logits in place, so pass a
+ * fresh row each call. Never fails: a row with no finite logit gives token 0. */
 int32_t sampler_sample(Sampler *s, float *logits, int n_vocab);
-/* The final candidates and their probabilities (what sampling draws from);
- * returns their count. ids/probs need n_vocab room. May modify logits. */
+
+/* The candidate list sampling would draw from for these logits, without
+ * drawing: writes up to n_vocab ids and probabilities (summing to 1), most
+ * likely first (ties: lower id first), and returns how many. Modifies logits
+ * in place like sampler_sample and does not advance the generator. */
 int sampler_probs(Sampler *s, float *logits, int n_vocab, int32_t *ids, float *probs);
 
 #endif

@@ -33,7 +33,7 @@ static StopResult stop_emit(StopMatcher *m, size_t n) {
 
 /* Appends text after dropping what the last call handed out. */
 static int stop_buf_append(StopMatcher *m, const char *text, size_t len) {
-    memmove(m->buf, m->buf + m->emitted, m->len - m->emitted);
+    if (m->emitted) memmove(m->buf, m->buf + m->emitted, m->len - m->emitted);
     m->len -= m->emitted;
     m->emitted = 0;
     if (len > (size_t)-1 / 2 - m->len) return -1;
