@@ -97,10 +97,15 @@ static int32_t trie_longest(const AddedTrie *tr, const char *s, size_t i, size_t
 
 static bool is_word_cp(uint32_t cp) { return uni_class(cp) & UNI_W; }
 
-/* The code point ending just before s[i] (i > start). */
-static uint32_t cp_before(const char *s, size_t start, size_t i) {
+/* Where the character ending just before s[i] starts (i > start). */
+static size_t prev_start(const char *s, size_t start, size_t i) {
     size_t j = i - 1;
     while (j > start && ((uint8_t)s[j] & 0xC0) == 0x80) j--;
+    return j;
+}
+
+static uint32_t cp_before(const char *s, size_t start, size_t i) {
+    size_t j = prev_start(s, start, i);
     uint32_t cp;
     utf8_next((const uint8_t *)s + j, i - j, &cp);
     return cp;
@@ -115,11 +120,7 @@ static bool single_word_ok(const char *s, size_t start, size_t end, size_t ms, s
 
 static size_t space_len_before(const char *s, size_t start, size_t i) {
     size_t j = i;
-    while (j > start && (uni_class(cp_before(s, start, j)) & UNI_S)) {
-        size_t k = j - 1;
-        while (k > start && ((uint8_t)s[k] & 0xC0) == 0x80) k--;
-        j = k;
-    }
+    while (j > start && (uni_class(cp_before(s, start, j)) & UNI_S)) j = prev_start(s, start, j);
     return i - j;
 }
 

@@ -41,9 +41,10 @@ typedef struct {
 
 typedef struct {
     int32_t id;
-    char *text; /* content; for normalized tokens also its normalized form in match */
+    char *text;  /* content */
     size_t len;
-    char *match; /* what is searched for: text, or its normalized form */
+    char *match; /* what is searched for: text, or its normalized form for a
+                    normalized token (HF matches those in normalized text) */
     size_t match_len;
     bool special, normalized, lstrip, rstrip, single_word;
 } AddedTok;
