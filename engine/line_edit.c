@@ -555,8 +555,8 @@ static LineEvent core_csi(LineCore *c, unsigned char final) {
     int p1, p2;
     c->csi[c->csi_len] = 0;
     if (c->csi_bad || csi_params(c->csi, &p1, &p2)) return LINE_EV_NONE;
-    if (final == '~' && p1 == 200) { c->pasting = 1; c->paste_cr = 0; return LINE_EV_NONE; }
-    if (final == '~' && p1 == 201) { c->pasting = 0; return LINE_EV_NONE; }
+    if (final == '~' && p1 == 200 && p2 == 0) { c->pasting = 1; c->paste_cr = 0; return LINE_EV_NONE; }
+    if (final == '~' && p1 == 201 && p2 == 0) { c->pasting = 0; return LINE_EV_NONE; }
     if (c->pasting) return LINE_EV_NONE;
     if (final == '~') {
         if (p1 == 1 || p1 == 7) return core_key(c, KEY_HOME);
