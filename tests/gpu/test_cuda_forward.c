@@ -62,7 +62,11 @@ static void check_tiny(const char *arch, bool gguf) {
     snprintf(model_path, sizeof model_path, "%s/tiny/%s", test_fixture_dir(),
              gguf ? json_get_str(ref, "gguf", "") : json_get_str(ref, "hf_dir", ""));
     Model m;
-    CHECK(model_load(&m, model_path, MODEL_LOAD_NO_TOKENIZER, &err) == 0, "%s", err.msg);
+    if (model_load(&m, model_path, MODEL_LOAD_NO_TOKENIZER, &err)) {
+        CHECK(0, "%s", err.msg);
+        json_free(doc);
+        return;
+    }
     Backend *be = backend_cuda_create(&m.cfg, &m.w, 0, gguf ? 4 : 16, 64, 64, NULL, &err);
     CHECK(be != NULL, "%s", err.msg);
     Engine e;
@@ -134,8 +138,11 @@ static void check_real(const char *name) {
     snprintf(ref_path, sizeof ref_path, "%s/real/%s.ref.json", test_fixture_dir(), name);
     Json *doc = json_parse_file(ref_path, &err);
     Model m;
-    CHECK(doc && model_load(&m, path, MODEL_LOAD_NO_TOKENIZER, &err) == 0, "%s", err.msg);
-    if (!doc) return;
+    if (!doc || model_load(&m, path, MODEL_LOAD_NO_TOKENIZER, &err)) {
+        CHECK(0, "%s (the real models must be present under $CLLM_MODELS)", err.msg);
+        json_free(doc);
+        return;
+    }
     double gbps = 0;
     Backend *gpu = backend_cuda_create(&m.cfg, &m.w, 0, 16, 64, 256, &gbps, &err);
     Backend *cpu = backend_cpu_create(&m.cfg, &m.w, 0, 16, 64, &err);
