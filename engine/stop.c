@@ -7,7 +7,6 @@
  * stop string that straddles pieces, and nothing twice. */
 #include "engine/stop.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 void stop_matcher_init(StopMatcher *m, const char *const *stop, int n_stop) {
@@ -21,33 +20,23 @@ void stop_matcher_init(StopMatcher *m, const char *const *stop, int n_stop) {
 }
 
 void stop_matcher_free(StopMatcher *m) {
-    free(m->buf);
+    chat_buf_free(&m->buf);
     memset(m, 0, sizeof *m);
 }
 
 /* Hands out buf[0..n) and remembers to drop it on the next call. */
 static StopResult stop_emit(StopMatcher *m, size_t n) {
     m->emitted = n;
-    return (StopResult){n ? m->buf : "", n, m->stopped};
+    return (StopResult){n ? m->buf.data : "", n, m->stopped};
 }
 
 /* Appends text after dropping what the last call handed out. */
 static int stop_buf_append(StopMatcher *m, const char *text, size_t len) {
-    if (m->emitted) memmove(m->buf, m->buf + m->emitted, m->len - m->emitted);
-    m->len -= m->emitted;
+    ChatBuf *b = &m->buf;
+    if (m->emitted) memmove(b->data, b->data + m->emitted, b->len - m->emitted);
+    b->len -= m->emitted;
     m->emitted = 0;
-    if (len > (size_t)-1 / 2 - m->len) return -1;
-    if (m->len + len > m->cap) {
-        size_t cap = m->cap ? m->cap : 256;
-        while (cap < m->len + len) cap *= 2;
-        char *b = realloc(m->buf, cap);
-        if (!b) return -1;
-        m->buf = b;
-        m->cap = cap;
-    }
-    if (len) memcpy(m->buf + m->len, text, len);
-    m->len += len;
-    return 0;
+    return chat_buf_append(b, text, len);
 }
 
 /* Where the earliest complete stop string starts in buf, or -1. */
@@ -56,9 +45,9 @@ static long stop_find_first(const StopMatcher *m) {
     for (int i = 0; i < m->n_stop; i++) {
         const char *s = m->stop[i];
         size_t n = s ? strlen(s) : 0;
-        if (n == 0 || n > m->len) continue;
-        const char *hit = memmem(m->buf, m->len, s, n);
-        if (hit && (first < 0 || hit - m->buf < first)) first = hit - m->buf;
+        if (n == 0 || n > m->buf.len) continue;
+        const char *hit = memmem(m->buf.data, m->buf.len, s, n);
+        if (hit && (first < 0 || hit - m->buf.data < first)) first = hit - m->buf.data;
     }
     return first;
 }
@@ -67,9 +56,9 @@ static long stop_find_first(const StopMatcher *m) {
  * string: text that may still become a stop. */
 static size_t stop_partial_tail(const StopMatcher *m) {
     size_t limit = m->max_stop > 0 ? m->max_stop - 1 : 0;
-    if (limit > m->len) limit = m->len;
+    if (limit > m->buf.len) limit = m->buf.len;
     for (size_t k = limit; k > 0; k--) {
-        const char *tail = m->buf + m->len - k;
+        const char *tail = m->buf.data + m->buf.len - k;
         for (int i = 0; i < m->n_stop; i++) {
             const char *s = m->stop[i];
             if (s && strlen(s) > k && !memcmp(tail, s, k)) return k;
@@ -100,12 +89,12 @@ StopResult stop_matcher_push(StopMatcher *m, const char *text, size_t len) {
         m->stopped = true;
         return stop_emit(m, (size_t)first);
     }
-    size_t cut = m->len - stop_partial_tail(m);
-    return stop_emit(m, utf8_safe_cut(m->buf, cut));
+    size_t cut = m->buf.len - stop_partial_tail(m);
+    return stop_emit(m, utf8_safe_cut(m->buf.data, cut));
 }
 
 StopResult stop_matcher_flush(StopMatcher *m) {
     if (m->stopped) return (StopResult){"", 0, true};
     if (stop_buf_append(m, "", 0)) return stop_emit(m, 0);
-    return stop_emit(m, m->len);
+    return stop_emit(m, m->buf.len);
 }

@@ -171,7 +171,7 @@ static void test_long_stream(void) {
     }
     total += stop_matcher_flush(&m).emit_len;
     CHECK(total == pushed, "emitted %zu of %zu", total, pushed);
-    CHECK(m.cap <= 1024, "buffer grew to %zu", m.cap);
+    CHECK(m.buf.cap <= 1024, "buffer grew to %zu", m.buf.cap);
     stop_matcher_free(&m);
 }
 
