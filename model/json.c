@@ -25,12 +25,14 @@
 #include <time.h>
 
 #define INDEX_MIN 16               /* objects with more members are hashed */
-#define CHUNK_BYTES ((size_t)1 << 20)
+#define CHUNK_MIN ((size_t)1 << 10)
+#define CHUNK_MAX ((size_t)1 << 20)
 
 typedef struct Chunk { struct Chunk *next; size_t used, cap; _Alignas(16) char data[]; } Chunk;
 
 struct Json {
     Chunk *chunks;
+    size_t chunk_bytes;            /* size of the next chunk: grows to CHUNK_MAX */
     uint64_t seed;                 /* hash seed of this document's indexes */
     JsonValue root;
 };
@@ -54,6 +56,8 @@ typedef struct {
 
 /* ---------- arena ---------- */
 
+/* Chunks start small (a JSON Lines prompt is a few hundred bytes) and
+ * double up to CHUNK_MAX, so a big document costs a few large chunks. */
 static void *arena_alloc(Json *d, size_t n, size_t align) {
     Chunk *c = d->chunks;
     size_t at = c ? (c->used + align - 1) & ~(align - 1) : 0;
@@ -61,15 +65,16 @@ static void *arena_alloc(Json *d, size_t n, size_t align) {
         c->used = at + n;
         return c->data + at;
     }
-    /* A request bigger than a chunk gets a chunk of its own, linked behind
-     * the current one so the current one's free space stays usable. */
-    size_t cap = n > CHUNK_BYTES ? n : CHUNK_BYTES;
+    size_t cap = n > d->chunk_bytes ? n : d->chunk_bytes;
     if (cap > SIZE_MAX - sizeof *c) return NULL;
     Chunk *nc = malloc(sizeof *nc + cap);
     if (!nc) return NULL;
     nc->cap = cap;
     nc->used = n;
-    if (c && n > CHUNK_BYTES) {
+    if (d->chunk_bytes < CHUNK_MAX) d->chunk_bytes *= 2;
+    /* A request bigger than a chunk gets a chunk of its own, linked behind
+     * the current one so the current one's free space stays usable. */
+    if (c && n > d->chunk_bytes) {
         nc->next = c->next;
         c->next = nc;
     } else {
@@ -339,7 +344,7 @@ static int parse_value(Parser *p, JsonValue *v);
 
 static int stack_push(Stack *st, const JsonValue *v, const char *key, size_t klen) {
     if (st->n == st->cap) {
-        size_t cap = st->cap ? st->cap * 2 : 256;
+        size_t cap = st->cap ? st->cap * 2 : 32;
         JsonValue *vals = realloc(st->vals, cap * sizeof *vals);
         if (vals) st->vals = vals;
         const char **keys = realloc(st->keys, cap * sizeof *keys);
@@ -477,6 +482,9 @@ Json *json_parse(const char *text, size_t len, const char *source, Err *err) {
     Json *doc = calloc(1, sizeof *doc);
     if (!doc) { err_set(err, "%s: out of memory", source); return NULL; }
     doc->seed = doc_seed(doc);
+    /* The tree is about as big as the text (strings) plus a JsonValue per value. */
+    doc->chunk_bytes = CHUNK_MIN;
+    while (doc->chunk_bytes < CHUNK_MAX && doc->chunk_bytes < len) doc->chunk_bytes *= 2;
     Parser p = {.s = text, .len = len, .source = source, .doc = doc, .err = err};
     int rc = parse_value(&p, &doc->root);
     if (rc == 0) {

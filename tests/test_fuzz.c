@@ -1,0 +1,503 @@
+/* test_fuzz.c — a deterministic mutation fuzzer for the readers of untrusted
+ * files: json_parse, safetensors_open (single files and sharded folders) and
+ * gguf_open. No libFuzzer needed; tests/fuzz/ has libFuzzer targets for
+ * long runs.
+ *
+ * Seeds: the committed fixtures (tests/fixtures/safetensors, every .gguf in
+ * tests/fixtures/gguf, small JSON files) plus a tiny GGUF and a JSON
+ * sample built here, so the run does not depend on other fixtures existing.
+ * Each iteration applies 1-4 random mutations (bit flips, random bytes,
+ * "interesting" integers, insertions, deletions, truncations, duplicated
+ * chunks, splices with another seed, JSON tokens, numbers swapped for
+ * extreme ones; for safetensors also header edits with a consistent length
+ * field) and feeds the result to the reader through tests/fuzz/fuzz_common.h,
+ * which checks what an accepted input promises. Any crash or sanitizer
+ * report fails the run; a broken invariant fails the test and the input is
+ * saved for replay.
+ *
+ * CLLM_FUZZ_SEED picks the seed (printed). CLLM_FUZZ_ITERS sets N, the JSON
+ * and safetensors iterations; GGUF gets 3N/4, sharded folders N/32 (each
+ * writes files). The default N = 200000 takes about 20 s under ASan on this
+ * 2-core machine and half that without.
+ */
+#include <dirent.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "tests/fuzz/fuzz_common.h"
+#include "tests/test.h"
+
+typedef struct { uint8_t *b; size_t n, cap; } Buf;
+typedef struct { Buf *items; size_t n; } Seeds;
+typedef struct { uint64_t s[4]; } Rng; /* xoshiro256** */
+
+typedef struct {
+    Rng rng;
+    uint64_t seed;
+    long iters;               /* base iteration count */
+    int memfd;
+    char tmp[64];             /* folder for sharded cases and saved failures */
+    Seeds json, st, gguf;
+    Buf shard1, shard2, index;  /* the sharded fixture */
+    long accepted;            /* inputs the reader took, in the current run */
+} Fuzz;
+
+/* ---------- random numbers ---------- */
+
+static uint64_t splitmix(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static void rng_seed(Rng *r, uint64_t seed) {
+    for (int i = 0; i < 4; i++) r->s[i] = splitmix(&seed);
+}
+
+static uint64_t rng_next(Rng *r) {
+    uint64_t *s = r->s, x = s[1] * 5, result = ((x << 7) | (x >> 57)) * 9, t = s[1] << 17;
+    s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3]; s[2] ^= t; s[3] = (s[3] << 45) | (s[3] >> 19);
+    return result;
+}
+
+static size_t rng_below(Rng *r, size_t n) { return n ? (size_t)(rng_next(r) % n) : 0; }
+
+/* ---------- buffers ---------- */
+
+static void buf_reserve(Buf *b, size_t n) {
+    if (n <= b->cap) return;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < n) cap *= 2;
+    b->b = realloc(b->b, cap);
+    b->cap = cap;
+}
+
+static void buf_set(Buf *b, const void *p, size_t n) {
+    buf_reserve(b, n);
+    if (n) memcpy(b->b, p, n);
+    b->n = n;
+}
+
+/* Replaces b[at, at + del) with ins[0, n) (ins may point into b). */
+static void buf_splice(Buf *b, size_t at, size_t del, const uint8_t *ins, size_t n) {
+    uint8_t *copy = malloc(n ? n : 1);
+    if (n) memcpy(copy, ins, n);
+    if (at > b->n) at = b->n;
+    if (del > b->n - at) del = b->n - at;
+    buf_reserve(b, b->n - del + n);
+    memmove(b->b + at + n, b->b + at + del, b->n - at - del);
+    if (n) memcpy(b->b + at, copy, n);
+    b->n = b->n - del + n;
+    free(copy);
+}
+
+static bool read_file(const char *path, Buf *out) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    uint8_t chunk[65536];
+    size_t n;
+    out->n = 0;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) buf_splice(out, out->n, 0, chunk, n);
+    fclose(f);
+    return true;
+}
+
+static void seeds_add(Seeds *s, const void *p, size_t n) {
+    s->items = realloc(s->items, (s->n + 1) * sizeof *s->items);
+    s->items[s->n] = (Buf){0};
+    buf_set(&s->items[s->n++], p, n);
+}
+
+static void seeds_add_file(Seeds *s, const char *path, size_t max) {
+    Buf b = {0};
+    if (read_file(path, &b) && b.n <= max) seeds_add(s, b.b, b.n);
+    free(b.b);
+}
+
+static void seeds_free(Seeds *s) {
+    for (size_t i = 0; i < s->n; i++) free(s->items[i].b);
+    free(s->items);
+}
+
+/* ---------- mutations ---------- */
+
+static const uint64_t interesting[] = {
+    0, 1, 2, 7, 8, 16, 31, 32, 64, 127, 128, 255, 256, 0x7fff, 0x8000, 0xffff, 0x10000,
+    0x7fffffff, 0x80000000, 0xffffffff, 0x100000000ull, 0x7fffffffffffffffull, 0x8000000000000000ull,
+    0xffffffffffffffffull, 0xfffffffffffffffeull, 100ull << 20, (100ull << 20) + 1, 1ull << 40,
+};
+
+static const char *json_tokens[] = {
+    "{", "}", "[", "]", ",", ":", "\"", "\\", "\\u", "\\ud800", "\\udc00", "\\ud83d\\ude00", "\\u0000", "1e999",
+    "-0", "0.5", "null", "true", "false", "\"\"", "[]", "{}", "\xff", "\xc3", "\xed\xa0\x80", "\xf0\x9f\x98\x80",
+    "\x01", " ", "\n", "\"__metadata__\"", "\"dtype\"", "\"shape\"", "\"data_offsets\"", "\"F32\"", "\"F16\"",
+    "\"BF16\"", "\"F8_E4M3\"", "\"I64\"", "\"weight_map\"", "[1,2,3,4,5]", "[0,0]", "18446744073709551616",
+};
+
+static const char *json_numbers[] = {
+    "0", "1", "-1", "2", "4", "8", "1024", "2147483647", "4294967296", "9223372036854775807",
+    "9223372036854775808", "-9223372036854775808", "18446744073709551615", "1099511627776", "1e3", "0.0", "-0",
+};
+
+/* Overwrites a little-endian integer of 1, 2, 4 or 8 bytes at a random
+ * offset (aligned to its size half the time: where GGUF counts live). */
+static void mut_interesting(Rng *r, Buf *b) {
+    int w = 1 << rng_below(r, 4);
+    if (b->n < (size_t)w) return;
+    size_t at = rng_below(r, b->n - w + 1);
+    if (rng_below(r, 2)) at &= ~(size_t)(w - 1);
+    uint64_t v = interesting[rng_below(r, sizeof interesting / sizeof *interesting)];
+    if (rng_below(r, 4) == 0) v = ~v + 1; /* negated */
+    if (rng_below(r, 4) == 0) v += rng_below(r, 5) - 2;
+    for (int i = 0; i < w; i++) b->b[at + i] = (uint8_t)(v >> (8 * i));
+}
+
+/* Swaps one run of digits for an extreme number. */
+static void mut_number(Rng *r, Buf *b) {
+    if (!b->n) return;
+    size_t at = rng_below(r, b->n), tries = 0;
+    while (tries++ < b->n && !(b->b[at] >= '0' && b->b[at] <= '9')) at = (at + 1) % b->n;
+    if (!(b->b[at] >= '0' && b->b[at] <= '9')) return;
+    size_t start = at, end = at;
+    while (start > 0 && b->b[start - 1] >= '0' && b->b[start - 1] <= '9') start--;
+    while (end < b->n && b->b[end] >= '0' && b->b[end] <= '9') end++;
+    const char *num = json_numbers[rng_below(r, sizeof json_numbers / sizeof *json_numbers)];
+    buf_splice(b, start, end - start, (const uint8_t *)num, strlen(num));
+}
+
+static void mutate(Rng *r, Buf *b, const Seeds *others, bool text) {
+    int kinds = text ? 11 : 9;
+    switch (rng_below(r, kinds)) {
+    case 0: if (b->n) b->b[rng_below(r, b->n)] ^= (uint8_t)(1u << rng_below(r, 8)); break;
+    case 1: if (b->n) b->b[rng_below(r, b->n)] = (uint8_t)rng_next(r); break;
+    case 2: mut_interesting(r, b); break;
+    case 3: { /* insert random bytes */
+        uint8_t ins[16];
+        size_t n = 1 + rng_below(r, sizeof ins);
+        for (size_t i = 0; i < n; i++) ins[i] = (uint8_t)rng_next(r);
+        buf_splice(b, rng_below(r, b->n + 1), 0, ins, n);
+        break;
+    }
+    case 4: { /* delete a range */
+        size_t at = rng_below(r, b->n + 1);
+        buf_splice(b, at, 1 + rng_below(r, rng_below(r, 2) ? 8 : 256), NULL, 0);
+        break;
+    }
+    case 5: b->n = rng_below(r, b->n + 1); break; /* truncate */
+    case 6: { /* duplicate a chunk somewhere else */
+        if (!b->n) break;
+        size_t at = rng_below(r, b->n), n = 1 + rng_below(r, b->n - at < 64 ? b->n - at : 64);
+        buf_splice(b, rng_below(r, b->n + 1), rng_below(r, 2) ? 0 : n, b->b + at, n);
+        break;
+    }
+    case 7: { /* splice: our head, another seed's tail */
+        const Buf *o = &others->items[rng_below(r, others->n)];
+        size_t at = rng_below(r, b->n + 1), from = rng_below(r, o->n + 1);
+        buf_splice(b, at, b->n - at, o->b + from, o->n - from);
+        break;
+    }
+    case 8: { /* overwrite with bytes from another seed at the same offset */
+        const Buf *o = &others->items[rng_below(r, others->n)];
+        size_t at = rng_below(r, b->n + 1), n = rng_below(r, 32);
+        if (at < o->n && n > o->n - at) n = o->n - at;
+        if (at < o->n) buf_splice(b, at, n, o->b + at, n);
+        break;
+    }
+    case 9: { /* insert or replace with a JSON token */
+        const char *t = json_tokens[rng_below(r, sizeof json_tokens / sizeof *json_tokens)];
+        buf_splice(b, rng_below(r, b->n + 1), rng_below(r, 3), (const uint8_t *)t, strlen(t));
+        break;
+    }
+    default: mut_number(r, b); break;
+    }
+}
+
+static void mutate_n(Rng *r, Buf *b, const Seeds *others, bool text) {
+    int n = 1 + (int)rng_below(r, 4);
+    for (int i = 0; i < n; i++) mutate(r, b, others, text);
+}
+
+/* A safetensors file whose header JSON is mutated as text and then framed
+ * with a correct length, so the mutations reach the tensor checks instead
+ * of failing at the length field. */
+static void mutate_st_header(Rng *r, Buf *b, const Seeds *others) {
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0 && b->n >= 8; i--) hlen = hlen << 8 | b->b[i];
+    if (b->n < 8 || hlen > b->n - 8) { mutate_n(r, b, others, true); return; }
+    Buf h = {0}, out = {0};
+    buf_set(&h, b->b + 8, (size_t)hlen);
+    int n = 1 + (int)rng_below(r, 3);
+    for (int i = 0; i < n; i++) {
+        size_t k = rng_below(r, 4);
+        if (k == 0) mutate(r, &h, others, true);
+        else if (k == 1) mut_number(r, &h);
+        else { /* a JSON token at a random place */
+            const char *t = json_tokens[rng_below(r, sizeof json_tokens / sizeof *json_tokens)];
+            buf_splice(&h, rng_below(r, h.n + 1), rng_below(r, 4), (const uint8_t *)t, strlen(t));
+        }
+    }
+    uint8_t len[8];
+    for (int i = 0; i < 8; i++) len[i] = (uint8_t)((uint64_t)h.n >> (8 * i));
+    buf_set(&out, len, 8);
+    buf_splice(&out, 8, 0, h.b, h.n);
+    size_t data = b->n - 8 - (size_t)hlen;
+    if (rng_below(r, 4) == 0) data = rng_below(r, data + 1);
+    buf_splice(&out, out.n, 0, b->b + 8 + hlen, data);
+    buf_set(b, out.b, out.n);
+    free(h.b);
+    free(out.b);
+}
+
+/* ---------- seeds ---------- */
+
+/* A small GGUF v3 built byte by byte: four metadata values (string, u32
+ * alignment, i32 array, f32) and two tensors (F32 4x2, F16 8), aligned. */
+static void put_le(Buf *b, uint64_t v, int n) {
+    uint8_t t[8];
+    for (int i = 0; i < n; i++) t[i] = (uint8_t)(v >> (8 * i));
+    buf_splice(b, b->n, 0, t, (size_t)n);
+}
+
+static void put_str(Buf *b, const char *s) {
+    put_le(b, strlen(s), 8);
+    buf_splice(b, b->n, 0, (const uint8_t *)s, strlen(s));
+}
+
+static void make_tiny_gguf(Buf *b) {
+    b->n = 0;
+    buf_splice(b, 0, 0, (const uint8_t *)"GGUF", 4);
+    put_le(b, 3, 4);  /* version */
+    put_le(b, 2, 8);  /* tensors */
+    put_le(b, 4, 8);  /* kv pairs */
+    put_str(b, "general.architecture"); put_le(b, GGUF_STRING, 4); put_str(b, "llama");
+    put_str(b, "general.alignment"); put_le(b, GGUF_UINT32, 4); put_le(b, 32, 4);
+    put_str(b, "llama.list"); put_le(b, GGUF_ARRAY, 4); put_le(b, GGUF_INT32, 4); put_le(b, 3, 8);
+    for (int i = 1; i <= 3; i++) put_le(b, (uint64_t)-i, 4);
+    put_str(b, "llama.eps"); put_le(b, GGUF_FLOAT32, 4); put_le(b, 0x3727c5ac, 4); /* 1e-5f */
+    put_str(b, "a"); put_le(b, 2, 4); put_le(b, 4, 8); put_le(b, 2, 8); put_le(b, DT_F32, 4); put_le(b, 0, 8);
+    put_str(b, "b"); put_le(b, 1, 4); put_le(b, 8, 8); put_le(b, DT_F16, 4); put_le(b, 32, 8);
+    while (b->n % 32) put_le(b, 0, 1);
+    for (int i = 0; i < 32; i++) put_le(b, 0x3f800000u + (uint32_t)i, 4); /* 32 bytes of a, then b */
+}
+
+static void fuzz_load_seeds(Fuzz *fz) {
+    char path[1024];
+    const char *fx = test_fixture_dir();
+    static const char *st_files[] = {"single.safetensors", "sharded/model-00001-of-00002.safetensors",
+                                     "sharded/model-00002-of-00002.safetensors"};
+    for (size_t i = 0; i < sizeof st_files / sizeof *st_files; i++) {
+        snprintf(path, sizeof path, "%s/safetensors/%s", fx, st_files[i]);
+        seeds_add_file(&fz->st, path, 1 << 20);
+    }
+    snprintf(path, sizeof path, "%s/safetensors/sharded/model-00001-of-00002.safetensors", fx);
+    read_file(path, &fz->shard1);
+    snprintf(path, sizeof path, "%s/safetensors/sharded/model-00002-of-00002.safetensors", fx);
+    read_file(path, &fz->shard2);
+    snprintf(path, sizeof path, "%s/safetensors/sharded/model.safetensors.index.json", fx);
+    read_file(path, &fz->index);
+    static const char *json_files[] = {"safetensors/expected.json", "safetensors/sharded/model.safetensors.index.json",
+                                       "gguf/valid.json", "tiny/llama/config.json", "tiny/gemma3/config.json",
+                                       "tiny/gpt-oss/config.json"};
+    for (size_t i = 0; i < sizeof json_files / sizeof *json_files; i++) {
+        snprintf(path, sizeof path, "%s/%s", fx, json_files[i]);
+        seeds_add_file(&fz->json, path, 64 << 10);
+    }
+    static const char sample[] = "{\"s\": \"caf\xc3\xa9 \\u00e9\\ud83d\\ude00\\n\\\"\", \"n\": [-0, 1.5e-3, 12345678901234567890,"
+                                 " true, false, null], \"o\": {\"a\": [[], {}], \"a\": 2}, \"big\": 1e308}";
+    seeds_add(&fz->json, sample, sizeof sample - 1);
+    Buf g = {0};
+    make_tiny_gguf(&g);
+    seeds_add(&fz->gguf, g.b, g.n);
+    free(g.b);
+    snprintf(path, sizeof path, "%s/gguf", fx);
+    DIR *d = opendir(path);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        size_t l = strlen(e->d_name);
+        if (l < 6 || strcmp(e->d_name + l - 5, ".gguf")) continue;
+        snprintf(path, sizeof path, "%s/gguf/%s", fx, e->d_name);
+        seeds_add_file(&fz->gguf, path, 1 << 20);
+    }
+    if (d) closedir(d);
+}
+
+/* Keeps a failing input for replay and says where. */
+static void save_failure(Fuzz *fz, const char *what, long iter, const Buf *b) {
+    char path[160];
+    snprintf(path, sizeof path, "%s/fail-%s-%ld.bin", fz->tmp, what, iter);
+    FILE *f = fopen(path, "wb");
+    if (f) { fwrite(b->b, 1, b->n, f); fclose(f); }
+    printf("  seed %llu iteration %ld: input saved as %s\n", (unsigned long long)fz->seed, iter, path);
+}
+
+/* ---------- the tests ---------- */
+
+static void test_seeds_valid(Fuzz *fz) {
+    /* The unmutated seeds must open, or the fuzzing starts from nothing. */
+    char p[64];
+    Err err;
+    CHECK(fz->json.n >= 4 && fz->st.n == 3 && fz->gguf.n >= 1, "seeds: %zu json, %zu safetensors, %zu gguf",
+          fz->json.n, fz->st.n, fz->gguf.n);
+    for (size_t i = 0; i < fz->json.n; i++) {
+        Json *d = json_parse((const char *)fz->json.items[i].b, fz->json.items[i].n, "seed", &err);
+        CHECK(d != NULL, "json seed %zu: %s", i, err.msg);
+        json_free(d);
+    }
+    for (size_t i = 0; i < fz->st.n; i++) {
+        Safetensors st;
+        const char *path = fuzz_file_path(fz->memfd, fz->st.items[i].b, fz->st.items[i].n, p);
+        CHECK(path && safetensors_open(&st, path, &err) == 0, "safetensors seed %zu: %s", i, err.msg);
+        if (path && st.n_shards) safetensors_close(&st);
+    }
+    for (size_t i = 0; i < fz->gguf.n; i++) {
+        GGUFFile f;
+        const char *path = fuzz_file_path(fz->memfd, fz->gguf.items[i].b, fz->gguf.items[i].n, p);
+        int rc = path ? gguf_open(&f, path, &err) : -1;
+        CHECK(rc == 0, "gguf seed %zu: %s", i, err.msg);
+        if (rc == 0) {
+            CHECK(i > 0 || (f.n_tensors == 2 && f.n_kv == 4 && gguf_find_tensor(&f, "b") &&
+                            gguf_find_tensor(&f, "b")->offset == 32),
+                  "the tiny GGUF reads back");
+            gguf_close(&f);
+        }
+    }
+}
+
+static void fuzz_json_run(Fuzz *fz, long n) {
+    Buf b = {0};
+    int bad = 0;
+    for (long it = 0; it < n; it++) {
+        const Buf *s = &fz->json.items[rng_below(&fz->rng, fz->json.n)];
+        buf_set(&b, s->b, s->n);
+        mutate_n(&fz->rng, &b, &fz->json, true);
+        /* An exact-size copy: a read past the end is an ASan report. */
+        uint8_t *exact = malloc(b.n ? b.n : 1);
+        memcpy(exact, b.b, b.n);
+        const char *why = fuzz_json(exact, b.n, &fz->accepted);
+        free(exact);
+        if (why && bad++ < 3) { CHECK(why == NULL, "json iteration %ld: %s", it, why); save_failure(fz, "json", it, &b); }
+    }
+    free(b.b);
+}
+
+static void fuzz_st_run(Fuzz *fz, long n) {
+    Buf b = {0};
+    char p[64];
+    int bad = 0;
+    for (long it = 0; it < n; it++) {
+        const Buf *s = &fz->st.items[rng_below(&fz->rng, fz->st.n)];
+        buf_set(&b, s->b, s->n);
+        if (rng_below(&fz->rng, 3)) mutate_st_header(&fz->rng, &b, &fz->st);
+        else mutate_n(&fz->rng, &b, &fz->st, false);
+        const char *path = fuzz_file_path(fz->memfd, b.b, b.n, p);
+        const char *why = path ? fuzz_safetensors_path(path, &fz->accepted) : "cannot write the memfd";
+        if (why && bad++ < 3) { CHECK(why == NULL, "safetensors iteration %ld: %s", it, why); save_failure(fz, "st", it, &b); }
+    }
+    free(b.b);
+}
+
+static void write_to(const char *dir, const char *name, const Buf *b) {
+    char path[160];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (f) { fwrite(b->b, 1, b->n, f); fclose(f); }
+}
+
+/* Sharded folders: the index or one shard mutated. Only the files that
+ * changed since the last iteration are rewritten. */
+static void fuzz_sharded_run(Fuzz *fz, long n) {
+    static const char *names[] = {"model.safetensors.index.json", "model-00001-of-00002.safetensors",
+                                  "model-00002-of-00002.safetensors"};
+    char dir[128];
+    snprintf(dir, sizeof dir, "%s/ck", fz->tmp);
+    mkdir(dir, 0755);
+    const Buf *orig[3] = {&fz->index, &fz->shard1, &fz->shard2};
+    for (int i = 0; i < 3; i++) write_to(dir, names[i], orig[i]);
+    Buf b = {0};
+    Seeds idx_seeds = {&fz->index, 1};
+    int bad = 0;
+    size_t last = 0;
+    for (long it = 0; it < n; it++) {
+        size_t k = rng_below(&fz->rng, 3);
+        if (k != last) write_to(dir, names[last], orig[last]); /* undo the last mutation */
+        buf_set(&b, orig[k]->b, orig[k]->n);
+        if (k == 0) mutate_n(&fz->rng, &b, &idx_seeds, true);
+        else mutate_st_header(&fz->rng, &b, &fz->st);
+        write_to(dir, names[k], &b);
+        last = k;
+        const char *why = fuzz_safetensors_path(dir, &fz->accepted);
+        if (why && bad++ < 3) { CHECK(why == NULL, "sharded iteration %ld (%s): %s", it, names[k], why); save_failure(fz, "sharded", it, &b); }
+    }
+    for (int i = 0; i < 3; i++) {
+        char path[200];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+    free(b.b);
+}
+
+static void fuzz_gguf_run(Fuzz *fz, long n) {
+    Buf b = {0};
+    char p[64];
+    int bad = 0;
+    for (long it = 0; it < n; it++) {
+        const Buf *s = &fz->gguf.items[rng_below(&fz->rng, fz->gguf.n)];
+        buf_set(&b, s->b, s->n);
+        mutate_n(&fz->rng, &b, &fz->gguf, false);
+        const char *path = fuzz_file_path(fz->memfd, b.b, b.n, p);
+        const char *why = path ? fuzz_gguf_path(path, &fz->accepted) : "cannot write the memfd";
+        if (why && bad++ < 3) { CHECK(why == NULL, "gguf iteration %ld: %s", it, why); save_failure(fz, "gguf", it, &b); }
+    }
+    free(b.b);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Runs one target and prints its count and time on a note line. */
+#define FUZZ_RUN(fn, fz, n)                                                                   \
+    do {                                                                                      \
+        double t0_ = now_s();                                                                 \
+        test_failed_checks = 0;                                                               \
+        (fz)->accepted = 0;                                                                   \
+        fn(fz, n);                                                                            \
+        printf("# fuzz: %s: %ld iterations (%ld inputs accepted) in %.1f s\n", #fn, (long)(n), \
+               (fz)->accepted, now_s() - t0_);                                                \
+        printf("%s - %s (%ld iterations)\n", test_failed_checks ? "not ok" : "ok", #fn, (long)(n)); \
+        if (test_failed_checks) test_failed_tests++;                                          \
+        fflush(stdout);                                                                       \
+    } while (0)
+
+int main(void) {
+    Fuzz fz = {0};
+    const char *s = getenv("CLLM_FUZZ_SEED"), *it = getenv("CLLM_FUZZ_ITERS");
+    fz.seed = s ? strtoull(s, NULL, 0) : 20250117;
+    fz.iters = it ? atol(it) : 200000;
+    rng_seed(&fz.rng, fz.seed);
+    snprintf(fz.tmp, sizeof fz.tmp, "%s/cllm-fuzz-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    fz.memfd = memfd_create("cllm-fuzz", MFD_CLOEXEC);
+    if (fz.memfd < 0 || !mkdtemp(fz.tmp)) { printf("not ok - fuzz setup (memfd / mkdtemp)\n"); return 1; }
+    printf("# fuzz: seed %llu (set CLLM_FUZZ_SEED to change), N = %ld (CLLM_FUZZ_ITERS)\n",
+           (unsigned long long)fz.seed, fz.iters);
+    fuzz_load_seeds(&fz);
+    test_failed_checks = 0;
+    test_seeds_valid(&fz);
+    printf("%s - test_seeds_valid\n", test_failed_checks ? "not ok" : "ok");
+    if (test_failed_checks) test_failed_tests++;
+    if (fz.json.n) FUZZ_RUN(fuzz_json_run, &fz, fz.iters);
+    if (fz.st.n) FUZZ_RUN(fuzz_st_run, &fz, fz.iters);
+    if (fz.index.n && fz.shard1.n && fz.shard2.n) FUZZ_RUN(fuzz_sharded_run, &fz, fz.iters / 32);
+    if (fz.gguf.n) FUZZ_RUN(fuzz_gguf_run, &fz, fz.iters * 3 / 4);
+    close(fz.memfd);
+    rmdir(fz.tmp); /* kept when a failing input was saved in it */
+    seeds_free(&fz.json);
+    seeds_free(&fz.st);
+    seeds_free(&fz.gguf);
+    free(fz.shard1.b); free(fz.shard2.b); free(fz.index.b);
+    TEST_EXIT();
+}
