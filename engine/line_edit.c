@@ -260,11 +260,14 @@ int line_history_load(LineHistory *h, const char *path) {
     if (!data) return 0;
     /* Walk back from the end and keep the newest max valid lines, so a huge
      * file costs one pass over its tail, not max-sized shifts per line. */
-    size_t *starts = malloc((size_t)h->max * sizeof *starts), *ends = malloc((size_t)h->max * sizeof *ends);
+    size_t lines = 1;
+    for (const char *q = data; (q = memchr(q, '\n', size - (size_t)(q - data))) != NULL; q++) lines++;
+    size_t slots = lines < (size_t)h->max ? lines : (size_t)h->max; /* not more than the file can hold */
+    size_t *starts = malloc(slots * sizeof *starts), *ends = malloc(slots * sizeof *ends);
     int kept = 0, loaded = 0;
     Bytes tmp = {0};
     size_t end = size;
-    while (starts && ends && end > 0 && kept < h->max) {
+    while (starts && ends && end > 0 && (size_t)kept < slots) {
         size_t start = end;
         while (start > 0 && data[start - 1] != '\n') start--;
         size_t stop = end > start && data[end - 1] == '\r' ? end - 1 : end;
@@ -930,7 +933,11 @@ static ssize_t editor_fill(LineEditor *le, int timeout_ms) {
         if (k == 0) return -2;
         if (k < 0) return -1;
     }
-    ssize_t n = read(le->in_fd, le->in, sizeof le->in);
+    ssize_t n;
+    while ((n = read(le->in_fd, le->in, sizeof le->in)) < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        struct pollfd p = {.fd = le->in_fd, .events = POLLIN}; /* a non-blocking descriptor: wait */
+        if (poll(&p, 1, -1) < 0) return -1;
+    }
     if (n < 0 && errno == EIO) n = 0;
     le->in_pos = 0;
     le->in_len = n > 0 ? (size_t)n : 0;

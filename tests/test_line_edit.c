@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <locale.h>
 #include <poll.h>
 #include <pthread.h>
@@ -459,6 +460,11 @@ static void test_history_file_round_trip(void) {
     line_history_load(&few, path);
     CHECK(few.n == 3 && !strcmp(few.items[0], entries[n - 3]) && !strcmp(few.items[2], entries[n - 1]),
           "newest 3 kept (n %d)", few.n);
+    /* A huge history_max costs nothing more than the file holds. */
+    LineHistory huge;
+    line_history_init(&huge, INT_MAX);
+    CHECK(line_history_load(&huge, path) == (int)n, "INT_MAX history_max loaded %d", huge.n);
+    line_history_free(&huge);
     /* Through the editor: destroy saves, create loads. */
     snprintf(path, sizeof path, "%s/editor-history", dir);
     int devnull = open("/dev/null", O_RDWR);
@@ -533,6 +539,15 @@ static void test_history_file_corrupt(void) {
 
 /* -------------------------------------------------------- the pipe path */
 
+static void *late_writer_main(void *arg) {
+    int fd = *(int *)arg;
+    struct timespec d = {0, 50 * 1000000};
+    nanosleep(&d, NULL);
+    if (write(fd, "late\n", 5) != 5) fprintf(stderr, "late write failed\n");
+    close(fd);
+    return NULL;
+}
+
 static void test_pipe_turns(void) {
     int in[2], out[2];
     CHECK(pipe(in) == 0 && pipe(out) == 0, "pipe");
@@ -579,6 +594,19 @@ static void test_pipe_turns(void) {
     CHECK(line_editor_read(le, "", NULL, &line, &err) == LINE_EOF, "EOF");
     line_editor_destroy(le);
     close(devnull);
+    close(in[0]);
+    /* A non-blocking descriptor with nothing to read yet waits for data. */
+    CHECK(pipe(in) == 0, "pipe");
+    fcntl(in[0], F_SETFL, fcntl(in[0], F_GETFL) | O_NONBLOCK);
+    pthread_t th;
+    pthread_create(&th, NULL, late_writer_main, &in[1]);
+    le = line_editor_create(in[0], in[0], NULL, 0, &err);
+    line = NULL;
+    CHECK(line_editor_read(le, "", NULL, &line, &err) == LINE_OK && line && !strcmp(line, "late"), "non-blocking: %s",
+          line ? line : err.msg);
+    free(line);
+    pthread_join(th, NULL);
+    line_editor_destroy(le);
     close(in[0]);
     /* Bad arguments. */
     CHECK(line_editor_create(-1, 1, NULL, 10, &err) == NULL && strstr(err.msg, "input fd"), "bad fd: %s", err.msg);
