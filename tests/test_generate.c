@@ -68,7 +68,7 @@ static void test_greedy_matches_reference(void) {
     Rig r;
     int32_t prompt[64], want[64];
     int np, ng;
-    CHECK(rig_open(&r, 200) == 0 && load_ref(prompt, &np, want, &ng) == 0, "setup");
+    if (rig_open(&r, 200) || load_ref(prompt, &np, want, &ng)) { CHECK(0, "setup failed"); rig_close(&r); return; }
     Sequence s = {0};
     GenStats st;
     Err err = {{0}};
@@ -88,7 +88,7 @@ static void test_stop_string_and_context(void) {
     Rig r;
     int32_t prompt[64], want[64];
     int np, ng;
-    CHECK(rig_open(&r, 200) == 0 && load_ref(prompt, &np, want, &ng) == 0, "setup");
+    if (rig_open(&r, 200) || load_ref(prompt, &np, want, &ng)) { CHECK(0, "setup failed"); rig_close(&r); return; }
     Err err = {{0}};
     GenStats st;
     /* The text of the first 6 greedy tokens; stopping on its last 2 bytes. */
@@ -113,7 +113,7 @@ static void test_stop_string_and_context(void) {
     sequence_release(&r.e, &s);
     rig_close(&r);
 
-    CHECK(rig_open(&r, np + 5) == 0, "setup");
+    if (rig_open(&r, np + 5)) { CHECK(0, "setup failed"); rig_close(&r); return; }
     p = greedy_params(0);
     CHECK(generate_reply(&r.e, &s, prompt, np, &p, NULL, NULL, NULL, &st, &err) == 0, "%s", err.msg);
     CHECK(!strcmp(st.finish_reason, "context") && (int)s.tokens.n <= np + 5, "finish %s with %zu tokens",
@@ -130,7 +130,7 @@ static void test_truncate_reuses_prefix(void) {
     Rig r;
     int32_t prompt[64], want[64];
     int np, ng;
-    CHECK(rig_open(&r, 200) == 0 && load_ref(prompt, &np, want, &ng) == 0, "setup");
+    if (rig_open(&r, 200) || load_ref(prompt, &np, want, &ng)) { CHECK(0, "setup failed"); rig_close(&r); return; }
     Err err = {{0}};
     Sequence s = {0};
     CHECK(engine_feed(&r.e, &s, prompt, np, &err) == 0, "%s", err.msg);

@@ -260,7 +260,7 @@ static int pre_byte_level(GLoad *g, GGUFStr pre) {
     PreStep bl = {.kind = PRE_BYTELEVEL, .use_regex = true, .rx = RX_GPT2};
     PreStep split = {.kind = PRE_SPLIT_REGEX, .behavior = SPLIT_ISOLATED};
 #define PRE_IS(name) (pre.len == strlen(name) && !memcmp(pre.ptr, name, pre.len))
-    if (PRE_IS("gpt2")) return tok_push_pre(t, bl, g->err);
+    if (PRE_IS("gpt2") || PRE_IS("gpt-2")) return tok_push_pre(t, bl, g->err); /* llama.cpp writes "gpt-2" */
     if (PRE_IS("smollm")) {
         PreStep digits = {.kind = PRE_DIGITS, .individual_digits = true};
         return tok_push_pre(t, digits, g->err) || tok_push_pre(t, bl, g->err) ? -1 : 0;
@@ -278,7 +278,7 @@ static int pre_byte_level(GLoad *g, GGUFStr pre) {
                                                                                                             : 0;
     }
 #undef PRE_IS
-    return err_set(g->err, "%s: tokenizer.ggml.pre: '%.*s' is not supported (supported: gpt2, smollm, llama-bpe, "
+    return err_set(g->err, "%s: tokenizer.ggml.pre: '%.*s' is not supported (supported: gpt-2, smollm, llama-bpe, "
                            "llama3, qwen2)", g->f->path, pre.len > 40 ? 40 : (int)pre.len, pre.ptr);
 }
 
