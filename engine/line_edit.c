@@ -1140,6 +1140,7 @@ void line_editor_destroy(LineEditor *le) {
 LineResult line_editor_read(LineEditor *le, const char *prompt, const char *continuation_prompt, char **out,
                             Err *err) {
     *out = NULL;
+    if (le->out_fd == fileno(stdout)) fflush(stdout); /* the caller's buffered text goes before the prompt */
     if (!prompt) prompt = "";
     if (!continuation_prompt) continuation_prompt = prompt;
     if (le->edit) return editor_read_tty(le, prompt, continuation_prompt, out, err);

@@ -42,7 +42,8 @@ void line_editor_destroy(LineEditor *le);
 /* Reads one user turn. LINE_OK: *out is a malloc'd string (caller frees)
  * with the lines of the turn joined by '\n'. LINE_EOF: Ctrl-D at an empty
  * line, or end of input with nothing pending (a last line without a newline
- * is returned first). LINE_INTERRUPT: Ctrl-C, or a signal interrupted the
+ * is returned first; Ctrl-D on the empty line after a backslash ends the
+ * turn, LINE_OK). LINE_INTERRUPT: Ctrl-C, or a signal interrupted the
  * read (EINTR); the line is discarded. LINE_ERROR: err says why. The terminal
  * mode is restored before every return. continuation_prompt may be NULL
  * (then prompt is used). Bytes read past the end of the turn are kept for the
