@@ -466,10 +466,44 @@ static void expect_json_error(const char *file, const char *field) {
           field);
 }
 
+/* A tokenizer.json written here: hostile values too odd for a fixture. */
+static void expect_json_text_error(const char *json, const char *field) {
+    char path[] = "/tmp/cllm_tok_XXXXXX.json";
+    int fd = mkstemps(path, 5);
+    CHECK(fd >= 0, "mkstemps");
+    if (fd < 0) return;
+    FILE *fp = fdopen(fd, "w");
+    fputs(json, fp);
+    fclose(fp);
+    Err err = {{0}};
+    Tokenizer *t = NULL;
+    int rc = tokenizer_load_hf(&t, path, NULL, &err);
+    CHECK(rc == -1 && t == NULL && strstr(err.msg, path) && strstr(err.msg, field), "%s: got '%s'", field, err.msg);
+    tokenizer_free(t);
+    remove(path);
+}
+
 static void test_bad_files(void) {
+    expect_json_text_error("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":16000000},\"merges\":[]}}", "model.vocab");
+    expect_json_text_error("{\"model\":{\"vocab\":{\"a\":-1}}}", "model.vocab[\"a\"]");
+    expect_json_text_error("{\"model\":{\"vocab\":{\"a\":0,\"b\":0}}}", "model.vocab[\"b\"]");
+    expect_json_text_error("{\"model\":{\"vocab\":{\"a\":0},\"merges\":[\"a a a\"]}}", "model.merges[0]");
+    expect_json_text_error("{\"model\":{\"vocab\":{\"a\":0},\"merges\":[[\"a\",1]]}}", "model.merges[0]");
+    expect_json_text_error("{\"model\":{\"vocab\":{\"a\":0},\"dropout\":0.1}}", "model.dropout");
+    expect_json_text_error("{\"model\":{\"vocab\":{\"a\":0}},\"added_tokens\":[{\"id\":0,\"content\":\"b\"}]}",
+                           "added_tokens[0].content");
+    expect_json_text_error("{\"model\":{\"vocab\":{\"a\":0}},\"pre_tokenizer\":{\"type\":\"Sequence\","
+                           "\"pretokenizers\":[{\"type\":\"ByteLevel\"},{\"type\":\"Digits\"}]}}",
+                           "pre_tokenizer");
+    expect_json_text_error("{\"model\":{\"vocab\":{\"a\":0}},\"decoder\":{\"type\":\"Sequence\",\"decoders\":"
+                           "[{\"type\":\"CTC\"}]}}", "decoder.decoders[0].type");
+    expect_json_text_error("[1,2]", "(root)");
     expect_gguf_error("no_tokens.gguf", "tokenizer.ggml.tokens");
     expect_gguf_error("merge_unknown.gguf", "tokenizer.ggml.merges[1]");
     expect_gguf_error("unknown_pre.gguf", "tokenizer.ggml.pre");
+    expect_gguf_error("types_length.gguf", "tokenizer.ggml.token_type");
+    expect_gguf_error("bos_out_of_range.gguf", "tokenizer.ggml.bos_token_id");
+    expect_gguf_error("unknown_model.gguf", "tokenizer.ggml.model");
     expect_json_error("no_vocab.json", "model.vocab");
     expect_json_error("vocab_not_object.json", "model.vocab");
     expect_json_error("unknown_model.json", "model.type");

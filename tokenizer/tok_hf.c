@@ -108,6 +108,11 @@ static int count_ids(HLoad *h, const JsonValue *vocab, const JsonValue *added, i
         if (id + 1 > *n) *n = id + 1;
     }
     if (*n == 0) return fail(h, "model.vocab", "is empty%s", "");
+    /* Ids are dense in real files; a few sparse ids must not cost gigabytes. */
+    size_t entries = vocab->u.object.n + (added ? added->u.array.n : 0);
+    if ((size_t)*n > entries + 65536)
+        return err_set(h->err, "%s: model.vocab: ids go up to %d for only %zu tokens (too sparse)", h->src, *n - 1,
+                       entries);
     return 0;
 }
 
