@@ -10,6 +10,8 @@ SAN    ?= 0
 CUDA_HOME ?= /usr/local/cuda
 CC     ?= gcc
 NVCC   ?= $(CUDA_HOME)/bin/nvcc
+# GPU targets; a development build for the H200 alone: make CUDA_ARCHS=90
+CUDA_ARCHS ?= 90 80 89
 
 CFLAGS  = -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Wno-unused-parameter -I. -MMD -MP -pthread
 LDLIBS  = -lz -lm -pthread
@@ -30,8 +32,7 @@ ifeq ($(CUDA),1)
   CFLAGS += -DCLLM_CUDA=1 -I$(CUDA_HOME)/include
   NVFLAGS = -std=c++17 -O3 -I. -MMD -MP -Xcompiler -Wall,-Wextra,-Wno-unused-parameter \
             --expt-relaxed-constexpr -lineinfo \
-            -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
-            -gencode arch=compute_89,code=sm_89
+            $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
   LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -lcublasLt -lnccl -ldl -lrt -lstdc++
 endif
 
