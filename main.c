@@ -249,7 +249,7 @@ static int cmd_tokenize(int argc, char **argv) {
     {"--presence-penalty", NULL, OPT_FLOAT, &(o)->sampling.presence_penalty, "presence penalty"},             \
     {"--frequency-penalty", NULL, OPT_FLOAT, &(o)->sampling.frequency_penalty, "frequency penalty"},          \
     {"--seed", NULL, OPT_INT, &seed, "random seed (reproducible sampling)"},                                  \
-    {"--chat-template", NULL, OPT_STR, &(o)->chat_template, "chatml, llama3, llama2, mistral, gemma, harmony"}, \
+    {"--chat-template", NULL, OPT_STR, &(o)->chat_template, "chatml, qwen3, llama3, llama3.1, llama2, mistral, gemma, harmony"}, \
     {"--system", NULL, OPT_STR, &(o)->system, "system prompt"},                                               \
     {"--ignore-eos", NULL, OPT_FLAG, &(o)->ignore_eos, "keep generating past end-of-text tokens"},            \
     {"--verbose", "-v", OPT_FLAG, &(o)->verbose, "print statistics"}
