@@ -1,0 +1,107 @@
+/* stage_plan.c — balanced and user-given splits of layers into stages. */
+#include "parallel/stage_plan.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+uint64_t weight_device_bytes(const WeightRef *w) {
+    if (!w->data) return 0;
+    uint64_t elems = (uint64_t)w->rows * w->cols * (w->n_mats > 0 ? w->n_mats : 1);
+    return elems * (w->rows == 1 ? 4 : 2);
+}
+
+uint64_t layer_device_bytes(const LayerWeights *lw) {
+    const WeightRef *refs = (const WeightRef *)lw;
+    uint64_t sum = 0;
+    for (size_t i = 0; i < sizeof *lw / sizeof *refs; i++) sum += weight_device_bytes(&refs[i]);
+    return sum;
+}
+
+/* Per-stage bytes of a split given by layer counts; stage 0 adds the
+ * embedding, the last stage the final norm and LM head (a tied head is a
+ * second copy of the embedding when it lives on another GPU). */
+int stage_plan_from_counts(StagePlan *p, const ModelConfig *c, const ModelWeights *w, int n_stages,
+                           const int *counts, Err *err) {
+    memset(p, 0, sizeof *p);
+    p->n_stages = n_stages;
+    int l = 0;
+    for (int s = 0; s < n_stages; s++) {
+        if (counts[s] < 1) return err_set(err, "--pp-split: stage %d gets %d layers (each stage needs at least 1)", s, counts[s]);
+        p->first_layer[s] = l;
+        p->n_layers[s] = counts[s];
+        for (int i = 0; i < counts[s] && l + i < c->n_layers; i++) p->bytes[s] += layer_device_bytes(&w->layers[l + i]);
+        l += counts[s];
+    }
+    if (l != c->n_layers) return err_set(err, "--pp-split: the stages hold %d layers, the model has %d", l, c->n_layers);
+    bool tied = w->output.data == w->tok_embd.data;
+    p->bytes[0] += weight_device_bytes(&w->tok_embd);
+    p->bytes[n_stages - 1] += weight_device_bytes(&w->output_norm);
+    if (!tied || n_stages > 1) p->bytes[n_stages - 1] += weight_device_bytes(&w->output);
+    return 0;
+}
+
+static int check_stages(const ModelConfig *c, int n_stages, Err *err) {
+    if (n_stages < 1 || n_stages > STAGE_MAX) return err_set(err, "--pp %d: between 1 and %d stages", n_stages, STAGE_MAX);
+    if (n_stages > c->n_layers)
+        return err_set(err, "--pp %d: the model has only %d layers (one stage needs at least one)", n_stages, c->n_layers);
+    return 0;
+}
+
+/* Contiguous partition minimizing the largest stage: best[s][i] is the
+ * smallest possible largest stage when the first i layers form s+1 stages
+ * (the embedding in the first, the head counted once all layers are placed). */
+int stage_plan_balanced(StagePlan *p, const ModelConfig *c, const ModelWeights *w, int n_stages, Err *err) {
+    if (check_stages(c, n_stages, err)) return -1;
+    int L = c->n_layers, P = n_stages;
+    uint64_t *prefix = calloc(L + 1, sizeof *prefix);
+    uint64_t *best = malloc((size_t)P * (L + 1) * sizeof *best);
+    int *cut = malloc((size_t)P * (L + 1) * sizeof *cut);
+    if (!prefix || !best || !cut) { free(prefix); free(best); free(cut); return err_set(err, "out of memory"); }
+    for (int i = 0; i < L; i++) prefix[i + 1] = prefix[i] + layer_device_bytes(&w->layers[i]);
+    uint64_t embd = weight_device_bytes(&w->tok_embd);
+    uint64_t head = weight_device_bytes(&w->output_norm) + (P > 1 || w->output.data != w->tok_embd.data ? weight_device_bytes(&w->output) : 0);
+#define B(s, i) best[(size_t)(s) * (L + 1) + (i)]
+    for (int i = 0; i <= L; i++) B(0, i) = embd + prefix[i] + (P == 1 && i == L ? head : 0);
+    for (int s = 1; s < P; s++) {
+        for (int i = 0; i <= L; i++) {
+            B(s, i) = UINT64_MAX;
+            cut[(size_t)s * (L + 1) + i] = -1;
+            for (int j = s; j < i; j++) { /* stage s holds layers [j, i) */
+                uint64_t last = prefix[i] - prefix[j] + (s == P - 1 && i == L ? head : 0);
+                uint64_t worst = B(s - 1, j) > last ? B(s - 1, j) : last;
+                if (B(s - 1, j) != UINT64_MAX && worst < B(s, i)) { B(s, i) = worst; cut[(size_t)s * (L + 1) + i] = j; }
+            }
+        }
+    }
+#undef B
+    int counts[STAGE_MAX], end = L;
+    for (int s = P - 1; s > 0; s--) {
+        int j = cut[(size_t)s * (L + 1) + end];
+        counts[s] = end - j;
+        end = j;
+    }
+    counts[0] = end;
+    free(prefix); free(best); free(cut);
+    return stage_plan_from_counts(p, c, w, P, counts, err);
+}
+
+int stage_plan_parse(StagePlan *p, const ModelConfig *c, const ModelWeights *w, int n_stages, const char *split,
+                     Err *err) {
+    if (check_stages(c, n_stages, err)) return -1;
+    int counts[STAGE_MAX], n = 0;
+    const char *s = split;
+    while (*s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > c->n_layers || (*end && *end != ','))
+            return err_set(err, "--pp-split '%s': expected comma-separated layer counts such as 14,18", split);
+        if (n == STAGE_MAX || n == n_stages)
+            return err_set(err, "--pp-split '%s': more counts than the %d stages of --pp", split, n_stages);
+        counts[n++] = (int)v;
+        s = *end ? end + 1 : end;
+        if (*end && !*s) return err_set(err, "--pp-split '%s': trailing comma", split);
+    }
+    if (n != n_stages) return err_set(err, "--pp-split '%s': %d counts for %d stages", split, n, n_stages);
+    return stage_plan_from_counts(p, c, w, n_stages, counts, err);
+}

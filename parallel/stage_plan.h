@@ -1,0 +1,44 @@
+/* stage_plan.h — how `--pp N` splits a model's layers into pipeline stages.
+ *
+ * Stage s holds layers [first_layer[s], first_layer[s] + n_layers[s]), one
+ * GPU each; stage 0 also holds the token embedding, the last stage the final
+ * norm and the LM head. The balanced split minimizes the largest stage's
+ * weight bytes (as the GPU holds them: bf16 matrices, fp32 vectors), so the
+ * stages take about equal time per step; `--pp-split 14,18` gives the layer
+ * counts instead.
+ */
+#ifndef CLLM_STAGE_PLAN_H
+#define CLLM_STAGE_PLAN_H
+
+#include <stdint.h>
+
+#include "model/config.h"
+#include "model/err.h"
+#include "model/weights.h"
+
+#define STAGE_MAX 64
+
+typedef struct {
+    int n_stages;
+    int first_layer[STAGE_MAX], n_layers[STAGE_MAX];
+    uint64_t bytes[STAGE_MAX];   /* weight bytes on the stage's GPU */
+} StagePlan;
+
+/* Bytes one weight takes on the GPU: bf16 for matrices, fp32 for vectors. */
+uint64_t weight_device_bytes(const WeightRef *w);
+uint64_t layer_device_bytes(const LayerWeights *lw);
+
+/* The split into n_stages contiguous stages with the smallest largest stage. */
+int stage_plan_balanced(StagePlan *p, const ModelConfig *c, const ModelWeights *w, int n_stages, Err *err);
+
+/* The split with counts[s] layers on stage s (they must sum to the model's
+ * layers, each at least 1), with each stage's bytes. */
+int stage_plan_from_counts(StagePlan *p, const ModelConfig *c, const ModelWeights *w, int n_stages,
+                           const int *counts, Err *err);
+
+/* The split given as comma-separated layer counts ("14,18"); they must sum
+ * to the model's layers, one count per stage, each at least 1. */
+int stage_plan_parse(StagePlan *p, const ModelConfig *c, const ModelWeights *w, int n_stages, const char *split,
+                     Err *err);
+
+#endif
