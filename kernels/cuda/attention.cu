@@ -1,0 +1,82 @@
+/* attention.cu — the entry points of the CUDA attention (attention.cuh):
+ * argument checks, the kernel parameter block, and the dispatch of one
+ * step's prefill tiles and decode rows to attention_prefill.cu and
+ * attention_decode.cu. */
+#include "kernels/cuda/attention.cuh"
+#include <string.h>
+
+#include "kernels/cuda/cuda_check.h"
+
+void attn_dev_meta(AttnDevMeta *d, const AttnMeta *m, const int32_t *d_buf) {
+    *d = (AttnDevMeta){d_buf,         m->n_tiles,    m->n_decode,     m->off_prefill, m->off_tiles,
+                       m->off_decode, m->off_tables, m->table_width, m->block_size};
+}
+
+size_t attn_decode_work_bytes(int max_decode, int n_heads, int head_dim_v, int n_splits) {
+    return (size_t)max_decode * n_heads * n_splits * (head_dim_v + 2) * sizeof(float);
+}
+
+static bool have_head_dims(int k, int v) {
+#define ATTN_HD(K, V) if (k == K && v == V) return true;
+    ATTN_HEAD_DIMS(ATTN_HD)
+#undef ATTN_HD
+    return false;
+}
+
+int cuda_attention_check(const AttnParams *p, int block_size, Err *err) {
+    if (!have_head_dims(p->head_dim_k, p->head_dim_v))
+        return err_set(err, "attention: head sizes k=%d v=%d have no CUDA kernel (supported k/v: %s)", p->head_dim_k,
+                       p->head_dim_v, ATTN_HEAD_DIMS_TEXT);
+    if (p->n_kv_heads <= 0 || p->n_heads <= 0 || p->n_heads % p->n_kv_heads)
+        return err_set(err, "attention: n_heads %d is not a multiple of n_kv_heads %d", p->n_heads, p->n_kv_heads);
+    if (block_size < 8 || (block_size & (block_size - 1)))
+        return err_set(err, "attention: KV block_size %d must be a power of two >= 8 for the CUDA kernels", block_size);
+    if (p->window < 0) return err_set(err, "attention: window %d is negative", p->window);
+    if (!(p->softcap >= 0)) return err_set(err, "attention: soft-cap %g must be >= 0", p->softcap);
+    return 0;
+}
+
+static AttnKParams kparams(void *out, const void *q, const void *k, const void *v, const AttnDevMeta *m,
+                           const AttnParams *p, const float *d_sinks) {
+    AttnKParams kp;
+    memset(&kp, 0, sizeof kp);
+    kp.q = (const bf16 *)q, kp.out = (bf16 *)out, kp.k = (const bf16 *)k, kp.v = (const bf16 *)v;
+    kp.meta = m->buf;
+    kp.off_prefill = m->off_prefill, kp.off_tiles = m->off_tiles, kp.off_decode = m->off_decode;
+    kp.off_tables = m->off_tables, kp.table_width = m->table_width;
+    while ((1 << kp.block_shift) < m->block_size) kp.block_shift++;
+    kp.n_heads = p->n_heads, kp.n_kv_heads = p->n_kv_heads, kp.group = p->n_heads / p->n_kv_heads;
+    kp.scale_log2 = p->scale * ATTN_LOG2E;
+    if (p->softcap > 0) kp.cap_in = p->scale / p->softcap, kp.cap_out = p->softcap * ATTN_LOG2E;
+    kp.window = p->window;
+    kp.sinks = d_sinks;
+    kp.n_groups = (kp.group + 15) / 16;
+    return kp;
+}
+
+int cuda_attention_prefill(void *out, const void *q, const void *k_cache, const void *v_cache, const AttnDevMeta *m,
+                           const AttnParams *p, const float *d_sinks, cudaStream_t s, Err *err) {
+    if (cuda_attention_check(p, m->block_size, err)) return -1;
+    AttnKParams kp = kparams(out, q, k_cache, v_cache, m, p, d_sinks);
+    return attn_prefill_launch(&kp, p->head_dim_k, p->head_dim_v, m->n_tiles, s, err);
+}
+
+int cuda_attention_decode(void *out, const void *q, const void *k_cache, const void *v_cache, const AttnDevMeta *m,
+                          const AttnParams *p, const float *d_sinks, const AttnDecodeWork *w, cudaStream_t s, Err *err) {
+    if (m->n_decode == 0) return 0;
+    if (cuda_attention_check(p, m->block_size, err)) return -1;
+    if (!w || !w->part || w->n_splits < 1 || m->n_decode > w->max_decode)
+        return err_set(err, "attention: decode work area missing or too small (%d decode rows, room for %d)",
+                       m->n_decode, w ? w->max_decode : 0);
+    AttnKParams kp = kparams(out, q, k_cache, v_cache, m, p, d_sinks);
+    kp.n_splits = w->n_splits;
+    kp.part_o = w->part;
+    kp.part_ml = w->part + (size_t)w->max_decode * p->n_heads * w->n_splits * p->head_dim_v;
+    return attn_decode_launch(&kp, p->head_dim_k, p->head_dim_v, m->n_decode, s, err);
+}
+
+int cuda_attention(void *out, const void *q, const void *k_cache, const void *v_cache, const AttnDevMeta *m,
+                   const AttnParams *p, const float *d_sinks, const AttnDecodeWork *w, cudaStream_t s, Err *err) {
+    if (cuda_attention_prefill(out, q, k_cache, v_cache, m, p, d_sinks, s, err)) return -1;
+    return cuda_attention_decode(out, q, k_cache, v_cache, m, p, d_sinks, w, s, err);
+}

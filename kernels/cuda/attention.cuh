@@ -1,0 +1,93 @@
+/* attention.cuh — the CUDA attention kernels (prefill and decode) over the
+ * paged bf16 KV cache; C-callable. DESIGN.md "Attention" defines the math;
+ * kernels/cpu/attention.c is the reference.
+ *
+ * Layouts (all bf16 unless said):
+ *   q      [T][n_heads][head_dim_k]
+ *   out    [T][n_heads][head_dim_v]
+ *   K      [n_blocks][block_size][n_kv_heads][head_dim_k]  (one layer)
+ *   V      [n_blocks][block_size][n_kv_heads][head_dim_v]
+ *   sinks  fp32 [n_heads] on the device, or NULL
+ * block_size: a power of two (16, 32, 64, ...).
+ *
+ * Use per step:
+ *   AttnMeta m;  attn_meta_build(&m, batch, &opts, err);        host, once per step
+ *   cudaMemcpyAsync(d_buf, m.buf, m.buf_len * 4, H2D, stream);  one upload, all layers
+ *   AttnDevMeta dm;  attn_dev_meta(&dm, &m, d_buf);
+ *   per layer: cuda_attention(out, q, k, v, &dm, &params, d_sinks, &work, stream, err);
+ * cuda_attention runs the prefill kernel over every prefill tile and the
+ * decode kernel (+ combine) over every decode row: a mixed batch is one call.
+ *
+ * CUDA graphs: cuda_attention_decode's grid depends only on dm.n_decode and
+ * work.n_splits; everything else (rows, positions, tables) is read from d_buf,
+ * so a captured decode step replays after d_buf is rewritten in place (keep
+ * table_width and n_decode fixed for the graph; pick n_splits with
+ * attn_decode_splits from the largest context the graph will see).
+ */
+#ifndef CLLM_ATTENTION_CUH
+#define CLLM_ATTENTION_CUH
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attention/attn_batch.h"
+#include "attention/attn_meta.h"
+#include "model/err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* (head_dim_k, head_dim_v) pairs with compiled kernels; each has 4 variants
+ * (soft-cap on/off x window on/off); sinks and GQA ratio are run-time. */
+#define ATTN_HEAD_DIMS(X) X(64, 64) X(80, 80) X(96, 96) X(128, 128) X(256, 256) X(128, 64)
+#define ATTN_HEAD_DIMS_TEXT "64/64, 80/80, 96/96, 128/128, 256/256, 128/64"
+
+/* The device side of an AttnMeta: its counts and offsets, and where its
+ * buffer was copied. */
+typedef struct {
+    const int32_t *buf;
+    int n_tiles, n_decode;
+    int off_prefill, off_tiles, off_decode, off_tables, table_width, block_size;
+} AttnDevMeta;
+
+void attn_dev_meta(AttnDevMeta *d, const AttnMeta *m, const int32_t *d_buf);
+
+/* Scratch of the split decode: partial outputs of every split. Size it for
+ * the most decode rows a step can hold. */
+typedef struct {
+    float *part;                 /* attn_decode_work_bytes() bytes of device memory */
+    int max_decode, n_splits;
+} AttnDecodeWork;
+
+size_t attn_decode_work_bytes(int max_decode, int n_heads, int head_dim_v, int n_splits);
+
+/* 0 when the variant has a kernel, else -1 with err saying what is missing. */
+int cuda_attention_check(const AttnParams *p, int block_size, Err *err);
+
+/* Prefill tiles and decode rows of one step, one layer. The stream is last
+ * but one; err names a bad argument or the failed CUDA call. */
+int cuda_attention(void *out, const void *q, const void *k_cache, const void *v_cache, const AttnDevMeta *m,
+                   const AttnParams *p, const float *d_sinks, const AttnDecodeWork *w, cudaStream_t s, Err *err);
+
+/* The two halves alone (benchmarks, graph capture of decode steps). */
+int cuda_attention_prefill(void *out, const void *q, const void *k_cache, const void *v_cache, const AttnDevMeta *m,
+                           const AttnParams *p, const float *d_sinks, cudaStream_t s, Err *err);
+int cuda_attention_decode(void *out, const void *q, const void *k_cache, const void *v_cache, const AttnDevMeta *m,
+                          const AttnParams *p, const float *d_sinks, const AttnDecodeWork *w, cudaStream_t s, Err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#ifdef __CUDACC__
+/* Internal: the per-kernel launchers (attention.cu fills AttnKParams). */
+#include "kernels/cuda/attention_common.cuh"
+extern "C" int attn_prefill_launch(const AttnKParams *kp, int head_dim_k, int head_dim_v, int n_tiles, cudaStream_t s,
+                                   Err *err);
+extern "C" int attn_decode_launch(const AttnKParams *kp, int head_dim_k, int head_dim_v, int n_decode, cudaStream_t s,
+                                  Err *err);
+#endif
+
+#endif

@@ -1,0 +1,131 @@
+/* attention_common.cuh — device helpers shared by the prefill and decode
+ * attention kernels (attention_prefill.cu, attention_decode.cu): the kernel
+ * parameter block, tensor-core fragments (mma.sync m16n8k16 bf16 -> fp32,
+ * ldmatrix), cp.async, and the paged K/V tile loader.
+ *
+ * Fragment layouts (PTX ISA, m16n8k16): lane = 4 * g + t (g = lane / 4,
+ * t = lane % 4). A 16x16 row-major: a0 (row g, cols 2t, 2t+1), a1 (row g+8),
+ * a2 (row g, cols 2t+8..), a3 (row g+8, cols 2t+8..). B 16x8: b0 (k 2t, 2t+1,
+ * col g), b1 (k 2t+8..). C 16x8 fp32: c0, c1 (row g, cols 2t, 2t+1), c2, c3
+ * (row g+8). A score tile's C fragments of keys 16j..16j+15 are exactly the A
+ * fragment of P for the P.V product, so P never leaves registers.
+ *
+ * Shared-memory tiles are [rows][HD + 8] bf16: the 16-byte pad shifts each
+ * row by 4 banks, so the 8 rows an ldmatrix phase reads hit 8 different
+ * 16-byte bank groups for every head size used (64, 80, 96, 128, 256).
+ */
+#ifndef CLLM_ATTENTION_COMMON_CUH
+#define CLLM_ATTENTION_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#define ATTN_LOG2E 1.4426950408889634f
+
+typedef __nv_bfloat16 bf16;
+
+/* Everything a kernel reads; per-step values live in device memory (meta),
+ * so a decode launch can be captured once and replayed. */
+typedef struct {
+    const bf16 *q;              /* [T][n_heads][head_dim_k] */
+    bf16 *out;                  /* [T][n_heads][head_dim_v] */
+    const bf16 *k, *v;          /* this layer's cache: [n_blocks][block_size][n_kv_heads][head_dim] */
+    const int32_t *meta;        /* device copy of AttnMeta.buf */
+    int off_prefill, off_tiles, off_decode, off_tables, table_width;
+    int block_shift;            /* log2(block_size) */
+    int n_heads, n_kv_heads, group; /* group = n_heads / n_kv_heads */
+    float scale_log2;           /* scale * log2(e): scores live in the exp2 domain */
+    float cap_in, cap_out;      /* soft-cap: s = cap_out * tanh(q.k * cap_in), cap_in = scale / cap, cap_out = cap * log2(e) */
+    int window;                 /* > 0: keys pos - window < j <= pos */
+    const float *sinks;         /* [n_heads] or NULL */
+    float *part_o;              /* decode: [n_decode][n_heads][n_splits][head_dim_v] unnormalized */
+    float *part_ml;             /* decode: [n_decode][n_heads][n_splits][2] running max (log2 domain), sum */
+    int n_splits, n_groups;     /* decode: KV splits; blocks of <= 16 query heads per KV head */
+} AttnKParams;
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+/* 16-byte global -> shared copy; valid == false writes zeros and reads nothing. */
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid) {
+    int n = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+
+/* c += A(16x16) B(16x8), bf16 in, fp32 accumulate. */
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+/* Max / sum over the 4 lanes of a quad (the lanes that share a C row). */
+__device__ __forceinline__ float quad_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+/* Raw q.k (fp32 accumulator) -> logit in the log2 domain. */
+template <bool CAP> __device__ __forceinline__ float attn_logit(float s, const AttnKParams &p) {
+    if (CAP) return p.cap_out * tanhf(s * p.cap_in);
+    return s * p.scale_log2;
+}
+
+/* Starts copying keys [n0, n0 + BN) of KV head kvh into a [BN][HD + 8]
+ * shared tile, through the sequence's block table; keys outside [lo, hi)
+ * become zeros (never read from the cache). */
+template <int HD, int BN, int NT>
+__device__ __forceinline__ void load_kv_tile(bf16 *sm, const bf16 *cache, const int32_t *tab, const AttnKParams &p,
+                                             int kvh, int n0, int lo, int hi) {
+    constexpr int CH = HD / 8, STRIDE = HD + 8;
+    static_assert((BN * CH) % NT == 0, "tile chunks must split evenly over the threads");
+    const int bmask = (1 << p.block_shift) - 1;
+#pragma unroll
+    for (int it = 0; it < BN * CH / NT; it++) {
+        int i = it * NT + (int)threadIdx.x;
+        int r = i / CH, c = i % CH, j = n0 + r;
+        bool ok = j >= lo && j < hi;
+        const bf16 *src = cache;
+        if (ok) {
+            int64_t slot = ((int64_t)tab[j >> p.block_shift] << p.block_shift) + (j & bmask);
+            src = cache + (slot * p.n_kv_heads + kvh) * HD + c * 8;
+        }
+        cp_async16(smem_u32(sm + r * STRIDE + c * 8), src, ok);
+    }
+}
+
+/* Copies rows [0, rows) of a [*][HD] bf16 matrix whose row r starts at
+ * base + r * row_stride into a [R][HD + 8] shared tile; rows >= rows are zeros. */
+template <int HD, int R, int NT>
+__device__ __forceinline__ void load_rows(bf16 *sm, const bf16 *base, int64_t row_stride, int rows) {
+    constexpr int CH = HD / 8;
+    for (int i = (int)threadIdx.x; i < R * CH; i += NT) {
+        int r = i / CH, c = i % CH;
+        bool ok = r < rows;
+        cp_async16(smem_u32(sm + r * (HD + 8) + c * 8), ok ? base + r * row_stride + c * 8 : base, ok);
+    }
+}
+
+#endif

@@ -1,0 +1,206 @@
+/* attention_prefill.cu — varlen FlashAttention-2 prefill over the paged bf16
+ * KV cache (DESIGN.md "Attention"; metadata from attention/attn_meta.h).
+ *
+ * One block of 4 warps computes one tile of ATTN_TILE_M (64) query rows of
+ * one prefill run for one query head; each warp owns 16 rows. K/V tiles of
+ * BN keys are copied from the cache's blocks with 16-byte cp.async into a
+ * two-stage shared buffer (the next tile streams in while this one is
+ * used). S = Q K^T and O += P V run on tensor cores (mma.sync m16n8k16,
+ * bf16 in, fp32 accumulate); the softmax is online in fp32 in the exp2
+ * domain. A run may start at any position (chunked prefill): its rows see
+ * every cached key of the sequence up to their position. Only key tiles
+ * between the window start of the tile's first row and the last row's
+ * position are visited, so a windowed layer costs O(window) per tile.
+ * Masks are evaluated only on tiles that cross the diagonal or the window
+ * edge.
+ */
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/cuda_check.h"
+
+/* ---- kernels ---- */
+
+template <int HDK, int HDV> struct PrefillShape {
+    static constexpr int BM = ATTN_TILE_M, NW = 4, NT = 32 * NW;
+    static constexpr int BN = (HDK > 128 || HDV > 128) ? 32 : 64; /* keeps O + S in registers at 256 */
+    static constexpr int SK = HDK + 8, SV = HDV + 8;
+    static constexpr bool Q_IN_REGS = HDK <= 128;
+    static constexpr int SMEM = (BM * SK + 2 * BN * SK + 2 * BN * SV) * 2;
+    static_assert(BM == 16 * NW, "one warp per 16 query rows");
+};
+
+template <int HDK, int HDV, bool CAP, bool WIN>
+__global__ void __launch_bounds__(128) attn_prefill_kernel(const AttnKParams p) {
+    using S = PrefillShape<HDK, HDV>;
+    constexpr int BM = S::BM, BN = S::BN, NT = S::NT, SK = S::SK, SV = S::SV;
+    extern __shared__ __align__(16) unsigned char smem[];
+    bf16 *sQ = (bf16 *)smem, *sK = sQ + BM * SK, *sV = sK + 2 * BN * SK;
+
+    const int h = blockIdx.y, kvh = h / p.group;
+    const int32_t *tile = p.meta + p.off_tiles + 2 * blockIdx.x;
+    const int32_t *run = p.meta + p.off_prefill + 4 * tile[0];
+    const int m0 = tile[1], q_start = run[0], q_len = run[1], pos0 = run[2];
+    const int32_t *tab = p.meta + p.off_tables + (int64_t)run[3] * p.table_width;
+    const int rows = min(BM, q_len - m0);
+    const int p_first = pos0 + m0, p_last = p_first + rows - 1;
+    const int lo = WIN ? max(0, p_first - p.window + 1) : 0, hi = p_last + 1;
+    const int t_begin = lo / BN, t_end = (hi + BN - 1) / BN;
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tg = lane & 3;
+    const int qpos0 = p_first + warp * 16 + g, qpos1 = qpos0 + 8;
+
+    load_rows<HDK, BM, NT>(sQ, p.q + ((int64_t)(q_start + m0) * p.n_heads + h) * HDK, (int64_t)p.n_heads * HDK, rows);
+    load_kv_tile<HDK, BN, NT>(sK, p.k, tab, p, kvh, t_begin * BN, lo, hi);
+    load_kv_tile<HDV, BN, NT>(sV, p.v, tab, p, kvh, t_begin * BN, lo, hi);
+    cp_async_commit();
+
+    uint32_t qf[S::Q_IN_REGS ? HDK / 16 : 1][4];
+    float o[HDV / 8][4];
+#pragma unroll
+    for (int i = 0; i < HDV / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    /* the sink enters as a logit with a zero value: its exp counts once per
+     * row, so only lane tg == 0 of the quad starts its partial sum at 1 */
+    float sink = p.sinks ? p.sinks[h] * ATTN_LOG2E : -INFINITY;
+    float mx[2] = {sink, sink};
+    float l[2] = {p.sinks && tg == 0 ? 1.f : 0.f, p.sinks && tg == 0 ? 1.f : 0.f};
+    const uint32_t q_addr = smem_u32(sQ + (warp * 16 + (lane & 15)) * SK + (lane >> 4) * 8);
+
+    for (int t = t_begin; t < t_end; t++) {
+        const int buf = (t - t_begin) & 1;
+        if (t + 1 < t_end) {
+            load_kv_tile<HDK, BN, NT>(sK + (buf ^ 1) * BN * SK, p.k, tab, p, kvh, (t + 1) * BN, lo, hi);
+            load_kv_tile<HDV, BN, NT>(sV + (buf ^ 1) * BN * SV, p.v, tab, p, kvh, (t + 1) * BN, lo, hi);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        if (S::Q_IN_REGS && t == t_begin) {
+#pragma unroll
+            for (int kk = 0; kk < (S::Q_IN_REGS ? HDK / 16 : 0); kk++)
+                ldsm_x4(q_addr + kk * 32, qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3]);
+        }
+
+        /* S = Q K^T for this warp's 16 rows and BN keys */
+        float s[BN / 8][4];
+#pragma unroll
+        for (int i = 0; i < BN / 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+        const bf16 *kt = sK + buf * BN * SK;
+        const uint32_t k_addr = smem_u32(kt + ((lane & 7) + ((lane >> 4) << 3)) * SK + ((lane >> 3) & 1) * 8);
+#pragma unroll
+        for (int kk = 0; kk < HDK / 16; kk++) {
+            uint32_t a[4];
+            if (S::Q_IN_REGS) {
+                a[0] = qf[S::Q_IN_REGS ? kk : 0][0], a[1] = qf[S::Q_IN_REGS ? kk : 0][1];
+                a[2] = qf[S::Q_IN_REGS ? kk : 0][2], a[3] = qf[S::Q_IN_REGS ? kk : 0][3];
+            } else {
+                ldsm_x4(q_addr + kk * 32, a[0], a[1], a[2], a[3]);
+            }
+#pragma unroll
+            for (int nn = 0; nn < BN / 16; nn++) {
+                uint32_t b0, b1, b2, b3;
+                ldsm_x4(k_addr + (nn * 16 * SK + kk * 16) * 2, b0, b1, b2, b3);
+                mma_bf16(s[2 * nn], a, b0, b1);
+                mma_bf16(s[2 * nn + 1], a, b2, b3);
+            }
+        }
+
+        /* logits, masks, online softmax (rows qpos0 / qpos1 of this lane) */
+        const bool edge = (t + 1) * BN - 1 > p_first || (WIN && t * BN <= p_last - p.window);
+        float tmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int i = 0; i < BN / 8; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float x = attn_logit<CAP>(s[i][e], p);
+                if (edge) {
+                    int j = t * BN + i * 8 + 2 * tg + (e & 1), qp = e < 2 ? qpos0 : qpos1;
+                    if (j > qp || (WIN && qp - j >= p.window)) x = -INFINITY;
+                }
+                s[i][e] = x;
+                tmax[e >> 1] = fmaxf(tmax[e >> 1], x);
+            }
+        float alpha[2], base[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float mnew = fmaxf(mx[r], quad_max(tmax[r]));
+            base[r] = mnew == -INFINITY ? 0.f : mnew; /* a row with nothing seen yet: no inf - inf */
+            alpha[r] = exp2f(mx[r] - base[r]);
+            mx[r] = mnew;
+            l[r] *= alpha[r];
+        }
+#pragma unroll
+        for (int i = 0; i < BN / 8; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                s[i][e] = exp2f(s[i][e] - base[e >> 1]);
+                l[e >> 1] += s[i][e];
+            }
+#pragma unroll
+        for (int i = 0; i < HDV / 8; i++) o[i][0] *= alpha[0], o[i][1] *= alpha[0], o[i][2] *= alpha[1], o[i][3] *= alpha[1];
+
+        /* O += P V: P's C fragments are the A fragments of the product */
+        const bf16 *vt = sV + buf * BN * SV;
+        const uint32_t v_addr = smem_u32(vt + ((lane & 7) + ((lane >> 3) & 1) * 8) * SV + (lane >> 4) * 8);
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; kk++) {
+            uint32_t a[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                             pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+            for (int nn = 0; nn < HDV / 16; nn++) {
+                uint32_t b0, b1, b2, b3;
+                ldsm_x4_t(v_addr + (kk * 16 * SV + nn * 16) * 2, b0, b1, b2, b3);
+                mma_bf16(o[2 * nn], a, b0, b1);
+                mma_bf16(o[2 * nn + 1], a, b2, b3);
+            }
+        }
+        __syncthreads(); /* the next iteration overwrites the other stage */
+    }
+
+    /* normalize and write the rows this tile owns */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float sum = quad_sum(l[r]);
+        float inv = sum > 0.f ? 1.f / sum : 0.f;
+        int row = warp * 16 + g + 8 * r;
+        if (row >= rows) continue;
+        bf16 *dst = p.out + ((int64_t)(q_start + m0 + row) * p.n_heads + h) * HDV + 2 * tg;
+#pragma unroll
+        for (int i = 0; i < HDV / 8; i++)
+            *reinterpret_cast<__nv_bfloat162 *>(dst + i * 8) = __floats2bfloat162_rn(o[i][2 * r] * inv, o[i][2 * r + 1] * inv);
+    }
+}
+
+/* ---- launchers ---- */
+
+template <int HDK, int HDV, bool CAP, bool WIN>
+static int prefill_launch(const AttnKParams *kp, int n_tiles, cudaStream_t s, Err *err) {
+    constexpr int SMEM = PrefillShape<HDK, HDV>::SMEM;
+    CUDA_CHECK(cudaFuncSetAttribute(attn_prefill_kernel<HDK, HDV, CAP, WIN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    SMEM),
+               err);
+    attn_prefill_kernel<HDK, HDV, CAP, WIN><<<dim3(n_tiles, kp->n_heads), 128, SMEM, s>>>(*kp);
+    CUDA_CHECK(cudaGetLastError(), err);
+    return 0;
+}
+
+template <int HDK, int HDV>
+static int prefill_variant(const AttnKParams *kp, int n_tiles, cudaStream_t s, Err *err) {
+    bool cap = kp->cap_in != 0.f, win = kp->window > 0;
+    if (cap && win) return prefill_launch<HDK, HDV, true, true>(kp, n_tiles, s, err);
+    if (cap) return prefill_launch<HDK, HDV, true, false>(kp, n_tiles, s, err);
+    if (win) return prefill_launch<HDK, HDV, false, true>(kp, n_tiles, s, err);
+    return prefill_launch<HDK, HDV, false, false>(kp, n_tiles, s, err);
+}
+
+extern "C" int attn_prefill_launch(const AttnKParams *kp, int head_dim_k, int head_dim_v, int n_tiles, cudaStream_t s,
+                                   Err *err) {
+    if (n_tiles == 0) return 0;
+#define ATTN_HD(K, V) \
+    if (head_dim_k == K && head_dim_v == V) return prefill_variant<K, V>(kp, n_tiles, s, err);
+    ATTN_HEAD_DIMS(ATTN_HD)
+#undef ATTN_HD
+    return err_set(err, "attention: head sizes k=%d v=%d have no prefill kernel (supported: %s)", head_dim_k, head_dim_v,
+                   ATTN_HEAD_DIMS_TEXT);
+}

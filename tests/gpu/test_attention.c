@@ -1,0 +1,333 @@
+/* test_attention.c — the CUDA attention kernels (kernels/cuda/attention.cuh)
+ * against cpu_attention on the same inputs (run on a GPU machine by
+ * tests/gpu/run.sh; never in CI).
+ *
+ * Each case builds a paged cache with a shuffled, non-contiguous block
+ * assignment, fills the whole cache and the queries with random values
+ * rounded to bf16 (so both sides see the same numbers), poisons the GPU
+ * output with NaN, runs one cuda_attention call for the whole (often mixed
+ * prefill + decode) batch and compares with the fp32 CPU op:
+ * ||gpu - cpu|| / ||cpu|| <= 1e-2, and no row left unwritten.
+ * Cases: every head-size pair, GQA 1/4/8, MQA (group 8 and 32), block sizes
+ * 16/32/64, chunked prefill, windows of 1, the prompt length and more,
+ * sinks, soft-cap, long decode rows over many splits, a decode step replayed
+ * from a CUDA graph after its metadata changed, and an unsupported head size.
+ *   test_attention [--quick]   (--quick: a few cases, for compute-sanitizer)
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "attention/attn_meta.h"
+#include "attention/kv_cache.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cuda/attention.cuh"
+#include "kernels/dtype.h"
+#include "tests/test.h"
+
+#define TOL 1e-2
+#define MAX_SEQS 8
+
+typedef struct {
+    const char *name;
+    int hdk, hdv, n_heads, n_kv, block_size, window;
+    float softcap;
+    int sinks;
+    int n_seqs;
+    int start[MAX_SEQS], len[MAX_SEQS]; /* rows of seq i at positions start .. start + len - 1 */
+} Case;
+
+static ThreadPool *g_tp;
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+
+static float frand(void) { /* uniform in [-1, 1) */
+    g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
+    return (float)((g_rng >> 11) * (1.0 / 9007199254740992.0)) * 2.f - 1.f;
+}
+
+/* Fills x with bf16-exact random values times amp; bits gets the bf16 copy. */
+static void fill_bf16(float *x, uint16_t *bits, int64_t n, float amp) {
+    for (int64_t i = 0; i < n; i++) {
+        bits[i] = fp32_to_bf16(frand() * amp);
+        x[i] = bf16_to_fp32(bits[i]);
+    }
+}
+
+typedef struct {
+    Case c;
+    int T, n_blocks;
+    int32_t *pos, *seq;
+    int64_t *slot;
+    int32_t *tables[MAX_SEQS];
+    KVCacheHost cache;
+    float *q, *ref, *sinks;
+    uint16_t *q16, *k16, *v16;
+    AttnBatch batch;
+    AttnParams par;
+} Problem;
+
+static int seq_blocks(const Case *c, int s) { return (c->start[s] + c->len[s] + c->block_size - 1) / c->block_size; }
+
+/* Rows in reverse sequence order, so row order and sequence order differ. */
+static void build_rows(Problem *P) {
+    const Case *c = &P->c;
+    for (int s = c->n_seqs - 1, t = 0; s >= 0; s--)
+        for (int i = 0; i < c->len[s]; i++, t++) {
+            int p = c->start[s] + i;
+            P->pos[t] = p, P->seq[t] = s;
+            P->slot[t] = (int64_t)P->tables[s][p / c->block_size] * c->block_size + p % c->block_size;
+        }
+}
+
+static int problem_init(Problem *P, const Case *c) {
+    memset(P, 0, sizeof *P);
+    P->c = *c;
+    int need = 0;
+    for (int s = 0; s < c->n_seqs; s++) P->T += c->len[s], need += seq_blocks(c, s);
+    P->n_blocks = need + 5;
+    int *perm = malloc(P->n_blocks * sizeof *perm);
+    for (int i = 0; i < P->n_blocks; i++) perm[i] = i;
+    for (int i = P->n_blocks - 1; i > 0; i--) {
+        int j = (int)((frand() * 0.5f + 0.5f) * (i + 1)) % (i + 1), x = perm[i];
+        perm[i] = perm[j], perm[j] = x;
+    }
+    for (int s = 0, at = 0; s < c->n_seqs; s++) {
+        P->tables[s] = malloc(seq_blocks(c, s) * sizeof(int32_t));
+        for (int b = 0; b < seq_blocks(c, s); b++) P->tables[s][b] = perm[at++];
+    }
+    free(perm);
+    Err err = {{0}};
+    if (kv_cache_host_alloc(&P->cache, 1, c->n_kv, c->hdk, c->hdv, c->block_size, P->n_blocks, &err)) return -1;
+    int64_t nk = (int64_t)P->n_blocks * c->block_size * c->n_kv * c->hdk;
+    int64_t nv = (int64_t)P->n_blocks * c->block_size * c->n_kv * c->hdv;
+    int64_t nq = (int64_t)P->T * c->n_heads * c->hdk;
+    P->k16 = malloc(nk * 2), P->v16 = malloc(nv * 2), P->q16 = malloc(nq * 2);
+    P->q = malloc(nq * 4), P->ref = malloc((int64_t)P->T * c->n_heads * c->hdv * 4);
+    fill_bf16(P->cache.k[0], P->k16, nk, 1.f);
+    fill_bf16(P->cache.v[0], P->v16, nv, 1.f);
+    fill_bf16(P->q, P->q16, nq, 3.f); /* peaky enough that a wrong key shows */
+    P->pos = malloc(P->T * 4), P->seq = malloc(P->T * 4), P->slot = malloc(P->T * 8);
+    build_rows(P);
+    if (c->sinks) {
+        P->sinks = malloc(c->n_heads * 4);
+        for (int h = 0; h < c->n_heads; h++) P->sinks[h] = frand() * 4.f;
+    }
+    P->batch = (AttnBatch){P->T, P->pos, P->seq, P->slot, c->n_seqs, (const int32_t *const *)P->tables, c->block_size};
+    P->par = (AttnParams){c->n_heads, c->n_kv, c->hdk, c->hdv, 1.f / sqrtf((float)c->hdk), c->softcap, c->window, P->sinks};
+    cpu_attention(g_tp, P->ref, P->q, &P->cache, 0, &P->batch, &P->par);
+    return 0;
+}
+
+static void problem_free(Problem *P) {
+    kv_cache_host_free(&P->cache);
+    for (int s = 0; s < P->c.n_seqs; s++) free(P->tables[s]);
+    free(P->k16), free(P->v16), free(P->q16), free(P->q), free(P->ref), free(P->sinks);
+    free(P->pos), free(P->seq), free(P->slot);
+}
+
+typedef struct {
+    void *q, *k, *v, *out;
+    float *sinks;
+    int32_t *meta;
+    AttnDecodeWork work;
+} DevBufs;
+
+#define CK(call)                                                                       \
+    do {                                                                               \
+        cudaError_t e_ = (call);                                                       \
+        if (e_ != cudaSuccess) {                                                       \
+            CHECK(0, "%s: %s", #call, cudaGetErrorString(e_));                         \
+            return -1;                                                                 \
+        }                                                                              \
+    } while (0)
+
+static int dev_upload(DevBufs *D, const Problem *P, const AttnMeta *m, int n_splits) {
+    const Case *c = &P->c;
+    size_t nk = (size_t)P->n_blocks * c->block_size * c->n_kv * c->hdk, nv = nk / c->hdk * c->hdv;
+    size_t nq = (size_t)P->T * c->n_heads * c->hdk, no = (size_t)P->T * c->n_heads * c->hdv;
+    memset(D, 0, sizeof *D);
+    CK(cudaMalloc(&D->q, nq * 2));
+    CK(cudaMalloc(&D->k, nk * 2));
+    CK(cudaMalloc(&D->v, nv * 2));
+    CK(cudaMalloc(&D->out, no * 2));
+    CK(cudaMemcpy(D->q, P->q16, nq * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(D->k, P->k16, nk * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(D->v, P->v16, nv * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemset(D->out, 0xff, no * 2)); /* bf16 0xffff is NaN: unwritten rows show */
+    if (P->sinks) {
+        CK(cudaMalloc((void **)&D->sinks, c->n_heads * 4));
+        CK(cudaMemcpy(D->sinks, P->sinks, c->n_heads * 4, cudaMemcpyHostToDevice));
+    }
+    CK(cudaMalloc((void **)&D->meta, (size_t)(m->buf_len ? m->buf_len : 1) * 4));
+    CK(cudaMemcpy(D->meta, m->buf, (size_t)m->buf_len * 4, cudaMemcpyHostToDevice));
+    D->work.max_decode = m->n_decode > 0 ? m->n_decode : 1;
+    D->work.n_splits = n_splits;
+    CK(cudaMalloc((void **)&D->work.part, attn_decode_work_bytes(D->work.max_decode, c->n_heads, c->hdv, n_splits)));
+    return 0;
+}
+
+static void dev_free(DevBufs *D) {
+    cudaFree(D->q), cudaFree(D->k), cudaFree(D->v), cudaFree(D->out), cudaFree(D->sinks), cudaFree(D->meta);
+    cudaFree(D->work.part);
+}
+
+/* ||got - ref|| / ||ref|| over the whole output; NaN anywhere fails. */
+static double compare(const DevBufs *D, const Problem *P, int *n_nan) {
+    size_t n = (size_t)P->T * P->c.n_heads * P->c.hdv;
+    uint16_t *h = malloc(n * 2);
+    cudaMemcpy(h, D->out, n * 2, cudaMemcpyDeviceToHost);
+    double d2 = 0, r2 = 0;
+    *n_nan = 0;
+    for (size_t i = 0; i < n; i++) {
+        float g = bf16_to_fp32(h[i]);
+        if (isnan(g)) { (*n_nan)++; continue; }
+        d2 += (g - P->ref[i]) * (double)(g - P->ref[i]), r2 += P->ref[i] * (double)P->ref[i];
+    }
+    free(h);
+    return sqrt(d2 / (r2 > 0 ? r2 : 1));
+}
+
+static void run_case(const Case *c) {
+    Problem P;
+    Err err = {{0}};
+    if (problem_init(&P, c)) { CHECK(0, "%s: host setup failed", c->name); return; }
+    AttnMeta m;
+    CHECK(attn_meta_build(&m, &P.batch, &(AttnMetaOpts){P.n_blocks, 0}, &err) == 0, "%s: %s", c->name, err.msg);
+    int splits = attn_decode_splits(m.max_kv_len, m.n_decode, c->n_kv, (c->n_heads / c->n_kv + 15) / 16, 132);
+    DevBufs D;
+    if (dev_upload(&D, &P, &m, splits) == 0) {
+        AttnDevMeta dm;
+        attn_dev_meta(&dm, &m, D.meta);
+        int rc = cuda_attention(D.out, D.q, D.k, D.v, &dm, &P.par, D.sinks, &D.work, 0, &err);
+        CHECK(rc == 0, "%s: %s", c->name, err.msg);
+        cudaError_t e = cudaDeviceSynchronize();
+        CHECK(e == cudaSuccess, "%s: %s", c->name, cudaGetErrorString(e));
+        int n_nan;
+        double rel = compare(&D, &P, &n_nan);
+        printf("# %-34s T=%-5d prefill tiles %-3d decode %-2d splits %-3d rel err %.2e\n", c->name, P.T, m.n_tiles,
+               m.n_decode, splits, rel);
+        CHECK(n_nan == 0 && rel <= TOL, "%s: rel err %.3e, %d NaN outputs", c->name, rel, n_nan);
+    }
+    dev_free(&D);
+    attn_meta_free(&m);
+    problem_free(&P);
+}
+
+#define MIX(...) .n_seqs = 4, .start = {0, 50, 300, 0}, .len = {77, 37, 1, 1}, __VA_ARGS__
+
+static const Case k_cases[] = {
+    {"hd128 gqa4 prefill 100", 128, 128, 8, 2, 16, 0, 0, 0, .n_seqs = 1, .start = {0}, .len = {100}},
+    {"hd128 gqa4 mixed bs32", 128, 128, 8, 2, 32, 0, 0, 0, MIX()},
+    {"hd64 mixed", 64, 64, 4, 4, 16, 0, 0, 0, MIX()},
+    {"hd80 mixed", 80, 80, 4, 2, 32, 0, 0, 0, MIX()},
+    {"hd96 mixed", 96, 96, 8, 1, 64, 0, 0, 0, MIX()},
+    {"hd256 mixed", 256, 256, 4, 1, 32, 0, 0, 0, MIX()},
+    {"hd128/64 mixed", 128, 64, 8, 2, 16, 0, 0, 0, MIX()},
+    {"gqa1 bs64", 128, 128, 4, 4, 64, 0, 0, 0, MIX()},
+    {"gqa8", 128, 128, 16, 2, 32, 0, 0, 0, MIX()},
+    {"mqa 8 heads", 128, 128, 8, 1, 32, 0, 0, 0, MIX()},
+    {"mqa 32 heads (2 head groups)", 64, 64, 32, 1, 16, 0, 0, 0, MIX()},
+    {"window 1", 128, 128, 4, 2, 16, 1, 0, 0, MIX()},
+    {"window = prompt 77", 128, 128, 4, 2, 16, 77, 0, 0, MIX()},
+    {"window 40", 128, 128, 4, 2, 32, 40, 0, 0, MIX()},
+    {"window 5000 (> context)", 96, 96, 4, 2, 32, 5000, 0, 0, MIX()},
+    {"sinks", 64, 64, 8, 2, 32, 0, 0, 1, MIX()},
+    {"softcap 30", 128, 128, 4, 2, 32, 0, 30.f, 0, MIX()},
+    {"softcap+window+sinks hd256", 256, 256, 8, 4, 16, 33, 50.f, 1, MIX()},
+    {"sinks+window hd64 gqa8", 64, 64, 8, 1, 16, 128, 0, 1, MIX()},
+    {"chunked prefill 3 chunks", 128, 128, 8, 2, 16, 0, 0, 0, .n_seqs = 3, .start = {130, 1, 64}, .len = {129, 64, 2}},
+    {"long decode 8 x 5000", 128, 128, 8, 2, 32, 0, 0, 0, .n_seqs = 8,
+     .start = {4999, 3000, 4095, 17, 1, 2047, 4500, 63}, .len = {1, 1, 1, 1, 1, 1, 1, 1}},
+    {"long decode window 256", 128, 64, 8, 2, 64, 256, 0, 1, .n_seqs = 3, .start = {4999, 255, 3000}, .len = {1, 1, 1}},
+    {"long prefill 700 + window 200", 80, 80, 4, 2, 32, 200, 0, 0, .n_seqs = 2, .start = {0, 100}, .len = {700, 300}},
+};
+
+/* A decode step captured in a CUDA graph, replayed after the metadata
+ * buffer is rewritten in place: step B has longer contexts and its rows read
+ * other sequences' blocks than step A. */
+static void graph_step(Problem *P, const int32_t *pos, const int32_t *seq, float *ref, AttnMeta *m) {
+    Err err = {{0}};
+    memcpy(P->pos, pos, 3 * 4), memcpy(P->seq, seq, 3 * 4);
+    cpu_attention(g_tp, ref, P->q, &P->cache, 0, &P->batch, &P->par);
+    CHECK(attn_meta_build(m, &P->batch, &(AttnMetaOpts){P->n_blocks, 64}, &err) == 0, "%s", err.msg);
+}
+
+static void test_graph_replay(void) {
+    Case c = {"graph", 128, 128, 8, 2, 32, 0, 0, 0, .n_seqs = 3, .start = {1500, 900, 1999}, .len = {1, 1, 1}};
+    Problem P;
+    Err err = {{0}};
+    if (problem_init(&P, &c)) { CHECK(0, "setup"); return; }
+    size_t n_out = (size_t)3 * c.n_heads * c.hdv;
+    float *ref_a = malloc(n_out * 4), *ref_b = malloc(n_out * 4);
+    AttnMeta ma, mb;
+    graph_step(&P, (const int32_t[]){40, 1, 7}, (const int32_t[]){0, 1, 2}, ref_a, &ma);
+    graph_step(&P, (const int32_t[]){800, 1400, 1999}, (const int32_t[]){1, 0, 2}, ref_b, &mb);
+    CHECK(ma.buf_len == mb.buf_len && ma.off_tables == mb.off_tables, "fixed layout %d vs %d", ma.buf_len, mb.buf_len);
+    int splits = attn_decode_splits(2048, 3, c.n_kv, 1, 132);
+    DevBufs D;
+    if (dev_upload(&D, &P, &ma, splits) == 0) {
+        AttnDevMeta dm;
+        attn_dev_meta(&dm, &ma, D.meta);
+        cudaStream_t s;
+        cudaGraph_t g;
+        cudaGraphExec_t ge;
+        cudaStreamCreate(&s);
+        cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
+        int rc = cuda_attention_decode(D.out, D.q, D.k, D.v, &dm, &P.par, NULL, &D.work, s, &err);
+        cudaError_t e = cudaStreamEndCapture(s, &g);
+        CHECK(rc == 0 && e == cudaSuccess, "capture: %s %s", err.msg, cudaGetErrorString(e));
+        if (rc == 0 && e == cudaSuccess && cudaGraphInstantiate(&ge, g, 0) == cudaSuccess) {
+            for (int step = 0; step < 2; step++) {
+                const AttnMeta *m = step ? &mb : &ma;
+                cudaMemcpy(D.meta, m->buf, (size_t)m->buf_len * 4, cudaMemcpyHostToDevice);
+                cudaMemset(D.out, 0xff, n_out * 2);
+                cudaGraphLaunch(ge, s);
+                e = cudaStreamSynchronize(s);
+                memcpy(P.ref, step ? ref_b : ref_a, n_out * 4);
+                int n_nan;
+                double rel = compare(&D, &P, &n_nan);
+                printf("# graph replay step %c                     rel err %.2e\n", 'A' + step, rel);
+                CHECK(e == cudaSuccess && n_nan == 0 && rel <= TOL, "step %d: rel %.3e, %d NaN", step, rel, n_nan);
+            }
+            cudaGraphExecDestroy(ge);
+        } else {
+            CHECK(0, "graph instantiate failed");
+        }
+        cudaGraphDestroy(g), cudaStreamDestroy(s);
+    }
+    dev_free(&D);
+    attn_meta_free(&ma), attn_meta_free(&mb);
+    free(ref_a), free(ref_b);
+    problem_free(&P);
+}
+
+static void test_unsupported(void) {
+    AttnParams p = {8, 2, 72, 72, 0.1f, 0, 0, NULL};
+    Err err = {{0}};
+    CHECK(cuda_attention_check(&p, 32, &err) == -1 && strstr(err.msg, "k=72 v=72"), "'%s'", err.msg);
+    p.head_dim_k = p.head_dim_v = 128;
+    CHECK(cuda_attention_check(&p, 24, &err) == -1 && strstr(err.msg, "block_size 24"), "'%s'", err.msg);
+    p.n_kv_heads = 3;
+    CHECK(cuda_attention_check(&p, 32, &err) == -1 && strstr(err.msg, "n_kv_heads 3"), "'%s'", err.msg);
+}
+
+static int g_quick;
+static void test_cases(void) {
+    int n = (int)(sizeof k_cases / sizeof *k_cases);
+    for (int i = 0; i < n; i++)
+        if (!g_quick || i == 1 || i == 6 || i == 17 || i == 19) run_case(&k_cases[i]);
+}
+
+int main(int argc, char **argv) {
+    Err err = {{0}};
+    g_quick = argc > 1 && !strcmp(argv[1], "--quick");
+    g_tp = thread_pool_create(0, &err);
+    if (!g_tp) { printf("not ok - thread pool: %s\n", err.msg); return 1; }
+    RUN(test_cases);
+    RUN(test_graph_replay);
+    RUN(test_unsupported);
+    thread_pool_destroy(g_tp);
+    TEST_EXIT();
+}
