@@ -39,6 +39,8 @@ int block_manager_init(BlockManager *m, BlockPool *pool, int block_size, Err *er
 }
 
 void block_manager_free(BlockManager *m) {
+    /* The pool outlives the manager: cached blocks nobody holds go back. */
+    for (int id = m->lru_head; id >= 0 && m->pool; id = m->lru_next[id]) block_pool_release(m->pool, id);
     free(m->ref);
     free(m->cached);
     free(m->key);

@@ -64,6 +64,7 @@ typedef struct {
 } BlockManager;
 
 int block_manager_init(BlockManager *m, BlockPool *pool, int block_size, Err *err);
+/* Returns the unreferenced cached blocks to the pool and frees the rest. */
 void block_manager_free(BlockManager *m);
 
 /* A block with ref 1: from the free list, else the least recently used

@@ -1,0 +1,431 @@
+/* scheduler.c — continuous batching over the paged KV cache (see
+ * scheduler.h): queues, the per-step batch, preemption, per-request sampling.
+ *
+ * Invariant of a waiting or running request: tokens.n > n_cached, i.e. at
+ * least one token (the prompt's tail or the last sampled token) still has to
+ * go through the model; its row at tokens.n - 1 gives the next logits. */
+#include "engine/scheduler.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- queues: arrays of requests sorted by submission order ---- */
+
+static void queue_insert(SchedRequest **q, int *n, SchedRequest *r) {
+    int i = *n;
+    while (i > 0 && q[i - 1]->order > r->order) { q[i] = q[i - 1]; i--; }
+    q[i] = r;
+    (*n)++;
+}
+
+static void queue_remove(SchedRequest **q, int *n, SchedRequest *r) {
+    int i = 0;
+    while (i < *n && q[i] != r) i++;
+    if (i == *n) return;
+    memmove(q + i, q + i + 1, (size_t)(*n - i - 1) * sizeof *q);
+    (*n)--;
+}
+
+static int queues_grow(Scheduler *s, int need) {
+    if (need <= s->cap_queue) return 0;
+    int cap = s->cap_queue ? 2 * s->cap_queue : 64;
+    while (cap < need) cap *= 2;
+    SchedRequest ***qs[3] = {&s->waiting, &s->running, &s->finished};
+    for (int i = 0; i < 3; i++) {
+        SchedRequest **q = realloc(*qs[i], (size_t)cap * sizeof *q);
+        if (!q) return -1;
+        *qs[i] = q;
+    }
+    s->cap_queue = cap;
+    return 0;
+}
+
+/* ---- setup ---- */
+
+/* The widest window when every layer is windowed, else 0. */
+static int model_window(const ModelConfig *c) {
+    int w = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        if (c->layer_window[l] <= 0) return 0;
+        if (c->layer_window[l] > w) w = c->layer_window[l];
+    }
+    return w;
+}
+
+int scheduler_init(Scheduler *s, Engine *e, const SchedOptions *o, Err *err) {
+    memset(s, 0, sizeof *s);
+    s->e = e;
+    s->o = *o;
+    if (s->o.max_seqs <= 0) s->o.max_seqs = 256;
+    if (s->o.max_batched_tokens <= 0) s->o.max_batched_tokens = 8192;
+    if (s->o.max_batched_tokens > e->max_chunk) s->o.max_batched_tokens = e->max_chunk;
+    if (s->o.max_seqs > s->o.max_batched_tokens) s->o.max_seqs = s->o.max_batched_tokens;
+    s->window = model_window(&e->model->cfg);
+    if (block_manager_init(&s->bm, &e->pool, e->block_size, err)) return -1;
+    int T = s->o.max_batched_tokens, S = s->o.max_seqs;
+    s->ids = malloc((size_t)T * sizeof *s->ids);
+    s->pos = malloc((size_t)T * sizeof *s->pos);
+    s->seq = malloc((size_t)T * sizeof *s->seq);
+    s->slot = malloc((size_t)T * sizeof *s->slot);
+    s->logit_rows = malloc((size_t)S * sizeof *s->logit_rows);
+    s->sel = malloc((size_t)S * sizeof *s->sel);
+    s->sel_chunk = malloc((size_t)S * sizeof *s->sel_chunk);
+    s->tables = malloc((size_t)S * sizeof *s->tables);
+    s->logits = malloc((size_t)S * e->model->cfg.vocab * sizeof *s->logits);
+    if (!s->ids || !s->pos || !s->seq || !s->slot || !s->logit_rows || !s->sel || !s->sel_chunk || !s->tables ||
+        !s->logits || queues_grow(s, 64)) {
+        scheduler_free(s);
+        return err_set(err, "scheduler: out of memory for %d sequences x %d vocabulary logits", S,
+                       e->model->cfg.vocab);
+    }
+    s->stats.blocks_total = s->bm.n_blocks;
+    return 0;
+}
+
+void sched_request_free(SchedRequest *r) {
+    if (!r) return;
+    token_ids_free(&r->tokens);
+    block_table_free(&r->bt);
+    if (r->sampler_ready) sampler_free(&r->sampler);
+    stop_matcher_free(&r->sm);
+    chat_buf_free(&r->text);
+    free(r);
+}
+
+void scheduler_free(Scheduler *s) {
+    for (int i = 0; i < s->n_running; i++) {
+        block_manager_release_table(&s->bm, &s->running[i]->bt);
+        sched_request_free(s->running[i]);
+    }
+    for (int i = 0; i < s->n_waiting; i++) sched_request_free(s->waiting[i]);
+    for (int i = 0; i < s->n_finished; i++) sched_request_free(s->finished[i]);
+    block_manager_free(&s->bm);
+    free(s->waiting);
+    free(s->running);
+    free(s->finished);
+    free(s->ids);
+    free(s->pos);
+    free(s->seq);
+    free(s->slot);
+    free(s->logit_rows);
+    free(s->sel);
+    free(s->sel_chunk);
+    free(s->tables);
+    free(s->logits);
+    memset(s, 0, sizeof *s);
+}
+
+/* ---- submission ---- */
+
+SchedRequest *scheduler_submit(Scheduler *s, const int32_t *prompt, int n, const GenParams *p, void *user,
+                               Err *err) {
+    int bs = s->e->block_size;
+    if (n <= 0) { err_set(err, "the prompt is empty"); return NULL; }
+    if (n >= s->e->ctx_limit) {
+        err_set(err, "the prompt has %d tokens; the context holds %d (raise -c)", n, s->e->ctx_limit);
+        return NULL;
+    }
+    if ((n + 1 + bs - 1) / bs > s->bm.n_blocks) {
+        err_set(err, "the prompt has %d tokens; the KV cache holds %d", n, s->bm.n_blocks * bs);
+        return NULL;
+    }
+    int pending = s->n_waiting + s->n_running + s->n_finished;
+    SchedRequest *r = calloc(1, sizeof *r);
+    if (!r || queues_grow(s, pending + 1)) { free(r); err_set(err, "out of memory"); return NULL; }
+    for (int i = 0; i < n; i++)
+        if (token_ids_push(&r->tokens, prompt[i])) { sched_request_free(r); err_set(err, "out of memory"); return NULL; }
+    r->user = user;
+    r->params = *p;
+    r->n_prompt = n;
+    r->order = s->next_order++;
+    r->chain = BLOCK_CHAIN_START;
+    r->state = REQ_WAITING;
+    r->t_submit = now_seconds();
+    stop_matcher_init(&r->sm, p->stop, p->n_stop);
+    detok_init(&r->dt);
+    queue_insert(s->waiting, &s->n_waiting, r);
+    return r;
+}
+
+SchedRequest *scheduler_pop_finished(Scheduler *s) {
+    if (s->n_finished == 0) return NULL;
+    SchedRequest *r = s->finished[0];
+    memmove(s->finished, s->finished + 1, (size_t)(s->n_finished - 1) * sizeof *s->finished);
+    s->n_finished--;
+    return r;
+}
+
+/* ---- block bookkeeping of one request ---- */
+
+/* Gives back every block and forgets the computed tokens. */
+static void request_drop_blocks(Scheduler *s, SchedRequest *r) {
+    block_manager_release_table(&s->bm, &r->bt);
+    r->n_cached = r->n_chained = r->n_dropped = 0;
+    r->chain = BLOCK_CHAIN_START;
+}
+
+/* Takes the prompt's leading full blocks from the prefix cache. At least
+ * one token is left to compute: its row gives the logits. */
+static void request_match_prefix(Scheduler *s, SchedRequest *r) {
+    int bs = s->e->block_size;
+    r->cached_tokens = 0;
+    if (s->o.no_prefix_cache) return;
+    while ((r->n_chained + 1) * bs <= (int)r->tokens.n - 1) {
+        if (r->bt.n_blocks == r->bt.cap) {
+            int cap = r->bt.cap ? 2 * r->bt.cap : 8;
+            int32_t *b = realloc(r->bt.blocks, (size_t)cap * sizeof *b);
+            if (!b) return;
+            r->bt.blocks = b;
+            r->bt.cap = cap;
+        }
+        int id = block_manager_lookup(&s->bm, &r->chain, r->tokens.ids + (size_t)r->n_chained * bs);
+        if (id < 0) break;
+        block_manager_acquire(&s->bm, id);
+        r->bt.blocks[r->bt.n_blocks++] = id;
+        r->n_chained++;
+    }
+    r->n_cached = r->n_chained * bs;
+    r->bt.n_tokens = r->n_cached;
+    r->cached_tokens = r->n_cached;
+}
+
+/* After a step: indexes the newly full blocks in the prefix cache, and on a
+ * windowed model gives back the blocks no later row can see (the next row is
+ * at n_cached and sees positions > n_cached - window). */
+static void request_after_compute(Scheduler *s, SchedRequest *r) {
+    int bs = s->e->block_size;
+    while ((r->n_chained + 1) * bs <= r->n_cached) {
+        if (!s->o.no_prefix_cache && r->chain.block != -2)
+            block_manager_register(&s->bm, r->bt.blocks[r->n_chained], &r->chain,
+                                   r->tokens.ids + (size_t)r->n_chained * bs);
+        r->n_chained++;
+    }
+    if (s->window <= 0) return;
+    while ((r->n_dropped + 1) * bs <= r->n_cached - s->window + 1 && r->n_dropped < r->bt.n_blocks) {
+        block_manager_release(&s->bm, r->bt.blocks[r->n_dropped]);
+        r->bt.blocks[r->n_dropped++] = -1;
+    }
+}
+
+/* ---- finishing ---- */
+
+static void request_finish(Scheduler *s, SchedRequest *r, const char *reason) {
+    if (r->state == REQ_RUNNING) queue_remove(s->running, &s->n_running, r);
+    else if (r->state == REQ_WAITING) queue_remove(s->waiting, &s->n_waiting, r);
+    block_manager_release_table(&s->bm, &r->bt);
+    r->finish_reason = reason;
+    r->state = REQ_FINISHED;
+    r->t_done = now_seconds();
+    s->finished[s->n_finished++] = r;
+}
+
+static void request_fail(Scheduler *s, SchedRequest *r, const char *msg) {
+    snprintf(r->error, sizeof r->error, "%s", msg);
+    request_finish(s, r, "error");
+}
+
+static int request_text(void *ctx, const char *text, size_t len) {
+    SchedRequest *r = ctx;
+    if (chat_buf_append(&r->text, text, len)) return -1;
+    return r->emit ? r->emit(r->emit_ctx, text, len) : 0;
+}
+
+/* The end of a reply's text: what the detokenizer and stop matcher held back. */
+static void request_flush(const Tokenizer *tok, SchedRequest *r) {
+    if (!tok) return;
+    char tail[64];
+    int n = detok_flush(&r->dt, tail, sizeof tail);
+    StopResult sr = stop_matcher_push(&r->sm, tail, (size_t)n);
+    if (sr.emit_len > 0) request_text(r, sr.emit, sr.emit_len);
+    if (sr.stopped) return;
+    sr = stop_matcher_flush(&r->sm);
+    if (sr.emit_len > 0) request_text(r, sr.emit, sr.emit_len);
+}
+
+/* Samples the next token from logits and applies the stop conditions, in
+ * generate_reply's order. Returns the finish reason, or NULL to go on. */
+static const char *request_sample(Scheduler *s, SchedRequest *r, float *logits) {
+    const Tokenizer *tok = s->e->model->tok;
+    int vocab = s->e->model->cfg.vocab;
+    if (r->interrupt && *r->interrupt) return "interrupted";
+    int32_t id = sampler_sample(&r->sampler, logits, vocab);
+    sampler_accept(&r->sampler, id);
+    if (r->n_generated == 0) r->t_first = now_seconds();
+    r->n_generated++;
+    s->stats.tokens_generated++;
+    int at_limit = (int)r->tokens.n + 1 >= s->e->ctx_limit;
+    if (token_ids_push(&r->tokens, id)) return "error";
+    if (!r->params.ignore_eos && tok && tokenizer_is_eog(tok, id)) return "stop";
+    if (tok) {
+        char piece[512];
+        int n = detok_push(tok, &r->dt, id, piece, sizeof piece);
+        StopResult sr = stop_matcher_push(&r->sm, piece, (size_t)n);
+        if (sr.emit_len > 0 && request_text(r, sr.emit, sr.emit_len)) return "interrupted";
+        if (sr.stopped) return "stop";
+    }
+    if (r->params.max_tokens > 0 && r->n_generated >= r->params.max_tokens) return "length";
+    if (at_limit) return "context";
+    return NULL;
+}
+
+/* Logits for a request: sampler set up on first use (it counts every
+ * token so far for the penalties), then a draw. */
+static void request_logits(Scheduler *s, SchedRequest *r, float *logits) {
+    if (!r->sampler_ready) {
+        Err err = {{0}};
+        if (sampler_init(&r->sampler, &r->params.sampling, s->e->model->cfg.vocab, &err)) {
+            request_fail(s, r, err.msg);
+            return;
+        }
+        r->sampler_ready = true;
+        for (size_t i = 0; i < r->tokens.n; i++) sampler_accept(&r->sampler, r->tokens.ids[i]);
+    }
+    const char *why = request_sample(s, r, logits);
+    if (!why) return;
+    if (!strcmp(why, "error")) { request_fail(s, r, "out of memory"); return; }
+    request_flush(s->e->model->tok, r);
+    request_finish(s, r, why);
+}
+
+/* ---- building a step ---- */
+
+static int sel_index(const Scheduler *s, const SchedRequest *r) {
+    for (int i = 0; i < s->n_sel; i++)
+        if (s->sel[i] == r) return i;
+    return -1;
+}
+
+/* Sends the newest running request back to the queue (its blocks freed,
+ * its rows taken out of this step). */
+static void preempt_newest(Scheduler *s, int *budget) {
+    SchedRequest *v = s->running[s->n_running - 1];
+    int k = sel_index(s, v);
+    if (k >= 0) {
+        *budget += s->sel_chunk[k];
+        s->n_sel--;
+        memmove(s->sel + k, s->sel + k + 1, (size_t)(s->n_sel - k) * sizeof *s->sel);
+        memmove(s->sel_chunk + k, s->sel_chunk + k + 1, (size_t)(s->n_sel - k) * sizeof *s->sel_chunk);
+    }
+    request_drop_blocks(s, v);
+    s->n_running--;
+    v->state = REQ_WAITING;
+    v->n_preempted++;
+    s->stats.preemptions++;
+    queue_insert(s->waiting, &s->n_waiting, v);
+}
+
+static void select_rows(Scheduler *s, SchedRequest *r, int chunk, int *budget) {
+    s->sel[s->n_sel] = r;
+    s->sel_chunk[s->n_sel++] = chunk;
+    *budget -= chunk;
+}
+
+/* Schedules running requests: decodes (pass 0) or partial prefills (pass 1).
+ * A request that cannot get its blocks preempts the newest running ones,
+ * itself last; alone and still without room, the cache cannot hold it. */
+static void schedule_running(Scheduler *s, int pass, int *budget) {
+    for (int i = 0; i < s->n_running; i++) {
+        SchedRequest *r = s->running[i];
+        int need = (int)r->tokens.n - r->n_cached;
+        if ((pass == 0) != (need == 1) || sel_index(s, r) >= 0) continue;
+        if (s->n_sel == s->o.max_seqs || *budget == 0) return;
+        int chunk = need < *budget ? need : *budget;
+        while (block_manager_reserve(&s->bm, &r->bt, r->n_cached + chunk)) {
+            if (s->n_running == 1) {
+                request_finish(s, r, "context"); /* the whole cache is too small for it */
+                i--;
+                break;
+            }
+            bool self = s->running[s->n_running - 1] == r;
+            preempt_newest(s, budget);
+            if (self) break;
+        }
+        if (r->state == REQ_RUNNING && i < s->n_running && s->running[i] == r) select_rows(s, r, chunk, budget);
+    }
+}
+
+/* Admits waiting requests in order while sequence slots, budget and blocks last. */
+static void schedule_waiting(Scheduler *s, int *budget) {
+    while (s->n_waiting > 0 && s->n_sel < s->o.max_seqs && *budget > 0) {
+        SchedRequest *r = s->waiting[0];
+        request_match_prefix(s, r);
+        int need = (int)r->tokens.n - r->n_cached;
+        int chunk = need < *budget ? need : *budget;
+        if (block_manager_reserve(&s->bm, &r->bt, r->n_cached + chunk)) {
+            request_drop_blocks(s, r);
+            return;
+        }
+        queue_remove(s->waiting, &s->n_waiting, r);
+        s->bm.hits += r->n_chained;
+        s->stats.prefix_hit_tokens += r->cached_tokens;
+        r->state = REQ_RUNNING;
+        queue_insert(s->running, &s->n_running, r);
+        select_rows(s, r, chunk, budget);
+    }
+}
+
+/* The rows of the selected requests; a request whose rows reach its last
+ * token gets a logits row. Returns the row count. */
+static int build_rows(Scheduler *s, int *n_logits) {
+    int bs = s->e->block_size, t = 0;
+    *n_logits = 0;
+    for (int k = 0; k < s->n_sel; k++) {
+        SchedRequest *r = s->sel[k];
+        for (int i = 0; i < s->sel_chunk[k]; i++, t++) {
+            int p = r->n_cached + i;
+            s->ids[t] = r->tokens.ids[p];
+            s->pos[t] = p;
+            s->seq[t] = k;
+            s->slot[t] = block_table_slot(&r->bt, p, bs);
+        }
+        s->tables[k] = r->bt.blocks;
+        if (r->n_cached + s->sel_chunk[k] == (int)r->tokens.n) s->logit_rows[(*n_logits)++] = t - 1;
+        if (s->sel_chunk[k] == 1 && r->n_cached + 1 == (int)r->tokens.n && r->n_generated > 0) s->stats.n_decode++;
+        else s->stats.n_prefill += s->sel_chunk[k];
+    }
+    return t;
+}
+
+static void step_stats(Scheduler *s, int rows, double t0) {
+    s->stats.n_seqs = s->n_sel;
+    s->stats.n_tokens = rows;
+    s->stats.n_running = s->n_running;
+    s->stats.n_waiting = s->n_waiting;
+    s->stats.n_finished = s->n_finished;
+    s->stats.blocks_used = block_manager_used(&s->bm);
+    s->stats.blocks_cached = s->bm.n_cached;
+    s->stats.seconds = now_seconds() - t0;
+}
+
+int scheduler_step(Scheduler *s, Err *err) {
+    double t0 = now_seconds();
+    int budget = s->o.max_batched_tokens;
+    int64_t preempted = s->stats.preemptions;
+    s->n_sel = 0;
+    s->stats.n_decode = s->stats.n_prefill = 0;
+    schedule_running(s, 0, &budget);
+    schedule_running(s, 1, &budget);
+    /* After a preemption the cache is short: admitting more would only
+     * preempt again. */
+    if (s->stats.preemptions == preempted) schedule_waiting(s, &budget);
+    if (s->n_sel == 0) {
+        /* Nothing fits although nothing runs: blocks are held outside the
+         * scheduler. Fail the head request rather than spin. */
+        if (s->n_running == 0 && s->n_waiting > 0) request_fail(s, s->waiting[0], "no free KV cache block");
+        step_stats(s, 0, t0);
+        return 0;
+    }
+    int n_logits;
+    int rows = build_rows(s, &n_logits);
+    AttnBatch b = {rows, s->pos, s->seq, s->slot, s->n_sel, s->tables, s->e->block_size};
+    if (forward_run(&s->e->fw, s->ids, &b, s->logit_rows, n_logits, s->logits, err)) return -1;
+    int l = 0;
+    for (int k = 0; k < s->n_sel; k++) {
+        SchedRequest *r = s->sel[k];
+        r->n_cached += s->sel_chunk[k];
+        request_after_compute(s, r);
+        if (r->n_cached == (int)r->tokens.n) request_logits(s, r, s->logits + (size_t)l++ * s->e->model->cfg.vocab);
+    }
+    step_stats(s, rows, t0);
+    return 0;
+}

@@ -1,0 +1,126 @@
+/* scheduler.h — continuous batching: many requests share each forward step.
+ *
+ * Requests wait in a queue, then run. Every step builds ONE batch under a
+ * token budget (max_batched_tokens rows) and a sequence limit (max_seqs):
+ *   1. one row for every running request that is decoding,
+ *   2. prefill chunks of running requests whose prompt is partly computed,
+ *   3. prefill chunks of waiting requests, admitted in order while blocks,
+ *      budget and sequence slots last (chunked prefill: a long prompt takes
+ *      several steps and never stalls the decodes of the others).
+ * One forward runs the mixed rows; each request whose rows reach the end of
+ * its tokens gets logits and samples its next token with its own Sampler
+ * (own seed and penalty window) and stop conditions, exactly as
+ * generate_reply does for one sequence. A finished request leaves at once
+ * (its blocks are released) and waits in the finished list for the caller.
+ *
+ * KV blocks come from a BlockManager over the engine's pool. A waiting
+ * request first takes the full blocks of its prompt that the prefix cache
+ * holds (a shared system prompt is computed once). When a running request
+ * needs a block and none is left, the newest running request is preempted:
+ * its blocks are released (full ones stay in the prefix cache) and it goes
+ * back to the head of the queue to recompute its tokens later; its sampler
+ * state is kept, so greedy outputs equal those of an uninterrupted run.
+ * Priority is submission order: the oldest request is never preempted for a
+ * newer one, so every request finishes.
+ *
+ * Models whose every layer has a sliding window give back the blocks wholly
+ * behind the window as a sequence grows.
+ */
+#ifndef CLLM_SCHEDULER_H
+#define CLLM_SCHEDULER_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "attention/block_manager.h"
+#include "engine/engine.h"
+#include "engine/generate.h"
+#include "engine/stop.h"
+
+typedef struct {
+    int max_seqs;             /* sequences per step; <= 0: 256 */
+    int max_batched_tokens;   /* rows per step; <= 0: 8192; at most the engine's max_chunk */
+    bool no_prefix_cache;     /* turn prefix caching off */
+} SchedOptions;
+
+typedef enum { REQ_WAITING, REQ_RUNNING, REQ_FINISHED } ReqState;
+
+typedef struct SchedRequest {
+    void *user;                   /* the caller's tag */
+    GenParams params;             /* stop strings borrowed until the request is freed */
+    GenEmit emit;                 /* optional: streams the text as it becomes final */
+    void *emit_ctx;
+    volatile sig_atomic_t *interrupt; /* optional: nonzero ends the reply ("interrupted") */
+    uint64_t order;               /* submission number: priority (lower first) */
+    ReqState state;
+    TokenIds tokens;              /* the prompt, then every generated token */
+    int n_prompt;
+    int n_cached;                 /* tokens[0..n_cached) have K/V in the cache */
+    BlockTable bt;                /* blocks in position order; -1 = given back (window) */
+    int n_dropped;                /* leading blocks given back behind the window */
+    int n_chained;                /* leading full blocks the prefix-cache chain covers */
+    BlockChain chain;
+    bool sampler_ready;
+    Sampler sampler;
+    StopMatcher sm;
+    Detok dt;
+    ChatBuf text;                 /* the reply text */
+    int n_generated;
+    int cached_tokens;            /* prompt tokens found in the prefix cache (last admission) */
+    int n_preempted;
+    const char *finish_reason;    /* "stop", "length", "context", "interrupted", "error" */
+    char error[1024];             /* when finish_reason is "error" */
+    double t_submit, t_first, t_done;
+} SchedRequest;
+
+/* What one step did, and where the scheduler stands after it. */
+typedef struct {
+    int n_seqs, n_tokens;         /* sequences and rows in the batch */
+    int n_decode, n_prefill;      /* decode rows, prefill rows */
+    int n_running, n_waiting, n_finished; /* after the step; finished = not yet popped */
+    int blocks_used, blocks_cached, blocks_total;
+    int64_t preemptions;          /* ever */
+    int64_t prefix_hit_tokens;    /* ever: prompt tokens taken from the prefix cache */
+    int64_t tokens_generated;     /* ever */
+    double seconds;               /* of this step */
+} SchedStats;
+
+typedef struct {
+    Engine *e;
+    BlockManager bm;
+    SchedOptions o;
+    int window;                   /* > 0: every layer is windowed; the widest window */
+    SchedRequest **waiting, **running, **finished, **sel; /* queues, sorted by order */
+    int n_waiting, n_running, n_finished, cap_queue;
+    int *sel_chunk;               /* [max_seqs] rows this step gives each selected request */
+    int n_sel;
+    int32_t *ids, *pos, *seq, *logit_rows; /* [max_batched_tokens] step rows */
+    int64_t *slot;
+    const int32_t **tables;       /* [max_seqs] */
+    float *logits;                /* [max_seqs][vocab] */
+    uint64_t next_order;
+    SchedStats stats;
+} Scheduler;
+
+int scheduler_init(Scheduler *s, Engine *e, const SchedOptions *o, Err *err);
+/* Frees every request still queued (finished ones too). */
+void scheduler_free(Scheduler *s);
+
+/* Queues a request for prompt[0..n) (copied). NULL with err when it can never
+ * run: empty, as long as the context, more blocks than the cache holds, or
+ * out of memory. */
+SchedRequest *scheduler_submit(Scheduler *s, const int32_t *prompt, int n, const GenParams *p, void *user,
+                               Err *err);
+/* Runs one step (nothing when idle). -1 with err only when the forward pass
+ * fails: the scheduler cannot go on. */
+int scheduler_step(Scheduler *s, Err *err);
+/* No request waiting or running. */
+static inline bool scheduler_idle(const Scheduler *s) { return s->n_waiting == 0 && s->n_running == 0; }
+/* Requests queued, running or finished and not yet popped. */
+static inline int scheduler_pending(const Scheduler *s) { return s->n_waiting + s->n_running + s->n_finished; }
+/* The oldest finished request not yet returned, or NULL; the caller frees it. */
+SchedRequest *scheduler_pop_finished(Scheduler *s);
+void sched_request_free(SchedRequest *r);
+
+#endif

@@ -1,0 +1,355 @@
+/* test_scheduler.c — engine/scheduler.c on the tiny golden models (fp32 CPU
+ * backend). The reference of every request is the same request run alone
+ * through generate_reply; the scheduler must give IDENTICAL tokens, text and
+ * finish reasons:
+ *   - 64 prompts (16 with CLLM_QUICK) with a shared system prefix, greedy,
+ *     stop strings, sampled requests with their own seeds;
+ *   - a small KV cache that forces preemption and recompute;
+ *   - random request streams (fixed seeds): random budgets, cache sizes and
+ *     arrival times; every step within its budgets, no deadlock, no block
+ *     leaked at the end;
+ *   - a model whose every layer is windowed (tiny mistral) gives blocks back
+ *     behind the window and still matches. */
+#include <stdint.h>
+
+#include "engine/scheduler.h"
+#include "model/model.h"
+#include "tests/test.h"
+
+#define BS 4
+
+typedef struct {
+    Model m;
+    Backend *be;
+    Engine e;
+} Rig;
+
+static int rig_open(Rig *r, const char *arch, int n_blocks, int ctx, int max_chunk) {
+    char path[1024];
+    Err err = {{0}};
+    memset(r, 0, sizeof *r);
+    snprintf(path, sizeof path, "%s/tiny/%s.gguf", test_fixture_dir(), arch);
+    if (model_load(&r->m, path, 0, &err)) { printf("  %s\n", err.msg); return -1; }
+    r->be = backend_cpu_create(&r->m.cfg, &r->m.w, 2, BS, n_blocks, &err);
+    if (!r->be || engine_init(&r->e, &r->m, r->be, ctx, max_chunk, &err)) { printf("  %s\n", err.msg); return -1; }
+    return 0;
+}
+
+static void rig_close(Rig *r) {
+    engine_free(&r->e);
+    if (r->be) r->be->destroy(r->be);
+    model_free(&r->m);
+}
+
+static uint64_t rng_next(uint64_t *s) {
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return *s >> 33;
+}
+
+/* One request and what it gave alone and through the scheduler. */
+typedef struct {
+    int32_t prompt[96];
+    int n_prompt;
+    GenParams p;
+    const char *stop[1];
+    char stop_text[8];
+    int32_t want[64];
+    int n_want;
+    char want_text[1024];
+    const char *want_reason;
+    bool done;
+    SchedRequest *req;
+} Case;
+
+typedef struct { char *text; size_t len, cap; } Text;
+
+static int collect(void *ctx, const char *s, size_t n) {
+    Text *t = ctx;
+    if (t->len + n < t->cap) { memcpy(t->text + t->len, s, n); t->len += n; t->text[t->len] = 0; }
+    return 0;
+}
+
+/* Runs c alone through generate_reply (the reference). */
+static int run_alone(Engine *e, Case *c) {
+    Sequence s = {0};
+    GenStats st;
+    Err err = {{0}};
+    Text t = {c->want_text, 0, sizeof c->want_text};
+    c->want_text[0] = 0;
+    int rc = generate_reply(e, &s, c->prompt, c->n_prompt, &c->p, collect, &t, NULL, &st, &err);
+    if (rc) printf("  reference: %s\n", err.msg);
+    c->n_want = (int)s.tokens.n - c->n_prompt;
+    if (c->n_want > 64) c->n_want = 64;
+    memcpy(c->want, s.tokens.ids + c->n_prompt, (size_t)c->n_want * sizeof *c->want);
+    c->want_reason = st.finish_reason;
+    sequence_release(e, &s);
+    return rc;
+}
+
+/* Random prompts; the first `shared` tokens of each are a common prefix. */
+static void make_cases(Case *cs, int n, int vocab, uint64_t seed, int shared, bool variety) {
+    int32_t prefix[32];
+    for (int i = 0; i < 32; i++) prefix[i] = 3 + (int32_t)(rng_next(&seed) % (vocab - 3));
+    for (int k = 0; k < n; k++) {
+        Case *c = &cs[k];
+        memset(c, 0, sizeof *c);
+        int extra = 1 + (int)(rng_next(&seed) % 40);
+        c->n_prompt = shared + extra;
+        for (int i = 0; i < c->n_prompt; i++)
+            c->prompt[i] = i < shared ? prefix[i] : 3 + (int32_t)(rng_next(&seed) % (vocab - 3));
+        c->p = (GenParams){sampler_params_default(), 2 + (int)(rng_next(&seed) % 20), NULL, 0, true};
+        c->p.sampling.temperature = 0;
+        if (variety && k % 4 == 1) { /* sampled, each with its own seed */
+            c->p.sampling.temperature = 0.9f;
+            c->p.sampling.seed = 1000 + k;
+        }
+        if (variety && k % 4 == 2) c->p.ignore_eos = false;
+    }
+}
+
+/* Stop strings: the 2 bytes at the middle of the reference text. */
+static void add_stops(Case *cs, int n) {
+    for (int k = 3; k < n; k += 4) {
+        Case *c = &cs[k];
+        size_t len = strlen(c->want_text);
+        if (len < 4) continue;
+        memcpy(c->stop_text, c->want_text + len / 2, 2);
+        c->stop_text[2] = 0;
+        c->stop[0] = c->stop_text;
+        c->p.stop = c->stop;
+        c->p.n_stop = 1;
+    }
+}
+
+/* Checks that per-step statistics respect the budgets. */
+typedef struct {
+    int steps, max_rows, max_seqs, over_budget;
+    int64_t preemptions, hits;
+    int max_blocks_one;  /* most blocks any running request held (non -1) */
+} Watch;
+
+static void watch_step(const Scheduler *s, Watch *w) {
+    w->steps++;
+    if (s->stats.n_tokens > w->max_rows) w->max_rows = s->stats.n_tokens;
+    if (s->stats.n_seqs > w->max_seqs) w->max_seqs = s->stats.n_seqs;
+    w->over_budget += s->stats.n_tokens > s->o.max_batched_tokens || s->stats.n_seqs > s->o.max_seqs ||
+                      s->stats.blocks_used > s->stats.blocks_total;
+    for (int i = 0; i < s->n_running; i++) {
+        int held = 0;
+        for (int b = 0; b < s->running[i]->bt.n_blocks; b++) held += s->running[i]->bt.blocks[b] >= 0;
+        if (held > w->max_blocks_one) w->max_blocks_one = held;
+    }
+    w->preemptions = s->stats.preemptions;
+    w->hits = s->stats.prefix_hit_tokens;
+}
+
+/* Compares a finished request with its reference; returns mismatches. */
+static int compare(Case *c, int k) {
+    SchedRequest *r = c->req;
+    int bad = 0;
+    int got = (int)r->tokens.n - r->n_prompt;
+    if (got != c->n_want || memcmp(r->tokens.ids + r->n_prompt, c->want, (size_t)c->n_want * sizeof(int32_t))) {
+        printf("  request %d: %d tokens, reference %d; first difference at", k, got, c->n_want);
+        for (int i = 0; i < got && i < c->n_want; i++)
+            if (r->tokens.ids[r->n_prompt + i] != c->want[i]) { printf(" %d", i); break; }
+        printf("\n");
+        bad++;
+    }
+    const char *text = r->text.data ? r->text.data : "";
+    if (strcmp(text, c->want_text)) { printf("  request %d: text '%s' vs '%s'\n", k, text, c->want_text); bad++; }
+    if (strcmp(r->finish_reason, c->want_reason)) {
+        printf("  request %d: finish %s vs %s (%s)\n", k, r->finish_reason, c->want_reason, r->error);
+        bad++;
+    }
+    return bad;
+}
+
+/* Submits cases (all at once, or a few per step when `trickle`), steps until
+ * idle, compares. Returns mismatches; fills w. */
+static int run_scheduled(Engine *e, Case *cs, int n, const SchedOptions *o, uint64_t trickle_seed, Watch *w) {
+    Scheduler s;
+    Err err = {{0}};
+    memset(w, 0, sizeof *w);
+    if (scheduler_init(&s, e, o, &err)) { printf("  %s\n", err.msg); return 1; }
+    int next = 0, bad = 0, finished = 0;
+    uint64_t seed = trickle_seed;
+    while (finished < n && w->steps < 20000) {
+        int burst = trickle_seed ? (int)(rng_next(&seed) % 4) : n;
+        for (int i = 0; i < burst && next < n; i++, next++) {
+            cs[next].req = scheduler_submit(&s, cs[next].prompt, cs[next].n_prompt, &cs[next].p, &cs[next], &err);
+            if (!cs[next].req) { printf("  submit %d: %s\n", next, err.msg); bad++; finished++; }
+        }
+        if (scheduler_step(&s, &err)) { printf("  step: %s\n", err.msg); bad++; break; }
+        watch_step(&s, w);
+        SchedRequest *r;
+        while ((r = scheduler_pop_finished(&s))) {
+            Case *c = r->user;
+            bad += compare(c, (int)(c - cs));
+            c->req = NULL;
+            sched_request_free(r);
+            finished++;
+        }
+    }
+    if (finished < n) { printf("  %d of %d requests finished after %d steps\n", finished, n, w->steps); bad++; }
+    if (block_manager_used(&s.bm) != 0 || e->pool.n_free + s.bm.n_lru != e->pool.n_blocks) {
+        printf("  blocks leaked: used %d, free %d + cached %d of %d\n", block_manager_used(&s.bm), e->pool.n_free,
+               s.bm.n_lru, e->pool.n_blocks);
+        bad++;
+    }
+    scheduler_free(&s);
+    if (e->pool.n_free != e->pool.n_blocks) { printf("  scheduler_free kept %d blocks\n", e->pool.n_blocks - e->pool.n_free); bad++; }
+    return bad;
+}
+
+static bool quick(void) { return getenv("CLLM_QUICK") != NULL; }
+
+static int prepare(Rig *r, Case *cs, int n, uint64_t seed, int shared, bool variety) {
+    make_cases(cs, n, r->m.cfg.vocab, seed, shared, variety);
+    for (int k = 0; k < n; k++)
+        if (run_alone(&r->e, &cs[k])) return -1;
+    if (variety) {
+        add_stops(cs, n);
+        for (int k = 3; k < n; k += 4)
+            if (cs[k].p.n_stop && run_alone(&r->e, &cs[k])) return -1;
+    }
+    return 0;
+}
+
+/* 64 prompts one at a time vs all through the scheduler: identical. */
+static void test_same_as_one_at_a_time(void) {
+    Rig r;
+    int n = quick() ? 16 : 64;
+    Case *cs = calloc(64, sizeof *cs);
+    if (rig_open(&r, "llama", 512, 256, 64) || prepare(&r, cs, n, 7, 16, true)) {
+        CHECK(0, "setup failed");
+    } else {
+        SchedOptions o = {.max_seqs = 16, .max_batched_tokens = 48};
+        Watch w;
+        int bad = run_scheduled(&r.e, cs, n, &o, 0, &w);
+        CHECK(bad == 0, "%d mismatches", bad);
+        CHECK(w.over_budget == 0, "%d steps over budget", w.over_budget);
+        CHECK(w.max_seqs > 1 && w.max_rows > 16, "batches should mix sequences: max %d seqs, %d rows", w.max_seqs,
+              w.max_rows);
+        CHECK(w.hits >= (n - 4) * 16, "the shared 16-token prefix should be reused: %lld tokens hit",
+              (long long)w.hits);
+        CHECK(w.preemptions == 0, "an ample cache should not preempt (%lld)", (long long)w.preemptions);
+        /* chunked prefill with a budget below the prompt lengths */
+        o = (SchedOptions){.max_seqs = 5, .max_batched_tokens = 7, .no_prefix_cache = true};
+        bad = run_scheduled(&r.e, cs, n, &o, 0, &w);
+        CHECK(bad == 0 && w.over_budget == 0 && w.max_rows <= 7, "budget 7: %d mismatches, max rows %d", bad,
+              w.max_rows);
+    }
+    free(cs);
+    rig_close(&r);
+}
+
+/* A cache too small for everyone at once: the newest requests are
+ * preempted and recomputed; outputs stay identical. */
+static void test_preemption_identical(void) {
+    Rig r;
+    int n = quick() ? 12 : 32;
+    Case *cs = calloc(32, sizeof *cs);
+    /* 20 blocks of 4 = 80 tokens; the longest request needs 16 + 40 + 21 = 77 */
+    if (rig_open(&r, "llama", 20, 256, 64) || prepare(&r, cs, n, 11, 16, true)) {
+        CHECK(0, "setup failed");
+    } else {
+        SchedOptions o = {.max_seqs = 8, .max_batched_tokens = 32};
+        Watch w;
+        int bad = run_scheduled(&r.e, cs, n, &o, 0, &w);
+        CHECK(bad == 0, "%d mismatches", bad);
+        CHECK(w.preemptions > 0, "the small cache should force preemption");
+        CHECK(w.over_budget == 0, "%d steps over budget", w.over_budget);
+        printf("  %d steps, %lld preemptions, %lld prefix tokens reused\n", w.steps, (long long)w.preemptions,
+               (long long)w.hits);
+    }
+    free(cs);
+    rig_close(&r);
+}
+
+/* Random streams: budgets, cache sizes, arrivals from fixed seeds. */
+static void test_random_streams(void) {
+    int n_streams = quick() ? 3 : 12;
+    for (int st = 0; st < n_streams; st++) {
+        uint64_t seed = 1000 + st;
+        int n_blocks = 20 + (int)(rng_next(&seed) % 40);
+        Rig r;
+        int n = 8 + (int)(rng_next(&seed) % 16);
+        Case *cs = calloc(n, sizeof *cs);
+        if (rig_open(&r, st % 3 == 2 ? "qwen3" : "llama", n_blocks, 256, 32) ||
+            prepare(&r, cs, n, seed, (int)(rng_next(&seed) % 2) * 12, st % 2 == 0)) {
+            CHECK(0, "setup failed");
+        } else {
+            SchedOptions o = {.max_seqs = 1 + (int)(rng_next(&seed) % 8),
+                              .max_batched_tokens = 1 + (int)(rng_next(&seed) % 32),
+                              .no_prefix_cache = rng_next(&seed) % 4 == 0};
+            Watch w;
+            int bad = run_scheduled(&r.e, cs, n, &o, seed | 1, &w);
+            CHECK(bad == 0 && w.over_budget == 0, "stream %d (%d blocks, %d seqs, %d tokens): %d mismatches, %d over budget",
+                  st, n_blocks, o.max_seqs, o.max_batched_tokens, bad, w.over_budget);
+        }
+        free(cs);
+        rig_close(&r);
+    }
+}
+
+/* Tiny mistral: a window of 6 on every layer. A request holds at most the
+ * blocks its window spans (plus the one being filled), output unchanged. */
+static void test_window_gives_blocks_back(void) {
+    Rig r;
+    int n = quick() ? 6 : 16;
+    Case *cs = calloc(16, sizeof *cs);
+    if (rig_open(&r, "mistral", 64, 256, 32) || prepare(&r, cs, n, 5, 8, false)) {
+        CHECK(0, "setup failed");
+    } else {
+        for (int k = 0; k < n; k++) CHECK(r.e.model->cfg.layer_window[0] == 6, "fixture window");
+        SchedOptions o = {.max_seqs = 4, .max_batched_tokens = 1};
+        Watch w;
+        int bad = run_scheduled(&r.e, cs, n, &o, 0, &w);
+        CHECK(bad == 0, "%d mismatches", bad);
+        /* one row per step: a request holds the window's blocks + the one written */
+        CHECK(w.max_blocks_one <= (6 + BS - 1) / BS + 2, "a request held %d blocks", w.max_blocks_one);
+        o = (SchedOptions){.max_seqs = 4, .max_batched_tokens = 16};
+        bad = run_scheduled(&r.e, cs, n, &o, 3, &w);
+        CHECK(bad == 0, "%d mismatches (budget 16)", bad);
+    }
+    free(cs);
+    rig_close(&r);
+}
+
+/* Submissions that can never run are refused with a reason. */
+static void test_submit_errors(void) {
+    Rig r;
+    if (rig_open(&r, "llama", 8, 64, 16)) { CHECK(0, "setup failed"); rig_close(&r); return; }
+    Scheduler s;
+    Err err = {{0}};
+    SchedOptions o = {0};
+    CHECK(scheduler_init(&s, &r.e, &o, &err) == 0, "%s", err.msg);
+    CHECK(s.o.max_batched_tokens == 16, "budget capped at the engine's chunk: %d", s.o.max_batched_tokens);
+    int32_t p[80] = {0};
+    GenParams gp = {sampler_params_default(), 4, NULL, 0, true};
+    CHECK(!scheduler_submit(&s, p, 0, &gp, NULL, &err) && strstr(err.msg, "empty"), "empty: %s", err.msg);
+    CHECK(!scheduler_submit(&s, p, 64, &gp, NULL, &err) && strstr(err.msg, "context"), "context: %s", err.msg);
+    CHECK(!scheduler_submit(&s, p, 40, &gp, NULL, &err) && strstr(err.msg, "KV cache"), "cache: %s", err.msg);
+    /* a request that outgrows the whole cache ends with "context" */
+    gp.max_tokens = 60;
+    gp.sampling.temperature = 0;
+    SchedRequest *q = scheduler_submit(&s, p, 20, &gp, NULL, &err);
+    CHECK(q != NULL, "%s", err.msg);
+    for (int i = 0; i < 200 && !scheduler_idle(&s); i++) scheduler_step(&s, &err);
+    SchedRequest *f = scheduler_pop_finished(&s);
+    CHECK(f == q && f && !strcmp(f->finish_reason, "context") && f->tokens.n <= 33, "finish %s at %zu tokens",
+          f ? f->finish_reason : "-", f ? f->tokens.n : 0);
+    sched_request_free(f);
+    scheduler_free(&s);
+    CHECK(r.e.pool.n_free == 8, "blocks back: %d", r.e.pool.n_free);
+    rig_close(&r);
+}
+
+int main(void) {
+    RUN(test_same_as_one_at_a_time);
+    RUN(test_preemption_identical);
+    RUN(test_random_streams);
+    RUN(test_window_gives_blocks_back);
+    RUN(test_submit_errors);
+    TEST_EXIT();
+}
