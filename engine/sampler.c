@@ -388,3 +388,19 @@ int sampler_probs(Sampler *s, float *logits, int n, int32_t *ids, float *probs) 
     }
     return nc;
 }
+
+double sampler_uniform_peek(const Sampler *s) {
+    uint64_t copy[4] = {s->rng[0], s->rng[1], s->rng[2], s->rng[3]};
+    return rng_uniform(copy);
+}
+
+void sampler_uniform_skip(Sampler *s) { (void)rng_uniform(s->rng); }
+
+int sampler_penalty_window(const Sampler *s, int32_t *ids, int32_t *counts, int cap) {
+    if (!s->penalize) return 0;
+    for (int i = 0; i < s->n_distinct && i < cap; i++) {
+        ids[i] = s->distinct[i];
+        counts[i] = s->counts[s->distinct[i]];
+    }
+    return s->n_distinct;
+}

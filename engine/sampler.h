@@ -76,4 +76,18 @@ int32_t sampler_sample(Sampler *s, float *logits, int n_vocab);
  * in place like sampler_sample and does not advance the generator. */
 int sampler_probs(Sampler *s, float *logits, int n_vocab, int32_t *ids, float *probs);
 
+/* For a sampler that runs elsewhere on this sampler's state (the GPU sampler,
+ * kernels/cuda/sampling.cuh), so that seeds and draws stay this sampler's:
+ * sampler_uniform_peek returns the uniform the next draw would use without
+ * advancing the generator; sampler_uniform_skip advances it past that draw
+ * (call it exactly when the other sampler drew, i.e. when more than one
+ * candidate survived, as sampler_sample draws only then). */
+double sampler_uniform_peek(const Sampler *s);
+void sampler_uniform_skip(Sampler *s);
+
+/* The penalty window as distinct tokens and their counts, in no order:
+ * writes min(n, cap) pairs and returns n, the number of distinct tokens
+ * (0 when no penalty is active). */
+int sampler_penalty_window(const Sampler *s, int32_t *ids, int32_t *counts, int cap);
+
 #endif
