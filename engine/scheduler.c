@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+static void request_release_blocks(Scheduler *s, SchedRequest *r);
+
 /* ---- queues: arrays of requests sorted by submission order ---- */
 
 static void queue_insert(SchedRequest **q, int *n, SchedRequest *r) {
@@ -94,7 +96,7 @@ void sched_request_free(SchedRequest *r) {
 
 void scheduler_free(Scheduler *s) {
     for (int i = 0; i < s->n_running; i++) {
-        block_manager_release_table(&s->bm, &s->running[i]->bt);
+        request_release_blocks(s, s->running[i]);
         sched_request_free(s->running[i]);
     }
     for (int i = 0; i < s->n_waiting; i++) sched_request_free(s->waiting[i]);
@@ -157,9 +159,15 @@ SchedRequest *scheduler_pop_finished(Scheduler *s) {
 
 /* ---- block bookkeeping of one request ---- */
 
+/* Releases the blocks the request still holds (not those the window gave back). */
+static void request_release_blocks(Scheduler *s, SchedRequest *r) {
+    while (r->bt.n_blocks > r->n_dropped) block_manager_release(&s->bm, r->bt.blocks[--r->bt.n_blocks]);
+    r->bt.n_blocks = r->bt.n_tokens = 0;
+}
+
 /* Gives back every block and forgets the computed tokens. */
 static void request_drop_blocks(Scheduler *s, SchedRequest *r) {
-    block_manager_release_table(&s->bm, &r->bt);
+    request_release_blocks(s, r);
     r->n_cached = r->n_chained = r->n_dropped = 0;
     r->chain = BLOCK_CHAIN_START;
 }
@@ -191,7 +199,10 @@ static void request_match_prefix(Scheduler *s, SchedRequest *r) {
 
 /* After a step: indexes the newly full blocks in the prefix cache, and on a
  * windowed model gives back the blocks no later row can see (the next row is
- * at n_cached and sees positions > n_cached - window). */
+ * at n_cached and sees positions > n_cached - window). A given-back block
+ * keeps its id in the table: an attention kernel working in tiles larger than
+ * a block may load it under a mask, so the entry must stay a valid block (its
+ * contents, whoever owns it now, are finite and masked out). */
 static void request_after_compute(Scheduler *s, SchedRequest *r) {
     int bs = s->e->block_size;
     while ((r->n_chained + 1) * bs <= r->n_cached) {
@@ -202,8 +213,7 @@ static void request_after_compute(Scheduler *s, SchedRequest *r) {
     }
     if (s->window <= 0) return;
     while ((r->n_dropped + 1) * bs <= r->n_cached - s->window + 1 && r->n_dropped < r->bt.n_blocks) {
-        block_manager_release(&s->bm, r->bt.blocks[r->n_dropped]);
-        r->bt.blocks[r->n_dropped++] = -1;
+        block_manager_release(&s->bm, r->bt.blocks[r->n_dropped++]);
     }
 }
 
@@ -212,7 +222,7 @@ static void request_after_compute(Scheduler *s, SchedRequest *r) {
 static void request_finish(Scheduler *s, SchedRequest *r, const char *reason) {
     if (r->state == REQ_RUNNING) queue_remove(s->running, &s->n_running, r);
     else if (r->state == REQ_WAITING) queue_remove(s->waiting, &s->n_waiting, r);
-    block_manager_release_table(&s->bm, &r->bt);
+    request_release_blocks(s, r);
     r->finish_reason = reason;
     r->state = REQ_FINISHED;
     r->t_done = now_seconds();

@@ -57,8 +57,8 @@ typedef struct SchedRequest {
     TokenIds tokens;              /* the prompt, then every generated token */
     int n_prompt;
     int n_cached;                 /* tokens[0..n_cached) have K/V in the cache */
-    BlockTable bt;                /* blocks in position order; -1 = given back (window) */
-    int n_dropped;                /* leading blocks given back behind the window */
+    BlockTable bt;                /* blocks in position order */
+    int n_dropped;                /* leading entries given back behind the window (stale ids) */
     int n_chained;                /* leading full blocks the prefix-cache chain covers */
     BlockChain chain;
     bool sampler_ready;

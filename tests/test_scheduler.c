@@ -125,7 +125,7 @@ static void add_stops(Case *cs, int n) {
 typedef struct {
     int steps, max_rows, max_seqs, over_budget;
     int64_t preemptions, hits;
-    int max_blocks_one;  /* most blocks any running request held (non -1) */
+    int max_blocks_one;  /* most blocks any running request held */
 } Watch;
 
 static void watch_step(const Scheduler *s, Watch *w) {
@@ -135,8 +135,7 @@ static void watch_step(const Scheduler *s, Watch *w) {
     w->over_budget += s->stats.n_tokens > s->o.max_batched_tokens || s->stats.n_seqs > s->o.max_seqs ||
                       s->stats.blocks_used > s->stats.blocks_total;
     for (int i = 0; i < s->n_running; i++) {
-        int held = 0;
-        for (int b = 0; b < s->running[i]->bt.n_blocks; b++) held += s->running[i]->bt.blocks[b] >= 0;
+        int held = s->running[i]->bt.n_blocks - s->running[i]->n_dropped;
         if (held > w->max_blocks_one) w->max_blocks_one = held;
     }
     w->preemptions = s->stats.preemptions;
