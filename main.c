@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "engine/batch.h"
+#include "engine/bench.h"
 #include "engine/chat.h"
 #include "engine/runtime.h"
 #include "model/info.h"
@@ -304,6 +305,44 @@ static int cmd_generate(int argc, char **argv) {
     return batch_main(&o, &b);
 }
 
+/* ---------- bench ---------- */
+
+static int cmd_bench(int argc, char **argv) {
+    RunOptions o;
+    BenchOptions b;
+    run_options_default(&o);
+    bench_options_default(&b);
+    const char *prompt_lens = NULL, *ctxs = NULL;
+    int seed = -1;
+    const Opt opts[] = {
+        {"--model", "-m", OPT_STR, &o.model, "model file or folder (default: first model of models.txt)"},
+        {"--cpu", NULL, OPT_FLAG, &o.cpu, "run on the CPU even where a GPU is present"},
+        {"--gpu", NULL, OPT_INT, &o.gpu, "CUDA device to use (default 0)"},
+        {"--threads", "-t", OPT_INT, &o.threads, "CPU threads (default: one per core)"},
+        {"--prompt-lens", NULL, OPT_STR, &prompt_lens, "prefill lengths, comma-separated (default 512,4096)"},
+        {"--ctx", NULL, OPT_STR, &ctxs, "decode context lengths, comma-separated (default 128,4096)"},
+        {"--decode-tokens", NULL, OPT_INT, &b.decode_tokens, "timed decode steps per context (default 64)"},
+        {"--batch", NULL, OPT_INT, &b.batch, "sequences decoded together (default 1)"},
+        {"--reps", NULL, OPT_INT, &b.reps, "timed prefills per length, median reported (default 3)"},
+        {"--seed", NULL, OPT_INT, &seed, "seed of the random token ids"},
+        {"--json", NULL, OPT_STR, &b.json, "also write the numbers to this JSON file"},
+        {0},
+    };
+    const char *pos[1];
+    int n_pos, rc = parse_opts("bench", "bench -m MODEL [options]", argc, argv, opts, pos, 0, &n_pos);
+    if (rc) return rc == 1 ? 0 : rc;
+    Err err = {{0}};
+    if ((prompt_lens && bench_parse_list(prompt_lens, b.prompt_lens, BENCH_MAX_LIST, &b.n_prompt_lens, &err)) ||
+        (ctxs && bench_parse_list(ctxs, b.ctxs, BENCH_MAX_LIST, &b.n_ctxs, &err)) || bench_options_check(&b, &err)) {
+        fprintf(stderr, "cllm bench: %s\n", err.msg);
+        return 2;
+    }
+    if (seed >= 0) b.seed = (uint64_t)seed;
+    char def[PATH_MAX];
+    if ((rc = resolve_model(&o, def, sizeof def))) return rc;
+    return bench_main(&o, &b);
+}
+
 static void print_usage(FILE *out) {
     fprintf(out,
             "cllm %s — LLM inference in C (GGUF / safetensors; CUDA and CPU)\n\n"
@@ -312,7 +351,8 @@ static void print_usage(FILE *out) {
             "  chat        interactive chat (the default when no subcommand is given)\n"
             "  generate    answer every prompt of a file\n"
             "  info        describe a model file\n"
-            "  tokenize    print the token ids of a text\n\n"
+            "  tokenize    print the token ids of a text\n"
+            "  bench       measure load, prefill and decode speed on random tokens\n\n"
             "  cllm SUBCOMMAND --help   options of one subcommand\n"
             "  cllm --version           version\n",
             CLLM_VERSION);
@@ -332,6 +372,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "chat")) return cmd_chat(argc - 2, argv + 2);
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
     if (argc >= 2 && argv[1][0] == '-') return cmd_chat(argc - 1, argv + 1); /* `cllm -m X` = chat */
     if (argc < 2) return cmd_chat(0, argv);
     fprintf(stderr, "cllm: unknown subcommand '%s' (see cllm --help)\n", cmd);

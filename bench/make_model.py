@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""make_model.py — random-weight benchmark models in Hugging Face layout.
+
+    python3 bench/make_model.py llama3-8b /tmp/cllm-bench/llama3-8b
+    python3 bench/make_model.py gemma2-9b /tmp/cllm-bench/gemma2-9b
+    python3 bench/make_model.py llama3-8b /tmp/x --tiny          # 2 layers, small widths: a smoke test
+
+Writes config.json, bf16 model*.safetensors (with an index when sharded),
+tokenizer.json and tokenizer_config.json. Weights are initialised by
+transformers' own init, in bf16, on the GPU when there is one (an 8B model in
+seconds), with a fixed seed: two runs give the same weights.
+
+The tokenizer is a byte-level BPE made up here, with exactly vocab_size
+entries (256 bytes, then merges of byte pairs and triples, then <|bos|> and
+<|eos|> as the last two ids), so the model's every id has a piece. Benchmarks
+feed random ids; the tokenizer only has to load.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+import transformers
+
+# Published sizes (Meta-Llama-3-8B, gemma-2-9b config.json).
+SHAPES = {
+    "llama3-8b": dict(
+        cls="LlamaForCausalLM", cfg="LlamaConfig",
+        args=dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                  intermediate_size=14336, vocab_size=128256, max_position_embeddings=8192,
+                  rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=False, hidden_act="silu"),
+        tiny=dict(hidden_size=512, num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2,
+                  intermediate_size=1536, vocab_size=32000),
+    ),
+    "gemma2-9b": dict(
+        cls="Gemma2ForCausalLM", cfg="Gemma2Config",
+        args=dict(hidden_size=3584, num_hidden_layers=42, num_attention_heads=16, num_key_value_heads=8,
+                  head_dim=256, intermediate_size=14336, vocab_size=256000, max_position_embeddings=8192,
+                  rope_theta=10000.0, rms_norm_eps=1e-6, sliding_window=4096, query_pre_attn_scalar=256,
+                  attn_logit_softcapping=50.0, final_logit_softcapping=30.0, tie_word_embeddings=True,
+                  hidden_activation="gelu_pytorch_tanh"),
+        tiny=dict(hidden_size=512, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                  head_dim=128, intermediate_size=1536, vocab_size=32000, sliding_window=256,
+                  query_pre_attn_scalar=128),
+    ),
+}
+
+
+def bytes_to_unicode():
+    """GPT-2's byte-level alphabet: every byte as one printable character."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return [chr(c) for _, c in sorted(zip(bs, cs))]
+
+
+def make_tokenizer(vocab_size):
+    """tokenizer.json and tokenizer_config.json contents for vocab_size ids."""
+    alphabet = bytes_to_unicode()
+    n_merged = vocab_size - 256 - 2
+    if n_merged < 0:
+        sys.exit(f"vocab_size {vocab_size} is below 258")
+    vocab = {ch: i for i, ch in enumerate(alphabet)}
+    merges = []
+    # pairs first (a before b in byte order), then pair + byte: each merge joins two existing tokens
+    pairs = ((a, b) for a in alphabet for b in alphabet)
+    triples = ((a + b, c) for a in alphabet for b in alphabet for c in alphabet)
+    for source in (pairs, triples):
+        for left, right in source:
+            if len(merges) == n_merged:
+                break
+            vocab[left + right] = len(vocab)
+            merges.append([left, right])
+    bos, eos = vocab_size - 2, vocab_size - 1
+    special = lambda i, s: {"id": i, "content": s, "single_word": False, "lstrip": False, "rstrip": False,
+                            "normalized": False, "special": True}
+    tok = {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [special(bos, "<|bos|>"), special(eos, "<|eos|>")],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": vocab, "merges": merges},
+    }
+    tok_cfg = {"bos_token": "<|bos|>", "eos_token": "<|eos|>", "add_bos_token": True,
+               "model_max_length": 8192, "tokenizer_class": "PreTrainedTokenizerFast"}
+    return tok, tok_cfg, bos, eos
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("shape", choices=sorted(SHAPES))
+    ap.add_argument("out", help="folder to write (created)")
+    ap.add_argument("--tiny", action="store_true", help="2-4 layers and small widths, same architecture")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    a = ap.parse_args()
+
+    spec = SHAPES[a.shape]
+    args = dict(spec["args"])
+    if a.tiny:
+        args.update(spec["tiny"])
+    tok, tok_cfg, bos, eos = make_tokenizer(args["vocab_size"])
+    cfg = getattr(transformers, spec["cfg"])(bos_token_id=bos, eos_token_id=eos, pad_token_id=None, **args)
+    cfg.dtype = torch.bfloat16
+
+    t0 = time.time()
+    torch.manual_seed(a.seed)
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device(a.device):
+        model = getattr(transformers, spec["cls"])(cfg)
+    torch.set_default_dtype(old)
+    model.eval()
+    n_params = sum(p.numel() for p in model.parameters())
+    t1 = time.time()
+
+    os.makedirs(a.out, exist_ok=True)
+    model.save_pretrained(a.out, max_shard_size="5GB")
+    with open(os.path.join(a.out, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(tok, f, ensure_ascii=False)
+    with open(os.path.join(a.out, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump(tok_cfg, f, indent=1)
+    t2 = time.time()
+    print(f"{a.shape}{' (tiny)' if a.tiny else ''}: {n_params / 1e9:.3f} B parameters, bf16, "
+          f"init {t1 - t0:.1f} s on {a.device}, save {t2 - t1:.1f} s -> {a.out}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

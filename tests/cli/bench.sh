@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# bench.sh — `cllm bench` on the tiny Llama fixture (CPU): the table has a row
+# per prompt length and context, the JSON file holds the same runs, and its
+# TFLOP/s and GB/s follow from the timings by FLOP and byte counts worked out
+# here by hand from the fixture's shapes; bad options exit 2.
+source "$(dirname "$0")/lib.sh"
+M=tests/fixtures/tiny/llama.gguf
+B="$CLLM bench -m $M --cpu -t 1"
+
+expect_exit "bench tiny llama" 0 $B --prompt-lens 16,40,7 --ctx 8,33 --decode-tokens 6 --reps 2 --json "$TMP/b.json"
+expect_grep "bench: load line" "$TMP/out" "^load +[0-9.]+ s, [0-9.]+ GB/s"
+expect_grep "bench: model line" "$TMP/out" "^model +tiny-llama \(llama, 94.54 K parameters"
+n=$(grep -cE "^ +(16|40|7) +[0-9.]+ +[0-9.]+ +[0-9.]+ +-$" "$TMP/out")
+[ "$n" = 3 ] && ok "bench: a prefill row per length" || notok "bench: a prefill row per length" "$n rows: $(cat "$TMP/out")"
+n=$(grep -cE "^ +(8|33) +1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +-$" "$TMP/out")
+[ "$n" = 2 ] && ok "bench: a decode row per context" || notok "bench: a decode row per context" "$n rows: $(cat "$TMP/out")"
+
+# tiny llama: C 64, 2 layers, 4 heads / 2 KV heads of 16, F 128, V 320, tied, F32.
+# Layer matrices 64*64*2 + 64*32*2 + 3*64*128 = 36864; norms 2*64 a layer.
+# Prefill T: 2*36864*2*T + attention 2 layers * 2*4*(16+16)*T(T+1)/2 + LM head 2*320*64 (one row).
+# Decode, K/V cached at ctx + 2 + steps/2 (the median step; +1 warm-up, +1 itself):
+#   4*(2*(36864+128) + 320*64 + 64) bytes of weights + 2 layers * keys * 2*(16+16)*2 bytes of bf16 K/V.
+check_json() {
+    awk -v want_p="$2" -v want_d="$3" -v steps="$4" -v batch="$5" '
+        function num(key,   m) { if (match($0, "\"" key "\": [-0-9.e+]+")) { m = substr($0, RSTART, RLENGTH); sub(/.*: /, "", m); return m + 0 } return -1 }
+        function rel(a, b) { return (a > b ? a - b : b - a) / b }
+        /"tokens":/ { np++; T = num("tokens"); s = num("seconds")
+            f = 2*36864*2*T + 2*2*4*32*T*(T+1)/2 + 2*320*64
+            if (rel(num("tflops"), f / s / 1e12) > 1e-3 || rel(num("tok_s"), T / s) > 1e-3) { bad = bad " prefill" T } }
+        /"ctx":/ { nd++; k = num("ctx") + 2 + int(steps / 2); s = num("step_s")
+            by = 4*(2*(36864+128) + 320*64 + 64) + batch * 2*k*2*32*2
+            if (rel(num("gbps"), by / s / 1e9) > 1e-3 || rel(num("tok_s"), batch / s) > 1e-3 || num("batch") != batch) { bad = bad " decode" num("ctx") } }
+        END { if (np != want_p || nd != want_d || bad != "") { print "rows " np "/" nd ", wrong:" bad; exit 1 } }' "$1"
+}
+msg=$(check_json "$TMP/b.json" 3 2 6 1) && ok "bench JSON: TFLOP/s and GB/s from hand-counted FLOPs and bytes" \
+    || notok "bench JSON: TFLOP/s and GB/s from hand-counted FLOPs and bytes" "$msg" "$(cat "$TMP/b.json")"
+expect_grep "bench JSON: CPU has no % of the GPU limits" "$TMP/b.json" '"pct_peak": null'
+
+expect_exit "bench --batch 3" 0 $B --prompt-lens 12 --ctx 20 --decode-tokens 5 --reps 1 --batch 3 --json "$TMP/b3.json"
+msg=$(check_json "$TMP/b3.json" 1 1 5 3) && ok "bench --batch 3: bytes count each sequence's K/V" \
+    || notok "bench --batch 3: bytes count each sequence's K/V" "$msg" "$(cat "$TMP/b3.json")"
+expect_exit "bench --help exits 0" 0 $CLLM bench --help
+expect_grep "bench --help lists --prompt-lens" "$TMP/out" "--prompt-lens"
+expect_exit "cllm --help exits 0" 0 $CLLM --help && expect_grep "help lists bench" "$TMP/out" "^  bench "
+
+for bad in "--prompt-lens 0" "--prompt-lens abc" "--prompt-lens 512,,4096" "--prompt-lens 512," "--ctx -5" \
+           "--ctx 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17" "--batch 0" "--batch 100000" "--reps 0" \
+           "--decode-tokens 0" "--decode-tokens x" "--bogus" "--json"; do
+    expect_exit "bench $bad exits 2" 2 $B $bad
+    [ -s "$TMP/err" ] && [ "$(wc -l < "$TMP/err")" = 1 ] && ok "bench $bad: one-line error" \
+        || notok "bench $bad: one-line error" "$(cat "$TMP/err")"
+done
+expect_exit "bench missing model exits 2" 2 $CLLM bench -m "$TMP/nope.gguf" --cpu
+expect_grep "bench missing model named" "$TMP/err" "nope.gguf"
+expect_exit "bench unwritable JSON exits 2" 2 $B --prompt-lens 4 --ctx 4 --decode-tokens 2 --reps 1 --json "$TMP/no/dir/b.json"
+expect_grep "bench unwritable JSON named" "$TMP/err" "no/dir/b.json"
