@@ -118,12 +118,12 @@ double bench_decode_bytes(const ModelConfig *c, const ModelWeights *w, int ctx, 
 
 typedef struct {
     int tokens;
-    double seconds, tok_s, tflops;
+    double flops, seconds, tok_s, tflops;
 } PrefillResult;
 
 typedef struct {
     int ctx, batch, steps;
-    double step_s, tok_s, gbps;
+    double bytes, step_s, tok_s, gbps;  /* bytes: read by the median step */
 } DecodeResult;
 
 typedef struct {
@@ -179,7 +179,8 @@ static int bench_prefill(Bench *bn, int T, PrefillResult *r, Err *err) {
     r->tokens = T;
     r->seconds = median(times, reps);
     r->tok_s = T / r->seconds;
-    r->tflops = bench_prefill_flops(&bn->rt.model.cfg, bn->rt.be->weights, T) / r->seconds / 1e12;
+    r->flops = bench_prefill_flops(&bn->rt.model.cfg, bn->rt.be->weights, T);
+    r->tflops = r->flops / r->seconds / 1e12;
     return 0;
 }
 
@@ -231,7 +232,8 @@ static int bench_decode(Bench *bn, int ctx, DecodeResult *r, Err *err) {
         r->tok_s = B / r->step_s;
         /* the median step sits halfway through the timed ones */
         int mid = ctx + 1 + N / 2;
-        r->gbps = bench_decode_bytes(&bn->rt.model.cfg, bn->rt.be->weights, mid, B) / r->step_s / 1e9;
+        r->bytes = bench_decode_bytes(&bn->rt.model.cfg, bn->rt.be->weights, mid, B);
+        r->gbps = r->bytes / r->step_s / 1e9;
     }
     free(times);
     return rc;
@@ -312,17 +314,17 @@ static int write_json(const Bench *bn, FILE *f, Err *err) {
             m->weight_bytes / bn->load_s / 1e9, bn->rt.load_gbps);
     for (int i = 0; i < b->n_prompt_lens; i++) {
         const PrefillResult *r = &bn->prefill[i];
-        fprintf(f, "%s\n  {\"tokens\": %d, \"seconds\": %.9g, \"tok_s\": %.2f, \"tflops\": %.6g, \"pct_peak\": ",
-                i ? "," : "", r->tokens, r->seconds, r->tok_s, r->tflops);
+        fprintf(f, "%s\n  {\"tokens\": %d, \"flops\": %.6e, \"seconds\": %.9g, \"tok_s\": %.2f, \"tflops\": %.6g, \"pct_peak\": ",
+                i ? "," : "", r->tokens, r->flops, r->seconds, r->tok_s, r->tflops);
         json_pct(f, gpu, 100 * r->tflops / b->peak_tflops);
         fputc('}', f);
     }
     fputs("],\n \"decode\": [", f);
     for (int i = 0; i < b->n_ctxs; i++) {
         const DecodeResult *r = &bn->decode[i];
-        fprintf(f, "%s\n  {\"ctx\": %d, \"batch\": %d, \"steps\": %d, \"step_s\": %.9g, \"tok_s\": %.2f, "
+        fprintf(f, "%s\n  {\"ctx\": %d, \"batch\": %d, \"steps\": %d, \"bytes\": %.6e, \"step_s\": %.9g, \"tok_s\": %.2f, "
                    "\"gbps\": %.6g, \"pct_peak\": ",
-                i ? "," : "", r->ctx, r->batch, r->steps, r->step_s, r->tok_s, r->gbps);
+                i ? "," : "", r->ctx, r->batch, r->steps, r->bytes, r->step_s, r->tok_s, r->gbps);
         json_pct(f, gpu, 100 * r->gbps / (b->peak_tbps * 1e3));
         fputc('}', f);
     }
