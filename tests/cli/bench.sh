@@ -15,30 +15,40 @@ n=$(grep -cE "^ +(16|40|7) +[0-9.]+ +[0-9.]+ +[0-9.]+ +-$" "$TMP/out")
 n=$(grep -cE "^ +(8|33) +1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +-$" "$TMP/out")
 [ "$n" = 2 ] && ok "bench: a decode row per context" || notok "bench: a decode row per context" "$n rows: $(cat "$TMP/out")"
 
-# tiny llama: C 64, 2 layers, 4 heads / 2 KV heads of 16, F 128, V 320, tied, F32.
-# Layer matrices 64*64*2 + 64*32*2 + 3*64*128 = 36864; norms 2*64 a layer.
-# Prefill T: 2*36864*2*T + attention 2 layers * 2*4*(16+16)*T(T+1)/2 + LM head 2*320*64 (one row).
+# The fixtures: 2 layers, C 64, 4 heads / 2 KV heads of 16, F32 weights.
+# llama: layer matrices 64*64*2 + 64*32*2 + 3*64*128 = 36864 a layer, 2 norms of 64; V 320, tied; no window.
+# gemma2: 64*64*2 + 64*32*2 + 3*64*96 = 30720 a layer, 4 norms; V 300, tied; window 5 on layer 0.
+# Prefill T: 2*matrices*T + 2 layers of 2*4*(16+16)*pairs (T(T+1)/2, or W(W+1)/2 + (T-W)W under window W)
+#   + the LM head 2*V*64 (one row).
 # Decode, K/V cached at ctx + 2 + steps/2 (the median step; +1 warm-up, +1 itself):
-#   4*(2*(36864+128) + 320*64 + 64) bytes of weights + 2 layers * keys * 2*(16+16)*2 bytes of bf16 K/V.
+#   4 bytes * (matrices + norms + head + final norm) + batch * keys (at most W) * 2*(16+16)*2 bytes of bf16 K/V.
+# check_json FILE PREFILL_ROWS DECODE_ROWS STEPS BATCH MATRICES HEAD WEIGHT_BYTES WINDOW0
 check_json() {
-    awk -v want_p="$2" -v want_d="$3" -v steps="$4" -v batch="$5" '
+    awk -v want_p="$2" -v want_d="$3" -v steps="$4" -v batch="$5" -v mm="$6" -v head="$7" -v wb="$8" -v w0="$9" '
         function num(key,   m) { if (match($0, "\"" key "\": [-0-9.e+]+")) { m = substr($0, RSTART, RLENGTH); sub(/.*: /, "", m); return m + 0 } return -1 }
         function rel(a, b) { return (a > b ? a - b : b - a) / b }
+        function pairs(T, W) { return (W <= 0 || W >= T) ? T*(T+1)/2 : W*(W+1)/2 + (T-W)*W }
+        function keys(k, W) { return (W > 0 && W < k) ? W : k }
         /"tokens":/ { np++; T = num("tokens"); s = num("seconds")
-            f = 2*36864*2*T + 2*2*4*32*T*(T+1)/2 + 2*320*64
+            f = 2*mm*T + 2*4*32*(pairs(T, w0) + pairs(T, 0)) + 2*head
             if (rel(num("tflops"), f / s / 1e12) > 1e-3 || rel(num("tok_s"), T / s) > 1e-3) { bad = bad " prefill" T } }
         /"ctx":/ { nd++; k = num("ctx") + 2 + int(steps / 2); s = num("step_s")
-            by = 4*(2*(36864+128) + 320*64 + 64) + batch * 2*k*2*32*2
+            by = wb + batch * (keys(k, w0) + k) * 2*32*2
             if (rel(num("gbps"), by / s / 1e9) > 1e-3 || rel(num("tok_s"), batch / s) > 1e-3 || num("batch") != batch) { bad = bad " decode" num("ctx") } }
         END { if (np != want_p || nd != want_d || bad != "") { print "rows " np "/" nd ", wrong:" bad; exit 1 } }' "$1"
 }
-msg=$(check_json "$TMP/b.json" 3 2 6 1) && ok "bench JSON: TFLOP/s and GB/s from hand-counted FLOPs and bytes" \
+LLAMA="73728 20480 378112 0"
+msg=$(check_json "$TMP/b.json" 3 2 6 1 $LLAMA) && ok "bench JSON: TFLOP/s and GB/s from hand-counted FLOPs and bytes" \
     || notok "bench JSON: TFLOP/s and GB/s from hand-counted FLOPs and bytes" "$msg" "$(cat "$TMP/b.json")"
 expect_grep "bench JSON: CPU has no % of the GPU limits" "$TMP/b.json" '"pct_peak": null'
 
 expect_exit "bench --batch 3" 0 $B --prompt-lens 12 --ctx 20 --decode-tokens 5 --reps 1 --batch 3 --json "$TMP/b3.json"
-msg=$(check_json "$TMP/b3.json" 1 1 5 3) && ok "bench --batch 3: bytes count each sequence's K/V" \
+msg=$(check_json "$TMP/b3.json" 1 1 5 3 $LLAMA) && ok "bench --batch 3: bytes count each sequence's K/V" \
     || notok "bench --batch 3: bytes count each sequence's K/V" "$msg" "$(cat "$TMP/b3.json")"
+expect_exit "bench gemma2 (window 5 on layer 0)" 0 $CLLM bench -m tests/fixtures/tiny/gemma2.gguf --cpu -t 1 \
+    --prompt-lens 3,12 --ctx 2,30 --decode-tokens 4 --reps 1 --json "$TMP/g.json"
+msg=$(check_json "$TMP/g.json" 2 2 4 1 61440 19200 324864 5) && ok "bench gemma2: windowed pairs and keys counted" \
+    || notok "bench gemma2: windowed pairs and keys counted" "$msg" "$(cat "$TMP/g.json")"
 expect_exit "bench --help exits 0" 0 $CLLM bench --help
 expect_grep "bench --help lists --prompt-lens" "$TMP/out" "--prompt-lens"
 expect_exit "cllm --help exits 0" 0 $CLLM --help && expect_grep "help lists bench" "$TMP/out" "^  bench "
