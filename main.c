@@ -289,6 +289,9 @@ static int cmd_generate(int argc, char **argv) {
         {"--resume", NULL, OPT_FLAG, &b.resume, "skip prompts whose id is already in the output"},
         {"--ordered", NULL, OPT_FLAG, &b.ordered, "write results in input order"},
         {"--chat", NULL, OPT_FLAG, &b.chat, "wrap plain prompts in the chat template as a user turn"},
+        {"--retry-errors", NULL, OPT_FLAG, &b.retry_errors, "with --resume: run ids whose output line is an error again"},
+        {"--max-seqs", NULL, OPT_INT, &b.max_seqs, "most sequences per step (default 256)"},
+        {"--max-batched-tokens", NULL, OPT_INT, &b.max_batched_tokens, "most tokens per step (default 8192)"},
         {0},
     };
     const char *pos[1];

@@ -1,24 +1,32 @@
-/* batch.c — `cllm generate`: reads requests one at a time, renders and
- * tokenizes each, generates, and writes its result line as soon as it is
- * done. A bad request gets an error line and the run goes on; --resume skips
- * ids the output already holds. On the CPU backend requests run one after
- * another; the continuous-batching scheduler plugs in behind batch_run_one. */
+/* batch.c — `cllm generate`: reads requests as the scheduler has room for
+ * them, renders and tokenizes each, runs them all through the continuous-
+ * batching scheduler (engine/scheduler.h), and writes each result line as
+ * soon as its request finishes (or, with --ordered, as soon as every earlier
+ * input has been written). A bad request gets an error line and the run goes
+ * on; --resume skips ids the output already holds. Input is read lazily: at
+ * most about two batches of requests are in memory at once, so inputs of any
+ * length work. */
 #include "engine/batch.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "engine/generate.h"
 #include "engine/prompts.h"
 #include "engine/results.h"
+#include "engine/scheduler.h"
 #include "tokenizer/chat_template.h"
 
 void batch_options_default(BatchOptions *b) {
     memset(b, 0, sizeof *b);
     b->output = "-";
+    b->max_seqs = 256;
+    b->max_batched_tokens = 8192;
 }
 
 typedef struct {
@@ -26,16 +34,24 @@ typedef struct {
     const RunOptions *o;
     const BatchOptions *b;
     ChatTemplate tmpl;
+    PromptReader *in;
+    bool in_done;
     ResultWriter *out;
+    ResultOrder *order;           /* --ordered */
+    Scheduler sched;
+    int64_t n_total;              /* requests in the input, when it could be counted; else -1 */
     int n_done, n_failed, n_skipped;
     long long tokens_out;
     double t0, last_progress;
 } Batch;
 
-/* Collects the generated text of one request. */
-static int batch_collect(void *ctx, const char *text, size_t len) {
-    return chat_buf_append(ctx, text, len);
-}
+/* One request in flight: the parsed input line (its stop strings are
+ * borrowed by the scheduler) and what the result line needs. */
+typedef struct {
+    PromptRequest req;
+    int prompt_tokens;
+    double t_start;
+} BatchItem;
 
 /* The request's sampling and stop settings over the command line's. */
 static void batch_params(const Batch *bt, const PromptRequest *r, GenParams *p) {
@@ -75,57 +91,130 @@ static int batch_prompt_ids(Batch *bt, const PromptRequest *r, TokenIds *ids, Er
     return rc;
 }
 
-static int batch_write(Batch *bt, const ResultLine *line) {
+/* Writes a result line now, or through the reorder buffer (--ordered).
+ * Returns -1 only when the output cannot be written (the run must stop). */
+static int batch_write(Batch *bt, int64_t index, const ResultLine *line) {
     Err err = {{0}};
-    if (results_write(bt->out, line, &err)) {
-        fprintf(stderr, "cllm generate: %s\n", err.msg);
-        return -1;
+    int rc = bt->order ? results_ordered_put(bt->order, index, line, &err) : results_write(bt->out, line, &err);
+    if (rc) fprintf(stderr, "cllm generate: %s\n", err.msg);
+    bt->n_done++;
+    bt->n_failed += line->error != NULL;
+    bt->tokens_out += line->completion_tokens;
+    return rc;
+}
+
+/* The result line of a request that never reached the scheduler. */
+static int batch_write_error(Batch *bt, const PromptRequest *r, const char *error, int prompt_tokens) {
+    ResultLine line = {.id = r->id, .id_is_number = r->id_is_number, .text = "", .finish_reason = "error",
+                       .is_chat = r->is_chat, .model = r->model, .error = error, .prompt_tokens = prompt_tokens};
+    return batch_write(bt, r->index, &line);
+}
+
+/* The result line of a finished request; frees it. */
+static int batch_finish(Batch *bt, SchedRequest *sr) {
+    BatchItem *it = sr->user;
+    const PromptRequest *r = &it->req;
+    bool failed = !strcmp(sr->finish_reason, "error");
+    ResultLine line = {.id = r->id, .id_is_number = r->id_is_number, .is_chat = r->is_chat, .model = r->model};
+    line.text = !failed && sr->text.data ? sr->text.data : "";
+    line.text_len = failed ? 0 : sr->text.len;
+    line.finish_reason = failed ? "error" : !strcmp(sr->finish_reason, "stop") ? "stop" : "length";
+    line.error = failed ? sr->error : NULL;
+    line.prompt_tokens = it->prompt_tokens;
+    line.completion_tokens = sr->n_generated;
+    line.seconds = now_seconds() - it->t_start;
+    int rc = batch_write(bt, r->index, &line);
+    prompt_request_free(&it->req);
+    free(it);
+    sched_request_free(sr);
+    return rc;
+}
+
+/* Tokenizes and queues one request, or writes its error line. The item
+ * is owned by the scheduler's request from here on. */
+static int batch_submit(Batch *bt, BatchItem *it) {
+    const PromptRequest *r = &it->req;
+    Err err = {{0}};
+    TokenIds ids = {0};
+    int rc = 0;
+    if (r->error) {
+        rc = batch_write_error(bt, r, r->error, 0);
+    } else if (batch_prompt_ids(bt, r, &ids, &err)) {
+        rc = batch_write_error(bt, r, err.msg, 0);
+    } else if (ids.n == 0) {
+        rc = batch_write_error(bt, r, "the prompt is empty after tokenization", 0);
+    } else {
+        GenParams p;
+        batch_params(bt, r, &p);
+        it->prompt_tokens = (int)ids.n;
+        if (scheduler_submit(&bt->sched, ids.ids, (int)ids.n, &p, it, &err)) {
+            token_ids_free(&ids);
+            return 0;
+        }
+        rc = batch_write_error(bt, r, err.msg, (int)ids.n);
+    }
+    token_ids_free(&ids);
+    prompt_request_free(&it->req);
+    free(it);
+    return rc;
+}
+
+/* Reads requests until the scheduler holds about two batches' worth.
+ * Returns -1 when the run must stop (an unreadable input or output). */
+static int batch_fill(Batch *bt) {
+    Err err = {{0}};
+    while (!bt->in_done && scheduler_pending(&bt->sched) < 2 * bt->sched.o.max_seqs) {
+        BatchItem *it = calloc(1, sizeof *it);
+        if (!it) { fprintf(stderr, "cllm generate: out of memory\n"); return -1; }
+        int got = prompts_next(bt->in, &it->req, &err);
+        if (got <= 0) {
+            free(it);
+            bt->in_done = true;
+            if (got < 0) { fprintf(stderr, "cllm generate: %s\n", err.msg); return -1; }
+            break;
+        }
+        it->t_start = now_seconds();
+        if (!bt->out) {
+            bt->out = results_open_ex(bt->b->output, prompts_format(bt->in), bt->b->resume, bt->b->retry_errors, &err);
+            if (bt->out && bt->b->ordered) bt->order = results_ordered_new(bt->out, it->req.index);
+            if (!bt->out || (bt->b->ordered && !bt->order)) {
+                fprintf(stderr, "cllm generate: %s\n", bt->out ? "out of memory" : err.msg);
+                prompt_request_free(&it->req);
+                free(it);
+                return -1;
+            }
+        }
+        if (bt->b->resume && it->req.id && results_is_done(bt->out, it->req.id)) {
+            bt->n_skipped++;
+            int rc = bt->order ? results_ordered_skip(bt->order, it->req.index, &err) : 0;
+            prompt_request_free(&it->req);
+            free(it);
+            if (rc) { fprintf(stderr, "cllm generate: %s\n", err.msg); return -1; }
+            continue;
+        }
+        if (batch_submit(bt, it)) return -1;
     }
     return 0;
 }
 
-/* Runs one request to its result line. Returns -1 only when the output
- * cannot be written (the run must stop). */
-static int batch_run_one(Batch *bt, const PromptRequest *r) {
-    ResultLine line = {.id = r->id, .id_is_number = r->id_is_number, .text = "", .finish_reason = "error",
-                       .is_chat = r->is_chat, .model = r->model};
-    Err err = {{0}};
-    TokenIds ids = {0};
-    Sequence seq = {0};
-    ChatBuf text = {0};
-    GenStats st = {0};
-    double t = now_seconds();
-    if (r->error) {
-        line.error = r->error;
-    } else if (batch_prompt_ids(bt, r, &ids, &err)) {
-        line.error = err.msg;
-    } else if (ids.n == 0) {
-        line.error = "the prompt is empty after tokenization";
-    } else if ((int)ids.n >= bt->rt.engine.ctx_limit) {
-        snprintf(err.msg, sizeof err.msg, "the prompt has %zu tokens; the context holds %d (raise -c)", ids.n,
-                 bt->rt.engine.ctx_limit);
-        line.error = err.msg;
-    } else {
-        GenParams p;
-        batch_params(bt, r, &p);
-        if (generate_reply(&bt->rt.engine, &seq, ids.ids, (int)ids.n, &p, batch_collect, &text, NULL, &st, &err)) {
-            line.error = err.msg;
-        } else {
-            line.text = text.data ? text.data : "";
-            line.finish_reason = !strcmp(st.finish_reason, "stop") ? "stop" : "length";
+/* Non-empty lines of a plain regular file: the request count for the
+ * progress line's total and ETA; -1 when it cannot be known cheaply. */
+static int64_t batch_count_inputs(const char *path) {
+    struct stat st;
+    if (!strcmp(path, "-") || stat(path, &st) || !S_ISREG(st.st_mode)) return -1;
+    gzFile f = gzopen(path, "rb");
+    if (!f) return -1;
+    char buf[65536];
+    int64_t n = 0;
+    bool blank = true;
+    int got;
+    while ((got = gzread(f, buf, sizeof buf)) > 0)
+        for (int i = 0; i < got; i++) {
+            if (buf[i] == '\n') { n += !blank; blank = true; }
+            else if (buf[i] != ' ' && buf[i] != '\t' && buf[i] != '\r') blank = false;
         }
-    }
-    line.prompt_tokens = (int)ids.n;
-    line.completion_tokens = st.completion_tokens;
-    line.seconds = now_seconds() - t;
-    bt->n_done++;
-    bt->n_failed += line.error != NULL;
-    bt->tokens_out += st.completion_tokens;
-    int rc = batch_write(bt, &line);
-    chat_buf_free(&text);
-    sequence_release(&bt->rt.engine, &seq);
-    token_ids_free(&ids);
-    return rc;
+    gzclose(f);
+    return got < 0 ? -1 : n + !blank;
 }
 
 static void batch_progress(Batch *bt, bool final) {
@@ -133,53 +222,101 @@ static void batch_progress(Batch *bt, bool final) {
     bool tty = isatty(STDERR_FILENO);
     if (!final && now - bt->last_progress < (tty ? 0.2 : 10.0)) return;
     bt->last_progress = now;
-    fprintf(stderr, "%s%d done (%d failed, %d skipped), %lld tokens, %.1f tokens/s, %.0f s%s",
-            tty && !final ? "\r" : "", bt->n_done, bt->n_failed, bt->n_skipped, bt->tokens_out,
-            el > 0 ? bt->tokens_out / el : 0.0, el, tty && !final ? "   " : "\n");
+    const SchedStats *s = &bt->sched.stats;
+    char total[32] = "", eta[32] = "";
+    int64_t todo = bt->n_total - bt->n_skipped;
+    if (bt->n_total >= 0) snprintf(total, sizeof total, "/%lld", (long long)todo);
+    if (bt->n_total >= 0 && bt->n_done > 0 && !final)
+        snprintf(eta, sizeof eta, ", ETA %.0f s", el / bt->n_done * (double)(todo - bt->n_done));
+    fprintf(stderr, "%s%d%s done (%d failed, %d skipped), %lld tokens, %.1f tokens/s%s, %.0f s; "
+            "batch %d seqs, KV %d/%d blocks (%d cached), %lld preempted%s",
+            tty && !final ? "\r" : "", bt->n_done, total, bt->n_failed, bt->n_skipped, bt->tokens_out,
+            el > 0 ? bt->tokens_out / el : 0.0, eta, el, s->n_seqs, s->blocks_used, s->blocks_total,
+            s->blocks_cached, (long long)s->preemptions, tty && !final ? "   " : "\n");
+}
+
+/* --verbose: one line per step. */
+static void batch_step_log(const Batch *bt) {
+    const SchedStats *s = &bt->sched.stats;
+    fprintf(stderr, "step: %d seqs, %d tokens (%d decode, %d prefill), %d running, %d waiting, KV %d/%d blocks "
+            "(%d cached), %lld preempted, %lld prefix tokens reused, %.1f ms\n",
+            s->n_seqs, s->n_tokens, s->n_decode, s->n_prefill, s->n_running, s->n_waiting, s->blocks_used,
+            s->blocks_total, s->blocks_cached, (long long)s->preemptions, (long long)s->prefix_hit_tokens,
+            s->seconds * 1e3);
+}
+
+/* Steps until the input is read and every request has its line. */
+static int batch_loop(Batch *bt) {
+    Err err = {{0}};
+    for (;;) {
+        if (batch_fill(bt)) return 2;
+        if (scheduler_idle(&bt->sched) && bt->sched.n_finished == 0) break;
+        if (scheduler_step(&bt->sched, &err)) { fprintf(stderr, "cllm generate: %s\n", err.msg); return 2; }
+        if (bt->o->verbose && bt->sched.stats.n_tokens > 0) batch_step_log(bt);
+        SchedRequest *r;
+        while ((r = scheduler_pop_finished(&bt->sched)))
+            if (batch_finish(bt, r)) return 2;
+        batch_progress(bt, false);
+    }
+    return 0;
+}
+
+/* Frees the requests still in the scheduler (after an error stopped the run). */
+static void batch_drop_pending(Batch *bt) {
+    SchedRequest **qs[3] = {bt->sched.waiting, bt->sched.running, bt->sched.finished};
+    int ns[3] = {bt->sched.n_waiting, bt->sched.n_running, bt->sched.n_finished};
+    for (int q = 0; q < 3; q++)
+        for (int i = 0; i < ns[q]; i++) {
+            BatchItem *it = qs[q][i]->user;
+            prompt_request_free(&it->req);
+            free(it);
+        }
 }
 
 int batch_main(const RunOptions *o, const BatchOptions *b) {
     Batch bt = {0};
-    bt.o = o;
     bt.b = b;
     Err err = {{0}};
-    PromptReader *in = prompts_open(b->input, PROMPTS_AUTO, &err);
-    if (!in) { fprintf(stderr, "cllm generate: %s\n", err.msg); return 2; }
-    if (runtime_open(&bt.rt, o, &err)) {
-        fprintf(stderr, "cllm generate: %s\n", err.msg);
-        prompts_close(in);
+    if (b->max_seqs <= 0 || b->max_batched_tokens <= 0) {
+        fprintf(stderr, "cllm generate: --max-seqs (%d) and --max-batched-tokens (%d) must be positive\n", b->max_seqs,
+                b->max_batched_tokens);
         return 2;
     }
-    if (runtime_chat_template(&bt.rt, o->chat_template, &bt.tmpl, &err)) {
+    if (b->retry_errors && !b->resume) {
+        fprintf(stderr, "cllm generate: --retry-errors goes with --resume\n");
+        return 2;
+    }
+    /* Every step holds up to max_batched_tokens rows: the engine's chunk. */
+    RunOptions ro = *o;
+    ro.prefill_chunk = b->max_batched_tokens;
+    bt.o = &ro;
+    bt.in = prompts_open(b->input, PROMPTS_AUTO, &err);
+    if (!bt.in) { fprintf(stderr, "cllm generate: %s\n", err.msg); return 2; }
+    SchedOptions so = {b->max_seqs, b->max_batched_tokens, false};
+    if (runtime_open(&bt.rt, &ro, &err)) {
         fprintf(stderr, "cllm generate: %s\n", err.msg);
-        prompts_close(in);
+        prompts_close(bt.in);
+        return 2;
+    }
+    if (runtime_chat_template(&bt.rt, o->chat_template, &bt.tmpl, &err) ||
+        scheduler_init(&bt.sched, &bt.rt.engine, &so, &err)) {
+        fprintf(stderr, "cllm generate: %s\n", err.msg);
+        prompts_close(bt.in);
         runtime_close(&bt.rt);
         return 2;
     }
-    int rc = 0;
-    PromptRequest req;
+    bt.n_total = batch_count_inputs(b->input);
     bt.t0 = now_seconds();
-    for (;;) {
-        int got = prompts_next(in, &req, &err);
-        if (got == 0) break;
-        if (got < 0) { fprintf(stderr, "cllm generate: %s\n", err.msg); rc = 2; break; }
-        if (!bt.out) {
-            bt.out = results_open(b->output, prompts_format(in), b->resume, &err);
-            if (!bt.out) { fprintf(stderr, "cllm generate: %s\n", err.msg); prompt_request_free(&req); rc = 2; break; }
-        }
-        if (b->resume && req.id && results_is_done(bt.out, req.id)) {
-            bt.n_skipped++;
-        } else if (batch_run_one(&bt, &req)) {
-            prompt_request_free(&req);
-            rc = 2;
-            break;
-        }
-        prompt_request_free(&req);
-        batch_progress(&bt, false);
-    }
+    int rc = batch_loop(&bt);
+    if (rc) batch_drop_pending(&bt);
     batch_progress(&bt, true);
-    if (bt.out) results_close(bt.out);
-    prompts_close(in);
+    if (bt.order) {
+        if (results_ordered_finish(bt.order, NULL, &err)) { fprintf(stderr, "cllm generate: %s\n", err.msg); rc = 2; }
+        results_ordered_free(bt.order);
+    }
+    if (bt.out && results_finish(bt.out, &err)) { fprintf(stderr, "cllm generate: %s\n", err.msg); rc = 2; }
+    scheduler_free(&bt.sched);
+    prompts_close(bt.in);
     runtime_close(&bt.rt);
     return rc;
 }

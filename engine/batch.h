@@ -12,6 +12,9 @@ typedef struct {
     bool resume;             /* skip ids already in the output */
     bool ordered;            /* write in input order */
     bool chat;               /* plain prompts go through the chat template */
+    bool retry_errors;       /* with resume: run failed ids again */
+    int max_seqs;            /* sequences per step (default 256) */
+    int max_batched_tokens;  /* tokens per step (default 8192) */
 } BatchOptions;
 
 void batch_options_default(BatchOptions *b);

@@ -65,3 +65,21 @@ expect_grep "OpenAI batch output shape" "$TMP/batch.out" '"custom_id":"q1".*"res
 expect_exit "generate without -i exits 2" 2 $CLLM generate -m $M
 expect_exit "generate missing input exits 2" 2 $GEN -i "$TMP/none.jsonl"
 expect_grep "missing input named" "$TMP/err" "none.jsonl"
+
+# The scheduler: many sequences per step give the same greedy results as one
+# at a time; --ordered writes in input order; --verbose logs every step.
+expect_exit "generate one sequence per step" 0 $GEN -i "$TMP/in.jsonl" -o "$TMP/one.jsonl" --max-seqs 1 --max-batched-tokens 64
+cmp -s <(sort "$TMP/out.jsonl" | sed 's/"seconds":[0-9.e-]*//') <(sort "$TMP/one.jsonl" | sed 's/"seconds":[0-9.e-]*//') \
+    && ok "batched output equals one at a time (greedy)" || notok "batched output equals one at a time (greedy)" "$(diff <(sort "$TMP/out.jsonl" | sed 's/"seconds":[0-9.e-]*//') <(sort "$TMP/one.jsonl" | sed 's/"seconds":[0-9.e-]*//') | head -5)"
+expect_exit "generate --ordered --verbose" 0 $GEN -i "$TMP/in.jsonl" -o "$TMP/ord.jsonl" --ordered --verbose --max-seqs 8 --max-batched-tokens 64
+ids_in=$(grep -o '"id": *"[^"]*"' "$TMP/in.jsonl" | sed 's/"id": *//; s/bad-json/line-11/' | tr -d '"' | tr '\n' ' ')
+ids_out=$(grep -o '"id":"[^"]*"' "$TMP/ord.jsonl" | sed 's/"id"://' | tr -d '"' | tr '\n' ' ')
+[ "$ids_in" = "$ids_out" ] && ok "--ordered keeps input order" || notok "--ordered keeps input order" "in: ${ids_in:0:120}" "out: ${ids_out:0:120}"
+expect_grep "--verbose logs steps" "$TMP/err" 'step: [0-9]+ seqs, [0-9]+ tokens .*KV [0-9]+/[0-9]+ blocks'
+cmp -s <(sort "$TMP/out.jsonl" | sed 's/"seconds":[0-9.e-]*//') <(sort "$TMP/ord.jsonl" | sed 's/"seconds":[0-9.e-]*//') \
+    && ok "ordered output has the same lines" || notok "ordered output has the same lines"
+# --retry-errors: failed lines are run again (they fail again, one line each).
+expect_exit "generate --resume --retry-errors" 0 $GEN -i "$TMP/in.jsonl" -o "$TMP/out.jsonl" --resume --retry-errors
+n=$(wc -l < "$TMP/out.jsonl"); e=$(grep -c '"error"' "$TMP/out.jsonl")
+[ "$n" = 100 ] && [ "$e" = 4 ] && ok "--retry-errors reruns only the failed ids" || notok "--retry-errors reruns only the failed ids" "lines $n, errors $e"
+expect_exit "generate --max-seqs 0 exits 2" 2 $GEN -i "$TMP/in.jsonl" --max-seqs 0
