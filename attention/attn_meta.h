@@ -31,7 +31,7 @@
 #include "attention/attn_batch.h"
 #include "model/err.h"
 
-#define ATTN_TILE_M 64          /* query rows per prefill tile (the prefill kernel's BLOCK_M) */
+#define ATTN_TILE_M 128         /* query rows per prefill tile (the prefill kernel's BLOCK_M) */
 #define ATTN_DECODE_TILE_N 64   /* keys per decode tile (the decode kernel's BLOCK_N) */
 
 typedef struct {
@@ -61,9 +61,9 @@ typedef struct {
 int attn_meta_build(AttnMeta *m, const AttnBatch *b, const AttnMetaOpts *o, Err *err);
 void attn_meta_free(AttnMeta *m);
 
-/* Number of KV splits for the decode kernel: enough blocks of threads to
- * fill n_sms multiprocessors about twice over, and no split shorter than
- * two tiles of max_ctx. The decode grid is fixed by (n_decode, splits), so a
+/* Number of KV splits for the decode kernel: about 16 blocks of threads per
+ * multiprocessor (so the last partial wave is cheap), no split shorter than
+ * four tiles of max_ctx, at most 256. The decode grid is fixed by (n_decode, splits), so a
  * graph captured with splits from the largest context replays for any
  * shorter one. n_head_groups = ceil(group size / 16) per KV head. */
 int attn_decode_splits(int max_ctx, int n_decode, int n_kv_heads, int n_head_groups, int n_sms);

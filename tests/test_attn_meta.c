@@ -3,17 +3,17 @@
 #include "attention/attn_meta.h"
 #include "tests/test.h"
 
-/* seq 0: prefill rows at positions 0..69 (two tiles); seq 1: one decode row at
- * 100; seq 2: a chunk at 10..12 (chunked prefill); seq 3: decode at 0. */
-enum { T_MIX = 70 + 1 + 3 + 1 };
+/* seq 0: prefill rows at positions 0..N0-1 (two tiles); seq 1: one decode row
+ * at 100; seq 2: a chunk at 10..12 (chunked prefill); seq 3: decode at 0. */
+enum { N0 = ATTN_TILE_M + 6, NEED0 = (N0 - 1) / 16 + 1, T_MIX = N0 + 1 + 3 + 1 };
 static int32_t pos_mix[T_MIX], seq_mix[T_MIX];
 static int64_t slot_mix[T_MIX];
-static const int32_t tab0[] = {7, 3, 9, 1, 15}, tab1[] = {2, 4, 5, 6, 8, 10, 11}, tab2[] = {12}, tab3[] = {13};
+static const int32_t tab0[] = {7, 3, 9, 1, 15, 14, 16, 17, 18}, tab1[] = {2, 4, 5, 6, 8, 10, 11}, tab2[] = {12}, tab3[] = {13};
 static const int32_t *const tabs[] = {tab0, tab1, tab2, tab3};
 
 static AttnBatch mix_batch(void) {
     int t = 0;
-    for (int p = 0; p < 70; p++) pos_mix[t] = p, seq_mix[t++] = 0;
+    for (int p = 0; p < N0; p++) pos_mix[t] = p, seq_mix[t++] = 0;
     pos_mix[t] = 100, seq_mix[t++] = 1;
     for (int p = 10; p < 13; p++) pos_mix[t] = p, seq_mix[t++] = 2;
     pos_mix[t] = 0, seq_mix[t++] = 3;
@@ -24,23 +24,26 @@ static void test_mixed_batch(void) {
     AttnBatch b = mix_batch();
     AttnMeta m;
     Err err = {{0}};
-    CHECK(attn_meta_build(&m, &b, &(AttnMetaOpts){16, 0}, &err) == 0, "%s", err.msg);
+    CHECK(attn_meta_build(&m, &b, &(AttnMetaOpts){19, 0}, &err) == 0, "%s", err.msg);
     CHECK(m.n_runs == 4 && m.n_prefill == 2 && m.n_decode == 2, "runs %d prefill %d decode %d", m.n_runs, m.n_prefill,
           m.n_decode);
     CHECK(m.n_tiles == 2 + 1, "tiles %d", m.n_tiles);
-    CHECK(m.table_width == 7, "width %d (seq 1 needs 100/16+1 = 7)", m.table_width);
-    CHECK(m.max_kv_len == 101, "max kv %d", m.max_kv_len);
+    int width = NEED0 > 7 ? NEED0 : 7; /* seq 1 needs 100/16+1 = 7 */
+    CHECK(m.table_width == width, "width %d", m.table_width);
+    CHECK(m.max_kv_len == (N0 > 101 ? N0 : 101), "max kv %d", m.max_kv_len);
     const int32_t *pre = m.buf + m.off_prefill, *til = m.buf + m.off_tiles, *dec = m.buf + m.off_decode;
-    CHECK(pre[0] == 0 && pre[1] == 70 && pre[2] == 0 && pre[3] == 0, "run 0: %d %d %d %d", pre[0], pre[1], pre[2], pre[3]);
-    CHECK(pre[4] == 71 && pre[5] == 3 && pre[6] == 10 && pre[7] == 2, "run 1: %d %d %d %d", pre[4], pre[5], pre[6], pre[7]);
+    CHECK(pre[0] == 0 && pre[1] == N0 && pre[2] == 0 && pre[3] == 0, "run 0: %d %d %d %d", pre[0], pre[1], pre[2], pre[3]);
+    CHECK(pre[4] == N0 + 1 && pre[5] == 3 && pre[6] == 10 && pre[7] == 2, "run 1: %d %d %d %d", pre[4], pre[5], pre[6], pre[7]);
     CHECK(til[0] == 0 && til[1] == 0 && til[2] == 0 && til[3] == ATTN_TILE_M && til[4] == 1 && til[5] == 0,
           "tiles %d,%d %d,%d %d,%d", til[0], til[1], til[2], til[3], til[4], til[5]);
-    CHECK(dec[0] == 70 && dec[1] == 1 && dec[2] == 100, "decode 0: %d %d %d", dec[0], dec[1], dec[2]);
-    CHECK(dec[3] == 74 && dec[4] == 3 && dec[5] == 0, "decode 1: %d %d %d", dec[3], dec[4], dec[5]);
+    CHECK(dec[0] == N0 && dec[1] == 1 && dec[2] == 100, "decode 0: %d %d %d", dec[0], dec[1], dec[2]);
+    CHECK(dec[3] == N0 + 4 && dec[4] == 3 && dec[5] == 0, "decode 1: %d %d %d", dec[3], dec[4], dec[5]);
     const int32_t *tab = m.buf + m.off_tables;
-    CHECK(tab[0] == 7 && tab[4] == 15 && tab[5] == 0, "seq 0 uses 5 blocks: %d %d %d", tab[0], tab[4], tab[5]);
-    CHECK(tab[7 + 6] == 11 && tab[14] == 12 && tab[21] == 13, "tables %d %d %d", tab[13], tab[14], tab[21]);
-    CHECK(m.buf_len == m.off_tables + 4 * 7, "buf_len %d", m.buf_len);
+    CHECK(tab[0] == 7 && tab[NEED0 - 1] == tab0[NEED0 - 1], "seq 0: %d %d", tab[0], tab[NEED0 - 1]);
+    CHECK(NEED0 == width || tab[NEED0] == 0, "padding after seq 0's blocks: %d", tab[NEED0]);
+    CHECK(tab[width + 6] == 11 && tab[2 * width] == 12 && tab[3 * width] == 13, "tables %d %d %d", tab[width + 6],
+          tab[2 * width], tab[3 * width]);
+    CHECK(m.buf_len == m.off_tables + 4 * width, "buf_len %d", m.buf_len);
     attn_meta_free(&m);
 }
 
@@ -110,10 +113,10 @@ static void test_empty_step(void) {
 }
 
 static void test_decode_splits(void) {
-    /* 8 rows x 8 KV heads = 64 blocks: 132 SMs want ceil(264/64) = 5 splits */
-    CHECK(attn_decode_splits(32768, 8, 8, 1, 132) == 5, "%d", attn_decode_splits(32768, 8, 8, 1, 132));
-    /* a short context caps the splits at two tiles each: 256 keys = 4 tiles -> 2 */
-    CHECK(attn_decode_splits(256, 1, 1, 1, 132) == 2, "%d", attn_decode_splits(256, 1, 1, 1, 132));
+    /* 8 rows x 8 KV heads = 64 blocks: 132 SMs want ceil(16 * 132 / 64) = 33 splits */
+    CHECK(attn_decode_splits(32768, 8, 8, 1, 132) == 33, "%d", attn_decode_splits(32768, 8, 8, 1, 132));
+    /* a short context caps the splits at four tiles each: 1024 keys = 16 tiles -> 4 */
+    CHECK(attn_decode_splits(1024, 1, 1, 1, 132) == 4, "%d", attn_decode_splits(1024, 1, 1, 1, 132));
     CHECK(attn_decode_splits(10, 1, 1, 1, 132) == 1, "tiny");
     CHECK(attn_decode_splits(1 << 20, 1, 1, 1, 132) == 256, "capped");
     CHECK(attn_decode_splits(4096, 0, 8, 1, 132) == 1, "no rows");

@@ -1,8 +1,10 @@
 /* attention_prefill.cu — varlen FlashAttention-2 prefill over the paged bf16
  * KV cache (DESIGN.md "Attention"; metadata from attention/attn_meta.h).
  *
- * One block of 4 warps computes one tile of ATTN_TILE_M (64) query rows of
- * one prefill run for one query head; each warp owns 16 rows. K/V tiles of
+ * One block computes one tile of ATTN_TILE_M (128) query rows of one
+ * prefill run for one query head: 4 warps of 32 rows (two m16 tiles, so each
+ * K/V fragment read from shared memory feeds two tensor-core ops), or 8
+ * warps of 16 rows at head size 256. K/V tiles of
  * BN keys are copied from the cache's blocks with 16-byte cp.async into a
  * two-stage shared buffer (the next tile streams in while this one is
  * used). S = Q K^T and O += P V run on tensor cores (mma.sync m16n8k16,
@@ -21,18 +23,22 @@
 /* ---- kernels ---- */
 
 template <int HDK, int HDV> struct PrefillShape {
-    static constexpr int BM = ATTN_TILE_M, NW = 4, NT = 32 * NW;
-    static constexpr int BN = (HDK > 128 || HDV > 128) ? 32 : 64; /* keeps O + S in registers at 256 */
+    static constexpr bool BIG = HDK > 128 || HDV > 128;
+    /* MT m16 tiles per warp: every K/V fragment read from shared memory
+     * feeds MT tensor-core ops (v1 had MT = 1 and ran at 0.6x SDPA); at 256
+     * the O accumulators of two tiles would not fit in registers */
+    static constexpr int NW = BIG ? 8 : 4, MT = BIG ? 1 : 2, NT = 32 * NW;
+    static constexpr int BM = 16 * NW * MT;
+    static constexpr int BN = BIG ? 32 : 64;
     static constexpr int SK = HDK + 8, SV = HDV + 8;
-    static constexpr bool Q_IN_REGS = HDK <= 128;
     static constexpr int SMEM = (BM * SK + 2 * BN * SK + 2 * BN * SV) * 2;
-    static_assert(BM == 16 * NW, "one warp per 16 query rows");
+    static_assert(BM == ATTN_TILE_M, "the metadata's tile height is the kernel's");
 };
 
 template <int HDK, int HDV, bool CAP, bool WIN>
-__global__ void __launch_bounds__(128) attn_prefill_kernel(const AttnKParams p) {
+__global__ void __launch_bounds__(PrefillShape<HDK, HDV>::NT) attn_prefill_kernel(const AttnKParams p) {
     using S = PrefillShape<HDK, HDV>;
-    constexpr int BM = S::BM, BN = S::BN, NT = S::NT, SK = S::SK, SV = S::SV;
+    constexpr int BM = S::BM, BN = S::BN, NT = S::NT, SK = S::SK, SV = S::SV, MT = S::MT;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *sQ = (bf16 *)smem, *sK = sQ + BM * SK, *sV = sK + 2 * BN * SK;
 
@@ -47,23 +53,25 @@ __global__ void __launch_bounds__(128) attn_prefill_kernel(const AttnKParams p) 
     const int t_begin = lo / BN, t_end = (hi + BN - 1) / BN;
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tg = lane & 3;
-    const int qpos0 = p_first + warp * 16 + g, qpos1 = qpos0 + 8;
+    const int wrow = warp * 16 * MT; /* first tile row of this warp; m-tile mt adds 16 * mt */
 
     load_rows<HDK, BM, NT>(sQ, p.q + ((int64_t)(q_start + m0) * p.n_heads + h) * HDK, (int64_t)p.n_heads * HDK, rows);
     load_kv_tile<HDK, BN, NT>(sK, p.k, tab, p, kvh, t_begin * BN, lo, hi);
     load_kv_tile<HDV, BN, NT>(sV, p.v, tab, p, kvh, t_begin * BN, lo, hi);
     cp_async_commit();
 
-    uint32_t qf[S::Q_IN_REGS ? HDK / 16 : 1][4];
-    float o[HDV / 8][4];
+    float o[MT][HDV / 8][4];
 #pragma unroll
-    for (int i = 0; i < HDV / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int i = 0; i < HDV / 8; i++) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
     /* the sink enters as a logit with a zero value: its exp counts once per
      * row, so only lane tg == 0 of the quad starts its partial sum at 1 */
-    float sink = p.sinks ? p.sinks[h] * ATTN_LOG2E : -INFINITY;
-    float mx[2] = {sink, sink};
-    float l[2] = {p.sinks && tg == 0 ? 1.f : 0.f, p.sinks && tg == 0 ? 1.f : 0.f};
-    const uint32_t q_addr = smem_u32(sQ + (warp * 16 + (lane & 15)) * SK + (lane >> 4) * 8);
+    const float sink = p.sinks ? p.sinks[h] * ATTN_LOG2E : -INFINITY, l0 = p.sinks && tg == 0 ? 1.f : 0.f;
+    float mx[MT][2], l[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) mx[mt][0] = mx[mt][1] = sink, l[mt][0] = l[mt][1] = l0;
+    const uint32_t q_addr = smem_u32(sQ + (wrow + (lane & 15)) * SK + (lane >> 4) * 8);
 
     for (int t = t_begin; t < t_end; t++) {
         const int buf = (t - t_begin) & 1;
@@ -76,83 +84,93 @@ __global__ void __launch_bounds__(128) attn_prefill_kernel(const AttnKParams p) 
             cp_async_wait<0>();
         }
         __syncthreads();
-        if (S::Q_IN_REGS && t == t_begin) {
-#pragma unroll
-            for (int kk = 0; kk < (S::Q_IN_REGS ? HDK / 16 : 0); kk++)
-                ldsm_x4(q_addr + kk * 32, qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3]);
-        }
 
-        /* S = Q K^T for this warp's 16 rows and BN keys */
-        float s[BN / 8][4];
+        /* S = Q K^T for this warp's MT x 16 rows and BN keys */
+        float s[MT][BN / 8][4];
 #pragma unroll
-        for (int i = 0; i < BN / 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int i = 0; i < BN / 8; i++) s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
         const bf16 *kt = sK + buf * BN * SK;
         const uint32_t k_addr = smem_u32(kt + ((lane & 7) + ((lane >> 4) << 3)) * SK + ((lane >> 3) & 1) * 8);
 #pragma unroll
         for (int kk = 0; kk < HDK / 16; kk++) {
-            uint32_t a[4];
-            if (S::Q_IN_REGS) {
-                a[0] = qf[S::Q_IN_REGS ? kk : 0][0], a[1] = qf[S::Q_IN_REGS ? kk : 0][1];
-                a[2] = qf[S::Q_IN_REGS ? kk : 0][2], a[3] = qf[S::Q_IN_REGS ? kk : 0][3];
-            } else {
-                ldsm_x4(q_addr + kk * 32, a[0], a[1], a[2], a[3]);
-            }
+            uint32_t a[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) ldsm_x4(q_addr + (mt * 16 * SK + kk * 16) * 2, a[mt][0], a[mt][1], a[mt][2], a[mt][3]);
 #pragma unroll
             for (int nn = 0; nn < BN / 16; nn++) {
                 uint32_t b0, b1, b2, b3;
                 ldsm_x4(k_addr + (nn * 16 * SK + kk * 16) * 2, b0, b1, b2, b3);
-                mma_bf16(s[2 * nn], a, b0, b1);
-                mma_bf16(s[2 * nn + 1], a, b2, b3);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma_bf16(s[mt][2 * nn], a[mt], b0, b1);
+                    mma_bf16(s[mt][2 * nn + 1], a[mt], b2, b3);
+                }
             }
         }
 
-        /* logits, masks, online softmax (rows qpos0 / qpos1 of this lane) */
+        /* logits, masks, online softmax (rows g and g + 8 of each m-tile) */
         const bool edge = (t + 1) * BN - 1 > p_first || (WIN && t * BN <= p_last - p.window);
-        float tmax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int i = 0; i < BN / 8; i++)
+        for (int mt = 0; mt < MT; mt++) {
+            const int qpos0 = p_first + wrow + mt * 16 + g, qpos1 = qpos0 + 8;
+            float tmax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float x = attn_logit<CAP>(s[i][e], p);
-                if (edge) {
-                    int j = t * BN + i * 8 + 2 * tg + (e & 1), qp = e < 2 ? qpos0 : qpos1;
-                    if (j > qp || (WIN && qp - j >= p.window)) x = -INFINITY;
+            for (int i = 0; i < BN / 8; i++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float x = attn_logit<CAP>(s[mt][i][e], p);
+                    if (edge) {
+                        int j = t * BN + i * 8 + 2 * tg + (e & 1), qp = e < 2 ? qpos0 : qpos1;
+                        if (j > qp || (WIN && qp - j >= p.window)) x = -INFINITY;
+                    }
+                    s[mt][i][e] = x;
+                    tmax[e >> 1] = fmaxf(tmax[e >> 1], x);
                 }
-                s[i][e] = x;
-                tmax[e >> 1] = fmaxf(tmax[e >> 1], x);
-            }
-        float alpha[2], base[2];
+            float alpha[2], base[2];
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float mnew = fmaxf(mx[r], quad_max(tmax[r]));
-            base[r] = mnew == -INFINITY ? 0.f : mnew; /* a row with nothing seen yet: no inf - inf */
-            alpha[r] = exp2f(mx[r] - base[r]);
-            mx[r] = mnew;
-            l[r] *= alpha[r];
+            for (int r = 0; r < 2; r++) {
+                float mnew = fmaxf(mx[mt][r], quad_max(tmax[r]));
+                base[r] = mnew == -INFINITY ? 0.f : mnew; /* a row with nothing seen yet: no inf - inf */
+                alpha[r] = exp2f(mx[mt][r] - base[r]);
+                mx[mt][r] = mnew;
+                l[mt][r] *= alpha[r];
+            }
+#pragma unroll
+            for (int i = 0; i < BN / 8; i++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    s[mt][i][e] = exp2f(s[mt][i][e] - base[e >> 1]);
+                    l[mt][e >> 1] += s[mt][i][e];
+                }
+#pragma unroll
+            for (int i = 0; i < HDV / 8; i++)
+                o[mt][i][0] *= alpha[0], o[mt][i][1] *= alpha[0], o[mt][i][2] *= alpha[1], o[mt][i][3] *= alpha[1];
         }
-#pragma unroll
-        for (int i = 0; i < BN / 8; i++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                s[i][e] = exp2f(s[i][e] - base[e >> 1]);
-                l[e >> 1] += s[i][e];
-            }
-#pragma unroll
-        for (int i = 0; i < HDV / 8; i++) o[i][0] *= alpha[0], o[i][1] *= alpha[0], o[i][2] *= alpha[1], o[i][3] *= alpha[1];
 
         /* O += P V: P's C fragments are the A fragments of the product */
         const bf16 *vt = sV + buf * BN * SV;
         const uint32_t v_addr = smem_u32(vt + ((lane & 7) + ((lane >> 3) & 1) * 8) * SV + (lane >> 4) * 8);
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) {
-            uint32_t a[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                             pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            uint32_t a[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                a[mt][0] = pack_bf16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                a[mt][1] = pack_bf16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                a[mt][2] = pack_bf16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                a[mt][3] = pack_bf16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+            }
 #pragma unroll
             for (int nn = 0; nn < HDV / 16; nn++) {
                 uint32_t b0, b1, b2, b3;
                 ldsm_x4_t(v_addr + (kk * 16 * SV + nn * 16) * 2, b0, b1, b2, b3);
-                mma_bf16(o[2 * nn], a, b0, b1);
-                mma_bf16(o[2 * nn + 1], a, b2, b3);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mma_bf16(o[mt][2 * nn], a[mt], b0, b1);
+                    mma_bf16(o[mt][2 * nn + 1], a[mt], b2, b3);
+                }
             }
         }
         __syncthreads(); /* the next iteration overwrites the other stage */
@@ -160,16 +178,19 @@ __global__ void __launch_bounds__(128) attn_prefill_kernel(const AttnKParams p) 
 
     /* normalize and write the rows this tile owns */
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float sum = quad_sum(l[r]);
-        float inv = sum > 0.f ? 1.f / sum : 0.f;
-        int row = warp * 16 + g + 8 * r;
-        if (row >= rows) continue;
-        bf16 *dst = p.out + ((int64_t)(q_start + m0 + row) * p.n_heads + h) * HDV + 2 * tg;
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int i = 0; i < HDV / 8; i++)
-            *reinterpret_cast<__nv_bfloat162 *>(dst + i * 8) = __floats2bfloat162_rn(o[i][2 * r] * inv, o[i][2 * r + 1] * inv);
-    }
+        for (int r = 0; r < 2; r++) {
+            float sum = quad_sum(l[mt][r]);
+            float inv = sum > 0.f ? 1.f / sum : 0.f;
+            int row = wrow + mt * 16 + g + 8 * r;
+            if (row >= rows) continue;
+            bf16 *dst = p.out + ((int64_t)(q_start + m0 + row) * p.n_heads + h) * HDV + 2 * tg;
+#pragma unroll
+            for (int i = 0; i < HDV / 8; i++)
+                *reinterpret_cast<__nv_bfloat162 *>(dst + i * 8) =
+                    __floats2bfloat162_rn(o[mt][i][2 * r] * inv, o[mt][i][2 * r + 1] * inv);
+        }
 }
 
 /* ---- launchers ---- */
@@ -180,7 +201,7 @@ static int prefill_launch(const AttnKParams *kp, int n_tiles, cudaStream_t s, Er
     CUDA_CHECK(cudaFuncSetAttribute(attn_prefill_kernel<HDK, HDV, CAP, WIN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     SMEM),
                err);
-    attn_prefill_kernel<HDK, HDV, CAP, WIN><<<dim3(n_tiles, kp->n_heads), 128, SMEM, s>>>(*kp);
+    attn_prefill_kernel<HDK, HDV, CAP, WIN><<<dim3(n_tiles, kp->n_heads), PrefillShape<HDK, HDV>::NT, SMEM, s>>>(*kp);
     CUDA_CHECK(cudaGetLastError(), err);
     return 0;
 }
