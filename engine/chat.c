@@ -1,7 +1,9 @@
 /* chat.c — the chat loop: read a turn, render the whole conversation with the
- * model's chat template, prefill only the tokens the KV cache does not already
- * hold (the longest common prefix with the sequence is kept), stream the
- * reply, print statistics.
+ * model's chat template, run it as one request through the scheduler (the
+ * same engine as `cllm generate`), stream the reply, print statistics. The
+ * prefix cache keeps every full block of earlier turns, so a new turn (or a
+ * /regen) prefills only the tokens past the last full block it shares with
+ * the conversation so far.
  *
  * Ctrl-C while a reply streams stops that reply (SIGINT only sets a flag the
  * generation loop reads: the one process-wide variable here, as a signal
@@ -18,6 +20,7 @@
 
 #include "engine/generate.h"
 #include "engine/line_edit.h"
+#include "engine/scheduler.h"
 #include "tokenizer/chat_template.h"
 
 static volatile sig_atomic_t chat_interrupted;
@@ -30,9 +33,11 @@ typedef struct {
     ChatTemplate tmpl;
     ChatMessage *msgs;           /* the conversation; role/content strings owned */
     int n_msgs, cap_msgs;
-    Sequence seq;
+    bool rt_ready, sched_ready;
+    Scheduler sched;
     GenStats last;               /* statistics of the last reply */
-    int last_prefilled;
+    int last_prefilled;          /* prompt tokens the last reply computed (not from the cache) */
+    int context_used;            /* tokens of the conversation after the last reply */
     bool tty_out;
 } Chat;
 
@@ -82,6 +87,36 @@ static int chat_prompt_ids(Chat *c, TokenIds *ids, Err *err) {
     return rc;
 }
 
+/* Runs the conversation's prompt as one request until it finishes. */
+static SchedRequest *chat_run(Chat *c, const TokenIds *ids, Err *err) {
+    GenParams gp = {c->o->sampling, c->o->max_tokens, NULL, 0, c->o->ignore_eos};
+    SchedRequest *r = scheduler_submit(&c->sched, ids->ids, (int)ids->n, &gp, NULL, err);
+    if (!r) return NULL;
+    r->emit = chat_emit;
+    r->emit_ctx = c;
+    r->interrupt = &chat_interrupted;
+    while (!scheduler_idle(&c->sched))
+        if (scheduler_step(&c->sched, err)) return NULL; /* the scheduler frees r */
+    return scheduler_pop_finished(&c->sched);
+}
+
+/* The reply's text (every generated token up to end-of-generation), for the
+ * next rendering of the conversation. */
+static void chat_keep_reply(Chat *c, const SchedRequest *r) {
+    ChatBuf text = {0};
+    Detok dt;
+    detok_init(&dt);
+    for (size_t i = r->n_prompt; i < r->tokens.n; i++) {
+        char piece[512];
+        int32_t id = r->tokens.ids[i];
+        if (tokenizer_is_eog(c->rt.model.tok, id)) break;
+        int n = detok_push(c->rt.model.tok, &dt, id, piece, sizeof piece);
+        chat_buf_append(&text, piece, n);
+    }
+    chat_add_message(c, "assistant", text.data ? text.data : "", text.len);
+    chat_buf_free(&text);
+}
+
 /* One reply to the conversation as it stands. */
 static int chat_reply(Chat *c) {
     Engine *e = &c->rt.engine;
@@ -91,55 +126,40 @@ static int chat_reply(Chat *c) {
         fprintf(stderr, "error: %s\n", err.msg);
         return -1;
     }
-    size_t common = 0;
-    while (common < ids.n && common < c->seq.tokens.n && ids.ids[common] == c->seq.tokens.ids[common]) common++;
-    if (common == ids.n && common > 0) common--; /* recompute the last token to get its logits */
-    sequence_truncate(e, &c->seq, (int)common);
     if ((int)ids.n >= e->ctx_limit) {
         fprintf(stderr, "\n[context full: the conversation needs %zu tokens, the context holds %d; "
                         "/clear starts over, -c sets a larger context]\n", ids.n, e->ctx_limit);
         token_ids_free(&ids);
         return -1;
     }
-    GenParams gp = {c->o->sampling, c->o->max_tokens, NULL, 0, c->o->ignore_eos};
     chat_interrupted = 0;
-    size_t before = c->seq.tokens.n;
-    int rc = generate_reply(e, &c->seq, ids.ids + common, (int)(ids.n - common), &gp, chat_emit, c,
-                            &chat_interrupted, &c->last, &err);
-    c->last_prefilled = (int)(ids.n - common);
-    if (rc) {
-        fprintf(stderr, "\nerror: %s\n", err.msg);
-        token_ids_free(&ids);
+    SchedRequest *r = chat_run(c, &ids, &err);
+    token_ids_free(&ids);
+    if (!r || !strcmp(r->finish_reason, "error")) {
+        fprintf(stderr, "\nerror: %s\n", r ? r->error : err.msg);
+        sched_request_free(r);
         return -1;
     }
-    /* The reply's text, for the next rendering of the conversation. */
-    ChatBuf text = {0};
-    Detok dt;
-    detok_init(&dt);
-    for (size_t i = before + (ids.n - common); i < c->seq.tokens.n; i++) {
-        char piece[512];
-        int32_t id = c->seq.tokens.ids[i];
-        if (tokenizer_is_eog(c->rt.model.tok, id)) break;
-        int n = detok_push(c->rt.model.tok, &dt, id, piece, sizeof piece);
-        chat_buf_append(&text, piece, n);
-    }
-    chat_add_message(c, "assistant", text.data ? text.data : "", text.len);
-    chat_buf_free(&text);
+    c->last = (GenStats){r->n_prompt, r->n_generated, 0, r->n_generated ? r->t_first - r->t_submit : 0,
+                         r->t_done - r->t_submit, r->finish_reason};
+    c->last_prefilled = r->n_prompt - r->cached_tokens;
+    c->context_used = (int)r->tokens.n;
+    chat_keep_reply(c, r);
+    sched_request_free(r);
     printf("\n");
     if (!strcmp(c->last.finish_reason, "interrupted")) fprintf(stderr, "[stopped]\n");
     if (!strcmp(c->last.finish_reason, "context"))
         fprintf(stderr, "[context full (%d tokens): /clear starts over]\n", e->ctx_limit);
-    token_ids_free(&ids);
     return 0;
 }
 
 static void chat_print_stats(const Chat *c, FILE *out) {
     const GenStats *s = &c->last;
     double decode_s = s->total_s - s->ttft_s;
-    fprintf(out, "[prompt %d tokens, reply %d tokens, first token %.0f ms, %.1f tokens/s, context %zu/%d]\n",
+    fprintf(out, "[prompt %d tokens, reply %d tokens, first token %.0f ms, %.1f tokens/s, context %d/%d]\n",
             c->last_prefilled, s->completion_tokens, s->ttft_s * 1e3,
             s->completion_tokens > 1 && decode_s > 0 ? (s->completion_tokens - 1) / decode_s : 0.0,
-            c->seq.tokens.n, c->rt.engine.ctx_limit);
+            c->context_used, c->rt.engine.ctx_limit);
 }
 
 static char *read_text_file(const char *path, size_t *len) {
@@ -174,7 +194,7 @@ static void chat_help(void) {
 /* Handles a /command; returns 1 to leave the chat, 0 otherwise. */
 static int chat_command(Chat *c, const char *line) {
     if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) return 1;
-    if (!strcmp(line, "/clear")) { chat_reset(c, NULL); sequence_truncate(&c->rt.engine, &c->seq, 0); printf("[cleared]\n"); return 0; }
+    if (!strcmp(line, "/clear")) { chat_reset(c, NULL); c->context_used = 0; printf("[cleared]\n"); return 0; }
     if (!strncmp(line, "/system", 7) && (line[7] == ' ' || line[7] == 0)) {
         chat_reset(c, line[7] ? line + 8 : "");
         printf("[system prompt set; conversation cleared]\n");
@@ -203,6 +223,10 @@ static int chat_command(Chat *c, const char *line) {
 static int chat_setup(Chat *c, const RunOptions *o) {
     Err err = {{0}};
     if (runtime_open(&c->rt, o, &err)) { fprintf(stderr, "cllm chat: %s\n", err.msg); return 2; }
+    c->rt_ready = true;
+    SchedOptions so = {1, 0, false};
+    if (scheduler_init(&c->sched, &c->rt.engine, &so, &err)) { fprintf(stderr, "cllm chat: %s\n", err.msg); return 2; }
+    c->sched_ready = true;
     const char *tmpl = tokenizer_chat_template(c->rt.model.tok);
     Err err2 = {{0}};
     if (runtime_chat_template(&c->rt, o->chat_template, &c->tmpl, &err2)) {
@@ -221,8 +245,8 @@ static int chat_setup(Chat *c, const RunOptions *o) {
 static void chat_teardown(Chat *c) {
     while (c->n_msgs > 0) chat_pop_message(c);
     free(c->msgs);
-    sequence_release(&c->rt.engine, &c->seq);
-    runtime_close(&c->rt);
+    if (c->sched_ready) scheduler_free(&c->sched);
+    if (c->rt_ready) runtime_close(&c->rt);
 }
 
 int chat_main(const RunOptions *o) {
