@@ -27,11 +27,16 @@ def ints(s):
     return v
 
 
+def sync():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
 def timed(fn):
-    torch.cuda.synchronize()
+    sync()
     t0 = time.perf_counter()
     out = fn()
-    torch.cuda.synchronize()
+    sync()
     return time.perf_counter() - t0, out
 
 
@@ -44,14 +49,15 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--json", required=True)
+    ap.add_argument("--device", default="cuda")
     a = ap.parse_args()
 
     t_load, model = timed(lambda: transformers.AutoModelForCausalLM.from_pretrained(
-        a.model, dtype=torch.bfloat16, device_map="cuda", attn_implementation="sdpa"))
+        a.model, dtype=torch.bfloat16, device_map=a.device, attn_implementation="sdpa"))
     model.eval()
     vocab = model.config.vocab_size
-    gen = torch.Generator(device="cuda").manual_seed(a.seed)
-    rand = lambda n: torch.randint(0, vocab, (1, n), device="cuda", generator=gen)
+    gen = torch.Generator(device=a.device).manual_seed(a.seed)
+    rand = lambda n: torch.randint(0, vocab, (1, n), device=a.device, generator=gen)
     res = {"model": a.model, "impl": f"transformers {transformers.__version__}, torch {torch.__version__}, sdpa, bf16",
            "load_s": t_load, "prefill": [], "decode": []}
 
@@ -70,9 +76,21 @@ def main():
             timed(step)  # warm-up
             times = [timed(step)[0] for _ in range(a.decode_tokens)]
             s = statistics.median(times)
-            res["decode"].append({"ctx": C, "batch": 1, "steps": a.decode_tokens, "step_s": s, "tok_s": 1 / s})
-            print(f"hf decode at {C}: {1 / s:.1f} tok/s", flush=True)
             del out, cache
+            # the same through generate(): (N+1 new tokens - 1 new token) / N, greedy, EOS ignored
+            ids = rand(C)
+            gen_n = lambda n: model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
+                                             min_new_tokens=n, do_sample=False, pad_token_id=0)
+            gen_n(2)  # warm-up
+            t_n = timed(lambda: gen_n(a.decode_tokens + 1))[0]
+            t_1 = min(timed(lambda: gen_n(1))[0] for _ in range(2))
+            g = (t_n - t_1) / a.decode_tokens
+            d = {"ctx": C, "batch": 1, "steps": a.decode_tokens, "step_s": s, "tok_s": 1 / s}
+            if g > 0:  # else too noisy to use
+                d.update(generate_step_s=g, generate_tok_s=1 / g)
+            res["decode"].append(d)
+            print(f"hf decode at {C}: {1 / s:.1f} tok/s (forward loop), "
+                  f"{1 / g if g > 0 else float('nan'):.1f} tok/s (generate)", flush=True)
             torch.cuda.empty_cache()
     with open(a.json, "w") as f:
         json.dump(res, f, indent=1)

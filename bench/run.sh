@@ -52,6 +52,10 @@ GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
 say "cllm $COMMIT on ${GPU:-no GPU} (driver ${DRIVER:-?}); models in $MODELS_DIR"
 report_args=()
+report() {
+    python3 bench/report.py --out "$OUT/BENCH.md" --gpu "${GPU:-unknown}" --driver "${DRIVER:-unknown}" \
+        --commit "$COMMIT" --note "${BENCH_NOTE:-}" "${report_args[@]}" "$@"
+}
 for m in "${MODELS[@]}"; do
     dir=$MODELS_DIR/$m${TINY:+-tiny}
     name=$m${TINY:+-tiny}
@@ -64,6 +68,7 @@ for m in "${MODELS[@]}"; do
     step "transformers $name" python3 bench/hf_reference.py "$dir" --prompt-lens "$LENS" --ctx "$CTX" \
         --decode-tokens "$STEPS" --reps "$REPS" --json "$OUT/hf-$name.json"
     report_args+=(--model "$m" "$OUT/cllm-$name.json" "$OUT/hf-$name.json")
+    report  # after each model, so a run cut short still leaves a report
 done
 
 attn=()
@@ -75,7 +80,6 @@ if [ -f bench/attention.sh ]; then
     [ $rc = 0 ] && [ -s "$OUT/attention.md" ] && attn=(--attention "$OUT/attention.md")
 fi
 
-python3 bench/report.py --out "$OUT/BENCH.md" --gpu "${GPU:-unknown}" --driver "${DRIVER:-unknown}" \
-    --commit "$COMMIT" --note "${BENCH_NOTE:-}" "${report_args[@]}" "${attn[@]}" || exit 1
+report "${attn[@]}" || exit 1
 echo
 cat "$OUT/BENCH.md"
