@@ -50,6 +50,11 @@ extern "C" {
 #define TOP_P_BUCKETS 1024      /* as engine/sampler.c */
 #define TOP_P_SPAN 32.0f
 #define FIX_ONE 17592186044416.0 /* 2^44: fixed-point scale of masses */
+#define FINE 32.0f              /* rank_search bins per nat of x below xmax */
+#define FINE_BINS THREADS       /* one bin per thread in the scan; the last takes all below */
+#define GATHER_CAP 2048         /* a bin up to this size is sorted in shared memory */
+#define UNROLL 4
+#define FULL 0xffffffffu
 
 /* ---------------- per-element view of a row ---------------- */
 
@@ -84,9 +89,19 @@ __device__ uint32_t key_of(float x) {
 
 __device__ float x_of_key(uint32_t k) { return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k); }
 
+/* Sort order of the gathered candidates: key desc, then id asc. */
+__device__ uint64_t rank_code(uint32_t key, int i) { return (uint64_t)key << 32 | (0xffffffffu - (uint32_t)i); }
+__device__ int id_of_code(uint64_t c) { return (int)(0xffffffffu - (uint32_t)c); }
+
 __device__ int bucket_of(float x, float xmax) {
     float d = __fmul_rn(__fsub_rn(xmax, x), TOP_P_BUCKETS / TOP_P_SPAN);
     return d < TOP_P_BUCKETS ? (int)d : TOP_P_BUCKETS;
+}
+
+/* The search's own finer bins (1/FINE nat each), monotone in x like bucket_of. */
+__device__ int fine_bin(float x, float xmax) {
+    float d = __fmul_rn(__fsub_rn(xmax, x), FINE);
+    return d < FINE_BINS - 1 ? (int)d : FINE_BINS - 1;
 }
 
 __device__ float weight_of(float x, float xmax) { return expf(__fsub_rn(x, xmax)); }
@@ -99,6 +114,7 @@ __device__ bool in_cut(const Row *r, uint32_t key, int i) {
 
 /* Survivor of top-p and min-p (unsorted path): its probability, else 0. */
 __device__ float surv_prob(const Row *r, float x, uint32_t key, int i, float *w_out) {
+    *w_out = 0.0f;
     if (x == -INFINITY || !in_cut(r, key, i)) return 0.0f;
     float w = weight_of(x, r->xmax);
     *w_out = w;
@@ -106,28 +122,52 @@ __device__ float surv_prob(const Row *r, float x, uint32_t key, int i, float *w_
     return (float)((double)w / r->z2);
 }
 
-/* Membership and weight of element i in a search set. */
-__device__ bool set_member(const Row *r, int set, int i, uint32_t *key, uint64_t *wt) {
-    float x = scaled_logit(r->l[i], r->inv_temp);
+/* The weight of a member of a search set with scaled logit x. */
+__device__ uint64_t set_weight(const Row *r, int set, float x) {
+    if (set == SET_COUNT) return 1;
+    float w = weight_of(x, r->xmax);
+    return fixed(set == SET_MASS ? w : (float)((double)w / r->z2));
+}
+
+/* Membership of element i (logit v) in a search set; its key and weight. */
+__device__ bool set_member(const Row *r, int set, float v, int i, float *x_out, uint32_t *key, uint64_t *wt) {
+    float x = scaled_logit(v, r->inv_temp);
+    *x_out = x;
     if (x == -INFINITY) return false;
     *key = key_of(x);
-    if (set == SET_COUNT) { *wt = 1; return true; }
-    if (set == SET_MASS) { *wt = fixed(weight_of(x, r->xmax)); return true; }
-    if (bucket_of(x, r->xmax) != r->edge) return false;
-    float w, p = surv_prob(r, x, *key, i, &w);
-    *wt = fixed(p);
-    return p > 0.0f;
+    if (set == SET_EDGE_PROB) {
+        if (bucket_of(x, r->xmax) != r->edge) return false;
+        float w, p = surv_prob(r, x, *key, i, &w);
+        *wt = fixed(p);
+        return p > 0.0f;
+    }
+    *wt = set_weight(r, set, x);
+    return true;
 }
 
 /* ---------------- block helpers (blockDim.x == THREADS) ---------------- */
 
+/* UNROLL loads in flight per thread: element i = b0 + u * THREADS + lane
+ * (NaN past the end: never a candidate); b0 is the same across a warp. */
+__device__ void load_tile(const float *l, int n, int b0, float v[UNROLL]) {
+    int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++) {
+        int i = b0 + u * THREADS + lane;
+        v[u] = i < n ? __ldcg(l + i) : NAN;
+    }
+}
+#define TILE_START (threadIdx.x & ~31u)
+#define TILE_STEP (UNROLL * THREADS)
+#define TILE_INDEX(b0, u) ((b0) + (u) * THREADS + (int)(threadIdx.x % 32))
+
 __device__ double block_sum_d(double v, double *sh) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
     if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = v;
     __syncthreads();
     if (threadIdx.x < 32) { /* fixed order: the same sum on every run */
         v = sh[threadIdx.x];
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
         if (threadIdx.x == 0) sh[32] = v;
     }
     __syncthreads();
@@ -137,12 +177,12 @@ __device__ double block_sum_d(double v, double *sh) {
 }
 
 __device__ uint64_t block_sum_u64(uint64_t v, uint64_t *sh) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
     if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = v;
     __syncthreads();
     if (threadIdx.x < 32) {
         v = sh[threadIdx.x];
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
         if (threadIdx.x == 0) sh[32] = v;
     }
     __syncthreads();
@@ -151,11 +191,11 @@ __device__ uint64_t block_sum_u64(uint64_t v, uint64_t *sh) {
     return v;
 }
 
-/* Inclusive prefix sum over the block in thread order; *total gets the sum. */
+/* Inclusive prefix sums over the block in thread order; *total gets the sum. */
 __device__ double block_scan_d(double v, double *sh, double *total) {
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     for (int o = 1; o < 32; o <<= 1) {
-        double t = __shfl_up_sync(0xffffffffu, v, o);
+        double t = __shfl_up_sync(FULL, v, o);
         if (lane >= o) v += t;
     }
     if (lane == 31) sh[warp] = v;
@@ -163,7 +203,7 @@ __device__ double block_scan_d(double v, double *sh, double *total) {
     if (warp == 0) {
         double s = sh[lane];
         for (int o = 1; o < 32; o <<= 1) {
-            double t = __shfl_up_sync(0xffffffffu, s, o);
+            double t = __shfl_up_sync(FULL, s, o);
             if (lane >= o) s += t;
         }
         sh[lane] = s;
@@ -175,35 +215,185 @@ __device__ double block_scan_d(double v, double *sh, double *total) {
     return v;
 }
 
-/* The warp-contiguous segment of the row that warp w walks (a multiple of 32). */
-__device__ int warp_segment(int n) { return (n + THREADS - 1) / THREADS * 32; }
+__device__ uint64_t block_scan_u64(uint64_t v, uint64_t *sh, uint64_t *total) {
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    for (int o = 1; o < 32; o <<= 1) {
+        uint64_t t = __shfl_up_sync(FULL, v, o);
+        if (lane >= o) v += t;
+    }
+    if (lane == 31) sh[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        uint64_t s = sh[lane];
+        for (int o = 1; o < 32; o <<= 1) {
+            uint64_t t = __shfl_up_sync(FULL, s, o);
+            if (lane >= o) s += t;
+        }
+        sh[lane] = s;
+    }
+    __syncthreads();
+    if (warp > 0) v += sh[warp - 1];
+    *total = sh[31];
+    __syncthreads();
+    return v;
+}
+
+/* Adds (wt, 1) to bin (-1: nothing) from every lane of a warp. When the
+ * whole warp hits one bin (flat rows, the top radix byte) one lane adds the
+ * warp's sum: 32 lanes on one shared address would serialize. */
+__device__ void hist_add(uint64_t *hist, uint32_t *cnt, int bin, uint64_t wt) {
+    unsigned act = __ballot_sync(FULL, bin >= 0);
+    if (!act) return;
+    int lane = threadIdx.x % 32, lead = __ffs(act) - 1;
+    int b0 = __shfl_sync(FULL, bin, lead);
+    if (__all_sync(FULL, bin < 0 || bin == b0)) {
+        uint64_t s = bin >= 0 ? wt : 0;
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(FULL, s, o);
+        if (lane == lead) {
+            if (s) atomicAdd((unsigned long long *)&hist[b0], (unsigned long long)s);
+            atomicAdd(&cnt[b0], (unsigned)__popc(act));
+        }
+    } else if (bin >= 0) {
+        if (wt) atomicAdd((unsigned long long *)&hist[bin], (unsigned long long)wt);
+        atomicAdd(&cnt[bin], 1u);
+    }
+}
+
+/* Bitonic sort of buf[0..p) (p a power of two), descending. */
+__device__ void sort_desc(uint64_t *buf, int p) {
+    for (int k2 = 2; k2 <= p; k2 <<= 1)
+        for (int j = k2 >> 1; j > 0; j >>= 1) {
+            for (int i = threadIdx.x; i < p; i += THREADS) {
+                int o = i ^ j;
+                if (o <= i) continue;
+                uint64_t a = buf[i], b = buf[o];
+                bool desc = (i & k2) == 0;
+                if (desc ? a < b : a > b) buf[i] = b, buf[o] = a;
+            }
+            __syncthreads();
+        }
+}
+
+__device__ int pow2_at_least(int n) {
+    int p = 32;
+    while (p < n) p <<= 1;
+    return p;
+}
+
+/* ---------------- ordered find: the first element, in id order, where a
+ * cumulative value exceeds a target ---------------- */
+
+enum { FIND_TIE, FIND_DRAW_A };
+
+typedef struct {
+    int mode, set, only_bin; /* FIND_TIE: members of set in fine bin only_bin (-1: any) with key == key */
+    uint32_t key;
+} Find;
+
+typedef struct {
+    double d[WARPS + 1];
+    double target;
+    int lo, hi, result;
+} FindShared;
+
+__device__ double find_value(const Row *r, const Find *f, float v, int i) {
+    float x;
+    if (f->mode == FIND_TIE) {
+        uint32_t key;
+        uint64_t wt;
+        if (!set_member(r, f->set, v, i, &x, &key, &wt) || key != f->key) return 0;
+        return f->only_bin < 0 || fine_bin(x, r->xmax) == f->only_bin ? 1 : 0;
+    }
+    x = scaled_logit(v, r->inv_temp);
+    if (x == -INFINITY || bucket_of(x, r->xmax) >= r->edge) return 0;
+    float w;
+    return surv_prob(r, x, key_of(x), i, &w);
+}
+
+/* Narrows [lo, hi) 32-fold per round (a warp per slice, warp sums, thread 0
+ * picks the slice), then scans the last <= 32 elements; rounding that keeps
+ * every cumulative sum <= target gives the last element with a value. */
+__device__ int ordered_find(const Row *r, const Find *f, double target, FindShared *sh) {
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    if (threadIdx.x == 0) sh->lo = 0, sh->hi = r->n, sh->target = target, sh->result = -1;
+    __syncthreads();
+    while (sh->hi - sh->lo > 32) {
+        int lo = sh->lo, hi = sh->hi, seg = ((hi - lo + WARPS - 1) / WARPS + 31) / 32 * 32;
+        int a = min(hi, lo + warp * seg), b = min(hi, a + seg);
+        double s = 0;
+        for (int i0 = a; i0 < b; i0 += 32 * UNROLL) {
+            float v[UNROLL];
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++) v[u] = i0 + u * 32 + lane < b ? __ldcg(r->l + i0 + u * 32 + lane) : NAN;
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++) s += find_value(r, f, v[u], i0 + u * 32 + lane);
+        }
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(FULL, s, o);
+        if (lane == 0) sh->d[warp] = s;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            double before = 0, t = sh->target;
+            int w = 0, last = -1;
+            for (; w < WARPS; w++) {
+                if (sh->d[w] > 0) last = w;
+                if (before + sh->d[w] > t) break;
+                before += sh->d[w];
+            }
+            if (w == WARPS) w = last, t = INFINITY; /* rounding: take the last one with a value */
+            else t -= before;
+            if (w < 0) sh->hi = sh->lo; /* nothing has a value */
+            else sh->lo = min(hi, lo + w * seg), sh->hi = min(hi, lo + (w + 1) * seg), sh->target = t;
+        }
+        __syncthreads();
+    }
+    if (warp == 0 && sh->hi > sh->lo) {
+        int i = sh->lo + lane;
+        double val = i < sh->hi ? find_value(r, f, __ldcg(r->l + i), i) : 0, cum = val;
+        for (int o = 1; o < 32; o <<= 1) {
+            double t = __shfl_up_sync(FULL, cum, o);
+            if (lane >= o) cum += t;
+        }
+        unsigned hit = __ballot_sync(FULL, val > 0 && sh->target < cum);
+        unsigned any = __ballot_sync(FULL, val > 0);
+        if (lane == 0 && any) sh->result = sh->lo + (hit ? __ffs(hit) - 1 : 31 - __clz(any));
+    }
+    __syncthreads();
+    int res = sh->result;
+    __syncthreads();
+    return res;
+}
 
 /* ---------------- rank search ---------------- */
 
 typedef struct {
-    uint64_t hist[256];
-    uint32_t cnt[256];
-    uint64_t warp_u[WARPS + 1];
-    uint32_t warp_c[WARPS];
+    uint64_t hist[FINE_BINS];
+    uint32_t cnt[FINE_BINS];
+    uint64_t buf[GATHER_CAP];
+    uint64_t u[WARPS + 1];
+    FindShared f;
     uint64_t above, target;
     uint32_t prefix;
-    int found, bin, result;
+    int bin, n_buf, id;
 } SearchShared;
 
-/* Warp 0 finds, scanning the bins from the top key down, the first bin where
- * above + mass > target; sets sh->bin (-1: none) and adds the bins above it
- * to sh->above. */
-__device__ void search_pick_bin(SearchShared *sh) {
+__device__ void hist_clear(SearchShared *sh, int bins) {
+    for (int b = threadIdx.x; b < bins; b += THREADS) sh->hist[b] = 0, sh->cnt[b] = 0;
+    __syncthreads();
+}
+
+/* Warp 0 finds, from the top radix bin down, the first where above + mass >
+ * target; sets sh->bin (-1: none) and adds the bins above it to sh->above. */
+__device__ void radix_pick_bin(SearchShared *sh) {
     int lane = threadIdx.x;
     uint64_t s = 0; /* lane j holds bins 255-8j .. 248-8j */
     for (int t = 0; t < 8; t++) s += sh->hist[255 - 8 * lane - t];
     uint64_t incl = s;
     for (int o = 1; o < 32; o <<= 1) {
-        uint64_t v = __shfl_up_sync(0xffffffffu, incl, o);
+        uint64_t v = __shfl_up_sync(FULL, incl, o);
         if (lane >= o) incl += v;
     }
     uint64_t before = sh->above + incl - s;
-    unsigned hit = __ballot_sync(0xffffffffu, before + s > sh->target);
+    unsigned hit = __ballot_sync(FULL, before + s > sh->target);
     if (hit == 0) {
         if (lane == 0) sh->bin = -1;
         return;
@@ -218,71 +408,31 @@ __device__ void search_pick_bin(SearchShared *sh) {
     }
 }
 
-/* The id of the m-th (from 0) element of set with key == k, in id order. */
-__device__ int find_nth_tie(const Row *r, int set, uint32_t k, uint32_t m, SearchShared *sh) {
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, seg = warp_segment(r->n);
-    int lo = warp * seg, hi = min(r->n, lo + seg);
-    uint32_t c = 0;
-    for (int base = lo; base < hi; base += 32) {
-        int i = base + lane;
-        uint32_t key;
-        uint64_t wt;
-        bool hit = i < hi && set_member(r, set, i, &key, &wt) && key == k;
-        c += __popc(__ballot_sync(0xffffffffu, hit));
-    }
-    if (lane == 0) sh->warp_c[warp] = c;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        uint32_t before = 0;
-        int w = 0;
-        while (w < WARPS - 1 && before + sh->warp_c[w] <= m) before += sh->warp_c[w++];
-        sh->bin = w;
-        sh->target = m - before;
-        sh->result = -1;
-    }
-    __syncthreads();
-    if (warp == sh->bin) {
-        uint32_t left = (uint32_t)sh->target;
-        for (int base = lo; base < hi; base += 32) {
-            int i = base + lane;
-            uint32_t key;
-            uint64_t wt;
-            bool hit = i < hi && set_member(r, set, i, &key, &wt) && key == k;
-            unsigned b = __ballot_sync(0xffffffffu, hit);
-            if ((uint32_t)__popc(b) > left) {
-                for (uint32_t t = 0; t < left; t++) b &= b - 1; /* drop the lowest `left` bits */
-                if (lane == 0) sh->result = base + __ffs(b) - 1;
-                break;
-            }
-            left -= __popc(b);
-        }
-    }
-    __syncthreads();
-    return sh->result;
-}
-
-/* The first element of set, in rank order (x desc, id asc), at which the
- * cumulative weight exceeds target; returns false when the set's whole
- * weight is <= target. */
-__device__ bool rank_search(const Row *r, int set, uint64_t target, uint32_t *key_out, int *id_out,
-                            SearchShared *sh) {
-    if (threadIdx.x == 0) { sh->above = 0; sh->target = target; sh->prefix = 0; }
+/* The slow path for a fine bin too full to gather (near-flat rows): a radix
+ * descent over the key bytes of the bin's members, then the tie in id order. */
+__device__ bool radix_search(const Row *r, int set, int fbin, uint32_t *key_out, int *id_out, SearchShared *sh) {
+    if (threadIdx.x == 0) sh->prefix = 0;
     for (int level = 0; level < 4; level++) {
         int shift = 24 - 8 * level;
-        for (int b = threadIdx.x; b < 256; b += THREADS) sh->hist[b] = 0, sh->cnt[b] = 0;
-        __syncthreads();
+        hist_clear(sh, 256);
         uint32_t prefix = sh->prefix;
-        for (int i = threadIdx.x; i < r->n; i += THREADS) {
-            uint32_t key;
-            uint64_t wt;
-            if (!set_member(r, set, i, &key, &wt)) continue;
-            if (level > 0 && (key >> (shift + 8)) != prefix) continue;
-            int b = (key >> shift) & 255;
-            if (wt) atomicAdd((unsigned long long *)&sh->hist[b], (unsigned long long)wt);
-            atomicAdd(&sh->cnt[b], 1u);
+        for (int b0 = TILE_START; b0 < r->n; b0 += TILE_STEP) {
+            float v[UNROLL];
+            load_tile(r->l, r->n, b0, v);
+#pragma unroll
+            for (int u = 0; u < UNROLL; u++) {
+                float x;
+                uint32_t key;
+                uint64_t wt = 0;
+                int bin = -1;
+                if (set_member(r, set, v[u], TILE_INDEX(b0, u), &x, &key, &wt) && fine_bin(x, r->xmax) == fbin &&
+                    (level == 0 || (key >> (shift + 8)) == prefix))
+                    bin = (key >> shift) & 255;
+                hist_add(sh->hist, sh->cnt, bin, wt);
+            }
         }
         __syncthreads();
-        if (threadIdx.x < 32) search_pick_bin(sh);
+        if (threadIdx.x < 32) radix_pick_bin(sh);
         __syncthreads();
         if (sh->bin < 0) return false;
         if (threadIdx.x == 0) sh->prefix = prefix << 8 | (uint32_t)sh->bin;
@@ -291,11 +441,73 @@ __device__ bool rank_search(const Row *r, int set, uint64_t target, uint32_t *ke
     uint32_t k = sh->prefix;
     int b = k & 255;
     uint64_t wt = sh->hist[b] / sh->cnt[b]; /* ties share one x, so one weight */
-    uint32_t m = (uint32_t)((sh->target - sh->above) / wt);
+    double m = (double)((sh->target - sh->above) / wt);
     __syncthreads();
+    Find f = {FIND_TIE, set, fbin, k};
     *key_out = k;
-    *id_out = find_nth_tie(r, set, k, m, sh);
+    *id_out = ordered_find(r, &f, m, &sh->f);
     return *id_out >= 0;
+}
+
+/* The first element of set, in rank order (x desc, id asc), at which the
+ * cumulative weight exceeds target; false when the set's whole weight is
+ * <= target. One pass bins the set by x in 1/FINE-nat slices; the slice
+ * where the sum crosses is gathered into shared memory, sorted and scanned. */
+__device__ bool rank_search(const Row *r, int set, uint64_t target, uint32_t *key_out, int *id_out,
+                            SearchShared *sh) {
+    hist_clear(sh, FINE_BINS);
+    for (int b0 = TILE_START; b0 < r->n; b0 += TILE_STEP) {
+        float v[UNROLL];
+        load_tile(r->l, r->n, b0, v);
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            float x;
+            uint32_t key;
+            uint64_t wt = 0;
+            bool in = set_member(r, set, v[u], TILE_INDEX(b0, u), &x, &key, &wt);
+            hist_add(sh->hist, sh->cnt, in ? fine_bin(x, r->xmax) : -1, wt);
+        }
+    }
+    __syncthreads();
+    uint64_t h = sh->hist[threadIdx.x], total, incl = block_scan_u64(h, sh->u, &total); /* FINE_BINS == THREADS */
+    if (total <= target) return false;
+    if (incl - h <= target && incl > target) sh->bin = threadIdx.x, sh->above = incl - h;
+    if (threadIdx.x == 0) sh->n_buf = 0, sh->target = target;
+    __syncthreads();
+    int fbin = sh->bin, count = (int)sh->cnt[fbin];
+    __syncthreads(); /* radix_search reuses cnt */
+    if (count > GATHER_CAP) return radix_search(r, set, fbin, key_out, id_out, sh);
+    for (int b0 = TILE_START; b0 < r->n; b0 += TILE_STEP) {
+        float v[UNROLL];
+        load_tile(r->l, r->n, b0, v);
+#pragma unroll
+        for (int u = 0; u < UNROLL; u++) {
+            float x;
+            uint32_t key;
+            uint64_t wt;
+            int i = TILE_INDEX(b0, u);
+            if (set_member(r, set, v[u], i, &x, &key, &wt) && fine_bin(x, r->xmax) == fbin)
+                sh->buf[atomicAdd(&sh->n_buf, 1)] = rank_code(key, i);
+        }
+    }
+    int p = pow2_at_least(count);
+    for (int i = count + threadIdx.x; i < p; i += THREADS) sh->buf[i] = 0; /* below every candidate */
+    __syncthreads();
+    sort_desc(sh->buf, p);
+    /* thread t scans buf[2t], buf[2t+1]: the first whose cumulative weight exceeds target */
+    uint64_t w0 = 0, w1 = 0;
+    int i0 = 2 * threadIdx.x;
+    if (i0 < count) w0 = set_weight(r, set, x_of_key((uint32_t)(sh->buf[i0] >> 32)));
+    if (i0 + 1 < count) w1 = set_weight(r, set, x_of_key((uint32_t)(sh->buf[i0 + 1] >> 32)));
+    uint64_t all, before = sh->above + block_scan_u64(w0 + w1, sh->u, &all) - (w0 + w1);
+    if (w0 && before <= target && before + w0 > target) sh->id = i0;
+    if (w1 && before + w0 <= target && before + w0 + w1 > target) sh->id = i0 + 1;
+    __syncthreads();
+    uint64_t c = sh->buf[sh->id];
+    *key_out = (uint32_t)(c >> 32);
+    *id_out = id_of_code(c);
+    __syncthreads();
+    return true;
 }
 
 /* ---------------- the three ends of a row ---------------- */
@@ -303,7 +515,6 @@ __device__ bool rank_search(const Row *r, int set, uint64_t target, uint32_t *ke
 typedef struct {
     SearchShared s;
     double d[WARPS + 1];
-    uint64_t sel[THREADS];
     float bv[WARPS];
     int bi[WARPS], ni[WARPS];
     int token, drew, first, last;
@@ -329,30 +540,28 @@ __device__ void sample_sorted(const Row *r, double u, Shared *sh) {
     uint32_t tk;
     int tid_cut;
     rank_search(r, SET_COUNT, (uint64_t)r->top_k - 1, &tk, &tid_cut, &sh->s);
+    uint64_t *sel = sh->s.buf;
+    int p2 = pow2_at_least(r->top_k);
     if (threadIdx.x == 0) sh->first = 0;
-    sh->sel[threadIdx.x] = 0; /* below every candidate's key */
+    for (int i = threadIdx.x; i < p2; i += THREADS) sel[i] = 0; /* below every candidate's key */
     __syncthreads();
-    for (int i = threadIdx.x; i < r->n; i += THREADS) {
-        float x = scaled_logit(r->l[i], r->inv_temp);
-        if (x == -INFINITY) continue;
-        uint32_t key = key_of(x);
-        if (key > tk || (key == tk && i <= tid_cut))
-            sh->sel[atomicAdd(&sh->first, 1)] = (uint64_t)key << 32 | (0xffffffffu - (uint32_t)i);
+    for (int b0 = TILE_START; b0 < r->n; b0 += TILE_STEP) {
+        float v[UNROLL];
+        load_tile(r->l, r->n, b0, v);
+#pragma unroll
+        for (int k = 0; k < UNROLL; k++) {
+            float x = scaled_logit(v[k], r->inv_temp);
+            int i = TILE_INDEX(b0, k);
+            if (x == -INFINITY) continue;
+            uint32_t key = key_of(x);
+            if (key > tk || (key == tk && i <= tid_cut)) sel[atomicAdd(&sh->first, 1)] = rank_code(key, i);
+        }
     }
     __syncthreads();
-    for (int k2 = 2; k2 <= THREADS; k2 <<= 1) /* bitonic sort, descending */
-        for (int j = k2 >> 1; j > 0; j >>= 1) {
-            int i = threadIdx.x, o = i ^ j;
-            if (o > i) {
-                uint64_t a = sh->sel[i], b = sh->sel[o];
-                bool desc = (i & k2) == 0;
-                if (desc ? a < b : a > b) sh->sel[i] = b, sh->sel[o] = a;
-            }
-            __syncthreads();
-        }
+    sort_desc(sel, p2);
     int i = threadIdx.x;
     bool in = i < r->top_k;
-    float w = in ? weight_of(x_of_key((uint32_t)(sh->sel[i] >> 32)), r->xmax) : 0.0f;
+    float w = in ? weight_of(x_of_key((uint32_t)(sel[i] >> 32)), r->xmax) : 0.0f;
     if (r->top_p < 1.0f) {
         double z, cum = block_scan_d(w, sh->d, &z);
         if (threadIdx.x == 0) sh->first = r->top_k;
@@ -377,65 +586,10 @@ __device__ void sample_sorted(const Row *r, double u, Shared *sh) {
     __syncthreads();
     if (threadIdx.x == 0) {
         int at = sh->first < THREADS ? sh->first : sh->last; /* u in the rounding gap: the last */
-        sh->token = (int)(0xffffffffu - (uint32_t)sh->sel[at]);
+        sh->token = id_of_code(sel[at]);
         sh->drew = sh->ni[0] > 1;
     }
     __syncthreads();
-}
-
-/* Draw among the survivors outside the edge bucket, in id order: warps take
- * contiguous segments, warp 0 finds the segment, its warp walks it. */
-__device__ int draw_in_id_order(const Row *r, double target, Shared *sh) {
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, seg = warp_segment(r->n);
-    int lo = warp * seg, hi = min(r->n, lo + seg);
-    double s = 0;
-    for (int i = lo + lane; i < hi; i += 32) {
-        float x = scaled_logit(r->l[i], r->inv_temp), w;
-        float p = surv_prob(r, x, key_of(x), i, &w);
-        if (p > 0.0f && bucket_of(x, r->xmax) < r->edge) s += p;
-    }
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (lane == 0) sh->d[warp] = s;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double before = 0;
-        int w = 0, last = 0;
-        for (; w < WARPS; w++) {
-            if (sh->d[w] > 0) last = w;
-            if (before + sh->d[w] > target) break;
-            before += sh->d[w];
-        }
-        sh->first = w < WARPS ? w : last;
-        sh->d[WARPS] = w < WARPS ? target - before : INFINITY; /* INFINITY: take its last */
-        sh->token = -1;
-    }
-    __syncthreads();
-    if (warp == sh->first) {
-        double left = sh->d[WARPS], cum = 0;
-        int last = -1;
-        for (int base = lo; base < hi; base += 32) {
-            int i = base + lane;
-            float p = 0.0f, w;
-            if (i < hi) {
-                float x = scaled_logit(r->l[i], r->inv_temp);
-                p = surv_prob(r, x, key_of(x), i, &w);
-                if (bucket_of(x, r->xmax) >= r->edge) p = 0.0f;
-            }
-            double v = p;
-            for (int o = 1; o < 32; o <<= 1) {
-                double t = __shfl_up_sync(0xffffffffu, v, o);
-                if (lane >= o) v += t;
-            }
-            unsigned hit = __ballot_sync(0xffffffffu, p > 0.0f && left < cum + v);
-            unsigned any = __ballot_sync(0xffffffffu, p > 0.0f);
-            if (any) last = base + 31 - __clz(any);
-            if (hit) { last = base + __ffs(hit) - 1; break; }
-            cum += __shfl_sync(0xffffffffu, v, 31);
-        }
-        if (lane == 0) sh->token = last;
-    }
-    __syncthreads();
-    return sh->token;
 }
 
 /* No top-k cut: top-p by a rank search on mass, min-p, then the draw in the
@@ -444,11 +598,16 @@ __device__ void sample_unsorted(Row *r, double u, Shared *sh) {
     r->edge = TOP_P_BUCKETS + 1;
     if (r->top_p < 1.0f) {
         uint64_t zf = 0;
-        for (int i = threadIdx.x; i < r->n; i += THREADS) {
-            float x = scaled_logit(r->l[i], r->inv_temp);
-            if (x != -INFINITY) zf += fixed(weight_of(x, r->xmax));
+        for (int b0 = TILE_START; b0 < r->n; b0 += TILE_STEP) {
+            float v[UNROLL];
+            load_tile(r->l, r->n, b0, v);
+#pragma unroll
+            for (int k = 0; k < UNROLL; k++) {
+                float x = scaled_logit(v[k], r->inv_temp);
+                if (x != -INFINITY) zf += fixed(weight_of(x, r->xmax));
+            }
         }
-        zf = block_sum_u64(zf, sh->s.warp_u);
+        zf = block_sum_u64(zf, sh->s.u);
         uint64_t need = (uint64_t)ceil((double)r->top_p * (double)zf); /* cum >= top_p z */
         uint32_t key;
         int id;
@@ -459,28 +618,40 @@ __device__ void sample_unsorted(Row *r, double u, Shared *sh) {
             r->edge = TOP_P_BUCKETS; /* rounding kept the sum under top_p: all kept */
         }
     }
-    r->z2 = 1.0; /* surv_prob's p is unused in this pass */
+    r->z2 = 1.0; /* surv_prob's p is w in this pass */
     double z2 = 0;
-    for (int i = threadIdx.x; i < r->n; i += THREADS) {
-        float x = scaled_logit(r->l[i], r->inv_temp), w;
-        if (surv_prob(r, x, key_of(x), i, &w) > 0.0f) z2 += w;
+    for (int b0 = TILE_START; b0 < r->n; b0 += TILE_STEP) {
+        float v[UNROLL];
+        load_tile(r->l, r->n, b0, v);
+#pragma unroll
+        for (int k = 0; k < UNROLL; k++) {
+            float x = scaled_logit(v[k], r->inv_temp), w;
+            if (x != -INFINITY && surv_prob(r, x, key_of(x), TILE_INDEX(b0, k), &w) > 0.0f) z2 += w;
+        }
     }
     r->z2 = block_sum_d(z2, sh->d);
     double total = 0, mass_a = 0;
     uint64_t mass_b = 0;
     int n_pos = 0, last = -1;
-    for (int i = threadIdx.x; i < r->n; i += THREADS) {
-        float x = scaled_logit(r->l[i], r->inv_temp), w;
-        float p = surv_prob(r, x, key_of(x), i, &w);
-        if (!(p > 0.0f)) continue;
-        total += p, n_pos++, last = i;
-        if (bucket_of(x, r->xmax) < r->edge) mass_a += p;
-        else mass_b += fixed(p);
+    for (int b0 = TILE_START; b0 < r->n; b0 += TILE_STEP) {
+        float v[UNROLL];
+        load_tile(r->l, r->n, b0, v);
+#pragma unroll
+        for (int k = 0; k < UNROLL; k++) {
+            int i = TILE_INDEX(b0, k);
+            float x = scaled_logit(v[k], r->inv_temp), w;
+            if (x == -INFINITY) continue;
+            float p = surv_prob(r, x, key_of(x), i, &w);
+            if (!(p > 0.0f)) continue;
+            total += p, n_pos++, last = max(last, i);
+            if (bucket_of(x, r->xmax) < r->edge) mass_a += p;
+            else mass_b += fixed(p);
+        }
     }
     total = block_sum_d(total, sh->d);
     mass_a = block_sum_d(mass_a, sh->d);
-    mass_b = block_sum_u64(mass_b, sh->s.warp_u);
-    n_pos = (int)block_sum_u64((uint64_t)n_pos, sh->s.warp_u);
+    mass_b = block_sum_u64(mass_b, sh->s.u);
+    n_pos = (int)block_sum_u64((uint64_t)n_pos, sh->s.u);
     if (threadIdx.x == 0) sh->last = -1;
     __syncthreads();
     atomicMax(&sh->last, last);
@@ -489,7 +660,8 @@ __device__ void sample_unsorted(Row *r, double u, Shared *sh) {
     if (drew) {
         double target = u * total;
         if (target < mass_a || mass_b == 0) {
-            token = draw_in_id_order(r, mass_b == 0 && target >= mass_a ? INFINITY : target, sh);
+            Find f = {FIND_DRAW_A, 0, -1, 0};
+            token = ordered_find(r, &f, mass_b == 0 && target >= mass_a ? INFINITY : target, &sh->s.f);
         } else {
             uint64_t rb = (uint64_t)floor((target - mass_a) * FIX_ONE);
             uint32_t key;
@@ -515,17 +687,22 @@ kernel_sample(float *logits, int n, const GpuSampleRow *rows, const int32_t *pen
     /* one pass: xmax and the candidate count over x, argmax over the logits */
     float xmax = -INFINITY, bv = -INFINITY;
     int nc = 0, bi = INT_MAX;
-    for (int i = threadIdx.x; i < n; i += THREADS) {
-        float li = l[i], x = scaled_logit(li, p->inv_temp);
-        if (li > bv) bv = li, bi = i;
-        if (x != -INFINITY) nc++, xmax = fmaxf(xmax, x);
+    for (int b0 = TILE_START; b0 < n; b0 += TILE_STEP) {
+        float v[UNROLL];
+        load_tile(l, n, b0, v);
+#pragma unroll
+        for (int k = 0; k < UNROLL; k++) {
+            float x = scaled_logit(v[k], p->inv_temp);
+            if (v[k] > bv) bv = v[k], bi = TILE_INDEX(b0, k); /* increasing i per thread: lowest id kept */
+            if (x != -INFINITY) nc++, xmax = fmaxf(xmax, x);
+        }
     }
     for (int o = 16; o > 0; o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        float ov = __shfl_xor_sync(FULL, bv, o);
+        int oi = __shfl_xor_sync(FULL, bi, o);
         if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
-        xmax = fmaxf(xmax, __shfl_xor_sync(0xffffffffu, xmax, o));
-        nc += __shfl_xor_sync(0xffffffffu, nc, o);
+        xmax = fmaxf(xmax, __shfl_xor_sync(FULL, xmax, o));
+        nc += __shfl_xor_sync(FULL, nc, o);
     }
     int warp = threadIdx.x / 32;
     if (threadIdx.x % 32 == 0) sh.bv[warp] = bv, sh.bi[warp] = bi, sh.ni[warp] = nc, sh.d[warp] = xmax;
