@@ -239,6 +239,8 @@ static int cmd_tokenize(int argc, char **argv) {
     {"--model", "-m", OPT_STR, &(o)->model, "model file or folder (default: first model of models.txt)"},      \
     {"--cpu", NULL, OPT_FLAG, &(o)->cpu, "run on the CPU even where a GPU is present"},                       \
     {"--gpu", NULL, OPT_INT, &(o)->gpu, "CUDA device to use (default 0)"},                                     \
+    {"--gpu-mem-util", NULL, OPT_FLOAT, &(o)->gpu_mem_util,                                                    \
+     "fraction of the GPU's memory to use; what weights and activations leave holds the KV cache (default 0.9)"}, \
     {"--threads", "-t", OPT_INT, &(o)->threads, "CPU threads (default: one per core)"},                        \
     {"--ctx-size", "-c", OPT_INT, &(o)->ctx_size, "context size in tokens (default: min(model, 4096))"},        \
     {"--max-tokens", "-n", OPT_INT, &(o)->max_tokens, "most tokens per reply"},                               \

@@ -1,6 +1,7 @@
 /* runtime.c — opens model, backend and engine for chat and generate. */
 #include "engine/runtime.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #ifdef CLLM_CUDA
@@ -11,6 +12,7 @@
 void run_options_default(RunOptions *o) {
     memset(o, 0, sizeof *o);
     o->prefill_chunk = 256;
+    o->gpu_mem_util = 0.9f;
     o->sampling = sampler_params_default();
 }
 
@@ -20,7 +22,7 @@ int runtime_open(Runtime *rt, const RunOptions *o, Err *err) {
     const ModelConfig *c = &rt->model.cfg;
     int ctx = o->ctx_size > 0 ? o->ctx_size : (c->ctx_len < 4096 ? c->ctx_len : 4096);
     int block = 16, n_blocks = (ctx + block - 1) / block + 1;
-    int chunk0 = o->prefill_chunk > 0 ? o->prefill_chunk : 256;
+    int chunk = o->prefill_chunk > 0 ? o->prefill_chunk : 256;
     rt->be = NULL;
 #ifdef CLLM_CUDA
     int n_gpus = 0;
@@ -30,13 +32,29 @@ int runtime_open(Runtime *rt, const RunOptions *o, Err *err) {
             model_free(&rt->model);
             return err_set(err, "--gpu %d: this machine has %d GPU(s) (0..%d)", o->gpu, n_gpus, n_gpus - 1);
         }
-        rt->be = backend_cuda_create(c, &rt->model.w, o->gpu, block, n_blocks, chunk0, &rt->load_gbps, err);
+        /* The KV cache takes what --gpu-mem-util leaves after weights and activations. */
+        CudaOptions co = {o->gpu, block, 0, ctx, chunk, o->gpu_mem_util, false};
+        if (o->gpu_mem_util > 1) {
+            model_free(&rt->model);
+            return err_set(err, "--gpu-mem-util %g: must be a fraction in (0, 1]", o->gpu_mem_util);
+        }
+        rt->be = backend_cuda_create_opts(c, &rt->model.w, &co, &rt->load_gbps, err);
         if (!rt->be) { model_free(&rt->model); return -1; }
+        if (rt->be->kv_n_blocks < n_blocks) {
+            int fit = (rt->be->kv_n_blocks - 1) * block;
+            rt->be->destroy(rt->be);
+            model_free(&rt->model);
+            return err_set(err, "GPU %d: the KV cache holds only %d tokens at --gpu-mem-util %.2f; use --ctx-size %d or "
+                           "a larger --gpu-mem-util", o->gpu, fit, o->gpu_mem_util, fit > 0 ? fit : 1);
+        }
     }
 #endif
     if (!rt->be) rt->be = backend_cpu_create(c, &rt->model.w, o->threads, block, n_blocks, err);
     if (!rt->be) { model_free(&rt->model); return -1; }
-    int chunk = o->prefill_chunk > 0 ? o->prefill_chunk : 256;
+    rt->kv_tokens = (int64_t)rt->be->kv_n_blocks * block;
+    if (o->verbose && rt->load_gbps > 0)
+        fprintf(stderr, "%s: weights uploaded at %.2f GB/s; KV cache %lld tokens (%d blocks of %d, --gpu-mem-util %.2f)\n",
+                rt->be->name, rt->load_gbps, (long long)rt->kv_tokens, rt->be->kv_n_blocks, block, o->gpu_mem_util);
     if (engine_init(&rt->engine, &rt->model, rt->be, ctx, chunk, err)) {
         rt->be->destroy(rt->be);
         model_free(&rt->model);

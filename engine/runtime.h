@@ -14,6 +14,7 @@ typedef struct {
     const char *model;            /* NULL: the default model (main.c resolves it) */
     bool cpu;                     /* force the CPU backend */
     int gpu;                      /* CUDA device index */
+    float gpu_mem_util;           /* fraction of the GPU's memory to use; <= 0: 0.9 */
     int threads;                  /* CPU threads; <= 0: one per core */
     int ctx_size;                 /* tokens per sequence; <= 0: min(model context, 4096) */
     int max_tokens;               /* per reply; <= 0: until the context is full (chat), 512 (generate) */
@@ -33,6 +34,7 @@ typedef struct {
     Engine engine;
     char bos_text[64], eos_text[64];  /* the texts of BOS and EOS, for templates */
     double load_gbps;                 /* weight upload rate to the GPU (0 on the CPU) */
+    int64_t kv_tokens;                /* tokens the KV cache holds */
 } Runtime;
 
 /* Loads o->model and builds the backend and engine. Prints nothing. */

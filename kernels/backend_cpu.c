@@ -1,7 +1,8 @@
 /* backend_cpu.c — the CPU backend: the Backend ops of kernels/backend.h on
- * host fp32 buffers, implemented by the reference ops of kernels/cpu/. Weights
- * are read in the model file's own dtype (cpu_matmul dequantizes a row at a
- * time). */
+ * host fp32 buffers, implemented by the reference ops of kernels/cpu/ (each
+ * fused op is its plain ops in sequence, so this stays the oracle of the
+ * fused GPU kernels). Weights are read in the model file's own dtype
+ * (cpu_matmul dequantizes a row at a time). Both buffer kinds are fp32. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,8 +12,13 @@
 typedef struct {
     ThreadPool *tp;
     KVCacheHost kv;
-    float *moe_scratch;       /* routed rows, per-expert gate/up/out */
-    int64_t moe_scratch_elems;
+    const ModelConfig *cfg;
+    float *inv_freq, *mscale; /* rope tables [n_layers][rope_dim/2], [n_layers] */
+    const int32_t *ids;       /* the step's inputs (begin_step) */
+    const AttnBatch *batch;
+    const int32_t *logit_rows;
+    float *scratch;           /* gate/up of gate_up; MoE: router, rows, gate/up, out */
+    int64_t scratch_elems;
 } CpuBackend;
 
 static CpuBackend *cpu(Backend *be) { return be->ctx; }
@@ -22,13 +28,37 @@ static CpuMatrix cpu_matrix(const WeightRef *w, int mat) {
                        w->row_bytes};
 }
 
-static void *cpu_alloc(Backend *be, int64_t n) { return n > 0 ? calloc((size_t)n, sizeof(float)) : NULL; }
-static void cpu_release(Backend *be, void *p) { free(p); }
-static int cpu_begin_step(Backend *be, const int32_t *ids, const AttnBatch *b, Err *err) { return 0; }
+/* Scratch of at least n floats; activations were sized at init and this is
+ * of their order, so failing here is fatal. */
+static float *cpu_scratch(CpuBackend *cb, int64_t n) {
+    if (n > cb->scratch_elems) {
+        free(cb->scratch);
+        cb->scratch = malloc(n * sizeof(float));
+        cb->scratch_elems = cb->scratch ? n : 0;
+        if (!cb->scratch) abort();
+    }
+    return cb->scratch;
+}
 
-static void cpu_be_embed(Backend *be, void *out, const WeightRef *table, const int32_t *ids, int T, float scale) {
+static void *cpu_alloc(Backend *be, int64_t n, BufKind kind) { return n > 0 ? calloc((size_t)n, sizeof(float)) : NULL; }
+static void cpu_release(Backend *be, void *p) { free(p); }
+
+static int cpu_begin_step(Backend *be, const int32_t *ids, const AttnBatch *b, const int32_t *logit_rows,
+                          int n_logits, StepRows *rows, Err *err) {
+    CpuBackend *cb = cpu(be);
+    cb->ids = ids;
+    cb->batch = b;
+    cb->logit_rows = logit_rows;
+    *rows = (StepRows){b->n_tokens, n_logits};
+    return 0;
+}
+
+static bool cpu_graph_replay(Backend *be) { return false; }
+static void cpu_graph_capture(Backend *be, bool begin) {}
+
+static void cpu_be_embed(Backend *be, void *out, const WeightRef *table, int T, float scale) {
     CpuMatrix m = cpu_matrix(table, 0);
-    cpu_embed(out, &m, ids, T, scale);
+    cpu_embed(out, &m, cpu(be)->ids, T, scale);
 }
 
 static void cpu_be_matmul(Backend *be, void *y, const void *x, const WeightRef *w, int mat, const WeightRef *bias,
@@ -38,41 +68,64 @@ static void cpu_be_matmul(Backend *be, void *y, const void *x, const WeightRef *
     cpu_matmul(cpu(be)->tp, y, x, &m, b, T);
 }
 
+static void cpu_be_add_rmsnorm(Backend *be, void *x, const void *delta, void *out, const WeightRef *w, int T, int C,
+                               float eps, float offset) {
+    if (delta) cpu_add_rmsnorm(x, delta, out, w->data, T, C, eps, offset);
+    else cpu_rmsnorm(out, x, w->data, T, C, eps, offset);
+}
+
 static void cpu_be_rmsnorm(Backend *be, void *out, const void *x, const WeightRef *w, int rows, int C, float eps,
                            float offset) {
     cpu_rmsnorm(out, x, w->data, rows, C, eps, offset);
 }
 
-static void cpu_be_add(Backend *be, void *x, const void *d, int64_t n) { cpu_add(x, d, n); }
-
-static void cpu_be_rope(Backend *be, void *x, const int32_t *pos, int T, int n_heads, int head_dim, int rot_dim,
-                        const float *inv_freq, float mscale, bool neox) {
-    cpu_rope(x, pos, T, n_heads, head_dim, rot_dim, inv_freq, mscale, neox);
+static void cpu_be_qkv(Backend *be, void *q, void *k, void *v, const void *x, const LayerWeights *lw, int T) {
+    cpu_be_matmul(be, q, x, &lw->wq, 0, &lw->bq, T);
+    cpu_be_matmul(be, k, x, &lw->wk, 0, &lw->bk, T);
+    cpu_be_matmul(be, v, x, &lw->wv, 0, &lw->bv, T);
 }
 
-static void cpu_be_kv_write(Backend *be, int layer, const AttnBatch *b, const void *k, const void *v) {
-    cpu_kv_write(&cpu(be)->kv, layer, b, k, v);
+static void cpu_be_rope_kv_write(Backend *be, int layer, void *q, void *k, const void *v, int T) {
+    CpuBackend *cb = cpu(be);
+    const ModelConfig *c = cb->cfg;
+    const float *f = cb->inv_freq + (size_t)layer * (c->rope_dim / 2);
+    const int32_t *pos = cb->batch->pos;
+    cpu_rope(q, pos, T, c->n_heads, c->head_dim_k, c->rope_dim, f, cb->mscale[layer], c->rope_neox);
+    cpu_rope(k, pos, T, c->n_kv_heads, c->head_dim_k, c->rope_dim, f, cb->mscale[layer], c->rope_neox);
+    cpu_kv_write(&cb->kv, layer, cb->batch, k, v);
 }
 
-static void cpu_be_attention(Backend *be, void *out, const void *q, int layer, const AttnBatch *b,
-                             const AttnParams *p) {
-    cpu_attention(cpu(be)->tp, out, q, &cpu(be)->kv, layer, b, p);
+static void cpu_be_attention(Backend *be, void *out, const void *q, int layer, const AttnParams *p, int T) {
+    cpu_attention(cpu(be)->tp, out, q, &cpu(be)->kv, layer, cpu(be)->batch, p);
 }
 
-static void cpu_be_glu(Backend *be, void *out, const void *gate, const void *up, int64_t n, Activation act,
-                       float limit) {
-    cpu_glu(out, gate, up, n, act, limit);
+static void cpu_be_gate_up(Backend *be, void *out, const void *x, const LayerWeights *lw, int mat, int T,
+                           Activation act, float limit) {
+    int64_t n = (int64_t)T * lw->w_gate.rows;
+    float *up = cpu_scratch(cpu(be), n);
+    cpu_be_matmul(be, out, x, &lw->w_gate, mat, &lw->b_gate, T);
+    cpu_be_matmul(be, up, x, &lw->w_up, mat, &lw->b_up, T);
+    cpu_glu(out, out, up, n, act, limit);
 }
 
-static void cpu_be_softcap(Backend *be, void *x, int64_t n, float cap) { cpu_softcap(x, n, cap); }
-
-static void cpu_be_gather_rows(Backend *be, void *dst, const void *src, const int32_t *rows, int n, int C) {
+static void cpu_be_gather_rows(Backend *be, void *dst, const void *src, int n, int C) {
+    const int32_t *rows = cpu(be)->logit_rows;
     for (int i = 0; i < n; i++)
         memmove((float *)dst + (int64_t)i * C, (const float *)src + (int64_t)rows[i] * C, C * sizeof(float));
 }
 
+static void cpu_be_logits(Backend *be, void *logits, const void *x, const WeightRef *w, int n, float cap) {
+    cpu_be_matmul(be, logits, x, w, 0, NULL, n);
+    if (cap > 0) cpu_softcap(logits, (int64_t)n * w->rows, cap);
+}
+
 static int cpu_be_read(Backend *be, float *host, const void *buf, int64_t n, Err *err) {
-    memcpy(host, buf, n * sizeof(float));
+    if (n > 0) memcpy(host, buf, n * sizeof(float));
+    return 0;
+}
+
+static int cpu_be_write(Backend *be, void *buf, const float *host, int64_t n, Err *err) {
+    if (n > 0) memcpy(buf, host, n * sizeof(float));
     return 0;
 }
 
@@ -97,14 +150,7 @@ static void moe_route(const float *logits, int E, int k, int *ids, float *weight
 static void cpu_be_moe(Backend *be, void *out_, const void *x_, const LayerWeights *lw, const ModelConfig *c, int T) {
     CpuBackend *cb = cpu(be);
     int E = c->n_experts, K = c->n_experts_used, C = c->dim, F = c->ffn_dim;
-    int64_t need = (int64_t)T * (E + 2 * C + 2 * F + 2 * K) + T;
-    if (need > cb->moe_scratch_elems) {
-        free(cb->moe_scratch);
-        cb->moe_scratch = malloc(need * sizeof(float));
-        cb->moe_scratch_elems = cb->moe_scratch ? need : 0;
-        if (!cb->moe_scratch) abort(); /* activations were sized at init; this is small */
-    }
-    float *router = cb->moe_scratch, *rows = router + (int64_t)T * E, *gate = rows + (int64_t)T * C;
+    float *router = cpu_scratch(cb, (int64_t)T * (E + 2 * C + 2 * F + 2 * K) + T), *rows = router + (int64_t)T * E, *gate = rows + (int64_t)T * C;
     float *up = gate + (int64_t)T * F, *eout = up + (int64_t)T * F, *wts = eout + (int64_t)T * C;
     int *sel = (int *)(wts + (int64_t)T * K), *members = sel + (int64_t)T * K;
     const float *x = x_;
@@ -138,7 +184,9 @@ static void cpu_destroy(Backend *be) {
     CpuBackend *cb = cpu(be);
     thread_pool_destroy(cb->tp);
     kv_cache_host_free(&cb->kv);
-    free(cb->moe_scratch);
+    free(cb->scratch);
+    free(cb->inv_freq);
+    free(cb->mscale);
     free(cb);
     free(be);
 }
@@ -148,19 +196,38 @@ Backend *backend_cpu_create(const ModelConfig *c, const ModelWeights *w, int n_t
     Backend *be = calloc(1, sizeof *be);
     CpuBackend *cb = calloc(1, sizeof *cb);
     if (!be || !cb) { free(be); free(cb); err_set(err, "out of memory"); return NULL; }
+    cb->cfg = c;
     cb->tp = thread_pool_create(n_threads, err);
-    if (!cb->tp || kv_cache_host_alloc(&cb->kv, c->n_layers, c->n_kv_heads, c->head_dim_k, c->head_dim_v,
+    if (!cb->tp || backend_rope_tables(c, w, &cb->inv_freq, &cb->mscale, err) ||
+        kv_cache_host_alloc(&cb->kv, c->n_layers, c->n_kv_heads, c->head_dim_k, c->head_dim_v,
                                        block_size, n_blocks, err)) {
         thread_pool_destroy(cb->tp);
+        free(cb->inv_freq); free(cb->mscale);
         free(cb); free(be);
         return NULL;
     }
     *be = (Backend){
         .name = "cpu", .ctx = cb, .weights = w, .kv_block_size = block_size, .kv_n_blocks = n_blocks,
-        .alloc = cpu_alloc, .release = cpu_release, .begin_step = cpu_begin_step, .embed = cpu_be_embed,
-        .matmul = cpu_be_matmul, .rmsnorm = cpu_be_rmsnorm, .add = cpu_be_add, .rope = cpu_be_rope,
-        .kv_write = cpu_be_kv_write, .attention = cpu_be_attention, .glu = cpu_be_glu, .moe = cpu_be_moe,
-        .softcap = cpu_be_softcap, .gather_rows = cpu_be_gather_rows, .read = cpu_be_read, .destroy = cpu_destroy,
+        .alloc = cpu_alloc, .release = cpu_release, .begin_step = cpu_begin_step,
+        .graph_replay = cpu_graph_replay, .graph_capture = cpu_graph_capture, .embed = cpu_be_embed,
+        .add_rmsnorm = cpu_be_add_rmsnorm, .rmsnorm = cpu_be_rmsnorm, .qkv = cpu_be_qkv, .matmul = cpu_be_matmul,
+        .rope_kv_write = cpu_be_rope_kv_write, .attention = cpu_be_attention, .gate_up = cpu_be_gate_up,
+        .moe = cpu_be_moe, .gather_rows = cpu_be_gather_rows, .logits = cpu_be_logits, .read = cpu_be_read,
+        .write = cpu_be_write, .destroy = cpu_destroy,
     };
     return be;
+}
+
+int backend_rope_tables(const ModelConfig *c, const ModelWeights *w, float **inv_freq, float **mscale, Err *err) {
+    int half = c->rope_dim / 2;
+    *inv_freq = malloc((size_t)c->n_layers * (half > 0 ? half : 1) * sizeof(float));
+    *mscale = malloc((size_t)(c->n_layers > 0 ? c->n_layers : 1) * sizeof(float));
+    if (!*inv_freq || !*mscale) {
+        free(*inv_freq); free(*mscale);
+        *inv_freq = *mscale = NULL;
+        return err_set(err, "out of memory");
+    }
+    for (int l = 0; l < c->n_layers; l++)
+        config_rope_freqs(c, l, w->rope_freqs.data, *inv_freq + (size_t)l * half, &(*mscale)[l]);
+    return 0;
 }

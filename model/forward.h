@@ -10,18 +10,20 @@ typedef struct {
     const ModelConfig *cfg;
     Backend *be;
     int max_tokens;          /* rows one step may hold */
-    float *inv_freq;         /* [n_layers][rope_dim/2] */
-    float *mscale;           /* [n_layers] */
     /* activations, named as in forward_run; [T][width] */
-    void *x;                 /* residual stream [T][C] */
+    void *x;                 /* residual stream [T][C] (fp32) */
     void *xn;                /* normalized input of a sublayer [T][C] */
     void *q, *k, *v;         /* [T][H*D], [T][KV*D], [T][KV*Dv] */
     void *att;               /* attention output [T][H*Dv] */
-    void *proj;              /* o-proj or MLP output [T][C] */
-    void *gate, *up;         /* [T][F] */
+    void *proj;              /* o-proj or MLP output [T][C], not yet added to x */
+    void *act;               /* act(gate) * up [T][F] */
     void *last;              /* rows that need logits [T][C] */
-    void *logits;            /* [T][V] */
+    void *logits;            /* [T][V] (fp32) */
 } Forward;
+
+/* Elements of the activations forward_init allocates for max_tokens rows,
+ * by kind (a backend sizing its memory budget counts them). */
+void forward_buffer_elems(const ModelConfig *c, int max_tokens, int64_t *act_elems, int64_t *f32_elems);
 
 int forward_init(Forward *fw, const ModelConfig *cfg, Backend *be, int max_tokens, Err *err);
 void forward_free(Forward *fw);

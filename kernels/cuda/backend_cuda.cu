@@ -1,9 +1,21 @@
 /* backend_cuda.cu — the CUDA backend: the Backend ops of kernels/backend.h on
- * one GPU. Weights are uploaded once as bf16 matrices (any file dtype,
- * dequantized on the host a row at a time into pinned staging buffers, two
- * buffers alternating so reading the file overlaps the copy) and fp32
- * vectors. GEMMs go through cuBLASLt (bf16 in, fp32 accumulate and out), the
- * algorithm chosen once per shape and cached. Activations are fp32.
+ * one GPU.
+ *
+ * Weights are uploaded once as bf16 matrices (any file dtype, dequantized on
+ * the host a row at a time into pinned staging buffers, two buffers
+ * alternating so reading the file overlaps the copy) and fp32 vectors; each
+ * layer's Wq|Wk|Wv and Wgate|Wup are placed back to back so each pair/triple
+ * is one GEMM. Activations between GEMMs are bf16, the residual stream and
+ * logits fp32, the KV cache bf16. GEMMs of up to GEMV_MAX_T rows (decode) go
+ * to our matrix-vector kernels (gemv.cu), larger ones through cuBLASLt (bf16
+ * in, fp32 accumulate, bf16 or fp32 out; the algorithm chosen once per shape,
+ * one fixed workspace).
+ *
+ * Decode-shaped steps (every row wants logits, at most 64 rows, no MoE) run
+ * as CUDA graphs, one per bucket of rows (1, 2, 4, ... 64): begin_step pads
+ * the step to its bucket and copies the inputs into fixed device buffers
+ * (padding rows: token 0 at position 0 of sequence 0, slot -1 so they write
+ * no KV); the first step of a bucket is captured, later ones replayed.
  *
  * Written C-style: plain structs and functions, extern "C" entry points. */
 #include <stdlib.h>
@@ -12,26 +24,34 @@
 
 #include <cublasLt.h>
 
+extern "C" { /* C headers of the engine: C linkage */
+#include "kernels/backend.h"
+#include "model/forward.h"
+}
 #include "kernels/cuda/backend_cuda.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.cuh"
 
-#define CUBLAS_OK(stmt, err)                                                                              \
-    do {                                                                                                  \
-        cublasStatus_t s_ = (stmt);                                                                       \
-        if (s_ != CUBLAS_STATUS_SUCCESS)                                                                  \
-            return err_set((err), "cuBLASLt error %d in %s at %s:%d", (int)s_, #stmt, __FILE__, __LINE__); \
-    } while (0)
-
 #define GEMM_CACHE 64
 #define STAGING_BYTES ((size_t)64 << 20)
+#define MAX_BUFS 64
+#define N_BUCKETS 7                        /* graph buckets 1, 2, 4, ... 64 rows */
+#define RESERVE_BYTES ((size_t)256 << 20)  /* left free beside the KV budget (cuBLASLt, graphs, fragmentation) */
+#define MAX_AUTO_BLOCKS (1 << 20)          /* a budget-sized cache stops here (the host block pool is an array) */
 
 typedef struct {
     int m, n, k;
+    bool out_f32;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algo;
 } GemmPlan;
+
+typedef struct {
+    void *ptr;
+    BufKind kind;
+    int64_t n;
+} Buf;
 
 typedef struct {
     int device;
@@ -41,25 +61,35 @@ typedef struct {
     size_t workspace_bytes;
     GemmPlan plans[GEMM_CACHE];
     int n_plans;
+    const ModelConfig *cfg;
     ModelWeights w;              /* device copies; layers array on the host */
     void **allocs;               /* every cudaMalloc of weights, for freeing */
     int n_allocs, cap_allocs;
-    int n_layers;
-    float **k_cache, **v_cache;  /* [n_layers] device arrays */
-    int kw, vw;                  /* floats per slot: KV heads x head sizes */
+    float *d_inv_freq;           /* [n_layers][rope_dim/2] */
+    float *mscale;               /* [n_layers], host */
+    bf16 *kv_pool;               /* every layer's K then V */
+    bf16 **k_cache, **v_cache;   /* [n_layers] pointers into kv_pool */
+    int64_t n_slots;
     int max_tokens, max_seqs, max_blocks;
-    int32_t *d_ids, *d_pos, *d_seq, *d_tables, *h_tables;
+    int32_t *d_ids, *d_pos, *d_seq, *d_tables, *d_rows;
     int64_t *d_slot;
+    int32_t *h_ids, *h_pos, *h_seq, *h_tables, *h_rows, *h_need; /* pinned staging (h_need: malloc) */
+    int64_t *h_slot;
     DevAttnBatch batch;
-    __nv_bfloat16 *xb;           /* GEMM input in bf16 */
-    int64_t xb_elems;
-    float *moe_rows, *moe_gate, *moe_up, *moe_out, *moe_w, *h_router, *h_w;
+    bf16 *scratch;               /* [T][nq+nk+nv] or [T][2F] GEMM outputs */
+    float *router, *h_router, *moe_w, *h_w, *moe_acc;
     int32_t *moe_idx, *h_idx;
-    float *router;
-    int64_t moe_cap;
+    bf16 *moe_rows, *moe_act, *moe_out;
+    Buf bufs[MAX_BUFS];
+    int n_bufs;
+    bool graphs_on;
+    int bucket;                  /* this step's graph bucket, -1: none */
+    cudaGraphExec_t graph[N_BUCKETS];
     Err err;                     /* first error inside a void op; reported by read() */
     bool failed;
 } CudaBackend;
+
+static const int BUCKET_ROWS[N_BUCKETS] = {1, 2, 4, 8, 16, 32, 64};
 
 static CudaBackend *cb_of(Backend *be) { return (CudaBackend *)be->ctx; }
 
@@ -71,61 +101,71 @@ static void op_fail(CudaBackend *cb, cudaError_t e, const char *what) {
 
 /* ---------- GEMM ---------- */
 
-static int gemm_plan(CudaBackend *cb, int m, int n, int k, GemmPlan **out, Err *err) {
-    for (int i = 0; i < cb->n_plans; i++)
-        if (cb->plans[i].m == m && cb->plans[i].n == n && cb->plans[i].k == k) { *out = &cb->plans[i]; return 0; }
-    GemmPlan *p = &cb->plans[cb->n_plans < GEMM_CACHE ? cb->n_plans++ : GEMM_CACHE - 1];
-    if (cb->n_plans == GEMM_CACHE) { /* reuse the last slot */
+static int gemm_plan(CudaBackend *cb, int m, int n, int k, bool out_f32, GemmPlan **out, Err *err) {
+    for (int i = 0; i < cb->n_plans; i++) {
+        GemmPlan *p = &cb->plans[i];
+        if (p->m == m && p->n == n && p->k == k && p->out_f32 == out_f32) { *out = p; return 0; }
+    }
+    if (cb->n_plans == GEMM_CACHE) { /* full: recycle the last slot */
+        GemmPlan *p = &cb->plans[--cb->n_plans];
         cublasLtMatmulDescDestroy(p->desc);
         cublasLtMatrixLayoutDestroy(p->a); cublasLtMatrixLayoutDestroy(p->b); cublasLtMatrixLayoutDestroy(p->c);
     }
-    p->m = m; p->n = n; p->k = k;
+    GemmPlan *p = &cb->plans[cb->n_plans];
+    memset(p, 0, sizeof *p);
+    p->m = m; p->n = n; p->k = k; p->out_f32 = out_f32;
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    CUBLAS_OK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), err);
-    CUBLAS_OK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), err);
-    CUBLAS_OK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), err);
-    CUBLAS_OK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, k, m, k), err); /* W: [m][k] row-major */
-    CUBLAS_OK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, k, n, k), err); /* x: [n][k] row-major */
-    CUBLAS_OK(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, m, n, m), err);  /* y: [n][m] row-major */
-    cublasLtMatmulPreference_t pref;
-    CUBLAS_OK(cublasLtMatmulPreferenceCreate(&pref), err);
-    CUBLAS_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                   &cb->workspace_bytes, sizeof cb->workspace_bytes), err);
+    cudaDataType_t ct = out_f32 ? CUDA_R_32F : CUDA_R_16BF;
+    cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t h;
     int found = 0;
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(cb->lt, p->desc, p->a, p->b, p->c, p->c, pref, 1, &h, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-        cb->n_plans--;
+    bool ok = cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) == CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) == CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, k, m, k) == CUBLAS_STATUS_SUCCESS && /* W: [m][k] row-major */
+              cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, k, n, k) == CUBLAS_STATUS_SUCCESS && /* x: [n][k] row-major */
+              cublasLtMatrixLayoutCreate(&p->c, ct, m, n, m) == CUBLAS_STATUS_SUCCESS &&          /* y: [n][m] row-major */
+              cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &cb->workspace_bytes,
+                                                   sizeof cb->workspace_bytes) == CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatmulAlgoGetHeuristic(cb->lt, p->desc, p->a, p->b, p->c, p->c, pref, 1, &h, &found) ==
+                  CUBLAS_STATUS_SUCCESS && found > 0;
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (!ok) {
+        if (p->desc) cublasLtMatmulDescDestroy(p->desc);
+        if (p->a) cublasLtMatrixLayoutDestroy(p->a);
+        if (p->b) cublasLtMatrixLayoutDestroy(p->b);
+        if (p->c) cublasLtMatrixLayoutDestroy(p->c);
         return err_set(err, "cuBLASLt: no algorithm for a %d x %d x %d bf16 GEMM", m, n, k);
     }
     p->algo = h.algo;
+    cb->n_plans++;
     *out = p;
     return 0;
 }
 
-static void cuda_be_matmul(Backend *be, void *y, const void *x, const WeightRef *w, int mat, const WeightRef *bias,
-                           int T) {
-    CudaBackend *cb = cb_of(be);
-    if (cb->failed) return;
-    int64_t in_elems = (int64_t)T * w->cols;
-    if (in_elems > cb->xb_elems) { op_fail(cb, cudaErrorMemoryAllocation, "matmul input exceeds the step size"); return; }
-    cuda_to_bf16(cb->xb, (const float *)x, in_elems, cb->stream);
+/* y[T][M] (bf16, or fp32 when y_f32) = x[T][K] @ W[M][K]^T (+ bias[M]). */
+static void gemm(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const bf16 *W, const float *bias, int M, int T,
+                 int K) {
+    if (cb->failed || T <= 0) return;
+    if (T <= GEMV_MAX_T) { cuda_gemv(y, y_f32, W, x, bias, M, K, T, cb->stream); return; }
     GemmPlan *p = NULL;
-    if (gemm_plan(cb, (int)w->rows, T, (int)w->cols, &p, &cb->err)) { cb->failed = true; return; }
-    const __nv_bfloat16 *W = (const __nv_bfloat16 *)w->data + (int64_t)mat * w->rows * w->cols;
+    if (gemm_plan(cb, M, T, K, y_f32, &p, &cb->err)) { cb->failed = true; return; }
     float alpha = 1.0f, beta = 0.0f;
-    cublasStatus_t st = cublasLtMatmul(cb->lt, p->desc, &alpha, W, p->a, cb->xb, p->b, &beta, y, p->c, y, p->c,
-                                       &p->algo, cb->workspace, cb->workspace_bytes, cb->stream);
-    if (st != CUBLAS_STATUS_SUCCESS && !cb->failed) {
+    cublasStatus_t st = cublasLtMatmul(cb->lt, p->desc, &alpha, W, p->a, x, p->b, &beta, y, p->c, y, p->c, &p->algo,
+                                       cb->workspace, cb->workspace_bytes, cb->stream);
+    if (st != CUBLAS_STATUS_SUCCESS) {
         cb->failed = true;
-        err_set(&cb->err, "cuBLASLt matmul failed (%d) for %lld x %d x %lld", (int)st, (long long)w->rows, T,
-                (long long)w->cols);
+        err_set(&cb->err, "cuBLASLt matmul failed (%d) for %d x %d x %d", (int)st, M, T, K);
+        return;
     }
-    if (bias && bias->data)
-        cuda_add_bias((float *)y, (const float *)bias->data + (int64_t)mat * bias->cols, T, (int)bias->cols, cb->stream);
+    if (bias) cuda_add_bias(y, y_f32, bias, T, M, cb->stream);
 }
 
+static const bf16 *mat_of(const WeightRef *w, int mat) { return (const bf16 *)w->data + (int64_t)mat * w->rows * w->cols; }
+static const float *vec_of(const WeightRef *b, int mat) {
+    return b && b->data ? (const float *)b->data + (int64_t)mat * b->cols : NULL;
+}
 /* ---------- weights upload ---------- */
 
 static int cb_track(CudaBackend *cb, void *p, Err *err) {
@@ -149,17 +189,20 @@ typedef struct {
 } Staging;
 
 /* Converts a host WeightRef (any dtype) to bf16 (matrices) or fp32 (vectors)
- * on the device, staging through pinned memory. */
-static int upload_weight(CudaBackend *cb, Staging *stg, const WeightRef *hw, WeightRef *dw, Err *err) {
+ * on the device, staging through pinned memory; into dst when given (a slot
+ * of a concatenated matrix), else into its own allocation. */
+static int upload_weight(CudaBackend *cb, Staging *stg, const WeightRef *hw, WeightRef *dw, void *dst_dev, Err *err) {
     *dw = *hw;
     if (!hw->data) return 0;
     bool vec = hw->rows == 1;
     size_t elem = vec ? sizeof(float) : sizeof(__nv_bfloat16);
     int64_t rows = hw->rows * hw->n_mats;
     size_t row_out = (size_t)hw->cols * elem, total = row_out * rows;
-    void *dev;
-    CUDA_CHECK(cudaMalloc(&dev, total), err);
-    if (cb_track(cb, dev, err)) return -1;
+    void *dev = dst_dev;
+    if (!dev) {
+        CUDA_CHECK(cudaMalloc(&dev, total), err);
+        if (cb_track(cb, dev, err)) return -1;
+    }
     float *tmp = (float *)malloc(hw->cols * sizeof(float));
     if (!tmp) return err_set(err, "out of memory");
     size_t rows_per_chunk = STAGING_BYTES / row_out;
@@ -191,6 +234,44 @@ static int upload_weight(CudaBackend *cb, Staging *stg, const WeightRef *hw, Wei
     return 0;
 }
 
+/* Matrices that are uploaded back to back (one GEMM for all): Wq|Wk|Wv and
+ * Wgate|Wup when each is one plain matrix of the same input width. */
+static bool can_concat(const WeightRef *const *m, int n) {
+    for (int i = 0; i < n; i++)
+        if (!m[i]->data || m[i]->n_mats != 1 || m[i]->rows <= 1 || m[i]->cols != m[0]->cols) return false;
+    return true;
+}
+
+static int upload_concat(CudaBackend *cb, Staging *stg, const WeightRef *const *src, WeightRef *const *dst, int n,
+                         Err *err) {
+    int64_t rows = 0;
+    for (int i = 0; i < n; i++) rows += src[i]->rows;
+    char *base;
+    CUDA_CHECK(cudaMalloc(&base, (size_t)rows * src[0]->cols * sizeof(bf16)), err);
+    if (cb_track(cb, base, err)) return -1;
+    for (int i = 0; i < n; i++) {
+        if (upload_weight(cb, stg, src[i], dst[i], base, err)) return -1;
+        base += (size_t)src[i]->rows * src[i]->cols * sizeof(bf16);
+    }
+    return 0;
+}
+
+static int upload_layer(CudaBackend *cb, Staging *stg, const LayerWeights *h, LayerWeights *d, Err *err) {
+    const WeightRef *qkv[3] = {&h->wq, &h->wk, &h->wv}, *gu[2] = {&h->w_gate, &h->w_up};
+    WeightRef *dqkv[3] = {&d->wq, &d->wk, &d->wv}, *dgu[2] = {&d->w_gate, &d->w_up};
+    bool cat_qkv = can_concat(qkv, 3), cat_gu = can_concat(gu, 2);
+    if (cat_qkv && upload_concat(cb, stg, qkv, dqkv, 3, err)) return -1;
+    if (cat_gu && upload_concat(cb, stg, gu, dgu, 2, err)) return -1;
+    const WeightRef *src = (const WeightRef *)h;
+    WeightRef *dst = (WeightRef *)d;
+    for (int i = 0; i < (int)(sizeof(LayerWeights) / sizeof(WeightRef)); i++) {
+        bool done = (cat_qkv && (&src[i] == qkv[0] || &src[i] == qkv[1] || &src[i] == qkv[2])) ||
+                    (cat_gu && (&src[i] == gu[0] || &src[i] == gu[1]));
+        if (!done && upload_weight(cb, stg, &src[i], &dst[i], NULL, err)) return -1;
+    }
+    return 0;
+}
+
 static int upload_model(CudaBackend *cb, const ModelConfig *c, const ModelWeights *host, double *gbps, Err *err) {
     Staging stg = {};
     for (int b = 0; b < 2; b++) {
@@ -203,19 +284,12 @@ static int upload_model(CudaBackend *cb, const ModelConfig *c, const ModelWeight
     int rc = 0;
     cb->w.layers = (LayerWeights *)calloc(c->n_layers, sizeof *cb->w.layers);
     if (!cb->w.layers) rc = err_set(err, "out of memory");
-    const WeightRef *g_src[] = {&host->tok_embd, &host->output_norm, &host->rope_freqs};
-    WeightRef *g_dst[] = {&cb->w.tok_embd, &cb->w.output_norm, &cb->w.rope_freqs};
-    for (int i = 0; rc == 0 && i < 3; i++) rc = upload_weight(cb, &stg, g_src[i], g_dst[i], err);
+    if (rc == 0) rc = upload_weight(cb, &stg, &host->tok_embd, &cb->w.tok_embd, NULL, err);
+    if (rc == 0) rc = upload_weight(cb, &stg, &host->output_norm, &cb->w.output_norm, NULL, err);
     if (rc == 0 && host->output.data == host->tok_embd.data) cb->w.output = cb->w.tok_embd;
-    else if (rc == 0) rc = upload_weight(cb, &stg, &host->output, &cb->w.output, err);
-    int n_refs = (int)(sizeof(LayerWeights) / sizeof(WeightRef));
-    for (int l = 0; rc == 0 && l < c->n_layers; l++) {
-        const WeightRef *src = (const WeightRef *)&host->layers[l];
-        WeightRef *dst = (WeightRef *)&cb->w.layers[l];
-        for (int i = 0; rc == 0 && i < n_refs; i++) rc = upload_weight(cb, &stg, &src[i], &dst[i], err);
-    }
-    /* rope_freqs is read on the host by forward_init: keep the host copy. */
-    cb->w.rope_freqs = host->rope_freqs;
+    else if (rc == 0) rc = upload_weight(cb, &stg, &host->output, &cb->w.output, NULL, err);
+    for (int l = 0; rc == 0 && l < c->n_layers; l++) rc = upload_layer(cb, &stg, &host->layers[l], &cb->w.layers[l], err);
+    cb->w.rope_freqs = host->rope_freqs; /* read on the host (backend_rope_tables) */
     cudaError_t e = cudaStreamSynchronize(cb->stream);
     if (rc == 0 && e != cudaSuccess) rc = err_set(err, "CUDA error '%s' uploading weights", cudaGetErrorString(e));
     clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -228,162 +302,314 @@ static int upload_model(CudaBackend *cb, const ModelConfig *c, const ModelWeight
     return rc;
 }
 
-/* ---------- ops ---------- */
+/* ---------- buffers and steps ---------- */
 
-static void *cuda_be_alloc(Backend *be, int64_t n) {
-    void *p = NULL;
-    return n > 0 && cudaMalloc(&p, n * sizeof(float)) == cudaSuccess ? p : NULL;
+static void graphs_drop(CudaBackend *cb) {
+    for (int i = 0; i < N_BUCKETS; i++)
+        if (cb->graph[i]) { cudaGraphExecDestroy(cb->graph[i]); cb->graph[i] = NULL; }
 }
 
-static void cuda_be_release(Backend *be, void *p) { cudaFree(p); }
+static void *cuda_be_alloc(Backend *be, int64_t n, BufKind kind) {
+    CudaBackend *cb = cb_of(be);
+    void *p = NULL;
+    if (n <= 0 || cb->n_bufs == MAX_BUFS) return NULL;
+    if (cudaMalloc(&p, n * (kind == BUF_F32 ? sizeof(float) : sizeof(bf16))) != cudaSuccess) return NULL;
+    cb->bufs[cb->n_bufs++] = (Buf){p, kind, n};
+    return p;
+}
 
-static int cuda_be_begin_step(Backend *be, const int32_t *ids, const AttnBatch *b, Err *err) {
+/* Captured graphs hold buffer addresses: any release drops them. */
+static void cuda_be_release(Backend *be, void *p) {
+    CudaBackend *cb = cb_of(be);
+    graphs_drop(cb);
+    for (int i = 0; i < cb->n_bufs; i++)
+        if (cb->bufs[i].ptr == p) { cb->bufs[i] = cb->bufs[--cb->n_bufs]; break; }
+    cudaFree(p);
+}
+
+static const Buf *buf_of(CudaBackend *cb, const void *p) {
+    for (int i = 0; i < cb->n_bufs; i++)
+        if (cb->bufs[i].ptr == p) return &cb->bufs[i];
+    return NULL;
+}
+
+/* The graph bucket of a step of T rows (-1: issue its kernels directly):
+ * decode-shaped steps only, since a graph computes logits for every row. */
+static int step_bucket(CudaBackend *cb, int T, int n_logits) {
+    if (!cb->graphs_on || cb->cfg->n_experts > 0 || n_logits != T) return -1;
+    for (int i = 0; i < N_BUCKETS; i++)
+        if (T <= BUCKET_ROWS[i]) return BUCKET_ROWS[i] <= cb->max_tokens ? i : -1;
+    return -1;
+}
+
+static int cuda_be_begin_step(Backend *be, const int32_t *ids, const AttnBatch *b, const int32_t *logit_rows,
+                              int n_logits, StepRows *rows, Err *err) {
     CudaBackend *cb = cb_of(be);
     if (cb->failed) { *err = cb->err; return -1; }
     int T = b->n_tokens;
-    if (T > cb->max_tokens || b->n_seqs > cb->max_seqs)
+    if (T > cb->max_tokens || b->n_seqs > cb->max_seqs || b->n_seqs < 1)
         return err_set(err, "cuda: step of %d tokens / %d sequences exceeds %d / %d", T, b->n_seqs, cb->max_tokens,
                        cb->max_seqs);
+    cb->bucket = step_bucket(cb, T, n_logits);
+    int Tp = cb->bucket >= 0 ? BUCKET_ROWS[cb->bucket] : T, np = cb->bucket >= 0 ? Tp : n_logits;
     /* Block tables: each sequence's blocks up to its furthest position. */
-    int need[1024] = {0};
+    for (int s = 0; s < b->n_seqs; s++) cb->h_need[s] = 0;
     for (int i = 0; i < T; i++) {
+        if (b->seq[i] < 0 || b->seq[i] >= b->n_seqs || b->pos[i] < 0)
+            return err_set(err, "cuda: row %d has sequence %d / position %d", i, b->seq[i], b->pos[i]);
         int nb = b->pos[i] / b->block_size + 1;
-        if (nb > need[b->seq[i]]) need[b->seq[i]] = nb;
+        if (nb > cb->h_need[b->seq[i]]) cb->h_need[b->seq[i]] = nb;
     }
     for (int s = 0; s < b->n_seqs; s++) {
-        if (need[s] > cb->max_blocks) return err_set(err, "cuda: sequence %d needs %d blocks (> %d)", s, need[s], cb->max_blocks);
-        memcpy(cb->h_tables + (int64_t)s * cb->max_blocks, b->block_tables[s], need[s] * sizeof(int32_t));
+        if (cb->h_need[s] > cb->max_blocks)
+            return err_set(err, "cuda: sequence %d needs %d blocks (> %d)", s, cb->h_need[s], cb->max_blocks);
+        memcpy(cb->h_tables + (int64_t)s * cb->max_blocks, b->block_tables[s], cb->h_need[s] * sizeof(int32_t));
     }
-    CUDA_CHECK(cudaMemcpyAsync(cb->d_ids, ids, T * sizeof *ids, cudaMemcpyHostToDevice, cb->stream), err);
-    CUDA_CHECK(cudaMemcpyAsync(cb->d_pos, b->pos, T * sizeof(int32_t), cudaMemcpyHostToDevice, cb->stream), err);
-    CUDA_CHECK(cudaMemcpyAsync(cb->d_seq, b->seq, T * sizeof(int32_t), cudaMemcpyHostToDevice, cb->stream), err);
-    CUDA_CHECK(cudaMemcpyAsync(cb->d_slot, b->slot, T * sizeof(int64_t), cudaMemcpyHostToDevice, cb->stream), err);
+    for (int i = 0; i < Tp; i++) {
+        bool real = i < T;
+        cb->h_ids[i] = real ? ids[i] : 0;
+        cb->h_pos[i] = real ? b->pos[i] : 0;
+        cb->h_seq[i] = real ? b->seq[i] : 0;
+        cb->h_slot[i] = real ? b->slot[i] : -1;
+        cb->h_rows[i] = i < n_logits ? logit_rows[i] : 0;
+    }
+    cudaStream_t st = cb->stream;
+    CUDA_CHECK(cudaMemcpyAsync(cb->d_ids, cb->h_ids, Tp * sizeof(int32_t), cudaMemcpyHostToDevice, st), err);
+    CUDA_CHECK(cudaMemcpyAsync(cb->d_pos, cb->h_pos, Tp * sizeof(int32_t), cudaMemcpyHostToDevice, st), err);
+    CUDA_CHECK(cudaMemcpyAsync(cb->d_seq, cb->h_seq, Tp * sizeof(int32_t), cudaMemcpyHostToDevice, st), err);
+    CUDA_CHECK(cudaMemcpyAsync(cb->d_slot, cb->h_slot, Tp * sizeof(int64_t), cudaMemcpyHostToDevice, st), err);
+    CUDA_CHECK(cudaMemcpyAsync(cb->d_rows, cb->h_rows, Tp * sizeof(int32_t), cudaMemcpyHostToDevice, st), err);
     CUDA_CHECK(cudaMemcpyAsync(cb->d_tables, cb->h_tables, (size_t)b->n_seqs * cb->max_blocks * sizeof(int32_t),
-                               cudaMemcpyHostToDevice, cb->stream), err);
-    cb->batch = (DevAttnBatch){T, cb->d_pos, cb->d_seq, cb->d_slot, cb->d_tables, cb->max_blocks, b->block_size};
+                               cudaMemcpyHostToDevice, st), err);
+    cb->batch = (DevAttnBatch){Tp, cb->d_pos, cb->d_seq, cb->d_slot, cb->d_tables, cb->max_blocks, b->block_size};
+    *rows = (StepRows){Tp, np};
     return 0;
 }
 
-static void cuda_be_embed(Backend *be, void *out, const WeightRef *table, const int32_t *ids, int T, float scale) {
+static bool cuda_be_graph_replay(Backend *be) {
     CudaBackend *cb = cb_of(be);
-    cuda_embed((float *)out, (const __nv_bfloat16 *)table->data, cb->d_ids, T, (int)table->cols, scale, cb->stream);
+    if (cb->failed || cb->bucket < 0 || !cb->graph[cb->bucket]) return false;
+    op_fail(cb, cudaGraphLaunch(cb->graph[cb->bucket], cb->stream), "graph replay");
+    return true;
+}
+
+/* Capture of this bucket's first step; the graph is then launched once to
+ * do the step's work (capturing runs nothing). */
+static void cuda_be_graph_capture(Backend *be, bool begin) {
+    CudaBackend *cb = cb_of(be);
+    if (cb->bucket < 0 || (begin && cb->failed)) return;
+    if (begin) {
+        op_fail(cb, cudaStreamBeginCapture(cb->stream, cudaStreamCaptureModeThreadLocal), "graph capture");
+        return;
+    }
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(cb->stream, &g);
+    cudaGraphExec_t ex = NULL;
+    if (e == cudaSuccess && !cb->failed) e = cudaGraphInstantiate(&ex, g, 0);
+    if (g) cudaGraphDestroy(g);
+    op_fail(cb, e, "graph instantiate");
+    if (cb->failed) { if (ex) cudaGraphExecDestroy(ex); return; }
+    cb->graph[cb->bucket] = ex;
+    op_fail(cb, cudaGraphLaunch(ex, cb->stream), "graph launch");
+}
+
+/* ---------- ops ---------- */
+
+static void cuda_be_embed(Backend *be, void *out, const WeightRef *table, int T, float scale) {
+    CudaBackend *cb = cb_of(be);
+    cuda_embed((float *)out, (const bf16 *)table->data, cb->d_ids, T, (int)table->cols, scale, cb->stream);
+}
+
+static void cuda_be_add_rmsnorm(Backend *be, void *x, const void *delta, void *out, const WeightRef *w, int T, int C,
+                                float eps, float offset) {
+    cuda_add_rmsnorm((float *)x, (const bf16 *)delta, (bf16 *)out, (const float *)w->data, T, C, eps, offset,
+                     cb_of(be)->stream);
 }
 
 static void cuda_be_rmsnorm(Backend *be, void *out, const void *x, const WeightRef *w, int rows, int C, float eps,
                             float offset) {
-    cuda_rmsnorm((float *)out, (const float *)x, (const float *)w->data, rows, C, eps, offset, cb_of(be)->stream);
+    cuda_rmsnorm((bf16 *)out, (const bf16 *)x, (const float *)w->data, rows, C, eps, offset, cb_of(be)->stream);
 }
 
-static void cuda_be_add(Backend *be, void *x, const void *d, int64_t n) {
-    cuda_add((float *)x, (const float *)d, n, cb_of(be)->stream);
+static void cuda_be_matmul(Backend *be, void *y, const void *x, const WeightRef *w, int mat, const WeightRef *bias,
+                           int T) {
+    gemm(cb_of(be), y, false, (const bf16 *)x, mat_of(w, mat), vec_of(bias, mat), (int)w->rows, T, (int)w->cols);
 }
 
-/* The forward pass passes host inv_freq; they are copied per call into a
- * small device array (rope_dim/2 floats). */
-static void cuda_be_rope(Backend *be, void *x, const int32_t *pos, int T, int n_heads, int head_dim, int rot_dim,
-                         const float *inv_freq, float mscale, bool neox) {
+/* One GEMM over the concatenated Wq|Wk|Wv, split (and biased) after. */
+static void cuda_be_qkv(Backend *be, void *q, void *k, void *v, const void *x, const LayerWeights *lw, int T) {
     CudaBackend *cb = cb_of(be);
-    float *d_freq = cb->router; /* scratch of at least max(rope_dim/2, T*E) floats */
-    op_fail(cb, cudaMemcpyAsync(d_freq, inv_freq, rot_dim / 2 * sizeof(float), cudaMemcpyHostToDevice, cb->stream),
-            "rope frequencies");
-    cuda_rope((float *)x, cb->d_pos, T, n_heads, head_dim, rot_dim, d_freq, mscale, neox, cb->stream);
+    int nq = (int)lw->wq.rows, nk = (int)lw->wk.rows, nv = (int)lw->wv.rows, K = (int)lw->wq.cols;
+    const bf16 *Wq = mat_of(&lw->wq, 0), *Wk = mat_of(&lw->wk, 0), *Wv = mat_of(&lw->wv, 0);
+    if (Wk == Wq + (int64_t)nq * K && Wv == Wk + (int64_t)nk * K) {
+        gemm(cb, cb->scratch, false, (const bf16 *)x, Wq, NULL, nq + nk + nv, T, K);
+        cuda_split_qkv((bf16 *)q, (bf16 *)k, (bf16 *)v, cb->scratch, vec_of(&lw->bq, 0), vec_of(&lw->bk, 0),
+                       vec_of(&lw->bv, 0), T, nq, nk, nv, cb->stream);
+    } else {
+        cuda_be_matmul(be, q, x, &lw->wq, 0, &lw->bq, T);
+        cuda_be_matmul(be, k, x, &lw->wk, 0, &lw->bk, T);
+        cuda_be_matmul(be, v, x, &lw->wv, 0, &lw->bv, T);
+    }
 }
 
-static void cuda_be_kv_write(Backend *be, int layer, const AttnBatch *b, const void *k, const void *v) {
+static void cuda_be_rope_kv_write(Backend *be, int layer, void *q, void *k, const void *v, int T) {
     CudaBackend *cb = cb_of(be);
-    cuda_kv_write(cb->k_cache[layer], cb->v_cache[layer], cb->d_slot, (const float *)k, (const float *)v, b->n_tokens,
-                  cb->kw, cb->vw, cb->stream);
+    const ModelConfig *c = cb->cfg;
+    DevAttnBatch b = cb->batch;
+    b.n_tokens = T;
+    cuda_rope_kv_write((bf16 *)q, (bf16 *)k, (const bf16 *)v, cb->k_cache[layer], cb->v_cache[layer], &b, c->n_heads,
+                       c->n_kv_heads, c->head_dim_k, c->head_dim_v, c->rope_dim,
+                       cb->d_inv_freq + (size_t)layer * (c->rope_dim / 2), cb->mscale[layer], c->rope_neox,
+                       cb->n_slots, cb->stream);
 }
 
-static void cuda_be_attention(Backend *be, void *out, const void *q, int layer, const AttnBatch *b, const AttnParams *p) {
+static void cuda_be_attention(Backend *be, void *out, const void *q, int layer, const AttnParams *p, int T) {
     CudaBackend *cb = cb_of(be);
-    const float *sinks = cb->w.layers[layer].sinks.data ? (const float *)cb->w.layers[layer].sinks.data : NULL;
-    cuda_attention((float *)out, (const float *)q, cb->k_cache[layer], cb->v_cache[layer], &cb->batch, p, sinks,
-                   cb->stream);
+    DevAttnBatch b = cb->batch;
+    b.n_tokens = T;
+    cuda_attention((bf16 *)out, (const bf16 *)q, cb->k_cache[layer], cb->v_cache[layer], &b, p, cb->stream);
 }
 
-static void cuda_be_glu(Backend *be, void *out, const void *gate, const void *up, int64_t n, Activation act, float limit) {
-    cuda_glu((float *)out, (const float *)gate, (const float *)up, n, act, limit, cb_of(be)->stream);
-}
-
-static void cuda_be_softcap(Backend *be, void *x, int64_t n, float cap) {
-    cuda_softcap((float *)x, n, cap, cb_of(be)->stream);
-}
-
-static void cuda_be_gather_rows(Backend *be, void *dst, const void *src, const int32_t *rows, int n, int C) {
+/* Decode: one matrix-vector pass over Wgate|Wup with the activation fused;
+ * else one GEMM (two when not concatenated) and the GLU kernel. */
+static void cuda_be_gate_up(Backend *be, void *out, const void *x, const LayerWeights *lw, int mat, int T,
+                            Activation act, float limit) {
     CudaBackend *cb = cb_of(be);
-    op_fail(cb, cudaMemcpyAsync(cb->moe_idx, rows, n * sizeof(int32_t), cudaMemcpyHostToDevice, cb->stream), "gather");
-    cuda_gather_rows((float *)dst, (const float *)src, cb->moe_idx, n, C, cb->stream);
+    if (cb->failed) return;
+    int F = (int)lw->w_gate.rows, K = (int)lw->w_gate.cols;
+    const bf16 *Wg = mat_of(&lw->w_gate, mat), *Wu = mat_of(&lw->w_up, mat);
+    const float *bg = vec_of(&lw->b_gate, mat), *bu = vec_of(&lw->b_up, mat);
+    if (Wu == Wg + (int64_t)F * K && T <= GEMV_MAX_T) {
+        cuda_gemv_glu((bf16 *)out, Wg, (const bf16 *)x, bg, bu, F, K, T, act, limit, cb->stream);
+    } else if (Wu == Wg + (int64_t)F * K) {
+        gemm(cb, cb->scratch, false, (const bf16 *)x, Wg, NULL, 2 * F, T, K);
+        cuda_glu((bf16 *)out, cb->scratch, cb->scratch + F, 2 * F, bg, bu, T, F, act, limit, cb->stream);
+    } else {
+        bf16 *g = cb->scratch, *u = cb->scratch + (int64_t)T * F;
+        gemm(cb, g, false, (const bf16 *)x, Wg, NULL, F, T, K);
+        gemm(cb, u, false, (const bf16 *)x, Wu, NULL, F, T, K);
+        cuda_glu((bf16 *)out, g, u, F, bg, bu, T, F, act, limit, cb->stream);
+    }
 }
 
-/* MoE: the router runs on the GPU, the top-k choice on the host (E is small),
- * then each expert's rows are gathered, run through its MLP, and added back
- * with their routing weight. */
+/* Top-k of one token's router logits, then a softmax over those k (as
+ * gpt-oss routes). */
+static void moe_route(const float *lg, int E, int K, int *sel, float *wts) {
+    for (int j = 0; j < K; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            bool taken = false;
+            for (int i = 0; i < j; i++) taken |= sel[i] == e;
+            if (!taken && (best < 0 || lg[e] > lg[best])) best = e;
+        }
+        sel[j] = best;
+    }
+    float m = lg[sel[0]], sum = 0;
+    for (int j = 0; j < K; j++) sum += wts[j] = expf(lg[sel[j]] - m);
+    for (int j = 0; j < K; j++) wts[j] /= sum;
+}
+
+/* MoE: the router runs on the GPU (fp32 logits), the top-k choice on the
+ * host (E is small; one sync per layer); the rows of all experts are listed
+ * in one upload, then each expert's rows are gathered, run through its MLP
+ * and added back with their routing weight in fp32. */
 static void cuda_be_moe(Backend *be, void *out, const void *x, const LayerWeights *lw, const ModelConfig *c, int T) {
     CudaBackend *cb = cb_of(be);
     int E = c->n_experts, K = c->n_experts_used, C = c->dim, F = c->ffn_dim;
-    cuda_be_matmul(be, cb->router, x, &lw->router, 0, &lw->router_bias, T);
-    op_fail(cb, cudaMemcpyAsync(cb->h_router, cb->router, (size_t)T * E * sizeof(float), cudaMemcpyDeviceToHost, cb->stream), "router");
+    gemm(cb, cb->router, true, (const bf16 *)x, mat_of(&lw->router, 0), vec_of(&lw->router_bias, 0), E, T, C);
+    op_fail(cb, cudaMemcpyAsync(cb->h_router, cb->router, (size_t)T * E * sizeof(float), cudaMemcpyDeviceToHost,
+                                cb->stream), "router");
     op_fail(cb, cudaStreamSynchronize(cb->stream), "router");
-    op_fail(cb, cudaMemsetAsync(out, 0, (size_t)T * C * sizeof(float), cb->stream), "moe");
-    int *sel = (int *)malloc((size_t)T * K * sizeof(int));
+    int *sel = (int *)malloc((size_t)T * K * sizeof(int)), *start = (int *)calloc(E + 1, sizeof(int));
     float *wts = (float *)malloc((size_t)T * K * sizeof(float));
-    if (!sel || !wts) { free(sel); free(wts); op_fail(cb, cudaErrorMemoryAllocation, "moe routing"); return; }
-    for (int t = 0; t < T; t++) {
-        const float *lg = cb->h_router + (int64_t)t * E;
-        for (int j = 0; j < K; j++) {
-            int best = -1;
-            for (int e = 0; e < E; e++) {
-                bool taken = false;
-                for (int i = 0; i < j; i++) taken |= sel[t * K + i] == e;
-                if (!taken && (best < 0 || lg[e] > lg[best])) best = e;
-            }
-            sel[t * K + j] = best;
-        }
-        float m = lg[sel[t * K]], sum = 0;
-        for (int j = 0; j < K; j++) sum += wts[t * K + j] = expf(lg[sel[t * K + j]] - m);
-        for (int j = 0; j < K; j++) wts[t * K + j] /= sum;
-    }
+    if (!sel || !wts || !start) op_fail(cb, cudaErrorMemoryAllocation, "moe routing");
+    if (cb->failed) { free(sel); free(wts); free(start); return; }
+    for (int t = 0; t < T; t++) moe_route(cb->h_router + (int64_t)t * E, E, K, sel + t * K, wts + t * K);
+    for (int i = 0; i < T * K; i++) start[sel[i] + 1]++;
+    for (int e = 0; e < E; e++) start[e + 1] += start[e];
+    for (int e = 0, n = 0; e < E; e++)
+        for (int i = 0; i < T * K; i++)
+            if (sel[i] == e) { cb->h_idx[n] = i / K; cb->h_w[n] = wts[i]; n++; }
+    op_fail(cb, cudaMemcpyAsync(cb->moe_idx, cb->h_idx, (size_t)T * K * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                cb->stream), "moe");
+    op_fail(cb, cudaMemcpyAsync(cb->moe_w, cb->h_w, (size_t)T * K * sizeof(float), cudaMemcpyHostToDevice, cb->stream),
+            "moe");
+    op_fail(cb, cudaMemsetAsync(cb->moe_acc, 0, (size_t)T * C * sizeof(float), cb->stream), "moe");
+    Activation act = c->act == ACT_KIND_SWIGLU_OAI ? ACT_SWIGLU_OAI : ACT_SILU;
     for (int e = 0; e < E && !cb->failed; e++) {
-        int n = 0;
-        for (int t = 0; t < T; t++)
-            for (int j = 0; j < K; j++)
-                if (sel[t * K + j] == e) { cb->h_idx[n] = t; cb->h_w[n] = wts[t * K + j]; n++; }
+        int n = start[e + 1] - start[e];
         if (n == 0) continue;
-        op_fail(cb, cudaMemcpyAsync(cb->moe_idx, cb->h_idx, n * sizeof(int32_t), cudaMemcpyHostToDevice, cb->stream), "moe");
-        op_fail(cb, cudaMemcpyAsync(cb->moe_w, cb->h_w, n * sizeof(float), cudaMemcpyHostToDevice, cb->stream), "moe");
-        cuda_gather_rows(cb->moe_rows, (const float *)x, cb->moe_idx, n, C, cb->stream);
-        cuda_be_matmul(be, cb->moe_gate, cb->moe_rows, &lw->w_gate, e, &lw->b_gate, n);
-        cuda_be_matmul(be, cb->moe_up, cb->moe_rows, &lw->w_up, e, &lw->b_up, n);
-        cuda_glu(cb->moe_gate, cb->moe_gate, cb->moe_up, (int64_t)n * F,
-                 c->act == ACT_KIND_SWIGLU_OAI ? ACT_SWIGLU_OAI : ACT_SILU, c->act_limit, cb->stream);
-        cuda_be_matmul(be, cb->moe_out, cb->moe_gate, &lw->w_down, e, &lw->b_down, n);
-        cuda_scatter_add((float *)out, cb->moe_out, cb->moe_idx, cb->moe_w, n, C, cb->stream);
-        op_fail(cb, cudaStreamSynchronize(cb->stream), "moe expert"); /* h_idx/h_w are reused */
+        cuda_gather_rows(cb->moe_rows, (const bf16 *)x, cb->moe_idx + start[e], n, C, cb->stream);
+        cuda_be_gate_up(be, cb->moe_act, cb->moe_rows, lw, e, n, act, c->act_limit);
+        gemm(cb, cb->moe_out, false, cb->moe_act, mat_of(&lw->w_down, e), vec_of(&lw->b_down, e), C, n, F);
+        cuda_scatter_add(cb->moe_acc, cb->moe_out, cb->moe_idx + start[e], cb->moe_w + start[e], n, C, cb->stream);
     }
+    cuda_f32_to_bf16((bf16 *)out, cb->moe_acc, (int64_t)T * C, cb->stream);
     free(sel);
     free(wts);
+    free(start);
 }
 
+static void cuda_be_gather_rows(Backend *be, void *dst, const void *src, int n, int C) {
+    CudaBackend *cb = cb_of(be);
+    cuda_gather_rows((bf16 *)dst, (const bf16 *)src, cb->d_rows, n, C, cb->stream);
+}
+
+static void cuda_be_logits(Backend *be, void *logits, const void *x, const WeightRef *w, int n, float cap) {
+    CudaBackend *cb = cb_of(be);
+    gemm(cb, logits, true, (const bf16 *)x, mat_of(w, 0), NULL, (int)w->rows, n, (int)w->cols);
+    if (cap > 0) cuda_softcap((float *)logits, (int64_t)n * w->rows, cap, cb->stream);
+}
+
+/* Ends the step: copies n values of buf (fp32, or bf16 widened on the host). */
 static int cuda_be_read(Backend *be, float *host, const void *buf, int64_t n, Err *err) {
     CudaBackend *cb = cb_of(be);
+    const Buf *b = buf_of(cb, buf);
     op_fail(cb, cudaGetLastError(), "kernel launch");
-    if (!cb->failed) op_fail(cb, cudaMemcpyAsync(host, buf, n * sizeof(float), cudaMemcpyDeviceToHost, cb->stream), "read");
+    if (!cb->failed && (!b || n > b->n)) return err_set(err, "cuda: read of %lld values from an unknown buffer", (long long)n);
+    bf16 *tmp = !cb->failed && n > 0 && b->kind == BUF_ACT ? (bf16 *)malloc(n * sizeof(bf16)) : NULL;
+    if (!cb->failed && n > 0 && b->kind == BUF_ACT && !tmp) return err_set(err, "out of memory");
+    void *dst = tmp ? (void *)tmp : (void *)host;
+    size_t bytes = n * (tmp ? sizeof(bf16) : sizeof(float));
+    if (!cb->failed && n > 0) op_fail(cb, cudaMemcpyAsync(dst, buf, bytes, cudaMemcpyDeviceToHost, cb->stream), "read");
     if (!cb->failed) op_fail(cb, cudaStreamSynchronize(cb->stream), "step");
+    for (int64_t i = 0; tmp && !cb->failed && i < n; i++) host[i] = __bfloat162float(tmp[i]);
+    free(tmp);
     if (cb->failed) { *err = cb->err; return -1; }
+    return 0;
+}
+
+static int cuda_be_write(Backend *be, void *buf, const float *host, int64_t n, Err *err) {
+    CudaBackend *cb = cb_of(be);
+    const Buf *b = buf_of(cb, buf);
+    if (!b || n > b->n) return err_set(err, "cuda: write of %lld values to an unknown buffer", (long long)n);
+    if (n <= 0) return 0;
+    if (b->kind == BUF_F32) {
+        CUDA_CHECK(cudaMemcpy(buf, host, n * sizeof(float), cudaMemcpyHostToDevice), err);
+        return 0;
+    }
+    bf16 *tmp = (bf16 *)malloc(n * sizeof(bf16));
+    if (!tmp) return err_set(err, "out of memory");
+    for (int64_t i = 0; i < n; i++) tmp[i] = __float2bfloat16(host[i]);
+    cudaError_t e = cudaMemcpy(buf, tmp, n * sizeof(bf16), cudaMemcpyHostToDevice);
+    free(tmp);
+    CUDA_CHECK(e, err);
     return 0;
 }
 
 static void cuda_destroy(Backend *be) {
     CudaBackend *cb = cb_of(be);
     cudaSetDevice(cb->device);
-    cudaStreamSynchronize(cb->stream);
+    if (cb->stream) cudaStreamSynchronize(cb->stream);
+    graphs_drop(cb);
     for (int i = 0; i < cb->n_allocs; i++) cudaFree(cb->allocs[i]);
-    for (int l = 0; cb->k_cache && l < cb->n_layers; l++) { cudaFree(cb->k_cache[l]); cudaFree(cb->v_cache[l]); }
-    void *dev[] = {cb->d_ids, cb->d_pos, cb->d_seq, cb->d_tables, cb->d_slot, cb->xb, cb->moe_rows, cb->moe_gate,
-                   cb->moe_up, cb->moe_out, cb->moe_w, cb->moe_idx, cb->router, cb->workspace};
+    for (int i = 0; i < cb->n_bufs; i++) cudaFree(cb->bufs[i].ptr);
+    void *dev[] = {cb->d_ids, cb->d_pos, cb->d_seq, cb->d_tables, cb->d_slot, cb->d_rows, cb->scratch, cb->router,
+                   cb->moe_w, cb->moe_acc, cb->moe_idx, cb->moe_rows, cb->moe_act, cb->moe_out, cb->workspace,
+                   cb->d_inv_freq, cb->kv_pool};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
-    void *pinned[] = {cb->h_tables, cb->h_router, cb->h_w, cb->h_idx};
+    void *pinned[] = {cb->h_ids, cb->h_pos, cb->h_seq, cb->h_slot, cb->h_rows, cb->h_tables, cb->h_router, cb->h_w,
+                      cb->h_idx};
     for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++) cudaFreeHost(pinned[i]);
     for (int i = 0; i < cb->n_plans; i++) {
         cublasLtMatmulDescDestroy(cb->plans[i].desc);
@@ -395,98 +621,169 @@ static void cuda_destroy(Backend *be) {
     if (cb->stream) cudaStreamDestroy(cb->stream);
     free(cb->k_cache);
     free(cb->v_cache);
+    free(cb->mscale);
+    free(cb->h_need);
     free(cb->allocs);
     free(cb->w.layers);
     free(cb);
     free(be);
 }
 
-/* Step buffers sized for max_tokens rows. */
-static int cuda_alloc_step(CudaBackend *cb, const ModelConfig *c, int n_blocks, int block_size, Err *err) {
+/* ---------- creation ---------- */
+
+/* Step buffers sized for max_tokens rows; rope tables. */
+static int cuda_alloc_step(CudaBackend *cb, const ModelConfig *c, const ModelWeights *host, Err *err) {
     int T = cb->max_tokens;
     cb->max_seqs = T < 1024 ? T : 1024;
-    cb->max_blocks = n_blocks;
-    int64_t widest = c->dim;
-    int64_t cols[] = {c->ffn_dim, (int64_t)c->n_heads * c->head_dim_v};
-    for (int i = 0; i < 2; i++) if (cols[i] > widest) widest = cols[i];
-    cb->xb_elems = (int64_t)T * widest;
-    int64_t E = c->n_experts > 0 ? c->n_experts : 1, half = c->rope_dim / 2 + 1;
-    int64_t router = (int64_t)T * E > half ? (int64_t)T * E : half;
+    int64_t E = c->n_experts > 0 ? c->n_experts : 1, K = c->n_experts > 0 ? c->n_experts_used : 1;
+    int64_t qkv = (int64_t)c->n_heads * c->head_dim_k + (int64_t)c->n_kv_heads * (c->head_dim_k + c->head_dim_v);
+    int64_t wide = qkv > 2 * (int64_t)c->ffn_dim ? qkv : 2 * (int64_t)c->ffn_dim;
     CUDA_CHECK(cudaMalloc(&cb->d_ids, T * sizeof(int32_t)), err);
     CUDA_CHECK(cudaMalloc(&cb->d_pos, T * sizeof(int32_t)), err);
     CUDA_CHECK(cudaMalloc(&cb->d_seq, T * sizeof(int32_t)), err);
     CUDA_CHECK(cudaMalloc(&cb->d_slot, T * sizeof(int64_t)), err);
-    CUDA_CHECK(cudaMalloc(&cb->d_tables, (size_t)cb->max_seqs * n_blocks * sizeof(int32_t)), err);
-    CUDA_CHECK(cudaMallocHost(&cb->h_tables, (size_t)cb->max_seqs * n_blocks * sizeof(int32_t)), err);
-    CUDA_CHECK(cudaMalloc(&cb->xb, cb->xb_elems * sizeof(__nv_bfloat16)), err);
-    CUDA_CHECK(cudaMalloc(&cb->router, router * sizeof(float)), err);
-    CUDA_CHECK(cudaMallocHost(&cb->h_router, router * sizeof(float)), err);
-    CUDA_CHECK(cudaMalloc(&cb->moe_idx, T * sizeof(int32_t)), err);
-    CUDA_CHECK(cudaMallocHost(&cb->h_idx, T * sizeof(int32_t)), err);
-    CUDA_CHECK(cudaMalloc(&cb->moe_w, T * sizeof(float)), err);
-    CUDA_CHECK(cudaMallocHost(&cb->h_w, T * sizeof(float)), err);
+    CUDA_CHECK(cudaMalloc(&cb->d_rows, T * sizeof(int32_t)), err);
+    CUDA_CHECK(cudaMallocHost(&cb->h_ids, T * sizeof(int32_t)), err);
+    CUDA_CHECK(cudaMallocHost(&cb->h_pos, T * sizeof(int32_t)), err);
+    CUDA_CHECK(cudaMallocHost(&cb->h_seq, T * sizeof(int32_t)), err);
+    CUDA_CHECK(cudaMallocHost(&cb->h_slot, T * sizeof(int64_t)), err);
+    CUDA_CHECK(cudaMallocHost(&cb->h_rows, T * sizeof(int32_t)), err);
+    CUDA_CHECK(cudaMalloc(&cb->scratch, T * wide * sizeof(bf16)), err);
+    CUDA_CHECK(cudaMalloc(&cb->router, T * E * sizeof(float)), err);
+    CUDA_CHECK(cudaMallocHost(&cb->h_router, T * E * sizeof(float)), err);
+    CUDA_CHECK(cudaMalloc(&cb->moe_idx, T * K * sizeof(int32_t)), err);
+    CUDA_CHECK(cudaMallocHost(&cb->h_idx, T * K * sizeof(int32_t)), err);
+    CUDA_CHECK(cudaMalloc(&cb->moe_w, T * K * sizeof(float)), err);
+    CUDA_CHECK(cudaMallocHost(&cb->h_w, T * K * sizeof(float)), err);
     if (c->n_experts > 0) {
-        CUDA_CHECK(cudaMalloc(&cb->moe_rows, (size_t)T * c->dim * sizeof(float)), err);
-        CUDA_CHECK(cudaMalloc(&cb->moe_out, (size_t)T * c->dim * sizeof(float)), err);
-        CUDA_CHECK(cudaMalloc(&cb->moe_gate, (size_t)T * c->ffn_dim * sizeof(float)), err);
-        CUDA_CHECK(cudaMalloc(&cb->moe_up, (size_t)T * c->ffn_dim * sizeof(float)), err);
+        CUDA_CHECK(cudaMalloc(&cb->moe_rows, (size_t)T * c->dim * sizeof(bf16)), err);
+        CUDA_CHECK(cudaMalloc(&cb->moe_out, (size_t)T * c->dim * sizeof(bf16)), err);
+        CUDA_CHECK(cudaMalloc(&cb->moe_act, (size_t)T * c->ffn_dim * sizeof(bf16)), err);
+        CUDA_CHECK(cudaMalloc(&cb->moe_acc, (size_t)T * c->dim * sizeof(float)), err);
     }
-    cb->kw = c->n_kv_heads * c->head_dim_k;
-    cb->vw = c->n_kv_heads * c->head_dim_v;
-    cb->n_layers = c->n_layers;
-    cb->k_cache = (float **)calloc(c->n_layers, sizeof(float *));
-    cb->v_cache = (float **)calloc(c->n_layers, sizeof(float *));
-    if (!cb->k_cache || !cb->v_cache) return err_set(err, "out of memory");
-    size_t slots = (size_t)n_blocks * block_size;
-    for (int l = 0; l < c->n_layers; l++) {
-        CUDA_CHECK(cudaMalloc(&cb->k_cache[l], slots * cb->kw * sizeof(float)), err);
-        CUDA_CHECK(cudaMalloc(&cb->v_cache[l], slots * cb->vw * sizeof(float)), err);
-    }
+    float *inv_freq = NULL;
+    if (backend_rope_tables(c, host, &inv_freq, &cb->mscale, err)) return -1;
+    size_t fbytes = (size_t)c->n_layers * (c->rope_dim / 2 > 0 ? c->rope_dim / 2 : 1) * sizeof(float);
+    cudaError_t e = cudaMalloc(&cb->d_inv_freq, fbytes);
+    if (e == cudaSuccess) e = cudaMemcpy(cb->d_inv_freq, inv_freq, fbytes, cudaMemcpyHostToDevice);
+    free(inv_freq);
+    CUDA_CHECK(e, err);
     return 0;
 }
 
-extern "C" Backend *backend_cuda_create(const ModelConfig *c, const ModelWeights *host, int device, int block_size,
-                                        int n_blocks, int max_tokens, double *load_gbps, Err *err) {
+/* Bytes the KV cache may take: mem_util of the device's memory, less what
+ * is in use now (weights, step buffers, other processes) and what the
+ * activations of forward_init will take. */
+static int64_t kv_budget(const ModelConfig *c, float mem_util, size_t free_b, size_t total, int max_tokens,
+                         int64_t already_planned) {
+    int64_t act, f32;
+    forward_buffer_elems(c, max_tokens, &act, &f32);
+    double budget = (double)mem_util * total - (double)(total - free_b) - already_planned - act * 2.0 - f32 * 4.0 -
+                    (double)RESERVE_BYTES;
+    return budget > 0 ? (int64_t)budget : 0;
+}
+
+static int cuda_alloc_kv(CudaBackend *cb, const ModelConfig *c, const CudaOptions *o, Err *err) {
+    int64_t per_block = (int64_t)o->block_size * config_kv_bytes_per_token(c, 2);
+    int64_t n_blocks = o->n_blocks;
+    if (n_blocks <= 0) {
+        size_t free_b = 0, total = 0;
+        CUDA_CHECK(cudaMemGetInfo(&free_b, &total), err);
+        float util = o->mem_util > 0 ? o->mem_util : 0.9f;
+        n_blocks = kv_budget(c, util, free_b, total, cb->max_tokens, 0) / (per_block > 0 ? per_block : 1);
+        if (n_blocks > MAX_AUTO_BLOCKS) n_blocks = MAX_AUTO_BLOCKS;
+        if (n_blocks < 1)
+            return err_set(err, "cuda: --gpu-mem-util %.2f of %.1f GiB leaves no room for the KV cache after the "
+                           "weights and activations (%.1f GiB in use)", util, total / 1073741824.0,
+                           (total - free_b) / 1073741824.0);
+    }
+    int64_t seq_tokens = o->max_seq_tokens > 0 ? o->max_seq_tokens : n_blocks * o->block_size;
+    int64_t width = (seq_tokens + o->block_size - 1) / o->block_size;
+    cb->max_blocks = (int)(width < n_blocks ? width : n_blocks);
+    cb->n_slots = n_blocks * o->block_size;
+    int64_t kw = (int64_t)c->n_kv_heads * c->head_dim_k, vw = (int64_t)c->n_kv_heads * c->head_dim_v;
+    CUDA_CHECK(cudaMalloc(&cb->kv_pool, (size_t)c->n_layers * cb->n_slots * (kw + vw) * sizeof(bf16)), err);
+    cb->k_cache = (bf16 **)calloc(c->n_layers, sizeof(bf16 *));
+    cb->v_cache = (bf16 **)calloc(c->n_layers, sizeof(bf16 *));
+    cb->h_need = (int32_t *)calloc(cb->max_seqs, sizeof(int32_t));
+    if (!cb->k_cache || !cb->v_cache || !cb->h_need) return err_set(err, "out of memory");
+    for (int l = 0; l < c->n_layers; l++) {
+        cb->k_cache[l] = cb->kv_pool + (size_t)l * cb->n_slots * (kw + vw);
+        cb->v_cache[l] = cb->k_cache[l] + cb->n_slots * kw;
+    }
+    CUDA_CHECK(cudaMallocHost(&cb->h_tables, (size_t)cb->max_seqs * cb->max_blocks * sizeof(int32_t)), err);
+    CUDA_CHECK(cudaMalloc(&cb->d_tables, (size_t)cb->max_seqs * cb->max_blocks * sizeof(int32_t)), err);
+    return 0;
+}
+
+extern "C" Backend *backend_cuda_create_opts(const ModelConfig *c, const ModelWeights *host, const CudaOptions *o,
+                                             double *load_gbps, Err *err) {
     Backend *be = (Backend *)calloc(1, sizeof *be);
     CudaBackend *cb = (CudaBackend *)calloc(1, sizeof *cb);
     if (!be || !cb) { free(be); free(cb); err_set(err, "out of memory"); return NULL; }
     *be = (Backend){};
     be->ctx = cb;
     be->destroy = cuda_destroy;
-    cb->device = device;
-    cb->max_tokens = max_tokens;
+    cb->device = o->device;
+    cb->cfg = c;
+    cb->max_tokens = o->max_tokens > 0 ? o->max_tokens : 1;
+    cb->graphs_on = !o->no_graphs;
+    cb->bucket = -1;
     cb->workspace_bytes = (size_t)32 << 20;
     int rc = 0;
-    cudaError_t e = cudaSetDevice(device);
-    if (e != cudaSuccess) rc = err_set(err, "cuda: cannot use device %d: %s", device, cudaGetErrorString(e));
+    cudaError_t e = cudaSetDevice(o->device);
+    if (e != cudaSuccess) rc = err_set(err, "cuda: cannot use device %d: %s", o->device, cudaGetErrorString(e));
+    if (rc == 0 && o->block_size <= 0) rc = err_set(err, "cuda: block size %d", o->block_size);
     if (rc == 0 && (e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking)) != cudaSuccess)
         rc = err_set(err, "cuda: stream: %s", cudaGetErrorString(e));
     if (rc == 0 && cublasLtCreate(&cb->lt) != CUBLAS_STATUS_SUCCESS) rc = err_set(err, "cuBLASLt: cannot initialize");
     if (rc == 0 && (e = cudaMalloc(&cb->workspace, cb->workspace_bytes)) != cudaSuccess)
         rc = err_set(err, "cuda: workspace: %s", cudaGetErrorString(e));
     if (rc == 0) rc = upload_model(cb, c, host, load_gbps, err);
-    if (rc == 0) rc = cuda_alloc_step(cb, c, n_blocks, block_size, err);
+    if (rc == 0) rc = cuda_alloc_step(cb, c, host, err);
+    if (rc == 0) rc = cuda_alloc_kv(cb, c, o, err);
     if (rc) { cuda_destroy(be); return NULL; }
     static char name[32];
-    snprintf(name, sizeof name, "cuda:%d", device);
+    snprintf(name, sizeof name, "cuda:%d", o->device);
     be->name = name;
     be->weights = &cb->w;
-    be->kv_block_size = block_size;
-    be->kv_n_blocks = n_blocks;
+    be->kv_block_size = o->block_size;
+    be->kv_n_blocks = (int)(cb->n_slots / o->block_size);
     be->alloc = cuda_be_alloc;
     be->release = cuda_be_release;
     be->begin_step = cuda_be_begin_step;
+    be->graph_replay = cuda_be_graph_replay;
+    be->graph_capture = cuda_be_graph_capture;
     be->embed = cuda_be_embed;
-    be->matmul = cuda_be_matmul;
+    be->add_rmsnorm = cuda_be_add_rmsnorm;
     be->rmsnorm = cuda_be_rmsnorm;
-    be->add = cuda_be_add;
-    be->rope = cuda_be_rope;
-    be->kv_write = cuda_be_kv_write;
+    be->qkv = cuda_be_qkv;
+    be->matmul = cuda_be_matmul;
+    be->rope_kv_write = cuda_be_rope_kv_write;
     be->attention = cuda_be_attention;
-    be->glu = cuda_be_glu;
+    be->gate_up = cuda_be_gate_up;
     be->moe = cuda_be_moe;
-    be->softcap = cuda_be_softcap;
     be->gather_rows = cuda_be_gather_rows;
+    be->logits = cuda_be_logits;
     be->read = cuda_be_read;
+    be->write = cuda_be_write;
     return be;
+}
+
+extern "C" Backend *backend_cuda_create(const ModelConfig *c, const ModelWeights *host, int device, int block_size,
+                                        int n_blocks, int max_tokens, double *load_gbps, Err *err) {
+    CudaOptions o = {device, block_size, n_blocks, 0, max_tokens, 0.9f, false};
+    if (n_blocks <= 0) return (Backend *)(err_set(err, "cuda: %d KV blocks", n_blocks), NULL);
+    return backend_cuda_create_opts(c, host, &o, load_gbps, err);
+}
+
+extern "C" int cuda_kv_tokens_that_fit(const ModelConfig *c, uint64_t weight_bytes_bf16, int device, float mem_util,
+                                       int max_tokens, int block_size, int64_t *tokens, Err *err) {
+    size_t free_b = 0, total = 0;
+    CUDA_CHECK(cudaSetDevice(device), err);
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total), err);
+    int64_t per_block = (int64_t)block_size * config_kv_bytes_per_token(c, 2);
+    int64_t budget = kv_budget(c, mem_util > 0 ? mem_util : 0.9f, free_b, total, max_tokens, (int64_t)weight_bytes_bf16);
+    *tokens = per_block > 0 ? budget / per_block * block_size : 0;
+    return 0;
 }

@@ -2,18 +2,40 @@
 #ifndef CLLM_BACKEND_CUDA_H
 #define CLLM_BACKEND_CUDA_H
 
+#include <stdint.h>
+
 #include "kernels/backend.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Uploads the model's weights to GPU `device` (matrices as bf16, vectors as
- * fp32) through pinned staging buffers, and allocates a KV cache of n_blocks
- * blocks of block_size tokens. max_tokens bounds the rows of one step.
+typedef struct {
+    int device;            /* CUDA device index */
+    int block_size;        /* tokens per KV block */
+    int n_blocks;          /* KV blocks; <= 0: as many as fit in mem_util of the GPU's memory */
+    int max_seq_tokens;    /* longest sequence (block-table width); <= 0: n_blocks * block_size */
+    int max_tokens;        /* rows of one step */
+    float mem_util;        /* fraction of the GPU's memory cllm may use (weights, activations, KV); <= 0: 0.9 */
+    bool no_graphs;        /* issue every step's kernels instead of replaying captured decode steps */
+} CudaOptions;
+
+/* Uploads the model's weights to the GPU (matrices as bf16, with Wq|Wk|Wv and
+ * Wgate|Wup concatenated for one GEMM each; vectors as fp32) through pinned
+ * staging buffers, allocates the step buffers and a bf16 KV cache.
  * load_gbps (optional) receives the upload rate. */
+Backend *backend_cuda_create_opts(const ModelConfig *c, const ModelWeights *host, const CudaOptions *o,
+                                  double *load_gbps, Err *err);
+
+/* The same with a fixed KV cache of n_blocks blocks (no memory budget). */
 Backend *backend_cuda_create(const ModelConfig *c, const ModelWeights *host, int device, int block_size,
                              int n_blocks, int max_tokens, double *load_gbps, Err *err);
+
+/* Tokens of bf16 KV cache that fit on `device` beside the model's bf16
+ * weights and the activations of max_tokens rows, within mem_util of its
+ * memory (what backend_cuda_create_opts would allocate); 0 when none fit. */
+int cuda_kv_tokens_that_fit(const ModelConfig *c, uint64_t weight_bytes_bf16, int device, float mem_util,
+                            int max_tokens, int block_size, int64_t *tokens, Err *err);
 
 #ifdef __cplusplus
 }

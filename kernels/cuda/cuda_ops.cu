@@ -1,33 +1,24 @@
-/* cuda_ops.cu — the CUDA backend's small kernels: embedding, bf16
- * conversion, bias, RMSNorm, residual add, rope, KV-cache write by slot,
- * attention over the paged cache, gated activations, soft-cap, row gather and
- * the MoE combine. Each mirrors its CPU reference in kernels/cpu/.
+/* cuda_ops.cu — the CUDA backend's small kernels: embedding, fused residual
+ * add + RMSNorm, RMSNorm, QKV split, bias, fused rope + KV-cache write by
+ * slot, attention over the paged bf16 cache, gated activations, soft-cap,
+ * row gather and the MoE combine. Each mirrors its CPU reference in
+ * kernels/cpu/ (the fused ones mirror their plain ops in sequence).
  *
- * This first version favours obvious correctness: fp32 activations and a
- * straightforward attention kernel (one block per query row and head,
- * keys in tiles of 128 with an online softmax). The FlashAttention-style
- * tensor-core kernels replace it (kernels/NOTES.md tracks versions). */
+ * Activations in and out are bf16, all arithmetic fp32. The attention kernel
+ * here is the simple, obviously-correct one (one block per query row and
+ * head, keys in tiles of 128 with an online softmax); the FlashAttention-style
+ * kernels of kernels/cuda/attention*.cu replace it with the same interface. */
 #include <math.h>
 
 #include "kernels/cuda/cuda_ops.cuh"
 
 /* ---------------- kernels ---------------- */
 
-__global__ void kernel_embed(float *out, const __nv_bfloat16 *table, const int32_t *ids, int C, float scale) {
+__global__ void kernel_embed(float *out, const bf16 *table, const int32_t *ids, int C, float scale) {
     int t = blockIdx.y;
-    const __nv_bfloat16 *row = table + (int64_t)ids[t] * C;
+    const bf16 *row = table + (int64_t)ids[t] * C;
     for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x)
         out[(int64_t)t * C + c] = __bfloat162float(row[c]) * scale;
-}
-
-__global__ void kernel_to_bf16(__nv_bfloat16 *out, const float *x, int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        out[i] = __float2bfloat16(x[i]);
-}
-
-__global__ void kernel_add_bias(float *y, const float *bias, int T, int n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (int64_t)T * n; i += (int64_t)gridDim.x * blockDim.x)
-        y[i] += bias[i % n];
 }
 
 __device__ float block_sum(float v, float *shared) {
@@ -62,58 +53,98 @@ __device__ float block_max(float v, float *shared) {
     return v;
 }
 
-__global__ void kernel_rmsnorm(float *out, const float *x, const float *w, int C, float eps, float offset) {
+/* One block per row: the residual row is read and written once, then read
+ * again (from L1/L2) to normalize. */
+__global__ void kernel_add_rmsnorm(float *x, const bf16 *delta, bf16 *out, const float *w, int C, float eps,
+                                   float offset) {
     __shared__ float red[32];
-    const float *xr = x + (int64_t)blockIdx.x * C;
+    float *xr = x + (int64_t)blockIdx.x * C;
+    const bf16 *dr = delta ? delta + (int64_t)blockIdx.x * C : NULL;
     float ss = 0;
-    for (int i = threadIdx.x; i < C; i += blockDim.x) ss += xr[i] * xr[i];
+    for (int i = threadIdx.x; i < C; i += blockDim.x) {
+        float v = xr[i];
+        if (dr) { v += __bfloat162float(dr[i]); xr[i] = v; }
+        ss += v * v;
+    }
     float inv = rsqrtf(block_sum(ss, red) / C + eps);
-    float *o = out + (int64_t)blockIdx.x * C;
-    for (int i = threadIdx.x; i < C; i += blockDim.x) o[i] = xr[i] * inv * (w[i] + offset);
+    bf16 *o = out + (int64_t)blockIdx.x * C;
+    for (int i = threadIdx.x; i < C; i += blockDim.x) o[i] = __float2bfloat16(xr[i] * inv * (w[i] + offset));
 }
 
-__global__ void kernel_add(float *x, const float *d, int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        x[i] += d[i];
+/* In place is safe: each thread reads the elements it later writes. */
+__global__ void kernel_rmsnorm(bf16 *out, const bf16 *x, const float *w, int C, float eps, float offset) {
+    __shared__ float red[32];
+    const bf16 *xr = x + (int64_t)blockIdx.x * C;
+    float ss = 0;
+    for (int i = threadIdx.x; i < C; i += blockDim.x) { float v = __bfloat162float(xr[i]); ss += v * v; }
+    float inv = rsqrtf(block_sum(ss, red) / C + eps);
+    bf16 *o = out + (int64_t)blockIdx.x * C;
+    for (int i = threadIdx.x; i < C; i += blockDim.x)
+        o[i] = __float2bfloat16(__bfloat162float(xr[i]) * inv * (w[i] + offset));
 }
 
-__global__ void kernel_rope(float *x, const int32_t *pos, int n_heads, int head_dim, int half, const float *inv_freq,
-                            float mscale, bool neox) {
-    int t = blockIdx.y, h = blockIdx.x, i = threadIdx.x;
-    if (i >= half) return;
-    float s, c;
-    sincosf((float)pos[t] * inv_freq[i], &s, &c);
-    s *= mscale;
-    c *= mscale;
-    float *v = x + ((int64_t)t * n_heads + h) * head_dim;
-    int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-    float x0 = v[a], x1 = v[b];
-    v[a] = x0 * c - x1 * s;
-    v[b] = x0 * s + x1 * c;
+__global__ void kernel_split_qkv(bf16 *q, bf16 *k, bf16 *v, const bf16 *qkv, const float *bq, const float *bk,
+                                 const float *bv, int nq, int nk, int nv) {
+    int t = blockIdx.y, n = nq + nk + nv;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        float a = __bfloat162float(qkv[(int64_t)t * n + i]);
+        if (i < nq) q[(int64_t)t * nq + i] = __float2bfloat16(bq ? a + bq[i] : a);
+        else if (i < nq + nk) k[(int64_t)t * nk + i - nq] = __float2bfloat16(bk ? a + bk[i - nq] : a);
+        else v[(int64_t)t * nv + i - nq - nk] = __float2bfloat16(bv ? a + bv[i - nq - nk] : a);
+    }
 }
 
-__global__ void kernel_kv_write(float *kc, float *vc, const int64_t *slot, const float *k, const float *v, int kw, int vw) {
+__global__ void kernel_add_bias(void *y, bool y_f32, const float *bias, int T, int n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (int64_t)T * n; i += (int64_t)gridDim.x * blockDim.x) {
+        if (y_f32) ((float *)y)[i] += bias[i % n];
+        else ((bf16 *)y)[i] = __float2bfloat16(__bfloat162float(((bf16 *)y)[i]) + bias[i % n]);
+    }
+}
+
+/* One block per row t: first every (head, pair) of q and k is rotated in
+ * place, then (after the barrier makes the rotated k visible) k and v are
+ * copied to the row's cache slot. */
+__global__ void kernel_rope_kv_write(bf16 *q, bf16 *k, const bf16 *v, bf16 *kc, bf16 *vc, DevAttnBatch b, int n_heads,
+                                     int n_kv_heads, int hd, int hdv, int half, const float *inv_freq, float mscale,
+                                     bool neox, int64_t n_slots) {
     int t = blockIdx.x;
-    for (int i = threadIdx.x; i < kw; i += blockDim.x) kc[slot[t] * kw + i] = k[(int64_t)t * kw + i];
-    for (int i = threadIdx.x; i < vw; i += blockDim.x) vc[slot[t] * vw + i] = v[(int64_t)t * vw + i];
+    float p = (float)b.pos[t];
+    for (int j = threadIdx.x; j < (n_heads + n_kv_heads) * half; j += blockDim.x) {
+        int h = j / half, i = j % half;
+        bf16 *x = h < n_heads ? q + ((int64_t)t * n_heads + h) * hd : k + ((int64_t)t * n_kv_heads + h - n_heads) * hd;
+        float s, c;
+        sincosf(p * inv_freq[i], &s, &c);
+        s *= mscale;
+        c *= mscale;
+        int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
+        float x0 = __bfloat162float(x[ia]), x1 = __bfloat162float(x[ib]);
+        x[ia] = __float2bfloat16(x0 * c - x1 * s);
+        x[ib] = __float2bfloat16(x0 * s + x1 * c);
+    }
+    __syncthreads();
+    int64_t slot = b.slot[t];
+    if (slot < 0 || slot >= n_slots) return;
+    int kw = n_kv_heads * hd, vw = n_kv_heads * hdv;
+    for (int i = threadIdx.x; i < kw; i += blockDim.x) kc[slot * kw + i] = k[(int64_t)t * kw + i];
+    for (int i = threadIdx.x; i < vw; i += blockDim.x) vc[slot * vw + i] = v[(int64_t)t * vw + i];
 }
 
 #define ATT_TILE 128
 
 /* One block per (query row, head): keys in tiles of ATT_TILE, one key per
  * thread for the scores, one output channel per thread for the sum. */
-__global__ void kernel_attention(float *out, const float *q, const float *kc, const float *vc, DevAttnBatch b,
-                                 AttnParams p, const float *sinks) {
+__global__ void kernel_attention(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, DevAttnBatch b,
+                                 AttnParams p) {
     extern __shared__ float smem[]; /* q [Dk] | scores [ATT_TILE] | acc [Dv] | red [32] */
     float *qs = smem, *sc = qs + p.head_dim_k, *acc = sc + ATT_TILE, *red = acc + p.head_dim_v;
     int row = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
     int pos = b.pos[row], kvh = h / (p.n_heads / p.n_kv_heads);
     int first = p.window > 0 && pos - p.window + 1 > 0 ? pos - p.window + 1 : 0;
     const int32_t *table = b.tables + (int64_t)b.seq[row] * b.max_blocks;
-    const float *qr = q + ((int64_t)row * p.n_heads + h) * p.head_dim_k;
-    for (int d = tid; d < p.head_dim_k; d += blockDim.x) qs[d] = qr[d];
+    const bf16 *qr = q + ((int64_t)row * p.n_heads + h) * p.head_dim_k;
+    for (int d = tid; d < p.head_dim_k; d += blockDim.x) qs[d] = __bfloat162float(qr[d]);
     for (int d = tid; d < p.head_dim_v; d += blockDim.x) acc[d] = 0.0f;
-    float m = sinks ? sinks[h] : -INFINITY, denom = sinks ? 1.0f : 0.0f;
+    float m = p.sinks ? p.sinks[h] : -INFINITY, denom = p.sinks ? 1.0f : 0.0f;
     __syncthreads();
     int kstride = p.n_kv_heads * p.head_dim_k, vstride = p.n_kv_heads * p.head_dim_v;
     for (int t0 = first; t0 <= pos; t0 += ATT_TILE) {
@@ -121,9 +152,9 @@ __global__ void kernel_attention(float *out, const float *q, const float *kc, co
         float s = -INFINITY;
         if (tid < ATT_TILE && j <= pos) {
             int64_t slot = (int64_t)table[j / b.block_size] * b.block_size + j % b.block_size;
-            const float *kr = kc + slot * kstride + (int64_t)kvh * p.head_dim_k;
+            const bf16 *kr = kc + slot * kstride + (int64_t)kvh * p.head_dim_k;
             s = 0;
-            for (int d = 0; d < p.head_dim_k; d++) s += qs[d] * kr[d];
+            for (int d = 0; d < p.head_dim_k; d++) s += qs[d] * __bfloat162float(kr[d]);
             s *= p.scale;
             if (p.softcap > 0) s = p.softcap * tanhf(s / p.softcap);
         }
@@ -140,29 +171,25 @@ __global__ void kernel_attention(float *out, const float *q, const float *kc, co
             for (int jj = 0; jj < n; jj++) {
                 int jk = t0 + jj;
                 int64_t slot = (int64_t)table[jk / b.block_size] * b.block_size + jk % b.block_size;
-                a += sc[jj] * vc[slot * vstride + (int64_t)kvh * p.head_dim_v + d];
+                a += sc[jj] * __bfloat162float(vc[slot * vstride + (int64_t)kvh * p.head_dim_v + d]);
             }
             acc[d] = a;
         }
         m = new_m;
         __syncthreads();
     }
-    float *o = out + ((int64_t)row * p.n_heads + h) * p.head_dim_v;
-    for (int d = tid; d < p.head_dim_v; d += blockDim.x) o[d] = acc[d] / denom;
+    bf16 *o = out + ((int64_t)row * p.n_heads + h) * p.head_dim_v;
+    for (int d = tid; d < p.head_dim_v; d += blockDim.x) o[d] = __float2bfloat16(acc[d] / denom);
 }
 
-__global__ void kernel_glu(float *out, const float *gate, const float *up, int64_t n, Activation act, float limit) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        float g = gate[i], u = up[i], a;
-        if (act == ACT_GELU_TANH) {
-            a = 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))) * u;
-        } else if (act == ACT_SWIGLU_OAI) {
-            if (limit > 0) { g = fminf(g, limit); u = fminf(fmaxf(u, -limit), limit); }
-            a = (u + 1.0f) * g / (1.0f + expf(-1.702f * g));
-        } else {
-            a = g / (1.0f + expf(-g)) * u;
-        }
-        out[i] = a;
+__global__ void kernel_glu(bf16 *out, const bf16 *gate, const bf16 *up, int ld, const float *bg, const float *bu,
+                           int F, Activation act, float limit) {
+    int t = blockIdx.y;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < F; i += gridDim.x * blockDim.x) {
+        float g = __bfloat162float(gate[(int64_t)t * ld + i]), u = __bfloat162float(up[(int64_t)t * ld + i]);
+        if (bg) g += bg[i];
+        if (bu) u += bu[i];
+        out[(int64_t)t * F + i] = __float2bfloat16(act_glu(g, u, act, limit));
     }
 }
 
@@ -171,16 +198,21 @@ __global__ void kernel_softcap(float *x, int64_t n, float cap) {
         x[i] = cap * tanhf(x[i] / cap);
 }
 
-__global__ void kernel_gather_rows(float *dst, const float *src, const int32_t *rows, int C) {
+__global__ void kernel_gather_rows(bf16 *dst, const bf16 *src, const int32_t *rows, int C) {
     int i = blockIdx.y;
     for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x)
         dst[(int64_t)i * C + c] = src[(int64_t)rows[i] * C + c];
 }
 
-__global__ void kernel_scatter_add(float *out, const float *src, const int32_t *rows, const float *w, int C) {
+__global__ void kernel_scatter_add(float *out, const bf16 *src, const int32_t *rows, const float *w, int C) {
     int i = blockIdx.y;
     for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x)
-        out[(int64_t)rows[i] * C + c] += w[i] * src[(int64_t)i * C + c];
+        out[(int64_t)rows[i] * C + c] += w[i] * __bfloat162float(src[(int64_t)i * C + c]);
+}
+
+__global__ void kernel_f32_to_bf16(bf16 *out, const float *x, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = __float2bfloat16(x[i]);
 }
 
 /* ---------------- launchers ---------------- */
@@ -190,56 +222,61 @@ static int grid_for(int64_t n, int block) {
     return (int)(g > 65535 ? 65535 : g < 1 ? 1 : g);
 }
 
-void cuda_embed(float *out, const __nv_bfloat16 *table, const int32_t *ids, int T, int C, float scale, cudaStream_t s) {
+/* Threads for a per-row kernel: C rounded up to warps, at most 256. */
+static int row_threads(int C) { return C >= 256 ? 256 : (C + 31) / 32 * 32; }
+
+void cuda_embed(float *out, const bf16 *table, const int32_t *ids, int T, int C, float scale, cudaStream_t s) {
     kernel_embed<<<dim3(grid_for(C, 256), T), 256, 0, s>>>(out, table, ids, C, scale);
 }
 
-void cuda_to_bf16(__nv_bfloat16 *out, const float *x, int64_t n, cudaStream_t s) {
-    kernel_to_bf16<<<grid_for(n, 256), 256, 0, s>>>(out, x, n);
+void cuda_add_rmsnorm(float *x, const bf16 *delta, bf16 *out, const float *w, int T, int C, float eps, float offset,
+                      cudaStream_t s) {
+    if (T > 0) kernel_add_rmsnorm<<<T, row_threads(C), 0, s>>>(x, delta, out, w, C, eps, offset);
 }
 
-void cuda_add_bias(float *y, const float *bias, int T, int n, cudaStream_t s) {
-    kernel_add_bias<<<grid_for((int64_t)T * n, 256), 256, 0, s>>>(y, bias, T, n);
+void cuda_rmsnorm(bf16 *out, const bf16 *x, const float *w, int rows, int C, float eps, float offset, cudaStream_t s) {
+    if (rows > 0) kernel_rmsnorm<<<rows, row_threads(C), 0, s>>>(out, x, w, C, eps, offset);
 }
 
-void cuda_rmsnorm(float *out, const float *x, const float *w, int rows, int C, float eps, float offset, cudaStream_t s) {
-    kernel_rmsnorm<<<rows, 256, 0, s>>>(out, x, w, C, eps, offset);
+void cuda_split_qkv(bf16 *q, bf16 *k, bf16 *v, const bf16 *qkv, const float *bq, const float *bk, const float *bv,
+                    int T, int nq, int nk, int nv, cudaStream_t s) {
+    kernel_split_qkv<<<dim3(grid_for(nq + nk + nv, 256), T), 256, 0, s>>>(q, k, v, qkv, bq, bk, bv, nq, nk, nv);
 }
 
-void cuda_add(float *x, const float *d, int64_t n, cudaStream_t s) {
-    kernel_add<<<grid_for(n, 256), 256, 0, s>>>(x, d, n);
+void cuda_add_bias(void *y, bool y_f32, const float *bias, int T, int n, cudaStream_t s) {
+    kernel_add_bias<<<grid_for((int64_t)T * n, 256), 256, 0, s>>>(y, y_f32, bias, T, n);
 }
 
-void cuda_rope(float *x, const int32_t *pos, int T, int n_heads, int head_dim, int rot_dim, const float *inv_freq,
-               float mscale, bool neox, cudaStream_t s) {
-    int half = rot_dim / 2;
-    if (half <= 0) return;
-    kernel_rope<<<dim3(n_heads, T), half, 0, s>>>(x, pos, n_heads, head_dim, half, inv_freq, mscale, neox);
+void cuda_rope_kv_write(bf16 *q, bf16 *k, const bf16 *v, bf16 *kc, bf16 *vc, const DevAttnBatch *b, int n_heads,
+                        int n_kv_heads, int head_dim_k, int head_dim_v, int rot_dim, const float *inv_freq,
+                        float mscale, bool neox, int64_t n_slots, cudaStream_t s) {
+    kernel_rope_kv_write<<<b->n_tokens, 256, 0, s>>>(q, k, v, kc, vc, *b, n_heads, n_kv_heads, head_dim_k, head_dim_v,
+                                                     rot_dim / 2, inv_freq, mscale, neox, n_slots);
 }
 
-void cuda_kv_write(float *kc, float *vc, const int64_t *slot, const float *k, const float *v, int T, int kw, int vw,
-                   cudaStream_t s) {
-    kernel_kv_write<<<T, 256, 0, s>>>(kc, vc, slot, k, v, kw, vw);
-}
-
-void cuda_attention(float *out, const float *q, const float *kc, const float *vc, const DevAttnBatch *b,
-                    const AttnParams *p, const float *sinks, cudaStream_t s) {
+void cuda_attention(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, const DevAttnBatch *b,
+                    const AttnParams *p, cudaStream_t s) {
     size_t shm = (p->head_dim_k + ATT_TILE + p->head_dim_v + 32) * sizeof(float);
-    kernel_attention<<<dim3(b->n_tokens, p->n_heads), ATT_TILE, shm, s>>>(out, q, kc, vc, *b, *p, sinks);
+    kernel_attention<<<dim3(b->n_tokens, p->n_heads), ATT_TILE, shm, s>>>(out, q, kc, vc, *b, *p);
 }
 
-void cuda_glu(float *out, const float *gate, const float *up, int64_t n, Activation act, float limit, cudaStream_t s) {
-    kernel_glu<<<grid_for(n, 256), 256, 0, s>>>(out, gate, up, n, act, limit);
+void cuda_glu(bf16 *out, const bf16 *gate, const bf16 *up, int ld, const float *bg, const float *bu, int T, int F,
+              Activation act, float limit, cudaStream_t s) {
+    if (T > 0) kernel_glu<<<dim3(grid_for(F, 256), T), 256, 0, s>>>(out, gate, up, ld, bg, bu, F, act, limit);
 }
 
 void cuda_softcap(float *x, int64_t n, float cap, cudaStream_t s) {
     kernel_softcap<<<grid_for(n, 256), 256, 0, s>>>(x, n, cap);
 }
 
-void cuda_gather_rows(float *dst, const float *src, const int32_t *rows, int n, int C, cudaStream_t s) {
+void cuda_gather_rows(bf16 *dst, const bf16 *src, const int32_t *rows, int n, int C, cudaStream_t s) {
     if (n > 0) kernel_gather_rows<<<dim3(grid_for(C, 256), n), 256, 0, s>>>(dst, src, rows, C);
 }
 
-void cuda_scatter_add(float *out, const float *src, const int32_t *rows, const float *w, int n, int C, cudaStream_t s) {
+void cuda_scatter_add(float *out, const bf16 *src, const int32_t *rows, const float *w, int n, int C, cudaStream_t s) {
     if (n > 0) kernel_scatter_add<<<dim3(grid_for(C, 256), n), 256, 0, s>>>(out, src, rows, w, C);
+}
+
+void cuda_f32_to_bf16(bf16 *out, const float *x, int64_t n, cudaStream_t s) {
+    if (n > 0) kernel_f32_to_bf16<<<grid_for(n, 256), 256, 0, s>>>(out, x, n);
 }

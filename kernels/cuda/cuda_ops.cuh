@@ -1,7 +1,13 @@
 /* cuda_ops.cuh — launchers of the elementwise / norm / rope / attention
- * kernels of the CUDA backend (kernels/cuda/cuda_ops.cu). Activations are
- * fp32 [T][C]; weights bf16 (matrices) or fp32 (vectors); the KV cache fp32
- * in the host layout of attention/kv_cache.h. Stream last. */
+ * kernels of the CUDA backend (kernels/cuda/cuda_ops.cu) and of the bf16
+ * matrix-vector kernels (kernels/cuda/gemv.cu).
+ *
+ * Element types: activations between GEMMs are bf16 [T][width]; the residual
+ * stream and the logits are fp32; weights are bf16 (matrices) or fp32
+ * (vectors: norms, biases, sinks); the KV cache is bf16, per layer
+ * K [n_blocks][block_size][KV][Dk] and V [n_blocks][block_size][KV][Dv]
+ * (a slot = block * block_size + offset). Every kernel accumulates in fp32.
+ * Stream last. */
 #ifndef CLLM_CUDA_OPS_CUH
 #define CLLM_CUDA_OPS_CUH
 
@@ -12,30 +18,63 @@
 #include "attention/attn_batch.h"
 #include "kernels/cpu/cpu_ops.h"
 
+typedef __nv_bfloat16 bf16;
+
 /* Attention metadata on the device: tables flattened to [n_seqs][max_blocks]. */
 typedef struct {
     int n_tokens;
     const int32_t *pos, *seq;
-    const int64_t *slot;
+    const int64_t *slot;            /* < 0: a padding row, nothing written */
     const int32_t *tables;
     int max_blocks, block_size;
 } DevAttnBatch;
 
-void cuda_embed(float *out, const __nv_bfloat16 *table, const int32_t *ids, int T, int C, float scale, cudaStream_t s);
-void cuda_to_bf16(__nv_bfloat16 *out, const float *x, int64_t n, cudaStream_t s);
-void cuda_add_bias(float *y, const float *bias, int T, int n, cudaStream_t s);
-void cuda_rmsnorm(float *out, const float *x, const float *w, int rows, int C, float eps, float offset, cudaStream_t s);
-void cuda_add(float *x, const float *d, int64_t n, cudaStream_t s);
-void cuda_rope(float *x, const int32_t *pos, int T, int n_heads, int head_dim, int rot_dim, const float *inv_freq,
-               float mscale, bool neox, cudaStream_t s);
-void cuda_kv_write(float *kc, float *vc, const int64_t *slot, const float *k, const float *v, int T, int kw, int vw,
-                   cudaStream_t s);
-void cuda_attention(float *out, const float *q, const float *kc, const float *vc, const DevAttnBatch *b,
-                    const AttnParams *p, const float *sinks, cudaStream_t s);
-void cuda_glu(float *out, const float *gate, const float *up, int64_t n, Activation act, float limit, cudaStream_t s);
+/* The gated activations of cpu_glu, on one fp32 pair. */
+static __device__ __forceinline__ float act_glu(float g, float u, Activation act, float limit) {
+    if (act == ACT_GELU_TANH) return 0.5f * g * (1.0f + tanhf(0.7978845608028654f * (g + 0.044715f * g * g * g))) * u;
+    if (act == ACT_SWIGLU_OAI) {
+        if (limit > 0) { g = fminf(g, limit); u = fminf(fmaxf(u, -limit), limit); }
+        return (u + 1.0f) * g / (1.0f + expf(-1.702f * g));
+    }
+    return g / (1.0f + expf(-g)) * u;
+}
+
+void cuda_embed(float *out, const bf16 *table, const int32_t *ids, int T, int C, float scale, cudaStream_t s);
+/* x += delta (delta may be NULL); out = rmsnorm(x) * (w + offset) */
+void cuda_add_rmsnorm(float *x, const bf16 *delta, bf16 *out, const float *w, int T, int C, float eps, float offset,
+                      cudaStream_t s);
+void cuda_rmsnorm(bf16 *out, const bf16 *x, const float *w, int rows, int C, float eps, float offset, cudaStream_t s);
+/* qkv [T][nq+nk+nv] -> q [T][nq], k [T][nk], v [T][nv] (+ biases, each may be NULL) */
+void cuda_split_qkv(bf16 *q, bf16 *k, bf16 *v, const bf16 *qkv, const float *bq, const float *bk, const float *bv,
+                    int T, int nq, int nk, int nv, cudaStream_t s);
+void cuda_add_bias(void *y, bool y_f32, const float *bias, int T, int n, cudaStream_t s); /* y bf16 or fp32 */
+/* Rope on q [T][H][D] and k [T][KV][D] in place (first rot_dim channels of
+ * each head, inv_freq [rot_dim/2]), then k, v rows to the cache at slot[t]
+ * (skipped when slot < 0 or >= n_slots). */
+void cuda_rope_kv_write(bf16 *q, bf16 *k, const bf16 *v, bf16 *kc, bf16 *vc, const DevAttnBatch *b, int n_heads,
+                        int n_kv_heads, int head_dim_k, int head_dim_v, int rot_dim, const float *inv_freq,
+                        float mscale, bool neox, int64_t n_slots, cudaStream_t s);
+/* out [T][H][Dv] (bf16) = attention of q [T][H][Dk] (bf16) over the paged cache. */
+void cuda_attention(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, const DevAttnBatch *b,
+                    const AttnParams *p, cudaStream_t s);
+/* out[t][i] = act(gate[t*ld + i] + bg[i]) * (up[t*ld + i] + bu[i]), i < F (biases may be NULL) */
+void cuda_glu(bf16 *out, const bf16 *gate, const bf16 *up, int ld, const float *bg, const float *bu, int T, int F,
+              Activation act, float limit, cudaStream_t s);
 void cuda_softcap(float *x, int64_t n, float cap, cudaStream_t s);
-void cuda_gather_rows(float *dst, const float *src, const int32_t *rows, int n, int C, cudaStream_t s);
-/* out[rows[i]] += w[i] * src[i] for i < n (MoE combine; rows may repeat only across calls). */
-void cuda_scatter_add(float *out, const float *src, const int32_t *rows, const float *w, int n, int C, cudaStream_t s);
+void cuda_gather_rows(bf16 *dst, const bf16 *src, const int32_t *rows, int n, int C, cudaStream_t s);
+/* out[rows[i]] += w[i] * src[i] for i < n, fp32 accumulation (MoE combine; a
+ * row repeats only across calls). */
+void cuda_scatter_add(float *out, const bf16 *src, const int32_t *rows, const float *w, int n, int C, cudaStream_t s);
+void cuda_f32_to_bf16(bf16 *out, const float *x, int64_t n, cudaStream_t s);
+
+/* gemv.cu: y[t][m] = sum_k W[m][k] x[t][k] (+ bias[m]) for T <= GEMV_MAX_T rows,
+ * W [M][K] bf16, x [T][K] bf16, y bf16 or fp32 (y_f32), row stride M. */
+#define GEMV_MAX_T 8
+void cuda_gemv(void *y, bool y_f32, const bf16 *W, const bf16 *x, const float *bias, int M, int K, int T,
+               cudaStream_t s);
+/* The gate/up pair of a GLU MLP from one concatenated W [2F][K] (gate rows
+ * 0..F, up rows F..2F): out[t][i] = act(gate + bg) * (up + bu). */
+void cuda_gemv_glu(bf16 *out, const bf16 *W, const bf16 *x, const float *bg, const float *bu, int F, int K, int T,
+                   Activation act, float limit, cudaStream_t s);
 
 #endif

@@ -21,6 +21,7 @@ run_check() { # name, command...
     rows+=("$(printf '%-28s rc=%-3s %3s ok %3s not-ok %7sms' "$name" "$rc" "$p" "$f" "$secs")")
 }
 
+run_check cuda_ops "$BIN/test_cuda_ops"
 run_check cuda_forward "$BIN/test_cuda_forward"
 run_check sampling "$BIN/test_sampling"
 run_check attention sh -c "$BIN/test_attention && if command -v compute-sanitizer >/dev/null; then compute-sanitizer --error-exitcode 9 --tool memcheck $BIN/test_attention --quick; fi"

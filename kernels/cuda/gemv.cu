@@ -1,0 +1,194 @@
+/* gemv.cu — bf16 matrix x few-vectors products for decode (T <= GEMV_MAX_T):
+ * y[t][m] = sum_k W[m][k] x[t][k], the weights read once for all T rows.
+ *
+ * At small T a GEMM is a stream over the weights, so the kernel is built to
+ * keep the memory system busy: one warp per output row (two rows, gate and
+ * up, in the GLU variant), each lane loading 16 bytes (8 bf16) of the row at
+ * a time with UNROLL loads in flight before the first use, fp32 multiply-add
+ * against the x rows (small, re-read from L1/L2 by every warp), and a
+ * warp-shuffle reduction at the end. Weights are loaded with the streaming
+ * cache hint: each byte is used once per step. Rows whose length is not a
+ * multiple of 8 (or misaligned data) take the scalar variant. T is a
+ * template parameter so the accumulators stay in registers.
+ * kernels/NOTES.md has the measured rates. */
+#include <stdint.h>
+
+#include "kernels/cuda/cuda_ops.cuh"
+
+#define GEMV_WARPS 8
+#define GEMV_UNROLL 4
+
+static __device__ __forceinline__ void dot8(float *acc, uint4 w, uint4 x) {
+    const __nv_bfloat162 *w2 = (const __nv_bfloat162 *)&w, *x2 = (const __nv_bfloat162 *)&x;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 a = __bfloat1622float2(w2[i]), b = __bfloat1622float2(x2[i]);
+        *acc = fmaf(a.x, b.x, *acc);
+        *acc = fmaf(a.y, b.y, *acc);
+    }
+}
+
+/* acc[r][t] += W row r . x row t over the whole row, this lane's share. */
+template <int NT, int NR, bool VEC>
+static __device__ __forceinline__ void gemv_rows(float (*acc)[NT], const bf16 *const *wrow, const bf16 *x, int K,
+                                                 int lane) {
+    if (VEC) {
+        int n8 = K / 8;
+        for (int c0 = lane; c0 < n8; c0 += 32 * GEMV_UNROLL) {
+            uint4 wv[NR][GEMV_UNROLL];
+#pragma unroll
+            for (int r = 0; r < NR; r++)
+#pragma unroll
+                for (int u = 0; u < GEMV_UNROLL; u++) {
+                    int c = c0 + u * 32;
+                    wv[r][u] = c < n8 ? __ldcs((const uint4 *)wrow[r] + c) : make_uint4(0, 0, 0, 0);
+                }
+#pragma unroll
+            for (int u = 0; u < GEMV_UNROLL; u++) {
+                int c = c0 + u * 32;
+                if (c >= n8) break;
+#pragma unroll
+                for (int t = 0; t < NT; t++) {
+                    uint4 xv = __ldg((const uint4 *)(x + (int64_t)t * K) + c);
+#pragma unroll
+                    for (int r = 0; r < NR; r++) dot8(&acc[r][t], wv[r][u], xv);
+                }
+            }
+        }
+    } else {
+        for (int c = lane; c < K; c += 32) {
+            float wf[NR];
+#pragma unroll
+            for (int r = 0; r < NR; r++) wf[r] = __bfloat162float(wrow[r][c]);
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                float xf = __bfloat162float(x[(int64_t)t * K + c]);
+#pragma unroll
+                for (int r = 0; r < NR; r++) acc[r][t] = fmaf(wf[r], xf, acc[r][t]);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < NR; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) acc[r][t] += __shfl_xor_sync(0xffffffffu, acc[r][t], o);
+}
+
+/* R consecutive rows per warp: each x load then serves R rows, which keeps
+ * the L1 traffic of x (T loads per weight load) from limiting larger T. */
+template <int NT, int R, bool VEC>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+kernel_gemv(void *y, bool y_f32, const bf16 *W, const bf16 *x, const float *bias, int M, int K) {
+    int lane = threadIdx.x % 32, m0 = (blockIdx.x * GEMV_WARPS + threadIdx.x / 32) * R;
+    if (m0 >= M) return;
+    float acc[R][NT];
+    const bf16 *wrow[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        wrow[r] = W + (int64_t)(m0 + r < M ? m0 + r : m0) * K; /* past the end: a duplicate, never written */
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
+    }
+    gemv_rows<NT, R, VEC>(acc, wrow, x, K, lane);
+    if (lane != 0) return;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        int m = m0 + r;
+        if (m >= M) break;
+        float b = bias ? bias[m] : 0.0f;
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (y_f32) ((float *)y)[(int64_t)t * M + m] = acc[r][t] + b;
+            else ((bf16 *)y)[(int64_t)t * M + m] = __float2bfloat16(acc[r][t] + b);
+        }
+    }
+}
+
+/* P (gate, up) row pairs per warp. */
+template <int NT, int P, bool VEC>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+kernel_gemv_glu(bf16 *out, const bf16 *W, const bf16 *x, const float *bg, const float *bu, int F, int K,
+                Activation act, float limit) {
+    int lane = threadIdx.x % 32, m0 = (blockIdx.x * GEMV_WARPS + threadIdx.x / 32) * P;
+    if (m0 >= F) return;
+    float acc[2 * P][NT];
+    const bf16 *wrow[2 * P];
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+        int m = m0 + p < F ? m0 + p : m0;
+        wrow[2 * p] = W + (int64_t)m * K;
+        wrow[2 * p + 1] = W + (int64_t)(F + m) * K;
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[2 * p][t] = acc[2 * p + 1][t] = 0.0f;
+    }
+    gemv_rows<NT, 2 * P, VEC>(acc, wrow, x, K, lane);
+    if (lane != 0) return;
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+        int m = m0 + p;
+        if (m >= F) break;
+        float g0 = bg ? bg[m] : 0.0f, u0 = bu ? bu[m] : 0.0f;
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+            out[(int64_t)t * F + m] = __float2bfloat16(act_glu(acc[2 * p][t] + g0, acc[2 * p + 1][t] + u0, act, limit));
+    }
+}
+
+/* ---------------- launchers ---------------- */
+
+static bool gemv_vec_ok(const void *W, const void *x, int K) {
+    return K % 8 == 0 && ((uintptr_t)W % 16) == 0 && ((uintptr_t)x % 16) == 0;
+}
+
+/* Rows per warp: 1 up to T = 2, then 2 (T <= 4), then 4. */
+template <int NT>
+static void launch_gemv(void *y, bool y_f32, const bf16 *W, const bf16 *x, const float *bias, int M, int K,
+                        cudaStream_t s) {
+    const int R = NT <= 2 ? 1 : NT <= 4 ? 2 : 4;
+    int blocks = (M + GEMV_WARPS * R - 1) / (GEMV_WARPS * R);
+    if (gemv_vec_ok(W, x, K)) kernel_gemv<NT, R, true><<<blocks, GEMV_WARPS * 32, 0, s>>>(y, y_f32, W, x, bias, M, K);
+    else kernel_gemv<NT, R, false><<<blocks, GEMV_WARPS * 32, 0, s>>>(y, y_f32, W, x, bias, M, K);
+}
+
+template <int NT>
+static void launch_gemv_glu(bf16 *out, const bf16 *W, const bf16 *x, const float *bg, const float *bu, int F, int K,
+                            Activation act, float limit, cudaStream_t s) {
+    const int P = NT <= 2 ? 1 : 2;
+    int blocks = (F + GEMV_WARPS * P - 1) / (GEMV_WARPS * P);
+    if (gemv_vec_ok(W, x, K))
+        kernel_gemv_glu<NT, P, true><<<blocks, GEMV_WARPS * 32, 0, s>>>(out, W, x, bg, bu, F, K, act, limit);
+    else
+        kernel_gemv_glu<NT, P, false><<<blocks, GEMV_WARPS * 32, 0, s>>>(out, W, x, bg, bu, F, K, act, limit);
+}
+
+void cuda_gemv(void *y, bool y_f32, const bf16 *W, const bf16 *x, const float *bias, int M, int K, int T,
+               cudaStream_t s) {
+    switch (T) {
+    case 1: launch_gemv<1>(y, y_f32, W, x, bias, M, K, s); break;
+    case 2: launch_gemv<2>(y, y_f32, W, x, bias, M, K, s); break;
+    case 3: launch_gemv<3>(y, y_f32, W, x, bias, M, K, s); break;
+    case 4: launch_gemv<4>(y, y_f32, W, x, bias, M, K, s); break;
+    case 5: launch_gemv<5>(y, y_f32, W, x, bias, M, K, s); break;
+    case 6: launch_gemv<6>(y, y_f32, W, x, bias, M, K, s); break;
+    case 7: launch_gemv<7>(y, y_f32, W, x, bias, M, K, s); break;
+    case 8: launch_gemv<8>(y, y_f32, W, x, bias, M, K, s); break;
+    default: break; /* callers route T > GEMV_MAX_T to cuBLASLt */
+    }
+}
+
+void cuda_gemv_glu(bf16 *out, const bf16 *W, const bf16 *x, const float *bg, const float *bu, int F, int K, int T,
+                   Activation act, float limit, cudaStream_t s) {
+    switch (T) {
+    case 1: launch_gemv_glu<1>(out, W, x, bg, bu, F, K, act, limit, s); break;
+    case 2: launch_gemv_glu<2>(out, W, x, bg, bu, F, K, act, limit, s); break;
+    case 3: launch_gemv_glu<3>(out, W, x, bg, bu, F, K, act, limit, s); break;
+    case 4: launch_gemv_glu<4>(out, W, x, bg, bu, F, K, act, limit, s); break;
+    case 5: launch_gemv_glu<5>(out, W, x, bg, bu, F, K, act, limit, s); break;
+    case 6: launch_gemv_glu<6>(out, W, x, bg, bu, F, K, act, limit, s); break;
+    case 7: launch_gemv_glu<7>(out, W, x, bg, bu, F, K, act, limit, s); break;
+    case 8: launch_gemv_glu<8>(out, W, x, bg, bu, F, K, act, limit, s); break;
+    default: break;
+    }
+}
