@@ -342,7 +342,8 @@ static void schedule_running(Scheduler *s, int pass, int *budget) {
         int chunk = need < *budget ? need : *budget;
         while (block_manager_reserve(&s->bm, &r->bt, r->n_cached + chunk)) {
             if (s->n_running == 1) {
-                request_finish(s, r, "context"); /* the whole cache is too small for it */
+                request_flush(s->e->model->tok, r); /* the whole cache is too small for it */
+                request_finish(s, r, "context");
                 i--;
                 break;
             }
