@@ -197,11 +197,12 @@ static int batch_fill(Batch *bt) {
     return 0;
 }
 
-/* Non-empty lines of a plain regular file: the request count for the
- * progress line's total and ETA; -1 when it cannot be known cheaply. */
+/* Non-empty lines of a regular file: the request count for the progress
+ * line's total and ETA; -1 when it cannot be known cheaply (stdin, a pipe,
+ * a file over 1 GB). */
 static int64_t batch_count_inputs(const char *path) {
     struct stat st;
-    if (!strcmp(path, "-") || stat(path, &st) || !S_ISREG(st.st_mode)) return -1;
+    if (!strcmp(path, "-") || stat(path, &st) || !S_ISREG(st.st_mode) || st.st_size > ((off_t)1 << 30)) return -1;
     gzFile f = gzopen(path, "rb");
     if (!f) return -1;
     char buf[65536];
