@@ -7,7 +7,7 @@
 # also printed) with every figure against its limit and its ratio to the reference.
 #
 # Environment: CLLM (binary, default ./cllm), OUT (results folder, default
-# bench/out), BENCH_MODELS (where models are made, default /tmp/cllm-bench-models),
+# build/bench-out), BENCH_MODELS (where models are made, default /tmp/cllm-bench-models),
 # BENCH_COMMIT (commit to name; default git rev-parse), BENCH_NOTE (a line for the
 # header), BENCH_PROMPT_LENS / BENCH_CTX / BENCH_DECODE_TOKENS / BENCH_REPS
 # (default 512,4096 / 128,4096 / 64 / 3), BENCH_TIMEOUT (seconds per step, default 300),
@@ -15,7 +15,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 CLLM=${CLLM:-./cllm}
-OUT=${OUT:-bench/out}
+OUT=${OUT:-build/bench-out}
 MODELS_DIR=${BENCH_MODELS:-/tmp/cllm-bench-models}
 COMMIT=${BENCH_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 LENS=${BENCH_PROMPT_LENS:-512,4096}
