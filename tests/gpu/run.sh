@@ -25,6 +25,7 @@ run_check cuda_ops "$BIN/test_cuda_ops"
 run_check cuda_forward "$BIN/test_cuda_forward"
 run_check sampling "$BIN/test_sampling"
 run_check attention sh -c "$BIN/test_attention && if command -v compute-sanitizer >/dev/null; then compute-sanitizer --error-exitcode 9 --tool memcheck $BIN/test_attention --quick; fi"
+run_check quant sh -c "$BIN/test_quant && if command -v compute-sanitizer >/dev/null; then compute-sanitizer --error-exitcode 9 --tool memcheck $BIN/test_quant --quick; fi"
 if command -v compute-sanitizer >/dev/null; then
     run_check sanitizer_cuda_forward compute-sanitizer --error-exitcode 9 --tool memcheck "$BIN/test_cuda_forward"
 else

@@ -1,0 +1,80 @@
+/* quant.cuh — quantized GGUF weights kept in block format on the GPU:
+ * repack, fused dequantize + matrix-vector product (decode, T <= 8 rows),
+ * and dequantize to bf16 (prefill: a bf16 scratch for cuBLASLt).
+ *
+ * Types: Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K (quant_type_supported).
+ *
+ * Layout on the device ("split" layout, made by quant_repack from the GGUF
+ * bytes). GGUF blocks of 34, 18, 20 and 210 bytes do not keep 16-byte
+ * alignment, so each block is split in two planes:
+ *   qs plane: [rows][blocks per row][QB] the block's 16-byte-aligned part
+ *             Q8_0 QB=32 (qs), Q4_0 16 (qs), Q4_1 16 (qs),
+ *             Q4_K 144 and Q5_K 176 (the whole GGUF block: already aligned),
+ *             Q6_K 208 (ql, qh, scales; the GGUF block without d)
+ *   sc plane: [rows][blocks per row][SB] the rest
+ *             Q8_0 SB=2 (d), Q4_0 2 (d), Q4_1 4 (d, m), Q6_K 2 (d), K4/K5 none
+ * Bytes are those of the GGUF tensor (no padding but the plane alignment), and
+ * rows stay independent: the native bytes of two matrices with the same
+ * column count placed one after the other repack to one matrix (e.g. gate
+ * and up for one GEMV).
+ *
+ * Every function returns 0, or -1 with err filled; the stream is last. */
+#ifndef CLLM_QUANT_CUH
+#define CLLM_QUANT_CUH
+
+#include <cuda_runtime.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/dtype.h"
+#include "model/err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define QUANT_GEMV_MAX_T 8
+
+typedef struct {
+    DType type;
+    int64_t rows, cols;     /* W is [rows][cols]: y = x @ W^T */
+    void *qs;               /* device: the qs plane (16-byte aligned) */
+    void *sc;               /* device: the sc plane; NULL for Q4_K/Q5_K */
+} QuantMatrix;
+
+bool quant_type_supported(DType t);
+
+/* Device bytes of a repacked [rows][cols] matrix of type t (qs plane, then the
+ * sc plane at the next 256-byte boundary). Fails for an unsupported type or
+ * cols not a multiple of the block size. */
+int quant_matrix_bytes(DType t, int64_t rows, int64_t cols, size_t *bytes, Err *err);
+
+/* Points m's planes into buf (quant_matrix_bytes of device memory, 256-byte
+ * aligned, e.g. straight from cudaMalloc). */
+int quant_matrix_init(QuantMatrix *m, DType t, int64_t rows, int64_t cols, void *buf, Err *err);
+
+/* Fills m from the GGUF tensor bytes `native` (device memory, rows *
+ * dtype_row_bytes(t, cols) bytes, any alignment). */
+int quant_repack(const QuantMatrix *m, const void *native, cudaStream_t s, Err *err);
+
+/* y[t][r] = sum_c x[t][c] * W[r][c] (+ bias[r]) for t < T (1..8).
+ * x: [T][cols] bf16 (x_f32 false) or fp32, 16-byte aligned; y: [T][rows]
+ * fp32 (y_f32) or bf16; bias: fp32 [rows] or NULL. fp32 accumulation. */
+int quant_gemv(const QuantMatrix *W, const void *x, bool x_f32, void *y, bool y_f32, const float *bias, int T,
+               cudaStream_t s, Err *err);
+
+/* quant_gemv with the rows-per-warp variant chosen (1, 2 or 4; 0 = the
+ * default): for benchmarks. */
+int quant_gemv_variant(const QuantMatrix *W, const void *x, bool x_f32, void *y, bool y_f32, const float *bias,
+                       int T, int rows_per_warp, cudaStream_t s, Err *err);
+
+/* dst [n_rows][cols] bf16 = rows row0 .. row0+n_rows-1 of W, bit-exact with
+ * dequantize_row (kernels/dtype.c) followed by round-to-nearest-even bf16. */
+int quant_dequant_bf16(const QuantMatrix *W, int64_t row0, int64_t n_rows, void *dst, cudaStream_t s, Err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

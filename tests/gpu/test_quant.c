@@ -1,0 +1,358 @@
+/* test_quant.c — the quantized-weight kernels (kernels/cuda/quant_gemv.cu,
+ * quant_repack.cu) against the CPU reference dequantizer (kernels/dtype.c),
+ * run on a GPU machine by tests/gpu/run.sh; never in CI.
+ *
+ *   - GEMV: for Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, matrices of random GGUF
+ *     blocks (every quant bit random, scale fields random finite fp16) are
+ *     uploaded, repacked on the GPU and multiplied by random x (bf16 or fp32,
+ *     T = 1..8 rows); the reference is dequantize_row then a float64 dot
+ *     product. ||y - ref|| / ||ref|| <= 1e-3 for fp32 outputs, 1e-2 for bf16
+ *     outputs; outputs NaN-poisoned before each launch and every one must be
+ *     finite. Shapes 4096x4096, 14336x4096, 4096x14336, 576x1536, 1000x256
+ *     and odd ones (3 Q8_0 blocks a row: a partial tile); rows-per-warp
+ *     variants 1, 2, 4; bias on some cases. Big shapes check a spread of rows.
+ *   - dequantize to bf16: bit-exact with dequantize_row + fp32_to_bf16 (whole
+ *     matrices, and a row range of a big one).
+ *   - timing (printed, never asserted): each type's GEMV at 4096x14336,
+ *     T = 1 and 8, CUDA events, median of 30 over 4 rotating copies (more
+ *     than the L2), as GB/s of quantized bytes and % of 4.26 TB/s; the
+ *     dequantize kernel likewise (quantized bytes read + bf16 written). */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/quant.cuh"
+#include "kernels/dtype.h"
+#include "tests/test.h"
+
+#define COPY_BW 4.26e12 /* ANCHORS.md: H200 device copy, bytes/s */
+#define MAX_CHECK_ROWS 384
+
+static uint64_t rng = 0x243f6a8885a308d3ull;
+
+static uint64_t rnd64(void) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return rng;
+}
+
+static float frand(void) { return (float)((rnd64() >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f; }
+
+static void put_half(uint8_t *p, float v) {
+    uint16_t h = fp32_to_fp16(v);
+    p[0] = (uint8_t)h;
+    p[1] = (uint8_t)(h >> 8);
+}
+
+static const DType TYPES[] = {DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+#define N_TYPES 6
+
+/* Random GGUF blocks: random bytes, then the fp16 scale fields set to random
+ * finite values of a realistic size (values of order 0.01 .. 0.1). */
+static uint8_t *rand_native(DType t, int64_t rows, int64_t cols, size_t *nbytes) {
+    const DTypeInfo *info = dtype_info(t);
+    int64_t nb = rows * (cols / info->block_elems);
+    *nbytes = (size_t)nb * info->block_bytes;
+    uint8_t *p = malloc(*nbytes + 8);
+    for (size_t i = 0; i < *nbytes; i += 8) {
+        uint64_t r = rnd64();
+        memcpy(p + i, &r, 8);
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *blk = p + b * info->block_bytes;
+        switch (t) {
+        case DT_Q8_0: put_half(blk, 0.001f * frand()); break;
+        case DT_Q4_0: put_half(blk, 0.02f * frand()); break;
+        case DT_Q4_1: put_half(blk, 0.01f * (1.1f + frand())); put_half(blk + 2, -0.08f * (1.1f + frand())); break;
+        case DT_Q4_K: case DT_Q5_K:
+            put_half(blk, 0.0005f * (1.1f + frand())); put_half(blk + 2, 0.001f * (1.1f + frand())); break;
+        case DT_Q6_K: put_half(blk + 208, 0.0001f * frand()); break;
+        default: break;
+        }
+    }
+    return p;
+}
+
+typedef struct {
+    DType type;
+    int64_t rows, cols;
+    size_t native_bytes, dev_bytes;
+    uint8_t *native;     /* host */
+    void *dev;           /* repacked, device */
+    QuantMatrix m;
+} Mat;
+
+static int mat_build(Mat *M, DType t, int64_t rows, int64_t cols) {
+    Err err = {{0}};
+    memset(M, 0, sizeof *M);
+    M->type = t; M->rows = rows; M->cols = cols;
+    M->native = rand_native(t, rows, cols, &M->native_bytes);
+    void *dn = NULL;
+    int rc = quant_matrix_bytes(t, rows, cols, &M->dev_bytes, &err);
+    rc = rc || cudaMalloc(&M->dev, M->dev_bytes) != cudaSuccess || cudaMalloc(&dn, M->native_bytes) != cudaSuccess;
+    rc = rc || cudaMemcpy(dn, M->native, M->native_bytes, cudaMemcpyHostToDevice) != cudaSuccess;
+    rc = rc || quant_matrix_init(&M->m, t, rows, cols, M->dev, &err) || quant_repack(&M->m, dn, 0, &err);
+    rc = rc || cudaDeviceSynchronize() != cudaSuccess;
+    cudaFree(dn);
+    CHECK(!rc, "%s [%lld][%lld]: build failed: %s", dtype_info(t)->name, (long long)rows, (long long)cols, err.msg);
+    return rc ? -1 : 0;
+}
+
+static void mat_free(Mat *M) {
+    free(M->native);
+    cudaFree(M->dev);
+}
+
+/* the rows a check looks at: all of a small matrix, a spread of a big one */
+static int check_rows(int64_t rows, int64_t *out) {
+    if (rows <= MAX_CHECK_ROWS) {
+        for (int64_t r = 0; r < rows; r++) out[r] = r;
+        return (int)rows;
+    }
+    int n = 0;
+    for (int64_t r = 0; r < 8; r++) out[n++] = r;
+    for (int64_t r = rows - 8; r < rows; r++) out[n++] = r;
+    while (n < MAX_CHECK_ROWS) out[n++] = (int64_t)(rnd64() % (uint64_t)rows);
+    return n;
+}
+
+/* One GEMV case: returns the relative error (or INFINITY on a failure). */
+static double gemv_case(Mat *M, int T, int R, bool x_f32, bool y_f32, bool bias, int64_t *rows_chk, int n_chk,
+                        float *w_rows) {
+    Err err = {{0}};
+    int64_t rows = M->rows, cols = M->cols;
+    float *x = malloc((size_t)T * cols * sizeof *x), *b = malloc((size_t)rows * sizeof *b);
+    uint16_t *xb = malloc((size_t)T * cols * 2);
+    for (int64_t i = 0; i < T * cols; i++) {
+        x[i] = frand();
+        if (!x_f32) { xb[i] = fp32_to_bf16(x[i]); x[i] = bf16_to_fp32(xb[i]); }
+    }
+    for (int64_t i = 0; i < rows; i++) b[i] = frand();
+    void *dx = NULL, *dy = NULL, *db = NULL;
+    size_t ysz = (size_t)T * rows * (y_f32 ? 4 : 2);
+    int rc = cudaMalloc(&dx, (size_t)T * cols * 4) || cudaMalloc(&dy, ysz) || cudaMalloc(&db, rows * 4);
+    rc = rc || cudaMemcpy(dx, x_f32 ? (void *)x : (void *)xb, (size_t)T * cols * (x_f32 ? 4 : 2), cudaMemcpyHostToDevice);
+    rc = rc || cudaMemcpy(db, b, rows * 4, cudaMemcpyHostToDevice) || cudaMemset(dy, 0xff, ysz); /* NaN poison */
+    rc = rc || quant_gemv_variant(&M->m, dx, x_f32, dy, y_f32, bias ? db : NULL, T, R, 0, &err);
+    rc = rc || cudaDeviceSynchronize();
+    void *y = malloc(ysz);
+    rc = rc || cudaMemcpy(y, dy, ysz, cudaMemcpyDeviceToHost);
+    double num = 0, den = 0;
+    int64_t bad = 0;
+    if (!rc) {
+        for (int64_t i = 0; i < T * rows; i++) {
+            float v = y_f32 ? ((float *)y)[i] : bf16_to_fp32(((uint16_t *)y)[i]);
+            if (!isfinite(v)) bad++;
+        }
+        for (int j = 0; j < n_chk; j++) {
+            const float *w = w_rows + (int64_t)j * cols;
+            for (int t = 0; t < T; t++) {
+                double ref = bias ? b[rows_chk[j]] : 0.0;
+                for (int64_t c = 0; c < cols; c++) ref += (double)w[c] * x[t * cols + c];
+                int64_t i = t * rows + rows_chk[j];
+                double v = y_f32 ? ((float *)y)[i] : bf16_to_fp32(((uint16_t *)y)[i]);
+                num += (v - ref) * (v - ref);
+                den += ref * ref;
+            }
+        }
+    }
+    CHECK(!rc, "%s [%lld][%lld] T=%d R=%d: launch failed: %s (cuda %d)", dtype_info(M->type)->name, (long long)rows,
+          (long long)cols, T, R, err.msg, rc);
+    CHECK(bad == 0, "%s [%lld][%lld] T=%d R=%d: %lld outputs not finite (unwritten?)", dtype_info(M->type)->name,
+          (long long)rows, (long long)cols, T, R, (long long)bad);
+    free(x); free(xb); free(b); free(y);
+    cudaFree(dx); cudaFree(dy); cudaFree(db);
+    return rc || bad ? INFINITY : sqrt(num / den);
+}
+
+/* GEMV cases for one matrix; Ts: the row counts to try. */
+static void gemv_checks(Mat *M, const int *Ts, int nT, const int *Rs, int nR) {
+    int64_t *rows_chk = malloc(MAX_CHECK_ROWS * sizeof *rows_chk);
+    int n_chk = check_rows(M->rows, rows_chk);
+    const DTypeInfo *info = dtype_info(M->type);
+    int64_t row_bytes = (int64_t)dtype_row_bytes(M->type, M->cols);
+    float *w = malloc((size_t)n_chk * M->cols * sizeof *w);
+    for (int j = 0; j < n_chk; j++)
+        dequantize_row(M->type, M->native + rows_chk[j] * row_bytes, w + (int64_t)j * M->cols, M->cols);
+    double worst = 0;
+    for (int i = 0; i < nT; i++)
+        for (int r = 0; r < nR; r++) {
+            int T = Ts[i], R = Rs[r];
+            bool x_f32 = (T + R) % 2, y_bf16 = T == 3 && R == 2, bias = T % 3 == 1;
+            double e = gemv_case(M, T, R, x_f32, !y_bf16, bias, rows_chk, n_chk, w);
+            double tol = y_bf16 ? 1e-2 : 1e-3;
+            CHECK(e <= tol, "%s [%lld][%lld] T=%d R=%d x %s y %s: rel err %.3g > %g", info->name,
+                  (long long)M->rows, (long long)M->cols, T, R, x_f32 ? "f32" : "bf16", y_bf16 ? "bf16" : "f32", e, tol);
+            if (!y_bf16 && e > worst) worst = e;
+        }
+    printf("# gemv %-5s [%5lld][%5lld] %d cases, worst fp32 rel err %.2e\n", info->name, (long long)M->rows,
+           (long long)M->cols, nT * nR, worst);
+    free(w);
+    free(rows_chk);
+}
+
+/* dequantize rows [row0, row0+n) on the GPU; bit-exact vs dtype.c + bf16 */
+static void dequant_check(Mat *M, int64_t row0, int64_t n) {
+    Err err = {{0}};
+    int64_t cols = M->cols, row_bytes = (int64_t)dtype_row_bytes(M->type, cols);
+    size_t sz = (size_t)n * cols * 2;
+    void *d = NULL;
+    uint16_t *got = malloc(sz);
+    float *ref = malloc(cols * sizeof *ref);
+    int rc = cudaMalloc(&d, sz) || cudaMemset(d, 0xff, sz);
+    rc = rc || quant_dequant_bf16(&M->m, row0, n, d, 0, &err) || cudaDeviceSynchronize();
+    rc = rc || cudaMemcpy(got, d, sz, cudaMemcpyDeviceToHost);
+    CHECK(!rc, "%s dequant: failed: %s", dtype_info(M->type)->name, err.msg);
+    int64_t mism = 0, first = -1;
+    for (int64_t r = 0; !rc && r < n; r++) {
+        dequantize_row(M->type, M->native + (row0 + r) * row_bytes, ref, cols);
+        for (int64_t c = 0; c < cols; c++)
+            if (got[r * cols + c] != fp32_to_bf16(ref[c])) {
+                if (first < 0) first = r * cols + c;
+                mism++;
+            }
+    }
+    CHECK(mism == 0, "%s [%lld][%lld] dequant rows %lld..%lld: %lld of %lld values differ (first at %lld)",
+          dtype_info(M->type)->name, (long long)M->rows, (long long)cols, (long long)row0, (long long)(row0 + n),
+          (long long)mism, (long long)(n * cols), (long long)first);
+    cudaFree(d);
+    free(got);
+    free(ref);
+}
+
+static const int T_ALL[] = {1, 2, 3, 4, 5, 6, 7, 8}, T_FEW[] = {1, 5, 8};
+static const int R_ALL[] = {1, 2, 4}, R_DEF[] = {0};
+
+static void test_small_shapes(void) {
+    /* odd: 3 Q8_0 blocks (a partial tile); 9 K blocks of 256 (a partial tile) */
+    int64_t shapes[][2] = {{576, 1536}, {1000, 256}, {7, 96}, {33, 2304}};
+    for (int i = 0; i < N_TYPES; i++)
+        for (int s = 0; s < 4; s++) {
+            Mat M;
+            int64_t cols = shapes[s][1];
+            if (cols % dtype_info(TYPES[i])->block_elems) continue;
+            if (mat_build(&M, TYPES[i], shapes[s][0], cols)) continue;
+            gemv_checks(&M, T_ALL, 8, R_ALL, 3);
+            dequant_check(&M, 0, M.rows);
+            mat_free(&M);
+        }
+}
+
+static void test_big_shapes(void) {
+    int64_t shapes[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}};
+    for (int i = 0; i < N_TYPES; i++)
+        for (int s = 0; s < 3; s++) {
+            Mat M;
+            if (mat_build(&M, TYPES[i], shapes[s][0], shapes[s][1])) continue;
+            gemv_checks(&M, T_FEW, 3, s == 0 ? R_ALL : R_DEF, s == 0 ? 3 : 1);
+            if (s == 1) dequant_check(&M, 1001, 300);
+            mat_free(&M);
+        }
+}
+
+static void test_refused(void) {
+    Err err = {{0}};
+    size_t b;
+    CHECK(quant_matrix_bytes(DT_Q4_K, 8, 300, &b, &err) == -1, "Q4_K with 300 columns accepted");
+    CHECK(quant_matrix_bytes(DT_Q2_K, 8, 256, &b, &err) == -1, "Q2_K accepted");
+    CHECK(quant_matrix_bytes(DT_Q8_0, 8, 64, &b, &err) == 0 && b >= 8 * 68, "Q8_0 8x64: %zu bytes", b);
+}
+
+/* ---- timing ---- */
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef int (*LaunchFn)(Mat *copies, int i, void *ctx);
+
+static float median_us(Mat *copies, LaunchFn fn, void *ctx) {
+    enum { REPS = 30 };
+    float ms[REPS];
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    for (int i = 0; i < 5; i++) fn(copies, i, ctx);
+    for (int i = 0; i < REPS; i++) {
+        cudaEventRecord(e0, 0);
+        fn(copies, i, ctx);
+        cudaEventRecord(e1, 0);
+        cudaEventSynchronize(e1);
+        cudaEventElapsedTime(&ms[i], e0, e1);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    qsort(ms, REPS, sizeof *ms, cmp_float);
+    return ms[REPS / 2] * 1000.0f;
+}
+
+typedef struct { void *x, *y; int T, R; void *dst; } TimeCtx;
+
+static int run_gemv(Mat *c, int i, void *ctx) {
+    TimeCtx *t = ctx;
+    Err err;
+    return quant_gemv_variant(&c[i % 4].m, t->x, false, t->y, false, NULL, t->T, t->R, 0, &err);
+}
+
+static int run_dequant(Mat *c, int i, void *ctx) {
+    TimeCtx *t = ctx;
+    Err err;
+    return quant_dequant_bf16(&c[i % 4].m, 0, c[i % 4].rows, t->dst, 0, &err);
+}
+
+static void test_timing(void) {
+    const int64_t rows = 4096, cols = 14336;
+    void *x = NULL, *y = NULL, *dst = NULL;
+    if (cudaMalloc(&x, 8 * cols * 2) || cudaMalloc(&y, 8 * rows * 4) || cudaMalloc(&dst, rows * cols * 2)) {
+        CHECK(0, "timing: cudaMalloc failed");
+        return;
+    }
+    uint16_t *xh = malloc(8 * cols * 2);
+    for (int64_t i = 0; i < 8 * cols; i++) xh[i] = fp32_to_bf16(frand());
+    cudaMemcpy(x, xh, 8 * cols * 2, cudaMemcpyHostToDevice);
+    free(xh);
+    printf("# timing %lldx%lld (rows x cols), x bf16, y bf16, median of 30 us over 4 rotating copies\n",
+           (long long)rows, (long long)cols);
+    printf("# %-5s %9s %6s | %-24s | %-24s | %s\n", "type", "MB", "R", "T=1 us  GB/s  %4.26TB/s", "T=8 us  GB/s  %",
+           "dequant->bf16 us GB/s %");
+    for (int i = 0; i < N_TYPES; i++) {
+        Mat c[4];
+        int ok = 1;
+        for (int k = 0; k < 4; k++) ok = ok && !mat_build(&c[k], TYPES[i], rows, cols);
+        if (!ok) continue;
+        double qbytes = (double)rows * (double)dtype_row_bytes(TYPES[i], cols);
+        for (int R = 0; R <= 4; R = R ? 2 * R : 1) {
+            TimeCtx t1 = {x, y, 1, R, NULL}, t8 = {x, y, 8, R, NULL}, td = {0, 0, 0, 0, dst};
+            float u1 = median_us(c, run_gemv, &t1), u8 = median_us(c, run_gemv, &t8);
+            char dq[64] = "";
+            if (R == 0) {
+                float ud = median_us(c, run_dequant, &td);
+                double b = qbytes + (double)rows * cols * 2;
+                snprintf(dq, sizeof dq, "%8.1f %6.0f %5.1f%%", ud, b / ud * 1e-3, 100 * b / ud * 1e-6 / COPY_BW);
+            }
+            printf("# %-5s %9.2f %6d | %7.1f %6.0f %5.1f%% | %7.1f %6.0f %5.1f%% | %s\n", dtype_info(TYPES[i])->name,
+                   qbytes / 1e6, R, u1, qbytes / u1 * 1e-3, 100 * qbytes / u1 * 1e-6 / COPY_BW, u8,
+                   qbytes / u8 * 1e-3, 100 * qbytes / u8 * 1e-6 / COPY_BW, dq);
+        }
+        CHECK(cudaGetLastError() == cudaSuccess, "%s timing launches failed", dtype_info(TYPES[i])->name);
+        for (int k = 0; k < 4; k++) mat_free(&c[k]);
+    }
+    cudaFree(x); cudaFree(y); cudaFree(dst);
+}
+
+int main(int argc, char **argv) {
+    int dev_count = 0;
+    if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
+        printf("not ok - no CUDA device\n");
+        return 1;
+    }
+    bool quick = argc > 1 && !strcmp(argv[1], "--quick");
+    RUN(test_refused);
+    RUN(test_small_shapes);
+    if (!quick) {
+        RUN(test_big_shapes);
+        RUN(test_timing);
+    }
+    TEST_EXIT();
+}
