@@ -10,6 +10,7 @@
 
 #include "engine/batch.h"
 #include "engine/bench.h"
+#include "engine/quantize_cmd.h"
 #include "engine/chat.h"
 #include "engine/runtime.h"
 #include "model/info.h"
@@ -357,7 +358,8 @@ static void print_usage(FILE *out) {
             "  generate    answer every prompt of a file\n"
             "  info        describe a model file\n"
             "  tokenize    print the token ids of a text\n"
-            "  bench       measure load, prefill and decode speed on random tokens\n\n"
+            "  bench       measure load, prefill and decode speed on random tokens\n"
+            "  quantize    write a GGUF copy with the weight matrices quantized (q8_0, q4_k, ...)\n\n"
             "  cllm SUBCOMMAND --help   options of one subcommand\n"
             "  cllm --version           version\n",
             CLLM_VERSION);
@@ -378,6 +380,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "chat")) return cmd_chat(argc - 2, argv + 2);
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
+    if (!strcmp(cmd, "quantize")) return quantize_main(argc - 2, argv + 2);
     if (argc >= 2 && argv[1][0] == '-') return cmd_chat(argc - 1, argv + 1); /* `cllm -m X` = chat */
     if (argc < 2) return cmd_chat(0, argv);
     fprintf(stderr, "cllm: unknown subcommand '%s' (see cllm --help)\n", cmd);
