@@ -293,7 +293,7 @@ int batch_main(const RunOptions *o, const BatchOptions *b) {
     bt.o = &ro;
     bt.in = prompts_open(b->input, PROMPTS_AUTO, &err);
     if (!bt.in) { fprintf(stderr, "cllm generate: %s\n", err.msg); return 2; }
-    SchedOptions so = {b->max_seqs, b->max_batched_tokens, false};
+    SchedOptions so = {.max_seqs = b->max_seqs, .max_batched_tokens = b->max_batched_tokens, .sample_threads = o->threads};
     if (runtime_open(&bt.rt, &ro, &err)) {
         fprintf(stderr, "cllm generate: %s\n", err.msg);
         prompts_close(bt.in);

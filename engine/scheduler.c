@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/cpu_ops.h" /* the thread pool that samples many requests at once */
+
 static void request_release_blocks(Scheduler *s, SchedRequest *r);
 
 /* ---- queues: arrays of requests sorted by submission order ---- */
@@ -74,13 +76,19 @@ int scheduler_init(Scheduler *s, Engine *e, const SchedOptions *o, Err *err) {
     s->sel_chunk = malloc((size_t)S * sizeof *s->sel_chunk);
     s->tables = malloc((size_t)S * sizeof *s->tables);
     s->logits = malloc((size_t)S * e->model->cfg.vocab * sizeof *s->logits);
+    s->draw_req = malloc((size_t)S * sizeof *s->draw_req);
+    s->drawn = malloc((size_t)S * sizeof *s->drawn);
     if (!s->ids || !s->pos || !s->seq || !s->slot || !s->logit_rows || !s->sel || !s->sel_chunk || !s->tables ||
-        !s->logits || queues_grow(s, 64)) {
+        !s->logits || !s->draw_req || !s->drawn || queues_grow(s, 64)) {
         scheduler_free(s);
         return err_set(err, "scheduler: out of memory for %d sequences x %d vocabulary logits", S,
                        e->model->cfg.vocab);
     }
     s->stats.blocks_total = s->bm.n_blocks;
+    if (s->o.sample_threads != 1 && s->o.max_seqs > 1) {
+        s->pool = thread_pool_create(s->o.sample_threads, err);
+        if (!s->pool) { scheduler_free(s); return -1; }
+    }
     return 0;
 }
 
@@ -114,6 +122,9 @@ void scheduler_free(Scheduler *s) {
     free(s->sel_chunk);
     free(s->tables);
     free(s->logits);
+    free(s->draw_req);
+    free(s->drawn);
+    if (s->pool) thread_pool_destroy(s->pool);
     memset(s, 0, sizeof *s);
 }
 
@@ -252,14 +263,10 @@ static void request_flush(const Tokenizer *tok, SchedRequest *r) {
     if (sr.emit_len > 0) request_text(r, sr.emit, sr.emit_len);
 }
 
-/* Samples the next token from logits and applies the stop conditions, in
- * generate_reply's order. Returns the finish reason, or NULL to go on. */
-static const char *request_sample(Scheduler *s, SchedRequest *r, float *logits) {
+/* Applies the stop conditions to a freshly drawn token, in generate_reply's
+ * order. Returns the finish reason, or NULL to go on. */
+static const char *request_accept_token(Scheduler *s, SchedRequest *r, int32_t id) {
     const Tokenizer *tok = s->e->model->tok;
-    int vocab = s->e->model->cfg.vocab;
-    if (r->interrupt && *r->interrupt) return "interrupted";
-    int32_t id = sampler_sample(&r->sampler, logits, vocab);
-    sampler_accept(&r->sampler, id);
     if (r->n_generated == 0) r->t_first = now_seconds();
     r->n_generated++;
     s->stats.tokens_generated++;
@@ -278,23 +285,54 @@ static const char *request_sample(Scheduler *s, SchedRequest *r, float *logits) 
     return NULL;
 }
 
-/* Logits for a request: sampler set up on first use (it counts every
- * token so far for the penalties), then a draw. */
-static void request_logits(Scheduler *s, SchedRequest *r, float *logits) {
-    if (!r->sampler_ready) {
-        Err err = {{0}};
-        if (sampler_init(&r->sampler, &r->params.sampling, s->e->model->cfg.vocab, &err)) {
-            request_fail(s, r, err.msg);
-            return;
-        }
-        r->sampler_ready = true;
-        for (size_t i = 0; i < r->tokens.n; i++) sampler_accept(&r->sampler, r->tokens.ids[i]);
-    }
-    const char *why = request_sample(s, r, logits);
-    if (!why) return;
+static void request_end(Scheduler *s, SchedRequest *r, const char *why) {
     if (!strcmp(why, "error")) { request_fail(s, r, "out of memory"); return; }
     request_flush(s->e->model->tok, r);
     request_finish(s, r, why);
+}
+
+/* Before a draw: a request interrupted ends without one; the sampler is set
+ * up on first use (it counts every token so far for the penalties). Returns
+ * whether the request draws. */
+static bool request_ready_to_draw(Scheduler *s, SchedRequest *r) {
+    if (r->interrupt && *r->interrupt) { request_end(s, r, "interrupted"); return false; }
+    if (r->sampler_ready) return true;
+    Err err = {{0}};
+    if (sampler_init(&r->sampler, &r->params.sampling, s->e->model->cfg.vocab, &err)) {
+        request_fail(s, r, err.msg);
+        return false;
+    }
+    r->sampler_ready = true;
+    for (size_t i = 0; i < r->tokens.n; i++) sampler_accept(&r->sampler, r->tokens.ids[i]);
+    return true;
+}
+
+/* Draws for logits rows [begin, end): each request touches only its own
+ * sampler, so rows run on any thread. */
+static void draw_rows(void *ctx, int64_t begin, int64_t end) {
+    Scheduler *s = ctx;
+    int vocab = s->e->model->cfg.vocab;
+    for (int64_t i = begin; i < end; i++) {
+        SchedRequest *r = s->draw_req[i];
+        if (!r) continue;
+        int32_t id = sampler_sample(&r->sampler, s->logits + (size_t)i * vocab, vocab);
+        sampler_accept(&r->sampler, id);
+        s->drawn[i] = id;
+    }
+}
+
+/* Samples every request that got logits this step (in parallel when the
+ * scheduler has a thread pool), then applies stop conditions in order. */
+static void sample_all(Scheduler *s, int n_logits) {
+    for (int i = 0; i < n_logits; i++)
+        if (s->draw_req[i] && !request_ready_to_draw(s, s->draw_req[i])) s->draw_req[i] = NULL;
+    if (s->pool && n_logits > 1) cpu_parallel_for(s->pool, n_logits, draw_rows, s);
+    else draw_rows(s, 0, n_logits);
+    for (int i = 0; i < n_logits; i++) {
+        SchedRequest *r = s->draw_req[i];
+        const char *why = r ? request_accept_token(s, r, s->drawn[i]) : NULL;
+        if (why) request_end(s, r, why);
+    }
 }
 
 /* ---- building a step ---- */
@@ -435,8 +473,9 @@ int scheduler_step(Scheduler *s, Err *err) {
         SchedRequest *r = s->sel[k];
         r->n_cached += s->sel_chunk[k];
         request_after_compute(s, r);
-        if (r->n_cached == (int)r->tokens.n) request_logits(s, r, s->logits + (size_t)l++ * s->e->model->cfg.vocab);
+        if (r->n_cached == (int)r->tokens.n) s->draw_req[l++] = r;
     }
+    sample_all(s, l);
     step_stats(s, rows, t0);
     return 0;
 }

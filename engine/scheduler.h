@@ -42,6 +42,7 @@ typedef struct {
     int max_seqs;             /* sequences per step; <= 0: 256 */
     int max_batched_tokens;   /* rows per step; <= 0: 8192; at most the engine's max_chunk */
     bool no_prefix_cache;     /* turn prefix caching off */
+    int sample_threads;       /* threads drawing the tokens of a step; <= 0: one per core, 1: none */
 } SchedOptions;
 
 typedef enum { REQ_WAITING, REQ_RUNNING, REQ_FINISHED } ReqState;
@@ -99,6 +100,9 @@ typedef struct {
     int64_t *slot;
     const int32_t **tables;       /* [max_seqs] */
     float *logits;                /* [max_seqs][vocab] */
+    SchedRequest **draw_req;      /* [max_seqs] the request of each logits row (NULL: no draw) */
+    int32_t *drawn;               /* [max_seqs] the token drawn for each row */
+    struct ThreadPool *pool;      /* samples requests in parallel; NULL: on the caller */
     uint64_t next_order;
     SchedStats stats;
 } Scheduler;
