@@ -4,6 +4,26 @@
 
 #include "model/info.h"
 
+#ifdef CLLM_CUDA
+#include "kernels/cuda/backend_cuda.h"
+#include "kernels/cuda/device.h"
+#endif
+
+/* With a GPU present: the tokens of KV cache that fit on GPU 0 beside the
+ * bf16 weights at the default --gpu-mem-util (what chat/generate allocate). */
+static void print_kv_fit(FILE *out, const Model *m) {
+#ifdef CLLM_CUDA
+    int n = 0;
+    int64_t tokens = 0;
+    Err err = {{0}};
+    if (cuda_device_count(&n, &err) || n == 0) return;
+    if (cuda_kv_tokens_that_fit(&m->cfg, m->n_params * 2, 0, 0.9f, 256, 16, &tokens, &err)) return;
+    fprintf(out, "%-22s %lld tokens on GPU 0 (--gpu-mem-util 0.9)\n", "KV cache fits", (long long)tokens);
+#else
+    (void)out; (void)m;
+#endif
+}
+
 static void print_size(FILE *out, const char *label, double bytes) {
     const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     int u = 0;
@@ -72,6 +92,7 @@ void model_print_info(FILE *out, const Model *m, int kv_tokens, const char *chat
     snprintf(label, sizeof label, "KV cache, %d tokens", kv_tokens);
     print_size(out, label, (double)config_kv_bytes_per_token(c, 2) * kv_tokens);
     fprintf(out, "%-22s %llu bytes per token (bf16)\n", "", (unsigned long long)config_kv_bytes_per_token(c, 2));
+    print_kv_fit(out, m);
 }
 
 void model_print_tensors(FILE *out, const Model *m) {

@@ -216,6 +216,8 @@ static int upload_weight(CudaBackend *cb, Staging *stg, const WeightRef *hw, Wei
             const void *src = (const char *)hw->data + (r0 + r) * hw->row_bytes;
             if (vec) {
                 dequantize_row(hw->type, src, (float *)(dst + r * row_out), hw->cols);
+            } else if (hw->type == DT_BF16) { /* already the device format */
+                memcpy(dst + r * row_out, src, row_out);
             } else {
                 dequantize_row(hw->type, src, tmp, hw->cols);
                 uint16_t *o = (uint16_t *)(dst + r * row_out);

@@ -2,12 +2,16 @@
  * GPU machine by tests/gpu/run.sh; never in CI).
  *
  *   - every tiny golden model (GGUF and safetensors): the logits of every
- *     position of each prompt, CUDA vs transformers' fp32 reference, within
- *     bf16 tolerance (relative error <= 2e-2 of the row's max |logit|), as a
+ *     position of each prompt, CUDA vs transformers' fp32 reference, as a
  *     whole prompt, in chunks of 5 and token by token (decode), through a
  *     scattered block table; outputs poisoned with NaN before each run;
  *     decode steps run as CUDA graphs, and their logits must match those of
  *     a second backend that issues every kernel (no graphs);
+ *     bf16 tolerance: these random-weight models amplify rounding, so that
+ *     transformers itself, run in bf16, is 2.5e-2 to 2.6e-1 from its fp32
+ *     logits (tests/gpu/bf16_baseline.py; BF16_REF below). Each model must
+ *     stay within 1.5x of that (worst row, both metrics), and every row
+ *     within 6e-2 of max |logit| for the dense models;
  *   - the real models: greedy tokens of the committed prompts, CUDA vs CPU;
  *     the first divergence is reported with both logits. */
 #include <math.h>
@@ -19,8 +23,15 @@
 #include "model/model.h"
 #include "tests/test.h"
 
-#define TOL 6e-2       /* max |diff| / max |ref| of a row */
-#define TOL_NORM 1e-2  /* ||diff|| / ||ref|| of a row */
+#define TOL 6e-2       /* max |diff| / max |ref| of a row, dense models */
+
+/* transformers bf16 vs its fp32 logits (bf16_baseline.py): the larger of
+ * all-bf16 and fp32-activations-with-bf16-weights, worst row: max-metric, norm. */
+static const struct { const char *arch; double max, norm; } BF16_REF[] = {
+    {"llama", 6.45e-2, 7.52e-2}, {"mistral", 5.47e-2, 4.49e-2}, {"qwen2", 4.53e-2, 4.33e-2},
+    {"qwen3", 2.57e-2, 2.46e-2}, {"gemma2", 6.01e-2, 3.18e-2},  {"gemma3", 6.37e-2, 6.01e-2},
+    {"gpt-oss", 2.62e-1, 2.20e-1},
+};
 
 static int b64v(char ch) {
     if (ch >= 'A' && ch <= 'Z') return ch - 'A';
@@ -130,10 +141,16 @@ static void check_tiny(const char *arch, bool gguf) {
         printf("# cuda %-8s %-11s prompt %zu T=%2d  max-rel err full %.2e chunked %.2e decode %.2e  norm-rel %.2e  "
                "graph vs none %.1e\n", arch, gguf ? "gguf" : "safetensors", p, T, worst[0], worst[1], worst[2],
                worst_norm, graph_diff);
-        CHECK(worst_norm <= TOL_NORM, "%s prompt %zu: norm-wise error %.3g", arch, p, worst_norm);
+        for (size_t r = 0; r < sizeof BF16_REF / sizeof BF16_REF[0]; r++) {
+            if (strcmp(BF16_REF[r].arch, arch)) continue;
+            double wmax = fmax(worst[0], fmax(worst[1], worst[2]));
+            CHECK(wmax <= 1.5 * BF16_REF[r].max && worst_norm <= 1.5 * BF16_REF[r].norm,
+                  "%s prompt %zu: errors %.3g / %.3g beyond 1.5x transformers-bf16 (%.3g / %.3g)", arch, p, wmax,
+                  worst_norm, BF16_REF[r].max, BF16_REF[r].norm);
+        }
         CHECK(graph_diff <= 1e-3, "%s prompt %zu: graph replay differs from direct launches by %.3g", arch, p, graph_diff);
-        CHECK(worst[0] <= TOL && worst[1] <= TOL && worst[2] <= TOL, "%s prompt %zu errors %.3g %.3g %.3g", arch, p,
-              worst[0], worst[1], worst[2]);
+        CHECK(!strcmp(arch, "gpt-oss") || (worst[0] <= TOL && worst[1] <= TOL && worst[2] <= TOL),
+              "%s prompt %zu errors %.3g %.3g %.3g", arch, p, worst[0], worst[1], worst[2]);
         free(ids); free(want); free(got);
     }
     for (int i = 0; i < nh; i++) block_pool_release(&e.pool, held[i]);
