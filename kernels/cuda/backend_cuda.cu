@@ -11,7 +11,7 @@
  * in, fp32 accumulate, bf16 or fp32 out; the algorithm chosen once per shape,
  * one fixed workspace).
  *
- * Decode-shaped steps (every row wants logits, at most 64 rows, no MoE) run
+ * Decode-shaped steps (every row wants logits, at most 64 rows; MoE: 8) run
  * as CUDA graphs, one per bucket of rows (1, 2, 4, ... 64): begin_step pads
  * the step to its bucket and copies the inputs into fixed device buffers
  * (padding rows: token 0 at position 0 of sequence 0, slot -1 so they write
@@ -336,11 +336,15 @@ static const Buf *buf_of(CudaBackend *cb, const void *p) {
 }
 
 /* The graph bucket of a step of T rows (-1: issue its kernels directly):
- * decode-shaped steps only, since a graph computes logits for every row. */
+ * decode-shaped steps only, since a graph computes logits for every row, and
+ * for MoE only buckets whose routing stays on the device. */
 static int step_bucket(CudaBackend *cb, int T, int n_logits) {
-    if (!cb->graphs_on || cb->cfg->n_experts > 0 || n_logits != T) return -1;
+    if (!cb->graphs_on || n_logits != T) return -1;
     for (int i = 0; i < N_BUCKETS; i++)
-        if (T <= BUCKET_ROWS[i]) return BUCKET_ROWS[i] <= cb->max_tokens ? i : -1;
+        if (T <= BUCKET_ROWS[i]) {
+            bool host_sync = cb->cfg->n_experts > 0 && BUCKET_ROWS[i] > GEMV_MAX_T; /* MoE routed on the host */
+            return BUCKET_ROWS[i] <= cb->max_tokens && !host_sync ? i : -1;
+        }
     return -1;
 }
 
@@ -511,14 +515,30 @@ static void moe_route(const float *lg, int E, int K, int *sel, float *wts) {
     for (int j = 0; j < K; j++) wts[j] /= sum;
 }
 
-/* MoE: the router runs on the GPU (fp32 logits), the top-k choice on the
- * host (E is small; one sync per layer); the rows of all experts are listed
- * in one upload, then each expert's rows are gathered, run through its MLP
- * and added back with their routing weight in fp32. */
+/* Decode-sized MoE, all on the device (no host sync, so it can be graphed):
+ * top-k routing kernel, then one matrix-vector pass per (token, choice) pair
+ * over its expert's gate/up (GLU fused) and down rows, then the weighted sum. */
+static void moe_decode(CudaBackend *cb, bf16 *out, const bf16 *x, const LayerWeights *lw, const ModelConfig *c, int T) {
+    int K = c->n_experts_used, C = c->dim, F = c->ffn_dim;
+    Activation act = c->act == ACT_KIND_SWIGLU_OAI ? ACT_SWIGLU_OAI : ACT_SILU;
+    cuda_moe_route(cb->moe_idx, cb->moe_w, cb->router, T, c->n_experts, K, cb->stream);
+    cuda_gemv_experts(cb->moe_act, mat_of(&lw->w_gate, 0), mat_of(&lw->w_up, 0), vec_of(&lw->b_gate, 0),
+                      vec_of(&lw->b_up, 0), x, K, cb->moe_idx, T * K, F, C, act, c->act_limit, cb->stream);
+    cuda_gemv_experts(cb->moe_out, mat_of(&lw->w_down, 0), NULL, vec_of(&lw->b_down, 0), NULL, cb->moe_act, 1,
+                      cb->moe_idx, T * K, C, F, act, 0, cb->stream);
+    cuda_moe_combine(out, cb->moe_out, cb->moe_w, T, K, C, cb->stream);
+}
+
+/* MoE: the router runs on the GPU (fp32 logits). Up to GEMV_MAX_T rows
+ * the rest does too (moe_decode); larger steps choose the top-k on the host
+ * (one sync per layer), list the rows of all experts in one upload, then
+ * gather each expert's rows, run its MLP and add them back with their
+ * routing weight in fp32. */
 static void cuda_be_moe(Backend *be, void *out, const void *x, const LayerWeights *lw, const ModelConfig *c, int T) {
     CudaBackend *cb = cb_of(be);
     int E = c->n_experts, K = c->n_experts_used, C = c->dim, F = c->ffn_dim;
     gemm(cb, cb->router, true, (const bf16 *)x, mat_of(&lw->router, 0), vec_of(&lw->router_bias, 0), E, T, C);
+    if (T <= GEMV_MAX_T) { moe_decode(cb, (bf16 *)out, (const bf16 *)x, lw, c, T); return; }
     op_fail(cb, cudaMemcpyAsync(cb->h_router, cb->router, (size_t)T * E * sizeof(float), cudaMemcpyDeviceToHost,
                                 cb->stream), "router");
     op_fail(cb, cudaStreamSynchronize(cb->stream), "router");
@@ -653,14 +673,15 @@ static int cuda_alloc_step(CudaBackend *cb, const ModelConfig *c, const ModelWei
     CUDA_CHECK(cudaMalloc(&cb->scratch, T * wide * sizeof(bf16)), err);
     CUDA_CHECK(cudaMalloc(&cb->router, T * E * sizeof(float)), err);
     CUDA_CHECK(cudaMallocHost(&cb->h_router, T * E * sizeof(float)), err);
-    CUDA_CHECK(cudaMalloc(&cb->moe_idx, T * K * sizeof(int32_t)), err);
+    CUDA_CHECK(cudaMalloc(&cb->moe_idx, (T > GEMV_MAX_T ? T : GEMV_MAX_T) * K * sizeof(int32_t)), err);
     CUDA_CHECK(cudaMallocHost(&cb->h_idx, T * K * sizeof(int32_t)), err);
-    CUDA_CHECK(cudaMalloc(&cb->moe_w, T * K * sizeof(float)), err);
+    CUDA_CHECK(cudaMalloc(&cb->moe_w, (T > GEMV_MAX_T ? T : GEMV_MAX_T) * K * sizeof(float)), err);
     CUDA_CHECK(cudaMallocHost(&cb->h_w, T * K * sizeof(float)), err);
     if (c->n_experts > 0) {
+        int64_t rows = T > GEMV_MAX_T * K ? T : GEMV_MAX_T * K; /* expert rows, or decode (token, choice) pairs */
         CUDA_CHECK(cudaMalloc(&cb->moe_rows, (size_t)T * c->dim * sizeof(bf16)), err);
-        CUDA_CHECK(cudaMalloc(&cb->moe_out, (size_t)T * c->dim * sizeof(bf16)), err);
-        CUDA_CHECK(cudaMalloc(&cb->moe_act, (size_t)T * c->ffn_dim * sizeof(bf16)), err);
+        CUDA_CHECK(cudaMalloc(&cb->moe_out, (size_t)rows * c->dim * sizeof(bf16)), err);
+        CUDA_CHECK(cudaMalloc(&cb->moe_act, (size_t)rows * c->ffn_dim * sizeof(bf16)), err);
         CUDA_CHECK(cudaMalloc(&cb->moe_acc, (size_t)T * c->dim * sizeof(float)), err);
     }
     float *inv_freq = NULL;

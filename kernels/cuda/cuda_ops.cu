@@ -215,6 +215,37 @@ __global__ void kernel_f32_to_bf16(bf16 *out, const float *x, int64_t n) {
         out[i] = __float2bfloat16(x[i]);
 }
 
+/* One thread per row: E and k are small (gpt-oss: 32 / 4). Same choice as
+ * the CPU's moe_route: repeated argmax, the lowest id on ties. */
+__global__ void kernel_moe_route(int32_t *sel, float *w, const float *logits, int T, int E, int k) {
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= T) return;
+    const float *lg = logits + (int64_t)t * E;
+    int32_t *st = sel + (int64_t)t * k;
+    float *wt = w + (int64_t)t * k;
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            bool taken = false;
+            for (int i = 0; i < j; i++) taken |= st[i] == e;
+            if (!taken && (best < 0 || lg[e] > lg[best])) best = e;
+        }
+        st[j] = best;
+    }
+    float m = lg[st[0]], sum = 0;
+    for (int j = 0; j < k; j++) sum += wt[j] = expf(lg[st[j]] - m);
+    for (int j = 0; j < k; j++) wt[j] /= sum;
+}
+
+__global__ void kernel_moe_combine(bf16 *out, const bf16 *y, const float *w, int k, int C) {
+    int t = blockIdx.y;
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x) {
+        float a = 0;
+        for (int j = 0; j < k; j++) a += w[t * k + j] * __bfloat162float(y[((int64_t)t * k + j) * C + c]);
+        out[(int64_t)t * C + c] = __float2bfloat16(a);
+    }
+}
+
 /* ---------------- launchers ---------------- */
 
 static int grid_for(int64_t n, int block) {
@@ -279,4 +310,12 @@ void cuda_scatter_add(float *out, const bf16 *src, const int32_t *rows, const fl
 
 void cuda_f32_to_bf16(bf16 *out, const float *x, int64_t n, cudaStream_t s) {
     if (n > 0) kernel_f32_to_bf16<<<grid_for(n, 256), 256, 0, s>>>(out, x, n);
+}
+
+void cuda_moe_route(int32_t *sel, float *w, const float *logits, int T, int E, int k, cudaStream_t s) {
+    kernel_moe_route<<<(T + 63) / 64, 64, 0, s>>>(sel, w, logits, T, E, k);
+}
+
+void cuda_moe_combine(bf16 *out, const bf16 *y, const float *w, int T, int k, int C, cudaStream_t s) {
+    if (T > 0) kernel_moe_combine<<<dim3(grid_for(C, 256), T), 256, 0, s>>>(out, y, w, k, C);
 }

@@ -77,4 +77,16 @@ void cuda_gemv(void *y, bool y_f32, const bf16 *W, const bf16 *x, const float *b
 void cuda_gemv_glu(bf16 *out, const bf16 *W, const bf16 *x, const float *bg, const float *bu, int F, int K, int T,
                    Activation act, float limit, cudaStream_t s);
 
+/* Decode MoE: pair p (< n_pairs) runs expert sel[p] on x row p / x_div.
+ * Wb != NULL: out[p][M] = act(Wa[e] x + ba[e]) * (Wb[e] x + bb[e]) (gate/up,
+ * each [E][M][K]); else out[p][M] = Wa[e] x + ba[e] (down). Biases may be NULL. */
+void cuda_gemv_experts(bf16 *out, const bf16 *Wa, const bf16 *Wb, const float *ba, const float *bb, const bf16 *x,
+                       int x_div, const int32_t *sel, int n_pairs, int M, int K, Activation act, float limit,
+                       cudaStream_t s);
+/* Router top-k on the device: per row t of logits [T][E] (fp32), the k best
+ * experts sel[t][k] (ties: the lower id) and the softmax of their logits w[t][k]. */
+void cuda_moe_route(int32_t *sel, float *w, const float *logits, int T, int E, int k, cudaStream_t s);
+/* out[t][C] (bf16) = sum_j w[t][j] * y[t*k + j][C] */
+void cuda_moe_combine(bf16 *out, const bf16 *y, const float *w, int T, int k, int C, cudaStream_t s);
+
 #endif

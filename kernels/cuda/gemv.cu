@@ -136,6 +136,29 @@ kernel_gemv_glu(bf16 *out, const bf16 *W, const bf16 *x, const float *bg, const 
     }
 }
 
+/* MoE experts of decode: one (token, choice) pair per blockIdx.y; pair p
+ * runs expert sel[p] on x row p / x_div. GLU: gate rows of Wa, up rows of
+ * Wb (each [E][M][K]), out = act(gate + ba) * (up + bb); else out = Wa x + ba. */
+template <bool GLU, bool VEC>
+__global__ void __launch_bounds__(GEMV_WARPS * 32)
+kernel_gemv_experts(bf16 *out, const bf16 *Wa, const bf16 *Wb, const float *ba, const float *bb, const bf16 *x,
+                    int x_div, const int32_t *sel, int M, int K, Activation act, float limit) {
+    int lane = threadIdx.x % 32, m = blockIdx.x * GEMV_WARPS + threadIdx.x / 32, p = blockIdx.y, e = sel[p];
+    if (m >= M) return;
+    const int NR = GLU ? 2 : 1;
+    float acc[NR][1];
+    const bf16 *wrow[NR];
+    wrow[0] = Wa + ((int64_t)e * M + m) * K;
+    if (GLU) wrow[NR - 1] = Wb + ((int64_t)e * M + m) * K;
+#pragma unroll
+    for (int r = 0; r < NR; r++) acc[r][0] = 0.0f;
+    gemv_rows<1, NR, VEC>(acc, wrow, x + (int64_t)(p / x_div) * K, K, lane);
+    if (lane != 0) return;
+    float a = acc[0][0] + (ba ? ba[(int64_t)e * M + m] : 0.0f);
+    if (GLU) a = act_glu(a, acc[NR - 1][0] + (bb ? bb[(int64_t)e * M + m] : 0.0f), act, limit);
+    out[(int64_t)p * M + m] = __float2bfloat16(a);
+}
+
 /* ---------------- launchers ---------------- */
 
 static bool gemv_vec_ok(const void *W, const void *x, int K) {
@@ -191,4 +214,15 @@ void cuda_gemv_glu(bf16 *out, const bf16 *W, const bf16 *x, const float *bg, con
     case 8: launch_gemv_glu<8>(out, W, x, bg, bu, F, K, act, limit, s); break;
     default: break;
     }
+}
+
+void cuda_gemv_experts(bf16 *out, const bf16 *Wa, const bf16 *Wb, const float *ba, const float *bb, const bf16 *x,
+                       int x_div, const int32_t *sel, int n_pairs, int M, int K, Activation act, float limit,
+                       cudaStream_t s) {
+    dim3 grid((M + GEMV_WARPS - 1) / GEMV_WARPS, n_pairs);
+    bool vec = gemv_vec_ok(Wa, x, K) && (!Wb || gemv_vec_ok(Wb, x, K));
+    if (Wb && vec) kernel_gemv_experts<true, true><<<grid, GEMV_WARPS * 32, 0, s>>>(out, Wa, Wb, ba, bb, x, x_div, sel, M, K, act, limit);
+    else if (Wb) kernel_gemv_experts<true, false><<<grid, GEMV_WARPS * 32, 0, s>>>(out, Wa, Wb, ba, bb, x, x_div, sel, M, K, act, limit);
+    else if (vec) kernel_gemv_experts<false, true><<<grid, GEMV_WARPS * 32, 0, s>>>(out, Wa, NULL, ba, NULL, x, x_div, sel, M, K, act, limit);
+    else kernel_gemv_experts<false, false><<<grid, GEMV_WARPS * 32, 0, s>>>(out, Wa, NULL, ba, NULL, x, x_div, sel, M, K, act, limit);
 }
