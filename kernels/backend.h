@@ -68,8 +68,10 @@ struct Backend {
     void (*qkv)(Backend *be, void *q, void *k, void *v, const void *x, const LayerWeights *lw, int T);
     /* y[T][rows] = x[T][cols] @ W[mat]^T (+ bias[mat]); ACT in and out */
     void (*matmul)(Backend *be, void *y, const void *x, const WeightRef *w, int mat, const WeightRef *bias, int T);
-    /* q, k = rope(q, k) with layer's frequencies at the rows' positions; then
-     * k, v go to layer's KV cache at the rows' slots (a negative slot: none). */
+    /* q, k = rmsnorm per head with layer's q_norm / k_norm (qk-norm; only
+     * when the layer has them), then rope with layer's frequencies at the
+     * rows' positions; then k, v go to layer's KV cache at the rows' slots
+     * (a negative slot: none). */
     void (*rope_kv_write)(Backend *be, int layer, void *q, void *k, const void *v, int T);
     /* out [T][H][Dv] = attention of q [T][H][Dk] over layer's cache */
     void (*attention)(Backend *be, void *out, const void *q, int layer, const AttnParams *p, int T);

@@ -90,6 +90,9 @@ static void cpu_be_rope_kv_write(Backend *be, int layer, void *q, void *k, const
     const ModelConfig *c = cb->cfg;
     const float *f = cb->inv_freq + (size_t)layer * (c->rope_dim / 2);
     const int32_t *pos = cb->batch->pos;
+    const LayerWeights *lw = &be->weights->layers[layer];
+    if (lw->q_norm.data) cpu_rmsnorm(q, q, lw->q_norm.data, T * c->n_heads, c->head_dim_k, c->norm_eps, c->norm_offset);
+    if (lw->k_norm.data) cpu_rmsnorm(k, k, lw->k_norm.data, T * c->n_kv_heads, c->head_dim_k, c->norm_eps, c->norm_offset);
     cpu_rope(q, pos, T, c->n_heads, c->head_dim_k, c->rope_dim, f, cb->mscale[layer], c->rope_neox);
     cpu_rope(k, pos, T, c->n_kv_heads, c->head_dim_k, c->rope_dim, f, cb->mscale[layer], c->rope_neox);
     cpu_kv_write(&cb->kv, layer, cb->batch, k, v);

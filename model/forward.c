@@ -5,8 +5,8 @@
  *     x += proj; xn = rmsnorm(x)             attention block (proj: the last
  *                                            sublayer's output, none at layer 0)
  *     q, k, v = xn @ Wq, Wk, Wv (+ biases)
- *     q, k = rmsnorm per head (qk-norm)      Qwen3, Gemma 3
- *     q, k = rope(q, k); cache[slot] = k, v  layer's base and scaling
+ *     q, k = rope(rmsnorm per head(q, k))    qk-norm: Qwen3, Gemma 3; rope:
+ *     cache[slot] = k, v                     layer's base and scaling
  *     att = attention(q, cache)              window, soft-cap, sinks per layer
  *     proj = att @ Wo (+ bias); rmsnorm      post-norm: Gemma
  *     x += proj; xn = rmsnorm(x)             MLP block
@@ -74,9 +74,7 @@ static void forward_attention_block(Forward *fw, int l, int T, const void *pendi
     const LayerWeights *lw = &be->weights->layers[l];
     be->add_rmsnorm(be, fw->x, pending, fw->xn, &lw->attn_norm, T, c->dim, c->norm_eps, c->norm_offset);
     be->qkv(be, fw->q, fw->k, fw->v, fw->xn, lw, T);
-    if (lw->q_norm.data) be->rmsnorm(be, fw->q, fw->q, &lw->q_norm, T * c->n_heads, c->head_dim_k, c->norm_eps, c->norm_offset);
-    if (lw->k_norm.data) be->rmsnorm(be, fw->k, fw->k, &lw->k_norm, T * c->n_kv_heads, c->head_dim_k, c->norm_eps, c->norm_offset);
-    be->rope_kv_write(be, l, fw->q, fw->k, fw->v, T);
+    be->rope_kv_write(be, l, fw->q, fw->k, fw->v, T);   /* qk-norm (if any), rope, cache write */
     AttnParams p = {c->n_heads, c->n_kv_heads, c->head_dim_k, c->head_dim_v, c->attn_scale, c->attn_softcap,
                     c->layer_window[l], lw->sinks.data};
     be->attention(be, fw->att, fw->q, l, &p, T);

@@ -2,8 +2,8 @@
  * one GPU.
  *
  * Weights are uploaded once as bf16 matrices (any file dtype, dequantized on
- * the host a row at a time into pinned staging buffers, two buffers
- * alternating so reading the file overlaps the copy) and fp32 vectors; each
+ * the host by a thread pool into pinned staging buffers, two buffers
+ * alternating so converting overlaps the copy) and fp32 vectors; each
  * layer's Wq|Wk|Wv and Wgate|Wup are placed back to back so each pair/triple
  * is one GEMM. Activations between GEMMs are bf16, the residual stream and
  * logits fp32, the KV cache bf16. GEMMs of up to GEMV_MAX_T rows (decode) go
@@ -184,13 +184,45 @@ typedef struct {
     void *pinned[2];
     cudaEvent_t done[2];
     int cur;
-    size_t used;
     uint64_t bytes;      /* uploaded */
+    ThreadPool *tp;      /* converts rows in parallel (the file's dtype to bf16) */
 } Staging;
 
+/* Rows [a, b) of a staging chunk: src rows r0 + a.. of hw, out rows a.. of dst. */
+typedef struct {
+    const WeightRef *hw;
+    char *dst;
+    int64_t r0;
+    size_t row_out;
+    bool vec;
+} ConvertJob;
+
+static void convert_rows(void *ctx, int64_t a, int64_t b) {
+    const ConvertJob *j = (const ConvertJob *)ctx;
+    const WeightRef *hw = j->hw;
+    float *tmp = j->vec || hw->type == DT_BF16 ? NULL : (float *)malloc(hw->cols * sizeof(float));
+    for (int64_t r = a; r < b; r++) {
+        const void *src = (const char *)hw->data + (j->r0 + r) * hw->row_bytes;
+        char *out = j->dst + r * j->row_out;
+        if (j->vec) {
+            dequantize_row(hw->type, src, (float *)out, hw->cols);
+        } else if (hw->type == DT_BF16) { /* already the device format */
+            memcpy(out, src, j->row_out);
+        } else if (tmp) {
+            dequantize_row(hw->type, src, tmp, hw->cols);
+            uint16_t *o = (uint16_t *)out;
+            for (int64_t c = 0; c < hw->cols; c++) o[c] = fp32_to_bf16(tmp[c]);
+        } else { /* no memory for the row: NaN, which the checks downstream see */
+            for (int64_t c = 0; c < hw->cols; c++) ((uint16_t *)out)[c] = 0x7fc0;
+        }
+    }
+    free(tmp);
+}
+
 /* Converts a host WeightRef (any dtype) to bf16 (matrices) or fp32 (vectors)
- * on the device, staging through pinned memory; into dst when given (a slot
- * of a concatenated matrix), else into its own allocation. */
+ * on the device, staging through pinned memory (two buffers: the pool
+ * converts a chunk while the previous one is copied); into dst when given
+ * (a slot of a concatenated matrix), else into its own allocation. */
 static int upload_weight(CudaBackend *cb, Staging *stg, const WeightRef *hw, WeightRef *dw, void *dst_dev, Err *err) {
     *dw = *hw;
     if (!hw->data) return 0;
@@ -203,33 +235,20 @@ static int upload_weight(CudaBackend *cb, Staging *stg, const WeightRef *hw, Wei
         CUDA_CHECK(cudaMalloc(&dev, total), err);
         if (cb_track(cb, dev, err)) return -1;
     }
-    float *tmp = (float *)malloc(hw->cols * sizeof(float));
-    if (!tmp) return err_set(err, "out of memory");
     size_t rows_per_chunk = STAGING_BYTES / row_out;
-    if (rows_per_chunk == 0) { free(tmp); return err_set(err, "tensor '%s' row too large to stage", hw->name); }
+    if (rows_per_chunk == 0) return err_set(err, "tensor '%s' row too large to stage", hw->name);
     for (int64_t r0 = 0; r0 < rows; r0 += rows_per_chunk) {
         int64_t nr = rows - r0 < (int64_t)rows_per_chunk ? rows - r0 : (int64_t)rows_per_chunk;
         int b = stg->cur;
         CUDA_CHECK(cudaEventSynchronize(stg->done[b]), err); /* the buffer's previous copy finished */
-        char *dst = (char *)stg->pinned[b];
-        for (int64_t r = 0; r < nr; r++) {
-            const void *src = (const char *)hw->data + (r0 + r) * hw->row_bytes;
-            if (vec) {
-                dequantize_row(hw->type, src, (float *)(dst + r * row_out), hw->cols);
-            } else if (hw->type == DT_BF16) { /* already the device format */
-                memcpy(dst + r * row_out, src, row_out);
-            } else {
-                dequantize_row(hw->type, src, tmp, hw->cols);
-                uint16_t *o = (uint16_t *)(dst + r * row_out);
-                for (int64_t c = 0; c < hw->cols; c++) o[c] = fp32_to_bf16(tmp[c]);
-            }
-        }
-        CUDA_CHECK(cudaMemcpyAsync((char *)dev + r0 * row_out, dst, nr * row_out, cudaMemcpyHostToDevice, cb->stream), err);
+        ConvertJob job = {hw, (char *)stg->pinned[b], r0, row_out, vec};
+        cpu_parallel_for(stg->tp, nr, convert_rows, &job);
+        CUDA_CHECK(cudaMemcpyAsync((char *)dev + r0 * row_out, job.dst, nr * row_out, cudaMemcpyHostToDevice,
+                                   cb->stream), err);
         CUDA_CHECK(cudaEventRecord(stg->done[b], cb->stream), err);
         stg->cur ^= 1;
         stg->bytes += nr * row_out;
     }
-    free(tmp);
     dw->data = dev;
     dw->type = vec ? DT_F32 : DT_BF16;
     dw->row_bytes = row_out;
@@ -276,16 +295,19 @@ static int upload_layer(CudaBackend *cb, Staging *stg, const LayerWeights *h, La
 
 static int upload_model(CudaBackend *cb, const ModelConfig *c, const ModelWeights *host, double *gbps, Err *err) {
     Staging stg = {};
-    for (int b = 0; b < 2; b++) {
-        CUDA_CHECK(cudaMallocHost(&stg.pinned[b], STAGING_BYTES), err);
-        CUDA_CHECK(cudaEventCreate(&stg.done[b]), err);
-        CUDA_CHECK(cudaEventRecord(stg.done[b], cb->stream), err);
+    int rc = 0;
+    stg.tp = thread_pool_create(0, err);
+    if (!stg.tp) rc = -1;
+    for (int b = 0; rc == 0 && b < 2; b++) {
+        cudaError_t e = cudaMallocHost(&stg.pinned[b], STAGING_BYTES);
+        if (e == cudaSuccess) e = cudaEventCreate(&stg.done[b]);
+        if (e == cudaSuccess) e = cudaEventRecord(stg.done[b], cb->stream);
+        if (e != cudaSuccess) rc = err_set(err, "CUDA error '%s' preparing the weight upload", cudaGetErrorString(e));
     }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    int rc = 0;
     cb->w.layers = (LayerWeights *)calloc(c->n_layers, sizeof *cb->w.layers);
-    if (!cb->w.layers) rc = err_set(err, "out of memory");
+    if (rc == 0 && !cb->w.layers) rc = err_set(err, "out of memory");
     if (rc == 0) rc = upload_weight(cb, &stg, &host->tok_embd, &cb->w.tok_embd, NULL, err);
     if (rc == 0) rc = upload_weight(cb, &stg, &host->output_norm, &cb->w.output_norm, NULL, err);
     if (rc == 0 && host->output.data == host->tok_embd.data) cb->w.output = cb->w.tok_embd;
@@ -298,9 +320,10 @@ static int upload_model(CudaBackend *cb, const ModelConfig *c, const ModelWeight
     double s = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
     if (gbps) *gbps = s > 0 ? stg.bytes / s / 1e9 : 0;
     for (int b = 0; b < 2; b++) {
-        cudaFreeHost(stg.pinned[b]);
-        cudaEventDestroy(stg.done[b]);
+        if (stg.pinned[b]) cudaFreeHost(stg.pinned[b]);
+        if (stg.done[b]) cudaEventDestroy(stg.done[b]);
     }
+    if (stg.tp) thread_pool_destroy(stg.tp);
     return rc;
 }
 
@@ -463,10 +486,12 @@ static void cuda_be_rope_kv_write(Backend *be, int layer, void *q, void *k, cons
     const ModelConfig *c = cb->cfg;
     DevAttnBatch b = cb->batch;
     b.n_tokens = T;
+    const LayerWeights *lw = &cb->w.layers[layer];
+    QkNorm qk = {(const float *)lw->q_norm.data, (const float *)lw->k_norm.data, c->norm_eps, c->norm_offset};
     cuda_rope_kv_write((bf16 *)q, (bf16 *)k, (const bf16 *)v, cb->k_cache[layer], cb->v_cache[layer], &b, c->n_heads,
                        c->n_kv_heads, c->head_dim_k, c->head_dim_v, c->rope_dim,
                        cb->d_inv_freq + (size_t)layer * (c->rope_dim / 2), cb->mscale[layer], c->rope_neox,
-                       cb->n_slots, cb->stream);
+                       cb->n_slots, &qk, cb->stream);
 }
 
 static void cuda_be_attention(Backend *be, void *out, const void *q, int layer, const AttnParams *p, int T) {

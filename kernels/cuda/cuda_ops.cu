@@ -101,13 +101,27 @@ __global__ void kernel_add_bias(void *y, bool y_f32, const float *bias, int T, i
     }
 }
 
-/* One block per row t: first every (head, pair) of q and k is rotated in
- * place, then (after the barrier makes the rotated k visible) k and v are
- * copied to the row's cache slot. */
+/* One block per row t: first (qk-norm) a warp per head normalizes it in
+ * place; then every (head, pair) of q and k is rotated in place; then k and
+ * v are copied to the row's cache slot. Barriers between the phases make
+ * each one's writes visible to the next. */
 __global__ void kernel_rope_kv_write(bf16 *q, bf16 *k, const bf16 *v, bf16 *kc, bf16 *vc, DevAttnBatch b, int n_heads,
                                      int n_kv_heads, int hd, int hdv, int half, const float *inv_freq, float mscale,
-                                     bool neox, int64_t n_slots) {
-    int t = blockIdx.x;
+                                     bool neox, int64_t n_slots, QkNorm qk) {
+    int t = blockIdx.x, lane = threadIdx.x % 32;
+    if (qk.q || qk.k) {
+        for (int h = threadIdx.x / 32; h < n_heads + n_kv_heads; h += blockDim.x / 32) {
+            const float *w = h < n_heads ? qk.q : qk.k;
+            if (!w) continue;
+            bf16 *x = h < n_heads ? q + ((int64_t)t * n_heads + h) * hd : k + ((int64_t)t * n_kv_heads + h - n_heads) * hd;
+            float ss = 0;
+            for (int i = lane; i < hd; i += 32) { float a = __bfloat162float(x[i]); ss += a * a; }
+            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+            float inv = rsqrtf(ss / hd + qk.eps);
+            for (int i = lane; i < hd; i += 32) x[i] = __float2bfloat16(__bfloat162float(x[i]) * inv * (w[i] + qk.offset));
+        }
+        __syncthreads();
+    }
     float p = (float)b.pos[t];
     for (int j = threadIdx.x; j < (n_heads + n_kv_heads) * half; j += blockDim.x) {
         int h = j / half, i = j % half;
@@ -280,9 +294,9 @@ void cuda_add_bias(void *y, bool y_f32, const float *bias, int T, int n, cudaStr
 
 void cuda_rope_kv_write(bf16 *q, bf16 *k, const bf16 *v, bf16 *kc, bf16 *vc, const DevAttnBatch *b, int n_heads,
                         int n_kv_heads, int head_dim_k, int head_dim_v, int rot_dim, const float *inv_freq,
-                        float mscale, bool neox, int64_t n_slots, cudaStream_t s) {
+                        float mscale, bool neox, int64_t n_slots, const QkNorm *qk, cudaStream_t s) {
     kernel_rope_kv_write<<<b->n_tokens, 256, 0, s>>>(q, k, v, kc, vc, *b, n_heads, n_kv_heads, head_dim_k, head_dim_v,
-                                                     rot_dim / 2, inv_freq, mscale, neox, n_slots);
+                                                     rot_dim / 2, inv_freq, mscale, neox, n_slots, *qk);
 }
 
 void cuda_attention(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, const DevAttnBatch *b,

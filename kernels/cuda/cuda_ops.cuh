@@ -48,12 +48,17 @@ void cuda_rmsnorm(bf16 *out, const bf16 *x, const float *w, int rows, int C, flo
 void cuda_split_qkv(bf16 *q, bf16 *k, bf16 *v, const bf16 *qkv, const float *bq, const float *bk, const float *bv,
                     int T, int nq, int nk, int nv, cudaStream_t s);
 void cuda_add_bias(void *y, bool y_f32, const float *bias, int T, int n, cudaStream_t s); /* y bf16 or fp32 */
-/* Rope on q [T][H][D] and k [T][KV][D] in place (first rot_dim channels of
- * each head, inv_freq [rot_dim/2]), then k, v rows to the cache at slot[t]
- * (skipped when slot < 0 or >= n_slots). */
+/* qk-norm weights [D] of q and k heads (NULL: none), as in cuda_rmsnorm. */
+typedef struct {
+    const float *q, *k;
+    float eps, offset;
+} QkNorm;
+/* qk-norm (per qk), then rope on q [T][H][D] and k [T][KV][D] in place
+ * (first rot_dim channels of each head, inv_freq [rot_dim/2]), then k, v
+ * rows to the cache at slot[t] (skipped when slot < 0 or >= n_slots). */
 void cuda_rope_kv_write(bf16 *q, bf16 *k, const bf16 *v, bf16 *kc, bf16 *vc, const DevAttnBatch *b, int n_heads,
                         int n_kv_heads, int head_dim_k, int head_dim_v, int rot_dim, const float *inv_freq,
-                        float mscale, bool neox, int64_t n_slots, cudaStream_t s);
+                        float mscale, bool neox, int64_t n_slots, const QkNorm *qk, cudaStream_t s);
 /* out [T][H][Dv] (bf16) = attention of q [T][H][Dk] (bf16) over the paged cache. */
 void cuda_attention(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, const DevAttnBatch *b,
                     const AttnParams *p, cudaStream_t s);

@@ -89,7 +89,7 @@ static int rig_open(Rig *r, int C, int H, int KV, int D, int F, int V, int rot, 
         L->wq = weight(r, H * D, C, ws, 0);
         L->wk = weight(r, KV * D, C, ws, 0);
         L->wv = weight(r, KV * D, C, ws, 0);
-        L->q_norm = vec(r, D, 0.2f, 1.0f);
+        if (l == 0) { L->q_norm = vec(r, D, 0.2f, 1.0f); L->k_norm = vec(r, D, 0.2f, 1.0f); } /* qk-norm in layer 0 */
         L->wo = weight(r, C, H * D, 1.0f / sqrtf((float)(H * D)), 0);
         L->w_gate = weight(r, F, C, ws, 0);
         L->w_up = weight(r, F, C, ws, 0);
@@ -234,11 +234,12 @@ static void check_ops_at(Rig *r, int T, const char *shape) {
     r->gpu->rmsnorm(r->gpu, q.g, q.g, &r->gpu->weights->layers[0].q_norm, T * H, D, 1e-5f, 0);
     e[4] = compare(r, &q, T * H * D, "qk-norm (in place)", T);
 
-    for (int l = 0; l < 2; l++) { /* layer 0: global; layer 1: window 5, soft-cap 30, sinks */
+    for (int l = 0; l < 2; l++) { /* layer 0: qk-norm, global; layer 1: window 5, soft-cap 30, sinks */
         fill(r, &q, T * H * D, 1.0f); fill(r, &k, T * KV * D, 1.0f); fill(r, &v, T * KV * D, 1.0f);
         r->cpu->rope_kv_write(r->cpu, l, q.c, k.c, v.c, T);
         r->gpu->rope_kv_write(r->gpu, l, q.g, k.g, v.g, T);
-        e[5] = fmax(e[5], fmax(compare(r, &q, T * H * D, "rope q", T), compare(r, &k, T * KV * D, "rope k", T)));
+        e[5] = fmax(e[5], fmax(compare(r, &q, T * H * D, l ? "rope q" : "qk-norm + rope q", T),
+                               compare(r, &k, T * KV * D, l ? "rope k" : "qk-norm + rope k", T)));
         poison(r, &att, T * H * D);
         AttnParams pc = {H, KV, D, D, c->attn_scale, l ? 30.0f : 0, c->layer_window[l], r->layers[l].sinks.data};
         AttnParams pg = pc;
