@@ -64,14 +64,21 @@ int quant_repack(const QuantMatrix *m, const void *native, cudaStream_t s, Err *
 int quant_gemv(const QuantMatrix *W, const void *x, bool x_f32, void *y, bool y_f32, const float *bias, int T,
                cudaStream_t s, Err *err);
 
-/* quant_gemv with the rows-per-warp variant chosen (1, 2 or 4; 0 = the
- * default): for benchmarks. */
+/* quant_gemv with the kernel chosen, for checks and benchmarks: version 1
+ * (one tile of loads ahead, dequantize-then-FMA) or 2 (several tiles of loads
+ * in flight, sum-then-scale), rows per warp 1, 2 or 4; 0 = the default. */
 int quant_gemv_variant(const QuantMatrix *W, const void *x, bool x_f32, void *y, bool y_f32, const float *bias,
-                       int T, int rows_per_warp, cudaStream_t s, Err *err);
+                       int T, int version, int rows_per_warp, cudaStream_t s, Err *err);
 
 /* dst [n_rows][cols] bf16 = rows row0 .. row0+n_rows-1 of W, bit-exact with
  * dequantize_row (kernels/dtype.c) followed by round-to-nearest-even bf16. */
 int quant_dequant_bf16(const QuantMatrix *W, int64_t row0, int64_t n_rows, void *dst, cudaStream_t s, Err *err);
+
+/* quant_dequant_bf16 with the kernel chosen: version 1 (a thread per unit,
+ * direct stores) or 2 (through shared memory, coalesced 16-byte stores; dst
+ * 16-byte aligned); 0 = the default. */
+int quant_dequant_bf16_variant(const QuantMatrix *W, int64_t row0, int64_t n_rows, void *dst, int version,
+                               cudaStream_t s, Err *err);
 
 #ifdef __cplusplus
 }

@@ -25,7 +25,8 @@
 #include "kernels/cuda/quant_layout.cuh"
 
 #define QG_WARPS 8
-#define QG_XSMEM (48 * 1024) /* staging bytes for x: the default limit, no opt-in needed */
+#define QG_XSMEM (48 * 1024)    /* v1 staging bytes for x: the default limit, no opt-in needed */
+#define QG_XSMEM_V2 (96 * 1024) /* v2: fewer chunk barriers at T > 1; two blocks still fit an SM */
 #define MAGIC 8388608.0f     /* 2^23: a byte b in the low mantissa bits reads as 2^23 + b */
 
 /* The raw bytes of one unit of one row. */
@@ -224,7 +225,90 @@ static __device__ __forceinline__ void unit_fma(float (*acc)[T], const UnitRaw *
     }
 }
 
+/* v2: acc[r][t] += mul * sum(x * q) (+ add * sum(x)) per run: one FMA per
+ * value and row instead of two (sum(x) is shared by the R rows). */
 template <int Q, int T, int R>
+static __device__ __forceinline__ void unit_fma_sums(float (*acc)[T], const UnitRaw *raw, int p, const float4 *xs,
+                                                     int stride_t, int lane) {
+    const int K = quant_unit_k(Q), NRUN = quant_block_elems(Q) == 256 ? 2 : 1;
+    const bool ADD = Q == DT_Q4_1 || Q == DT_Q4_K || Q == DT_Q5_K;
+    Unit un[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) un[r] = unit_decode<Q>(raw[r], p);
+    float sq[R][T][NRUN], sx[T][NRUN];
+#pragma unroll
+    for (int t = 0; t < T; t++)
+#pragma unroll
+        for (int run = 0; run < NRUN; run++) {
+            sx[t][run] = 0.0f;
+#pragma unroll
+            for (int r = 0; r < R; r++) sq[r][t][run] = 0.0f;
+        }
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int run = NRUN == 2 ? k / 4 : 0;
+        float4 xv[T];
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+            xv[t] = xs[t * stride_t + k * 32 + lane];
+            if (ADD) sx[t][run] += (xv[t].x + xv[t].y) + (xv[t].z + xv[t].w);
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            float q[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) q[i] = code_float(un[r].code[k], i) - code_sub<Q>();
+#pragma unroll
+            for (int t = 0; t < T; t++) {
+                sq[r][t][run] = fmaf(q[0], xv[t].x, sq[r][t][run]);
+                sq[r][t][run] = fmaf(q[1], xv[t].y, sq[r][t][run]);
+                sq[r][t][run] = fmaf(q[2], xv[t].z, sq[r][t][run]);
+                sq[r][t][run] = fmaf(q[3], xv[t].w, sq[r][t][run]);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < T; t++)
+#pragma unroll
+            for (int run = 0; run < NRUN; run++) {
+                acc[r][t] = fmaf(un[r].mul[run], sq[r][t][run], acc[r][t]);
+                if (ADD) acc[r][t] = fmaf(un[r].add[run], sx[t][run], acc[r][t]);
+            }
+}
+
+/* v2: U tiles of loads in flight per lane before any arithmetic (v1 keeps
+ * one tile ahead), and sum-then-scale where it saves work (always without a
+ * min; with a min while T <= 2, where the extra sums are cheaper than a
+ * dequantize FMA per value). */
+template <int Q, int T, int R, int U>
+static __device__ __forceinline__ void gemv_chunk_v2(float (*acc)[T], const GemvArgs &a, const uint8_t *const *qs,
+                                                     const uint8_t *const *sc, const float4 *xs, int tile0, int nt,
+                                                     int stride_t, int lane) {
+    const int K = quant_unit_k(Q), upb = quant_units_per_block(Q);
+    const bool SUMS = !(Q == DT_Q4_1 || Q == DT_Q4_K || Q == DT_Q5_K) || T <= 2;
+    for (int tile = 0; tile < nt; tile += U) {
+        UnitRaw raw[U][R];
+#pragma unroll
+        for (int v = 0; v < U; v++) {
+            int64_t u = (int64_t)(tile0 + tile + v) * 32 + lane;
+            if (tile + v < nt && u < a.units)
+#pragma unroll
+                for (int r = 0; r < R; r++) raw[v][r] = unit_load<Q>(qs[r], sc[r], u);
+        }
+#pragma unroll
+        for (int v = 0; v < U; v++) {
+            int64_t u = (int64_t)(tile0 + tile + v) * 32 + lane;
+            if (tile + v >= nt || u >= a.units) break;
+            const float4 *x = xs + (tile + v) * K * 32;
+            if (SUMS) unit_fma_sums<Q, T, R>(acc, raw[v], (int)(u % upb), x, stride_t, lane);
+            else unit_fma<Q, T, R>(acc, raw[v], (int)(u % upb), x, stride_t, lane);
+        }
+    }
+}
+
+template <int Q, int T, int R, int U>
 __global__ void __launch_bounds__(QG_WARPS * 32)
 kernel_quant_gemv(GemvArgs a) {
     extern __shared__ float4 xs[];
@@ -250,6 +334,10 @@ kernel_quant_gemv(GemvArgs a) {
         __syncthreads(); /* the previous chunk's readers are done */
         stage_x<Q, T>(xs, a, tile0, nt);
         __syncthreads();
+        if constexpr (U > 0) {
+            gemv_chunk_v2<Q, T, R, U>(acc, a, qs, sc, xs, tile0, nt, stride_t, lane);
+            continue;
+        }
         UnitRaw cur[R], nxt[R];
         int64_t u = (int64_t)tile0 * 32 + lane;
         if (u < a.units)
@@ -312,49 +400,111 @@ __global__ void kernel_quant_dequant_bf16(__nv_bfloat16 *dst, const uint8_t *qs_
     }
 }
 
+/* v2: a block decodes 256 consecutive units (a contiguous run of the
+ * flattened [n_rows][cols] output: units tile it in order) into shared
+ * memory, then writes the run with coalesced 16-byte stores (v1's 8-byte
+ * stores land 64 bytes apart across a warp). 4 bf16 of padding per 32
+ * values keep the scattered shared-memory writes to 2-way bank conflicts. */
+#define DQ_UNITS 256
+static __device__ __forceinline__ int dq_pad(int e) { return e + 4 * (e / 32); }
+
+template <int Q>
+__global__ void __launch_bounds__(DQ_UNITS)
+kernel_quant_dequant_bf16_v2(__nv_bfloat16 *dst, const uint8_t *qs_base, const uint8_t *sc_base, int64_t row0,
+                             int64_t n_rows, int cols, int units) {
+    const int E = quant_unit_k(Q) * 4, K = quant_unit_k(Q);
+    __shared__ __align__(16) __nv_bfloat16 buf[DQ_UNITS * E + DQ_UNITS * E / 8];
+    int64_t first = (int64_t)blockIdx.x * DQ_UNITS, total = n_rows * units, i = first + threadIdx.x;
+    if (i < total) {
+        int64_t r = i / units, u = i % units, nb = cols / quant_block_elems(Q);
+        const uint8_t *qs = qs_base + (row0 + r) * nb * quant_qs_bytes(Q);
+        const uint8_t *sc = sc_base ? sc_base + (row0 + r) * nb * quant_sc_bytes(Q) : NULL;
+        Unit un = unit_decode<Q>(unit_load<Q>(qs, sc, u), (int)(u % quant_units_per_block(Q)));
+        /* this unit's first value sits at flat element E*i: local = E*i + (xoff - E*u) - E*first */
+        int local0 = (int)(E * (i - first) - E * u);
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            int run = K == 8 ? k / 4 : 0;
+            __nv_bfloat16 v[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                float e = __fmul_rn(un.mul[run], code_float(un.code[k], j) - code_sub<Q>());
+                if (Q == DT_Q4_1 || Q == DT_Q4_K || Q == DT_Q5_K) e = __fadd_rn(e, un.add[run]);
+                v[j] = __float2bfloat16_rn(e);
+            }
+            *(uint2 *)(buf + dq_pad(local0 + (int)quant_unit_xoff<Q>(u, k))) = *(const uint2 *)v;
+        }
+    }
+    __syncthreads();
+    int64_t n_el = (total - first < DQ_UNITS ? total - first : DQ_UNITS) * E;
+    __nv_bfloat16 *out = dst + first * E;
+    for (int e = threadIdx.x * 8; e < n_el; e += DQ_UNITS * 8) { /* 8 values: two padded 4-runs, one 16-byte store */
+        uint2 lo = *(const uint2 *)(buf + dq_pad(e)), hi = *(const uint2 *)(buf + dq_pad(e + 4));
+        *(uint4 *)(out + e) = make_uint4(lo.x, lo.y, hi.x, hi.y);
+    }
+}
+
 /* ---------------- launchers ---------------- */
 
-template <int Q, int T, int R>
+/* tiles of loads in flight per lane in v2: 4 x R rows of units, fewer where
+ * the K types' bigger units would spill registers */
+static constexpr int gemv_v2_tiles(int q, int r) {
+    return quant_block_elems(q) == 256 ? (r == 1 ? 4 : r == 2 ? 2 : 1) : (r == 4 ? 2 : 4);
+}
+
+template <int Q, int T, int R, int U>
 static int launch_gemv(const GemvArgs &a0, cudaStream_t s, Err *err) {
     GemvArgs a = a0;
     int tile_bytes = T * quant_unit_k(Q) * 32 * 16;
-    a.chunk_tiles = QG_XSMEM / tile_bytes;
+    a.chunk_tiles = (U > 0 ? QG_XSMEM_V2 : QG_XSMEM) / tile_bytes;
     int n_tiles = (a.units + 31) / 32;
     if (a.chunk_tiles > n_tiles) a.chunk_tiles = n_tiles;
+    size_t smem = (size_t)a.chunk_tiles * tile_bytes;
+    if (smem > QG_XSMEM) /* above the default limit: opt in (cheap, and legal during graph capture) */
+        CUDA_CHECK(cudaFuncSetAttribute(kernel_quant_gemv<Q, T, R, U>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)smem), err);
     int64_t groups = (a.rows + R - 1) / R, blocks = (groups + QG_WARPS - 1) / QG_WARPS;
-    kernel_quant_gemv<Q, T, R><<<(unsigned)blocks, QG_WARPS * 32, (size_t)a.chunk_tiles * tile_bytes, s>>>(a);
+    kernel_quant_gemv<Q, T, R, U><<<(unsigned)blocks, QG_WARPS * 32, smem, s>>>(a);
     CUDA_CHECK(cudaGetLastError(), err);
     return 0;
 }
 
+template <int Q, int T, int R>
+static int launch_gemv_v(const GemvArgs &a, int version, cudaStream_t s, Err *err) {
+    if (version == 0) version = 1; /* the default; kernels/NOTES.md "quantized GEMV" */
+    if (version == 1) return launch_gemv<Q, T, R, 0>(a, s, err);
+    if (version == 2) return launch_gemv<Q, T, R, gemv_v2_tiles(Q, R)>(a, s, err);
+    return err_set(err, "quant_gemv: version %d (1 or 2)", version);
+}
+
 template <int Q, int T>
-static int launch_gemv_r(const GemvArgs &a, int R, cudaStream_t s, Err *err) {
-    if (R == 0) R = 2; /* the default; kernels/NOTES.md "quantized GEMV" */
+static int launch_gemv_r(const GemvArgs &a, int version, int R, cudaStream_t s, Err *err) {
+    if (R == 0) R = T >= 5 ? 4 : 2; /* the default; kernels/NOTES.md "quantized GEMV" */
     switch (R) {
-    case 1: return launch_gemv<Q, T, 1>(a, s, err);
-    case 2: return launch_gemv<Q, T, 2>(a, s, err);
-    case 4: return launch_gemv<Q, T, 4>(a, s, err);
+    case 1: return launch_gemv_v<Q, T, 1>(a, version, s, err);
+    case 2: return launch_gemv_v<Q, T, 2>(a, version, s, err);
+    case 4: return launch_gemv_v<Q, T, 4>(a, version, s, err);
     default: return err_set(err, "quant_gemv: rows per warp %d (1, 2 or 4)", R);
     }
 }
 
 template <int Q>
-static int launch_gemv_t(const GemvArgs &a, int T, int R, cudaStream_t s, Err *err) {
+static int launch_gemv_t(const GemvArgs &a, int T, int version, int R, cudaStream_t s, Err *err) {
     switch (T) {
-    case 1: return launch_gemv_r<Q, 1>(a, R, s, err);
-    case 2: return launch_gemv_r<Q, 2>(a, R, s, err);
-    case 3: return launch_gemv_r<Q, 3>(a, R, s, err);
-    case 4: return launch_gemv_r<Q, 4>(a, R, s, err);
-    case 5: return launch_gemv_r<Q, 5>(a, R, s, err);
-    case 6: return launch_gemv_r<Q, 6>(a, R, s, err);
-    case 7: return launch_gemv_r<Q, 7>(a, R, s, err);
-    case 8: return launch_gemv_r<Q, 8>(a, R, s, err);
+    case 1: return launch_gemv_r<Q, 1>(a, version, R, s, err);
+    case 2: return launch_gemv_r<Q, 2>(a, version, R, s, err);
+    case 3: return launch_gemv_r<Q, 3>(a, version, R, s, err);
+    case 4: return launch_gemv_r<Q, 4>(a, version, R, s, err);
+    case 5: return launch_gemv_r<Q, 5>(a, version, R, s, err);
+    case 6: return launch_gemv_r<Q, 6>(a, version, R, s, err);
+    case 7: return launch_gemv_r<Q, 7>(a, version, R, s, err);
+    case 8: return launch_gemv_r<Q, 8>(a, version, R, s, err);
     default: return err_set(err, "quant_gemv: %d rows of x (1..%d)", T, QUANT_GEMV_MAX_T);
     }
 }
 
 int quant_gemv_variant(const QuantMatrix *W, const void *x, bool x_f32, void *y, bool y_f32, const float *bias,
-                       int T, int rows_per_warp, cudaStream_t s, Err *err) {
+                       int T, int version, int rows_per_warp, cudaStream_t s, Err *err) {
     size_t bytes;
     if (quant_matrix_bytes(W->type, W->rows, W->cols, &bytes, err)) return -1;
     if ((uintptr_t)x % 16 || (uintptr_t)W->qs % 16)
@@ -363,33 +513,42 @@ int quant_gemv_variant(const QuantMatrix *W, const void *x, bool x_f32, void *y,
                   x_f32, y_f32};
     a.units = (int)(W->cols / quant_block_elems(W->type) * quant_units_per_block(W->type));
     switch (W->type) {
-    case DT_Q8_0: return launch_gemv_t<DT_Q8_0>(a, T, rows_per_warp, s, err);
-    case DT_Q4_0: return launch_gemv_t<DT_Q4_0>(a, T, rows_per_warp, s, err);
-    case DT_Q4_1: return launch_gemv_t<DT_Q4_1>(a, T, rows_per_warp, s, err);
-    case DT_Q4_K: return launch_gemv_t<DT_Q4_K>(a, T, rows_per_warp, s, err);
-    case DT_Q5_K: return launch_gemv_t<DT_Q5_K>(a, T, rows_per_warp, s, err);
-    case DT_Q6_K: return launch_gemv_t<DT_Q6_K>(a, T, rows_per_warp, s, err);
+    case DT_Q8_0: return launch_gemv_t<DT_Q8_0>(a, T, version, rows_per_warp, s, err);
+    case DT_Q4_0: return launch_gemv_t<DT_Q4_0>(a, T, version, rows_per_warp, s, err);
+    case DT_Q4_1: return launch_gemv_t<DT_Q4_1>(a, T, version, rows_per_warp, s, err);
+    case DT_Q4_K: return launch_gemv_t<DT_Q4_K>(a, T, version, rows_per_warp, s, err);
+    case DT_Q5_K: return launch_gemv_t<DT_Q5_K>(a, T, version, rows_per_warp, s, err);
+    case DT_Q6_K: return launch_gemv_t<DT_Q6_K>(a, T, version, rows_per_warp, s, err);
     default: return err_set(err, "quant_gemv: unsupported type");
     }
 }
 
 int quant_gemv(const QuantMatrix *W, const void *x, bool x_f32, void *y, bool y_f32, const float *bias, int T,
                cudaStream_t s, Err *err) {
-    return quant_gemv_variant(W, x, x_f32, y, y_f32, bias, T, 0, s, err);
+    return quant_gemv_variant(W, x, x_f32, y, y_f32, bias, T, 0, 0, s, err);
 }
 
 template <int Q>
-static int launch_dequant(const QuantMatrix *W, int64_t row0, int64_t n_rows, void *dst, cudaStream_t s, Err *err) {
+static int launch_dequant(const QuantMatrix *W, int64_t row0, int64_t n_rows, void *dst, int version, cudaStream_t s,
+                          Err *err) {
     int units = (int)(W->cols / quant_block_elems(Q) * quant_units_per_block(Q));
-    int64_t n = n_rows * units, grid = (n + 255) / 256;
-    kernel_quant_dequant_bf16<Q><<<(unsigned)grid, 256, 0, s>>>((__nv_bfloat16 *)dst, (const uint8_t *)W->qs,
-                                                                (const uint8_t *)W->sc, row0, n_rows, (int)W->cols,
-                                                                units);
+    int64_t n = n_rows * units;
+    if (version == 0) version = 1; /* the default; kernels/NOTES.md "quantized GEMV" */
+    if (version == 2 && (uintptr_t)dst % 16) return err_set(err, "quant_dequant_bf16 v2: dst must be 16-byte aligned");
+    if (version == 1)
+        kernel_quant_dequant_bf16<Q><<<(unsigned)((n + 255) / 256), 256, 0, s>>>(
+            (__nv_bfloat16 *)dst, (const uint8_t *)W->qs, (const uint8_t *)W->sc, row0, n_rows, (int)W->cols, units);
+    else if (version == 2)
+        kernel_quant_dequant_bf16_v2<Q><<<(unsigned)((n + DQ_UNITS - 1) / DQ_UNITS), DQ_UNITS, 0, s>>>(
+            (__nv_bfloat16 *)dst, (const uint8_t *)W->qs, (const uint8_t *)W->sc, row0, n_rows, (int)W->cols, units);
+    else
+        return err_set(err, "quant_dequant_bf16: version %d (1 or 2)", version);
     CUDA_CHECK(cudaGetLastError(), err);
     return 0;
 }
 
-int quant_dequant_bf16(const QuantMatrix *W, int64_t row0, int64_t n_rows, void *dst, cudaStream_t s, Err *err) {
+int quant_dequant_bf16_variant(const QuantMatrix *W, int64_t row0, int64_t n_rows, void *dst, int version,
+                               cudaStream_t s, Err *err) {
     size_t bytes;
     if (quant_matrix_bytes(W->type, W->rows, W->cols, &bytes, err)) return -1;
     if (row0 < 0 || n_rows < 0 || row0 + n_rows > W->rows)
@@ -398,12 +557,16 @@ int quant_dequant_bf16(const QuantMatrix *W, int64_t row0, int64_t n_rows, void 
     if ((uintptr_t)dst % 8) return err_set(err, "quant_dequant_bf16: dst must be 8-byte aligned");
     if (n_rows == 0) return 0;
     switch (W->type) {
-    case DT_Q8_0: return launch_dequant<DT_Q8_0>(W, row0, n_rows, dst, s, err);
-    case DT_Q4_0: return launch_dequant<DT_Q4_0>(W, row0, n_rows, dst, s, err);
-    case DT_Q4_1: return launch_dequant<DT_Q4_1>(W, row0, n_rows, dst, s, err);
-    case DT_Q4_K: return launch_dequant<DT_Q4_K>(W, row0, n_rows, dst, s, err);
-    case DT_Q5_K: return launch_dequant<DT_Q5_K>(W, row0, n_rows, dst, s, err);
-    case DT_Q6_K: return launch_dequant<DT_Q6_K>(W, row0, n_rows, dst, s, err);
+    case DT_Q8_0: return launch_dequant<DT_Q8_0>(W, row0, n_rows, dst, version, s, err);
+    case DT_Q4_0: return launch_dequant<DT_Q4_0>(W, row0, n_rows, dst, version, s, err);
+    case DT_Q4_1: return launch_dequant<DT_Q4_1>(W, row0, n_rows, dst, version, s, err);
+    case DT_Q4_K: return launch_dequant<DT_Q4_K>(W, row0, n_rows, dst, version, s, err);
+    case DT_Q5_K: return launch_dequant<DT_Q5_K>(W, row0, n_rows, dst, version, s, err);
+    case DT_Q6_K: return launch_dequant<DT_Q6_K>(W, row0, n_rows, dst, version, s, err);
     default: return err_set(err, "quant_dequant_bf16: unsupported type");
     }
+}
+
+int quant_dequant_bf16(const QuantMatrix *W, int64_t row0, int64_t n_rows, void *dst, cudaStream_t s, Err *err) {
+    return quant_dequant_bf16_variant(W, row0, n_rows, dst, 0, s, err);
 }

@@ -13,10 +13,13 @@
  *     variants 1, 2, 4; bias on some cases. Big shapes check a spread of rows.
  *   - dequantize to bf16: bit-exact with dequantize_row + fp32_to_bf16 (whole
  *     matrices, and a row range of a big one).
+ *   - both kernel versions (quant.cuh: quant_gemv_variant and
+ *     quant_dequant_bf16_variant) are checked the same way;
  *   - timing (printed, never asserted): each type's GEMV at 4096x14336,
- *     T = 1 and 8, CUDA events, median of 30 over 4 rotating copies (more
- *     than the L2), as GB/s of quantized bytes and % of 4.26 TB/s; the
- *     dequantize kernel likewise (quantized bytes read + bf16 written). */
+ *     T = 1 and 8, per version and rows per warp, CUDA events, median of 30
+ *     over 4 rotating copies (more than the L2), as GB/s of quantized bytes
+ *     and % of 4.26 TB/s; the dequantize kernel likewise (quantized bytes
+ *     read + bf16 written). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -117,7 +120,7 @@ static int check_rows(int64_t rows, int64_t *out) {
 }
 
 /* One GEMV case: returns the relative error (or INFINITY on a failure). */
-static double gemv_case(Mat *M, int T, int R, bool x_f32, bool y_f32, bool bias, int64_t *rows_chk, int n_chk,
+static double gemv_case(Mat *M, int T, int V, int R, bool x_f32, bool y_f32, bool bias, int64_t *rows_chk, int n_chk,
                         float *w_rows) {
     Err err = {{0}};
     int64_t rows = M->rows, cols = M->cols;
@@ -133,7 +136,7 @@ static double gemv_case(Mat *M, int T, int R, bool x_f32, bool y_f32, bool bias,
     int rc = cudaMalloc(&dx, (size_t)T * cols * 4) || cudaMalloc(&dy, ysz) || cudaMalloc(&db, rows * 4);
     rc = rc || cudaMemcpy(dx, x_f32 ? (void *)x : (void *)xb, (size_t)T * cols * (x_f32 ? 4 : 2), cudaMemcpyHostToDevice);
     rc = rc || cudaMemcpy(db, b, rows * 4, cudaMemcpyHostToDevice) || cudaMemset(dy, 0xff, ysz); /* NaN poison */
-    rc = rc || quant_gemv_variant(&M->m, dx, x_f32, dy, y_f32, bias ? db : NULL, T, R, 0, &err);
+    rc = rc || quant_gemv_variant(&M->m, dx, x_f32, dy, y_f32, bias ? db : NULL, T, V, R, 0, &err);
     rc = rc || cudaDeviceSynchronize();
     void *y = malloc(ysz);
     rc = rc || cudaMemcpy(y, dy, ysz, cudaMemcpyDeviceToHost);
@@ -156,10 +159,10 @@ static double gemv_case(Mat *M, int T, int R, bool x_f32, bool y_f32, bool bias,
             }
         }
     }
-    CHECK(!rc, "%s [%lld][%lld] T=%d R=%d: launch failed: %s (cuda %d)", dtype_info(M->type)->name, (long long)rows,
-          (long long)cols, T, R, err.msg, rc);
-    CHECK(bad == 0, "%s [%lld][%lld] T=%d R=%d: %lld outputs not finite (unwritten?)", dtype_info(M->type)->name,
-          (long long)rows, (long long)cols, T, R, (long long)bad);
+    CHECK(!rc, "%s [%lld][%lld] T=%d v%d R=%d: launch failed: %s (cuda %d)", dtype_info(M->type)->name,
+          (long long)rows, (long long)cols, T, V, R, err.msg, rc);
+    CHECK(bad == 0, "%s [%lld][%lld] T=%d v%d R=%d: %lld outputs not finite (unwritten?)", dtype_info(M->type)->name,
+          (long long)rows, (long long)cols, T, V, R, (long long)bad);
     free(x); free(xb); free(b); free(y);
     cudaFree(dx); cudaFree(dy); cudaFree(db);
     return rc || bad ? INFINITY : sqrt(num / den);
@@ -175,24 +178,26 @@ static void gemv_checks(Mat *M, const int *Ts, int nT, const int *Rs, int nR) {
     for (int j = 0; j < n_chk; j++)
         dequantize_row(M->type, M->native + rows_chk[j] * row_bytes, w + (int64_t)j * M->cols, M->cols);
     double worst = 0;
-    for (int i = 0; i < nT; i++)
-        for (int r = 0; r < nR; r++) {
-            int T = Ts[i], R = Rs[r];
-            bool x_f32 = (T + R) % 2, y_bf16 = T == 3 && R == 2, bias = T % 3 == 1;
-            double e = gemv_case(M, T, R, x_f32, !y_bf16, bias, rows_chk, n_chk, w);
-            double tol = y_bf16 ? 1e-2 : 1e-3;
-            CHECK(e <= tol, "%s [%lld][%lld] T=%d R=%d x %s y %s: rel err %.3g > %g", info->name,
-                  (long long)M->rows, (long long)M->cols, T, R, x_f32 ? "f32" : "bf16", y_bf16 ? "bf16" : "f32", e, tol);
-            if (!y_bf16 && e > worst) worst = e;
-        }
-    printf("# gemv %-5s [%5lld][%5lld] %d cases, worst fp32 rel err %.2e\n", info->name, (long long)M->rows,
-           (long long)M->cols, nT * nR, worst);
+    for (int V = 1; V <= 2; V++)
+        for (int i = 0; i < nT; i++)
+            for (int r = 0; r < nR; r++) {
+                int T = Ts[i], R = Rs[r];
+                bool x_f32 = (T + R + V) % 2, y_bf16 = T == 3 && R == 2, bias = T % 3 == 1;
+                double e = gemv_case(M, T, V, R, x_f32, !y_bf16, bias, rows_chk, n_chk, w);
+                double tol = y_bf16 ? 1e-2 : 1e-3;
+                CHECK(e <= tol, "%s [%lld][%lld] T=%d v%d R=%d x %s y %s: rel err %.3g > %g", info->name,
+                      (long long)M->rows, (long long)M->cols, T, V, R, x_f32 ? "f32" : "bf16", y_bf16 ? "bf16" : "f32",
+                      e, tol);
+                if (!y_bf16 && e > worst) worst = e;
+            }
+    printf("# gemv %-5s [%5lld][%5lld] %d cases (v1, v2), worst fp32 rel err %.2e\n", info->name, (long long)M->rows,
+           (long long)M->cols, 2 * nT * nR, worst);
     free(w);
     free(rows_chk);
 }
 
 /* dequantize rows [row0, row0+n) on the GPU; bit-exact vs dtype.c + bf16 */
-static void dequant_check(Mat *M, int64_t row0, int64_t n) {
+static void dequant_check(Mat *M, int64_t row0, int64_t n, int V) {
     Err err = {{0}};
     int64_t cols = M->cols, row_bytes = (int64_t)dtype_row_bytes(M->type, cols);
     size_t sz = (size_t)n * cols * 2;
@@ -200,9 +205,9 @@ static void dequant_check(Mat *M, int64_t row0, int64_t n) {
     uint16_t *got = malloc(sz);
     float *ref = malloc(cols * sizeof *ref);
     int rc = cudaMalloc(&d, sz) || cudaMemset(d, 0xff, sz);
-    rc = rc || quant_dequant_bf16(&M->m, row0, n, d, 0, &err) || cudaDeviceSynchronize();
+    rc = rc || quant_dequant_bf16_variant(&M->m, row0, n, d, V, 0, &err) || cudaDeviceSynchronize();
     rc = rc || cudaMemcpy(got, d, sz, cudaMemcpyDeviceToHost);
-    CHECK(!rc, "%s dequant: failed: %s", dtype_info(M->type)->name, err.msg);
+    CHECK(!rc, "%s dequant v%d: failed: %s", dtype_info(M->type)->name, V, err.msg);
     int64_t mism = 0, first = -1;
     for (int64_t r = 0; !rc && r < n; r++) {
         dequantize_row(M->type, M->native + (row0 + r) * row_bytes, ref, cols);
@@ -212,8 +217,8 @@ static void dequant_check(Mat *M, int64_t row0, int64_t n) {
                 mism++;
             }
     }
-    CHECK(mism == 0, "%s [%lld][%lld] dequant rows %lld..%lld: %lld of %lld values differ (first at %lld)",
-          dtype_info(M->type)->name, (long long)M->rows, (long long)cols, (long long)row0, (long long)(row0 + n),
+    CHECK(mism == 0, "%s v%d [%lld][%lld] dequant rows %lld..%lld: %lld of %lld values differ (first at %lld)",
+          dtype_info(M->type)->name, V, (long long)M->rows, (long long)cols, (long long)row0, (long long)(row0 + n),
           (long long)mism, (long long)(n * cols), (long long)first);
     cudaFree(d);
     free(got);
@@ -233,7 +238,9 @@ static void test_small_shapes(void) {
             if (cols % dtype_info(TYPES[i])->block_elems) continue;
             if (mat_build(&M, TYPES[i], shapes[s][0], cols)) continue;
             gemv_checks(&M, T_ALL, 8, R_ALL, 3);
-            dequant_check(&M, 0, M.rows);
+            dequant_check(&M, 0, M.rows, 1);
+            dequant_check(&M, 0, M.rows, 2);
+            dequant_check(&M, 1, M.rows - 1, 2);
             mat_free(&M);
         }
 }
@@ -245,7 +252,7 @@ static void test_big_shapes(void) {
             Mat M;
             if (mat_build(&M, TYPES[i], shapes[s][0], shapes[s][1])) continue;
             gemv_checks(&M, T_FEW, 3, s == 0 ? R_ALL : R_DEF, s == 0 ? 3 : 1);
-            if (s == 1) dequant_check(&M, 1001, 300);
+            if (s == 1) { dequant_check(&M, 1001, 300, 1); dequant_check(&M, 1001, 300, 2); }
             mat_free(&M);
         }
 }
@@ -287,18 +294,18 @@ static float median_us(Mat *copies, LaunchFn fn, void *ctx) {
     return ms[REPS / 2] * 1000.0f;
 }
 
-typedef struct { void *x, *y; int T, R; void *dst; } TimeCtx;
+typedef struct { void *x, *y; int T, V, R; void *dst; } TimeCtx;
 
 static int run_gemv(Mat *c, int i, void *ctx) {
     TimeCtx *t = ctx;
     Err err;
-    return quant_gemv_variant(&c[i % 4].m, t->x, false, t->y, false, NULL, t->T, t->R, 0, &err);
+    return quant_gemv_variant(&c[i % 4].m, t->x, false, t->y, false, NULL, t->T, t->V, t->R, 0, &err);
 }
 
 static int run_dequant(Mat *c, int i, void *ctx) {
     TimeCtx *t = ctx;
     Err err;
-    return quant_dequant_bf16(&c[i % 4].m, 0, c[i % 4].rows, t->dst, 0, &err);
+    return quant_dequant_bf16_variant(&c[i % 4].m, 0, c[i % 4].rows, t->dst, t->V, 0, &err);
 }
 
 static void test_timing(void) {
@@ -314,7 +321,7 @@ static void test_timing(void) {
     free(xh);
     printf("# timing %lldx%lld (rows x cols), x bf16, y bf16, median of 30 us over 4 rotating copies\n",
            (long long)rows, (long long)cols);
-    printf("# %-5s %9s %6s | %-24s | %-24s | %s\n", "type", "MB", "R", "T=1 us  GB/s  %4.26TB/s", "T=8 us  GB/s  %",
+    printf("# %-5s %7s %2s %2s | %-22s | %-22s | %s\n", "type", "MB", "v", "R", "T=1 us   GB/s  %4.26", "T=8 us   GB/s  %",
            "dequant->bf16 us GB/s %");
     for (int i = 0; i < N_TYPES; i++) {
         Mat c[4];
@@ -322,18 +329,19 @@ static void test_timing(void) {
         for (int k = 0; k < 4; k++) ok = ok && !mat_build(&c[k], TYPES[i], rows, cols);
         if (!ok) continue;
         double qbytes = (double)rows * (double)dtype_row_bytes(TYPES[i], cols);
+        for (int V = 1; V <= 2; V++)
         for (int R = 0; R <= 4; R = R ? 2 * R : 1) {
-            TimeCtx t1 = {x, y, 1, R, NULL}, t8 = {x, y, 8, R, NULL}, td = {0, 0, 0, 0, dst};
+            TimeCtx t1 = {x, y, 1, V, R, NULL}, t8 = {x, y, 8, V, R, NULL}, td = {0, 0, 0, V, 0, dst};
             float u1 = median_us(c, run_gemv, &t1), u8 = median_us(c, run_gemv, &t8);
             char dq[64] = "";
             if (R == 0) {
                 float ud = median_us(c, run_dequant, &td);
                 double b = qbytes + (double)rows * cols * 2;
-                snprintf(dq, sizeof dq, "%8.1f %6.0f %5.1f%%", ud, b / ud * 1e-3, 100 * b / ud * 1e-6 / COPY_BW);
+                snprintf(dq, sizeof dq, "%8.1f %6.0f %5.1f%%", ud, b / ud * 1e-3, 100 * b / (ud * 1e-6) / COPY_BW);
             }
-            printf("# %-5s %9.2f %6d | %7.1f %6.0f %5.1f%% | %7.1f %6.0f %5.1f%% | %s\n", dtype_info(TYPES[i])->name,
-                   qbytes / 1e6, R, u1, qbytes / u1 * 1e-3, 100 * qbytes / u1 * 1e-6 / COPY_BW, u8,
-                   qbytes / u8 * 1e-3, 100 * qbytes / u8 * 1e-6 / COPY_BW, dq);
+            printf("# %-5s %7.2f %2d %2d | %7.1f %6.0f %5.1f%% | %7.1f %6.0f %5.1f%% | %s\n", dtype_info(TYPES[i])->name,
+                   qbytes / 1e6, V, R, u1, qbytes / u1 * 1e-3, 100 * qbytes / (u1 * 1e-6) / COPY_BW, u8,
+                   qbytes / u8 * 1e-3, 100 * qbytes / (u8 * 1e-6) / COPY_BW, dq);
         }
         CHECK(cudaGetLastError() == cudaSuccess, "%s timing launches failed", dtype_info(TYPES[i])->name);
         for (int k = 0; k < 4; k++) mat_free(&c[k]);
