@@ -33,7 +33,7 @@ int runtime_open(Runtime *rt, const RunOptions *o, Err *err) {
             return err_set(err, "--gpu %d: this machine has %d GPU(s) (0..%d)", o->gpu, n_gpus, n_gpus - 1);
         }
         /* The KV cache takes what --gpu-mem-util leaves after weights and activations. */
-        CudaOptions co = {o->gpu, block, 0, ctx, chunk, o->gpu_mem_util, false};
+        CudaOptions co = {o->gpu, block, 0, ctx, chunk, o->gpu_mem_util, false, false};
         if (o->gpu_mem_util > 1) {
             model_free(&rt->model);
             return err_set(err, "--gpu-mem-util %g: must be a fraction in (0, 1]", o->gpu_mem_util);

@@ -17,6 +17,12 @@
  * (padding rows: token 0 at position 0 of sequence 0, slot -1 so they write
  * no KV); the first step of a bucket is captured, later ones replayed.
  *
+ * Attention runs the kernels of attention.cuh (FlashAttention-style prefill
+ * tiles, split-KV decode) from one metadata buffer built and uploaded per
+ * step; a model whose head sizes they lack gets the simple kernel of
+ * cuda_ops.cu. In a graphed step every padding row is its own sequence at
+ * position 0 (reading block 0), so the step stays all decode rows.
+ *
  * Written C-style: plain structs and functions, extern "C" entry points. */
 #include <stdlib.h>
 #include <string.h>
@@ -25,9 +31,11 @@
 #include <cublasLt.h>
 
 extern "C" { /* C headers of the engine: C linkage */
+#include "attention/attn_meta.h"
 #include "kernels/backend.h"
 #include "model/forward.h"
 }
+#include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/backend_cuda.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.cuh"
@@ -76,6 +84,15 @@ typedef struct {
     int32_t *h_ids, *h_pos, *h_seq, *h_tables, *h_rows, *h_need; /* pinned staging (h_need: malloc) */
     int64_t *h_slot;
     DevAttnBatch batch;
+    bool fast_attn;              /* attention.cuh has kernels for this model's variant */
+    int n_sms;
+    AttnMeta meta;               /* this step's attention metadata (host) */
+    int32_t *d_meta, *h_meta;    /* its upload, at a fixed address (graphs replay it) */
+    int64_t meta_cap;            /* int32 values d_meta / h_meta hold */
+    int32_t *meta_seq;           /* [max_tokens] sequence of each row, padding rows their own */
+    const int32_t **meta_tables; /* [max_seqs + 64] block table of each of those sequences */
+    AttnDevMeta dmeta;
+    AttnDecodeWork work;
     bf16 *scratch;               /* [T][nq+nk+nv] or [T][2F] GEMM outputs */
     float *router, *h_router, *moe_w, *h_w, *moe_acc;
     int32_t *moe_idx, *h_idx;
@@ -361,14 +378,50 @@ static const Buf *buf_of(CudaBackend *cb, const void *p) {
 /* The graph bucket of a step of T rows (-1: issue its kernels directly):
  * decode-shaped steps only, since a graph computes logits for every row, and
  * for MoE only buckets whose routing stays on the device. */
-static int step_bucket(CudaBackend *cb, int T, int n_logits) {
+static int step_bucket(CudaBackend *cb, const AttnBatch *b, int n_logits) {
+    int T = b->n_tokens;
     if (!cb->graphs_on || n_logits != T) return -1;
+    for (int i = 1; i < T; i++) /* two rows in a run make a prefill tile: not a decode step */
+        if (b->seq[i] == b->seq[i - 1] && b->pos[i] == b->pos[i - 1] + 1) return -1;
     for (int i = 0; i < N_BUCKETS; i++)
         if (T <= BUCKET_ROWS[i]) {
             bool host_sync = cb->cfg->n_experts > 0 && BUCKET_ROWS[i] > GEMV_MAX_T; /* MoE routed on the host */
             return BUCKET_ROWS[i] <= cb->max_tokens && !host_sync ? i : -1;
         }
     return -1;
+}
+
+/* The attention metadata of a step of Tp rows (h_pos already holds their
+ * positions), uploaded to d_meta, and the decode split count: for a step of
+ * decode rows alone, from the longest context a sequence may reach, so one
+ * graph capture serves every later step and a step computes the same sums
+ * whether it is replayed or issued (graphs on or off). */
+static int attn_step_meta(CudaBackend *cb, const AttnBatch *b, int Tp, Err *err) {
+    static const int32_t block0 = 0;
+    const ModelConfig *c = cb->cfg;
+    for (int s = 0; s < b->n_seqs; s++) cb->meta_tables[s] = b->block_tables[s];
+    for (int i = 0; i < Tp; i++) {
+        bool real = i < b->n_tokens;
+        cb->meta_seq[i] = real ? b->seq[i] : b->n_seqs + (i - b->n_tokens);
+        if (!real) cb->meta_tables[cb->meta_seq[i]] = &block0;
+    }
+    int n_seqs = b->n_seqs + (Tp - b->n_tokens);
+    AttnBatch mb = {Tp, cb->h_pos, cb->meta_seq, NULL, n_seqs, cb->meta_tables, b->block_size};
+    AttnMetaOpts o = {(int)(cb->n_slots / b->block_size), cb->bucket >= 0 ? cb->max_blocks : 0};
+    attn_meta_free(&cb->meta);
+    if (attn_meta_build(&cb->meta, &mb, &o, err)) return -1;
+    if (cb->meta.buf_len > cb->meta_cap)
+        return err_set(err, "cuda: attention metadata of %d values exceeds its buffer (%lld)", cb->meta.buf_len,
+                       (long long)cb->meta_cap);
+    memcpy(cb->h_meta, cb->meta.buf, cb->meta.buf_len * sizeof(int32_t));
+    CUDA_CHECK(cudaMemcpyAsync(cb->d_meta, cb->h_meta, cb->meta.buf_len * sizeof(int32_t), cudaMemcpyHostToDevice,
+                               cb->stream), err);
+    attn_dev_meta(&cb->dmeta, &cb->meta, cb->d_meta);
+    int groups = (c->n_heads / c->n_kv_heads + 15) / 16;
+    int ctx = cb->meta.n_tiles == 0 ? cb->max_blocks * b->block_size : cb->meta.max_kv_len;
+    cb->work.max_decode = cb->meta.n_decode;
+    cb->work.n_splits = attn_decode_splits(ctx, cb->meta.n_decode, c->n_kv_heads, groups, cb->n_sms);
+    return 0;
 }
 
 static int cuda_be_begin_step(Backend *be, const int32_t *ids, const AttnBatch *b, const int32_t *logit_rows,
@@ -379,7 +432,7 @@ static int cuda_be_begin_step(Backend *be, const int32_t *ids, const AttnBatch *
     if (T > cb->max_tokens || b->n_seqs > cb->max_seqs || b->n_seqs < 1)
         return err_set(err, "cuda: step of %d tokens / %d sequences exceeds %d / %d", T, b->n_seqs, cb->max_tokens,
                        cb->max_seqs);
-    cb->bucket = step_bucket(cb, T, n_logits);
+    cb->bucket = step_bucket(cb, b, n_logits);
     int Tp = cb->bucket >= 0 ? BUCKET_ROWS[cb->bucket] : T, np = cb->bucket >= 0 ? Tp : n_logits;
     /* Block tables: each sequence's blocks up to its furthest position. */
     for (int s = 0; s < b->n_seqs; s++) cb->h_need[s] = 0;
@@ -412,7 +465,7 @@ static int cuda_be_begin_step(Backend *be, const int32_t *ids, const AttnBatch *
                                cudaMemcpyHostToDevice, st), err);
     cb->batch = (DevAttnBatch){Tp, cb->d_pos, cb->d_seq, cb->d_slot, cb->d_tables, cb->max_blocks, b->block_size};
     *rows = (StepRows){Tp, np};
-    return 0;
+    return cb->fast_attn ? attn_step_meta(cb, b, Tp, err) : 0;
 }
 
 static bool cuda_be_graph_replay(Backend *be) {
@@ -496,9 +549,20 @@ static void cuda_be_rope_kv_write(Backend *be, int layer, void *q, void *k, cons
 
 static void cuda_be_attention(Backend *be, void *out, const void *q, int layer, const AttnParams *p, int T) {
     CudaBackend *cb = cb_of(be);
-    DevAttnBatch b = cb->batch;
-    b.n_tokens = T;
-    cuda_attention((bf16 *)out, (const bf16 *)q, cb->k_cache[layer], cb->v_cache[layer], &b, p, cb->stream);
+    if (cb->failed) return;
+    if (!cb->fast_attn) {
+        DevAttnBatch b = cb->batch;
+        b.n_tokens = T;
+        cuda_attention_generic((bf16 *)out, (const bf16 *)q, cb->k_cache[layer], cb->v_cache[layer], &b, p,
+                               cb->stream);
+        return;
+    }
+    Err e = {};
+    if (cuda_attention(out, q, cb->k_cache[layer], cb->v_cache[layer], &cb->dmeta, p, p->sinks, &cb->work,
+                       cb->stream, &e)) {
+        cb->failed = true;
+        cb->err = e;
+    }
 }
 
 /* Decode: one matrix-vector pass over Wgate|Wup with the activation fused;
@@ -653,10 +717,10 @@ static void cuda_destroy(Backend *be) {
     for (int i = 0; i < cb->n_bufs; i++) cudaFree(cb->bufs[i].ptr);
     void *dev[] = {cb->d_ids, cb->d_pos, cb->d_seq, cb->d_tables, cb->d_slot, cb->d_rows, cb->scratch, cb->router,
                    cb->moe_w, cb->moe_acc, cb->moe_idx, cb->moe_rows, cb->moe_act, cb->moe_out, cb->workspace,
-                   cb->d_inv_freq, cb->kv_pool};
+                   cb->d_inv_freq, cb->kv_pool, cb->d_meta, cb->work.part};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
     void *pinned[] = {cb->h_ids, cb->h_pos, cb->h_seq, cb->h_slot, cb->h_rows, cb->h_tables, cb->h_router, cb->h_w,
-                      cb->h_idx};
+                      cb->h_idx, cb->h_meta};
     for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++) cudaFreeHost(pinned[i]);
     for (int i = 0; i < cb->n_plans; i++) {
         cublasLtMatmulDescDestroy(cb->plans[i].desc);
@@ -670,6 +734,9 @@ static void cuda_destroy(Backend *be) {
     free(cb->v_cache);
     free(cb->mscale);
     free(cb->h_need);
+    free(cb->meta_seq);
+    free(cb->meta_tables);
+    attn_meta_free(&cb->meta);
     free(cb->allocs);
     free(cb->w.layers);
     free(cb);
@@ -764,6 +831,43 @@ static int cuda_alloc_kv(CudaBackend *cb, const ModelConfig *c, const CudaOption
     return 0;
 }
 
+/* Whether attention.cuh has kernels for this model, and the split-decode
+ * scratch for the largest (decode rows x splits) a step can pick (taken
+ * before the KV cache is sized; splits only grow with the context). */
+static int attn_alloc_work(CudaBackend *cb, const ModelConfig *c, const CudaOptions *o, Err *err) {
+    AttnParams p = {c->n_heads, c->n_kv_heads, c->head_dim_k, c->head_dim_v, c->attn_scale, c->attn_softcap, 0, NULL};
+    Err why = {};
+    cb->fast_attn = !o->generic_attention && cuda_attention_check(&p, o->block_size, &why) == 0;
+    if (!cb->fast_attn) return 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&cb->n_sms, cudaDevAttrMultiProcessorCount, cb->device), err);
+    int groups = (c->n_heads / c->n_kv_heads + 15) / 16;
+    size_t work = 0;
+    for (int n = 1; n <= cb->max_tokens; n++) {
+        int splits = attn_decode_splits(1 << 30, n, c->n_kv_heads, groups, cb->n_sms);
+        size_t b = attn_decode_work_bytes(n, c->n_heads, c->head_dim_v, splits);
+        work = b > work ? b : work;
+    }
+    CUDA_CHECK(cudaMalloc(&cb->work.part, work), err);
+    return 0;
+}
+
+/* The per-step metadata buffers: max_tokens rows, full-width tables for
+ * max_seqs sequences plus a graph's padding ones. The KV pool is zeroed so
+ * padding rows read finite keys. */
+static int attn_alloc_meta(CudaBackend *cb, const ModelConfig *c, Err *err) {
+    size_t kv_bytes = (size_t)c->n_layers * cb->n_slots * c->n_kv_heads * (c->head_dim_k + c->head_dim_v) * sizeof(bf16);
+    CUDA_CHECK(cudaMemsetAsync(cb->kv_pool, 0, kv_bytes, cb->stream), err);
+    if (!cb->fast_attn) return 0;
+    int T = cb->max_tokens, max_pad = BUCKET_ROWS[N_BUCKETS - 1];
+    cb->meta_cap = 9LL * T + (int64_t)(cb->max_seqs + max_pad) * cb->max_blocks;
+    cb->meta_seq = (int32_t *)calloc(T > max_pad ? T : max_pad, sizeof(int32_t));
+    cb->meta_tables = (const int32_t **)calloc(cb->max_seqs + max_pad, sizeof(int32_t *));
+    if (!cb->meta_seq || !cb->meta_tables) return err_set(err, "out of memory");
+    CUDA_CHECK(cudaMalloc(&cb->d_meta, cb->meta_cap * sizeof(int32_t)), err);
+    CUDA_CHECK(cudaMallocHost(&cb->h_meta, cb->meta_cap * sizeof(int32_t)), err);
+    return 0;
+}
+
 extern "C" Backend *backend_cuda_create_opts(const ModelConfig *c, const ModelWeights *host, const CudaOptions *o,
                                              double *load_gbps, Err *err) {
     Backend *be = (Backend *)calloc(1, sizeof *be);
@@ -789,7 +893,9 @@ extern "C" Backend *backend_cuda_create_opts(const ModelConfig *c, const ModelWe
         rc = err_set(err, "cuda: workspace: %s", cudaGetErrorString(e));
     if (rc == 0) rc = upload_model(cb, c, host, load_gbps, err);
     if (rc == 0) rc = cuda_alloc_step(cb, c, host, err);
+    if (rc == 0) rc = attn_alloc_work(cb, c, o, err);
     if (rc == 0) rc = cuda_alloc_kv(cb, c, o, err);
+    if (rc == 0) rc = attn_alloc_meta(cb, c, err);
     if (rc) { cuda_destroy(be); return NULL; }
     static char name[32];
     snprintf(name, sizeof name, "cuda:%d", o->device);
@@ -820,7 +926,7 @@ extern "C" Backend *backend_cuda_create_opts(const ModelConfig *c, const ModelWe
 
 extern "C" Backend *backend_cuda_create(const ModelConfig *c, const ModelWeights *host, int device, int block_size,
                                         int n_blocks, int max_tokens, double *load_gbps, Err *err) {
-    CudaOptions o = {device, block_size, n_blocks, 0, max_tokens, 0.9f, false};
+    CudaOptions o = {device, block_size, n_blocks, 0, max_tokens, 0.9f, false, false};
     if (n_blocks <= 0) return (Backend *)(err_set(err, "cuda: %d KV blocks", n_blocks), NULL);
     return backend_cuda_create_opts(c, host, &o, load_gbps, err);
 }

@@ -18,6 +18,7 @@ typedef struct {
     int max_tokens;        /* rows of one step */
     float mem_util;        /* fraction of the GPU's memory cllm may use (weights, activations, KV); <= 0: 0.9 */
     bool no_graphs;        /* issue every step's kernels instead of replaying captured decode steps */
+    bool generic_attention;/* the simple attention kernel even where attention.cuh has one (checks) */
 } CudaOptions;
 
 /* Uploads the model's weights to the GPU (matrices as bf16, with Wq|Wk|Wv and

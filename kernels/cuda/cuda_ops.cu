@@ -6,8 +6,9 @@
  *
  * Activations in and out are bf16, all arithmetic fp32. The attention kernel
  * here is the simple, obviously-correct one (one block per query row and
- * head, keys in tiles of 128 with an online softmax); the FlashAttention-style
- * kernels of kernels/cuda/attention*.cu replace it with the same interface. */
+ * head, keys in tiles of 128 with an online softmax); the backend runs the
+ * FlashAttention-style kernels of kernels/cuda/attention*.cu instead wherever
+ * they have the head sizes and block size, and this one elsewhere. */
 #include <math.h>
 
 #include "kernels/cuda/cuda_ops.cuh"
@@ -299,8 +300,8 @@ void cuda_rope_kv_write(bf16 *q, bf16 *k, const bf16 *v, bf16 *kc, bf16 *vc, con
                                                      rot_dim / 2, inv_freq, mscale, neox, n_slots, *qk);
 }
 
-void cuda_attention(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, const DevAttnBatch *b,
-                    const AttnParams *p, cudaStream_t s) {
+void cuda_attention_generic(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, const DevAttnBatch *b,
+                            const AttnParams *p, cudaStream_t s) {
     size_t shm = (p->head_dim_k + ATT_TILE + p->head_dim_v + 32) * sizeof(float);
     kernel_attention<<<dim3(b->n_tokens, p->n_heads), ATT_TILE, shm, s>>>(out, q, kc, vc, *b, *p);
 }

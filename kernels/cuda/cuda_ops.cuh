@@ -59,9 +59,11 @@ typedef struct {
 void cuda_rope_kv_write(bf16 *q, bf16 *k, const bf16 *v, bf16 *kc, bf16 *vc, const DevAttnBatch *b, int n_heads,
                         int n_kv_heads, int head_dim_k, int head_dim_v, int rot_dim, const float *inv_freq,
                         float mscale, bool neox, int64_t n_slots, const QkNorm *qk, cudaStream_t s);
-/* out [T][H][Dv] (bf16) = attention of q [T][H][Dk] (bf16) over the paged cache. */
-void cuda_attention(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, const DevAttnBatch *b,
-                    const AttnParams *p, cudaStream_t s);
+/* out [T][H][Dv] (bf16) = attention of q [T][H][Dk] (bf16) over the paged cache:
+ * the simple kernel, for any head size and block size (the backend uses it
+ * where kernels/cuda/attention.cuh has no kernel for the variant). */
+void cuda_attention_generic(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, const DevAttnBatch *b,
+                            const AttnParams *p, cudaStream_t s);
 /* out[t][i] = act(gate[t*ld + i] + bg[i]) * (up[t*ld + i] + bu[i]), i < F (biases may be NULL) */
 void cuda_glu(bf16 *out, const bf16 *gate, const bf16 *up, int ld, const float *bg, const float *bu, int T, int F,
               Activation act, float limit, cudaStream_t s);

@@ -23,6 +23,12 @@ run_check() { # name, command...
 
 run_check cuda_ops "$BIN/test_cuda_ops"
 run_check cuda_forward "$BIN/test_cuda_forward"
+REAL=${CLLM_MODELS:-models/cache}
+if [ -f "$REAL/smollm2-135m-instruct.gguf" ] && [ -f "$REAL/gemma3-270m.gguf" ]; then
+    run_check cuda_forward_real env CLLM_MODELS="$REAL" "$BIN/test_cuda_forward" --real
+else
+    rows+=("cuda_forward_real            not run: the real models are not in $REAL")
+fi
 run_check sampling "$BIN/test_sampling"
 run_check attention sh -c "$BIN/test_attention && if command -v compute-sanitizer >/dev/null; then compute-sanitizer --error-exitcode 9 --tool memcheck $BIN/test_attention --quick; fi"
 run_check quant sh -c "$BIN/test_quant && if command -v compute-sanitizer >/dev/null; then compute-sanitizer --error-exitcode 9 --tool memcheck $BIN/test_quant --quick; fi"
@@ -31,6 +37,28 @@ if command -v compute-sanitizer >/dev/null; then
 else
     rows+=("compute-sanitizer            not installed on this machine")
 fi
+# Random-weight models made here (bench/make_model.py --tiny): Llama-3 shape
+# (head 64, GQA 4) and Gemma-2 shape (head 128, window 256, soft-caps).
+MODELS=${CHECK_MODELS:-/tmp/cllm-check-models}
+mkdir -p "$MODELS"
+for m in llama3-8b gemma2-9b; do
+    [ -f "$MODELS/$m/config.json" ] || python3 bench/make_model.py "$m" "$MODELS/$m" --tiny > "$OUT/make-$m.log" 2>&1
+done
+run_check cuda_batch "$BIN/test_cuda_batch" "$MODELS/llama3-8b" "$MODELS/gemma2-9b"
+command -v compute-sanitizer >/dev/null && run_check sanitizer_cuda_batch compute-sanitizer --error-exitcode 9 \
+    --tool memcheck "$BIN/test_cuda_batch" "$MODELS/llama3-8b"
+# The scheduler on the GPU: 64 prompts, greedy, batched vs one at a time,
+# and vs the CPU backend (batched). Random weights leave near-ties that bf16
+# rounding flips (~1-2% of tokens), so replies may part late; broken batching
+# (another sequence's KV, a wrong row) parts them at once (share near 0).
+for i in $(seq 1 64); do echo "prompt $i: the quick brown fox $((i * 7919 % 1000)) jumps"; done > "$OUT/prompts.txt"
+gen() { "$BIN/cllm" generate -m "$MODELS/llama3-8b" -i "$OUT/prompts.txt" --temp 0 -n 48 --ignore-eos -v "$@"; }
+generate_check() {
+    gen -o "$OUT/batched.jsonl" && gen -o "$OUT/single.jsonl" --max-seqs 1 && gen -o "$OUT/cpu.jsonl" --cpu &&
+        python3 tests/gpu/compare_generate.py "$OUT/batched.jsonl" "$OUT/single.jsonl" 0.5 &&
+        python3 tests/gpu/compare_generate.py "$OUT/batched.jsonl" "$OUT/cpu.jsonl" 0.5
+}
+run_check generate_batched generate_check
 printf 'Hello\n' > "$OUT/turn.txt"
 run_check chat_tiny_gpu sh -c "$BIN/cllm chat -m tests/fixtures/tiny/llama.gguf --temp 0 -n 8 < $OUT/turn.txt && echo 'ok - chat on the GPU'"
 

@@ -1,0 +1,221 @@
+/* test_cuda_batch.c — the CUDA backend on multi-sequence steps, the way the
+ * scheduler drives it (run by tests/gpu/run.sh; never in CI).
+ *
+ *   test_cuda_batch MODEL_DIR...   (bench/make_model.py --tiny models)
+ *
+ * The same script of steps runs on three backends: CUDA with the attention
+ * kernels of attention.cuh (graphs on), CUDA with the simple attention
+ * kernel of cuda_ops.cu (no graphs), and the CPU backend (fp32, the
+ * reference). The steps mix what a serving batch mixes: a 300-token prefill
+ * across the sliding window and several 128-row tiles, prefill chunks that
+ * start mid-sequence beside decode rows, one-token prompts, and then decode
+ * steps of 3, 4 and 5 sequences (graph buckets 4 and 8, with padding rows),
+ * each through a scattered block table. Decode inputs are the CPU's greedy
+ * tokens, so all three see the same ids. Logits are poisoned with NaN
+ * before every step. Checks: the kernels' path is no further from the CPU
+ * than the simple kernel's (1.5x its worst row, floor 1e-2 of max |logit|),
+ * the two CUDA paths agree within 3e-2, and greedy tokens agree with the
+ * CPU on at least 95% of rows. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/backend_cuda.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "tests/test.h"
+
+#define N_SEQS 5
+#define BLOCK 16
+#define TABLE 40                 /* blocks per sequence: 640 tokens */
+#define N_BLOCKS (N_SEQS * TABLE + 8)
+#define MAX_T 512
+#define DECODE_STEPS 24
+
+typedef struct {
+    Backend *be;
+    Forward fw;
+    float *logits;               /* [N_SEQS][vocab] */
+} Runner;
+
+typedef struct {
+    int n;                       /* rows */
+    int32_t ids[MAX_T], pos[MAX_T], seq[MAX_T], rows[N_SEQS];
+    int64_t slot[MAX_T];
+    int n_logits;
+} Step;
+
+static int32_t tables[N_SEQS][TABLE];
+static const int32_t *table_ptrs[N_SEQS];
+
+/* Every sequence's blocks: a fixed shuffle of the pool, so neighbours in a
+ * table are far apart in memory. */
+static void make_tables(void) {
+    int32_t perm[N_BLOCKS];
+    for (int i = 0; i < N_BLOCKS; i++) perm[i] = i;
+    uint32_t r = 12345;
+    for (int i = N_BLOCKS - 1; i > 0; i--) {
+        r = r * 1664525u + 1013904223u;
+        int j = (int)(r % (uint32_t)(i + 1));
+        int32_t t = perm[i]; perm[i] = perm[j]; perm[j] = t;
+    }
+    for (int s = 0; s < N_SEQS; s++) {
+        for (int j = 0; j < TABLE; j++) tables[s][j] = perm[s * TABLE + j];
+        table_ptrs[s] = tables[s];
+    }
+}
+
+/* Appends rows of sequence s at positions p0.. with the given ids; the last
+ * row wants logits when want is set. */
+static void add_rows(Step *st, int s, int p0, const int32_t *ids, int n, bool want) {
+    for (int i = 0; i < n; i++) {
+        int r = st->n++, p = p0 + i;
+        st->ids[r] = ids[i], st->pos[r] = p, st->seq[r] = s;
+        st->slot[r] = (int64_t)tables[s][p / BLOCK] * BLOCK + p % BLOCK;
+    }
+    if (want) st->rows[st->n_logits++] = st->n - 1;
+}
+
+static int run_step(Runner *ru, const Step *st, int vocab, Err *err) {
+    AttnBatch b = {st->n, st->pos, st->seq, st->slot, N_SEQS, table_ptrs, BLOCK};
+    for (int64_t i = 0; i < (int64_t)st->n_logits * vocab; i++) ru->logits[i] = NAN;
+    return forward_run(&ru->fw, st->ids, &b, st->rows, st->n_logits, ru->logits, err);
+}
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++) if (x[i] > x[b]) b = i;
+    return b;
+}
+
+/* max |got - want| / max |want| over a row (NaN: infinite) */
+static double row_err(const float *got, const float *want, int n) {
+    double md = 0, mw = 0;
+    for (int i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        md = isnan(d) ? INFINITY : fmax(md, d);
+        mw = fmax(mw, fabs(want[i]));
+    }
+    return md / (mw > 0 ? mw : 1);
+}
+
+typedef struct {
+    double fast, generic, between;   /* worst rows: fast vs CPU, generic vs CPU, fast vs generic */
+    int rows, fast_top1, generic_top1;
+} Tally;
+
+static void compare_step(Runner *ru, int n_logits, int V, Tally *t) {
+    for (int i = 0; i < n_logits; i++) {
+        const float *f = ru[0].logits + (size_t)i * V, *g = ru[1].logits + (size_t)i * V, *c = ru[2].logits + (size_t)i * V;
+        t->fast = fmax(t->fast, row_err(f, c, V));
+        t->generic = fmax(t->generic, row_err(g, c, V));
+        t->between = fmax(t->between, row_err(f, g, V));
+        int want = argmax(c, V);
+        t->fast_top1 += argmax(f, V) == want;
+        t->generic_top1 += argmax(g, V) == want;
+        t->rows++;
+    }
+}
+
+static bool open_runners(Runner *ru, const Model *m, Err *err) {
+    CudaOptions fast = {0, BLOCK, N_BLOCKS, 0, MAX_T, 0.9f, false, false};
+    CudaOptions generic = {0, BLOCK, N_BLOCKS, 0, MAX_T, 0.9f, true, true};
+    ru[0].be = backend_cuda_create_opts(&m->cfg, &m->w, &fast, NULL, err);
+    ru[1].be = ru[0].be ? backend_cuda_create_opts(&m->cfg, &m->w, &generic, NULL, err) : NULL;
+    ru[2].be = ru[1].be ? backend_cpu_create(&m->cfg, &m->w, 0, BLOCK, N_BLOCKS, err) : NULL;
+    for (int i = 0; i < 3; i++) {
+        if (!ru[i].be || forward_init(&ru[i].fw, &m->cfg, ru[i].be, MAX_T, err)) return false;
+        ru[i].logits = malloc((size_t)N_SEQS * m->cfg.vocab * sizeof(float));
+        if (!ru[i].logits) return false;
+    }
+    return true;
+}
+
+static void close_runners(Runner *ru) {
+    for (int i = 0; i < 3; i++) {
+        if (ru[i].fw.cfg) forward_free(&ru[i].fw);
+        if (ru[i].be) ru[i].be->destroy(ru[i].be);
+        free(ru[i].logits);
+    }
+}
+
+/* The prefill part of the script: returns each sequence's length after it. */
+static void prefill_steps(Step *steps, int *n_steps, int *len, int V) {
+    static int32_t ids[N_SEQS][400];
+    uint32_t r = 777;
+    for (int s = 0; s < N_SEQS; s++)
+        for (int i = 0; i < 400; i++) { r = r * 1103515245u + 12345u; ids[s][i] = (int32_t)((r >> 8) % (uint32_t)V); }
+    Step *a = &steps[(*n_steps)++], *b = &steps[(*n_steps)++], *c = &steps[(*n_steps)++];
+    memset(a, 0, 3 * sizeof *a);
+    add_rows(a, 0, 0, ids[0], 300, true);                     /* across the window, 3 tiles */
+    add_rows(b, 1, 0, ids[1], 200, true);                     /* a new prompt ... */
+    add_rows(b, 0, 300, ids[0] + 300, 1, true);               /* ... beside a decode row */
+    add_rows(b, 2, 0, ids[2], 9, true);
+    add_rows(c, 3, 0, ids[3], 1, true);                       /* one-token prompt: a decode row at 0 */
+    add_rows(c, 1, 200, ids[1] + 200, 131, true);             /* chunk starting mid-sequence */
+    add_rows(c, 0, 301, ids[0] + 301, 1, true);
+    add_rows(c, 2, 9, ids[2] + 9, 1, true);
+    add_rows(c, 4, 0, ids[4], 2, true);
+    len[0] = 302, len[1] = 331, len[2] = 10, len[3] = 1, len[4] = 2;
+}
+
+static void check_model(const char *dir) {
+    Err err = {{0}};
+    Model m;
+    if (model_load(&m, dir, MODEL_LOAD_NO_TOKENIZER, &err)) { CHECK(0, "%s", err.msg); return; }
+    int V = m.cfg.vocab;
+    Runner ru[3];
+    memset(ru, 0, sizeof ru);
+    bool ok = open_runners(ru, &m, &err);
+    CHECK(ok, "%s", err.msg);
+    Step *steps = calloc(3, sizeof *steps), *d = calloc(1, sizeof *d);
+    int n_steps = 0, len[N_SEQS];
+    prefill_steps(steps, &n_steps, len, V);
+    Tally t = {0};
+    for (int i = 0; ok && i < n_steps; i++) {
+        for (int k = 0; ok && k < 3; k++) ok = run_step(&ru[k], &steps[i], V, &err) == 0;
+        CHECK(ok, "prefill step %d: %s", i, err.msg);
+        if (ok) compare_step(ru, steps[i].n_logits, V, &t);
+    }
+    /* Decode: the next token of each live sequence is the CPU's argmax. */
+    int32_t next[N_SEQS];
+    for (int s = 0; s < N_SEQS; s++) next[s] = 0;
+    for (int i = 0; ok && i < steps[2].n_logits; i++)
+        next[steps[2].seq[steps[2].rows[i]]] = argmax(ru[2].logits + (size_t)i * V, V);
+    for (int k = 0; ok && k < DECODE_STEPS; k++) {
+        int live = k < 8 ? 4 : k < 16 ? 3 : 5;                 /* buckets 4, 4 (one padding row), 8 */
+        memset(d, 0, sizeof *d);
+        for (int s = 0; s < live; s++) { add_rows(d, s, len[s], &next[s], 1, true); len[s]++; }
+        for (int b = 0; ok && b < 3; b++) ok = run_step(&ru[b], d, V, &err) == 0;
+        CHECK(ok, "decode step %d: %s", k, err.msg);
+        if (!ok) break;
+        compare_step(ru, d->n_logits, V, &t);
+        for (int s = 0; s < live; s++) next[s] = argmax(ru[2].logits + (size_t)s * V, V);
+    }
+    printf("# %s: %d rows; worst max-rel err vs CPU: kernels %.2e, simple kernel %.2e; kernels vs simple %.2e; "
+           "greedy = CPU: kernels %d, simple %d\n", dir, t.rows, t.fast, t.generic, t.between, t.fast_top1,
+           t.generic_top1);
+    CHECK(t.rows == 1 + 3 + 5 + 8 * 4 + 8 * 3 + 8 * 5, "rows compared: %d", t.rows);
+    CHECK(t.fast <= fmax(1.5 * t.generic, 1e-2), "kernels %.3g vs simple %.3g", t.fast, t.generic);
+    CHECK(t.between <= 3e-2, "kernels vs simple kernel %.3g", t.between);
+    CHECK(t.fast_top1 >= 0.95 * t.rows, "greedy agreement %d of %d", t.fast_top1, t.rows);
+    free(steps);
+    free(d);
+    close_runners(ru);
+    model_free(&m);
+}
+
+static const char *model_dir;
+
+static void test_model(void) { check_model(model_dir); }
+
+int main(int argc, char **argv) {
+    make_tables();
+    if (argc < 2) { printf("usage: test_cuda_batch MODEL_DIR...\nnot ok - arguments\n"); return 1; }
+    for (int i = 1; i < argc; i++) {
+        model_dir = argv[i];
+        RUN(test_model);
+    }
+    TEST_EXIT();
+}
