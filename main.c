@@ -256,6 +256,7 @@ static int cmd_tokenize(int argc, char **argv) {
     {"--chat-template", NULL, OPT_STR, &(o)->chat_template, "chatml, qwen3, llama3, llama3.1, llama2, mistral, gemma, harmony"}, \
     {"--system", NULL, OPT_STR, &(o)->system, "system prompt"},                                               \
     {"--ignore-eos", NULL, OPT_FLAG, &(o)->ignore_eos, "keep generating past end-of-text tokens"},            \
+    {"--host-sampling", NULL, OPT_FLAG, &(o)->host_sampling, "draw tokens on the CPU even where the GPU could"}, \
     {"--verbose", "-v", OPT_FLAG, &(o)->verbose, "print statistics"}
 
 static int resolve_model(RunOptions *o, char *buf, size_t cap) {

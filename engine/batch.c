@@ -240,10 +240,12 @@ static void batch_progress(Batch *bt, bool final) {
 static void batch_step_log(const Batch *bt) {
     const SchedStats *s = &bt->sched.stats;
     fprintf(stderr, "step: %d seqs, %d tokens (%d decode, %d prefill), %d running, %d waiting, KV %d/%d blocks "
-            "(%d cached), %lld preempted, %lld prefix tokens reused, %.1f ms\n",
+            "(%d cached), %lld preempted, %lld prefix tokens reused, %.1f ms (forward %.1f, sampling %.1f, "
+            "scheduler %.2f)\n",
             s->n_seqs, s->n_tokens, s->n_decode, s->n_prefill, s->n_running, s->n_waiting, s->blocks_used,
             s->blocks_total, s->blocks_cached, (long long)s->preemptions, (long long)s->prefix_hit_tokens,
-            s->seconds * 1e3);
+            s->seconds * 1e3, s->forward_seconds * 1e3, s->sample_seconds * 1e3,
+            (s->seconds - s->forward_seconds - s->sample_seconds) * 1e3);
 }
 
 /* Steps until the input is read and every request has its line. */
@@ -293,7 +295,8 @@ int batch_main(const RunOptions *o, const BatchOptions *b) {
     bt.o = &ro;
     bt.in = prompts_open(b->input, PROMPTS_AUTO, &err);
     if (!bt.in) { fprintf(stderr, "cllm generate: %s\n", err.msg); return 2; }
-    SchedOptions so = {.max_seqs = b->max_seqs, .max_batched_tokens = b->max_batched_tokens, .sample_threads = o->threads};
+    SchedOptions so = {.max_seqs = b->max_seqs, .max_batched_tokens = b->max_batched_tokens, .sample_threads = o->threads,
+                      .host_sampling = o->host_sampling};
     if (runtime_open(&bt.rt, &ro, &err)) {
         fprintf(stderr, "cllm generate: %s\n", err.msg);
         prompts_close(bt.in);
@@ -311,6 +314,10 @@ int batch_main(const RunOptions *o, const BatchOptions *b) {
     int rc = batch_loop(&bt);
     if (rc) batch_drop_pending(&bt);
     batch_progress(&bt, true);
+    const SchedStats *st = &bt.sched.stats;
+    if (o->verbose && st->busy_seconds > 0)
+        fprintf(stderr, "steps took %.2f s; the scheduler's own work (outside forward and sampling) %.3f s = %.2f%%\n",
+                st->busy_seconds, st->scheduler_seconds, 100.0 * st->scheduler_seconds / st->busy_seconds);
     if (bt.order) {
         if (results_ordered_finish(bt.order, NULL, &err)) { fprintf(stderr, "cllm generate: %s\n", err.msg); rc = 2; }
         results_ordered_free(bt.order);

@@ -224,7 +224,7 @@ static int chat_setup(Chat *c, const RunOptions *o) {
     Err err = {{0}};
     if (runtime_open(&c->rt, o, &err)) { fprintf(stderr, "cllm chat: %s\n", err.msg); return 2; }
     c->rt_ready = true;
-    SchedOptions so = {.max_seqs = 1};
+    SchedOptions so = {.max_seqs = 1, .host_sampling = o->host_sampling};
     if (scheduler_init(&c->sched, &c->rt.engine, &so, &err)) { fprintf(stderr, "cllm chat: %s\n", err.msg); return 2; }
     c->sched_ready = true;
     const char *tmpl = tokenizer_chat_template(c->rt.model.tok);

@@ -24,6 +24,7 @@ typedef struct {
     const char *system;           /* system prompt, or NULL */
     bool ignore_eos;
     bool verbose;
+    bool host_sampling;           /* draw tokens on the host even where the GPU could */
 } RunOptions;
 
 void run_options_default(RunOptions *o);

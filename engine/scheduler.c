@@ -64,6 +64,7 @@ int scheduler_init(Scheduler *s, Engine *e, const SchedOptions *o, Err *err) {
     if (s->o.max_batched_tokens <= 0) s->o.max_batched_tokens = 8192;
     if (s->o.max_batched_tokens > e->max_chunk) s->o.max_batched_tokens = e->max_chunk;
     if (s->o.max_seqs > s->o.max_batched_tokens) s->o.max_seqs = s->o.max_batched_tokens;
+    if (s->o.max_seqs > e->fw.max_logits) s->o.max_seqs = e->fw.max_logits;
     s->window = model_window(&e->model->cfg);
     if (block_manager_init(&s->bm, &e->pool, e->block_size, err)) return -1;
     int T = s->o.max_batched_tokens, S = s->o.max_seqs;
@@ -85,6 +86,16 @@ int scheduler_init(Scheduler *s, Engine *e, const SchedOptions *o, Err *err) {
                        e->model->cfg.vocab);
     }
     s->stats.blocks_total = s->bm.n_blocks;
+    if (e->be->sample && !s->o.host_sampling) {
+        SamplerParams greedy = sampler_params_default();
+        greedy.temperature = 0;
+        s->draw_samplers = calloc((size_t)S, sizeof *s->draw_samplers);
+        if (!s->draw_samplers || sampler_init(&s->idle, &greedy, e->model->cfg.vocab, err)) {
+            scheduler_free(s);
+            return -1;
+        }
+        s->device_sampling = true;
+    }
     if (s->o.sample_threads != 1 && s->o.max_seqs > 1) {
         s->pool = thread_pool_create(s->o.sample_threads, err);
         if (!s->pool) { scheduler_free(s); return -1; }
@@ -124,6 +135,8 @@ void scheduler_free(Scheduler *s) {
     free(s->logits);
     free(s->draw_req);
     free(s->drawn);
+    free((void *)s->draw_samplers);
+    if (s->device_sampling) sampler_free(&s->idle);
     if (s->pool) thread_pool_destroy(s->pool);
     memset(s, 0, sizeof *s);
 }
@@ -321,18 +334,39 @@ static void draw_rows(void *ctx, int64_t begin, int64_t end) {
     }
 }
 
-/* Samples every request that got logits this step (in parallel when the
- * scheduler has a thread pool), then applies stop conditions in order. */
-static void sample_all(Scheduler *s, int n_logits) {
+/* The backend draws every row (rows that do not draw get the idle greedy
+ * sampler, their token ignored) and the drawn tokens are accepted; 1 when it
+ * cannot (a sampler beyond it): the logits are then copied here. */
+static int draw_on_device(Scheduler *s, int n, Err *err) {
+    Backend *be = s->e->be;
+    Sampler **rows = (Sampler **)s->draw_samplers;
+    for (int i = 0; i < n; i++) rows[i] = s->draw_req[i] ? &s->draw_req[i]->sampler : &s->idle;
+    int rc = be->sample(be, s->e->fw.logits, n, s->draw_samplers, s->drawn, err);
+    if (rc < 0) return -1;
+    if (rc == 0) {
+        for (int i = 0; i < n; i++)
+            if (s->draw_req[i]) sampler_accept(&s->draw_req[i]->sampler, s->drawn[i]);
+        return 0;
+    }
+    return be->read(be, s->logits, s->e->fw.logits, (int64_t)n * s->e->model->cfg.vocab, err) ? -1 : 1;
+}
+
+/* Samples every request that got logits this step (on the device, or here
+ * in parallel when the scheduler has a thread pool), then applies stop
+ * conditions in order. */
+static int sample_all(Scheduler *s, int n_logits, Err *err) {
     for (int i = 0; i < n_logits; i++)
         if (s->draw_req[i] && !request_ready_to_draw(s, s->draw_req[i])) s->draw_req[i] = NULL;
-    if (s->pool && n_logits > 1) cpu_parallel_for(s->pool, n_logits, draw_rows, s);
-    else draw_rows(s, 0, n_logits);
+    int rc = s->device_sampling && n_logits > 0 ? draw_on_device(s, n_logits, err) : 1;
+    if (rc < 0) return -1;
+    if (rc == 1 && s->pool && n_logits > 1) cpu_parallel_for(s->pool, n_logits, draw_rows, s);
+    else if (rc == 1) draw_rows(s, 0, n_logits);
     for (int i = 0; i < n_logits; i++) {
         SchedRequest *r = s->draw_req[i];
         const char *why = r ? request_accept_token(s, r, s->drawn[i]) : NULL;
         if (why) request_end(s, r, why);
     }
+    return 0;
 }
 
 /* ---- building a step ---- */
@@ -444,6 +478,8 @@ static void step_stats(Scheduler *s, int rows, double t0) {
     s->stats.blocks_used = block_manager_used(&s->bm);
     s->stats.blocks_cached = s->bm.n_cached;
     s->stats.seconds = now_seconds() - t0;
+    s->stats.busy_seconds += s->stats.seconds;
+    s->stats.scheduler_seconds += s->stats.seconds - s->stats.forward_seconds - s->stats.sample_seconds;
 }
 
 int scheduler_step(Scheduler *s, Err *err) {
@@ -452,6 +488,7 @@ int scheduler_step(Scheduler *s, Err *err) {
     int64_t preempted = s->stats.preemptions;
     s->n_sel = 0;
     s->stats.n_decode = s->stats.n_prefill = 0;
+    s->stats.forward_seconds = s->stats.sample_seconds = 0;
     schedule_running(s, 0, &budget);
     schedule_running(s, 1, &budget);
     /* After a preemption the cache is short: admitting more would only
@@ -467,7 +504,10 @@ int scheduler_step(Scheduler *s, Err *err) {
     int n_logits;
     int rows = build_rows(s, &n_logits);
     AttnBatch b = {rows, s->pos, s->seq, s->slot, s->n_sel, s->tables, s->e->block_size};
-    if (forward_run(&s->e->fw, s->ids, &b, s->logit_rows, n_logits, s->logits, err)) return -1;
+    double t_fw = now_seconds();
+    if (forward_run(&s->e->fw, s->ids, &b, s->logit_rows, n_logits, s->device_sampling ? NULL : s->logits, err))
+        return -1;
+    s->stats.forward_seconds = now_seconds() - t_fw;
     int l = 0;
     for (int k = 0; k < s->n_sel; k++) {
         SchedRequest *r = s->sel[k];
@@ -475,7 +515,9 @@ int scheduler_step(Scheduler *s, Err *err) {
         request_after_compute(s, r);
         if (r->n_cached == (int)r->tokens.n) s->draw_req[l++] = r;
     }
-    sample_all(s, l);
+    double t_sample = now_seconds();
+    if (sample_all(s, l, err)) return -1;
+    s->stats.sample_seconds = now_seconds() - t_sample;
     step_stats(s, rows, t0);
     return 0;
 }

@@ -43,6 +43,7 @@ typedef struct {
     int max_batched_tokens;   /* rows per step; <= 0: 8192; at most the engine's max_chunk */
     bool no_prefix_cache;     /* turn prefix caching off */
     int sample_threads;       /* threads drawing the tokens of a step; <= 0: one per core, 1: none */
+    bool host_sampling;       /* draw on the host even where the backend samples (its logits copied here) */
 } SchedOptions;
 
 typedef enum { REQ_WAITING, REQ_RUNNING, REQ_FINISHED } ReqState;
@@ -85,6 +86,9 @@ typedef struct {
     int64_t prefix_hit_tokens;    /* ever: prompt tokens taken from the prefix cache */
     int64_t tokens_generated;     /* ever */
     double seconds;               /* of this step */
+    double forward_seconds;       /* of it in the forward pass (host metadata, kernels, the wait for them) */
+    double sample_seconds;        /* of it drawing tokens (device or host) */
+    double busy_seconds, scheduler_seconds; /* ever: steps, and their time outside forward and sampling */
 } SchedStats;
 
 typedef struct {
@@ -102,6 +106,9 @@ typedef struct {
     float *logits;                /* [max_seqs][vocab] */
     SchedRequest **draw_req;      /* [max_seqs] the request of each logits row (NULL: no draw) */
     int32_t *drawn;               /* [max_seqs] the token drawn for each row */
+    bool device_sampling;         /* the backend draws; logits stay in its memory */
+    Sampler *const *draw_samplers;/* [max_seqs] each row's sampler for the backend (idle: rows not drawn) */
+    Sampler idle;                 /* greedy; stands in for rows that do not draw */
     struct ThreadPool *pool;      /* samples requests in parallel; NULL: on the caller */
     uint64_t next_order;
     SchedStats stats;

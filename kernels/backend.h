@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "attention/attn_batch.h"
+#include "engine/sampler.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "model/config.h"
 #include "model/err.h"
@@ -88,6 +89,12 @@ struct Backend {
      * and reports the first error of its ops. */
     int (*read)(Backend *be, float *host, const void *buf, int64_t n, Err *err);
     int (*write)(Backend *be, void *buf, const float *host, int64_t n, Err *err);
+    /* Optional (NULL: none): draws tokens[i] from logits row i (F32, n rows,
+     * after the step was read) with samplers[i], as sampler_sample would, and
+     * advances each generator; the caller accepts the tokens. Returns 0, 1
+     * when these samplers are beyond it (nothing touched: sample on the
+     * host), or -1 with err. */
+    int (*sample)(Backend *be, void *logits, int n, Sampler *const *samplers, int32_t *tokens, Err *err);
     void (*destroy)(Backend *be);
 };
 

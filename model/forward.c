@@ -31,7 +31,8 @@ void forward_buffer_elems(const ModelConfig *c, int max_tokens, int64_t *act_ele
     int64_t T = max_tokens, q = (int64_t)c->n_heads * c->head_dim_k, kv = (int64_t)c->n_kv_heads * c->head_dim_k;
     int64_t vv = (int64_t)c->n_kv_heads * c->head_dim_v, att = (int64_t)c->n_heads * c->head_dim_v;
     *act_elems = T * (3 * (int64_t)c->dim + q + kv + vv + att + c->ffn_dim);  /* xn proj last | q k v att | act */
-    *f32_elems = T * ((int64_t)c->dim + c->vocab);                            /* x | logits */
+    int64_t L = T < FORWARD_MAX_LOGITS ? T : FORWARD_MAX_LOGITS;
+    *f32_elems = T * (int64_t)c->dim + L * c->vocab;                          /* x | logits */
 }
 
 int forward_init(Forward *fw, const ModelConfig *c, Backend *be, int max_tokens, Err *err) {
@@ -39,6 +40,7 @@ int forward_init(Forward *fw, const ModelConfig *c, Backend *be, int max_tokens,
     fw->cfg = c;
     fw->be = be;
     fw->max_tokens = max_tokens;
+    fw->max_logits = max_tokens < FORWARD_MAX_LOGITS ? max_tokens : FORWARD_MAX_LOGITS;
     int64_t T = max_tokens, q = (int64_t)c->n_heads * c->head_dim_k, kv = (int64_t)c->n_kv_heads * c->head_dim_k;
     int64_t vv = (int64_t)c->n_kv_heads * c->head_dim_v, att = (int64_t)c->n_heads * c->head_dim_v;
     fw->x = be->alloc(be, T * c->dim, BUF_F32);
@@ -50,7 +52,7 @@ int forward_init(Forward *fw, const ModelConfig *c, Backend *be, int max_tokens,
     fw->proj = be->alloc(be, T * c->dim, BUF_ACT);
     fw->act = be->alloc(be, T * c->ffn_dim, BUF_ACT);
     fw->last = be->alloc(be, T * c->dim, BUF_ACT);
-    fw->logits = be->alloc(be, T * c->vocab, BUF_F32);
+    fw->logits = be->alloc(be, (int64_t)fw->max_logits * c->vocab, BUF_F32);
     if (!fw->x || !fw->xn || !fw->q || !fw->k || !fw->v || !fw->att || !fw->proj || !fw->act || !fw->last ||
         !fw->logits) {
         forward_free(fw);
@@ -119,9 +121,9 @@ int forward_run(Forward *fw, const int32_t *ids, const AttnBatch *b, const int32
     const ModelConfig *c = fw->cfg;
     Backend *be = fw->be;
     int T = b->n_tokens;
-    if (T <= 0 || T > fw->max_tokens || n_logits < 0 || n_logits > T)
-        return err_set(err, "forward: %d tokens / %d logit rows exceed the capacity of %d tokens", T, n_logits,
-                       fw->max_tokens);
+    if (T <= 0 || T > fw->max_tokens || n_logits < 0 || n_logits > T || n_logits > fw->max_logits)
+        return err_set(err, "forward: %d tokens / %d logit rows exceed the capacity of %d tokens / %d logit rows", T,
+                       n_logits, fw->max_tokens, fw->max_logits);
     for (int i = 0; i < T; i++)
         if (ids[i] < 0 || ids[i] >= c->vocab) return err_set(err, "forward: token id %d is outside the vocabulary (%d)", ids[i], c->vocab);
     for (int i = 0; i < n_logits; i++)
@@ -133,5 +135,5 @@ int forward_run(Forward *fw, const int32_t *ids, const AttnBatch *b, const int32
         forward_ops(fw, rows.T, rows.n_logits);
         be->graph_capture(be, false);
     }
-    return be->read(be, logits_out, fw->logits, (int64_t)n_logits * c->vocab, err);
+    return be->read(be, logits_out, fw->logits, logits_out ? (int64_t)n_logits * c->vocab : 0, err);
 }

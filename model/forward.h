@@ -6,10 +6,15 @@
 #include "kernels/backend.h"
 #include "model/config.h"
 
+/* Logits rows one step may ask for: a scheduler asks for one per sequence,
+ * and [rows][vocab] fp32 is the largest activation (1 GB at 1024 x 262k). */
+#define FORWARD_MAX_LOGITS 1024
+
 typedef struct {
     const ModelConfig *cfg;
     Backend *be;
     int max_tokens;          /* rows one step may hold */
+    int max_logits;          /* rows of those that may get logits: min(max_tokens, FORWARD_MAX_LOGITS) */
     /* activations, named as in forward_run; [T][width] */
     void *x;                 /* residual stream [T][C] (fp32) */
     void *xn;                /* normalized input of a sublayer [T][C] */
@@ -29,7 +34,9 @@ int forward_init(Forward *fw, const ModelConfig *cfg, Backend *be, int max_token
 void forward_free(Forward *fw);
 
 /* Runs one step over batch->n_tokens rows (ids[t] at batch->pos[t]). Writes the
- * fp32 logits of rows logit_rows[0..n_logits) to logits_out [n_logits][vocab]. */
+ * fp32 logits of rows logit_rows[0..n_logits) to logits_out [n_logits][vocab];
+ * with logits_out NULL they stay in fw->logits (the backend's memory) for
+ * be->sample or a later be->read. */
 int forward_run(Forward *fw, const int32_t *ids, const AttnBatch *batch, const int32_t *logit_rows, int n_logits,
                 float *logits_out, Err *err);
 

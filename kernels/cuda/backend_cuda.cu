@@ -39,6 +39,7 @@ extern "C" { /* C headers of the engine: C linkage */
 #include "kernels/cuda/backend_cuda.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.cuh"
+#include "kernels/cuda/sampling.cuh"
 
 #define GEMM_CACHE 64
 #define STAGING_BYTES ((size_t)64 << 20)
@@ -93,6 +94,8 @@ typedef struct {
     const int32_t **meta_tables; /* [max_seqs + 64] block table of each of those sequences */
     AttnDevMeta dmeta;
     AttnDecodeWork work;
+    GpuSampler sampler;          /* built at the first sample() call */
+    bool sampler_built;
     bf16 *scratch;               /* [T][nq+nk+nv] or [T][2F] GEMM outputs */
     float *router, *h_router, *moe_w, *h_w, *moe_acc;
     int32_t *moe_idx, *h_idx;
@@ -708,10 +711,33 @@ static int cuda_be_write(Backend *be, void *buf, const float *host, int64_t n, E
     return 0;
 }
 
+/* Rows of a step whose logits stay on the device: the GPU sampler draws
+ * them and only the token ids come back (a 256-row step of a 128k
+ * vocabulary would otherwise copy 131 MB to the host). */
+static int cuda_be_sample(Backend *be, void *logits, int n, Sampler *const *samplers, int32_t *tokens, Err *err) {
+    CudaBackend *cb = cb_of(be);
+    if (cb->failed) { *err = cb->err; return -1; }
+    if (n <= 0) return 0;
+    if (!cb->sampler_built) {
+        if (gpu_sampler_build(&cb->sampler, cb->max_seqs, cb->cfg->vocab, 256 * cb->max_seqs, err)) return -1;
+        cb->sampler_built = true;
+    }
+    if (n > cb->sampler.max_rows) return 1;
+    Err why = {};
+    for (int r = 0; r < n; r++)
+        if (gpu_sampler_set_row(&cb->sampler, r, samplers[r], &why)) return 1; /* e.g. top_k above the GPU limit */
+    if (gpu_sampler_run(&cb->sampler, (float *)logits, n, cb->stream, err)) return -1;
+    CUDA_CHECK(cudaStreamSynchronize(cb->stream), err);
+    gpu_sampler_finish(&cb->sampler, samplers, n);
+    memcpy(tokens, cb->sampler.h_out, n * sizeof(int32_t));
+    return 0;
+}
+
 static void cuda_destroy(Backend *be) {
     CudaBackend *cb = cb_of(be);
     cudaSetDevice(cb->device);
     if (cb->stream) cudaStreamSynchronize(cb->stream);
+    if (cb->sampler_built) gpu_sampler_free(&cb->sampler);
     graphs_drop(cb);
     for (int i = 0; i < cb->n_allocs; i++) cudaFree(cb->allocs[i]);
     for (int i = 0; i < cb->n_bufs; i++) cudaFree(cb->bufs[i].ptr);
@@ -921,6 +947,7 @@ extern "C" Backend *backend_cuda_create_opts(const ModelConfig *c, const ModelWe
     be->logits = cuda_be_logits;
     be->read = cuda_be_read;
     be->write = cuda_be_write;
+    be->sample = cuda_be_sample;
     return be;
 }
 

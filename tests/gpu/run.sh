@@ -59,6 +59,14 @@ generate_check() {
         python3 tests/gpu/compare_generate.py "$OUT/batched.jsonl" "$OUT/cpu.jsonl" 0.5
 }
 run_check generate_batched generate_check
+# Sampling on the GPU (the default there) vs on the host, from the same
+# device logits: same seeds, same draws; a differing token is a bug.
+sample_check() {
+    local args="--temp 0.9 --top-k 50 --top-p 0.95 --min-p 0.02 --repeat-penalty 1.1 --seed 7"
+    gen -o "$OUT/sample-gpu.jsonl" $args && gen -o "$OUT/sample-host.jsonl" $args --host-sampling &&
+        python3 tests/gpu/compare_generate.py "$OUT/sample-gpu.jsonl" "$OUT/sample-host.jsonl" 1.0
+}
+run_check sampling_gpu_vs_host sample_check
 printf 'Hello\n' > "$OUT/turn.txt"
 run_check chat_tiny_gpu sh -c "$BIN/cllm chat -m tests/fixtures/tiny/llama.gguf --temp 0 -n 8 < $OUT/turn.txt && echo 'ok - chat on the GPU'"
 
