@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""compare_generate.py A.jsonl B.jsonl MIN_SHARE — greedy outputs of the same
+"""compare_generate.py A.jsonl B.jsonl MIN_SHARE [--min-identical F] — greedy outputs of the same
 prompts run two ways (batched by the scheduler, and one at a time): how many
 replies are identical, and the mean share of each reply's characters that
 match before the first difference. Exits 1 when a prompt is missing, has an
-error, or the mean matched share is below MIN_SHARE. bf16 rounding differs
+error, the mean matched share is below MIN_SHARE, or (--min-identical) the
+share of identical replies is below F. bf16 rounding differs
 between a batch of rows and one row (GEMV vs GEMM), so a near-tie of a random
 model may flip; broken batching (another sequence's KV, a wrong row) changes
 replies from the first token."""
@@ -20,6 +21,7 @@ def load(path):
 
 
 a, b, min_share = load(sys.argv[1]), load(sys.argv[2]), float(sys.argv[3])
+min_identical = float(sys.argv[5]) if len(sys.argv) > 5 and sys.argv[4] == "--min-identical" else 0.0
 if sorted(a) != sorted(b) or not a:
     print(f"not ok - different prompt sets ({len(a)} vs {len(b)})")
     sys.exit(1)
@@ -37,6 +39,6 @@ for k in a:
     shares.append(n / max(len(tx), len(ty), 1))
 mean = sum(shares) / max(len(shares), 1)
 print(f"# {len(a)} prompts: {same} identical, mean matched share {mean:.3f}, {errors} errors")
-ok = errors == 0 and mean >= min_share
-print(f"{'ok' if ok else 'not ok'} - batched vs one at a time (share >= {min_share})")
+ok = errors == 0 and mean >= min_share and same >= min_identical * len(a)
+print(f"{'ok' if ok else 'not ok'} - batched vs one at a time (share >= {min_share}, identical >= {min_identical:.0%})")
 sys.exit(0 if ok else 1)

@@ -26,6 +26,14 @@ run_check cuda_forward "$BIN/test_cuda_forward"
 REAL=${CLLM_MODELS:-models/cache}
 if [ -f "$REAL/smollm2-135m-instruct.gguf" ] && [ -f "$REAL/gemma3-270m.gguf" ]; then
     run_check cuda_forward_real env CLLM_MODELS="$REAL" "$BIN/test_cuda_forward" --real
+    # Issue 5's GPU batching check on the real models: 64 chat prompts, 64
+    # greedy tokens, batched vs one at a time; the issue asks >= 95% identical.
+    python3 tests/gpu/real_prompts.py > "$OUT/real-prompts.txt"
+    for m in smollm2-135m-instruct gemma3-270m; do
+        run_check "batched_real_$m" sh -c "for s in 256 1; do $BIN/cllm generate -m $REAL/$m.gguf -i $OUT/real-prompts.txt \
+            --chat -o $OUT/real-$m-\$s.jsonl --temp 0 -n 64 --ignore-eos --max-seqs \$s 2>/dev/null || exit 1; done; \
+            python3 tests/gpu/compare_generate.py $OUT/real-$m-256.jsonl $OUT/real-$m-1.jsonl 0.0 --min-identical 0.95"
+    done
 else
     rows+=("cuda_forward_real            not run: the real models are not in $REAL")
 fi

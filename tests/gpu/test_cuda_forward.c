@@ -13,8 +13,9 @@
  *     stay within 1.5x of that (worst row, both metrics), and every row
  *     within 6e-2 of max |logit| for the dense models;
  *   - with --real, the real models ($CLLM_MODELS, default models/cache):
- *     greedy tokens of the committed prompts, CUDA vs CPU; the first
- *     divergence is reported with both logits. */
+ *     greedy tokens of the committed prompts, CUDA vs CPU, teacher-forced
+ *     by the CPU; every divergence is reported with both logits and must
+ *     be a near-tie (check_real). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,7 +175,14 @@ static int argmax(const float *x, int n) {
     return b;
 }
 
-/* Greedy continuation of prompt p of a real model on both backends. */
+/* Greedy continuation of the committed prompts of a real model on both
+ * backends, teacher-forced by the CPU (fp32: the reference). Where the two
+ * argmaxes differ the CPU's own margin between them must be a near-tie: at
+ * most NEAR_TIE of the row's max |logit| (bf16 weights and activations move
+ * logits by ~0.5% on these models: SmolLM2's Q8_0/Q4_1 weights do not fit in
+ * bf16 exactly). At most 2 such flips per 32 tokens; each is reported with
+ * both backends' logits. */
+#define NEAR_TIE 1e-2
 static void check_real(const char *name) {
     char path[1024], ref_path[1024];
     Err err = {{0}};
@@ -198,23 +206,30 @@ static void check_real(const char *name) {
     const JsonValue *prompts = json_get(json_root(doc), "prompts");
     for (size_t p = 0; p < json_len(prompts); p++) {
         const JsonValue *jids = json_get(json_at(prompts, p), "ids");
-        int n = (int)json_len(jids), same = 0, G = 32;
+        int n = (int)json_len(jids), same = 0, flips = 0, G = 32, k = 0;
         int32_t ids[512];
         for (int i = 0; i < n && i < 512; i++) ids[i] = (int32_t)json_at(jids, i)->u.number.num;
         Sequence sg = {0}, sc = {0};
         CHECK(engine_feed(&eg, &sg, ids, n, &err) == 0 && engine_feed(&ec, &sc, ids, n, &err) == 0, "%s", err.msg);
-        for (; same < G; same++) {
+        for (; k < G; k++) {
             int a = argmax(eg.logits, m.cfg.vocab), b = argmax(ec.logits, m.cfg.vocab);
-            if (a != b) {
-                printf("# %s prompt %zu: first divergence at token %d: cuda %d (%.4f vs cpu %.4f), cpu %d (%.4f vs cuda %.4f)\n",
-                       name, p, same, a, eg.logits[a], ec.logits[a], b, ec.logits[b], eg.logits[b]);
-                break;
+            double top = 0;
+            for (int i = 0; i < m.cfg.vocab; i++) top = fmax(top, fabs(ec.logits[i]));
+            if (a == b) same++;
+            else {
+                double gap = (ec.logits[b] - ec.logits[a]) / (top > 0 ? top : 1);
+                printf("# %s prompt %zu token %d: cuda %d (%.4f vs cpu %.4f), cpu %d (%.4f vs cuda %.4f); cpu margin "
+                       "%.2e of max |logit|\n", name, p, k, a, eg.logits[a], ec.logits[a], b, ec.logits[b],
+                       eg.logits[b], gap);
+                CHECK(gap <= NEAR_TIE, "%s prompt %zu token %d: not a near-tie (margin %.3g)", name, p, k, gap);
+                flips++;
             }
-            int32_t t = a;
+            int32_t t = b; /* the CPU's token, on both */
             if (engine_feed(&eg, &sg, &t, 1, &err) || engine_feed(&ec, &sc, &t, 1, &err)) break;
         }
-        printf("# %s prompt %zu: greedy tokens equal for %d of %d\n", name, p, same, G);
-        CHECK(same == G, "%s prompt %zu diverges at %d", name, p, same);
+        printf("# %s prompt %zu: greedy tokens equal for %d of %d (teacher-forced by the CPU), %d near-tie flips\n",
+               name, p, same, G, flips);
+        CHECK(k == G && flips <= 2, "%s prompt %zu: %d of %d positions, %d flips", name, p, k, G, flips);
         sequence_release(&eg, &sg);
         sequence_release(&ec, &sc);
     }
