@@ -15,6 +15,7 @@
 #include "engine/runtime.h"
 #include "model/info.h"
 #include "model/model.h"
+#include "parallel/stage_plan.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -153,14 +154,34 @@ static int load_model(const char *cmd, const char *path, int flags, Model *m) {
 
 /* ---------- subcommands ---------- */
 
+/* `info --pp N [--pp-split S]`: the stage split (checked before anything
+ * is printed), then the memory per GPU. */
+static int plan_pipeline(const Model *m, int pp, const char *split, StagePlan *plan) {
+    Err err = {{0}};
+    if (pp <= 0 && split) { /* the stage count from the split itself */
+        pp = 1;
+        for (const char *c = split; *c; c++) pp += *c == ',';
+    }
+    if (pp > STAGE_MAX) err_set(&err, "--pp %d: at most %d stages", pp, STAGE_MAX);
+    else if (pp > m->cfg.n_layers) err_set(&err, "--pp %d: the model has only %d layers", pp, m->cfg.n_layers);
+    int rc = err.msg[0] ? -1
+             : split ? stage_plan_parse(plan, &m->cfg, &m->w, pp, split, &err)
+                     : stage_plan_balanced(plan, &m->cfg, &m->w, pp, &err);
+    if (rc) { fprintf(stderr, "cllm info: %s\n", err.msg); return 2; }
+    return 0;
+}
+
 static int cmd_info(int argc, char **argv) {
     const char *model = NULL;
     bool tensors = false;
-    int kv_tokens = 0;
+    int kv_tokens = 0, pp = 0;
+    const char *pp_split = NULL;
     const Opt opts[] = {
         {"--model", "-m", OPT_STR, &model, "model file or folder (also as the first argument)"},
         {"--tensors", NULL, OPT_FLAG, &tensors, "list every tensor"},
         {"--ctx-size", "-c", OPT_INT, &kv_tokens, "tokens of KV cache to size (default: the model's context)"},
+        {"--pp", NULL, OPT_INT, &pp, "show the split into N pipeline stages and the memory per GPU"},
+        {"--pp-split", NULL, OPT_STR, &pp_split, "layers per stage, comma-separated (default: balanced by bytes)"},
         {0},
     };
     const char *pos[1];
@@ -173,10 +194,14 @@ static int cmd_info(int argc, char **argv) {
     char family[96];
     snprintf(family, sizeof family, "%s%s", chat_family_name(tmpl ? chat_template_detect(tmpl) : chat_template_guess(m.tok)),
              tmpl ? "" : " (guessed from the special tokens: the file has no template)");
+    StagePlan plan;
+    bool piped = pp > 0 || pp_split;
+    if (piped && (rc = plan_pipeline(&m, pp, pp_split, &plan))) { model_free(&m); return rc; }
     model_print_info(stdout, &m, kv_tokens > 0 ? kv_tokens : m.cfg.ctx_len, family);
+    if (piped) stage_plan_print(stdout, &plan, &m.cfg, kv_tokens > 0 ? kv_tokens : m.cfg.ctx_len);
     if (tensors) model_print_tensors(stdout, &m);
     model_free(&m);
-    return 0;
+    return rc;
 }
 
 static int cmd_tokenize(int argc, char **argv) {

@@ -94,8 +94,10 @@ int stage_plan_parse(StagePlan *p, const ModelConfig *c, const ModelWeights *w, 
     while (*s) {
         char *end;
         long v = strtol(s, &end, 10);
-        if (end == s || v < 1 || v > c->n_layers || (*end && *end != ','))
+        if (end == s || v < 1 || (*end && *end != ','))
             return err_set(err, "--pp-split '%s': expected comma-separated layer counts such as 14,18", split);
+        if (v > c->n_layers)
+            return err_set(err, "--pp-split '%s': a stage of %ld layers, the model has %d", split, v, c->n_layers);
         if (n == STAGE_MAX || n == n_stages)
             return err_set(err, "--pp-split '%s': more counts than the %d stages of --pp", split, n_stages);
         counts[n++] = (int)v;
@@ -104,4 +106,28 @@ int stage_plan_parse(StagePlan *p, const ModelConfig *c, const ModelWeights *w, 
     }
     if (n != n_stages) return err_set(err, "--pp-split '%s': %d counts for %d stages", split, n, n_stages);
     return stage_plan_from_counts(p, c, w, n_stages, counts, err);
+}
+
+/* bytes as GB, or MB below 1 GB */
+static void print_size(FILE *out, uint64_t b) {
+    if (b >= 1000000000ULL) fprintf(out, "%.2f GB", b / 1e9);
+    else fprintf(out, "%.1f MB", b / 1e6);
+}
+
+void stage_plan_print(FILE *out, const StagePlan *p, const ModelConfig *c, int64_t kv_tokens) {
+    uint64_t kv_layer = (uint64_t)c->n_kv_heads * (c->head_dim_k + c->head_dim_v) * 2; /* bf16 K+V, per token */
+    fprintf(out, "pipeline               %d stages (one GPU each), KV cache of %lld tokens\n", p->n_stages,
+            (long long)kv_tokens);
+    for (int s = 0; s < p->n_stages; s++) {
+        uint64_t kv = kv_layer * p->n_layers[s] * (uint64_t)kv_tokens;
+        fprintf(out, "  stage %-2d             layers %d-%d (%d)%s%s: weights ", s, p->first_layer[s],
+                p->first_layer[s] + p->n_layers[s] - 1, p->n_layers[s], s == 0 ? ", embedding" : "",
+                s == p->n_stages - 1 ? ", final norm + LM head" : "");
+        print_size(out, p->bytes[s]);
+        fprintf(out, " + KV ");
+        print_size(out, kv);
+        fprintf(out, " = ");
+        print_size(out, p->bytes[s] + kv);
+        fprintf(out, "\n");
+    }
 }

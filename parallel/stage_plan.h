@@ -11,6 +11,7 @@
 #define CLLM_STAGE_PLAN_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "model/config.h"
 #include "model/err.h"
@@ -40,5 +41,9 @@ int stage_plan_from_counts(StagePlan *p, const ModelConfig *c, const ModelWeight
  * to the model's layers, one count per stage, each at least 1. */
 int stage_plan_parse(StagePlan *p, const ModelConfig *c, const ModelWeights *w, int n_stages, const char *split,
                      Err *err);
+
+/* The plan as `cllm info --pp N` prints it: each stage's layers, weight
+ * bytes, and the bf16 KV cache of kv_tokens tokens for its layers. */
+void stage_plan_print(FILE *out, const StagePlan *p, const ModelConfig *c, int64_t kv_tokens);
 
 #endif

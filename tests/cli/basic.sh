@@ -22,6 +22,19 @@ expect_grep "info gemma3: architecture" "$TMP/out" "architecture +gemma3"
 expect_grep "info gemma3: window pattern" "$TMP/out" "15 of 18 layers windowed"
 expect_grep "info gemma3: tensor list" "$TMP/out" "blk.17.ffn_down.weight"
 
+# --pp: 30 equal layers and a tied embedding (a copy on each end) split 15/15;
+# K+V of 4096 tokens on 15 layers: 4096 x 15 x 3 KV heads x (64 + 64) x 2 bytes = 47.2 MB.
+expect_exit "info --pp 2" 0 $CLLM info $MODELS/smollm2-135m-instruct.gguf --pp 2 -c 4096
+expect_grep "info --pp 2: stage 0" "$TMP/out" "stage 0 .*layers 0-14 \(15\), embedding: .*KV 47.2 MB"
+expect_grep "info --pp 2: stage 1" "$TMP/out" "stage 1 .*layers 15-29 \(15\), final norm \+ LM head"
+expect_exit "info --pp-split" 0 $CLLM info $MODELS/smollm2-135m-instruct.gguf --pp-split 10,20
+expect_grep "info --pp-split: stage 1" "$TMP/out" "stage 1 .*layers 10-29 \(20\)"
+expect_exit "info --pp beyond the layers exits 2" 2 $CLLM info $MODELS/smollm2-135m-instruct.gguf --pp 31
+expect_grep "info --pp 31 says why" "$TMP/err" "only 30 layers"
+expect_exit "info --pp-split short exits 2" 2 $CLLM info $MODELS/smollm2-135m-instruct.gguf --pp-split 10,10
+expect_grep "info --pp-split short says why" "$TMP/err" "hold 20 layers, the model has 30"
+expect_exit "info --pp-split junk exits 2" 2 $CLLM info $MODELS/smollm2-135m-instruct.gguf --pp-split 10,x
+
 printf 'not a model at all' > "$TMP/junk.gguf"
 expect_exit "info: junk file exits 2" 2 $CLLM info "$TMP/junk.gguf"
 expect_grep "info: junk file named" "$TMP/err" "junk.gguf"
