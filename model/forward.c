@@ -105,12 +105,12 @@ static void forward_ops(Forward *fw, int T, int n_logits) {
     const ModelConfig *c = fw->cfg;
     Backend *be = fw->be;
     const ModelWeights *w = be->weights;
-    be->embed(be, fw->x, &w->tok_embd, T, c->embed_scale);
+    if (!fw->from_prev) be->embed(be, fw->x, &w->tok_embd, T, c->embed_scale);
     for (int l = 0; l < c->n_layers; l++) {
-        forward_attention_block(fw, l, T, l > 0 ? fw->proj : NULL);
+        forward_attention_block(fw, l, T, l > 0 || fw->from_prev ? fw->proj : NULL);
         forward_mlp_block(fw, l, T);
     }
-    if (n_logits == 0) return;
+    if (n_logits == 0 || fw->to_next) return;
     be->add_rmsnorm(be, fw->x, fw->proj, fw->xn, &w->output_norm, T, c->dim, c->norm_eps, c->norm_offset);
     be->gather_rows(be, fw->last, fw->xn, n_logits, c->dim);
     be->logits(be, fw->logits, fw->last, &w->output, n_logits, c->final_softcap);

@@ -24,6 +24,11 @@ typedef struct {
     void *act;               /* act(gate) * up [T][F] */
     void *last;              /* rows that need logits [T][C] */
     void *logits;            /* [T][V] (fp32) */
+    /* A pipeline stage (parallel/stage.h) runs a slice of the layers: with
+     * from_prev, x and proj arrive from the previous stage (no embedding;
+     * the first layer adds proj to x); with to_next, the step stops after
+     * the last layer, leaving x and proj for the next stage. */
+    bool from_prev, to_next;
 } Forward;
 
 /* Elements of the activations forward_init allocates for max_tokens rows,
