@@ -50,6 +50,17 @@ static int test_failed_tests;    /* tests failed in this program */
 
 #define TEST_EXIT() return test_failed_tests ? 1 : 0
 
+/* max |got - want| / max |want| over a row of logits (a NaN: infinite). */
+static inline double test_row_err(const float *got, const float *want, int n) {
+    double md = 0, mw = 0;
+    for (int i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - want[i]);
+        md = isnan(d) ? INFINITY : fmax(md, d);
+        mw = fmax(mw, fabs(want[i]));
+    }
+    return md / (mw > 0 ? mw : 1);
+}
+
 /* Directory holding committed fixtures; run.sh sets CLLM_FIXTURES. */
 static inline const char *test_fixture_dir(void) {
     const char *d = getenv("CLLM_FIXTURES");

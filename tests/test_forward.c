@@ -46,16 +46,6 @@ static size_t b64_floats(const char *s, size_t len, float *out, size_t cap) {
     return n / 4;
 }
 
-static double row_rel_err(const float *got, const float *want, int n) {
-    double md = 0, mw = 0;
-    for (int i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - want[i]);
-        if (d > md || isnan(d)) md = isnan(d) ? INFINITY : d;
-        if (fabs(want[i]) > mw) mw = fabs(want[i]);
-    }
-    return md / (mw > 0 ? mw : 1);
-}
-
 typedef struct {
     Model m;
     Backend *be;
@@ -117,7 +107,7 @@ static double check_full(Rig *r, const int32_t *ids, int T, const float *ref) {
         if (forward_run(&r->e.fw, ids, &b, rows, T, logits, &err) == 0) {
             worst = 0;
             for (int t = 0; t < T; t++) {
-                double e = row_rel_err(logits + (size_t)t * V, ref + (size_t)t * V, V);
+                double e = test_row_err(logits + (size_t)t * V, ref + (size_t)t * V, V);
                 if (!(e <= worst)) worst = e;
             }
         } else {
@@ -141,7 +131,7 @@ static double check_engine(Rig *r, const int32_t *ids, int T, const float *ref, 
         int n = T - done < chunk ? T - done : chunk;
         if (engine_feed(&r->e, &s, ids + done, n, &err)) { printf("  %s\n", err.msg); worst = INFINITY; break; }
         done += n;
-        double e = row_rel_err(r->e.logits, ref + (size_t)(done - 1) * V, V);
+        double e = test_row_err(r->e.logits, ref + (size_t)(done - 1) * V, V);
         if (!(e <= worst)) worst = e;
     }
     sequence_release(&r->e, &s);

@@ -89,17 +89,6 @@ static int argmax(const float *x, int n) {
     return b;
 }
 
-/* max |got - want| / max |want| over a row (NaN: infinite) */
-static double row_err(const float *got, const float *want, int n) {
-    double md = 0, mw = 0;
-    for (int i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - want[i]);
-        md = isnan(d) ? INFINITY : fmax(md, d);
-        mw = fmax(mw, fabs(want[i]));
-    }
-    return md / (mw > 0 ? mw : 1);
-}
-
 typedef struct {
     double fast, generic, between;   /* worst rows: fast vs CPU, generic vs CPU, fast vs generic */
     int rows, fast_top1, generic_top1;
@@ -108,9 +97,9 @@ typedef struct {
 static void compare_step(Runner *ru, int n_logits, int V, Tally *t) {
     for (int i = 0; i < n_logits; i++) {
         const float *f = ru[0].logits + (size_t)i * V, *g = ru[1].logits + (size_t)i * V, *c = ru[2].logits + (size_t)i * V;
-        t->fast = fmax(t->fast, row_err(f, c, V));
-        t->generic = fmax(t->generic, row_err(g, c, V));
-        t->between = fmax(t->between, row_err(f, g, V));
+        t->fast = fmax(t->fast, test_row_err(f, c, V));
+        t->generic = fmax(t->generic, test_row_err(g, c, V));
+        t->between = fmax(t->between, test_row_err(f, g, V));
         int want = argmax(c, V);
         t->fast_top1 += argmax(f, V) == want;
         t->generic_top1 += argmax(g, V) == want;

@@ -57,17 +57,6 @@ static size_t b64_floats(const char *s, size_t len, float *out, size_t cap) {
     return n / 4;
 }
 
-/* max |got - want| / max |want| over a row (NaN: infinite) */
-static double row_err(const float *got, const float *want, int n) {
-    double md = 0, mw = 0;
-    for (int i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - want[i]);
-        md = isnan(d) ? INFINITY : fmax(md, d);
-        mw = fmax(mw, fabs(want[i]));
-    }
-    return md / (mw > 0 ? mw : 1);
-}
-
 /* ||got - want|| / ||want|| over a row (NaN: infinite) */
 static double row_norm_err(const float *got, const float *want, int n) {
     double num = 0, den = 0;
@@ -94,7 +83,7 @@ static void check_tiny(const char *arch, bool gguf) {
         json_free(doc);
         return;
     }
-    CudaOptions o = {0, gguf ? 4 : 16, 64, 0, 64, 0.9f, false, false}, ong = o;
+    CudaOptions o = {0, gguf ? 4 : 16, 64, 0, 64, 0.9f, false, false, false}, ong = o;
     ong.no_graphs = true;
     Backend *be = backend_cuda_create_opts(&m.cfg, &m.w, &o, NULL, &err);
     Backend *be_ng = be ? backend_cuda_create_opts(&m.cfg, &m.w, &ong, NULL, &err) : NULL;
@@ -133,9 +122,9 @@ static void check_tiny(const char *arch, bool gguf) {
                 if (engine_feed(&e, &s, ids + done, k, &err)) { CHECK(0, "%s", err.msg); break; }
                 if (mode == 2 && engine_feed(&eng, &sng, ids + done, k, &err)) { CHECK(0, "%s", err.msg); break; }
                 done += k;
-                worst[mode] = fmax(worst[mode], row_err(e.logits, want + (size_t)(done - 1) * V, V));
+                worst[mode] = fmax(worst[mode], test_row_err(e.logits, want + (size_t)(done - 1) * V, V));
                 worst_norm = fmax(worst_norm, row_norm_err(e.logits, want + (size_t)(done - 1) * V, V));
-                if (mode == 2) graph_diff = fmax(graph_diff, row_err(e.logits, eng.logits, V));
+                if (mode == 2) graph_diff = fmax(graph_diff, test_row_err(e.logits, eng.logits, V));
             }
             sequence_release(&e, &s);
             if (mode == 2) sequence_release(&eng, &sng);
