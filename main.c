@@ -282,6 +282,7 @@ static int cmd_tokenize(int argc, char **argv) {
     {"--system", NULL, OPT_STR, &(o)->system, "system prompt"},                                               \
     {"--ignore-eos", NULL, OPT_FLAG, &(o)->ignore_eos, "keep generating past end-of-text tokens"},            \
     {"--host-sampling", NULL, OPT_FLAG, &(o)->host_sampling, "draw tokens on the CPU even where the GPU could"}, \
+    {"--bf16-weights", NULL, OPT_FLAG, &(o)->bf16_weights, "GPU: dequantize quantized weights to bf16 at load"}, \
     {"--verbose", "-v", OPT_FLAG, &(o)->verbose, "print statistics"}
 
 static int resolve_model(RunOptions *o, char *buf, size_t cap) {

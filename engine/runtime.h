@@ -25,6 +25,7 @@ typedef struct {
     bool ignore_eos;
     bool verbose;
     bool host_sampling;           /* draw tokens on the host even where the GPU could */
+    bool bf16_weights;            /* GPU: quantized matrices as bf16 too (the path before issue 7; checks) */
 } RunOptions;
 
 void run_options_default(RunOptions *o);

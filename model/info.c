@@ -10,14 +10,17 @@
 #endif
 
 /* With a GPU present: the tokens of KV cache that fit on GPU 0 beside the
- * bf16 weights at the default --gpu-mem-util (what chat/generate allocate). */
+ * weights as the GPU holds them (quantized matrices stay quantized) at the
+ * default --gpu-mem-util (what chat/generate allocate). */
 static void print_kv_fit(FILE *out, const Model *m) {
 #ifdef CLLM_CUDA
     int n = 0;
     int64_t tokens = 0;
     Err err = {{0}};
     if (cuda_device_count(&n, &err) || n == 0) return;
-    if (cuda_kv_tokens_that_fit(&m->cfg, m->n_params * 2, 0, 0.9f, 256, 16, &tokens, &err)) return;
+    if (cuda_kv_tokens_that_fit(&m->cfg, cuda_weight_bytes_planned(&m->cfg, &m->w, false), 0, 0.9f, 256, 16, &tokens,
+                                &err))
+        return;
     fprintf(out, "%-22s %lld tokens on GPU 0 (--gpu-mem-util 0.9)\n", "KV cache fits", (long long)tokens);
 #else
     (void)out; (void)m;
@@ -88,6 +91,9 @@ void model_print_info(FILE *out, const Model *m, int kv_tokens, const char *chat
     fprintf(out, "\n%-22s %.3f B (%llu)\n", "parameters", m->n_params / 1e9, (unsigned long long)m->n_params);
     print_size(out, "weights as stored", (double)m->weight_bytes);
     print_size(out, "weights in bf16", (double)m->n_params * 2);
+#ifdef CLLM_CUDA
+    print_size(out, "weights on the GPU", (double)cuda_weight_bytes_planned(c, &m->w, false));
+#endif
     char label[64];
     snprintf(label, sizeof label, "KV cache, %d tokens", kv_tokens);
     print_size(out, label, (double)config_kv_bytes_per_token(c, 2) * kv_tokens);

@@ -5,7 +5,15 @@
  * the host by a thread pool into pinned staging buffers, two buffers
  * alternating so converting overlaps the copy) and fp32 vectors; each
  * layer's Wq|Wk|Wv and Wgate|Wup are placed back to back so each pair/triple
- * is one GEMM. Activations between GEMMs are bf16, the residual stream and
+ * is one GEMM. Matrices of a type quant.cuh reads (Q8_0, Q4_0, Q4_1, Q4_K,
+ * Q5_K, Q6_K) stay in their blocks instead (issue 7): the file's bytes are
+ * copied up and repacked on the device, Wq|Wk|Wv and Wgate|Wup of one type
+ * as one matrix; their WeightRef keeps the file's type and row_bytes and
+ * points at a host QuantMatrix (kept quantized <=> quant_type_supported of
+ * the device type). Up to 8 rows they run quant_gemv; larger steps
+ * dequantize the matrix (in row chunks) to a bf16 scratch and call
+ * cuBLASLt. Embedding tables and stacked MoE experts stay bf16; the
+ * bf16_weights option forces the bf16 path for every matrix (checks). Activations between GEMMs are bf16, the residual stream and
  * logits fp32, the KV cache bf16. GEMMs of up to GEMV_MAX_T rows (decode) go
  * to our matrix-vector kernels (gemv.cu), larger ones through cuBLASLt (bf16
  * in, fp32 accumulate, bf16 or fp32 out; the algorithm chosen once per shape,
@@ -39,6 +47,7 @@ extern "C" { /* C headers of the engine: C linkage */
 #include "kernels/cuda/backend_cuda.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.cuh"
+#include "kernels/cuda/quant.cuh"
 #include "kernels/cuda/sampling.cuh"
 
 #define GEMM_CACHE 64
@@ -47,9 +56,11 @@ extern "C" { /* C headers of the engine: C linkage */
 #define N_BUCKETS 7                        /* graph buckets 1, 2, 4, ... 64 rows */
 #define RESERVE_BYTES ((size_t)256 << 20)  /* left free beside the KV budget (cuBLASLt, graphs, fragmentation) */
 #define MAX_AUTO_BLOCKS (1 << 20)          /* a budget-sized cache stops here (the host block pool is an array) */
+#define DEQ_MAX_BYTES ((size_t)256 << 20)  /* bf16 scratch of quantized GEMMs above 8 rows; larger matrices go in row chunks */
+#define LAYER_REFS ((int)(sizeof(LayerWeights) / sizeof(WeightRef)))
 
 typedef struct {
-    int m, n, k;
+    int m, n, k, ldc;
     bool out_f32;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, c;
@@ -74,6 +85,13 @@ typedef struct {
     ModelWeights w;              /* device copies; layers array on the host */
     void **allocs;               /* every cudaMalloc of weights, for freeing */
     int n_allocs, cap_allocs;
+    bool bf16_weights;           /* every matrix as bf16, quantized ones too (CudaOptions) */
+    QuantMatrix *qm;             /* [n_layers * LAYER_REFS + 1] quantized matrices (slot of each WeightRef; last: LM head) */
+    uint64_t weight_bytes;       /* device bytes of all weights */
+    void *qnative;               /* upload only: a matrix's file bytes before repacking */
+    size_t qnative_cap;
+    bf16 *deq;                   /* bf16 scratch of quantized GEMMs of more than 8 rows */
+    int64_t deq_elems;
     float *d_inv_freq;           /* [n_layers][rope_dim/2] */
     float *mscale;               /* [n_layers], host */
     bf16 *kv_pool;               /* every layer's K then V */
@@ -121,10 +139,10 @@ static void op_fail(CudaBackend *cb, cudaError_t e, const char *what) {
 
 /* ---------- GEMM ---------- */
 
-static int gemm_plan(CudaBackend *cb, int m, int n, int k, bool out_f32, GemmPlan **out, Err *err) {
+static int gemm_plan(CudaBackend *cb, int m, int n, int k, int ldc, bool out_f32, GemmPlan **out, Err *err) {
     for (int i = 0; i < cb->n_plans; i++) {
         GemmPlan *p = &cb->plans[i];
-        if (p->m == m && p->n == n && p->k == k && p->out_f32 == out_f32) { *out = p; return 0; }
+        if (p->m == m && p->n == n && p->k == k && p->ldc == ldc && p->out_f32 == out_f32) { *out = p; return 0; }
     }
     if (cb->n_plans == GEMM_CACHE) { /* full: recycle the last slot */
         GemmPlan *p = &cb->plans[--cb->n_plans];
@@ -133,7 +151,7 @@ static int gemm_plan(CudaBackend *cb, int m, int n, int k, bool out_f32, GemmPla
     }
     GemmPlan *p = &cb->plans[cb->n_plans];
     memset(p, 0, sizeof *p);
-    p->m = m; p->n = n; p->k = k; p->out_f32 = out_f32;
+    p->m = m; p->n = n; p->k = k; p->ldc = ldc; p->out_f32 = out_f32;
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     cudaDataType_t ct = out_f32 ? CUDA_R_32F : CUDA_R_16BF;
     cublasLtMatmulPreference_t pref = NULL;
@@ -144,7 +162,7 @@ static int gemm_plan(CudaBackend *cb, int m, int n, int k, bool out_f32, GemmPla
               cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) == CUBLAS_STATUS_SUCCESS &&
               cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, k, m, k) == CUBLAS_STATUS_SUCCESS && /* W: [m][k] row-major */
               cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, k, n, k) == CUBLAS_STATUS_SUCCESS && /* x: [n][k] row-major */
-              cublasLtMatrixLayoutCreate(&p->c, ct, m, n, m) == CUBLAS_STATUS_SUCCESS &&          /* y: [n][m] row-major */
+              cublasLtMatrixLayoutCreate(&p->c, ct, m, n, ldc) == CUBLAS_STATUS_SUCCESS &&        /* y: [n][ldc] row-major */
               cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
               cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &cb->workspace_bytes,
                                                    sizeof cb->workspace_bytes) == CUBLAS_STATUS_SUCCESS &&
@@ -164,27 +182,72 @@ static int gemm_plan(CudaBackend *cb, int m, int n, int k, bool out_f32, GemmPla
     return 0;
 }
 
-/* y[T][M] (bf16, or fp32 when y_f32) = x[T][K] @ W[M][K]^T (+ bias[M]). */
-static void gemm(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const bf16 *W, const float *bias, int M, int T,
-                 int K) {
-    if (cb->failed || T <= 0) return;
-    if (T <= GEMV_MAX_T) { cuda_gemv(y, y_f32, W, x, bias, M, K, T, cb->stream); return; }
+/* y[T][ldc] (columns 0..M-1; bf16, or fp32 when y_f32) = x[T][K] @ W[M][K]^T
+ * through cuBLASLt. */
+static void gemm_lt(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const bf16 *W, int M, int T, int K, int ldc) {
     GemmPlan *p = NULL;
-    if (gemm_plan(cb, M, T, K, y_f32, &p, &cb->err)) { cb->failed = true; return; }
+    if (cb->failed || gemm_plan(cb, M, T, K, ldc, y_f32, &p, &cb->err)) { cb->failed = true; return; }
     float alpha = 1.0f, beta = 0.0f;
     cublasStatus_t st = cublasLtMatmul(cb->lt, p->desc, &alpha, W, p->a, x, p->b, &beta, y, p->c, y, p->c, &p->algo,
                                        cb->workspace, cb->workspace_bytes, cb->stream);
     if (st != CUBLAS_STATUS_SUCCESS) {
         cb->failed = true;
         err_set(&cb->err, "cuBLASLt matmul failed (%d) for %d x %d x %d", (int)st, M, T, K);
+    }
+}
+
+/* y[T][M] (bf16, or fp32 when y_f32) = x[T][K] @ W[M][K]^T (+ bias[M]). */
+static void gemm(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const bf16 *W, const float *bias, int M, int T,
+                 int K) {
+    if (cb->failed || T <= 0) return;
+    if (T <= GEMV_MAX_T) { cuda_gemv(y, y_f32, W, x, bias, M, K, T, cb->stream); return; }
+    gemm_lt(cb, y, y_f32, x, W, M, T, K, M);
+    if (bias && !cb->failed) cuda_add_bias(y, y_f32, bias, T, M, cb->stream);
+}
+
+static void quant_fail(CudaBackend *cb, const Err *e) {
+    if (cb->failed) return;
+    cb->failed = true;
+    cb->err = *e;
+}
+
+/* The same for a quantized W: quant_gemv up to 8 rows (reads each block
+ * once); above, W is dequantized to the bf16 scratch in chunks of rows and
+ * each chunk's columns of y come from cuBLASLt (no host sync, no
+ * allocation: graph-capturable either way). */
+static void qgemm(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const QuantMatrix *W, const float *bias, int T) {
+    if (cb->failed || T <= 0) return;
+    Err e = {};
+    if (T <= QUANT_GEMV_MAX_T) {
+        if (quant_gemv(W, x, false, y, y_f32, bias, T, cb->stream, &e)) quant_fail(cb, &e);
         return;
     }
-    if (bias) cuda_add_bias(y, y_f32, bias, T, M, cb->stream);
+    int64_t chunk = cb->deq_elems / W->cols;
+    if (chunk > W->rows) chunk = W->rows;
+    if (chunk < 1) { err_set(&e, "cuda: no dequantization scratch for a %lld-wide matrix", (long long)W->cols); quant_fail(cb, &e); return; }
+    size_t ysz = y_f32 ? sizeof(float) : sizeof(bf16);
+    for (int64_t r0 = 0; r0 < W->rows && !cb->failed; r0 += chunk) {
+        int64_t nr = W->rows - r0 < chunk ? W->rows - r0 : chunk;
+        if (quant_dequant_bf16(W, r0, nr, cb->deq, cb->stream, &e)) { quant_fail(cb, &e); return; }
+        gemm_lt(cb, (char *)y + r0 * ysz, y_f32, x, cb->deq, (int)nr, T, (int)W->cols, (int)W->rows);
+    }
+    if (bias && !cb->failed) cuda_add_bias(y, y_f32, bias, T, (int)W->rows, cb->stream);
 }
+
+static bool is_quant(const WeightRef *w) { return w->data && quant_type_supported(w->type); }
+static const QuantMatrix *qm_of(const WeightRef *w) { return (const QuantMatrix *)w->data; }
 
 static const bf16 *mat_of(const WeightRef *w, int mat) { return (const bf16 *)w->data + (int64_t)mat * w->rows * w->cols; }
 static const float *vec_of(const WeightRef *b, int mat) {
     return b && b->data ? (const float *)b->data + (int64_t)mat * b->cols : NULL;
+}
+
+/* y = x @ w[mat]^T (+ bias) for a device weight of either kind (quantized
+ * ones are single matrices: mat 0). */
+static void wgemm(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const WeightRef *w, int mat, const float *bias,
+                  int T) {
+    if (is_quant(w)) qgemm(cb, y, y_f32, x, qm_of(w), bias, T);
+    else gemm(cb, y, y_f32, x, mat_of(w, mat), bias, (int)w->rows, T, (int)w->cols);
 }
 /* ---------- weights upload ---------- */
 
@@ -214,7 +277,7 @@ typedef struct {
     char *dst;
     int64_t r0;
     size_t row_out;
-    bool vec;
+    bool vec, raw;       /* raw: the file's bytes as they are (quantized matrices) */
 } ConvertJob;
 
 static void convert_rows(void *ctx, int64_t a, int64_t b) {
@@ -224,7 +287,9 @@ static void convert_rows(void *ctx, int64_t a, int64_t b) {
     for (int64_t r = a; r < b; r++) {
         const void *src = (const char *)hw->data + (j->r0 + r) * hw->row_bytes;
         char *out = j->dst + r * j->row_out;
-        if (j->vec) {
+        if (j->raw) {
+            memcpy(out, src, hw->row_bytes);
+        } else if (j->vec) {
             dequantize_row(hw->type, src, (float *)out, hw->cols);
         } else if (hw->type == DT_BF16) { /* already the device format */
             memcpy(out, src, j->row_out);
@@ -239,29 +304,20 @@ static void convert_rows(void *ctx, int64_t a, int64_t b) {
     free(tmp);
 }
 
-/* Converts a host WeightRef (any dtype) to bf16 (matrices) or fp32 (vectors)
- * on the device, staging through pinned memory (two buffers: the pool
- * converts a chunk while the previous one is copied); into dst when given
- * (a slot of a concatenated matrix), else into its own allocation. */
-static int upload_weight(CudaBackend *cb, Staging *stg, const WeightRef *hw, WeightRef *dw, void *dst_dev, Err *err) {
-    *dw = *hw;
-    if (!hw->data) return 0;
-    bool vec = hw->rows == 1;
-    size_t elem = vec ? sizeof(float) : sizeof(__nv_bfloat16);
+/* Copies the rows of a host WeightRef to dev, each converted to row_out
+ * bytes (raw: copied as they are; vec: fp32; else bf16), staging through
+ * pinned memory (two buffers: the pool converts a chunk while the previous
+ * one is copied). */
+static int stage_rows(CudaBackend *cb, Staging *stg, const WeightRef *hw, void *dev, size_t row_out, bool vec,
+                      bool raw, Err *err) {
     int64_t rows = hw->rows * hw->n_mats;
-    size_t row_out = (size_t)hw->cols * elem, total = row_out * rows;
-    void *dev = dst_dev;
-    if (!dev) {
-        CUDA_CHECK(cudaMalloc(&dev, total), err);
-        if (cb_track(cb, dev, err)) return -1;
-    }
     size_t rows_per_chunk = STAGING_BYTES / row_out;
     if (rows_per_chunk == 0) return err_set(err, "tensor '%s' row too large to stage", hw->name);
     for (int64_t r0 = 0; r0 < rows; r0 += rows_per_chunk) {
         int64_t nr = rows - r0 < (int64_t)rows_per_chunk ? rows - r0 : (int64_t)rows_per_chunk;
         int b = stg->cur;
         CUDA_CHECK(cudaEventSynchronize(stg->done[b]), err); /* the buffer's previous copy finished */
-        ConvertJob job = {hw, (char *)stg->pinned[b], r0, row_out, vec};
+        ConvertJob job = {hw, (char *)stg->pinned[b], r0, row_out, vec, raw};
         cpu_parallel_for(stg->tp, nr, convert_rows, &job);
         CUDA_CHECK(cudaMemcpyAsync((char *)dev + r0 * row_out, job.dst, nr * row_out, cudaMemcpyHostToDevice,
                                    cb->stream), err);
@@ -269,6 +325,25 @@ static int upload_weight(CudaBackend *cb, Staging *stg, const WeightRef *hw, Wei
         stg->cur ^= 1;
         stg->bytes += nr * row_out;
     }
+    return 0;
+}
+
+/* Converts a host WeightRef (any dtype) to bf16 (matrices) or fp32 (vectors)
+ * on the device; into dst when given (a slot of a concatenated matrix), else
+ * into its own allocation. */
+static int upload_weight(CudaBackend *cb, Staging *stg, const WeightRef *hw, WeightRef *dw, void *dst_dev, Err *err) {
+    *dw = *hw;
+    if (!hw->data) return 0;
+    bool vec = hw->rows == 1;
+    size_t elem = vec ? sizeof(float) : sizeof(__nv_bfloat16);
+    size_t row_out = (size_t)hw->cols * elem, total = row_out * hw->rows * hw->n_mats;
+    void *dev = dst_dev;
+    if (!dev) {
+        CUDA_CHECK(cudaMalloc(&dev, total), err);
+        if (cb_track(cb, dev, err)) return -1;
+        cb->weight_bytes += total;
+    }
+    if (stage_rows(cb, stg, hw, dev, row_out, vec, false, err)) return -1;
     dw->data = dev;
     dw->type = vec ? DT_F32 : DT_BF16;
     dw->row_bytes = row_out;
@@ -283,13 +358,60 @@ static bool can_concat(const WeightRef *const *m, int n) {
     return true;
 }
 
+/* Whether a host matrix stays in its blocks on the device (expert stacks,
+ * vectors and the embedding table never do). */
+static bool keep_quant(bool bf16_weights, const WeightRef *w) {
+    return !bf16_weights && w->data && w->n_mats == 1 && w->rows > 1 && quant_type_supported(w->type);
+}
+
+/* Uploads n quantized matrices of one type and width as one repacked
+ * matrix in slot: their file bytes back to back (rows are independent, so
+ * they form one [sum rows][cols] tensor) into the qnative buffer, then
+ * quant_repack. Each dst keeps its file type, shape and row_bytes and
+ * points at slot (qkv / gate_up find the concatenation that way). */
+static int upload_quant(CudaBackend *cb, Staging *stg, const WeightRef *const *src, WeightRef *const *dst, int n,
+                        QuantMatrix *slot, Err *err) {
+    int64_t rows = 0, cols = src[0]->cols;
+    for (int i = 0; i < n; i++) rows += src[i]->rows;
+    size_t native = (size_t)rows * src[0]->row_bytes, bytes = 0;
+    if (native > cb->qnative_cap) { /* grows to the largest; upload only */
+        CUDA_CHECK(cudaStreamSynchronize(cb->stream), err);
+        CUDA_CHECK(cudaFree(cb->qnative), err);
+        cb->qnative = NULL;
+        CUDA_CHECK(cudaMalloc(&cb->qnative, native), err);
+        cb->qnative_cap = native;
+    }
+    void *buf = NULL;
+    Err why = {};
+    if (quant_matrix_bytes(src[0]->type, rows, cols, &bytes, &why)) return err_set(err, "tensor '%s': %s", src[0]->name, why.msg);
+    CUDA_CHECK(cudaMalloc(&buf, bytes), err);
+    if (cb_track(cb, buf, err)) return -1;
+    cb->weight_bytes += bytes;
+    if (quant_matrix_init(slot, src[0]->type, rows, cols, buf, err)) return -1;
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        if (stage_rows(cb, stg, src[i], (char *)cb->qnative + off, src[i]->row_bytes, false, true, err)) return -1;
+        off += (size_t)src[i]->rows * src[i]->row_bytes;
+        *dst[i] = *src[i];
+        dst[i]->data = slot;
+    }
+    if (quant_repack(slot, cb->qnative, cb->stream, err)) return -1;
+    int64_t deq = rows * cols;
+    if (deq > cb->deq_elems) cb->deq_elems = deq;
+    return 0;
+}
+
 static int upload_concat(CudaBackend *cb, Staging *stg, const WeightRef *const *src, WeightRef *const *dst, int n,
-                         Err *err) {
+                         QuantMatrix *slot, Err *err) {
+    bool same_type = true;
+    for (int i = 0; i < n; i++) same_type &= keep_quant(cb->bf16_weights, src[i]) && src[i]->type == src[0]->type;
+    if (same_type) return upload_quant(cb, stg, src, dst, n, slot, err);
     int64_t rows = 0;
     for (int i = 0; i < n; i++) rows += src[i]->rows;
     char *base;
     CUDA_CHECK(cudaMalloc(&base, (size_t)rows * src[0]->cols * sizeof(bf16)), err);
     if (cb_track(cb, base, err)) return -1;
+    cb->weight_bytes += (size_t)rows * src[0]->cols * sizeof(bf16);
     for (int i = 0; i < n; i++) {
         if (upload_weight(cb, stg, src[i], dst[i], base, err)) return -1;
         base += (size_t)src[i]->rows * src[i]->cols * sizeof(bf16);
@@ -297,19 +419,36 @@ static int upload_concat(CudaBackend *cb, Staging *stg, const WeightRef *const *
     return 0;
 }
 
-static int upload_layer(CudaBackend *cb, Staging *stg, const LayerWeights *h, LayerWeights *d, Err *err) {
+/* A layer's weights; slots: its LAYER_REFS QuantMatrix slots, one per
+ * WeightRef (a concatenation uses the slot of its first matrix). */
+static int upload_layer(CudaBackend *cb, Staging *stg, const LayerWeights *h, LayerWeights *d, QuantMatrix *slots,
+                        Err *err) {
     const WeightRef *qkv[3] = {&h->wq, &h->wk, &h->wv}, *gu[2] = {&h->w_gate, &h->w_up};
     WeightRef *dqkv[3] = {&d->wq, &d->wk, &d->wv}, *dgu[2] = {&d->w_gate, &d->w_up};
-    bool cat_qkv = can_concat(qkv, 3), cat_gu = can_concat(gu, 2);
-    if (cat_qkv && upload_concat(cb, stg, qkv, dqkv, 3, err)) return -1;
-    if (cat_gu && upload_concat(cb, stg, gu, dgu, 2, err)) return -1;
     const WeightRef *src = (const WeightRef *)h;
     WeightRef *dst = (WeightRef *)d;
-    for (int i = 0; i < (int)(sizeof(LayerWeights) / sizeof(WeightRef)); i++) {
+    bool cat_qkv = can_concat(qkv, 3), cat_gu = can_concat(gu, 2);
+    if (cat_qkv && upload_concat(cb, stg, qkv, dqkv, 3, &slots[&h->wq - src], err)) return -1;
+    if (cat_gu && upload_concat(cb, stg, gu, dgu, 2, &slots[&h->w_gate - src], err)) return -1;
+    for (int i = 0; i < LAYER_REFS; i++) {
         bool done = (cat_qkv && (&src[i] == qkv[0] || &src[i] == qkv[1] || &src[i] == qkv[2])) ||
                     (cat_gu && (&src[i] == gu[0] || &src[i] == gu[1]));
-        if (!done && upload_weight(cb, stg, &src[i], &dst[i], NULL, err)) return -1;
+        if (done) continue;
+        const WeightRef *one[1] = {&src[i]};
+        WeightRef *dst1[1] = {&dst[i]};
+        int rc = keep_quant(cb->bf16_weights, &src[i]) ? upload_quant(cb, stg, one, dst1, 1, &slots[i], err)
+                                                       : upload_weight(cb, stg, &src[i], &dst[i], NULL, err);
+        if (rc) return -1;
     }
+    return 0;
+}
+
+/* The bf16 scratch of quantized GEMMs above 8 rows: the largest quantized
+ * matrix, at most DEQ_MAX_BYTES (larger ones are done in row chunks). */
+static int alloc_deq(CudaBackend *cb, Err *err) {
+    if (cb->deq_elems == 0) return 0;
+    if (cb->deq_elems * (int64_t)sizeof(bf16) > (int64_t)DEQ_MAX_BYTES) cb->deq_elems = DEQ_MAX_BYTES / sizeof(bf16);
+    CUDA_CHECK(cudaMalloc(&cb->deq, cb->deq_elems * sizeof(bf16)), err);
     return 0;
 }
 
@@ -327,15 +466,26 @@ static int upload_model(CudaBackend *cb, const ModelConfig *c, const ModelWeight
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     cb->w.layers = (LayerWeights *)calloc(c->n_layers, sizeof *cb->w.layers);
-    if (rc == 0 && !cb->w.layers) rc = err_set(err, "out of memory");
+    QuantMatrix *head = NULL;
+    cb->qm = (QuantMatrix *)calloc((size_t)c->n_layers * LAYER_REFS + 1, sizeof *cb->qm);
+    if (rc == 0 && (!cb->w.layers || !cb->qm)) rc = err_set(err, "out of memory");
+    else head = &cb->qm[(size_t)c->n_layers * LAYER_REFS];
+    /* the embedding table stays bf16: a lookup reads T rows, and a tied LM head shares it */
     if (rc == 0) rc = upload_weight(cb, &stg, &host->tok_embd, &cb->w.tok_embd, NULL, err);
     if (rc == 0) rc = upload_weight(cb, &stg, &host->output_norm, &cb->w.output_norm, NULL, err);
+    const WeightRef *out1[1] = {&host->output};
+    WeightRef *dout1[1] = {&cb->w.output};
     if (rc == 0 && host->output.data == host->tok_embd.data) cb->w.output = cb->w.tok_embd;
+    else if (rc == 0 && keep_quant(cb->bf16_weights, &host->output)) rc = upload_quant(cb, &stg, out1, dout1, 1, head, err);
     else if (rc == 0) rc = upload_weight(cb, &stg, &host->output, &cb->w.output, NULL, err);
-    for (int l = 0; rc == 0 && l < c->n_layers; l++) rc = upload_layer(cb, &stg, &host->layers[l], &cb->w.layers[l], err);
+    for (int l = 0; rc == 0 && l < c->n_layers; l++)
+        rc = upload_layer(cb, &stg, &host->layers[l], &cb->w.layers[l], &cb->qm[(size_t)l * LAYER_REFS], err);
     cb->w.rope_freqs = host->rope_freqs; /* read on the host (backend_rope_tables) */
     cudaError_t e = cudaStreamSynchronize(cb->stream);
     if (rc == 0 && e != cudaSuccess) rc = err_set(err, "CUDA error '%s' uploading weights", cudaGetErrorString(e));
+    cudaFree(cb->qnative);
+    cb->qnative = NULL;
+    if (rc == 0) rc = alloc_deq(cb, err);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double s = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
     if (gbps) *gbps = s > 0 ? stg.bytes / s / 1e9 : 0;
@@ -518,7 +668,7 @@ static void cuda_be_rmsnorm(Backend *be, void *out, const void *x, const WeightR
 
 static void cuda_be_matmul(Backend *be, void *y, const void *x, const WeightRef *w, int mat, const WeightRef *bias,
                            int T) {
-    gemm(cb_of(be), y, false, (const bf16 *)x, mat_of(w, mat), vec_of(bias, mat), (int)w->rows, T, (int)w->cols);
+    wgemm(cb_of(be), y, false, (const bf16 *)x, w, mat, vec_of(bias, mat), T);
 }
 
 /* One GEMM over the concatenated Wq|Wk|Wv, split (and biased) after. */
@@ -526,8 +676,12 @@ static void cuda_be_qkv(Backend *be, void *q, void *k, void *v, const void *x, c
     CudaBackend *cb = cb_of(be);
     int nq = (int)lw->wq.rows, nk = (int)lw->wk.rows, nv = (int)lw->wv.rows, K = (int)lw->wq.cols;
     const bf16 *Wq = mat_of(&lw->wq, 0), *Wk = mat_of(&lw->wk, 0), *Wv = mat_of(&lw->wv, 0);
-    if (Wk == Wq + (int64_t)nq * K && Wv == Wk + (int64_t)nk * K) {
-        gemm(cb, cb->scratch, false, (const bf16 *)x, Wq, NULL, nq + nk + nv, T, K);
+    bool qcat = is_quant(&lw->wq) && lw->wk.data == lw->wq.data && lw->wv.data == lw->wq.data;
+    bool bcat = !is_quant(&lw->wq) && !is_quant(&lw->wk) && !is_quant(&lw->wv) && Wk == Wq + (int64_t)nq * K &&
+                Wv == Wk + (int64_t)nk * K;
+    if (qcat || bcat) {
+        if (qcat) qgemm(cb, cb->scratch, false, (const bf16 *)x, qm_of(&lw->wq), NULL, T);
+        else gemm(cb, cb->scratch, false, (const bf16 *)x, Wq, NULL, nq + nk + nv, T, K);
         cuda_split_qkv((bf16 *)q, (bf16 *)k, (bf16 *)v, cb->scratch, vec_of(&lw->bq, 0), vec_of(&lw->bk, 0),
                        vec_of(&lw->bv, 0), T, nq, nk, nv, cb->stream);
     } else {
@@ -577,7 +731,16 @@ static void cuda_be_gate_up(Backend *be, void *out, const void *x, const LayerWe
     int F = (int)lw->w_gate.rows, K = (int)lw->w_gate.cols;
     const bf16 *Wg = mat_of(&lw->w_gate, mat), *Wu = mat_of(&lw->w_up, mat);
     const float *bg = vec_of(&lw->b_gate, mat), *bu = vec_of(&lw->b_up, mat);
-    if (Wu == Wg + (int64_t)F * K && T <= GEMV_MAX_T) {
+    bool anyq = is_quant(&lw->w_gate) || is_quant(&lw->w_up);
+    if (anyq && lw->w_up.data == lw->w_gate.data) { /* one repacked Wgate|Wup */
+        qgemm(cb, cb->scratch, false, (const bf16 *)x, qm_of(&lw->w_gate), NULL, T);
+        cuda_glu((bf16 *)out, cb->scratch, cb->scratch + F, 2 * F, bg, bu, T, F, act, limit, cb->stream);
+    } else if (anyq) {
+        bf16 *g = cb->scratch, *u = cb->scratch + (int64_t)T * F;
+        wgemm(cb, g, false, (const bf16 *)x, &lw->w_gate, mat, NULL, T);
+        wgemm(cb, u, false, (const bf16 *)x, &lw->w_up, mat, NULL, T);
+        cuda_glu((bf16 *)out, g, u, F, bg, bu, T, F, act, limit, cb->stream);
+    } else if (Wu == Wg + (int64_t)F * K && T <= GEMV_MAX_T) {
         cuda_gemv_glu((bf16 *)out, Wg, (const bf16 *)x, bg, bu, F, K, T, act, limit, cb->stream);
     } else if (Wu == Wg + (int64_t)F * K) {
         gemm(cb, cb->scratch, false, (const bf16 *)x, Wg, NULL, 2 * F, T, K);
@@ -629,7 +792,7 @@ static void moe_decode(CudaBackend *cb, bf16 *out, const bf16 *x, const LayerWei
 static void cuda_be_moe(Backend *be, void *out, const void *x, const LayerWeights *lw, const ModelConfig *c, int T) {
     CudaBackend *cb = cb_of(be);
     int E = c->n_experts, K = c->n_experts_used, C = c->dim, F = c->ffn_dim;
-    gemm(cb, cb->router, true, (const bf16 *)x, mat_of(&lw->router, 0), vec_of(&lw->router_bias, 0), E, T, C);
+    wgemm(cb, cb->router, true, (const bf16 *)x, &lw->router, 0, vec_of(&lw->router_bias, 0), T);
     if (T <= GEMV_MAX_T) { moe_decode(cb, (bf16 *)out, (const bf16 *)x, lw, c, T); return; }
     op_fail(cb, cudaMemcpyAsync(cb->h_router, cb->router, (size_t)T * E * sizeof(float), cudaMemcpyDeviceToHost,
                                 cb->stream), "router");
@@ -671,7 +834,7 @@ static void cuda_be_gather_rows(Backend *be, void *dst, const void *src, int n, 
 
 static void cuda_be_logits(Backend *be, void *logits, const void *x, const WeightRef *w, int n, float cap) {
     CudaBackend *cb = cb_of(be);
-    gemm(cb, logits, true, (const bf16 *)x, mat_of(w, 0), NULL, (int)w->rows, n, (int)w->cols);
+    wgemm(cb, logits, true, (const bf16 *)x, w, 0, NULL, n);
     if (cap > 0) cuda_softcap((float *)logits, (int64_t)n * w->rows, cap, cb->stream);
 }
 
@@ -743,7 +906,7 @@ static void cuda_destroy(Backend *be) {
     for (int i = 0; i < cb->n_bufs; i++) cudaFree(cb->bufs[i].ptr);
     void *dev[] = {cb->d_ids, cb->d_pos, cb->d_seq, cb->d_tables, cb->d_slot, cb->d_rows, cb->scratch, cb->router,
                    cb->moe_w, cb->moe_acc, cb->moe_idx, cb->moe_rows, cb->moe_act, cb->moe_out, cb->workspace,
-                   cb->d_inv_freq, cb->kv_pool, cb->d_meta, cb->work.part};
+                   cb->d_inv_freq, cb->kv_pool, cb->d_meta, cb->work.part, cb->deq, cb->qnative};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
     void *pinned[] = {cb->h_ids, cb->h_pos, cb->h_seq, cb->h_slot, cb->h_rows, cb->h_tables, cb->h_router, cb->h_w,
                       cb->h_idx, cb->h_meta};
@@ -764,6 +927,7 @@ static void cuda_destroy(Backend *be) {
     free(cb->meta_tables);
     attn_meta_free(&cb->meta);
     free(cb->allocs);
+    free(cb->qm);
     free(cb->w.layers);
     free(cb);
     free(be);
@@ -906,6 +1070,7 @@ extern "C" Backend *backend_cuda_create_opts(const ModelConfig *c, const ModelWe
     cb->cfg = c;
     cb->max_tokens = o->max_tokens > 0 ? o->max_tokens : 1;
     cb->graphs_on = !o->no_graphs;
+    cb->bf16_weights = o->bf16_weights;
     cb->bucket = -1;
     cb->workspace_bytes = (size_t)32 << 20;
     int rc = 0;
@@ -953,18 +1118,41 @@ extern "C" Backend *backend_cuda_create_opts(const ModelConfig *c, const ModelWe
 
 extern "C" Backend *backend_cuda_create(const ModelConfig *c, const ModelWeights *host, int device, int block_size,
                                         int n_blocks, int max_tokens, double *load_gbps, Err *err) {
-    CudaOptions o = {device, block_size, n_blocks, 0, max_tokens, 0.9f, false, false};
+    CudaOptions o = {device, block_size, n_blocks, 0, max_tokens, 0.9f, false, false, false};
     if (n_blocks <= 0) return (Backend *)(err_set(err, "cuda: %d KV blocks", n_blocks), NULL);
     return backend_cuda_create_opts(c, host, &o, load_gbps, err);
 }
 
-extern "C" int cuda_kv_tokens_that_fit(const ModelConfig *c, uint64_t weight_bytes_bf16, int device, float mem_util,
+/* Device bytes of one host weight as upload_model stores it (quantized
+ * concatenations differ from the sum of their parts by plane alignment
+ * only: at most 512 bytes). */
+static uint64_t ref_device_bytes(const WeightRef *w, bool bf16_weights) {
+    if (!w->data) return 0;
+    size_t qb = 0;
+    Err why = {};
+    if (keep_quant(bf16_weights, w) && quant_matrix_bytes(w->type, w->rows, w->cols, &qb, &why) == 0) return qb;
+    return (uint64_t)w->rows * w->cols * w->n_mats * (w->rows == 1 ? sizeof(float) : sizeof(bf16));
+}
+
+extern "C" uint64_t cuda_weight_bytes_planned(const ModelConfig *c, const ModelWeights *w, bool bf16_weights) {
+    uint64_t b = ref_device_bytes(&w->tok_embd, true) + ref_device_bytes(&w->output_norm, true);
+    if (w->output.data != w->tok_embd.data) b += ref_device_bytes(&w->output, bf16_weights);
+    for (int l = 0; l < c->n_layers; l++) {
+        const WeightRef *r = (const WeightRef *)&w->layers[l];
+        for (int i = 0; i < LAYER_REFS; i++) b += ref_device_bytes(&r[i], bf16_weights);
+    }
+    return b;
+}
+
+extern "C" uint64_t cuda_weight_bytes(const Backend *be) { return ((const CudaBackend *)be->ctx)->weight_bytes; }
+
+extern "C" int cuda_kv_tokens_that_fit(const ModelConfig *c, uint64_t weight_bytes, int device, float mem_util,
                                        int max_tokens, int block_size, int64_t *tokens, Err *err) {
     size_t free_b = 0, total = 0;
     CUDA_CHECK(cudaSetDevice(device), err);
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total), err);
     int64_t per_block = (int64_t)block_size * config_kv_bytes_per_token(c, 2);
-    int64_t budget = kv_budget(c, mem_util > 0 ? mem_util : 0.9f, free_b, total, max_tokens, (int64_t)weight_bytes_bf16);
+    int64_t budget = kv_budget(c, mem_util > 0 ? mem_util : 0.9f, free_b, total, max_tokens, (int64_t)weight_bytes);
     *tokens = per_block > 0 ? budget / per_block * block_size : 0;
     return 0;
 }
