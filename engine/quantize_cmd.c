@@ -8,10 +8,12 @@
  * again. general.file_type is set to llama.cpp's file-type id. */
 #include "engine/quantize_cmd.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "kernels/cpu/cpu_ops.h"
 #include "model/gguf.h"
 #include "model/gguf_write.h"
 #include "model/quantize.h"
@@ -52,7 +54,29 @@ static DType out_type_of(const GGUFTensor *t, DType want) {
 typedef struct {
     const GGUFFile *in;
     const DType *out_type;
+    ThreadPool *tp;      /* rows are quantized in parallel (an 8B model: minutes on one core) */
 } FillCtx;
+
+/* Rows [a, b) of one tensor, on a worker of the pool. */
+typedef struct {
+    const GGUFTensor *t;
+    DType out;
+    void *dst;
+    atomic_bool failed;  /* a worker had no memory for its row buffer */
+} RowsJob;
+
+static void quantize_rows(void *ctx, int64_t a, int64_t b) {
+    RowsJob *j = ctx;
+    int64_t cols = (int64_t)j->t->ne[0];
+    uint64_t in_rb = dtype_row_bytes(j->t->type, cols), out_rb = dtype_row_bytes(j->out, cols);
+    float *row = malloc((size_t)cols * sizeof *row);
+    if (!row) { atomic_store(&j->failed, true); return; }
+    for (int64_t r = a; r < b; r++) {
+        dequantize_row(j->t->type, (const uint8_t *)j->t->data + r * in_rb, row, cols);
+        quantize_row(j->out, row, (uint8_t *)j->dst + r * out_rb, cols);
+    }
+    free(row);
+}
 
 static int fill_tensor(void *ctx, uint64_t i, void *dst, uint64_t nbytes, Err *err) {
     const FillCtx *c = ctx;
@@ -61,16 +85,9 @@ static int fill_tensor(void *ctx, uint64_t i, void *dst, uint64_t nbytes, Err *e
         memcpy(dst, t->data, nbytes);
         return 0;
     }
-    int64_t cols = (int64_t)t->ne[0], rows = (int64_t)(tensor_nelems(t) / t->ne[0]);
-    uint64_t in_rb = dtype_row_bytes(t->type, cols), out_rb = dtype_row_bytes(c->out_type[i], cols);
-    float *row = malloc((size_t)cols * sizeof *row);
-    if (!row) return err_set(err, "out of memory quantizing '%s'", t->name);
-    for (int64_t r = 0; r < rows; r++) {
-        dequantize_row(t->type, (const uint8_t *)t->data + r * in_rb, row, cols);
-        quantize_row(c->out_type[i], row, (uint8_t *)dst + r * out_rb, cols);
-    }
-    free(row);
-    return 0;
+    RowsJob job = {t, c->out_type[i], dst, false};
+    cpu_parallel_for(c->tp, (int64_t)(tensor_nelems(t) / t->ne[0]), quantize_rows, &job);
+    return atomic_load(&job.failed) ? err_set(err, "out of memory quantizing '%s'", t->name) : 0;
 }
 
 /* the input's kv pairs with general.file_type set (added when absent) */
@@ -114,8 +131,10 @@ int quantize_model(const char *in_path, const char *out_path, DType type, FILE *
         bytes_in += t->nbytes;
         bytes_out += dtype_row_bytes(types[i], t->ne[0]) * (tensor_nelems(t) / t->ne[0]);
     }
-    FillCtx ctx = {&in, types};
+    FillCtx ctx = {&in, types, rc == 0 ? thread_pool_create(0, err) : NULL};
+    if (rc == 0 && !ctx.tp) rc = -1;
     if (rc == 0) rc = gguf_write(out_path, kv, n_kv, ot, in.n_tensors, in.alignment, fill_tensor, &ctx, err);
+    if (ctx.tp) thread_pool_destroy(ctx.tp);
     if (rc == 0 && log)
         fprintf(log, "cllm quantize: %s -> %s: %llu of %llu tensors to %s, %.1f MB -> %.1f MB\n", in_path, out_path,
                 (unsigned long long)n_q, (unsigned long long)in.n_tensors, dtype_info(type)->name, bytes_in / 1e6,
