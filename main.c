@@ -267,6 +267,9 @@ static int cmd_tokenize(int argc, char **argv) {
     {"--gpu", NULL, OPT_INT, &(o)->gpu, "CUDA device to use (default 0)"},                                     \
     {"--gpu-mem-util", NULL, OPT_FLOAT, &(o)->gpu_mem_util,                                                    \
      "fraction of the GPU's memory to use; what weights and activations leave holds the KV cache (default 0.9)"}, \
+    {"--pp", NULL, OPT_INT, &(o)->pp, "pipeline stages: the layers split over this many GPUs (with --cpu: CPU backends)"}, \
+    {"--pp-split", NULL, OPT_STR, &(o)->pp_split, "layers per stage, comma-separated (default: balanced by bytes)"}, \
+    {"--gpus", NULL, OPT_STR, &(o)->gpus, "the stages' GPUs, comma-separated (default 0,1,...)"}, \
     {"--threads", "-t", OPT_INT, &(o)->threads, "CPU threads (default: one per core)"},                        \
     {"--ctx-size", "-c", OPT_INT, &(o)->ctx_size, "context size in tokens (default: min(model, 4096))"},        \
     {"--max-tokens", "-n", OPT_INT, &(o)->max_tokens, "most tokens per reply"},                               \

@@ -203,7 +203,7 @@ static int bench_decode_step(Bench *bn, Sequence *seqs, int n, Err *err) {
         tables[i] = s->bt.blocks;
     }
     AttnBatch b = {n, pos, rows, slots, n, tables, e->block_size};
-    if (forward_run(&e->fw, ids, &b, rows, n, bn->logits, err)) return -1;
+    if (engine_forward(e, ids, &b, rows, n, bn->logits, err)) return -1;
     for (int i = 0; i < n; i++) seqs[i].n_cached++;
     return 0;
 }

@@ -4,14 +4,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-int engine_init(Engine *e, const Model *m, Backend *be, int ctx_limit, int max_chunk, Err *err) {
+/* cfg: the model's, or its last stage's; n_blocks: the KV pool. */
+static int engine_init_with(Engine *e, const Model *m, const ModelConfig *cfg, Backend *be, int n_blocks,
+                            int ctx_limit, int max_chunk, Err *err) {
     memset(e, 0, sizeof *e);
     e->model = m;
     e->be = be;
     e->block_size = be->kv_block_size;
     e->max_chunk = max_chunk;
     e->ctx_limit = ctx_limit;
-    if (block_pool_init(&e->pool, be->kv_n_blocks, err)) return -1;
+    if (block_pool_init(&e->pool, n_blocks, err)) return -1;
     e->logits = malloc((size_t)m->cfg.vocab * sizeof *e->logits);
     e->pos_buf = malloc(max_chunk * sizeof *e->pos_buf);
     e->seq_buf = calloc(max_chunk, sizeof *e->seq_buf);
@@ -21,8 +23,31 @@ int engine_init(Engine *e, const Model *m, Backend *be, int ctx_limit, int max_c
         engine_free(e);
         return err_set(err, "out of memory");
     }
-    if (forward_init(&e->fw, &m->cfg, be, max_chunk, err)) { engine_free(e); return -1; }
+    if (forward_init(&e->fw, cfg, be, max_chunk, err)) { engine_free(e); return -1; }
     return 0;
+}
+
+int engine_init(Engine *e, const Model *m, Backend *be, int ctx_limit, int max_chunk, Err *err) {
+    return engine_init_with(e, m, &m->cfg, be, be->kv_n_blocks, ctx_limit, max_chunk, err);
+}
+
+int engine_init_pipeline(Engine *e, const Model *m, Pipeline *pp, int ctx_limit, int max_chunk, Err *err) {
+    int last = pp->plan.n_stages - 1;
+    for (int s = 0; s < last; s++)
+        if (pp->be[s]->kv_block_size != pp->be[last]->kv_block_size)
+            return err_set(err, "pipeline: stage %d has KV blocks of %d tokens, stage %d of %d", s,
+                           pp->be[s]->kv_block_size, last, pp->be[last]->kv_block_size);
+    if (engine_init_with(e, m, &pp->sm[last].cfg, pp->be[last], pipeline_kv_blocks(pp), ctx_limit, max_chunk, err))
+        return -1;
+    e->fw.from_prev = true;
+    e->pp = pp;
+    return 0;
+}
+
+int engine_forward(Engine *e, const int32_t *ids, const AttnBatch *b, const int32_t *logit_rows, int n_logits,
+                   float *logits_out, Err *err) {
+    if (e->pp) return pipeline_run(e->pp, &e->fw, ids, b, logit_rows, n_logits, logits_out, err);
+    return forward_run(&e->fw, ids, b, logit_rows, n_logits, logits_out, err);
 }
 
 void engine_free(Engine *e) {
@@ -46,7 +71,7 @@ static int engine_step(Engine *e, Sequence *s, int n, Err *err) {
     const int32_t *tables[1] = {s->bt.blocks};
     AttnBatch b = {n, e->pos_buf, e->seq_buf, e->slot_buf, 1, tables, e->block_size};
     int32_t last = n - 1;
-    if (forward_run(&e->fw, s->tokens.ids + start, &b, &last, 1, e->logits, err)) return -1;
+    if (engine_forward(e, s->tokens.ids + start, &b, &last, 1, e->logits, err)) return -1;
     s->n_cached += n;
     return 0;
 }

@@ -15,12 +15,14 @@
 #include "kernels/backend.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "parallel/pipeline.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct {
     const Model *model;
-    Backend *be;
-    Forward fw;
+    Backend *be;             /* the (last stage's) backend: it samples and holds the logits */
+    Forward fw;              /* the (last stage's) forward pass */
+    Pipeline *pp;            /* the stages before it, or NULL (one backend) */
     BlockPool pool;
     int block_size;
     int max_chunk;           /* tokens per forward step */
@@ -38,6 +40,13 @@ typedef struct {
 
 /* ctx_limit: tokens per sequence (<= the KV cache); max_chunk: tokens per step. */
 int engine_init(Engine *e, const Model *m, Backend *be, int ctx_limit, int max_chunk, Err *err);
+/* The same over a started pipeline: the engine runs its last stage (pp->be
+ * of it), its KV pool has the blocks every stage can hold; pp stays the
+ * caller's. */
+int engine_init_pipeline(Engine *e, const Model *m, Pipeline *pp, int ctx_limit, int max_chunk, Err *err);
+/* One forward step (forward_run's arguments) through the pipeline or the one backend. */
+int engine_forward(Engine *e, const int32_t *ids, const AttnBatch *b, const int32_t *logit_rows, int n_logits,
+                   float *logits_out, Err *err);
 void engine_free(Engine *e);
 
 /* Appends ids to s and computes them; -1 with err when the context is full

@@ -24,6 +24,7 @@ int runtime_open(Runtime *rt, const RunOptions *o, Err *err) {
     int block = 16, n_blocks = (ctx + block - 1) / block + 1;
     int chunk = o->prefill_chunk > 0 ? o->prefill_chunk : 256;
     rt->be = NULL;
+    if (o->pp > 1) return runtime_open_pipeline(rt, o, ctx, chunk, err);
 #ifdef CLLM_CUDA
     int n_gpus = 0;
     Err probe = {{0}};
@@ -70,6 +71,7 @@ int runtime_open(Runtime *rt, const RunOptions *o, Err *err) {
 
 void runtime_close(Runtime *rt) {
     engine_free(&rt->engine);
+    pipeline_free(&rt->pp);
     if (rt->be) rt->be->destroy(rt->be);
     model_free(&rt->model);
     memset(rt, 0, sizeof *rt);

@@ -20,6 +20,9 @@ typedef struct {
     int max_tokens;               /* per reply; <= 0: until the context is full (chat), 512 (generate) */
     int prefill_chunk;            /* tokens per forward step */
     SamplerParams sampling;
+    int pp;                       /* pipeline stages (one GPU each); <= 1: none */
+    const char *pp_split;         /* layers per stage ("14,18"), or NULL: balanced by bytes */
+    const char *gpus;             /* the stages' GPUs ("0,1"), or NULL: 0, 1, ... */
     const char *chat_template;    /* family name override, or NULL */
     const char *system;           /* system prompt, or NULL */
     bool ignore_eos;
@@ -37,10 +40,14 @@ typedef struct {
     char bos_text[64], eos_text[64];  /* the texts of BOS and EOS, for templates */
     double load_gbps;                 /* weight upload rate to the GPU (0 on the CPU) */
     int64_t kv_tokens;                /* tokens the KV cache holds */
+    Pipeline pp;                      /* the stages before the engine's, when o->pp > 1 */
 } Runtime;
 
 /* Loads o->model and builds the backend and engine. Prints nothing. */
 int runtime_open(Runtime *rt, const RunOptions *o, Err *err);
+/* The rest of runtime_open when o->pp > 1 (engine/runtime_pipeline.c): the
+ * model is loaded; builds one backend per stage and the engine over them. */
+int runtime_open_pipeline(Runtime *rt, const RunOptions *o, int ctx, int chunk, Err *err);
 void runtime_close(Runtime *rt);
 
 /* The chat template to use: the family named by override (or NULL), else the

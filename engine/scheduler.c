@@ -505,7 +505,7 @@ int scheduler_step(Scheduler *s, Err *err) {
     int rows = build_rows(s, &n_logits);
     AttnBatch b = {rows, s->pos, s->seq, s->slot, s->n_sel, s->tables, s->e->block_size};
     double t_fw = now_seconds();
-    if (forward_run(&s->e->fw, s->ids, &b, s->logit_rows, n_logits, s->device_sampling ? NULL : s->logits, err))
+    if (engine_forward(s->e, s->ids, &b, s->logit_rows, n_logits, s->device_sampling ? NULL : s->logits, err))
         return -1;
     s->stats.forward_seconds = now_seconds() - t_fw;
     int l = 0;

@@ -83,3 +83,18 @@ expect_exit "generate --resume --retry-errors" 0 $GEN -i "$TMP/in.jsonl" -o "$TM
 n=$(wc -l < "$TMP/out.jsonl"); e=$(grep -c '"error"' "$TMP/out.jsonl")
 [ "$n" = 100 ] && [ "$e" = 4 ] && ok "--retry-errors reruns only the failed ids" || notok "--retry-errors reruns only the failed ids" "lines $n, errors $e"
 expect_exit "generate --max-seqs 0 exits 2" 2 $GEN -i "$TMP/in.jsonl" --max-seqs 0
+
+# --pp: the layers split into stages (CPU backends here), the hidden state
+# handed from stage to stage: fp32 on the CPU, so the same greedy results.
+same_as_one() { cmp -s <(sort "$1" | sed 's/"seconds":[0-9.e-]*//') <(sort "$TMP/one.jsonl" | sed 's/"seconds":[0-9.e-]*//'); }
+expect_exit "generate --pp 2" 0 $GEN -i "$TMP/in.jsonl" -o "$TMP/pp2.jsonl" --pp 2 -v
+same_as_one "$TMP/pp2.jsonl" && ok "--pp 2 output equals one stage" || notok "--pp 2 output equals one stage" "$(diff <(sort "$TMP/pp2.jsonl") <(sort "$TMP/one.jsonl") | head -4)"
+expect_grep "--pp 2 -v names the stages" "$TMP/err" "stage 1 on cpu: layers 15-29"
+expect_exit "generate --pp 3 --pp-split 5,20,5" 0 $GEN -i "$TMP/in.jsonl" -o "$TMP/pp3.jsonl" --pp 3 --pp-split 5,20,5
+same_as_one "$TMP/pp3.jsonl" && ok "--pp 3 output equals one stage" || notok "--pp 3 output equals one stage" "$(diff <(sort "$TMP/pp3.jsonl") <(sort "$TMP/one.jsonl") | head -4)"
+expect_exit "generate --pp 31 exits 2" 2 $GEN -i "$TMP/in.jsonl" --pp 31
+expect_grep "--pp 31 says why" "$TMP/err" "the model has 30 layers"
+expect_exit "generate --pp-split short exits 2" 2 $GEN -i "$TMP/in.jsonl" --pp 2 --pp-split 10,10
+expect_grep "--pp-split short says why" "$TMP/err" "hold 20 layers, the model has 30"
+expect_exit "generate --gpus junk exits 2" 2 $GEN -i "$TMP/in.jsonl" --pp 2 --gpus 0,x
+expect_grep "--gpus junk says why" "$TMP/err" "--gpus '0,x'"
