@@ -75,6 +75,23 @@ sample_check() {
         python3 tests/gpu/compare_generate.py "$OUT/sample-gpu.jsonl" "$OUT/sample-host.jsonl" 1.0
 }
 run_check sampling_gpu_vs_host sample_check
+# Pipeline stages on two GPUs (--pp 2): the same kernels on each stage and
+# the hidden state handed over exactly (fp32 residual, bf16 output), so the
+# greedy results must equal one GPU's.
+if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
+    pp_check() {
+        local m
+        for m in "$MODELS/llama3-8b" "$MODELS/gemma2-9b" tests/fixtures/tiny/gpt-oss.gguf; do
+            "$BIN/cllm" generate -m "$m" -i "$OUT/prompts.txt" --temp 0 -n 32 --ignore-eos -o "$OUT/pp1.jsonl" &&
+                "$BIN/cllm" generate -m "$m" -i "$OUT/prompts.txt" --temp 0 -n 32 --ignore-eos --pp 2 -v \
+                    -o "$OUT/pp2.jsonl" && python3 tests/gpu/compare_generate.py "$OUT/pp2.jsonl" "$OUT/pp1.jsonl" 1.0 \
+                    --min-identical 1.0 || return 1
+        done
+    }
+    run_check pipeline_pp2 pp_check
+else
+    rows+=("pipeline_pp2                 not run: one GPU on this machine")
+fi
 printf 'Hello\n' > "$OUT/turn.txt"
 run_check chat_tiny_gpu sh -c "$BIN/cllm chat -m tests/fixtures/tiny/llama.gguf --temp 0 -n 8 < $OUT/turn.txt && echo 'ok - chat on the GPU'"
 
