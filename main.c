@@ -355,6 +355,7 @@ static int cmd_bench(int argc, char **argv) {
         {"--cpu", NULL, OPT_FLAG, &o.cpu, "run on the CPU even where a GPU is present"},
         {"--gpu", NULL, OPT_INT, &o.gpu, "CUDA device to use (default 0)"},
         {"--threads", "-t", OPT_INT, &o.threads, "CPU threads (default: one per core)"},
+        {"--bf16-weights", NULL, OPT_FLAG, &o.bf16_weights, "GPU: dequantize quantized weights to bf16 at load"},
         {"--prompt-lens", NULL, OPT_STR, &prompt_lens, "prefill lengths, comma-separated (default 512,4096)"},
         {"--ctx", NULL, OPT_STR, &ctxs, "decode context lengths, comma-separated (default 128,4096)"},
         {"--decode-tokens", NULL, OPT_INT, &b.decode_tokens, "timed decode steps per context (default 64)"},

@@ -95,6 +95,36 @@ fi
 printf 'Hello\n' > "$OUT/turn.txt"
 run_check chat_tiny_gpu sh -c "$BIN/cllm chat -m tests/fixtures/tiny/llama.gguf --temp 0 -n 8 < $OUT/turn.txt && echo 'ok - chat on the GPU'"
 
+# quantized weights (issue 7): GGUF files quantized here by `cllm quantize`,
+# run with their blocks on the GPU vs dequantized to bf16 at load
+# (test_quant_forward: teacher-forced top-1 agreement >= 99%). The tiny
+# fixtures are F32 and 64 wide (K types fall back to Q8_0 there: Q8_0 and
+# Q4_0/Q4_1); a Llama-3-8B-shaped random model (bench/make_model.py --gguf)
+# at 2 layers (512 wide: every K type) and whole (Q8_0 and Q4_K, 16 GB of
+# BF16 made first; QUANT_8B=0 skips it).
+QDIR=$MODELS/quant
+mkdir -p "$QDIR"
+quant_files=()
+for a in llama mistral qwen2 qwen3 gemma2 gemma3 gpt-oss; do
+    for t in q8_0 q4_0 q4_1; do
+        [ -f "$QDIR/$a-$t.gguf" ] || "$BIN/cllm" quantize "tests/fixtures/tiny/$a.gguf" "$QDIR/$a-$t.gguf" --type $t > /dev/null
+        quant_files+=("$QDIR/$a-$t.gguf")
+    done
+done
+[ -f "$QDIR/l8-tiny-bf16.gguf" ] || python3 bench/make_model.py llama3-8b "$QDIR/l8-tiny-bf16.gguf" --gguf --tiny > "$OUT/make-l8-tiny.log" 2>&1
+for t in q8_0 q4_0 q4_k q5_k q6_k; do
+    [ -f "$QDIR/l8-tiny-$t.gguf" ] || "$BIN/cllm" quantize "$QDIR/l8-tiny-bf16.gguf" "$QDIR/l8-tiny-$t.gguf" --type $t > /dev/null
+    quant_files+=("$QDIR/l8-tiny-$t.gguf")
+done
+run_check quant_forward_tiny "$BIN/test_quant_forward" "${quant_files[@]}"
+if [ "${QUANT_8B:-1}" != 0 ]; then
+    [ -f "$QDIR/l8-bf16.gguf" ] || python3 bench/make_model.py llama3-8b "$QDIR/l8-bf16.gguf" --gguf > "$OUT/make-l8.log" 2>&1
+    for t in q8_0 q4_k; do
+        [ -f "$QDIR/l8-$t.gguf" ] || "$BIN/cllm" quantize "$QDIR/l8-bf16.gguf" "$QDIR/l8-$t.gguf" --type $t > /dev/null
+    done
+    run_check quant_forward_8b "$BIN/test_quant_forward" --positions 256 "$QDIR/l8-q8_0.gguf" "$QDIR/l8-q4_k.gguf"
+fi
+
 echo
 echo "== summary"
 for r in "${rows[@]}"; do echo "$r"; done
