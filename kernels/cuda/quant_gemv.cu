@@ -471,7 +471,7 @@ static int launch_gemv(const GemvArgs &a0, cudaStream_t s, Err *err) {
 
 template <int Q, int T, int R>
 static int launch_gemv_v(const GemvArgs &a, int version, cudaStream_t s, Err *err) {
-    if (version == 0) version = 1; /* the default; kernels/NOTES.md "quantized GEMV" */
+    if (version == 0) version = 2; /* the default (measured faster on the H200): kernels/NOTES.md "quantized GEMV" */
     if (version == 1) return launch_gemv<Q, T, R, 0>(a, s, err);
     if (version == 2) return launch_gemv<Q, T, R, gemv_v2_tiles(Q, R)>(a, s, err);
     return err_set(err, "quant_gemv: version %d (1 or 2)", version);
@@ -533,7 +533,7 @@ static int launch_dequant(const QuantMatrix *W, int64_t row0, int64_t n_rows, vo
                           Err *err) {
     int units = (int)(W->cols / quant_block_elems(Q) * quant_units_per_block(Q));
     int64_t n = n_rows * units;
-    if (version == 0) version = 1; /* the default; kernels/NOTES.md "quantized GEMV" */
+    if (version == 0) version = 2; /* the default (measured faster on the H200): kernels/NOTES.md "quantized GEMV" */
     if (version == 2 && (uintptr_t)dst % 16) return err_set(err, "quant_dequant_bf16 v2: dst must be 16-byte aligned");
     if (version == 1)
         kernel_quant_dequant_bf16<Q><<<(unsigned)((n + 255) / 256), 256, 0, s>>>(
