@@ -109,7 +109,7 @@ static void test_bad_values(void) {
         {5, NULL, "only 4 layers"},      {0, NULL, "between 1"},          {2, "1,2", "hold 3 layers"},
         {2, "1,2,1", "more counts"},     {3, "2,2", "2 counts for 3"},     {2, "0,4", "expected"},
         {2, "a,b", "expected"},          {2, "2,", "trailing comma"},      {2, "", "0 counts"},
-        {2, "2;2", "expected"},          {2, "-1,5", "expected"},          {2, "99999999999,1", "expected"},
+        {2, "2;2", "expected"},          {2, "-1,5", "expected"},          {2, "99999999999,1", "the model has 4"},
     };
     for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
         err.msg[0] = 0;
