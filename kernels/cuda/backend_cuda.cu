@@ -123,6 +123,7 @@ typedef struct {
     bool graphs_on;
     int bucket;                  /* this step's graph bucket, -1: none */
     cudaGraphExec_t graph[N_BUCKETS];
+    char name[16];               /* "cuda:N" */
     Err err;                     /* first error inside a void op; reported by read() */
     bool failed;
 } CudaBackend;
@@ -130,6 +131,14 @@ typedef struct {
 static const int BUCKET_ROWS[N_BUCKETS] = {1, 2, 4, 8, 16, 32, 64};
 
 static CudaBackend *cb_of(Backend *be) { return (CudaBackend *)be->ctx; }
+
+/* The entry points of a step (and buffer calls) make the backend's GPU the
+ * thread's current device: pipeline stages on several GPUs share a thread. */
+static CudaBackend *cb_use(Backend *be) {
+    CudaBackend *cb = cb_of(be);
+    cudaSetDevice(cb->device);
+    return cb;
+}
 
 static void op_fail(CudaBackend *cb, cudaError_t e, const char *what) {
     if (e == cudaSuccess || cb->failed) return;
@@ -505,7 +514,7 @@ static void graphs_drop(CudaBackend *cb) {
 }
 
 static void *cuda_be_alloc(Backend *be, int64_t n, BufKind kind) {
-    CudaBackend *cb = cb_of(be);
+    CudaBackend *cb = cb_use(be);
     void *p = NULL;
     if (n <= 0 || cb->n_bufs == MAX_BUFS) return NULL;
     if (cudaMalloc(&p, n * (kind == BUF_F32 ? sizeof(float) : sizeof(bf16))) != cudaSuccess) return NULL;
@@ -515,7 +524,7 @@ static void *cuda_be_alloc(Backend *be, int64_t n, BufKind kind) {
 
 /* Captured graphs hold buffer addresses: any release drops them. */
 static void cuda_be_release(Backend *be, void *p) {
-    CudaBackend *cb = cb_of(be);
+    CudaBackend *cb = cb_use(be);
     graphs_drop(cb);
     for (int i = 0; i < cb->n_bufs; i++)
         if (cb->bufs[i].ptr == p) { cb->bufs[i] = cb->bufs[--cb->n_bufs]; break; }
@@ -579,7 +588,7 @@ static int attn_step_meta(CudaBackend *cb, const AttnBatch *b, int Tp, Err *err)
 
 static int cuda_be_begin_step(Backend *be, const int32_t *ids, const AttnBatch *b, const int32_t *logit_rows,
                               int n_logits, StepRows *rows, Err *err) {
-    CudaBackend *cb = cb_of(be);
+    CudaBackend *cb = cb_use(be);
     if (cb->failed) { *err = cb->err; return -1; }
     int T = b->n_tokens;
     if (T > cb->max_tokens || b->n_seqs > cb->max_seqs || b->n_seqs < 1)
@@ -840,7 +849,7 @@ static void cuda_be_logits(Backend *be, void *logits, const void *x, const Weigh
 
 /* Ends the step: copies n values of buf (fp32, or bf16 widened on the host). */
 static int cuda_be_read(Backend *be, float *host, const void *buf, int64_t n, Err *err) {
-    CudaBackend *cb = cb_of(be);
+    CudaBackend *cb = cb_use(be);
     const Buf *b = buf_of(cb, buf);
     op_fail(cb, cudaGetLastError(), "kernel launch");
     if (!cb->failed && (!b || n > b->n)) return err_set(err, "cuda: read of %lld values from an unknown buffer", (long long)n);
@@ -857,18 +866,19 @@ static int cuda_be_read(Backend *be, float *host, const void *buf, int64_t n, Er
 }
 
 static int cuda_be_write(Backend *be, void *buf, const float *host, int64_t n, Err *err) {
-    CudaBackend *cb = cb_of(be);
+    CudaBackend *cb = cb_use(be);
     const Buf *b = buf_of(cb, buf);
     if (!b || n > b->n) return err_set(err, "cuda: write of %lld values to an unknown buffer", (long long)n);
     if (n <= 0) return 0;
-    if (b->kind == BUF_F32) {
-        CUDA_CHECK(cudaMemcpy(buf, host, n * sizeof(float), cudaMemcpyHostToDevice), err);
-        return 0;
-    }
-    bf16 *tmp = (bf16 *)malloc(n * sizeof(bf16));
-    if (!tmp) return err_set(err, "out of memory");
-    for (int64_t i = 0; i < n; i++) tmp[i] = __float2bfloat16(host[i]);
-    cudaError_t e = cudaMemcpy(buf, tmp, n * sizeof(bf16), cudaMemcpyHostToDevice);
+    /* On the backend's stream, waited for: a plain cudaMemcpy from pageable
+     * memory may return before its DMA lands, and the non-blocking stream
+     * would not wait for it. */
+    bf16 *tmp = b->kind == BUF_F32 ? NULL : (bf16 *)malloc(n * sizeof(bf16));
+    if (b->kind != BUF_F32 && !tmp) return err_set(err, "out of memory");
+    for (int64_t i = 0; tmp && i < n; i++) tmp[i] = __float2bfloat16(host[i]);
+    cudaError_t e = cudaMemcpyAsync(buf, tmp ? (const void *)tmp : (const void *)host,
+                                    n * (tmp ? sizeof(bf16) : sizeof(float)), cudaMemcpyHostToDevice, cb->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(cb->stream);
     free(tmp);
     CUDA_CHECK(e, err);
     return 0;
@@ -878,7 +888,7 @@ static int cuda_be_write(Backend *be, void *buf, const float *host, int64_t n, E
  * them and only the token ids come back (a 256-row step of a 128k
  * vocabulary would otherwise copy 131 MB to the host). */
 static int cuda_be_sample(Backend *be, void *logits, int n, Sampler *const *samplers, int32_t *tokens, Err *err) {
-    CudaBackend *cb = cb_of(be);
+    CudaBackend *cb = cb_use(be);
     if (cb->failed) { *err = cb->err; return -1; }
     if (n <= 0) return 0;
     if (!cb->sampler_built) {
@@ -1088,9 +1098,8 @@ extern "C" Backend *backend_cuda_create_opts(const ModelConfig *c, const ModelWe
     if (rc == 0) rc = cuda_alloc_kv(cb, c, o, err);
     if (rc == 0) rc = attn_alloc_meta(cb, c, err);
     if (rc) { cuda_destroy(be); return NULL; }
-    static char name[32];
-    snprintf(name, sizeof name, "cuda:%d", o->device);
-    be->name = name;
+    snprintf(cb->name, sizeof cb->name, "cuda:%d", o->device);
+    be->name = cb->name;
     be->weights = &cb->w;
     be->kv_block_size = o->block_size;
     be->kv_n_blocks = (int)(cb->n_slots / o->block_size);

@@ -87,6 +87,11 @@ if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
                     -o "$OUT/pp2.jsonl" && python3 tests/gpu/compare_generate.py "$OUT/pp2.jsonl" "$OUT/pp1.jsonl" 1.0 \
                     --min-identical 1.0 || return 1
         done
+        # stages placed the other way round (the handoff must not race the stream)
+        "$BIN/cllm" generate -m "$MODELS/llama3-8b" -i "$OUT/prompts.txt" --temp 0 -n 32 --ignore-eos --pp 2 \
+            --gpus 1,0 -o "$OUT/pp2r.jsonl" && "$BIN/cllm" generate -m "$MODELS/llama3-8b" -i "$OUT/prompts.txt" \
+            --temp 0 -n 32 --ignore-eos -o "$OUT/pp1.jsonl" &&
+            python3 tests/gpu/compare_generate.py "$OUT/pp2r.jsonl" "$OUT/pp1.jsonl" 1.0 --min-identical 1.0
     }
     run_check pipeline_pp2 pp_check
 else
