@@ -356,6 +356,8 @@ static int cmd_bench(int argc, char **argv) {
         {"--gpu", NULL, OPT_INT, &o.gpu, "CUDA device to use (default 0)"},
         {"--threads", "-t", OPT_INT, &o.threads, "CPU threads (default: one per core)"},
         {"--bf16-weights", NULL, OPT_FLAG, &o.bf16_weights, "GPU: dequantize quantized weights to bf16 at load"},
+        {"--pp", NULL, OPT_INT, &o.pp, "pipeline stages (one GPU each)"},
+        {"--gpus", NULL, OPT_STR, &o.gpus, "the stages' GPUs, comma-separated (default 0,1,...)"},
         {"--prompt-lens", NULL, OPT_STR, &prompt_lens, "prefill lengths, comma-separated (default 512,4096)"},
         {"--ctx", NULL, OPT_STR, &ctxs, "decode context lengths, comma-separated (default 128,4096)"},
         {"--decode-tokens", NULL, OPT_INT, &b.decode_tokens, "timed decode steps per context (default 64)"},

@@ -170,6 +170,12 @@ static int bench_prefill_once(Bench *bn, int T, double *dt, Err *err) {
     return rc;
 }
 
+/* The weights a step reads, as the backend holds them; a pipeline's
+ * backends each hold a slice, so there the whole model's as loaded. */
+static const ModelWeights *counted_weights(const Bench *bn) {
+    return bn->rt.engine.pp ? &bn->rt.model.w : bn->rt.be->weights;
+}
+
 static int bench_prefill(Bench *bn, int T, PrefillResult *r, Err *err) {
     double times[BENCH_MAX_REPS], dt;
     int reps = bn->b->reps;
@@ -179,7 +185,7 @@ static int bench_prefill(Bench *bn, int T, PrefillResult *r, Err *err) {
     r->tokens = T;
     r->seconds = median(times, reps);
     r->tok_s = T / r->seconds;
-    r->flops = bench_prefill_flops(&bn->rt.model.cfg, bn->rt.be->weights, T);
+    r->flops = bench_prefill_flops(&bn->rt.model.cfg, counted_weights(bn), T);
     r->tflops = r->flops / r->seconds / 1e12;
     return 0;
 }
@@ -232,7 +238,7 @@ static int bench_decode(Bench *bn, int ctx, DecodeResult *r, Err *err) {
         r->tok_s = B / r->step_s;
         /* the median step sits halfway through the timed ones */
         int mid = ctx + 1 + N / 2;
-        r->bytes = bench_decode_bytes(&bn->rt.model.cfg, bn->rt.be->weights, mid, B);
+        r->bytes = bench_decode_bytes(&bn->rt.model.cfg, counted_weights(bn), mid, B);
         r->gbps = r->bytes / r->step_s / 1e9;
     }
     free(times);

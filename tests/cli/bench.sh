@@ -45,6 +45,10 @@ expect_grep "bench JSON: CPU has no % of the GPU limits" "$TMP/b.json" '"pct_pea
 expect_exit "bench --batch 3" 0 $B --prompt-lens 12 --ctx 20 --decode-tokens 5 --reps 1 --batch 3 --json "$TMP/b3.json"
 msg=$(check_json "$TMP/b3.json" 1 1 5 3 $LLAMA) && ok "bench --batch 3: bytes count each sequence's K/V" \
     || notok "bench --batch 3: bytes count each sequence's K/V" "$msg" "$(cat "$TMP/b3.json")"
+# --pp 2: the stages' backends each hold one layer; FLOPs and bytes still count the whole model.
+expect_exit "bench --pp 2" 0 $B --prompt-lens 12 --ctx 20 --decode-tokens 5 --reps 1 --pp 2 --json "$TMP/pp.json"
+msg=$(check_json "$TMP/pp.json" 1 1 5 1 $LLAMA) && ok "bench --pp 2: the whole model counted" \
+    || notok "bench --pp 2: the whole model counted" "$msg" "$(cat "$TMP/pp.json")"
 expect_exit "bench gemma2 (window 5 on layer 0)" 0 $CLLM bench -m tests/fixtures/tiny/gemma2.gguf --cpu -t 1 \
     --prompt-lens 3,12 --ctx 2,30 --decode-tokens 4 --reps 1 --json "$TMP/g.json"
 msg=$(check_json "$TMP/g.json" 2 2 4 1 61440 19200 324864 5) && ok "bench gemma2: windowed pairs and keys counted" \
