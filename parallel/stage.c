@@ -19,7 +19,11 @@ int stage_model_make(StageModel *sm, const ModelConfig *c, const ModelWeights *w
     sm->first = s == 0;
     sm->last = s == p->n_stages - 1;
     sm->first_layer = first;
-    if (!sm->first) memset(&sm->w.tok_embd, 0, sizeof sm->w.tok_embd);
+    /* A tied LM head is the embedding table: the last stage keeps it under
+     * that name, so its backend treats it exactly as one holding the whole
+     * model does (the same weights, the same kernels). */
+    bool tied_head = sm->last && w->output.data == w->tok_embd.data;
+    if (!sm->first && !tied_head) memset(&sm->w.tok_embd, 0, sizeof sm->w.tok_embd);
     if (!sm->last) {
         memset(&sm->w.output_norm, 0, sizeof sm->w.output_norm);
         memset(&sm->w.output, 0, sizeof sm->w.output);

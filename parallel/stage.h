@@ -3,7 +3,7 @@
  * Stage s of a StagePlan holds layers [first, first + n) of the model,
  * renumbered from 0 (its config's per-layer settings shifted to match), the
  * token embedding when it is the first stage, the final norm and LM head
- * when it is the last. A backend made from the slice allocates weights and
+ * when it is the last (a tied head as the embedding table it is). A backend made from the slice allocates weights and
  * KV cache for those layers alone; its Forward sets from_prev / to_next so
  * the residual stream and the pending sublayer output pass between stages.
  */
