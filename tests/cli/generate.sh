@@ -92,6 +92,8 @@ same_as_one "$TMP/pp2.jsonl" && ok "--pp 2 output equals one stage" || notok "--
 expect_grep "--pp 2 -v names the stages" "$TMP/err" "stage 1 on cpu: layers 15-29"
 expect_exit "generate --pp 3 --pp-split 5,20,5" 0 $GEN -i "$TMP/in.jsonl" -o "$TMP/pp3.jsonl" --pp 3 --pp-split 5,20,5
 same_as_one "$TMP/pp3.jsonl" && ok "--pp 3 output equals one stage" || notok "--pp 3 output equals one stage" "$(diff <(sort "$TMP/pp3.jsonl") <(sort "$TMP/one.jsonl") | head -4)"
+expect_exit "generate --pp 8" 0 $GEN -i "$TMP/in.jsonl" -o "$TMP/pp8.jsonl" --pp 8 -t 1
+same_as_one "$TMP/pp8.jsonl" && ok "--pp 8 output equals one stage" || notok "--pp 8 output equals one stage" "$(diff <(sort "$TMP/pp8.jsonl") <(sort "$TMP/one.jsonl") | head -4)"
 expect_exit "generate --pp 31 exits 2" 2 $GEN -i "$TMP/in.jsonl" --pp 31
 expect_grep "--pp 31 says why" "$TMP/err" "the model has 30 layers"
 expect_exit "generate --pp-split short exits 2" 2 $GEN -i "$TMP/in.jsonl" --pp 2 --pp-split 10,10
