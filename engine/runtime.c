@@ -24,7 +24,11 @@ int runtime_open(Runtime *rt, const RunOptions *o, Err *err) {
     int block = 16, n_blocks = (ctx + block - 1) / block + 1;
     int chunk = o->prefill_chunk > 0 ? o->prefill_chunk : 256;
     rt->be = NULL;
-    if (o->pp > 1) return runtime_open_pipeline(rt, o, ctx, chunk, err);
+    if (!(o->gpu_mem_util > 0 && o->gpu_mem_util <= 1)) {
+        model_free(&rt->model);
+        return err_set(err, "--gpu-mem-util %g: must be a fraction in (0, 1]", o->gpu_mem_util);
+    }
+    if (o->pp > 1) return runtime_open_pipeline(rt, o, ctx, block, chunk, err);
 #ifdef CLLM_CUDA
     int n_gpus = 0;
     Err probe = {{0}};
@@ -35,10 +39,6 @@ int runtime_open(Runtime *rt, const RunOptions *o, Err *err) {
         }
         /* The KV cache takes what --gpu-mem-util leaves after weights and activations. */
         CudaOptions co = {o->gpu, block, 0, ctx, chunk, o->gpu_mem_util, false, false, o->bf16_weights};
-        if (o->gpu_mem_util > 1) {
-            model_free(&rt->model);
-            return err_set(err, "--gpu-mem-util %g: must be a fraction in (0, 1]", o->gpu_mem_util);
-        }
         rt->be = backend_cuda_create_opts(c, &rt->model.w, &co, &rt->load_gbps, err);
         if (!rt->be) { model_free(&rt->model); return -1; }
         if (rt->be->kv_n_blocks < n_blocks) {

@@ -14,7 +14,7 @@ typedef struct {
     const char *model;            /* NULL: the default model (main.c resolves it) */
     bool cpu;                     /* force the CPU backend */
     int gpu;                      /* CUDA device index */
-    float gpu_mem_util;           /* fraction of the GPU's memory to use; <= 0: 0.9 */
+    float gpu_mem_util;           /* fraction of the GPU's memory to use, in (0, 1] (run_options_default: 0.9) */
     int threads;                  /* CPU threads; <= 0: one per core */
     int ctx_size;                 /* tokens per sequence; <= 0: min(model context, 4096) */
     int max_tokens;               /* per reply; <= 0: until the context is full (chat), 512 (generate) */
@@ -47,7 +47,7 @@ typedef struct {
 int runtime_open(Runtime *rt, const RunOptions *o, Err *err);
 /* The rest of runtime_open when o->pp > 1 (engine/runtime_pipeline.c): the
  * model is loaded; builds one backend per stage and the engine over them. */
-int runtime_open_pipeline(Runtime *rt, const RunOptions *o, int ctx, int chunk, Err *err);
+int runtime_open_pipeline(Runtime *rt, const RunOptions *o, int ctx, int block, int chunk, Err *err);
 void runtime_close(Runtime *rt);
 
 /* The chat template to use: the family named by override (or NULL), else the

@@ -37,20 +37,20 @@ static int stage_failed(Err *err, int s, const StagePlan *p) {
                    why);
 }
 
-static Backend *stage_backend(const RunOptions *o, const StageModel *sm, int dev, int n_gpus, int ctx, int chunk,
-                              int n_blocks, Err *err) {
+static Backend *stage_backend(const RunOptions *o, const StageModel *sm, int dev, int n_gpus, int ctx, int block,
+                              int chunk, int n_blocks, Err *err) {
 #ifdef CLLM_CUDA
     if (!o->cpu && n_gpus > 0) {
         if (dev >= n_gpus) return err_set(err, "--pp %d: GPU %d asked for, this machine has %d", o->pp, dev, n_gpus), NULL;
-        CudaOptions co = {dev, 16, 0, ctx, chunk, o->gpu_mem_util, false, false, o->bf16_weights};
+        CudaOptions co = {dev, block, 0, ctx, chunk, o->gpu_mem_util, false, false, o->bf16_weights};
         return backend_cuda_create_opts(&sm->cfg, &sm->w, &co, NULL, err);
     }
 #endif
     (void)dev, (void)n_gpus, (void)ctx, (void)chunk;
-    return backend_cpu_create(&sm->cfg, &sm->w, o->threads, 16, n_blocks, err);
+    return backend_cpu_create(&sm->cfg, &sm->w, o->threads, block, n_blocks, err);
 }
 
-static int open_stages(Runtime *rt, const RunOptions *o, int ctx, int chunk, Err *err) {
+static int open_stages(Runtime *rt, const RunOptions *o, int ctx, int block, int chunk, Err *err) {
     const ModelConfig *c = &rt->model.cfg;
     if (o->pp > STAGE_MAX || o->pp > c->n_layers)
         return err_set(err, "--pp %d: the model has %d layers (at most one stage per layer, %d stages)", o->pp,
@@ -66,20 +66,20 @@ static int open_stages(Runtime *rt, const RunOptions *o, int ctx, int chunk, Err
     Err probe = {{0}};
     if (!o->cpu && cuda_device_count(&n_gpus, &probe)) n_gpus = 0;
 #endif
-    int n_blocks = (ctx + 15) / 16 + 1;
+    int n_blocks = (ctx + block - 1) / block + 1;
     for (int s = 0; s < o->pp; s++) {
-        rt->pp.be[s] = stage_backend(o, &rt->pp.sm[s], dev[s], n_gpus, ctx, chunk, n_blocks, err);
+        rt->pp.be[s] = stage_backend(o, &rt->pp.sm[s], dev[s], n_gpus, ctx, block, chunk, n_blocks, err);
         if (!rt->pp.be[s]) return stage_failed(err, s, &plan);
     }
     if (pipeline_kv_blocks(&rt->pp) < n_blocks)
         return err_set(err, "--pp %d: a stage's KV cache holds only %d tokens; use a smaller --ctx-size", o->pp,
-                       (pipeline_kv_blocks(&rt->pp) - 1) * 16);
+                       (pipeline_kv_blocks(&rt->pp) - 1) * block);
     return pipeline_start(&rt->pp, chunk, err);
 }
 
-int runtime_open_pipeline(Runtime *rt, const RunOptions *o, int ctx, int chunk, Err *err) {
+int runtime_open_pipeline(Runtime *rt, const RunOptions *o, int ctx, int block, int chunk, Err *err) {
     int last = o->pp - 1;
-    if (open_stages(rt, o, ctx, chunk, err) ||
+    if (open_stages(rt, o, ctx, block, chunk, err) ||
         engine_init_pipeline(&rt->engine, &rt->model, &rt->pp, ctx, chunk, err)) {
         Backend *tail = last >= 0 && last < STAGE_MAX ? rt->pp.be[last] : NULL;
         pipeline_free(&rt->pp);
@@ -88,11 +88,11 @@ int runtime_open_pipeline(Runtime *rt, const RunOptions *o, int ctx, int chunk, 
         return -1;
     }
     rt->be = rt->pp.be[last];
-    rt->kv_tokens = (int64_t)pipeline_kv_blocks(&rt->pp) * 16;
+    rt->kv_tokens = (int64_t)pipeline_kv_blocks(&rt->pp) * block;
     if (o->verbose)
         for (int s = 0; s <= last; s++)
-            fprintf(stderr, "stage %d on %s: layers %d-%d, KV cache %d blocks of 16\n", s, rt->pp.be[s]->name,
+            fprintf(stderr, "stage %d on %s: layers %d-%d, KV cache %d blocks of %d\n", s, rt->pp.be[s]->name,
                     rt->pp.plan.first_layer[s], rt->pp.plan.first_layer[s] + rt->pp.plan.n_layers[s] - 1,
-                    rt->pp.be[s]->kv_n_blocks);
+                    rt->pp.be[s]->kv_n_blocks, block);
     return 0;
 }

@@ -98,5 +98,7 @@ expect_exit "generate --pp 31 exits 2" 2 $GEN -i "$TMP/in.jsonl" --pp 31
 expect_grep "--pp 31 says why" "$TMP/err" "the model has 30 layers"
 expect_exit "generate --pp-split short exits 2" 2 $GEN -i "$TMP/in.jsonl" --pp 2 --pp-split 10,10
 expect_grep "--pp-split short says why" "$TMP/err" "hold 20 layers, the model has 30"
+expect_exit "generate --gpu-mem-util 5 exits 2" 2 $GEN -i "$TMP/in.jsonl" --pp 2 --gpu-mem-util 5
+expect_grep "--gpu-mem-util 5 says why" "$TMP/err" "must be a fraction"
 expect_exit "generate --gpus junk exits 2" 2 $GEN -i "$TMP/in.jsonl" --pp 2 --gpus 0,x
 expect_grep "--gpus junk says why" "$TMP/err" "--gpus '0,x'"
