@@ -19,7 +19,7 @@
 #include "engine/generate.h"
 #include "engine/prompts.h"
 #include "engine/results.h"
-#include "engine/scheduler.h"
+#include "engine/virtual_engines.h"
 #include "tokenizer/chat_template.h"
 
 void batch_options_default(BatchOptions *b) {
@@ -38,7 +38,7 @@ typedef struct {
     bool in_done;
     ResultWriter *out;
     ResultOrder *order;           /* --ordered */
-    Scheduler sched;
+    VirtualEngines ve;            /* one scheduler per pipeline stage (virtual engines) */
     int64_t n_total;              /* requests in the input, when it could be counted; else -1 */
     int n_done, n_failed, n_skipped;
     long long tokens_out;
@@ -147,7 +147,7 @@ static int batch_submit(Batch *bt, BatchItem *it) {
         GenParams p;
         batch_params(bt, r, &p);
         it->prompt_tokens = (int)ids.n;
-        if (scheduler_submit(&bt->sched, ids.ids, (int)ids.n, &p, it, &err)) {
+        if (vengines_submit(&bt->ve, ids.ids, (int)ids.n, &p, it, &err)) {
             token_ids_free(&ids);
             return 0;
         }
@@ -163,7 +163,7 @@ static int batch_submit(Batch *bt, BatchItem *it) {
  * Returns -1 when the run must stop (an unreadable input or output). */
 static int batch_fill(Batch *bt) {
     Err err = {{0}};
-    while (!bt->in_done && scheduler_pending(&bt->sched) < 2 * bt->sched.o.max_seqs) {
+    while (!bt->in_done && vengines_pending(&bt->ve) < 2 * bt->ve.n * bt->ve.ve[0].o.max_seqs) {
         BatchItem *it = calloc(1, sizeof *it);
         if (!it) { fprintf(stderr, "cllm generate: out of memory\n"); return -1; }
         int got = prompts_next(bt->in, &it->req, &err);
@@ -223,7 +223,7 @@ static void batch_progress(Batch *bt, bool final) {
     bool tty = isatty(STDERR_FILENO);
     if (!final && now - bt->last_progress < (tty ? 0.2 : 10.0)) return;
     bt->last_progress = now;
-    const SchedStats *s = &bt->sched.stats;
+    const SchedStats *s = &bt->ve.stats;
     char total[32] = "", eta[32] = "";
     int64_t todo = bt->n_total - bt->n_skipped;
     if (bt->n_total >= 0) snprintf(total, sizeof total, "/%lld", (long long)todo);
@@ -238,7 +238,7 @@ static void batch_progress(Batch *bt, bool final) {
 
 /* --verbose: one line per step. */
 static void batch_step_log(const Batch *bt) {
-    const SchedStats *s = &bt->sched.stats;
+    const SchedStats *s = &bt->ve.stats;
     fprintf(stderr, "step: %d seqs, %d tokens (%d decode, %d prefill), %d running, %d waiting, KV %d/%d blocks "
             "(%d cached), %lld preempted, %lld prefix tokens reused, %.1f ms (forward %.1f, sampling %.1f, "
             "scheduler %.2f)\n",
@@ -253,11 +253,11 @@ static int batch_loop(Batch *bt) {
     Err err = {{0}};
     for (;;) {
         if (batch_fill(bt)) return 2;
-        if (scheduler_idle(&bt->sched) && bt->sched.n_finished == 0) break;
-        if (scheduler_step(&bt->sched, &err)) { fprintf(stderr, "cllm generate: %s\n", err.msg); return 2; }
-        if (bt->o->verbose && bt->sched.stats.n_tokens > 0) batch_step_log(bt);
+        if (vengines_pending(&bt->ve) == 0) break;
+        if (vengines_step(&bt->ve, &err)) { fprintf(stderr, "cllm generate: %s\n", err.msg); return 2; }
+        if (bt->o->verbose && bt->ve.stats.n_tokens > 0) batch_step_log(bt);
         SchedRequest *r;
-        while ((r = scheduler_pop_finished(&bt->sched)))
+        while ((r = vengines_pop_finished(&bt->ve)))
             if (batch_finish(bt, r)) return 2;
         batch_progress(bt, false);
     }
@@ -266,14 +266,17 @@ static int batch_loop(Batch *bt) {
 
 /* Frees the requests still in the scheduler (after an error stopped the run). */
 static void batch_drop_pending(Batch *bt) {
-    SchedRequest **qs[3] = {bt->sched.waiting, bt->sched.running, bt->sched.finished};
-    int ns[3] = {bt->sched.n_waiting, bt->sched.n_running, bt->sched.n_finished};
-    for (int q = 0; q < 3; q++)
-        for (int i = 0; i < ns[q]; i++) {
-            BatchItem *it = qs[q][i]->user;
-            prompt_request_free(&it->req);
-            free(it);
-        }
+    for (int k = 0; k < bt->ve.n; k++) {
+        Scheduler *sc = &bt->ve.ve[k];
+        SchedRequest **qs[3] = {sc->waiting, sc->running, sc->finished};
+        int ns[3] = {sc->n_waiting, sc->n_running, sc->n_finished};
+        for (int q = 0; q < 3; q++)
+            for (int i = 0; i < ns[q]; i++) {
+                BatchItem *it = qs[q][i]->user;
+                prompt_request_free(&it->req);
+                free(it);
+            }
+    }
 }
 
 int batch_main(const RunOptions *o, const BatchOptions *b) {
@@ -303,7 +306,7 @@ int batch_main(const RunOptions *o, const BatchOptions *b) {
         return 2;
     }
     if (runtime_chat_template(&bt.rt, o->chat_template, &bt.tmpl, &err) ||
-        scheduler_init(&bt.sched, &bt.rt.engine, &so, &err)) {
+        vengines_init(&bt.ve, &bt.rt.engine, &so, 0, &err)) {
         fprintf(stderr, "cllm generate: %s\n", err.msg);
         prompts_close(bt.in);
         runtime_close(&bt.rt);
@@ -314,7 +317,7 @@ int batch_main(const RunOptions *o, const BatchOptions *b) {
     int rc = batch_loop(&bt);
     if (rc) batch_drop_pending(&bt);
     batch_progress(&bt, true);
-    const SchedStats *st = &bt.sched.stats;
+    const SchedStats *st = &bt.ve.stats;
     if (o->verbose && st->busy_seconds > 0)
         fprintf(stderr, "steps took %.2f s; the scheduler's own work (outside forward and sampling) %.3f s = %.2f%%\n",
                 st->busy_seconds, st->scheduler_seconds, 100.0 * st->scheduler_seconds / st->busy_seconds);
@@ -323,7 +326,7 @@ int batch_main(const RunOptions *o, const BatchOptions *b) {
         results_ordered_free(bt.order);
     }
     if (bt.out && results_finish(bt.out, &err)) { fprintf(stderr, "cllm generate: %s\n", err.msg); rc = 2; }
-    scheduler_free(&bt.sched);
+    vengines_free(&bt.ve);
     prompts_close(bt.in);
     runtime_close(&bt.rt);
     return rc;

@@ -66,7 +66,10 @@ int scheduler_init(Scheduler *s, Engine *e, const SchedOptions *o, Err *err) {
     if (s->o.max_seqs > s->o.max_batched_tokens) s->o.max_seqs = s->o.max_batched_tokens;
     if (s->o.max_seqs > e->fw.max_logits) s->o.max_seqs = e->fw.max_logits;
     s->window = model_window(&e->model->cfg);
-    if (block_manager_init(&s->bm, &e->pool, e->block_size, err)) return -1;
+    if (block_manager_init(&s->bm_own, &e->pool, e->block_size, err)) return -1;
+    s->bm = &s->bm_own;
+    s->order_counter = &s->next_order;
+    s->peers_oldest = UINT64_MAX;
     int T = s->o.max_batched_tokens, S = s->o.max_seqs;
     s->ids = malloc((size_t)T * sizeof *s->ids);
     s->pos = malloc((size_t)T * sizeof *s->pos);
@@ -85,7 +88,7 @@ int scheduler_init(Scheduler *s, Engine *e, const SchedOptions *o, Err *err) {
         return err_set(err, "scheduler: out of memory for %d sequences x %d vocabulary logits", S,
                        e->model->cfg.vocab);
     }
-    s->stats.blocks_total = s->bm.n_blocks;
+    s->stats.blocks_total = s->bm->n_blocks;
     if (e->be->sample && !s->o.host_sampling) {
         SamplerParams greedy = sampler_params_default();
         greedy.temperature = 0;
@@ -101,6 +104,13 @@ int scheduler_init(Scheduler *s, Engine *e, const SchedOptions *o, Err *err) {
         if (!s->pool) { scheduler_free(s); return -1; }
     }
     return 0;
+}
+
+void scheduler_share(Scheduler *s, BlockManager *bm, uint64_t *order_counter) {
+    if (s->bm == &s->bm_own) block_manager_free(&s->bm_own);
+    s->bm = bm;
+    s->order_counter = order_counter;
+    s->stats.blocks_total = bm->n_blocks;
 }
 
 void sched_request_free(SchedRequest *r) {
@@ -120,7 +130,7 @@ void scheduler_free(Scheduler *s) {
     }
     for (int i = 0; i < s->n_waiting; i++) sched_request_free(s->waiting[i]);
     for (int i = 0; i < s->n_finished; i++) sched_request_free(s->finished[i]);
-    block_manager_free(&s->bm);
+    if (s->bm == &s->bm_own) block_manager_free(&s->bm_own);
     free(s->waiting);
     free(s->running);
     free(s->finished);
@@ -151,8 +161,8 @@ SchedRequest *scheduler_submit(Scheduler *s, const int32_t *prompt, int n, const
         err_set(err, "the prompt has %d tokens; the context holds %d (raise -c)", n, s->e->ctx_limit);
         return NULL;
     }
-    if ((n + 1 + bs - 1) / bs > s->bm.n_blocks) {
-        err_set(err, "the prompt has %d tokens; the KV cache holds %d", n, s->bm.n_blocks * bs);
+    if ((n + 1 + bs - 1) / bs > s->bm->n_blocks) {
+        err_set(err, "the prompt has %d tokens; the KV cache holds %d", n, s->bm->n_blocks * bs);
         return NULL;
     }
     int pending = s->n_waiting + s->n_running + s->n_finished;
@@ -163,7 +173,7 @@ SchedRequest *scheduler_submit(Scheduler *s, const int32_t *prompt, int n, const
     r->user = user;
     r->params = *p;
     r->n_prompt = n;
-    r->order = s->next_order++;
+    r->order = (*s->order_counter)++;
     r->chain = BLOCK_CHAIN_START;
     r->state = REQ_WAITING;
     r->t_submit = now_seconds();
@@ -185,7 +195,7 @@ SchedRequest *scheduler_pop_finished(Scheduler *s) {
 
 /* Releases the blocks the request still holds (not those the window gave back). */
 static void request_release_blocks(Scheduler *s, SchedRequest *r) {
-    while (r->bt.n_blocks > r->n_dropped) block_manager_release(&s->bm, r->bt.blocks[--r->bt.n_blocks]);
+    while (r->bt.n_blocks > r->n_dropped) block_manager_release(s->bm, r->bt.blocks[--r->bt.n_blocks]);
     r->bt.n_blocks = r->bt.n_tokens = 0;
 }
 
@@ -210,9 +220,9 @@ static void request_match_prefix(Scheduler *s, SchedRequest *r) {
             r->bt.blocks = b;
             r->bt.cap = cap;
         }
-        int id = block_manager_lookup(&s->bm, &r->chain, r->tokens.ids + (size_t)r->n_chained * bs);
+        int id = block_manager_lookup(s->bm, &r->chain, r->tokens.ids + (size_t)r->n_chained * bs);
         if (id < 0) break;
-        block_manager_acquire(&s->bm, id);
+        block_manager_acquire(s->bm, id);
         r->bt.blocks[r->bt.n_blocks++] = id;
         r->n_chained++;
     }
@@ -231,13 +241,13 @@ static void request_after_compute(Scheduler *s, SchedRequest *r) {
     int bs = s->e->block_size;
     while ((r->n_chained + 1) * bs <= r->n_cached) {
         if (!s->o.no_prefix_cache && r->chain.block != -2)
-            block_manager_register(&s->bm, r->bt.blocks[r->n_chained], &r->chain,
+            block_manager_register(s->bm, r->bt.blocks[r->n_chained], &r->chain,
                                    r->tokens.ids + (size_t)r->n_chained * bs);
         r->n_chained++;
     }
     if (s->window <= 0) return;
     while ((r->n_dropped + 1) * bs <= r->n_cached - s->window + 1 && r->n_dropped < r->bt.n_blocks) {
-        block_manager_release(&s->bm, r->bt.blocks[r->n_dropped++]);
+        block_manager_release(s->bm, r->bt.blocks[r->n_dropped++]);
     }
 }
 
@@ -412,18 +422,23 @@ static void schedule_running(Scheduler *s, int pass, int *budget) {
         if ((pass == 0) != (need == 1) || sel_index(s, r) >= 0) continue;
         if (s->n_sel == s->o.max_seqs || *budget == 0) return;
         int chunk = need < *budget ? need : *budget;
-        while (block_manager_reserve(&s->bm, &r->bt, r->n_cached + chunk)) {
-            if (s->n_running == 1) {
+        bool wait = false;
+        while (block_manager_reserve(s->bm, &r->bt, r->n_cached + chunk)) {
+            if (s->n_running == 1 && s->peers_oldest == UINT64_MAX) {
                 request_flush(s->e->model->tok, r); /* the whole cache is too small for it */
                 request_finish(s, r, "context");
                 i--;
                 break;
             }
+            /* Other virtual engines hold blocks: the oldest request anywhere
+             * keeps its blocks and waits (the newer ones make room by
+             * preempting themselves), so every request still finishes. */
+            if (s->n_running == 1 && r->order < s->peers_oldest) { wait = true; break; }
             bool self = s->running[s->n_running - 1] == r;
             preempt_newest(s, budget);
             if (self) break;
         }
-        if (r->state == REQ_RUNNING && i < s->n_running && s->running[i] == r) select_rows(s, r, chunk, budget);
+        if (!wait && r->state == REQ_RUNNING && i < s->n_running && s->running[i] == r) select_rows(s, r, chunk, budget);
     }
 }
 
@@ -434,12 +449,12 @@ static void schedule_waiting(Scheduler *s, int *budget) {
         request_match_prefix(s, r);
         int need = (int)r->tokens.n - r->n_cached;
         int chunk = need < *budget ? need : *budget;
-        if (block_manager_reserve(&s->bm, &r->bt, r->n_cached + chunk)) {
+        if (block_manager_reserve(s->bm, &r->bt, r->n_cached + chunk)) {
             request_drop_blocks(s, r);
             return;
         }
         queue_remove(s->waiting, &s->n_waiting, r);
-        s->bm.hits += r->n_chained;
+        s->bm->hits += r->n_chained;
         s->stats.prefix_hit_tokens += r->cached_tokens;
         r->state = REQ_RUNNING;
         queue_insert(s->running, &s->n_running, r);
@@ -469,24 +484,26 @@ static int build_rows(Scheduler *s, int *n_logits) {
     return t;
 }
 
-static void step_stats(Scheduler *s, int rows, double t0) {
+/* seconds: of the step, prepared to completed; forward: of it in the forward pass. */
+static void step_stats(Scheduler *s, int rows, double seconds, double forward) {
     s->stats.n_seqs = s->n_sel;
     s->stats.n_tokens = rows;
     s->stats.n_running = s->n_running;
     s->stats.n_waiting = s->n_waiting;
     s->stats.n_finished = s->n_finished;
-    s->stats.blocks_used = block_manager_used(&s->bm);
-    s->stats.blocks_cached = s->bm.n_cached;
-    s->stats.seconds = now_seconds() - t0;
-    s->stats.busy_seconds += s->stats.seconds;
-    s->stats.scheduler_seconds += s->stats.seconds - s->stats.forward_seconds - s->stats.sample_seconds;
+    s->stats.blocks_used = block_manager_used(s->bm);
+    s->stats.blocks_cached = s->bm->n_cached;
+    s->stats.seconds = seconds;
+    s->stats.forward_seconds = forward;
+    s->stats.busy_seconds += seconds;
 }
 
-int scheduler_step(Scheduler *s, Err *err) {
+int scheduler_prepare(Scheduler *s, SchedBatch *out) {
     double t0 = now_seconds();
     int budget = s->o.max_batched_tokens;
     int64_t preempted = s->stats.preemptions;
     s->n_sel = 0;
+    s->step_rows = s->step_logits = 0;
     s->stats.n_decode = s->stats.n_prefill = 0;
     s->stats.forward_seconds = s->stats.sample_seconds = 0;
     schedule_running(s, 0, &budget);
@@ -495,19 +512,23 @@ int scheduler_step(Scheduler *s, Err *err) {
      * preempt again. */
     if (s->stats.preemptions == preempted) schedule_waiting(s, &budget);
     if (s->n_sel == 0) {
-        /* Nothing fits although nothing runs: blocks are held outside the
-         * scheduler. Fail the head request rather than spin. */
-        if (s->n_running == 0 && s->n_waiting > 0) request_fail(s, s->waiting[0], "no free KV cache block");
-        step_stats(s, 0, t0);
+        /* Nothing fits although nothing runs anywhere: blocks are held
+         * outside the scheduler. Fail the head request rather than spin. */
+        if (s->n_running == 0 && s->n_waiting > 0 && s->peers_oldest == UINT64_MAX)
+            request_fail(s, s->waiting[0], "no free KV cache block");
+        step_stats(s, 0, 0, 0);
         return 0;
     }
-    int n_logits;
-    int rows = build_rows(s, &n_logits);
-    AttnBatch b = {rows, s->pos, s->seq, s->slot, s->n_sel, s->tables, s->e->block_size};
-    double t_fw = now_seconds();
-    if (engine_forward(s->e, s->ids, &b, s->logit_rows, n_logits, s->device_sampling ? NULL : s->logits, err))
-        return -1;
-    s->stats.forward_seconds = now_seconds() - t_fw;
+    s->step_rows = build_rows(s, &s->step_logits);
+    *out = (SchedBatch){s->ids, {s->step_rows, s->pos, s->seq, s->slot, s->n_sel, s->tables, s->e->block_size},
+                        s->logit_rows, s->step_logits, s->device_sampling ? NULL : s->logits};
+    s->t_prepare = t0;
+    s->stats.scheduler_seconds += now_seconds() - t0;
+    return s->step_rows;
+}
+
+int scheduler_complete(Scheduler *s, Err *err) {
+    double t0 = now_seconds();
     int l = 0;
     for (int k = 0; k < s->n_sel; k++) {
         SchedRequest *r = s->sel[k];
@@ -517,7 +538,19 @@ int scheduler_step(Scheduler *s, Err *err) {
     }
     double t_sample = now_seconds();
     if (sample_all(s, l, err)) return -1;
-    s->stats.sample_seconds = now_seconds() - t_sample;
-    step_stats(s, rows, t0);
+    double t_end = now_seconds();
+    s->stats.sample_seconds = t_end - t_sample;
+    s->stats.scheduler_seconds += t_sample - t0;
+    step_stats(s, s->step_rows, t_end - s->t_prepare, s->stats.forward_seconds);
+    s->step_rows = s->step_logits = 0;
     return 0;
+}
+
+int scheduler_step(Scheduler *s, Err *err) {
+    SchedBatch b;
+    if (scheduler_prepare(s, &b) == 0) return 0;
+    double t_fw = now_seconds();
+    if (engine_forward(s->e, b.ids, &b.b, b.logit_rows, b.n_logits, b.logits_out, err)) return -1;
+    s->stats.forward_seconds = now_seconds() - t_fw;
+    return scheduler_complete(s, err);
 }

@@ -93,7 +93,8 @@ typedef struct {
 
 typedef struct {
     Engine *e;
-    BlockManager bm;
+    BlockManager *bm;             /* bm_own, or one shared with other schedulers (virtual engines) */
+    BlockManager bm_own;
     SchedOptions o;
     int window;                   /* > 0: every layer is windowed; the widest window */
     SchedRequest **waiting, **running, **finished, **sel; /* queues, sorted by order */
@@ -111,10 +112,28 @@ typedef struct {
     Sampler idle;                 /* greedy; stands in for rows that do not draw */
     struct ThreadPool *pool;      /* samples requests in parallel; NULL: on the caller */
     uint64_t next_order;
+    uint64_t *order_counter;      /* next_order, or one shared with the other virtual engines */
+    uint64_t peers_oldest;        /* the oldest running request of the other virtual engines (UINT64_MAX: none) */
+    int step_rows, step_logits;   /* the step prepared and not yet completed */
+    double t_prepare;             /* when it was prepared */
     SchedStats stats;
 } Scheduler;
 
+/* The rows of a prepared step, for the forward pass: pointers into the
+ * scheduler's arrays, valid until the step is completed. */
+typedef struct {
+    const int32_t *ids;
+    AttnBatch b;
+    const int32_t *logit_rows;
+    int n_logits;
+    float *logits_out;            /* where forward_run copies the logits; NULL: they stay on the device */
+} SchedBatch;
+
 int scheduler_init(Scheduler *s, Engine *e, const SchedOptions *o, Err *err);
+/* Before any submission: draw blocks from bm and submission numbers from
+ * *order_counter, both shared with other schedulers over the same engine
+ * pool (virtual engines: one pool for all of them). */
+void scheduler_share(Scheduler *s, BlockManager *bm, uint64_t *order_counter);
 /* Frees every request still queued (finished ones too). */
 void scheduler_free(Scheduler *s);
 
@@ -124,8 +143,16 @@ void scheduler_free(Scheduler *s);
 SchedRequest *scheduler_submit(Scheduler *s, const int32_t *prompt, int n, const GenParams *p, void *user,
                                Err *err);
 /* Runs one step (nothing when idle). -1 with err only when the forward pass
- * fails: the scheduler cannot go on. */
+ * fails: the scheduler cannot go on. The same as scheduler_prepare, the
+ * engine's forward pass of the batch, scheduler_complete. */
 int scheduler_step(Scheduler *s, Err *err);
+/* Builds the next step (its blocks reserved) into *b; returns its rows, 0
+ * when there is nothing to run now. */
+int scheduler_prepare(Scheduler *s, SchedBatch *b);
+/* After the forward pass of the prepared step (the logits in the engine's
+ * last Forward, or copied to b->logits_out): accepts its rows, samples and
+ * applies the stop conditions. -1 with err when sampling fails. */
+int scheduler_complete(Scheduler *s, Err *err);
 /* No request waiting or running. */
 static inline bool scheduler_idle(const Scheduler *s) { return s->n_waiting == 0 && s->n_running == 0; }
 /* Requests queued, running or finished and not yet popped. */

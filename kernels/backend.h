@@ -95,6 +95,12 @@ struct Backend {
      * when these samplers are beyond it (nothing touched: sample on the
      * host), or -1 with err. */
     int (*sample)(Backend *be, void *logits, int n, Sampler *const *samplers, int32_t *tokens, Err *err);
+    /* Optional (NULL: a pipeline hands buffers over through host memory with
+     * read and write): passes n elements of buf (kind) to the next pipeline
+     * stage's backend / receives them from the previous one's, in the order
+     * of the step's ops (no wait: read waits, and times out on a dead peer). */
+    int (*send_next)(Backend *be, const void *buf, int64_t n, Err *err);
+    int (*recv_prev)(Backend *be, void *buf, int64_t n, Err *err);
     void (*destroy)(Backend *be);
 };
 

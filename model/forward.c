@@ -116,8 +116,8 @@ static void forward_ops(Forward *fw, int T, int n_logits) {
     be->logits(be, fw->logits, fw->last, &w->output, n_logits, c->final_softcap);
 }
 
-int forward_run(Forward *fw, const int32_t *ids, const AttnBatch *b, const int32_t *logit_rows, int n_logits,
-                float *logits_out, Err *err) {
+int forward_launch(Forward *fw, const int32_t *ids, const AttnBatch *b, const int32_t *logit_rows, int n_logits,
+                   Err *err) {
     const ModelConfig *c = fw->cfg;
     Backend *be = fw->be;
     int T = b->n_tokens;
@@ -135,5 +135,16 @@ int forward_run(Forward *fw, const int32_t *ids, const AttnBatch *b, const int32
         forward_ops(fw, rows.T, rows.n_logits);
         be->graph_capture(be, false);
     }
-    return be->read(be, logits_out, fw->logits, logits_out ? (int64_t)n_logits * c->vocab : 0, err);
+    return 0;
+}
+
+int forward_wait(Forward *fw, int n_logits, float *logits_out, Err *err) {
+    Backend *be = fw->be;
+    return be->read(be, logits_out, fw->logits, logits_out ? (int64_t)n_logits * fw->cfg->vocab : 0, err);
+}
+
+int forward_run(Forward *fw, const int32_t *ids, const AttnBatch *b, const int32_t *logit_rows, int n_logits,
+                float *logits_out, Err *err) {
+    if (forward_launch(fw, ids, b, logit_rows, n_logits, err)) return -1;
+    return forward_wait(fw, n_logits, logits_out, err);
 }

@@ -44,5 +44,12 @@ void forward_free(Forward *fw);
  * be->sample or a later be->read. */
 int forward_run(Forward *fw, const int32_t *ids, const AttnBatch *batch, const int32_t *logit_rows, int n_logits,
                 float *logits_out, Err *err);
+/* forward_run in two halves, for a pipeline stage that passes its output on
+ * between them: launch checks the step and issues its ops (on a GPU they
+ * run on after it returns); wait waits for them, copies the logits as
+ * forward_run does and reports the first error of the ops. */
+int forward_launch(Forward *fw, const int32_t *ids, const AttnBatch *batch, const int32_t *logit_rows, int n_logits,
+                   Err *err);
+int forward_wait(Forward *fw, int n_logits, float *logits_out, Err *err);
 
 #endif

@@ -1,5 +1,5 @@
-/* pipeline.c — the stages of a pipeline, run one after another with the
- * hidden state handed over through host memory (parallel/pipeline.h). */
+/* pipeline.c — the stages of a pipeline, a thread each, passing steps on
+ * in launch order (parallel/pipeline.h). */
 #include "parallel/pipeline.h"
 
 #include <stdlib.h>
@@ -15,37 +15,155 @@ int pipeline_slice(Pipeline *p, const Model *m, const StagePlan *plan, Err *err)
     return 0;
 }
 
+/* ---- the queues between stages ---- */
+
+static void queue_push(JobQueue *q, const StageJob *j) {
+    pthread_mutex_lock(&q->mu);
+    q->job[(q->head + q->n++) % STAGE_MAX] = *j;
+    pthread_cond_signal(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+}
+
+/* false when the pipeline stops before a step comes. */
+static bool queue_pop(Pipeline *p, JobQueue *q, StageJob *j) {
+    pthread_mutex_lock(&q->mu);
+    while (q->n == 0 && !p->stopping) pthread_cond_wait(&q->cv, &q->mu);
+    bool got = q->n > 0;
+    if (got) {
+        *j = q->job[q->head];
+        q->head = (q->head + 1) % STAGE_MAX;
+        q->n--;
+    }
+    pthread_mutex_unlock(&q->mu);
+    return got;
+}
+
+static void record_error(Pipeline *p, int s, const Err *e) {
+    pthread_mutex_lock(&p->err_mu);
+    if (!p->failed) {
+        p->failed = true;
+        err_set(&p->err, "pipeline stage %d (%s): %s", s, p->be[s]->name, e->msg);
+    }
+    pthread_mutex_unlock(&p->err_mu);
+}
+
+/* ---- hand-over between neighbours ---- */
+
+static bool linked(const Pipeline *p, int s) { return p->be[s]->send_next && p->be[s + 1]->recv_prev; }
+
+/* Stage s passes x and proj of the job's rows to stage s + 1. */
+static int link_send(Pipeline *p, int s, const StageJob *j, Err *err) {
+    Backend *be = p->be[s];
+    Forward *fw = &p->fw[s];
+    int64_t n = (int64_t)j->b.n_tokens * p->dim;
+    if (linked(p, s)) return be->send_next(be, fw->x, n, err) || be->send_next(be, fw->proj, n, err);
+    return be->read(be, p->x_host[s][j->slot], fw->x, n, err) ||
+           be->read(be, p->proj_host[s][j->slot], fw->proj, n, err);
+}
+
+/* Stage s (> 0) takes them from stage s - 1 into its Forward to. */
+static int link_recv(Pipeline *p, int s, Forward *to, const StageJob *j, Err *err) {
+    Backend *be = p->be[s];
+    int64_t n = (int64_t)j->b.n_tokens * p->dim;
+    if (linked(p, s - 1)) return be->recv_prev(be, to->x, n, err) || be->recv_prev(be, to->proj, n, err);
+    return be->write(be, to->x, p->x_host[s - 1][j->slot], n, err) ||
+           be->write(be, to->proj, p->proj_host[s - 1][j->slot], n, err);
+}
+
+/* A stage before the last: takes a step, runs its layers, passes it on.
+ * The next stage hears of the step before this one waits for its GPU, so
+ * a transfer never waits for a receiver that does not know of it yet. */
+static void *stage_main(void *arg) {
+    StageThread *t = arg;
+    Pipeline *p = t->p;
+    int s = t->stage;
+    StageJob j;
+    while (queue_pop(p, &p->q[s], &j)) {
+        Err err = {{0}};
+        bool launched = false;
+        if (!j.failed) {
+            j.failed = (s > 0 && link_recv(p, s, &p->fw[s], &j, &err)) ||
+                       forward_launch(&p->fw[s], j.ids, &j.b, NULL, 0, &err) || link_send(p, s, &j, &err);
+            launched = !j.failed;
+            if (j.failed) record_error(p, s, &err);
+        }
+        queue_push(&p->q[s + 1], &j);
+        if (launched && forward_wait(&p->fw[s], 0, NULL, &err)) record_error(p, s, &err);
+    }
+    return NULL;
+}
+
+/* ---- start, steps, stop ---- */
+
+static int alloc_handover(Pipeline *p, int s, int max_tokens, Err *err) {
+    size_t bytes = (size_t)max_tokens * p->dim * sizeof(float);
+    for (int k = 0; k < p->plan.n_stages; k++) {
+        p->x_host[s][k] = malloc(bytes);
+        p->proj_host[s][k] = malloc(bytes);
+        if (!p->x_host[s][k] || !p->proj_host[s][k])
+            return err_set(err, "pipeline: out of memory for the host hand-over of %d rows", max_tokens);
+    }
+    return 0;
+}
+
 int pipeline_start(Pipeline *p, int max_tokens, Err *err) {
     int n = p->plan.n_stages;
     for (int s = 0; s < n; s++)
         if (!p->be[s]) return err_set(err, "pipeline: stage %d has no backend", s);
+    p->max_tokens = max_tokens;
+    pthread_mutex_init(&p->err_mu, NULL);
+    for (int s = 0; s < n; s++) {
+        pthread_mutex_init(&p->q[s].mu, NULL);
+        pthread_cond_init(&p->q[s].cv, NULL);
+    }
     for (int s = 0; s < n - 1; s++) {
         if (forward_init(&p->fw[s], &p->sm[s].cfg, p->be[s], max_tokens, err)) return -1;
         p->fw[s].from_prev = s > 0;
         p->fw[s].to_next = true;
+        if (!linked(p, s) && alloc_handover(p, s, max_tokens, err)) return -1;
     }
-    p->x_host = malloc((size_t)max_tokens * p->dim * sizeof *p->x_host);
-    p->proj_host = malloc((size_t)max_tokens * p->dim * sizeof *p->proj_host);
-    if (!p->x_host || !p->proj_host) return err_set(err, "pipeline: out of memory for %d rows of handoff", max_tokens);
+    for (int s = 0; s < n - 1; s++) {
+        p->st[s] = (StageThread){p, s};
+        if (pthread_create(&p->thread[s], NULL, stage_main, &p->st[s]))
+            return err_set(err, "pipeline: cannot start the thread of stage %d", s);
+        p->n_threads++;
+    }
     return 0;
 }
 
-/* x and proj of the step's rows from one stage's Forward to the next's. */
-static int hand_over(Pipeline *p, Forward *from, Forward *to, int64_t T, Err *err) {
-    int64_t n = T * p->dim;
-    if (from->be->read(from->be, p->x_host, from->x, n, err) || from->be->read(from->be, p->proj_host, from->proj, n, err))
-        return -1;
-    return to->be->write(to->be, to->x, p->x_host, n, err) || to->be->write(to->be, to->proj, p->proj_host, n, err);
+int pipeline_launch(Pipeline *p, const int32_t *ids, const AttnBatch *b, const int32_t *logit_rows, int n_logits,
+                    float *logits_out, Err *err) {
+    if (p->in_flight == p->plan.n_stages)
+        return err_set(err, "pipeline: %d steps already in flight (at most one per stage)", p->in_flight);
+    if (b->n_tokens > p->max_tokens)
+        return err_set(err, "pipeline: a step of %d rows; the stages hold %d", b->n_tokens, p->max_tokens);
+    StageJob j = {ids, *b, logit_rows, n_logits, logits_out, p->next_slot, false};
+    p->next_slot = (p->next_slot + 1) % p->plan.n_stages;
+    p->in_flight++;
+    queue_push(&p->q[0], &j);
+    return 0;
+}
+
+int pipeline_finish(Pipeline *p, Forward *last, Err *err) {
+    int ls = p->plan.n_stages - 1;
+    if (p->in_flight == 0) return err_set(err, "pipeline: no step in flight");
+    StageJob j;
+    if (!queue_pop(p, &p->q[ls], &j)) return err_set(err, "pipeline: stopped");
+    p->in_flight--;
+    /* A stage's error is sticky: its GPU state is unknown, so no later step runs. */
+    pthread_mutex_lock(&p->err_mu);
+    bool failed = p->failed;
+    if (failed) *err = p->err;
+    pthread_mutex_unlock(&p->err_mu);
+    if (failed || j.failed) return failed ? -1 : err_set(err, "pipeline: an earlier stage failed");
+    if (link_recv(p, ls, last, &j, err)) return -1;
+    return forward_run(last, j.ids, &j.b, j.logit_rows, j.n_logits, j.logits_out, err);
 }
 
 int pipeline_run(Pipeline *p, Forward *last, const int32_t *ids, const AttnBatch *b, const int32_t *logit_rows,
                  int n_logits, float *logits_out, Err *err) {
-    int n = p->plan.n_stages;
-    for (int s = 0; s < n - 1; s++) {
-        if (forward_run(&p->fw[s], ids, b, logit_rows, 0, NULL, err)) return -1;
-        if (hand_over(p, &p->fw[s], s + 1 < n - 1 ? &p->fw[s + 1] : last, b->n_tokens, err)) return -1;
-    }
-    return forward_run(last, ids, b, logit_rows, n_logits, logits_out, err);
+    if (pipeline_launch(p, ids, b, logit_rows, n_logits, logits_out, err)) return -1;
+    return pipeline_finish(p, last, err);
 }
 
 int pipeline_kv_blocks(const Pipeline *p) {
@@ -56,11 +174,28 @@ int pipeline_kv_blocks(const Pipeline *p) {
 }
 
 void pipeline_free(Pipeline *p) {
-    for (int s = 0; s < p->plan.n_stages - 1; s++) {
+    int n = p->plan.n_stages;
+    for (int s = 0; s < n; s++) {
+        pthread_mutex_lock(&p->q[s].mu);
+        p->stopping = true;
+        pthread_cond_broadcast(&p->q[s].cv);
+        pthread_mutex_unlock(&p->q[s].mu);
+    }
+    for (int s = 0; s < p->n_threads; s++) pthread_join(p->thread[s], NULL);
+    for (int s = 0; s < n - 1; s++) {
         if (p->fw[s].cfg) forward_free(&p->fw[s]);
         if (p->be[s]) p->be[s]->destroy(p->be[s]);
+        for (int k = 0; k < STAGE_MAX; k++) {
+            free(p->x_host[s][k]);
+            free(p->proj_host[s][k]);
+        }
     }
-    free(p->x_host);
-    free(p->proj_host);
+    if (p->max_tokens) {
+        for (int s = 0; s < n; s++) {
+            pthread_mutex_destroy(&p->q[s].mu);
+            pthread_cond_destroy(&p->q[s].cv);
+        }
+        pthread_mutex_destroy(&p->err_mu);
+    }
     memset(p, 0, sizeof *p);
 }

@@ -1,12 +1,16 @@
 /* pipeline.h — a model run as a chain of pipeline stages, one backend each.
  *
  * The engine owns the last stage (its backend samples and its Forward holds
- * the logits); the stages before it live here. A step runs stage 0, then
- * hands the residual stream x (fp32) and the pending sublayer output proj
- * of its rows to stage 1, and so on to the engine's. This version hands
- * them over through host memory, one stage after another (no overlap of
- * stages: every GPU but one idles); NCCL transfers and virtual engines that
- * keep all stages busy are the next steps (issue 6).
+ * the logits); the stages before it live here, each on a thread of its own.
+ * A step goes in at stage 0 (pipeline_launch) and comes out at the last
+ * (pipeline_finish, on the caller's thread); on its way every stage runs its
+ * layers, then passes the residual stream x (fp32) and the pending sublayer
+ * output proj of the step's rows to the next stage: over the backends' own
+ * link (NCCL send/recv on each GPU's stream) where both have one, else
+ * through host memory (read, then write). Up to STAGE_MAX steps may be in
+ * flight, so with one step per virtual engine every stage is busy once the
+ * pipeline fills; every stage runs the steps in launch order, which is what
+ * lets steps of different virtual engines share one KV block pool.
  *
  * Use: pipeline_slice (the stages' model slices), make a backend for each
  * slice into be[s], pipeline_start, engine_init_pipeline.
@@ -14,34 +18,79 @@
 #ifndef CLLM_PIPELINE_H
 #define CLLM_PIPELINE_H
 
+#include <pthread.h>
+#include <stdbool.h>
+
 #include "kernels/backend.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "parallel/stage.h"
 #include "parallel/stage_plan.h"
 
+/* One step on its way through the stages: the caller's arrays, untouched
+ * until the step is finished. */
 typedef struct {
+    const int32_t *ids;
+    AttnBatch b;
+    const int32_t *logit_rows;
+    int n_logits;
+    float *logits_out;
+    int slot;                     /* host hand-over buffers of the step */
+    bool failed;                  /* a stage before failed: the rest skip it */
+} StageJob;
+
+/* The steps waiting for one stage, oldest first. */
+typedef struct {
+    StageJob job[STAGE_MAX];
+    int head, n;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} JobQueue;
+
+typedef struct Pipeline Pipeline;
+
+typedef struct {
+    Pipeline *p;
+    int stage;
+} StageThread;
+
+struct Pipeline {
     StagePlan plan;
     StageModel sm[STAGE_MAX];     /* every stage's slice, the last included */
     Backend *be[STAGE_MAX];       /* every stage's backend; the caller makes them after pipeline_slice */
     Forward fw[STAGE_MAX];        /* stages 0 .. n-2 (the last stage's Forward is the engine's) */
-    float *x_host, *proj_host;    /* [max_tokens][dim] handoff staging */
-    int dim;
-} Pipeline;
+    int dim, max_tokens;
+    JobQueue q[STAGE_MAX];        /* q[s]: steps for stage s; q[n-1]: finished by the caller */
+    float *x_host[STAGE_MAX][STAGE_MAX], *proj_host[STAGE_MAX][STAGE_MAX]; /* [boundary][slot] host hand-over */
+    StageThread st[STAGE_MAX];
+    pthread_t thread[STAGE_MAX];
+    int n_threads;
+    int in_flight, next_slot;
+    bool stopping;
+    pthread_mutex_t err_mu;
+    bool failed;
+    Err err;                      /* the first error of a stage thread */
+};
 
 /* The slices of plan's stages (plan has at least 2). */
 int pipeline_slice(Pipeline *p, const Model *m, const StagePlan *plan, Err *err);
-/* After be[] is set: the Forwards of the stages before the last, and the
- * staging for max_tokens rows. */
+/* After be[] is set: the Forwards of the stages before the last, host
+ * hand-over buffers where two neighbours have no link, and the stage
+ * threads, for steps of up to max_tokens rows. */
 int pipeline_start(Pipeline *p, int max_tokens, Err *err);
-/* Runs one step through the stages before the last and hands x and proj to
- * last (the last stage's Forward, from_prev set), then runs it. Arguments
- * as forward_run's. */
+/* Sends a step into stage 0 and returns (at most STAGE_MAX in flight);
+ * arguments as forward_run's, kept by pointer until pipeline_finish. */
+int pipeline_launch(Pipeline *p, const int32_t *ids, const AttnBatch *b, const int32_t *logit_rows, int n_logits,
+                    float *logits_out, Err *err);
+/* Waits for the oldest step launched to leave the stages before the last,
+ * then runs it on last (the last stage's Forward, from_prev set). */
+int pipeline_finish(Pipeline *p, Forward *last, Err *err);
+/* launch, then finish: one step through every stage. */
 int pipeline_run(Pipeline *p, Forward *last, const int32_t *ids, const AttnBatch *b, const int32_t *logit_rows,
                  int n_logits, float *logits_out, Err *err);
 /* Fewest KV blocks of any stage's backend (the engine's pool). */
 int pipeline_kv_blocks(const Pipeline *p);
-/* Frees the Forwards and the backends of every stage but the last. */
+/* Stops the threads; frees the Forwards and the backends of every stage but the last. */
 void pipeline_free(Pipeline *p);
 
 #endif

@@ -12,7 +12,7 @@
  *     behind the window and still matches. */
 #include <stdint.h>
 
-#include "engine/scheduler.h"
+#include "engine/virtual_engines.h"
 #include "model/model.h"
 #include "tests/test.h"
 
@@ -126,20 +126,30 @@ typedef struct {
     int steps, max_rows, max_seqs, over_budget;
     int64_t preemptions, hits;
     int max_blocks_one;  /* most blocks any running request held */
+    int max_blocks_used; /* most blocks in use at once (all engines) */
+    int max_held[STAGE_MAX]; /* most blocks each virtual engine's requests held at once */
 } Watch;
 
-static void watch_step(const Scheduler *s, Watch *w) {
+static void watch_step(const VirtualEngines *g, Watch *w) {
+    const SchedStats *st = &g->stats;
+    const SchedOptions *o = &g->ve[0].o;
     w->steps++;
-    if (s->stats.n_tokens > w->max_rows) w->max_rows = s->stats.n_tokens;
-    if (s->stats.n_seqs > w->max_seqs) w->max_seqs = s->stats.n_seqs;
-    w->over_budget += s->stats.n_tokens > s->o.max_batched_tokens || s->stats.n_seqs > s->o.max_seqs ||
-                      s->stats.blocks_used > s->stats.blocks_total;
-    for (int i = 0; i < s->n_running; i++) {
-        int held = s->running[i]->bt.n_blocks - s->running[i]->n_dropped;
-        if (held > w->max_blocks_one) w->max_blocks_one = held;
+    if (st->n_tokens > w->max_rows) w->max_rows = st->n_tokens;
+    if (st->n_seqs > w->max_seqs) w->max_seqs = st->n_seqs;
+    if (st->blocks_used > w->max_blocks_used) w->max_blocks_used = st->blocks_used;
+    w->over_budget += st->n_tokens > o->max_batched_tokens || st->n_seqs > o->max_seqs ||
+                      st->blocks_used > st->blocks_total;
+    for (int k = 0; k < g->n; k++) {
+        const Scheduler *s = &g->ve[k];
+        for (int i = 0; i < s->n_running; i++) {
+            int held = s->running[i]->bt.n_blocks - s->running[i]->n_dropped;
+            if (held > w->max_blocks_one) w->max_blocks_one = held;
+        }
+        int held = vengines_blocks_held(g, k);
+        if (held > w->max_held[k]) w->max_held[k] = held;
     }
-    w->preemptions = s->stats.preemptions;
-    w->hits = s->stats.prefix_hit_tokens;
+    w->preemptions = st->preemptions;
+    w->hits = st->prefix_hit_tokens;
 }
 
 /* Compares a finished request with its reference; returns mismatches. */
@@ -163,25 +173,29 @@ static int compare(Case *c, int k) {
     return bad;
 }
 
-/* Submits cases (all at once, or a few per step when `trickle`), steps until
+/* Submits cases (all at once, or a few per step when `trickle`) to n_ve
+ * virtual engines (all to the first one when `first_only`), steps until
  * idle, compares. Returns mismatches; fills w. */
-static int run_scheduled(Engine *e, Case *cs, int n, const SchedOptions *o, uint64_t trickle_seed, Watch *w) {
-    Scheduler s;
+static int run_engines(Engine *e, Case *cs, int n, const SchedOptions *o, uint64_t trickle_seed, int n_ve,
+                       bool first_only, Watch *w) {
+    VirtualEngines g;
     Err err = {{0}};
     memset(w, 0, sizeof *w);
-    if (scheduler_init(&s, e, o, &err)) { printf("  %s\n", err.msg); return 1; }
+    if (vengines_init(&g, e, o, n_ve, &err)) { printf("  %s\n", err.msg); return 1; }
     int next = 0, bad = 0, finished = 0;
     uint64_t seed = trickle_seed;
     while (finished < n && w->steps < 20000) {
         int burst = trickle_seed ? (int)(rng_next(&seed) % 4) : n;
         for (int i = 0; i < burst && next < n; i++, next++) {
-            cs[next].req = scheduler_submit(&s, cs[next].prompt, cs[next].n_prompt, &cs[next].p, &cs[next], &err);
-            if (!cs[next].req) { printf("  submit %d: %s\n", next, err.msg); bad++; finished++; }
+            Case *c = &cs[next];
+            c->req = first_only ? scheduler_submit(&g.ve[0], c->prompt, c->n_prompt, &c->p, c, &err)
+                                : vengines_submit(&g, c->prompt, c->n_prompt, &c->p, c, &err);
+            if (!c->req) { printf("  submit %d: %s\n", next, err.msg); bad++; finished++; }
         }
-        if (scheduler_step(&s, &err)) { printf("  step: %s\n", err.msg); bad++; break; }
-        watch_step(&s, w);
+        if (vengines_step(&g, &err)) { printf("  step: %s\n", err.msg); bad++; break; }
+        watch_step(&g, w);
         SchedRequest *r;
-        while ((r = scheduler_pop_finished(&s))) {
+        while ((r = vengines_pop_finished(&g))) {
             Case *c = r->user;
             bad += compare(c, (int)(c - cs));
             c->req = NULL;
@@ -190,14 +204,21 @@ static int run_scheduled(Engine *e, Case *cs, int n, const SchedOptions *o, uint
         }
     }
     if (finished < n) { printf("  %d of %d requests finished after %d steps\n", finished, n, w->steps); bad++; }
-    if (block_manager_used(&s.bm) != 0 || e->pool.n_free + s.bm.n_lru != e->pool.n_blocks) {
-        printf("  blocks leaked: used %d, free %d + cached %d of %d\n", block_manager_used(&s.bm), e->pool.n_free,
-               s.bm.n_lru, e->pool.n_blocks);
+    const BlockManager *bm = g.ve[0].bm;
+    if (block_manager_used(bm) != 0 || e->pool.n_free + bm->n_lru != e->pool.n_blocks) {
+        printf("  blocks leaked: used %d, free %d + cached %d of %d\n", block_manager_used(bm), e->pool.n_free,
+               bm->n_lru, e->pool.n_blocks);
         bad++;
     }
-    scheduler_free(&s);
+    for (int k = 0; k < g.n; k++)
+        if (vengines_blocks_held(&g, k)) { printf("  engine %d still holds %d blocks\n", k, vengines_blocks_held(&g, k)); bad++; }
+    vengines_free(&g);
     if (e->pool.n_free != e->pool.n_blocks) { printf("  scheduler_free kept %d blocks\n", e->pool.n_blocks - e->pool.n_free); bad++; }
     return bad;
+}
+
+static int run_scheduled(Engine *e, Case *cs, int n, const SchedOptions *o, uint64_t trickle_seed, Watch *w) {
+    return run_engines(e, cs, n, o, trickle_seed, 1, false, w);
 }
 
 static bool quick(void) { return getenv("CLLM_QUICK") != NULL; }
@@ -344,11 +365,81 @@ static void test_submit_errors(void) {
     rig_close(&r);
 }
 
+/* Virtual engines (2 and 3) over one block pool: the same outputs as one
+ * at a time, with an ample cache, a small one (preemption across engines)
+ * and random streams; no block leaked, none held by any engine at the end. */
+static void test_virtual_engines_identical(void) {
+    Rig r;
+    int n = quick() ? 16 : 32;
+    Case *cs = calloc(32, sizeof *cs);
+    if (rig_open(&r, "llama", 20, 256, 64) || prepare(&r, cs, n, 11, 16, true)) {
+        CHECK(0, "setup failed");
+    } else {
+        for (int n_ve = 2; n_ve <= 3; n_ve++) {
+            SchedOptions o = {.max_seqs = 8, .max_batched_tokens = 32};
+            Watch w;
+            int bad = run_engines(&r.e, cs, n, &o, 0, n_ve, false, &w);
+            CHECK(bad == 0 && w.over_budget == 0, "%d engines, 20 blocks: %d mismatches, %d steps over budget", n_ve,
+                  bad, w.over_budget);
+            CHECK(w.preemptions > 0, "%d engines: the small cache should force preemption", n_ve);
+            for (int k = 0; k < n_ve; k++) CHECK(w.max_held[k] > 0, "%d engines: engine %d never ran", n_ve, k);
+            printf("  %d engines: %d steps, %lld preemptions, peak %d of 20 blocks\n", n_ve, w.steps,
+                   (long long)w.preemptions, w.max_blocks_used);
+        }
+    }
+    free(cs);
+    rig_close(&r);
+    int n_streams = quick() ? 3 : 8;
+    for (int st = 0; st < n_streams; st++) {
+        uint64_t seed = 2000 + st;
+        int n_blocks = 20 + (int)(rng_next(&seed) % 40), m = 8 + (int)(rng_next(&seed) % 16);
+        Case *c2 = calloc(m, sizeof *c2);
+        if (rig_open(&r, "llama", n_blocks, 256, 32) || prepare(&r, c2, m, seed, (int)(rng_next(&seed) % 2) * 12, st % 2)) {
+            CHECK(0, "setup failed");
+        } else {
+            SchedOptions o = {.max_seqs = 1 + (int)(rng_next(&seed) % 8),
+                              .max_batched_tokens = 1 + (int)(rng_next(&seed) % 32),
+                              .no_prefix_cache = rng_next(&seed) % 4 == 0};
+            int n_ve = 2 + (int)(rng_next(&seed) % 3);
+            Watch w;
+            int bad = run_engines(&r.e, c2, m, &o, seed | 1, n_ve, false, &w);
+            CHECK(bad == 0 && w.over_budget == 0, "stream %d (%d engines, %d blocks, %d seqs, %d tokens): %d mismatches",
+                  st, n_ve, n_blocks, o.max_seqs, o.max_batched_tokens, bad);
+        }
+        free(c2);
+        rig_close(&r);
+    }
+}
+
+/* Every request on one of two virtual engines: that engine uses the whole
+ * pool (a fixed half per engine would cap it at 10 of 20 blocks). */
+static void test_unbalanced_load_uses_whole_cache(void) {
+    Rig r;
+    int n = quick() ? 12 : 32;
+    Case *cs = calloc(32, sizeof *cs);
+    if (rig_open(&r, "llama", 20, 256, 64) || prepare(&r, cs, n, 11, 16, true)) {
+        CHECK(0, "setup failed");
+    } else {
+        /* no prefix cache: a held block is then held by one request only */
+        SchedOptions o = {.max_seqs = 8, .max_batched_tokens = 32, .no_prefix_cache = true};
+        Watch w;
+        int bad = run_engines(&r.e, cs, n, &o, 0, 2, true, &w);
+        CHECK(bad == 0, "%d mismatches", bad);
+        CHECK(w.max_held[0] >= 18, "the loaded engine held at most %d of 20 blocks", w.max_held[0]);
+        CHECK(w.max_held[1] == 0, "the idle engine held %d blocks", w.max_held[1]);
+        printf("  loaded engine peak %d of 20 blocks (all engines %d)\n", w.max_held[0], w.max_blocks_used);
+    }
+    free(cs);
+    rig_close(&r);
+}
+
 int main(void) {
     RUN(test_same_as_one_at_a_time);
     RUN(test_preemption_identical);
     RUN(test_random_streams);
     RUN(test_window_gives_blocks_back);
     RUN(test_submit_errors);
+    RUN(test_virtual_engines_identical);
+    RUN(test_unbalanced_load_uses_whole_cache);
     TEST_EXIT();
 }
