@@ -173,7 +173,7 @@ static int plan_pipeline(const Model *m, int pp, const char *split, StagePlan *p
 
 static int cmd_info(int argc, char **argv) {
     const char *model = NULL;
-    bool tensors = false;
+    bool tensors = false, dummy = false;
     int kv_tokens = 0, pp = 0;
     const char *pp_split = NULL;
     const Opt opts[] = {
@@ -182,6 +182,7 @@ static int cmd_info(int argc, char **argv) {
         {"--ctx-size", "-c", OPT_INT, &kv_tokens, "tokens of KV cache to size (default: the model's context)"},
         {"--pp", NULL, OPT_INT, &pp, "show the split into N pipeline stages and the memory per GPU"},
         {"--pp-split", NULL, OPT_STR, &pp_split, "layers per stage, comma-separated (default: balanced by bytes)"},
+        {"--dummy-weights", NULL, OPT_FLAG, &dummy, "a folder with config.json only: the shapes, no weights read"},
         {0},
     };
     const char *pos[1];
@@ -189,7 +190,7 @@ static int cmd_info(int argc, char **argv) {
     if (rc) return rc == 1 ? 0 : rc;
     if (n_pos) model = pos[0];
     Model m;
-    if ((rc = load_model("info", model, 0, &m))) return rc;
+    if ((rc = load_model("info", model, dummy ? MODEL_LOAD_DUMMY_WEIGHTS : 0, &m))) return rc;
     const char *tmpl = tokenizer_chat_template(m.tok);
     char family[96];
     snprintf(family, sizeof family, "%s%s", chat_family_name(tmpl ? chat_template_detect(tmpl) : chat_template_guess(m.tok)),
@@ -286,6 +287,7 @@ static int cmd_tokenize(int argc, char **argv) {
     {"--ignore-eos", NULL, OPT_FLAG, &(o)->ignore_eos, "keep generating past end-of-text tokens"},            \
     {"--host-sampling", NULL, OPT_FLAG, &(o)->host_sampling, "draw tokens on the CPU even where the GPU could"}, \
     {"--bf16-weights", NULL, OPT_FLAG, &(o)->bf16_weights, "GPU: dequantize quantized weights to bf16 at load"}, \
+    {"--dummy-weights", NULL, OPT_FLAG, &(o)->dummy_weights, "random weights instead of reading them (a folder with config.json + tokenizer.json; benchmarks)"}, \
     {"--verbose", "-v", OPT_FLAG, &(o)->verbose, "print statistics"}
 
 static int resolve_model(RunOptions *o, char *buf, size_t cap) {
@@ -356,6 +358,7 @@ static int cmd_bench(int argc, char **argv) {
         {"--gpu", NULL, OPT_INT, &o.gpu, "CUDA device to use (default 0)"},
         {"--threads", "-t", OPT_INT, &o.threads, "CPU threads (default: one per core)"},
         {"--bf16-weights", NULL, OPT_FLAG, &o.bf16_weights, "GPU: dequantize quantized weights to bf16 at load"},
+        {"--dummy-weights", NULL, OPT_FLAG, &o.dummy_weights, "random weights instead of reading them (config.json + tokenizer.json)"},
         {"--pp", NULL, OPT_INT, &o.pp, "pipeline stages (one GPU each)"},
         {"--gpus", NULL, OPT_STR, &o.gpus, "the stages' GPUs, comma-separated (default 0,1,...)"},
         {"--prompt-lens", NULL, OPT_STR, &prompt_lens, "prefill lengths, comma-separated (default 512,4096)"},

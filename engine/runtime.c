@@ -7,6 +7,7 @@
 #ifdef CLLM_CUDA
 #include "kernels/cuda/backend_cuda.h"
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/nccl_link.h"
 #endif
 
 void run_options_default(RunOptions *o) {
@@ -18,7 +19,7 @@ void run_options_default(RunOptions *o) {
 
 int runtime_open(Runtime *rt, const RunOptions *o, Err *err) {
     memset(rt, 0, sizeof *rt);
-    if (model_load(&rt->model, o->model, 0, err)) return -1;
+    if (model_load(&rt->model, o->model, o->dummy_weights ? MODEL_LOAD_DUMMY_WEIGHTS : 0, err)) return -1;
     const ModelConfig *c = &rt->model.cfg;
     int ctx = o->ctx_size > 0 ? o->ctx_size : (c->ctx_len < 4096 ? c->ctx_len : 4096);
     int block = 16, n_blocks = (ctx + block - 1) / block + 1;
@@ -73,6 +74,9 @@ void runtime_close(Runtime *rt) {
     engine_free(&rt->engine);
     pipeline_free(&rt->pp);
     if (rt->be) rt->be->destroy(rt->be);
+#ifdef CLLM_CUDA
+    nccl_group_close((NcclGroup *)rt->stage_links);
+#endif
     model_free(&rt->model);
     memset(rt, 0, sizeof *rt);
 }

@@ -29,6 +29,7 @@ typedef struct {
     bool verbose;
     bool host_sampling;           /* draw tokens on the host even where the GPU could */
     bool bf16_weights;            /* GPU: quantized matrices as bf16 too (the path before issue 7; checks) */
+    bool dummy_weights;           /* MODEL_LOAD_DUMMY_WEIGHTS: random weights of the config's shapes (benchmarks) */
 } RunOptions;
 
 void run_options_default(RunOptions *o);
@@ -41,6 +42,7 @@ typedef struct {
     double load_gbps;                 /* weight upload rate to the GPU (0 on the CPU) */
     int64_t kv_tokens;                /* tokens the KV cache holds */
     Pipeline pp;                      /* the stages before the engine's, when o->pp > 1 */
+    void *stage_links;                /* the stages' NCCL communicators (CUDA, distinct GPUs), closed last */
 } Runtime;
 
 /* Loads o->model and builds the backend and engine. Prints nothing. */

@@ -10,6 +10,7 @@
 #ifdef CLLM_CUDA
 #include "kernels/cuda/backend_cuda.h"
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/nccl_link.h"
 #endif
 
 /* The GPU of each stage: the --gpus list, or 0, 1, ... */
@@ -50,6 +51,27 @@ static Backend *stage_backend(const RunOptions *o, const StageModel *sm, int dev
     return backend_cpu_create(&sm->cfg, &sm->w, o->threads, block, n_blocks, err);
 }
 
+/* CUDA stages on distinct GPUs pass hidden states over NCCL; others (CPU
+ * stages, two stages on one GPU) through host memory. */
+static int link_stages(Runtime *rt, const RunOptions *o, const int *dev, int n_gpus, Err *err) {
+#ifdef CLLM_CUDA
+    if (o->cpu || n_gpus == 0) return 0;
+    for (int i = 0; i < o->pp; i++)
+        for (int j = 0; j < i; j++)
+            if (dev[i] == dev[j]) return 0;
+    const char *t = getenv("CLLM_PP_TIMEOUT");
+    double timeout = t && atof(t) > 0 ? atof(t) : 60.0;
+    NcclGroup *g = nccl_group_open(dev, o->pp, timeout, err);
+    if (!g) return -1;
+    rt->stage_links = g;
+    for (int s = 0; s < o->pp; s++)
+        if (backend_cuda_link(rt->pp.be[s], g, s, err)) return -1;
+#else
+    (void)rt, (void)o, (void)dev, (void)n_gpus, (void)err;
+#endif
+    return 0;
+}
+
 static int open_stages(Runtime *rt, const RunOptions *o, int ctx, int block, int chunk, Err *err) {
     const ModelConfig *c = &rt->model.cfg;
     if (o->pp > STAGE_MAX || o->pp > c->n_layers)
@@ -71,6 +93,7 @@ static int open_stages(Runtime *rt, const RunOptions *o, int ctx, int block, int
         rt->pp.be[s] = stage_backend(o, &rt->pp.sm[s], dev[s], n_gpus, ctx, block, chunk, n_blocks, err);
         if (!rt->pp.be[s]) return stage_failed(err, s, &plan);
     }
+    if (link_stages(rt, o, dev, n_gpus, err)) return -1;
     if (pipeline_kv_blocks(&rt->pp) < n_blocks)
         return err_set(err, "--pp %d: a stage's KV cache holds only %d tokens; use a smaller --ctx-size", o->pp,
                        (pipeline_kv_blocks(&rt->pp) - 1) * block);
@@ -84,6 +107,10 @@ int runtime_open_pipeline(Runtime *rt, const RunOptions *o, int ctx, int block, 
         Backend *tail = last >= 0 && last < STAGE_MAX ? rt->pp.be[last] : NULL;
         pipeline_free(&rt->pp);
         if (tail) tail->destroy(tail);
+#ifdef CLLM_CUDA
+        nccl_group_close((NcclGroup *)rt->stage_links);
+        rt->stage_links = NULL;
+#endif
         model_free(&rt->model);
         return -1;
     }

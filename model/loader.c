@@ -24,6 +24,42 @@ static const TensorInfo *model_find(const Model *m, const char *name) {
     return m->is_gguf ? gguf_find_tensor(&m->gguf, name) : safetensors_find(&m->st, name);
 }
 
+/* The shared random bf16 values of dummy tensors, grown to the largest
+ * (uniform with the std 0.02 of a Llama init; a fixed seed). A smaller
+ * buffer stays alive: tensors bound earlier point into it. */
+static int dummy_reserve(Model *m, uint64_t bytes, Err *err) {
+    if (bytes <= m->dummy_bytes) return 0;
+    uint16_t *d = malloc(bytes);
+    if (!d) return err_set(err, "%s: out of memory for %llu bytes of dummy weights", m->path, (unsigned long long)bytes);
+    if (model_own(m, d, err)) return -1;
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (uint64_t i = 0; i < bytes / 2; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        float f = ((float)(x >> 40) / (float)(1 << 24) * 2.0f - 1.0f) * 0.0346f; /* std 0.02 */
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        d[i] = (uint16_t)(u >> 16);
+    }
+    m->dummy_data = d;
+    m->dummy_bytes = bytes;
+    return 0;
+}
+
+/* A dummy tensor of shape want (bf16): a TensorInfo the model owns. */
+static const TensorInfo *dummy_tensor(Model *m, const char *name, const uint64_t want[TENSOR_MAX_DIMS], Err *err) {
+    TensorInfo *t = calloc(1, sizeof *t);
+    char *nm = strdup(name);
+    if (model_own(m, t, err) || model_own(m, nm, err)) return NULL;
+    t->name = nm;
+    t->n_dims = want[2] > 1 ? 3 : want[1] > 1 ? 2 : 1;
+    memcpy(t->ne, want, sizeof t->ne);
+    t->type = DT_BF16;
+    t->nbytes = tensor_nelems(t) * 2;
+    if (dummy_reserve(m, t->nbytes, err)) return NULL;
+    t->data = m->dummy_data;
+    return t;
+}
+
 uint64_t model_tensor_count(const Model *m) { return m->is_gguf ? m->gguf.n_tensors : m->st.n_tensors; }
 
 const TensorInfo *model_tensor_at(const Model *m, uint64_t i) {
@@ -49,15 +85,16 @@ static int model_to_f32(Model *m, WeightRef *w, Err *err) {
  * directly. */
 static int model_bind(Model *m, WeightRef *w, const char *name, int64_t n_mats, int64_t rows, int64_t cols,
                       bool required, Err *err) {
-    const TensorInfo *t = model_find(m, name);
+    uint64_t want[TENSOR_MAX_DIMS] = {(uint64_t)cols, (uint64_t)rows, (uint64_t)n_mats, 1};
+    if (rows == 1) { want[1] = n_mats; want[2] = 1; }
+    const TensorInfo *t = !m->dummy ? model_find(m, name) : required ? dummy_tensor(m, name, want, err) : NULL;
     memset(w, 0, sizeof *w);
+    if (m->dummy && required && !t) return -1;
     if (!t) {
         if (!required) return 0;
         return err_set(err, "%s: tensor '%s' is missing (needed by the %s architecture)", m->path, name,
                        arch_name(m->cfg.arch));
     }
-    uint64_t want[TENSOR_MAX_DIMS] = {(uint64_t)cols, (uint64_t)rows, (uint64_t)n_mats, 1};
-    if (rows == 1) { want[1] = n_mats; want[2] = 1; }
     if (memcmp(want, t->ne, sizeof want) != 0)
         return err_set(err, "%s: tensor '%s' has shape [%llu, %llu, %llu, %llu] (innermost first), expected "
                        "[%llu, %llu, %llu, 1]", m->path, name, (unsigned long long)t->ne[0],
@@ -191,7 +228,13 @@ static bool file_has_gguf_magic(const char *p) {
 }
 
 static int model_open_hf(Model *m, int flags, Err *err) {
-    if (safetensors_open(&m->st, m->path, err)) return -1;
+    if (m->dummy) {
+        if (!path_is_dir(m->path)) return err_set(err, "%s: dummy weights need a folder with config.json", m->path);
+        m->st.dir = strdup(m->path);
+        if (!m->st.dir) return err_set(err, "out of memory");
+    } else if (safetensors_open(&m->st, m->path, err)) {
+        return -1;
+    }
     char cfg_path[4096], tok_path[4096], tokcfg_path[4096];
     snprintf(cfg_path, sizeof cfg_path, "%s/config.json", m->st.dir);
     Json *cj = json_parse_file(cfg_path, err);
@@ -224,6 +267,9 @@ int model_load(Model *m, const char *path, int flags, Err *err) {
     int rc;
     if (!path_is_dir(path) && !path_is_file(path)) {
         rc = err_set(err, "%s: no such file or folder", path);
+    } else if (flags & MODEL_LOAD_DUMMY_WEIGHTS) {
+        m->dummy = true;
+        rc = model_open_hf(m, flags, err);
     } else if (path_is_file(path) && file_has_gguf_magic(path)) {
         m->is_gguf = true;
         rc = model_open_gguf(m, flags, err);

@@ -29,9 +29,17 @@ typedef struct {
     int n_owned, cap_owned;
     uint64_t n_params;         /* elements of every bound tensor */
     uint64_t weight_bytes;     /* bytes of every bound tensor as stored */
+    bool dummy;                /* MODEL_LOAD_DUMMY_WEIGHTS: weights made up, no file read */
+    void *dummy_data;          /* the random bf16 values dummy tensors point at (owned) */
+    uint64_t dummy_bytes;
 } Model;
 
-enum { MODEL_LOAD_NO_TOKENIZER = 1 };
+/* MODEL_LOAD_DUMMY_WEIGHTS: a safetensors folder without weight files
+ * (config.json and tokenizer.json only): every required tensor gets its
+ * shape in bf16 and points at one shared buffer of random values (so all
+ * layers are equal), optional ones are absent. For benchmarks of shapes too
+ * big for the disk (vLLM's --load-format dummy); the outputs mean nothing. */
+enum { MODEL_LOAD_NO_TOKENIZER = 1, MODEL_LOAD_DUMMY_WEIGHTS = 2 };
 
 int model_load(Model *m, const char *path, int flags, Err *err);
 void model_free(Model *m);

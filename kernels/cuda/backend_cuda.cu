@@ -47,6 +47,7 @@ extern "C" { /* C headers of the engine: C linkage */
 #include "kernels/cuda/backend_cuda.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.cuh"
+#include "kernels/cuda/nccl_link.cuh"
 #include "kernels/cuda/quant.cuh"
 #include "kernels/cuda/sampling.cuh"
 
@@ -123,6 +124,8 @@ typedef struct {
     bool graphs_on;
     int bucket;                  /* this step's graph bucket, -1: none */
     cudaGraphExec_t graph[N_BUCKETS];
+    NcclGroup *link;             /* pipeline stage: NCCL to its neighbours (backend_cuda_link), or NULL */
+    int link_rank;
     char name[16];               /* "cuda:N" */
     Err err;                     /* first error inside a void op; reported by read() */
     bool failed;
@@ -858,7 +861,10 @@ static int cuda_be_read(Backend *be, float *host, const void *buf, int64_t n, Er
     void *dst = tmp ? (void *)tmp : (void *)host;
     size_t bytes = n * (tmp ? sizeof(bf16) : sizeof(float));
     if (!cb->failed && n > 0) op_fail(cb, cudaMemcpyAsync(dst, buf, bytes, cudaMemcpyDeviceToHost, cb->stream), "read");
-    if (!cb->failed) op_fail(cb, cudaStreamSynchronize(cb->stream), "step");
+    if (!cb->failed && cb->link) { /* a stage: its transfers may wait on a peer, so wait with a deadline */
+        Err e = {};
+        if (nccl_link_wait(cb->link, cb->link_rank, cb->stream, &e)) { cb->failed = true; cb->err = e; }
+    } else if (!cb->failed) op_fail(cb, cudaStreamSynchronize(cb->stream), "step");
     for (int64_t i = 0; tmp && !cb->failed && i < n; i++) host[i] = __bfloat162float(tmp[i]);
     free(tmp);
     if (cb->failed) { *err = cb->err; return -1; }
@@ -903,6 +909,38 @@ static int cuda_be_sample(Backend *be, void *logits, int n, Sampler *const *samp
     CUDA_CHECK(cudaStreamSynchronize(cb->stream), err);
     gpu_sampler_finish(&cb->sampler, samplers, n);
     memcpy(tokens, cb->sampler.h_out, n * sizeof(int32_t));
+    return 0;
+}
+
+/* ---------- pipeline links (nccl_link.h) ---------- */
+
+static void cuda_destroy(Backend *be);
+
+static int cuda_be_send_next(Backend *be, const void *buf, int64_t n, Err *err) {
+    CudaBackend *cb = cb_use(be);
+    const Buf *b = buf_of(cb, buf);
+    if (!b || n > b->n) return err_set(err, "cuda: send of %lld values from an unknown buffer", (long long)n);
+    if (cb->failed) { *err = cb->err; return -1; }
+    return nccl_link_send(cb->link, cb->link_rank, buf, (size_t)n, b->kind == BUF_ACT, cb->link_rank + 1, cb->stream,
+                          err);
+}
+
+static int cuda_be_recv_prev(Backend *be, void *buf, int64_t n, Err *err) {
+    CudaBackend *cb = cb_use(be);
+    const Buf *b = buf_of(cb, buf);
+    if (!b || n > b->n) return err_set(err, "cuda: receive of %lld values into an unknown buffer", (long long)n);
+    if (cb->failed) { *err = cb->err; return -1; }
+    return nccl_link_recv(cb->link, cb->link_rank, buf, (size_t)n, b->kind == BUF_ACT, cb->link_rank - 1, cb->stream,
+                          err);
+}
+
+extern "C" int backend_cuda_link(Backend *be, NcclGroup *g, int rank, Err *err) {
+    if (!be || be->destroy != cuda_destroy) return err_set(err, "nccl: stage %d is not on a CUDA backend", rank);
+    CudaBackend *cb = cb_of(be);
+    cb->link = g;
+    cb->link_rank = rank;
+    be->send_next = cuda_be_send_next;
+    be->recv_prev = cuda_be_recv_prev;
     return 0;
 }
 

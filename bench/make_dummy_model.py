@@ -1,0 +1,43 @@
+#!/usr/bin/env python3
+"""make_dummy_model.py — a model folder with config.json and the benchmark
+tokenizer but no weight files, for `cllm ... --dummy-weights` (random weights
+of the config's shapes, made in memory): shapes too big for the disk of the
+GPU machine (a Llama-3-70B in bf16 is 141 GB).
+
+    python3 bench/make_dummy_model.py llama3-70b /tmp/l70
+    python3 bench/make_dummy_model.py llama3.1-405b /tmp/l405
+"""
+import argparse
+import json
+import os
+
+from bench_tokenizer import make_tokenizer
+
+# Published sizes (Meta-Llama-3-70B, Meta-Llama-3.1-405B config.json).
+SHAPES = {
+    "llama3-70b": dict(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
+                       num_key_value_heads=8),
+    "llama3.1-405b": dict(hidden_size=16384, intermediate_size=53248, num_hidden_layers=126, num_attention_heads=128,
+                          num_key_value_heads=8),
+}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("shape", choices=sorted(SHAPES))
+    ap.add_argument("out", help="folder to write (created)")
+    a = ap.parse_args()
+    vocab = 128256
+    tok, tok_cfg, bos, eos = make_tokenizer(vocab)
+    cfg = dict(architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=vocab, max_position_embeddings=8192,
+               rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=False, hidden_act="silu",
+               torch_dtype="bfloat16", bos_token_id=bos, eos_token_id=eos, **SHAPES[a.shape])
+    os.makedirs(a.out, exist_ok=True)
+    for name, obj in (("config.json", cfg), ("tokenizer.json", tok), ("tokenizer_config.json", tok_cfg)):
+        with open(os.path.join(a.out, name), "w") as f:
+            json.dump(obj, f)
+    print(f"{a.out}: {a.shape} config and tokenizer, no weights (run cllm with --dummy-weights)")
+
+
+if __name__ == "__main__":
+    main()

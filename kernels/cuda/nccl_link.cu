@@ -1,0 +1,154 @@
+/* nccl_link.cu — NCCL communicators and point-to-point transfers between
+ * pipeline stages (see nccl_link.h). */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <nccl.h>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/nccl_link.cuh"
+
+#define MAX_RANKS 64
+
+struct NcclGroup {
+    int n;                        /* ranks */
+    ncclComm_t comm[MAX_RANKS];   /* NULL for ranks of other processes */
+    int device[MAX_RANKS];
+    double timeout_s;
+    bool aborted;
+};
+
+#define NCCL_CHECK(stmt, err)                                                                                  \
+    do {                                                                                                       \
+        ncclResult_t r_ = (stmt);                                                                              \
+        if (r_ != ncclSuccess)                                                                                 \
+            return err_set((err), "NCCL error '%s' in %s at %s:%d", ncclGetErrorString(r_), #stmt, __FILE__, \
+                           __LINE__);                                                                          \
+    } while (0)
+
+static double seconds_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+extern "C" NcclGroup *nccl_group_open(const int *devs, int n, double timeout_s, Err *err) {
+    if (n < 2 || n > MAX_RANKS) { err_set(err, "nccl: %d ranks (2..%d)", n, MAX_RANKS); return NULL; }
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < i; j++)
+            if (devs[i] == devs[j]) { err_set(err, "nccl: GPU %d given to two stages", devs[i]); return NULL; }
+    NcclGroup *g = (NcclGroup *)calloc(1, sizeof *g);
+    if (!g) { err_set(err, "out of memory"); return NULL; }
+    g->n = n;
+    g->timeout_s = timeout_s;
+    memcpy(g->device, devs, n * sizeof *devs);
+    ncclResult_t r = ncclCommInitAll(g->comm, n, devs);
+    if (r != ncclSuccess) {
+        err_set(err, "NCCL: cannot connect the stage GPUs: %s", ncclGetErrorString(r));
+        free(g);
+        return NULL;
+    }
+    return g;
+}
+
+extern "C" int nccl_unique_id(unsigned char id[CLLM_NCCL_ID_BYTES], Err *err) {
+    ncclUniqueId u;
+    static_assert(sizeof u == CLLM_NCCL_ID_BYTES, "ncclUniqueId size");
+    NCCL_CHECK(ncclGetUniqueId(&u), err);
+    memcpy(id, &u, sizeof u);
+    return 0;
+}
+
+extern "C" NcclGroup *nccl_group_join(const unsigned char id[CLLM_NCCL_ID_BYTES], int rank, int n, int device,
+                                      double timeout_s, Err *err) {
+    if (n < 2 || n > MAX_RANKS || rank < 0 || rank >= n) {
+        err_set(err, "nccl: rank %d of %d", rank, n);
+        return NULL;
+    }
+    NcclGroup *g = (NcclGroup *)calloc(1, sizeof *g);
+    if (!g) { err_set(err, "out of memory"); return NULL; }
+    g->n = n;
+    g->timeout_s = timeout_s;
+    g->device[rank] = device;
+    ncclUniqueId u;
+    memcpy(&u, id, sizeof u);
+    cudaError_t ce = cudaSetDevice(device);
+    ncclResult_t r = ce == cudaSuccess ? ncclCommInitRank(&g->comm[rank], n, u, rank) : ncclInvalidUsage;
+    if (r != ncclSuccess) {
+        err_set(err, "NCCL: rank %d of %d cannot join on GPU %d: %s", rank, n, device,
+                ce != cudaSuccess ? cudaGetErrorString(ce) : ncclGetErrorString(r));
+        free(g);
+        return NULL;
+    }
+    return g;
+}
+
+extern "C" void nccl_group_close(NcclGroup *g) {
+    if (!g) return;
+    for (int i = 0; i < g->n; i++) {
+        if (!g->comm[i] || g->aborted) continue; /* aborted ones are gone */
+        cudaSetDevice(g->device[i]);
+        ncclCommDestroy(g->comm[i]);
+    }
+    free(g);
+}
+
+static int comm_of(NcclGroup *g, int rank, int peer, ncclComm_t *c, Err *err) {
+    if (g->aborted) return err_set(err, "NCCL: the stage link was aborted after an earlier failure");
+    if (rank < 0 || rank >= g->n || !g->comm[rank] || peer < 0 || peer >= g->n)
+        return err_set(err, "NCCL: no link from rank %d to rank %d", rank, peer);
+    *c = g->comm[rank];
+    return 0;
+}
+
+int nccl_link_send(NcclGroup *g, int rank, const void *buf, size_t n, bool bf16, int peer, cudaStream_t s, Err *err) {
+    ncclComm_t c = NULL;
+    if (comm_of(g, rank, peer, &c, err)) return -1;
+    NCCL_CHECK(ncclSend(buf, n, bf16 ? ncclBfloat16 : ncclFloat32, peer, c, s), err);
+    return 0;
+}
+
+int nccl_link_recv(NcclGroup *g, int rank, void *buf, size_t n, bool bf16, int peer, cudaStream_t s, Err *err) {
+    ncclComm_t c = NULL;
+    if (comm_of(g, rank, peer, &c, err)) return -1;
+    NCCL_CHECK(ncclRecv(buf, n, bf16 ? ncclBfloat16 : ncclFloat32, peer, c, s), err);
+    return 0;
+}
+
+/* Aborting every communicator of the group ends the transfers still
+ * waiting on a peer (their kernels return), so the streams drain. */
+static void group_abort(NcclGroup *g) {
+    if (g->aborted) return;
+    g->aborted = true;
+    for (int i = 0; i < g->n; i++)
+        if (g->comm[i]) ncclCommAbort(g->comm[i]);
+}
+
+int nccl_link_wait(NcclGroup *g, int rank, cudaStream_t s, Err *err) {
+    double deadline = seconds_now() + g->timeout_s;
+    for (long spins = 0;; spins++) {
+        cudaError_t e = cudaStreamQuery(s);
+        if (e == cudaSuccess) return 0;
+        if (e != cudaErrorNotReady) CUDA_CHECK(e, err);
+        ncclResult_t async = ncclSuccess;
+        if (!g->aborted && g->comm[rank] && ncclCommGetAsyncError(g->comm[rank], &async) == ncclSuccess && async != ncclSuccess &&
+            async != ncclInProgress) {
+            group_abort(g);
+            return err_set(err, "NCCL error on the link of stage %d (GPU %d): %s; communicators aborted", rank,
+                           g->device[rank], ncclGetErrorString(async));
+        }
+        if (g->aborted) return err_set(err, "stage %d (GPU %d): the stage link was aborted (another stage failed)", rank, g->device[rank]);
+        if (seconds_now() > deadline) {
+            group_abort(g);
+            return err_set(err,
+                           "stage %d (GPU %d) waited more than %.0f s for a transfer: a peer stage died or hangs; "
+                           "NCCL communicators aborted (CLLM_PP_TIMEOUT sets the limit)",
+                           rank, g->device[rank], g->timeout_s);
+        }
+        if (spins > 1000) {
+            struct timespec ts = {0, 20000}; /* 20 us: after a first busy stretch, do not burn a core */
+            nanosleep(&ts, NULL);
+        }
+    }
+}

@@ -1,0 +1,45 @@
+/* nccl_link.h — NCCL communicators between the pipeline stages (issue 6).
+ *
+ * One process, a thread per GPU: nccl_group_open makes one communicator
+ * per stage GPU (ncclCommInitAll; rank = stage). One process per GPU
+ * (several hosts): every process calls nccl_group_join with the same
+ * unique id (made by rank 0 with nccl_unique_id and shared by
+ * parallel/rendezvous.c) and holds its own rank only.
+ * backend_cuda_link then gives a stage's CUDA backend its send_next /
+ * recv_prev ops: ncclSend / ncclRecv on the backend's stream, and a `read`
+ * that waits for the stream with a deadline: a peer that died or hangs
+ * makes it abort the communicator and fail with a message, never hang.
+ */
+#ifndef CLLM_NCCL_LINK_H
+#define CLLM_NCCL_LINK_H
+
+#include <stddef.h>
+
+#include "kernels/backend.h"
+#include "model/err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CLLM_NCCL_ID_BYTES 128
+
+typedef struct NcclGroup NcclGroup;
+
+/* Communicators of ranks 0..n-1 on devs (distinct GPUs of this process). */
+NcclGroup *nccl_group_open(const int *devs, int n, double timeout_s, Err *err);
+/* Rank `rank` of n processes, all given the same id; device: this rank's GPU. */
+int nccl_unique_id(unsigned char id[CLLM_NCCL_ID_BYTES], Err *err);
+NcclGroup *nccl_group_join(const unsigned char id[CLLM_NCCL_ID_BYTES], int rank, int n, int device,
+                           double timeout_s, Err *err);
+void nccl_group_close(NcclGroup *g);
+
+/* Makes be (a CUDA backend, rank `rank` of g) send to rank + 1 and receive
+ * from rank - 1. */
+int backend_cuda_link(Backend *be, NcclGroup *g, int rank, Err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

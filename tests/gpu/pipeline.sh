@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# tests/gpu/pipeline.sh — issue 6 on a machine with two GPUs: --pp 2 against
+# one GPU (checks), then the pipeline benchmarks (single-stream decode,
+# 1000-prompt throughput, a Llama-3-70B shape that does not fit one GPU).
+# Prints a table last; the benchmark sections go to $OUT/BENCH-pipeline.md.
+#   tests/gpu/pipeline.sh [BIN_DIR]    (default build/gpu)
+# Environment: OUT (default /tmp), CHECK_MODELS (random models, default
+# /tmp/cllm-check-models), PP_BENCH=0 skips the benchmarks, PP_N (prompts of
+# the throughput run, default 1000).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+BIN=${1:-build/gpu}
+OUT=${OUT:-/tmp}
+MODELS=${CHECK_MODELS:-/tmp/cllm-check-models}
+export CLLM_FIXTURES=$PWD/tests/fixtures
+mkdir -p "$OUT" "$MODELS"
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+declare -a rows
+run_check() { # name, command...
+    local name=$1; shift
+    local log="$OUT/$name.log" t0=$(date +%s%N)
+    "$@" > "$log" 2>&1; local rc=$?
+    local secs=$(( ($(date +%s%N) - t0) / 1000000 ))
+    grep -E '^#|^not ok|^ok|identical|error|ERROR' "$log" | head -20
+    rows+=("$(printf '%-30s rc=%-3s %7sms' "$name" "$rc" "$secs")")
+}
+[ -d "$MODELS/llama3-8b" ] || python3 bench/make_model.py llama3-8b "$MODELS/llama3-8b" > "$OUT/make-8b.log" 2>&1
+for i in $(seq 1 64); do echo "prompt $i: the quick brown fox $((i * 7919 % 1000)) jumps"; done > "$OUT/prompts.txt"
+head -16 "$OUT/prompts.txt" > "$OUT/prompts16.txt"
+
+# One request per step on both sides (--max-seqs 1): the same rows through
+# the same kernels, so --pp 2 (NCCL hand-over, two virtual engines) must give
+# exactly one GPU's tokens. Then batched both ways: the virtual engines split
+# the batch differently, so bf16 batch effects may flip near-ties: reported.
+same_check() { # model, prompts, extra args of the --pp 2 run
+    local m=$1 p=$2; shift 2
+    "$BIN/cllm" generate -m "$m" -i "$p" --temp 0 -n 32 --ignore-eos --max-seqs 1 -o "$OUT/pp1.jsonl" &&
+        "$BIN/cllm" generate -m "$m" -i "$p" --temp 0 -n 32 --ignore-eos --max-seqs 1 --pp 2 -v "$@" \
+            -o "$OUT/pp2.jsonl" 2> "$OUT/pp2.err" &&
+        grep -E "stage [01] on cuda" "$OUT/pp2.err" &&
+        grep "done (" "$OUT/pp2.err" | tail -1 | grep -E "KV 0/" &&
+        python3 tests/gpu/compare_generate.py "$OUT/pp2.jsonl" "$OUT/pp1.jsonl" 1.0 --min-identical 1.0
+}
+pp_same() {
+    local m
+    for m in tests/fixtures/tiny/llama.gguf tests/fixtures/tiny/gemma2.gguf tests/fixtures/tiny/gpt-oss.gguf; do
+        echo "# $m"; same_check "$m" "$OUT/prompts.txt" || return 1
+    done
+    echo "# llama3-8b shape"; same_check "$MODELS/llama3-8b" "$OUT/prompts16.txt" || return 1
+    echo "# llama3-8b shape, stages on GPUs 1,0"; same_check "$MODELS/llama3-8b" "$OUT/prompts16.txt" --gpus 1,0
+}
+run_check pp2_same_as_one_gpu pp_same
+pp_batched() {
+    "$BIN/cllm" generate -m "$MODELS/llama3-8b" -i "$OUT/prompts.txt" --temp 0 -n 64 --ignore-eos -o "$OUT/b1.jsonl" &&
+        "$BIN/cllm" generate -m "$MODELS/llama3-8b" -i "$OUT/prompts.txt" --temp 0 -n 64 --ignore-eos --pp 2 \
+            -o "$OUT/b2.jsonl" && python3 tests/gpu/compare_generate.py "$OUT/b2.jsonl" "$OUT/b1.jsonl" 0.5
+}
+run_check pp2_batched_vs_one_gpu pp_batched
+printf 'Hello\n/quit\n' > "$OUT/turn.txt"
+run_check pp2_chat sh -c "$BIN/cllm chat -m tests/fixtures/tiny/llama.gguf --temp 0 -n 8 --pp 2 < $OUT/turn.txt && echo 'ok - chat --pp 2'"
+
+if [ "${PP_BENCH:-1}" != 0 ]; then
+    B=$OUT/BENCH-pipeline.md
+    : > "$B"
+    bench_decode() {
+        for pp in 1 2; do
+            echo "### --pp $pp" >> "$B"
+            "$BIN/cllm" bench -m "$MODELS/llama3-8b" --pp $pp --prompt-lens 512 --ctx 128,4096 >> "$B" || return 1
+        done
+    }
+    run_check bench_decode_8b bench_decode
+    tp() {
+        CLLM=$BIN/cllm OUT=$OUT/tp1 bench/throughput.sh "$MODELS/llama3-8b" "${PP_N:-1000}" 1 >> "$B" &&
+            CLLM=$BIN/cllm OUT=$OUT/tp2 THROUGHPUT_ARGS="--pp 2" bench/throughput.sh "$MODELS/llama3-8b" "${PP_N:-1000}" 1 >> "$B"
+    }
+    run_check bench_throughput_pp tp
+    l70() {
+        python3 bench/make_dummy_model.py llama3-70b "$MODELS/llama3-70b" &&
+            "$BIN/cllm" info "$MODELS/llama3-70b" --dummy-weights --pp 2 >> "$B" &&
+            "$BIN/cllm" bench -m "$MODELS/llama3-70b" --dummy-weights --pp 2 --prompt-lens 512 --ctx 128 >> "$B"
+    }
+    run_check bench_70b_pp2 l70
+fi
+
+echo
+echo "== summary"
+for r in "${rows[@]}"; do echo "$r"; done
