@@ -71,24 +71,30 @@ static int link_recv(Pipeline *p, int s, Forward *to, const StageJob *j, Err *er
 }
 
 /* A stage before the last: takes a step, runs its layers, passes it on.
- * The next stage hears of the step before this one waits for its GPU, so
- * a transfer never waits for a receiver that does not know of it yet. */
+ * Over a device link the next stage hears of the step BEFORE this one
+ * sends (NCCL may block a send until the receiver joins it, e.g. while the
+ * first transfer sets up the connection), and before this one waits for its
+ * GPU; through host memory the data is in place before it hears. */
 static void *stage_main(void *arg) {
     StageThread *t = arg;
     Pipeline *p = t->p;
     int s = t->stage;
+    bool device_link = linked(p, s);
     StageJob j;
     while (queue_pop(p, &p->q[s], &j)) {
         Err err = {{0}};
         bool launched = false;
         if (!j.failed) {
             j.failed = (s > 0 && link_recv(p, s, &p->fw[s], &j, &err)) ||
-                       forward_launch(&p->fw[s], j.ids, &j.b, NULL, 0, &err) || link_send(p, s, &j, &err);
+                       forward_launch(&p->fw[s], j.ids, &j.b, NULL, 0, &err) ||
+                       (!device_link && link_send(p, s, &j, &err));
             launched = !j.failed;
             if (j.failed) record_error(p, s, &err);
         }
         queue_push(&p->q[s + 1], &j);
-        if (launched && forward_wait(&p->fw[s], 0, NULL, &err)) record_error(p, s, &err);
+        /* a failed send leaves the receiver waiting: its deadline ends that */
+        if (launched && device_link && link_send(p, s, &j, &err)) record_error(p, s, &err);
+        else if (launched && forward_wait(&p->fw[s], 0, NULL, &err)) record_error(p, s, &err);
     }
     return NULL;
 }

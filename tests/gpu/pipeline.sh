@@ -13,7 +13,9 @@ BIN=${1:-build/gpu}
 OUT=${OUT:-/tmp}
 MODELS=${CHECK_MODELS:-/tmp/cllm-check-models}
 export CLLM_FIXTURES=$PWD/tests/fixtures
+export CLLM_PP_TIMEOUT=${CLLM_PP_TIMEOUT:-30}  # a stage waiting longer on a peer fails instead of hanging
 mkdir -p "$OUT" "$MODELS"
+rm -f "$OUT/pp_ok"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 declare -a rows
 run_check() { # name, command...
@@ -34,8 +36,8 @@ head -16 "$OUT/prompts.txt" > "$OUT/prompts16.txt"
 # the batch differently, so bf16 batch effects may flip near-ties: reported.
 same_check() { # model, prompts, extra args of the --pp 2 run
     local m=$1 p=$2; shift 2
-    "$BIN/cllm" generate -m "$m" -i "$p" --temp 0 -n 32 --ignore-eos --max-seqs 1 -o "$OUT/pp1.jsonl" &&
-        "$BIN/cllm" generate -m "$m" -i "$p" --temp 0 -n 32 --ignore-eos --max-seqs 1 --pp 2 -v "$@" \
+    timeout 120 "$BIN/cllm" generate -m "$m" -i "$p" --temp 0 -n 32 --ignore-eos --max-seqs 1 -o "$OUT/pp1.jsonl" &&
+        timeout 120 "$BIN/cllm" generate -m "$m" -i "$p" --temp 0 -n 32 --ignore-eos --max-seqs 1 --pp 2 -v "$@" \
             -o "$OUT/pp2.jsonl" 2> "$OUT/pp2.err" &&
         grep -E "stage [01] on cuda" "$OUT/pp2.err" &&
         grep "done (" "$OUT/pp2.err" | tail -1 | grep -E "KV 0/" &&
@@ -47,17 +49,19 @@ pp_same() {
         echo "# $m"; same_check "$m" "$OUT/prompts.txt" || return 1
     done
     echo "# llama3-8b shape"; same_check "$MODELS/llama3-8b" "$OUT/prompts16.txt" || return 1
-    echo "# llama3-8b shape, stages on GPUs 1,0"; same_check "$MODELS/llama3-8b" "$OUT/prompts16.txt" --gpus 1,0
+    echo "# llama3-8b shape, stages on GPUs 1,0"; same_check "$MODELS/llama3-8b" "$OUT/prompts16.txt" --gpus 1,0 &&
+        touch "$OUT/pp_ok"
 }
 run_check pp2_same_as_one_gpu pp_same
+[ -f "$OUT/pp_ok" ] || { echo "--pp 2 broken: no benchmarks"; for r in "${rows[@]}"; do echo "$r"; done; exit 1; }
 pp_batched() {
-    "$BIN/cllm" generate -m "$MODELS/llama3-8b" -i "$OUT/prompts.txt" --temp 0 -n 64 --ignore-eos -o "$OUT/b1.jsonl" &&
-        "$BIN/cllm" generate -m "$MODELS/llama3-8b" -i "$OUT/prompts.txt" --temp 0 -n 64 --ignore-eos --pp 2 \
+    timeout 120 "$BIN/cllm" generate -m "$MODELS/llama3-8b" -i "$OUT/prompts.txt" --temp 0 -n 64 --ignore-eos -o "$OUT/b1.jsonl" &&
+        timeout 120 "$BIN/cllm" generate -m "$MODELS/llama3-8b" -i "$OUT/prompts.txt" --temp 0 -n 64 --ignore-eos --pp 2 \
             -o "$OUT/b2.jsonl" && python3 tests/gpu/compare_generate.py "$OUT/b2.jsonl" "$OUT/b1.jsonl" 0.5
 }
 run_check pp2_batched_vs_one_gpu pp_batched
 printf 'Hello\n/quit\n' > "$OUT/turn.txt"
-run_check pp2_chat sh -c "$BIN/cllm chat -m tests/fixtures/tiny/llama.gguf --temp 0 -n 8 --pp 2 < $OUT/turn.txt && echo 'ok - chat --pp 2'"
+run_check pp2_chat sh -c "timeout 60 $BIN/cllm chat -m tests/fixtures/tiny/llama.gguf --temp 0 -n 8 --pp 2 < $OUT/turn.txt && echo 'ok - chat --pp 2'"
 
 if [ "${PP_BENCH:-1}" != 0 ]; then
     B=$OUT/BENCH-pipeline.md
@@ -65,19 +69,19 @@ if [ "${PP_BENCH:-1}" != 0 ]; then
     bench_decode() {
         for pp in 1 2; do
             echo "### --pp $pp" >> "$B"
-            "$BIN/cllm" bench -m "$MODELS/llama3-8b" --pp $pp --prompt-lens 512 --ctx 128,4096 >> "$B" || return 1
+            timeout 120 "$BIN/cllm" bench -m "$MODELS/llama3-8b" --pp $pp --prompt-lens 512 --ctx 128,4096 >> "$B" || return 1
         done
     }
     run_check bench_decode_8b bench_decode
     tp() {
-        CLLM=$BIN/cllm OUT=$OUT/tp1 bench/throughput.sh "$MODELS/llama3-8b" "${PP_N:-1000}" 1 >> "$B" &&
-            CLLM=$BIN/cllm OUT=$OUT/tp2 THROUGHPUT_ARGS="--pp 2" bench/throughput.sh "$MODELS/llama3-8b" "${PP_N:-1000}" 1 >> "$B"
+        CLLM=$BIN/cllm OUT=$OUT/tp1 timeout 200 bench/throughput.sh "$MODELS/llama3-8b" "${PP_N:-1000}" 1 >> "$B" &&
+            CLLM=$BIN/cllm OUT=$OUT/tp2 THROUGHPUT_ARGS="--pp 2" timeout 200 bench/throughput.sh "$MODELS/llama3-8b" "${PP_N:-1000}" 1 >> "$B"
     }
     run_check bench_throughput_pp tp
     l70() {
         python3 bench/make_dummy_model.py llama3-70b "$MODELS/llama3-70b" &&
             "$BIN/cllm" info "$MODELS/llama3-70b" --dummy-weights --pp 2 >> "$B" &&
-            "$BIN/cllm" bench -m "$MODELS/llama3-70b" --dummy-weights --pp 2 --prompt-lens 512 --ctx 128 >> "$B"
+            timeout 180 "$BIN/cllm" bench -m "$MODELS/llama3-70b" --dummy-weights --pp 2 --prompt-lens 512 --ctx 128 >> "$B"
     }
     run_check bench_70b_pp2 l70
 fi
