@@ -244,8 +244,7 @@ static void batch_step_log(const Batch *bt) {
             "scheduler %.2f)\n",
             s->n_seqs, s->n_tokens, s->n_decode, s->n_prefill, s->n_running, s->n_waiting, s->blocks_used,
             s->blocks_total, s->blocks_cached, (long long)s->preemptions, (long long)s->prefix_hit_tokens,
-            s->seconds * 1e3, s->forward_seconds * 1e3, s->sample_seconds * 1e3,
-            (s->seconds - s->forward_seconds - s->sample_seconds) * 1e3);
+            s->seconds * 1e3, s->forward_seconds * 1e3, s->sample_seconds * 1e3, s->own_seconds * 1e3);
 }
 
 /* Steps until the input is read and every request has its line. */

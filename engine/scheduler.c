@@ -505,7 +505,7 @@ int scheduler_prepare(Scheduler *s, SchedBatch *out) {
     s->n_sel = 0;
     s->step_rows = s->step_logits = 0;
     s->stats.n_decode = s->stats.n_prefill = 0;
-    s->stats.forward_seconds = s->stats.sample_seconds = 0;
+    s->stats.forward_seconds = s->stats.sample_seconds = s->stats.own_seconds = 0;
     schedule_running(s, 0, &budget);
     schedule_running(s, 1, &budget);
     /* After a preemption the cache is short: admitting more would only
@@ -523,7 +523,8 @@ int scheduler_prepare(Scheduler *s, SchedBatch *out) {
     *out = (SchedBatch){s->ids, {s->step_rows, s->pos, s->seq, s->slot, s->n_sel, s->tables, s->e->block_size},
                         s->logit_rows, s->step_logits, s->device_sampling ? NULL : s->logits};
     s->t_prepare = t0;
-    s->stats.scheduler_seconds += now_seconds() - t0;
+    s->stats.own_seconds = now_seconds() - t0;
+    s->stats.scheduler_seconds += s->stats.own_seconds;
     return s->step_rows;
 }
 
@@ -540,6 +541,7 @@ int scheduler_complete(Scheduler *s, Err *err) {
     if (sample_all(s, l, err)) return -1;
     double t_end = now_seconds();
     s->stats.sample_seconds = t_end - t_sample;
+    s->stats.own_seconds += t_sample - t0;
     s->stats.scheduler_seconds += t_sample - t0;
     step_stats(s, s->step_rows, t_end - s->t_prepare, s->stats.forward_seconds);
     s->step_rows = s->step_logits = 0;

@@ -88,6 +88,7 @@ typedef struct {
     double seconds;               /* of this step */
     double forward_seconds;       /* of it in the forward pass (host metadata, kernels, the wait for them) */
     double sample_seconds;        /* of it drawing tokens (device or host) */
+    double own_seconds;           /* of it in the scheduler's own work (preparing, accepting) */
     double busy_seconds, scheduler_seconds; /* ever: steps, and their time outside forward and sampling */
 } SchedStats;
 

@@ -67,7 +67,8 @@ static int resolve(const char *host, int port, bool passive, struct addrinfo **r
     return getaddrinfo(host, ps, &hints, res);
 }
 
-static int serve(const char *host, int port, int world, const void *blob, size_t len, long long deadline, Err *err) {
+static int serve(const char *host, int port, int world, const void *blob, size_t len, long long deadline, int *fds,
+                 Err *err) {
     struct addrinfo *ai;
     if (resolve(host, port, true, &ai)) return err_set(err, "--master %s:%d: cannot resolve the host", host, port);
     int fd = socket(ai->ai_family, SOCK_STREAM, 0), one = 1;
@@ -99,6 +100,7 @@ static int serve(const char *host, int port, int world, const void *blob, size_t
             io_all(c, (void *)blob, len, true, deadline) == 0) {
             seen[r] = true;
             n_seen++;
+            if (fds) { fds[r] = c; continue; }
         }
         close(c);
     }
@@ -111,10 +113,13 @@ static int serve(const char *host, int port, int world, const void *blob, size_t
     }
     free(seen);
     close(fd);
+    if (rc && fds)
+        for (int r = 1; r < world; r++)
+            if (fds[r] >= 0) { close(fds[r]); fds[r] = -1; }
     return rc;
 }
 
-static int join(const char *host, int port, int rank, void *blob, size_t len, long long deadline, Err *err) {
+static int join(const char *host, int port, int rank, void *blob, size_t len, long long deadline, int *fds, Err *err) {
     while (now_ms() < deadline) {
         struct addrinfo *ai;
         if (resolve(host, port, false, &ai)) return err_set(err, "--master %s:%d: cannot resolve the host", host, port);
@@ -127,6 +132,7 @@ static int join(const char *host, int port, int rank, void *blob, size_t len, lo
             memcpy(hello, MAGIC, 4); memcpy(hello + 4, &r, 4); memcpy(hello + 8, &n, 4);
             if (io_all(fd, hello, sizeof hello, true, deadline) == 0 && io_all(fd, magic, 4, false, deadline) == 0) {
                 int got = !memcmp(magic, MAGIC, 4) && io_all(fd, blob, len, false, deadline) == 0;
+                if (got && fds) { fds[0] = fd; return 0; }
                 close(fd);
                 if (got) return 0;
                 return err_set(err, "--master %s:%d: rank 0 answered rank %d with something else (another program on that port?)",
@@ -140,14 +146,20 @@ static int join(const char *host, int port, int rank, void *blob, size_t len, lo
     return err_set(err, "--master %s:%d: rank %d could not reach rank 0 before the deadline", host, port, rank);
 }
 
-int rendezvous_share(const char *master, int rank, int world_size, void *blob, size_t len, int timeout_ms, Err *err) {
+int rendezvous_open(const char *master, int rank, int world_size, void *blob, size_t len, int timeout_ms, int *fds,
+                    Err *err) {
     char host[256];
     int port;
     if (rendezvous_parse_master(master, host, sizeof host, &port, err)) return -1;
     if (world_size < 1 || rank < 0 || rank >= world_size)
         return err_set(err, "--rank %d --world-size %d: the rank must be in [0, world size)", rank, world_size);
     if (len == 0 || len > RENDEZVOUS_MAX_BLOB) return err_set(err, "rendezvous: blob of %zu bytes", len);
+    for (int r = 0; fds && r < world_size; r++) fds[r] = -1;
     long long deadline = now_ms() + timeout_ms;
-    if (rank == 0) return world_size == 1 ? 0 : serve(host, port, world_size, blob, len, deadline, err);
-    return join(host, port, rank, blob, len, deadline, err);
+    if (rank == 0) return world_size == 1 ? 0 : serve(host, port, world_size, blob, len, deadline, fds, err);
+    return join(host, port, rank, blob, len, deadline, fds, err);
+}
+
+int rendezvous_share(const char *master, int rank, int world_size, void *blob, size_t len, int timeout_ms, Err *err) {
+    return rendezvous_open(master, rank, world_size, blob, len, timeout_ms, NULL, err);
 }

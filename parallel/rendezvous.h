@@ -22,5 +22,10 @@ int rendezvous_parse_master(const char *master, char *host, size_t host_len, int
  * blob receives len bytes. Fails after timeout_ms with a message naming the
  * ranks that did not arrive (rank 0) or the master it could not reach. */
 int rendezvous_share(const char *master, int rank, int world_size, void *blob, size_t len, int timeout_ms, Err *err);
+/* The same, keeping the connections open for the run's control messages:
+ * rank 0 gets fds[r] connected to rank r (r = 1..world_size-1), another
+ * rank fds[0] connected to rank 0; the others are -1. */
+int rendezvous_open(const char *master, int rank, int world_size, void *blob, size_t len, int timeout_ms, int *fds,
+                    Err *err);
 
 #endif
