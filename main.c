@@ -288,6 +288,9 @@ static int cmd_tokenize(int argc, char **argv) {
     {"--host-sampling", NULL, OPT_FLAG, &(o)->host_sampling, "draw tokens on the CPU even where the GPU could"}, \
     {"--bf16-weights", NULL, OPT_FLAG, &(o)->bf16_weights, "GPU: dequantize quantized weights to bf16 at load"}, \
     {"--dummy-weights", NULL, OPT_FLAG, &(o)->dummy_weights, "random weights instead of reading them (a folder with config.json + tokenizer.json; benchmarks)"}, \
+    {"--rank", NULL, OPT_INT, &(o)->rank, "multi-process pipeline: this process's stage (default: OMPI_COMM_WORLD_RANK / PMI_RANK)"}, \
+    {"--world-size", NULL, OPT_INT, &(o)->world_size, "multi-process pipeline: processes = stages (default: OMPI_COMM_WORLD_SIZE / PMI_SIZE)"}, \
+    {"--master", NULL, OPT_STR, &(o)->master, "multi-process pipeline: ADDR:PORT where the last rank listens (default: CLLM_MASTER)"}, \
     {"--verbose", "-v", OPT_FLAG, &(o)->verbose, "print statistics"}
 
 static int resolve_model(RunOptions *o, char *buf, size_t cap) {
@@ -295,6 +298,13 @@ static int resolve_model(RunOptions *o, char *buf, size_t cap) {
     int rc = default_model_path(buf, cap);
     o->model = buf;
     return rc;
+}
+
+static int env_run_options(const char *cmd, RunOptions *o) {
+    Err err = {{0}};
+    if (run_options_from_env(o, &err) == 0) return 0;
+    fprintf(stderr, "cllm %s: %s\n", cmd, err.msg);
+    return 2;
 }
 
 static int cmd_chat(int argc, char **argv) {
@@ -307,7 +317,7 @@ static int cmd_chat(int argc, char **argv) {
     if (rc) return rc == 1 ? 0 : rc;
     if (seed >= 0) o.sampling.seed = (uint64_t)seed;
     char def[PATH_MAX];
-    if ((rc = resolve_model(&o, def, sizeof def))) return rc;
+    if ((rc = resolve_model(&o, def, sizeof def)) || (rc = env_run_options("chat", &o))) return rc;
     return chat_main(&o);
 }
 
@@ -333,7 +343,8 @@ static int cmd_generate(int argc, char **argv) {
     int n_pos, rc = parse_opts("generate", "generate -m MODEL -i PROMPTS [-o OUT] [options]", argc, argv, opts, pos,
                                0, &n_pos);
     if (rc) return rc == 1 ? 0 : rc;
-    if (!b.input) {
+    if ((rc = env_run_options("generate", &o))) return rc;
+    if (!b.input && !run_options_serves_stage(&o)) { /* a serving rank reads no prompts */
         fprintf(stderr, "cllm generate: give the prompts with -i FILE (or -i - for stdin)\n");
         return 2;
     }

@@ -250,6 +250,7 @@ static void chat_teardown(Chat *c) {
 }
 
 int chat_main(const RunOptions *o) {
+    if (run_options_serves_stage(o)) return runtime_serve_main(o, "chat"); /* the last rank talks to the user */
     Chat c = {0};
     c.o = o;
     int rc = chat_setup(&c, o);

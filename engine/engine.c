@@ -33,7 +33,7 @@ int engine_init(Engine *e, const Model *m, Backend *be, int ctx_limit, int max_c
 
 int engine_init_pipeline(Engine *e, const Model *m, Pipeline *pp, int ctx_limit, int max_chunk, Err *err) {
     int last = pp->plan.n_stages - 1;
-    for (int s = 0; s < last; s++)
+    for (int s = 0; s < last && !pp->remote; s++) /* remote stages said theirs in their hello */
         if (pp->be[s]->kv_block_size != pp->be[last]->kv_block_size)
             return err_set(err, "pipeline: stage %d has KV blocks of %d tokens, stage %d of %d", s,
                            pp->be[s]->kv_block_size, last, pp->be[last]->kv_block_size);

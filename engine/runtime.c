@@ -2,7 +2,9 @@
 #include "engine/runtime.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifdef CLLM_CUDA
 #include "kernels/cuda/backend_cuda.h"
@@ -15,6 +17,30 @@ void run_options_default(RunOptions *o) {
     o->prefill_chunk = 256;
     o->gpu_mem_util = 0.9f;
     o->sampling = sampler_params_default();
+}
+
+static int env_int(const char *const *names, int fallback) {
+    for (; *names; names++) {
+        const char *v = getenv(*names);
+        if (v && *v) return atoi(v);
+    }
+    return fallback;
+}
+
+int run_options_from_env(RunOptions *o, Err *err) {
+    static const char *const rank[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", NULL};
+    static const char *const size[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", NULL};
+    if (o->world_size <= 0) o->world_size = env_int(size, 0);
+    if (o->world_size > 1 && o->rank <= 0) o->rank = env_int(rank, o->rank);
+    if (!o->master) o->master = getenv("CLLM_MASTER");
+    if (o->world_size <= 1) return 0;
+    if (o->pp > 1 && o->pp != o->world_size)
+        return err_set(err, "--pp %d but --world-size %d: one process per stage", o->pp, o->world_size);
+    if (o->rank < 0 || o->rank >= o->world_size)
+        return err_set(err, "--rank %d: must be in [0, %d)", o->rank, o->world_size);
+    if (!o->master) return err_set(err, "--world-size %d: --master ADDR:PORT (or CLLM_MASTER) is needed", o->world_size);
+    o->pp = o->world_size;
+    return 0;
 }
 
 int runtime_open(Runtime *rt, const RunOptions *o, Err *err) {
@@ -70,7 +96,22 @@ int runtime_open(Runtime *rt, const RunOptions *o, Err *err) {
     return 0;
 }
 
+int runtime_serve_main(const RunOptions *o, const char *cmd) {
+    Runtime rt;
+    Err err = {{0}};
+    if (runtime_open(&rt, o, &err)) { fprintf(stderr, "cllm %s: rank %d: %s\n", cmd, o->rank, err.msg); return 2; }
+    if (o->verbose)
+        fprintf(stderr, "cllm %s: rank %d of %d serves stage %d (layers %d-%d) on %s\n", cmd, o->rank, o->world_size,
+                rt.serve_stage, rt.pp.plan.first_layer[rt.serve_stage],
+                rt.pp.plan.first_layer[rt.serve_stage] + rt.pp.plan.n_layers[rt.serve_stage] - 1, rt.be->name);
+    int rc = runtime_serve_stage(&rt, &err);
+    if (rc) fprintf(stderr, "cllm %s: rank %d: %s\n", cmd, o->rank, err.msg);
+    runtime_close(&rt);
+    return rc ? 2 : 0;
+}
+
 void runtime_close(Runtime *rt) {
+    if (rt->serving && rt->serve_fd >= 0) close(rt->serve_fd);
     engine_free(&rt->engine);
     pipeline_free(&rt->pp);
     if (rt->be) rt->be->destroy(rt->be);

@@ -30,9 +30,17 @@ typedef struct {
     bool host_sampling;           /* draw tokens on the host even where the GPU could */
     bool bf16_weights;            /* GPU: quantized matrices as bf16 too (the path before issue 7; checks) */
     bool dummy_weights;           /* MODEL_LOAD_DUMMY_WEIGHTS: random weights of the config's shapes (benchmarks) */
+    int rank, world_size;         /* multi-process pipeline: this process's stage of world_size (> 1) */
+    const char *master;           /* ADDR:PORT where the last rank (the driver) listens */
 } RunOptions;
 
 void run_options_default(RunOptions *o);
+/* rank / world size / master left unset on the command line from the
+ * launcher's environment (mpirun: OMPI_COMM_WORLD_RANK / _SIZE; PMI_RANK /
+ * PMI_SIZE; CLLM_MASTER); -1 with err when they contradict --pp. */
+int run_options_from_env(RunOptions *o, Err *err);
+/* This process serves a pipeline stage for another one (multi-process, not the last rank). */
+static inline bool run_options_serves_stage(const RunOptions *o) { return o->world_size > 1 && o->rank != o->world_size - 1; }
 
 typedef struct {
     Model model;
@@ -43,6 +51,8 @@ typedef struct {
     int64_t kv_tokens;                /* tokens the KV cache holds */
     Pipeline pp;                      /* the stages before the engine's, when o->pp > 1 */
     void *stage_links;                /* the stages' NCCL communicators (CUDA, distinct GPUs), closed last */
+    bool serving;                     /* multi-process, not the last rank: runtime_serve_stage, no engine */
+    int serve_fd, serve_stage, serve_chunk;
 } Runtime;
 
 /* Loads o->model and builds the backend and engine. Prints nothing. */
@@ -51,6 +61,10 @@ int runtime_open(Runtime *rt, const RunOptions *o, Err *err);
  * model is loaded; builds one backend per stage and the engine over them. */
 int runtime_open_pipeline(Runtime *rt, const RunOptions *o, int ctx, int block, int chunk, Err *err);
 void runtime_close(Runtime *rt);
+/* A serving runtime's loop: runs its stage for the driving process until it stops. */
+int runtime_serve_stage(Runtime *rt, Err *err);
+/* chat / generate on a rank that serves a stage: open, serve, close; the exit code. */
+int runtime_serve_main(const RunOptions *o, const char *cmd);
 
 /* The chat template to use: the family named by override (or NULL), else the
  * one the model's template string (or, lacking one, its special tokens)

@@ -7,6 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parallel/rendezvous.h"
+#include "parallel/stage_server.h"
+
 #ifdef CLLM_CUDA
 #include "kernels/cuda/backend_cuda.h"
 #include "kernels/cuda/device.h"
@@ -100,8 +103,114 @@ static int open_stages(Runtime *rt, const RunOptions *o, int ctx, int block, int
     return pipeline_start(&rt->pp, chunk, err);
 }
 
+static double pp_timeout(void) {
+    const char *t = getenv("CLLM_PP_TIMEOUT");
+    return t && atof(t) > 0 ? atof(t) : 60.0;
+}
+
+/* Multi-process: this process's GPU is --gpus[rank], else the launcher's
+ * local rank (several hosts), else the rank (one host). */
+static int own_device(const RunOptions *o, Err *err) {
+    int dev[STAGE_MAX];
+    if (o->gpus) return stage_devices(o, o->world_size, dev, err) ? -1 : dev[o->rank];
+    const char *names[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK", NULL};
+    for (int i = 0; names[i]; i++)
+        if (getenv(names[i]) && *getenv(names[i])) return atoi(getenv(names[i]));
+    return o->rank;
+}
+
+/* The NCCL communicator of this rank (GPU stages). */
+static int join_links(Runtime *rt, Backend *be, const RunOptions *o, const unsigned char *id, int dev, Err *err) {
+#ifdef CLLM_CUDA
+    NcclGroup *g = nccl_group_join(id, o->rank, o->world_size, dev, pp_timeout(), err);
+    if (!g) return -1;
+    rt->stage_links = g;
+    return backend_cuda_link(be, g, o->rank, err);
+#else
+    (void)rt, (void)be, (void)o, (void)id, (void)dev;
+    return err_set(err, "multi-process GPU stages need a CUDA build");
+#endif
+}
+
+/* --world-size N: this process builds its own stage only. The last rank
+ * listens at --master (it drives: scheduler, sampling, output), the others
+ * connect to it; the NCCL id it makes travels with that rendezvous. */
+static int open_own_stage(Runtime *rt, const RunOptions *o, int ctx, int block, int chunk, Err *err) {
+    const ModelConfig *c = &rt->model.cfg;
+    int n = o->world_size, r = o->rank, driver = n - 1;
+    if (n > STAGE_MAX || n > c->n_layers)
+        return err_set(err, "--world-size %d: the model has %d layers (at most %d stages)", n, c->n_layers, STAGE_MAX);
+    StagePlan plan;
+    if ((o->pp_split ? stage_plan_parse(&plan, c, &rt->model.w, n, o->pp_split, err)
+                     : stage_plan_balanced(&plan, c, &rt->model.w, n, err)) ||
+        pipeline_slice(&rt->pp, &rt->model, &plan, err))
+        return -1;
+    int dev = own_device(o, err), n_gpus = 0;
+    if (dev < 0) return -1;
+#ifdef CLLM_CUDA
+    Err probe = {{0}};
+    if (!o->cpu && cuda_device_count(&n_gpus, &probe)) n_gpus = 0;
+#endif
+    bool gpu = !o->cpu && n_gpus > 0;
+    unsigned char id[128] = "cllm-cpu-stages";
+#ifdef CLLM_CUDA
+    if (gpu && r == driver && nccl_unique_id(id, err)) return -1;
+#endif
+    int fds[STAGE_MAX];
+    if (rendezvous_open(o->master, (r + 1) % n, n, id, sizeof id, (int)(pp_timeout() * 1000), fds, err)) {
+        char why[sizeof err->msg];
+        snprintf(why, sizeof why, "%s", err->msg);
+        return err_set(err, "rank %d of %d: the start-up rendezvous failed (the last rank listens at --master; its "
+                       "peer k there is rank k-1): %s", r, n, why);
+    }
+    int n_blocks = (ctx + block - 1) / block + 1;
+    Backend *be = stage_backend(o, &rt->pp.sm[r], dev, n_gpus, ctx, block, chunk, n_blocks, err);
+    if (!be) return stage_failed(err, r, &plan);
+    if (r != driver) {
+        rt->be = be;
+        rt->serving = true;
+        rt->serve_fd = fds[0];
+        rt->serve_stage = r;
+        rt->serve_chunk = chunk;
+        return gpu ? join_links(rt, be, o, id, dev, err) : 0;
+    }
+    rt->pp.be[r] = be;
+    int peers[STAGE_MAX];
+    for (int s = 0; s < driver; s++) peers[s] = fds[s + 1]; /* rendezvous rank s + 1 is stage s */
+    if ((gpu && join_links(rt, be, o, id, dev, err)) || pipeline_set_remote(&rt->pp, peers, pp_timeout(), err))
+        return -1;
+    if (pipeline_kv_blocks(&rt->pp) < n_blocks)
+        return err_set(err, "--world-size %d: a stage's KV cache holds only %d tokens; use a smaller --ctx-size", n,
+                       (pipeline_kv_blocks(&rt->pp) - 1) * block);
+    return pipeline_start(&rt->pp, chunk, err);
+}
+
+int runtime_serve_stage(Runtime *rt, Err *err) {
+    int r = rt->serve_stage;
+    return stage_serve(rt->be, &rt->pp.sm[r].cfg, r, rt->pp.plan.n_stages, rt->serve_fd, rt->serve_chunk, err);
+}
+
 int runtime_open_pipeline(Runtime *rt, const RunOptions *o, int ctx, int block, int chunk, Err *err) {
     int last = o->pp - 1;
+    if (o->world_size > 1) {
+        if (open_own_stage(rt, o, ctx, block, chunk, err) ||
+            (!rt->serving && engine_init_pipeline(&rt->engine, &rt->model, &rt->pp, ctx, chunk, err))) {
+            if (rt->serving && rt->be) rt->be->destroy(rt->be);
+            Backend *tail = NULL;
+            if (!rt->serving && last >= 0 && last < STAGE_MAX) tail = rt->pp.be[last], rt->pp.be[last] = NULL;
+            pipeline_free(&rt->pp);
+            if (tail) tail->destroy(tail);
+#ifdef CLLM_CUDA
+            nccl_group_close((NcclGroup *)rt->stage_links);
+#endif
+            model_free(&rt->model);
+            return -1;
+        }
+        if (rt->serving) return 0;
+        rt->be = rt->pp.be[last];
+        rt->kv_tokens = (int64_t)pipeline_kv_blocks(&rt->pp) * block;
+        return 0;
+    }
     if (open_stages(rt, o, ctx, block, chunk, err) ||
         engine_init_pipeline(&rt->engine, &rt->model, &rt->pp, ctx, chunk, err)) {
         Backend *tail = last >= 0 && last < STAGE_MAX ? rt->pp.be[last] : NULL;

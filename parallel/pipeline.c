@@ -2,8 +2,13 @@
  * in launch order (parallel/pipeline.h). */
 #include "parallel/pipeline.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "parallel/peer_io.h"
+#include "parallel/step_msg.h"
 
 int pipeline_slice(Pipeline *p, const Model *m, const StagePlan *plan, Err *err) {
     memset(p, 0, sizeof *p);
@@ -49,7 +54,10 @@ static void record_error(Pipeline *p, int s, const Err *e) {
 
 /* ---- hand-over between neighbours ---- */
 
-static bool linked(const Pipeline *p, int s) { return p->be[s]->send_next && p->be[s + 1]->recv_prev; }
+static bool linked(const Pipeline *p, int s) {
+    if (p->remote) return p->be[p->plan.n_stages - 1]->recv_prev != NULL; /* every stage links alike */
+    return p->be[s]->send_next && p->be[s + 1]->recv_prev;
+}
 
 /* Stage s passes x and proj of the job's rows to stage s + 1. */
 static int link_send(Pipeline *p, int s, const StageJob *j, Err *err) {
@@ -66,6 +74,14 @@ static int link_recv(Pipeline *p, int s, Forward *to, const StageJob *j, Err *er
     Backend *be = p->be[s];
     int64_t n = (int64_t)j->b.n_tokens * p->dim;
     if (linked(p, s - 1)) return be->recv_prev(be, to->x, n, err) || be->recv_prev(be, to->proj, n, err);
+    if (p->remote) { /* CPU stages: the previous stage's process writes x, then proj, to its connection */
+        char peer[64];
+        snprintf(peer, sizeof peer, "pipeline stage %d's process", s - 1);
+        float *x = p->x_host[s - 1][0], *proj = p->proj_host[s - 1][0];
+        return peer_read(p->peer_fd[s - 1], x, (size_t)n * 4, p->peer_timeout, peer, err) ||
+               peer_read(p->peer_fd[s - 1], proj, (size_t)n * 4, p->peer_timeout, peer, err) ||
+               be->write(be, to->x, x, n, err) || be->write(be, to->proj, proj, n, err);
+    }
     return be->write(be, to->x, p->x_host[s - 1][j->slot], n, err) ||
            be->write(be, to->proj, p->proj_host[s - 1][j->slot], n, err);
 }
@@ -112,9 +128,38 @@ static int alloc_handover(Pipeline *p, int s, int max_tokens, Err *err) {
     return 0;
 }
 
+int pipeline_set_remote(Pipeline *p, const int *fds, double timeout_s, Err *err) {
+    int n = p->plan.n_stages;
+    p->remote = true;
+    p->peer_timeout = timeout_s;
+    for (int s = 0; s < n - 1; s++) p->peer_fd[s] = fds[s];
+    for (int s = 0; s < n - 1; s++) {
+        char peer[64];
+        unsigned char buf[16];
+        uint32_t len;
+        StepMsg m = {0};
+        snprintf(peer, sizeof peer, "pipeline stage %d's process", s);
+        if (peer_read(fds[s], &len, 4, timeout_s, peer, err) || len != 16 || peer_read(fds[s], buf, 16, timeout_s, peer, err))
+            return err->msg[0] ? -1 : err_set(err, "%s: no hello", peer);
+        if (step_msg_decode(&m, buf, 16, 1, 1, 1, err) || m.kind != STEP_MSG_HELLO)
+            return err_set(err, "%s: expected a hello (%s)", peer, err->msg);
+        int bs = p->be[n - 1]->kv_block_size;
+        if (m.hello[1] != bs) return err_set(err, "%s has KV blocks of %d tokens, this one %d", peer, m.hello[1], bs);
+        p->remote_kv_blocks[s] = m.hello[0];
+    }
+    return 0;
+}
+
+static int start_remote(Pipeline *p, int max_tokens, Err *err) {
+    int n = p->plan.n_stages;
+    if (!linked(p, n - 2) && (n != 2 || alloc_handover(p, n - 2, max_tokens, err)))
+        return err->msg[0] ? -1 : err_set(err, "pipeline: stages in several processes without NCCL: at most 2 (CPU stages)");
+    return 0;
+}
+
 int pipeline_start(Pipeline *p, int max_tokens, Err *err) {
     int n = p->plan.n_stages;
-    for (int s = 0; s < n; s++)
+    for (int s = p->remote ? n - 1 : 0; s < n; s++)
         if (!p->be[s]) return err_set(err, "pipeline: stage %d has no backend", s);
     p->max_tokens = max_tokens;
     pthread_mutex_init(&p->err_mu, NULL);
@@ -122,6 +167,7 @@ int pipeline_start(Pipeline *p, int max_tokens, Err *err) {
         pthread_mutex_init(&p->q[s].mu, NULL);
         pthread_cond_init(&p->q[s].cv, NULL);
     }
+    if (p->remote) return start_remote(p, max_tokens, err);
     for (int s = 0; s < n - 1; s++) {
         if (forward_init(&p->fw[s], &p->sm[s].cfg, p->be[s], max_tokens, err)) return -1;
         p->fw[s].from_prev = s > 0;
@@ -137,6 +183,21 @@ int pipeline_start(Pipeline *p, int max_tokens, Err *err) {
     return 0;
 }
 
+/* Multi-process: every other stage's process gets the step; the last
+ * stage's queue holds it until pipeline_finish. */
+static int launch_remote(Pipeline *p, const StageJob *j, Err *err) {
+    size_t len = step_msg_encode(j->ids, &j->b, &p->msg, &p->msg_cap, err);
+    if (!len) return -1;
+    for (int s = 0; s < p->plan.n_stages - 1; s++) {
+        char peer[64];
+        snprintf(peer, sizeof peer, "pipeline stage %d's process", s);
+        if (peer_send(p->peer_fd[s], p->msg, len, p->peer_timeout, peer, err)) return -1;
+    }
+    p->in_flight++;
+    queue_push(&p->q[p->plan.n_stages - 1], j);
+    return 0;
+}
+
 int pipeline_launch(Pipeline *p, const int32_t *ids, const AttnBatch *b, const int32_t *logit_rows, int n_logits,
                     float *logits_out, Err *err) {
     if (p->in_flight == p->plan.n_stages)
@@ -145,6 +206,7 @@ int pipeline_launch(Pipeline *p, const int32_t *ids, const AttnBatch *b, const i
         return err_set(err, "pipeline: a step of %d rows; the stages hold %d", b->n_tokens, p->max_tokens);
     StageJob j = {ids, *b, logit_rows, n_logits, logits_out, p->next_slot, false};
     p->next_slot = (p->next_slot + 1) % p->plan.n_stages;
+    if (p->remote) return launch_remote(p, &j, err);
     p->in_flight++;
     queue_push(&p->q[0], &j);
     return 0;
@@ -173,14 +235,24 @@ int pipeline_run(Pipeline *p, Forward *last, const int32_t *ids, const AttnBatch
 }
 
 int pipeline_kv_blocks(const Pipeline *p) {
-    int fewest = p->be[0] ? p->be[0]->kv_n_blocks : 0;
-    for (int s = 1; s < p->plan.n_stages; s++)
-        if (p->be[s] && p->be[s]->kv_n_blocks < fewest) fewest = p->be[s]->kv_n_blocks;
-    return fewest;
+    int fewest = -1;
+    for (int s = 0; s < p->plan.n_stages; s++) {
+        int k = p->be[s] ? p->be[s]->kv_n_blocks : p->remote ? p->remote_kv_blocks[s] : 0;
+        if (fewest < 0 || k < fewest) fewest = k;
+    }
+    return fewest < 0 ? 0 : fewest;
 }
 
 void pipeline_free(Pipeline *p) {
     int n = p->plan.n_stages;
+    for (int s = 0; p->remote && s < n - 1; s++) { /* the other processes end their loops */
+        unsigned char stop[16];
+        Err ignore = {{0}};
+        if (p->peer_fd[s] < 0) continue;
+        peer_send(p->peer_fd[s], stop, step_msg_encode_small(STEP_MSG_STOP, 0, 0, stop), 5.0, "a stage process", &ignore);
+        close(p->peer_fd[s]);
+    }
+    free(p->msg);
     for (int s = 0; s < n; s++) {
         pthread_mutex_lock(&p->q[s].mu);
         p->stopping = true;

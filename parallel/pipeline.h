@@ -67,6 +67,14 @@ struct Pipeline {
     int n_threads;
     int in_flight, next_slot;
     bool stopping;
+    /* multi-process (pipeline_set_remote): this process runs the last stage
+     * and drives stages 0..n-2 in other processes over peer_fd */
+    bool remote;
+    int peer_fd[STAGE_MAX];
+    int remote_kv_blocks[STAGE_MAX];
+    double peer_timeout;
+    void *msg;                    /* the encoded step */
+    size_t msg_cap;
     pthread_mutex_t err_mu;
     bool failed;
     Err err;                      /* the first error of a stage thread */
@@ -74,6 +82,10 @@ struct Pipeline {
 
 /* The slices of plan's stages (plan has at least 2). */
 int pipeline_slice(Pipeline *p, const Model *m, const StagePlan *plan, Err *err);
+/* Before pipeline_start: stages 0..n-2 run in other processes (parallel/
+ * stage_server.h), reached over fds[s]; only be[n-1] is set here. Reads
+ * each one's hello (its KV blocks and block size). */
+int pipeline_set_remote(Pipeline *p, const int *fds, double timeout_s, Err *err);
 /* After be[] is set: the Forwards of the stages before the last, host
  * hand-over buffers where two neighbours have no link, and the stage
  * threads, for steps of up to max_tokens rows. */
