@@ -54,6 +54,16 @@ pp_same() {
         touch "$OUT/pp_ok"
 }
 run_check pp2_same_as_one_gpu pp_same
+REAL=${CLLM_MODELS:-models/cache}
+if [ -f "$REAL/smollm2-135m-instruct.gguf" ] && [ -f "$REAL/gemma3-270m.gguf" ]; then
+    python3 tests/gpu/real_prompts.py > "$OUT/real-prompts.txt"
+    pp_real() {
+        for m in smollm2-135m-instruct gemma3-270m; do
+            echo "# $m"; same_check "$REAL/$m.gguf" "$OUT/real-prompts.txt" --chat || return 1
+        done
+    }
+    run_check pp2_real_models pp_real
+fi
 [ -f "$OUT/pp_ok" ] || { echo "--pp 2 broken: no benchmarks"; for r in "${rows[@]}"; do echo "$r"; done; exit 1; }
 pp_batched() {
     timeout 120 "$BIN/cllm" generate -m "$MODELS/llama3-8b" -i "$OUT/prompts.txt" --temp 0 -n 64 --ignore-eos -o "$OUT/b1.jsonl" &&

@@ -2,7 +2,11 @@
  * against the same file dequantized to bf16 at load (CudaOptions.bf16_weights,
  * the path before issue 7). Run by tests/gpu/run.sh; never in CI.
  *
- *   test_quant_forward [--positions N] MODEL.gguf...
+ *   test_quant_forward [--positions N] [--raw-min F] MODEL.gguf...
+ *
+ * --raw-min 0.99 is the issue's check as written, for real models (SmolLM2
+ * Q4_1, Gemma 3 Q4_K_M: tests/gpu/run.sh's real-model block): every
+ * position counts, near-ties included.
  *
  * For each file: both backends are fed the same pseudo-random token ids
  * (teacher forcing: neither sees its own choices), one token per step
@@ -79,7 +83,7 @@ static void compare_steps(Engine *eq, Engine *eb, const int32_t *ids, int n, int
     sequence_release(eb, &sb);
 }
 
-static void check_file(const char *path, int positions) {
+static void check_file(const char *path, int positions, double min_raw) {
     Err err = {{0}};
     Model m;
     if (model_load(&m, path, MODEL_LOAD_NO_TOKENIZER, &err)) { CHECK(0, "%s", err.msg); return; }
@@ -116,8 +120,8 @@ static void check_file(const char *path, int positions) {
     double clear = (double)agree_all / (total_all - ties_all > 0 ? total_all - ties_all : 1);
     printf("# %s: top-1 agreement %.2f%% raw, %.2f%% of the %d positions that are not near-ties\n", path, 100 * raw,
            100 * clear, total_all - ties_all);
-    CHECK(total_all > 0 && raw >= MIN_RAW && clear >= MIN_AGREE, "%s: top-1 agreement %.2f%% raw (want >= %.0f%%), "
-          "%.2f%% without near-ties (want >= %.0f%%)", path, 100 * raw, 100 * MIN_RAW, 100 * clear, 100 * MIN_AGREE);
+    CHECK(total_all > 0 && raw >= min_raw && clear >= MIN_AGREE, "%s: top-1 agreement %.2f%% raw (want >= %.0f%%), "
+          "%.2f%% without near-ties (want >= %.0f%%)", path, 100 * raw, 100 * min_raw, 100 * clear, 100 * MIN_AGREE);
     free(ids);
     engine_free(&eq);
     engine_free(&eb);
@@ -128,10 +132,12 @@ static void check_file(const char *path, int positions) {
 
 int main(int argc, char **argv) {
     int positions = 300, n_files = 0;
+    double min_raw = MIN_RAW;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--positions") && i + 1 < argc) { positions = atoi(argv[++i]); continue; }
+        if (!strcmp(argv[i], "--raw-min") && i + 1 < argc) { min_raw = atof(argv[++i]); continue; }
         test_failed_checks = 0;
-        check_file(argv[i], positions);
+        check_file(argv[i], positions, min_raw);
         printf("%s - quantized vs bf16 weights: %s\n", test_failed_checks ? "not ok" : "ok", argv[i]);
         test_failed_tests += test_failed_checks > 0;
         n_files++;
