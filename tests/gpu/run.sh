@@ -28,7 +28,8 @@ if [ -f "$REAL/smollm2-135m-instruct.gguf" ] && [ -f "$REAL/gemma3-270m.gguf" ];
     run_check cuda_forward_real env CLLM_MODELS="$REAL" "$BIN/test_cuda_forward" --real
     # issue 7 as written: the files' own quantized blocks on the GPU vs the
     # same files dequantized to bf16, >= 99% teacher-forced top-1, every position
-    run_check quant_forward_real "$BIN/test_quant_forward" --raw-min 0.99 "$REAL/smollm2-135m-instruct.gguf" "$REAL/gemma3-270m.gguf"
+    run_check quant_forward_real "$BIN/test_quant_forward" --raw-min 0.99 --text README.md \
+        "$REAL/smollm2-135m-instruct.gguf" "$REAL/gemma3-270m.gguf"
     # Issue 5's GPU batching check on the real models: 64 chat prompts, 64
     # greedy tokens, batched vs one at a time; the issue asks >= 95% identical.
     python3 tests/gpu/real_prompts.py > "$OUT/real-prompts.txt"
