@@ -286,6 +286,8 @@ static int cmd_tokenize(int argc, char **argv) {
     {"--ignore-eos", NULL, OPT_FLAG, &(o)->ignore_eos, "keep generating past end-of-text tokens"},            \
     {"--host-sampling", NULL, OPT_FLAG, &(o)->host_sampling, "draw tokens on the CPU even where the GPU could"}, \
     {"--bf16-weights", NULL, OPT_FLAG, &(o)->bf16_weights, "GPU: dequantize quantized weights to bf16 at load"}, \
+    {"--batch-invariant", NULL, OPT_FLAG, &(o)->batch_invariant,                                              \
+     "GPU: a sequence's tokens do not depend on the batch it runs in (slower; see README)"},                  \
     {"--verbose", "-v", OPT_FLAG, &(o)->verbose, "print statistics"}
 
 static int resolve_model(RunOptions *o, char *buf, size_t cap) {
@@ -356,6 +358,7 @@ static int cmd_bench(int argc, char **argv) {
         {"--gpu", NULL, OPT_INT, &o.gpu, "CUDA device to use (default 0)"},
         {"--threads", "-t", OPT_INT, &o.threads, "CPU threads (default: one per core)"},
         {"--bf16-weights", NULL, OPT_FLAG, &o.bf16_weights, "GPU: dequantize quantized weights to bf16 at load"},
+        {"--batch-invariant", NULL, OPT_FLAG, &o.batch_invariant, "GPU: the batch-invariant kernels (see README)"},
         {"--pp", NULL, OPT_INT, &o.pp, "pipeline stages (one GPU each)"},
         {"--gpus", NULL, OPT_STR, &o.gpus, "the stages' GPUs, comma-separated (default 0,1,...)"},
         {"--prompt-lens", NULL, OPT_STR, &prompt_lens, "prefill lengths, comma-separated (default 512,4096)"},

@@ -29,6 +29,7 @@ typedef struct {
     bool verbose;
     bool host_sampling;           /* draw tokens on the host even where the GPU could */
     bool bf16_weights;            /* GPU: quantized matrices as bf16 too (the path before issue 7; checks) */
+    bool batch_invariant;         /* GPU: each sequence's results independent of the batch it runs in */
 } RunOptions;
 
 void run_options_default(RunOptions *o);
