@@ -139,7 +139,8 @@ run_check quant_forward_tiny "$BIN/test_quant_forward" "${quant_files[@]}"
 # The batch-invariant mode: every row's logits bitwise equal alone and in
 # any batch (Llama and Gemma-2 shapes, a Q4_K model, MoE), the GEMM alone,
 # and the default mode shown to differ (tests/gpu/test_batch_invariant.c).
-run_check batch_invariant "$BIN/test_batch_invariant" "$MODELS/llama3-8b" "$MODELS/gemma2-9b" \
+run_check batch_invariant_gemm "$BIN/test_batch_invariant" --gemm-only
+run_check batch_invariant "$BIN/test_batch_invariant" --models-only "$MODELS/llama3-8b" "$MODELS/gemma2-9b" \
     "$QDIR/l8-tiny-q4_k.gguf" "$QDIR/llama-q4_1.gguf" tests/fixtures/tiny/gpt-oss.gguf
 if [ "${QUANT_8B:-1}" != 0 ]; then
     [ -f "$QDIR/l8-bf16.gguf" ] || python3 bench/make_model.py llama3-8b "$QDIR/l8-bf16.gguf" --gguf > "$OUT/make-l8.log" 2>&1

@@ -2,7 +2,7 @@
  * (CudaOptions.batch_invariant): every row's logits are the SAME BITS alone
  * and inside any batch (run by tests/gpu/run.sh; never in CI).
  *
- *   test_batch_invariant [--no-timing] MODEL...   (model folders or .gguf files)
+ *   test_batch_invariant [--no-timing] [--gemm-only | --models-only] MODEL...   (folders or .gguf files)
  *
  * 1. The GEMM (gemm_bi.cuh) on its own: odd and aligned sizes, K with a
  *    zero-padded tail, T from 1 to 300 through every tile configuration:
@@ -124,7 +124,7 @@ static void gemm_case(int M, int K, bool bias) {
     printf("# gemm_bi M %d K %d%s: %d (config, T, type) runs, %d not bitwise equal to the rows alone; worst error "
            "%.2e of sum |products|\n", M, K, bias ? " +bias" : "", checked, bad_bits, worst);
     CHECK(bad_bits == 0, "M %d K %d: %d runs differ from the rows computed alone", M, K, bad_bits);
-    CHECK(worst < 1e-5, "M %d K %d: error %.3g vs fp64", M, K, worst);
+    CHECK(worst < 1e-4, "M %d K %d: error %.3g vs fp64", M, K, worst);
 out:
     cudaFree(dw), cudaFree(dx), cudaFree(dy), cudaFree(db);
     free(hw), free(hx), free(alone), free(got), free(hb), free(alone32), free(got32);
@@ -137,45 +137,46 @@ static void test_gemm_invariant(void) {
     gemm_case(2048, 4096, false);
 }
 
-/* Milliseconds of one GEMM (median of 15 after warm-up, CUDA events). */
+/* Milliseconds of one GEMM: 20 back-to-back launches between two events
+ * (so the host's launch gaps overlap the kernels), after a warm-up. */
 static float time_gemm(void *y, const void *w, const void *x, int M, int T, int K, int config) {
     cudaEvent_t a, b;
     cudaEventCreate(&a), cudaEventCreate(&b);
-    float t[15];
     Err err = {{0}};
-    for (int i = 0; i < 18; i++) {
+    float ms = 0;
+    for (int rep = 0; rep < 2; rep++) {
         cudaEventRecord(a, 0);
-        cuda_gemm_bi_config(y, false, M, w, x, NULL, M, T, K, config, 0, &err);
+        for (int i = 0; i < 20; i++) cuda_gemm_bi_config(y, false, M, w, x, NULL, M, T, K, config, 0, &err);
         cudaEventRecord(b, 0);
         cudaEventSynchronize(b);
-        if (i >= 3) cudaEventElapsedTime(&t[i - 3], a, b);
+        cudaEventElapsedTime(&ms, a, b);
     }
-    for (int i = 1; i < 15; i++)
-        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) { float s = t[j]; t[j] = t[j - 1]; t[j - 1] = s; }
     cudaEventDestroy(a), cudaEventDestroy(b);
-    return t[7];
+    return ms / 20;
 }
 
+/* Every configuration on Llama-3-8B-sized matrices (printed, never
+ * asserted): the weight-read rate at decode sizes, TFLOP/s at 512 rows. */
 static void test_gemm_speed(void) {
-    static const int shapes[][2] = {{6144, 4096}, {28672, 4096}, {4096, 14336}, {4096, 4096}};
-    static const int Ts[] = {1, 8, 64, 512};
+    static const int shapes[][2] = {{6144, 4096}, {28672, 4096}, {4096, 14336}, {4096, 4096}, {576, 576}};
+    static const int Ts[] = {1, 8, 32, 64, 512};
     void *w = NULL, *x = NULL, *y = NULL;
     if (cudaMalloc(&w, (size_t)28672 * 4096 * 2) || cudaMalloc(&x, (size_t)512 * 14336 * 2) ||
-        cudaMalloc(&y, (size_t)512 * 28672 * 2)) { CHECK(0, "no memory"); goto out; }
+        cudaMalloc(&y, (size_t)512 * 28672 * 4)) { CHECK(0, "no memory"); goto out; }
     cudaMemset(w, 0x3c, (size_t)28672 * 4096 * 2), cudaMemset(x, 0x3c, (size_t)512 * 14336 * 2);
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        int M = shapes[s][0], K = shapes[s][1];
-        printf("# gemm_bi speed %5d x %5d:", M, K);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) {
-            int T = Ts[i];
-            float ms = time_gemm(y, w, x, M, T, K, -1);
-            printf("  T=%d %.3f ms (%.2f TB/s of W, %.0f TFLOP/s)", T, ms, (double)M * K * 2 / ms / 1e9,
-                   2.0 * M * K * T / ms / 1e9);
+            int M = shapes[s][0], K = shapes[s][1], T = Ts[i], best = -1;
+            float t_best = 1e9, t_pick = time_gemm(y, w, x, M, T, K, -1);
+            printf("# gemm_bi %5d x %5d T=%3d: picked %.4f ms (%.2f TB/s of W, %.0f TFLOP/s); configs", M, K, T,
+                   t_pick, (double)M * K * 2 / t_pick / 1e9, 2.0 * M * K * T / t_pick / 1e9);
+            for (int c = 0; c < GEMM_BI_CONFIGS; c++) {
+                float t = time_gemm(y, w, x, M, T, K, c);
+                printf(" %d:%.4f", c, t);
+                if (t < t_best) t_best = t, best = c;
+            }
+            printf(" -> best %d\n", best);
         }
-        /* the prefill shapes at 512 rows through each wide configuration */
-        printf("  | T=512 config 4 %.3f ms, config 5 %.3f ms\n", time_gemm(y, w, x, M, 512, K, 4),
-               time_gemm(y, w, x, M, 512, K, 5));
-    }
 out:
     cudaFree(w), cudaFree(x), cudaFree(y);
 }
@@ -427,11 +428,16 @@ static void test_model(void) {
 }
 
 int main(int argc, char **argv) {
-    bool timing = true;
+    bool timing = true, models = true, gemm = true;
     int first = 1;
-    if (argc > 1 && !strcmp(argv[1], "--no-timing")) timing = false, first = 2;
-    RUN(test_gemm_invariant);
+    for (; first < argc && argv[first][0] == '-'; first++) {
+        if (!strcmp(argv[first], "--no-timing")) timing = false;
+        else if (!strcmp(argv[first], "--gemm-only")) models = false;
+        else if (!strcmp(argv[first], "--models-only")) gemm = timing = false;
+    }
+    if (gemm) RUN(test_gemm_invariant);
     if (timing) RUN(test_gemm_speed);
+    if (!models) TEST_EXIT();
     for (int i = first; i < argc; i++) {
         model_path = argv[i];
         RUN(test_model);
