@@ -137,7 +137,7 @@ typedef struct {
     int bucket;                  /* this step's graph bucket, -1: none */
     cudaGraphExec_t graph[N_BUCKETS];
     int graph_splits[N_BUCKETS]; /* batch-invariant mode: the decode splits each graph was captured with */
-    char name[16];               /* "cuda:N" */
+    char name[16];               /* "cuda:N", "cuda:N+bi" in the batch-invariant mode */
     Err err;                     /* first error inside a void op; reported by read() */
     bool failed;
 } CudaBackend;

@@ -11,10 +11,12 @@
  * same bits in every shape. The fp32 tile then goes through shared memory so
  * that y is written along its rows (coalesced), + bias, rounded once.
  *
- * Shapes: decode (T <= 64) streams W, so BM = 32 (two warps of 16 rows) for
- * many blocks and deep rings of BK = 128 (7 stages of 8 KB of W in flight
- * at T <= 8); prefill uses 128 x 128 (8 warps of 64 x 32) or 64 x 128 tiles
- * of BK = 32, 4 stages, as the classic sm_80 GEMMs do. */
+ * Shapes (configs 0-5, the ones gb_pick uses): decode (T <= 64) streams W,
+ * so BM = 32 (two warps of 16 rows) for many blocks and deep rings of
+ * BK = 128 (7 stages of 8 KB of W in flight at T <= 8); prefill uses
+ * 128 x 128 (8 warps of 64 x 32) or 64 x 128 tiles of BK = 32, 4 stages, as
+ * the classic sm_80 GEMMs do. Measured on the H200 they are latency-bound
+ * (kernels/NOTES.md): configs 6-12 (kernel_gemm_bi2) are the next try. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
