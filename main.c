@@ -291,6 +291,8 @@ static int cmd_tokenize(int argc, char **argv) {
     {"--rank", NULL, OPT_INT, &(o)->rank, "multi-process pipeline: this process's stage (default: OMPI_COMM_WORLD_RANK / PMI_RANK)"}, \
     {"--world-size", NULL, OPT_INT, &(o)->world_size, "multi-process pipeline: processes = stages (default: OMPI_COMM_WORLD_SIZE / PMI_SIZE)"}, \
     {"--master", NULL, OPT_STR, &(o)->master, "multi-process pipeline: ADDR:PORT where the last rank listens (default: CLLM_MASTER)"}, \
+    {"--batch-invariant", NULL, OPT_FLAG, &(o)->batch_invariant,                                              \
+     "GPU: a sequence's tokens do not depend on the batch it runs in (slower; see README)"},                  \
     {"--verbose", "-v", OPT_FLAG, &(o)->verbose, "print statistics"}
 
 static int resolve_model(RunOptions *o, char *buf, size_t cap) {
@@ -370,6 +372,7 @@ static int cmd_bench(int argc, char **argv) {
         {"--threads", "-t", OPT_INT, &o.threads, "CPU threads (default: one per core)"},
         {"--bf16-weights", NULL, OPT_FLAG, &o.bf16_weights, "GPU: dequantize quantized weights to bf16 at load"},
         {"--dummy-weights", NULL, OPT_FLAG, &o.dummy_weights, "random weights instead of reading them (config.json + tokenizer.json)"},
+        {"--batch-invariant", NULL, OPT_FLAG, &o.batch_invariant, "GPU: the batch-invariant kernels (see README)"},
         {"--pp", NULL, OPT_INT, &o.pp, "pipeline stages (one GPU each)"},
         {"--gpus", NULL, OPT_STR, &o.gpus, "the stages' GPUs, comma-separated (default 0,1,...)"},
         {"--prompt-lens", NULL, OPT_STR, &prompt_lens, "prefill lengths, comma-separated (default 512,4096)"},

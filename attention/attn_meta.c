@@ -146,3 +146,14 @@ int attn_decode_splits(int max_ctx, int n_decode, int n_kv_heads, int n_head_gro
     if (s > 256) s = 256;
     return s < 1 ? 1 : (int)s;
 }
+
+int attn_decode_row_splits_max(const AttnMeta *m) {
+    int most = 1;
+    for (int d = 0; d < m->n_decode; d++) {
+        int64_t pos = m->buf[m->off_decode + 3 * d + 2];
+        int tiles = (int)((pos + ATTN_DECODE_TILE_N) / ATTN_DECODE_TILE_N); /* keys 0..pos */
+        int s = attn_row_splits(tiles, ATTN_BI_SPLIT_TILES);
+        most = s > most ? s : most;
+    }
+    return most;
+}

@@ -61,6 +61,13 @@ void engine_free(Engine *e) {
     memset(e, 0, sizeof *e);
 }
 
+int engine_prompt_chunk(int need, int budget, int full_budget) {
+    int chunk = need < budget ? need : budget;
+    if (need < 2 || full_budget < 4 || chunk <= 0) return chunk;
+    if (need - chunk == 1) chunk--;
+    return chunk >= 2 ? chunk : 0;
+}
+
 /* Runs tokens[n_cached .. n_cached + n) as one forward step. */
 static int engine_step(Engine *e, Sequence *s, int n, Err *err) {
     int start = s->n_cached;
@@ -86,8 +93,7 @@ int engine_feed(Engine *e, Sequence *s, const int32_t *ids, int n, Err *err) {
     for (int i = 0; i < n; i++)
         if (token_ids_push(&s->tokens, ids[i])) { s->tokens.n = old_n; return err_set(err, "out of memory"); }
     while ((size_t)s->n_cached < s->tokens.n) {
-        int chunk = (int)(s->tokens.n - s->n_cached);
-        if (chunk > e->max_chunk) chunk = e->max_chunk;
+        int chunk = engine_prompt_chunk((int)(s->tokens.n - s->n_cached), e->max_chunk, e->max_chunk);
         if (engine_step(e, s, chunk, err)) {
             sequence_truncate(e, s, s->n_cached < (int)old_n ? s->n_cached : (int)old_n);
             return -1;

@@ -49,6 +49,16 @@ int engine_forward(Engine *e, const int32_t *ids, const AttnBatch *b, const int3
                    float *logits_out, Err *err);
 void engine_free(Engine *e);
 
+/* Rows of the next chunk of a prompt that still needs `need` rows, when the
+ * step has `budget` rows left and at most `full_budget` ever: at most budget,
+ * and never one row out of a longer remainder nor a remainder of one row.
+ * A step's lone row of a sequence meets the decode attention kernel, a run
+ * of rows the prefill kernel; so every prompt token meets the prefill kernel
+ * however the prompt is split (the batch-invariant mode's promise; costs
+ * nothing otherwise). 0: no chunk fits now (wait for a roomier step). Below
+ * a full budget of 4 the rule is off (it could leave no way forward). */
+int engine_prompt_chunk(int need, int budget, int full_budget);
+
 /* Appends ids to s and computes them; -1 with err when the context is full
  * (nothing is appended then) or the cache has no free block. */
 int engine_feed(Engine *e, Sequence *s, const int32_t *ids, int n, Err *err);

@@ -65,7 +65,8 @@ int runtime_open(Runtime *rt, const RunOptions *o, Err *err) {
             return err_set(err, "--gpu %d: this machine has %d GPU(s) (0..%d)", o->gpu, n_gpus, n_gpus - 1);
         }
         /* The KV cache takes what --gpu-mem-util leaves after weights and activations. */
-        CudaOptions co = {o->gpu, block, 0, ctx, chunk, o->gpu_mem_util, false, false, o->bf16_weights};
+        CudaOptions co = {o->gpu, block, 0, ctx, chunk, o->gpu_mem_util, false, false, o->bf16_weights,
+                          o->batch_invariant};
         rt->be = backend_cuda_create_opts(c, &rt->model.w, &co, &rt->load_gbps, err);
         if (!rt->be) { model_free(&rt->model); return -1; }
         if (rt->be->kv_n_blocks < n_blocks) {

@@ -32,6 +32,7 @@ typedef struct {
     bool dummy_weights;           /* MODEL_LOAD_DUMMY_WEIGHTS: random weights of the config's shapes (benchmarks) */
     int rank, world_size;         /* multi-process pipeline: this process's stage of world_size (> 1) */
     const char *master;           /* ADDR:PORT where the last rank (the driver) listens */
+    bool batch_invariant;         /* GPU: each sequence's results independent of the batch it runs in */
 } RunOptions;
 
 void run_options_default(RunOptions *o);

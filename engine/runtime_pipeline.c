@@ -46,7 +46,8 @@ static Backend *stage_backend(const RunOptions *o, const StageModel *sm, int dev
 #ifdef CLLM_CUDA
     if (!o->cpu && n_gpus > 0) {
         if (dev >= n_gpus) return err_set(err, "--pp %d: GPU %d asked for, this machine has %d", o->pp, dev, n_gpus), NULL;
-        CudaOptions co = {dev, block, 0, ctx, chunk, o->gpu_mem_util, false, false, o->bf16_weights};
+        CudaOptions co = {dev, block, 0, ctx, chunk, o->gpu_mem_util, false, false, o->bf16_weights,
+                          o->batch_invariant};
         return backend_cuda_create_opts(&sm->cfg, &sm->w, &co, NULL, err);
     }
 #endif

@@ -207,12 +207,15 @@ static void request_drop_blocks(Scheduler *s, SchedRequest *r) {
 }
 
 /* Takes the prompt's leading full blocks from the prefix cache. At least
- * one token is left to compute: its row gives the logits. */
+ * one token is left to compute (its row gives the logits), and two when the
+ * prompt has two: a lone row would meet the decode attention kernel, which a
+ * prompt token must not (engine_prompt_chunk). */
 static void request_match_prefix(Scheduler *s, SchedRequest *r) {
     int bs = s->e->block_size;
     r->cached_tokens = 0;
     if (s->o.no_prefix_cache) return;
-    while ((r->n_chained + 1) * bs <= (int)r->tokens.n - 1) {
+    int keep = r->tokens.n >= 2 ? 2 : 1;
+    while ((r->n_chained + 1) * bs <= (int)r->tokens.n - keep) {
         if (r->bt.n_blocks == r->bt.cap) {
             int cap = r->bt.cap ? 2 * r->bt.cap : 8;
             int32_t *b = realloc(r->bt.blocks, (size_t)cap * sizeof *b);
@@ -421,7 +424,8 @@ static void schedule_running(Scheduler *s, int pass, int *budget) {
         int need = (int)r->tokens.n - r->n_cached;
         if ((pass == 0) != (need == 1) || sel_index(s, r) >= 0) continue;
         if (s->n_sel == s->o.max_seqs || *budget == 0) return;
-        int chunk = need < *budget ? need : *budget;
+        int chunk = engine_prompt_chunk(need, *budget, s->o.max_batched_tokens);
+        if (chunk == 0) continue; /* a prefill chunk of >= 2 rows does not fit this step */
         bool wait = false;
         while (block_manager_reserve(s->bm, &r->bt, r->n_cached + chunk)) {
             if (s->n_running == 1 && s->peers_oldest == UINT64_MAX) {
@@ -448,8 +452,8 @@ static void schedule_waiting(Scheduler *s, int *budget) {
         SchedRequest *r = s->waiting[0];
         request_match_prefix(s, r);
         int need = (int)r->tokens.n - r->n_cached;
-        int chunk = need < *budget ? need : *budget;
-        if (block_manager_reserve(s->bm, &r->bt, r->n_cached + chunk)) {
+        int chunk = engine_prompt_chunk(need, *budget, s->o.max_batched_tokens);
+        if (chunk == 0 || block_manager_reserve(s->bm, &r->bt, r->n_cached + chunk)) {
             request_drop_blocks(s, r);
             return;
         }

@@ -122,6 +122,38 @@ static void test_decode_splits(void) {
     CHECK(attn_decode_splits(4096, 0, 8, 1, 132) == 1, "no rows");
 }
 
+/* Batch-invariant splits: from a row's own tiles (4 per split, at most 64
+ * splits), never from the other rows of the step. */
+static void test_row_splits(void) {
+    CHECK(attn_row_splits(1, ATTN_BI_SPLIT_TILES) == 1, "one tile");
+    CHECK(attn_row_splits(4, ATTN_BI_SPLIT_TILES) == 1, "four tiles: one split");
+    CHECK(attn_row_splits(5, ATTN_BI_SPLIT_TILES) == 2, "five tiles: two");
+    CHECK(attn_row_splits(64, ATTN_BI_SPLIT_TILES) == 16, "4096 keys: %d", attn_row_splits(64, ATTN_BI_SPLIT_TILES));
+    CHECK(attn_row_splits(1 << 20, ATTN_BI_SPLIT_TILES) == ATTN_BI_MAX_SPLITS, "capped");
+    CHECK(attn_row_splits(0, ATTN_BI_SPLIT_TILES) == 1 && attn_row_splits(9, 0) == 1, "degenerate");
+    /* a step's most: decode rows at positions 255 (256 keys: 4 tiles, 1 split)
+     * and 256 (5 tiles, 2 splits) beside a prefill run that is not counted */
+    int32_t pos[4] = {255, 0, 1, 256}, seq[4] = {0, 1, 1, 2};
+    int32_t t0[17], t1[1] = {0}, t2[17];
+    for (int i = 0; i < 17; i++) t0[i] = i, t2[i] = 17 + i;
+    const int32_t *tb[3] = {t0, t1, t2};
+    AttnBatch b = {4, pos, seq, NULL, 3, tb, 16};
+    AttnMeta m;
+    Err err = {{0}};
+    CHECK(attn_meta_build(&m, &b, &(AttnMetaOpts){64, 0}, &err) == 0, "%s", err.msg);
+    CHECK(m.n_decode == 2 && attn_decode_row_splits_max(&m) == 2, "%d decode rows, most %d", m.n_decode,
+          attn_decode_row_splits_max(&m));
+    attn_meta_free(&m);
+    b.n_tokens = 3; /* without the row at 256 */
+    CHECK(attn_meta_build(&m, &b, &(AttnMetaOpts){64, 0}, &err) == 0, "%s", err.msg);
+    CHECK(attn_decode_row_splits_max(&m) == 1, "most %d", attn_decode_row_splits_max(&m));
+    attn_meta_free(&m);
+    AttnBatch none = {0, NULL, NULL, NULL, 0, NULL, 16};
+    CHECK(attn_meta_build(&m, &none, &(AttnMetaOpts){1, 0}, &err) == 0 && attn_decode_row_splits_max(&m) == 1,
+          "no decode rows");
+    attn_meta_free(&m);
+}
+
 int main(void) {
     RUN(test_mixed_batch);
     RUN(test_run_breaks);
@@ -129,5 +161,6 @@ int main(void) {
     RUN(test_errors);
     RUN(test_empty_step);
     RUN(test_decode_splits);
+    RUN(test_row_splits);
     TEST_EXIT();
 }

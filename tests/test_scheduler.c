@@ -124,6 +124,7 @@ static void add_stops(Case *cs, int n) {
 /* Checks that per-step statistics respect the budgets. */
 typedef struct {
     int steps, max_rows, max_seqs, over_budget;
+    int lone_prompt_rows;  /* one-row chunks of a longer prompt (engine_prompt_chunk forbids them) */
     int64_t preemptions, hits;
     int max_blocks_one;  /* most blocks any running request held */
     int max_blocks_used; /* most blocks in use at once (all engines) */
@@ -150,6 +151,12 @@ static void watch_step(const VirtualEngines *g, Watch *w) {
     }
     w->preemptions = st->preemptions;
     w->hits = st->prefix_hit_tokens;
+    const Scheduler *s = &g->ve[g->last]; /* the engine whose step just completed */
+    for (int k = 0; st->n_tokens > 0 && k < s->n_sel; k++) { /* its rows: n_cached - chunk .. n_cached of each request */
+        const SchedRequest *r = s->sel[k];
+        int p0 = r->n_cached - s->sel_chunk[k];
+        w->lone_prompt_rows += s->sel_chunk[k] == 1 && p0 < r->n_prompt && r->n_prompt > 1 && o->max_batched_tokens >= 4;
+    }
 }
 
 /* Compares a finished request with its reference; returns mismatches. */
@@ -258,6 +265,7 @@ static void test_same_as_one_at_a_time(void) {
         bad = run_scheduled(&r.e, cs, n, &o, 0, &w);
         CHECK(bad == 0 && w.over_budget == 0 && w.max_rows <= 7, "budget 7: %d mismatches, max rows %d", bad,
               w.max_rows);
+        CHECK(w.lone_prompt_rows == 0, "budget 7: %d one-row prompt chunks", w.lone_prompt_rows);
     }
     free(cs);
     rig_close(&r);
@@ -306,6 +314,7 @@ static void test_random_streams(void) {
             int bad = run_scheduled(&r.e, cs, n, &o, seed | 1, &w);
             CHECK(bad == 0 && w.over_budget == 0, "stream %d (%d blocks, %d seqs, %d tokens): %d mismatches, %d over budget",
                   st, n_blocks, o.max_seqs, o.max_batched_tokens, bad, w.over_budget);
+            CHECK(w.lone_prompt_rows == 0, "stream %d: %d one-row prompt chunks", st, w.lone_prompt_rows);
         }
         free(cs);
         rig_close(&r);
@@ -433,7 +442,32 @@ static void test_unbalanced_load_uses_whole_cache(void) {
     rig_close(&r);
 }
 
+/* Prompt chunks: never one row of a longer prompt, never a one-row rest. */
+static void test_prompt_chunk(void) {
+    CHECK(engine_prompt_chunk(10, 64, 64) == 10, "fits");
+    CHECK(engine_prompt_chunk(1, 64, 64) == 1 && engine_prompt_chunk(1, 1, 64) == 1, "a decode row");
+    CHECK(engine_prompt_chunk(10, 9, 64) == 8, "a rest of 1 -> 2: %d", engine_prompt_chunk(10, 9, 64));
+    CHECK(engine_prompt_chunk(10, 1, 64) == 0, "one row of 10: wait");
+    CHECK(engine_prompt_chunk(3, 2, 64) == 0, "2 of 3 would leave one: wait");
+    CHECK(engine_prompt_chunk(10, 5, 64) == 5 && engine_prompt_chunk(2, 2, 64) == 2, "plain");
+    CHECK(engine_prompt_chunk(10, 0, 64) == 0, "no budget");
+    CHECK(engine_prompt_chunk(10, 1, 3) == 1 && engine_prompt_chunk(3, 2, 3) == 2, "tiny budgets: rule off");
+    /* a whole prompt fed through one sequence: every chunk >= 2 rows */
+    for (int n = 2; n < 40; n++)
+        for (int mc = 4; mc < 12; mc++) {
+            int left = n, bad = 0;
+            while (left > 0) {
+                int c = engine_prompt_chunk(left, mc, mc);
+                bad += c < 2 || c > mc;
+                if (c <= 0) break;
+                left -= c;
+            }
+            CHECK(bad == 0 && left == 0, "prompt %d, chunk %d: %d bad chunks, %d left", n, mc, bad, left);
+        }
+}
+
 int main(void) {
+    RUN(test_prompt_chunk);
     RUN(test_same_as_one_at_a_time);
     RUN(test_preemption_identical);
     RUN(test_random_streams);

@@ -65,14 +65,25 @@ int cuda_attention_decode(void *out, const void *q, const void *k_cache, const v
                           const AttnParams *p, const float *d_sinks, const AttnDecodeWork *w, cudaStream_t s, Err *err) {
     if (m->n_decode == 0) return 0;
     if (cuda_attention_check(p, m->block_size, err)) return -1;
-    if (!w || !w->part || w->n_splits < 1 || m->n_decode > w->max_decode)
-        return err_set(err, "attention: decode work area missing or too small (%d decode rows, room for %d)",
-                       m->n_decode, w ? w->max_decode : 0);
+    int64_t group = w && w->cap > 0 && w->n_splits > 0 ? w->cap / w->n_splits : w ? w->max_decode : 0;
+    if (!w || !w->part || w->n_splits < 1 || group < 1 || (w->cap == 0 && m->n_decode > w->max_decode))
+        return err_set(err, "attention: decode work area missing or too small (%d decode rows x %d splits, room "
+                       "for %lld rows)", m->n_decode, w ? w->n_splits : 0, (long long)group);
+    if (group > m->n_decode) group = m->n_decode;
     AttnKParams kp = kparams(out, q, k_cache, v_cache, m, p, d_sinks);
     kp.n_splits = w->n_splits;
+    kp.split_tiles = w->split_tiles;
     kp.part_o = w->part;
-    kp.part_ml = w->part + (size_t)w->max_decode * p->n_heads * w->n_splits * p->head_dim_v;
-    return attn_decode_launch(&kp, p->head_dim_k, p->head_dim_v, m->n_decode, s, err);
+    kp.part_ml = w->part + (size_t)group * p->n_heads * w->n_splits * p->head_dim_v;
+    /* rows in groups whose partials fit (the same group count for a given
+     * n_decode and n_splits, so a captured step replays): each row's sums
+     * depend on its own splits alone, never on its group */
+    for (int d0 = 0; d0 < m->n_decode; d0 += (int)group) {
+        int n = m->n_decode - d0 < group ? m->n_decode - d0 : (int)group;
+        kp.off_decode = m->off_decode + 3 * d0;
+        if (attn_decode_launch(&kp, p->head_dim_k, p->head_dim_v, n, s, err)) return -1;
+    }
+    return 0;
 }
 
 int cuda_attention(void *out, const void *q, const void *k_cache, const void *v_cache, const AttnDevMeta *m,

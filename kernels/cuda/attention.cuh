@@ -59,6 +59,9 @@ void attn_dev_meta(AttnDevMeta *d, const AttnMeta *m, const int32_t *d_buf);
 typedef struct {
     float *part;                 /* attn_decode_work_bytes() bytes of device memory */
     int max_decode, n_splits;
+    int split_tiles;             /* 0: every row n_splits splits; > 0: per-row splits (AttnKParams) */
+    int64_t cap;                 /* > 0: part holds cap (row, split) slots and the decode rows run in
+                                    groups that fit (max_decode unused); 0: max_decode rows at once */
 } AttnDecodeWork;
 
 size_t attn_decode_work_bytes(int max_decode, int n_heads, int head_dim_v, int n_splits);

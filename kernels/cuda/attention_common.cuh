@@ -41,6 +41,8 @@ typedef struct {
     float *part_o;              /* decode: [n_decode][n_heads][n_splits][head_dim_v] unnormalized */
     float *part_ml;             /* decode: [n_decode][n_heads][n_splits][2] running max (log2 domain), sum */
     int n_splits, n_groups;     /* decode: KV splits; blocks of <= 16 query heads per KV head */
+    int split_tiles;            /* decode: 0: every row takes n_splits splits; > 0: a row takes
+                                   attn_row_splits(its tiles, split_tiles) <= n_splits (batch-invariant) */
 } AttnKParams;
 
 __device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
@@ -89,8 +91,11 @@ __device__ __forceinline__ float quad_sum(float x) {
 
 /* Raw q.k (fp32 accumulator) -> logit in the log2 domain. */
 template <bool CAP> __device__ __forceinline__ float attn_logit(float s, const AttnKParams &p) {
-    if (CAP) return p.cap_out * tanhf(s * p.cap_in);
-    return s * p.scale_log2;
+    /* __fmul_rn: never fused into a later subtraction, so a key's logit has
+     * the same bits on a tile that needs masking and on one that does not
+     * (which tile a row's key lands on depends on how the prompt was chunked) */
+    if (CAP) return __fmul_rn(p.cap_out, tanhf(__fmul_rn(s, p.cap_in)));
+    return __fmul_rn(s, p.scale_log2);
 }
 
 /* Starts copying keys [n0, n0 + BN) of KV head kvh into a [BN][HD + 8]

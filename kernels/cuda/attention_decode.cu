@@ -19,6 +19,12 @@
 
 /* ---- kernels ---- */
 
+/* Splits of a decode row of nt key tiles: the step's n_splits, or (batch-
+ * invariant mode) a count from the row's own range, never above the grid's. */
+static __device__ __forceinline__ int decode_row_splits(const AttnKParams &p, int nt) {
+    return p.split_tiles > 0 ? min(p.n_splits, attn_row_splits(nt, p.split_tiles)) : p.n_splits;
+}
+
 template <int HDK, int HDV> struct DecodeShape {
     static constexpr int BN = ATTN_DECODE_TILE_N, NW = 4, NT = 32 * NW;
     static constexpr int STAGES = (HDK > 128 || HDV > 128) ? 2 : 3;
@@ -43,7 +49,9 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
     const int32_t *tab = p.meta + p.off_tables + (int64_t)dec[1] * p.table_width;
     const int h0 = kvh * p.group + grp * 16, nh = min(16, p.group - grp * 16);
     const int lo = WIN ? max(0, pos - p.window + 1) : 0, hi = pos + 1;
-    const int tb = lo / BN, nt = (hi + BN - 1) / BN - tb, per = (nt + p.n_splits - 1) / p.n_splits;
+    const int tb = lo / BN, nt = (hi + BN - 1) / BN - tb, ns = decode_row_splits(p, nt);
+    if (split >= ns) return; /* past this row's own splits (batch-invariant mode): the whole block leaves */
+    const int per = (nt + ns - 1) / ns;
     const int ts = tb + split * per, te = min(ts + per, tb + nt);
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tg = lane & 3;
@@ -182,18 +190,20 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
 template <int HDV>
 __global__ void __launch_bounds__(128) attn_decode_combine_kernel(const AttnKParams p) {
     const int d = blockIdx.x, h = blockIdx.y;
-    const int row = p.meta[p.off_decode + 3 * d];
+    const int row = p.meta[p.off_decode + 3 * d], pos = p.meta[p.off_decode + 3 * d + 2];
+    const int lo = p.window > 0 ? max(0, pos - p.window + 1) : 0, BN = ATTN_DECODE_TILE_N;
+    const int ns = decode_row_splits(p, (pos + BN) / BN - lo / BN); /* the kernel's nt: keys lo..pos */
     const int64_t at = ((int64_t)d * p.n_heads + h) * p.n_splits;
     const float *ml = p.part_ml + at * 2;
     float m = p.sinks ? p.sinks[h] * ATTN_LOG2E : -INFINITY;
-    for (int s = 0; s < p.n_splits; s++) m = fmaxf(m, ml[2 * s]);
+    for (int s = 0; s < ns; s++) m = fmaxf(m, ml[2 * s]);
     float base = m == -INFINITY ? 0.f : m;
     float sum = p.sinks ? exp2f(p.sinks[h] * ATTN_LOG2E - base) : 0.f;
-    for (int s = 0; s < p.n_splits; s++) sum += exp2f(ml[2 * s] - base) * ml[2 * s + 1];
+    for (int s = 0; s < ns; s++) sum += exp2f(ml[2 * s] - base) * ml[2 * s + 1];
     float inv = sum > 0.f ? 1.f / sum : 0.f;
     for (int c = threadIdx.x; c < HDV; c += blockDim.x) {
         float acc = 0.f;
-        for (int s = 0; s < p.n_splits; s++) acc += exp2f(ml[2 * s] - base) * p.part_o[(at + s) * HDV + c];
+        for (int s = 0; s < ns; s++) acc += exp2f(ml[2 * s] - base) * p.part_o[(at + s) * HDV + c];
         p.out[((int64_t)row * p.n_heads + h) * HDV + c] = __float2bfloat16(acc * inv);
     }
 }

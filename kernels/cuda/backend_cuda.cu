@@ -31,6 +31,17 @@
  * cuda_ops.cu. In a graphed step every padding row is its own sequence at
  * position 0 (reading block 0), so the step stays all decode rows.
  *
+ * Batch-invariant mode (CudaOptions.batch_invariant): a row's results do
+ * not depend on the other rows of its step. Every GEMM, at every T, is
+ * gemm_bi.cuh's (one fixed sum order; quantized matrices dequantized to the
+ * bf16 scratch first, also at T <= 8); decode rows take their KV splits from
+ * their own length (attn_row_splits); MoE routes on the host at every T. The
+ * norms, rope, the prefill attention tiles (key tiles at fixed positions, so
+ * also how a prompt is chunked) and the element-wise kernels work per row in
+ * both modes. What remains is which kernel a row meets: a run of >= 2 rows
+ * is prefill, a lone row decode; the scheduler never makes a prompt chunk of
+ * one row (scheduler.c), so each token meets the same kernel in any batch.
+ *
  * Written C-style: plain structs and functions, extern "C" entry points. */
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +59,7 @@ extern "C" { /* C headers of the engine: C linkage */
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.cuh"
 #include "kernels/cuda/nccl_link.cuh"
+#include "kernels/cuda/gemm_bi.cuh"
 #include "kernels/cuda/quant.cuh"
 #include "kernels/cuda/sampling.cuh"
 
@@ -87,6 +99,7 @@ typedef struct {
     void **allocs;               /* every cudaMalloc of weights, for freeing */
     int n_allocs, cap_allocs;
     bool bf16_weights;           /* every matrix as bf16, quantized ones too (CudaOptions) */
+    bool bi;                     /* batch-invariant mode (CudaOptions.batch_invariant) */
     QuantMatrix *qm;             /* [n_layers * LAYER_REFS + 1] quantized matrices (slot of each WeightRef; last: LM head) */
     uint64_t weight_bytes;       /* device bytes of all weights */
     void *qnative;               /* upload only: a matrix's file bytes before repacking */
@@ -126,7 +139,8 @@ typedef struct {
     cudaGraphExec_t graph[N_BUCKETS];
     NcclGroup *link;             /* pipeline stage: NCCL to its neighbours (backend_cuda_link), or NULL */
     int link_rank;
-    char name[16];               /* "cuda:N" */
+    int graph_splits[N_BUCKETS]; /* batch-invariant mode: the decode splits each graph was captured with */
+    char name[16];               /* "cuda:N", "cuda:N+bi" in the batch-invariant mode */
     Err err;                     /* first error inside a void op; reported by read() */
     bool failed;
 } CudaBackend;
@@ -208,10 +222,20 @@ static void gemm_lt(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const b
     }
 }
 
+/* The batch-invariant GEMM (gemm_bi.cuh): one sum order for every T. */
+static void gemm_bi(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const bf16 *W, const float *bias, int M,
+                    int T, int K, int ldc) {
+    Err e = {};
+    if (cb->failed || cuda_gemm_bi(y, y_f32, ldc, W, x, bias, M, T, K, cb->stream, &e) == 0) return;
+    cb->failed = true;
+    cb->err = e;
+}
+
 /* y[T][M] (bf16, or fp32 when y_f32) = x[T][K] @ W[M][K]^T (+ bias[M]). */
 static void gemm(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const bf16 *W, const float *bias, int M, int T,
                  int K) {
     if (cb->failed || T <= 0) return;
+    if (cb->bi) { gemm_bi(cb, y, y_f32, x, W, bias, M, T, K, M); return; }
     if (T <= GEMV_MAX_T) { cuda_gemv(y, y_f32, W, x, bias, M, K, T, cb->stream); return; }
     gemm_lt(cb, y, y_f32, x, W, M, T, K, M);
     if (bias && !cb->failed) cuda_add_bias(y, y_f32, bias, T, M, cb->stream);
@@ -226,11 +250,13 @@ static void quant_fail(CudaBackend *cb, const Err *e) {
 /* The same for a quantized W: quant_gemv up to 8 rows (reads each block
  * once); above, W is dequantized to the bf16 scratch in chunks of rows and
  * each chunk's columns of y come from cuBLASLt (no host sync, no
- * allocation: graph-capturable either way). */
+ * allocation: graph-capturable either way). The batch-invariant mode takes
+ * the dequantizing route at every T, with gemm_bi: quant_gemv's sums (fp32
+ * FMAs of the dequantized values) could not match a tensor-core GEMM's. */
 static void qgemm(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const QuantMatrix *W, const float *bias, int T) {
     if (cb->failed || T <= 0) return;
     Err e = {};
-    if (T <= QUANT_GEMV_MAX_T) {
+    if (T <= QUANT_GEMV_MAX_T && !cb->bi) {
         if (quant_gemv(W, x, false, y, y_f32, bias, T, cb->stream, &e)) quant_fail(cb, &e);
         return;
     }
@@ -241,9 +267,11 @@ static void qgemm(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const Qua
     for (int64_t r0 = 0; r0 < W->rows && !cb->failed; r0 += chunk) {
         int64_t nr = W->rows - r0 < chunk ? W->rows - r0 : chunk;
         if (quant_dequant_bf16(W, r0, nr, cb->deq, cb->stream, &e)) { quant_fail(cb, &e); return; }
-        gemm_lt(cb, (char *)y + r0 * ysz, y_f32, x, cb->deq, (int)nr, T, (int)W->cols, (int)W->rows);
+        const float *b = bias && cb->bi ? bias + r0 : NULL; /* gemm_bi adds it in its epilogue */
+        if (cb->bi) gemm_bi(cb, (char *)y + r0 * ysz, y_f32, x, cb->deq, b, (int)nr, T, (int)W->cols, (int)W->rows);
+        else gemm_lt(cb, (char *)y + r0 * ysz, y_f32, x, cb->deq, (int)nr, T, (int)W->cols, (int)W->rows);
     }
-    if (bias && !cb->failed) cuda_add_bias(y, y_f32, bias, T, (int)W->rows, cb->stream);
+    if (bias && !cb->failed && !cb->bi) cuda_add_bias(y, y_f32, bias, T, (int)W->rows, cb->stream);
 }
 
 static bool is_quant(const WeightRef *w) { return w->data && quant_type_supported(w->type); }
@@ -550,10 +578,26 @@ static int step_bucket(CudaBackend *cb, const AttnBatch *b, int n_logits) {
         if (b->seq[i] == b->seq[i - 1] && b->pos[i] == b->pos[i - 1] + 1) return -1;
     for (int i = 0; i < N_BUCKETS; i++)
         if (T <= BUCKET_ROWS[i]) {
-            bool host_sync = cb->cfg->n_experts > 0 && BUCKET_ROWS[i] > GEMV_MAX_T; /* MoE routed on the host */
+            /* MoE routed on the host: above 8 rows, and always in the batch-invariant mode */
+            bool host_sync = cb->cfg->n_experts > 0 && (BUCKET_ROWS[i] > GEMV_MAX_T || cb->bi);
             return BUCKET_ROWS[i] <= cb->max_tokens && !host_sync ? i : -1;
         }
     return -1;
+}
+
+/* Batch-invariant mode: the decode grid's splits for this graphed step.
+ * Rows take splits from their own length, so the grid only has to have
+ * enough: a bucket's graph keeps the splits it was captured with until a
+ * row needs more, then is captured again with the next power of two (a
+ * handful of captures as contexts grow, and no grid of mostly idle blocks
+ * sized for the longest possible context). */
+static int bi_graph_splits(CudaBackend *cb, int need) {
+    int b = cb->bucket;
+    if (cb->graph[b] && cb->graph_splits[b] >= need) return cb->graph_splits[b];
+    if (cb->graph[b]) { cudaGraphExecDestroy(cb->graph[b]); cb->graph[b] = NULL; }
+    int s = 1;
+    while (s < need) s *= 2;
+    return cb->graph_splits[b] = s < ATTN_BI_MAX_SPLITS ? s : ATTN_BI_MAX_SPLITS;
 }
 
 /* The attention metadata of a step of Tp rows (h_pos already holds their
@@ -585,7 +629,12 @@ static int attn_step_meta(CudaBackend *cb, const AttnBatch *b, int Tp, Err *err)
     int groups = (c->n_heads / c->n_kv_heads + 15) / 16;
     int ctx = cb->meta.n_tiles == 0 ? cb->max_blocks * b->block_size : cb->meta.max_kv_len;
     cb->work.max_decode = cb->meta.n_decode;
-    cb->work.n_splits = attn_decode_splits(ctx, cb->meta.n_decode, c->n_kv_heads, groups, cb->n_sms);
+    if (cb->bi) {
+        int need = attn_decode_row_splits_max(&cb->meta);
+        cb->work.n_splits = cb->bucket >= 0 ? bi_graph_splits(cb, need) : need;
+    } else {
+        cb->work.n_splits = attn_decode_splits(ctx, cb->meta.n_decode, c->n_kv_heads, groups, cb->n_sms);
+    }
     return 0;
 }
 
@@ -752,7 +801,7 @@ static void cuda_be_gate_up(Backend *be, void *out, const void *x, const LayerWe
         wgemm(cb, g, false, (const bf16 *)x, &lw->w_gate, mat, NULL, T);
         wgemm(cb, u, false, (const bf16 *)x, &lw->w_up, mat, NULL, T);
         cuda_glu((bf16 *)out, g, u, F, bg, bu, T, F, act, limit, cb->stream);
-    } else if (Wu == Wg + (int64_t)F * K && T <= GEMV_MAX_T) {
+    } else if (Wu == Wg + (int64_t)F * K && T <= GEMV_MAX_T && !cb->bi) {
         cuda_gemv_glu((bf16 *)out, Wg, (const bf16 *)x, bg, bu, F, K, T, act, limit, cb->stream);
     } else if (Wu == Wg + (int64_t)F * K) {
         gemm(cb, cb->scratch, false, (const bf16 *)x, Wg, NULL, 2 * F, T, K);
@@ -805,7 +854,7 @@ static void cuda_be_moe(Backend *be, void *out, const void *x, const LayerWeight
     CudaBackend *cb = cb_of(be);
     int E = c->n_experts, K = c->n_experts_used, C = c->dim, F = c->ffn_dim;
     wgemm(cb, cb->router, true, (const bf16 *)x, &lw->router, 0, vec_of(&lw->router_bias, 0), T);
-    if (T <= GEMV_MAX_T) { moe_decode(cb, (bf16 *)out, (const bf16 *)x, lw, c, T); return; }
+    if (T <= GEMV_MAX_T && !cb->bi) { moe_decode(cb, (bf16 *)out, (const bf16 *)x, lw, c, T); return; }
     op_fail(cb, cudaMemcpyAsync(cb->h_router, cb->router, (size_t)T * E * sizeof(float), cudaMemcpyDeviceToHost,
                                 cb->stream), "router");
     op_fail(cb, cudaStreamSynchronize(cb->stream), "router");
@@ -1079,13 +1128,19 @@ static int attn_alloc_work(CudaBackend *cb, const ModelConfig *c, const CudaOpti
     if (!cb->fast_attn) return 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&cb->n_sms, cudaDevAttrMultiProcessorCount, cb->device), err);
     int groups = (c->n_heads / c->n_kv_heads + 15) / 16;
-    size_t work = 0;
+    size_t work = 0, slot = attn_decode_work_bytes(1, c->n_heads, c->head_dim_v, 1);
     for (int n = 1; n <= cb->max_tokens; n++) {
         int splits = attn_decode_splits(1 << 30, n, c->n_kv_heads, groups, cb->n_sms);
         size_t b = attn_decode_work_bytes(n, c->n_heads, c->head_dim_v, splits);
         work = b > work ? b : work;
     }
+    /* batch-invariant: room for a full graph bucket at the most splits a row
+     * takes; larger steps run their decode rows in groups (attention.cu) */
+    size_t bi_work = (size_t)BUCKET_ROWS[N_BUCKETS - 1] * ATTN_BI_MAX_SPLITS * slot;
+    if (cb->bi && bi_work > work) work = bi_work;
     CUDA_CHECK(cudaMalloc(&cb->work.part, work), err);
+    cb->work.cap = (int64_t)(work / slot);
+    cb->work.split_tiles = cb->bi ? ATTN_BI_SPLIT_TILES : 0;
     return 0;
 }
 
@@ -1119,6 +1174,7 @@ extern "C" Backend *backend_cuda_create_opts(const ModelConfig *c, const ModelWe
     cb->max_tokens = o->max_tokens > 0 ? o->max_tokens : 1;
     cb->graphs_on = !o->no_graphs;
     cb->bf16_weights = o->bf16_weights;
+    cb->bi = o->batch_invariant;
     cb->bucket = -1;
     cb->workspace_bytes = (size_t)32 << 20;
     int rc = 0;
@@ -1136,7 +1192,7 @@ extern "C" Backend *backend_cuda_create_opts(const ModelConfig *c, const ModelWe
     if (rc == 0) rc = cuda_alloc_kv(cb, c, o, err);
     if (rc == 0) rc = attn_alloc_meta(cb, c, err);
     if (rc) { cuda_destroy(be); return NULL; }
-    snprintf(cb->name, sizeof cb->name, "cuda:%d", o->device);
+    snprintf(cb->name, sizeof cb->name, "cuda:%d%s", o->device, cb->bi ? "+bi" : "");
     be->name = cb->name;
     be->weights = &cb->w;
     be->kv_block_size = o->block_size;
@@ -1165,7 +1221,7 @@ extern "C" Backend *backend_cuda_create_opts(const ModelConfig *c, const ModelWe
 
 extern "C" Backend *backend_cuda_create(const ModelConfig *c, const ModelWeights *host, int device, int block_size,
                                         int n_blocks, int max_tokens, double *load_gbps, Err *err) {
-    CudaOptions o = {device, block_size, n_blocks, 0, max_tokens, 0.9f, false, false, false};
+    CudaOptions o = {device, block_size, n_blocks, 0, max_tokens, 0.9f, false, false, false, false};
     if (n_blocks <= 0) return (Backend *)(err_set(err, "cuda: %d KV blocks", n_blocks), NULL);
     return backend_cuda_create_opts(c, host, &o, load_gbps, err);
 }

@@ -20,6 +20,8 @@ typedef struct {
     bool no_graphs;        /* issue every step's kernels instead of replaying captured decode steps */
     bool generic_attention;/* the simple attention kernel even where attention.cuh has one (checks) */
     bool bf16_weights;     /* every matrix as bf16, also those quant.cuh could keep quantized (checks) */
+    bool batch_invariant;  /* every row's results independent of the other rows of its step and of how its
+                              prompt was chunked (gemm_bi.cuh for every GEMM, per-row decode splits) */
 } CudaOptions;
 
 /* Uploads the model's weights to the GPU (matrices as bf16, with Wq|Wk|Wv and

@@ -108,8 +108,8 @@ static void compare_step(Runner *ru, int n_logits, int V, Tally *t) {
 }
 
 static bool open_runners(Runner *ru, const Model *m, Err *err) {
-    CudaOptions fast = {0, BLOCK, N_BLOCKS, 0, MAX_T, 0.9f, false, false, false};
-    CudaOptions generic = {0, BLOCK, N_BLOCKS, 0, MAX_T, 0.9f, true, true, false};
+    CudaOptions fast = {0, BLOCK, N_BLOCKS, 0, MAX_T, 0.9f, false, false, false, false};
+    CudaOptions generic = {0, BLOCK, N_BLOCKS, 0, MAX_T, 0.9f, true, true, false, false};
     ru[0].be = backend_cuda_create_opts(&m->cfg, &m->w, &fast, NULL, err);
     ru[1].be = ru[0].be ? backend_cuda_create_opts(&m->cfg, &m->w, &generic, NULL, err) : NULL;
     ru[2].be = ru[1].be ? backend_cpu_create(&m->cfg, &m->w, 0, BLOCK, N_BLOCKS, err) : NULL;

@@ -83,7 +83,7 @@ static void check_tiny(const char *arch, bool gguf) {
         json_free(doc);
         return;
     }
-    CudaOptions o = {0, gguf ? 4 : 16, 64, 0, 64, 0.9f, false, false, false}, ong = o;
+    CudaOptions o = {0, gguf ? 4 : 16, 64, 0, 64, 0.9f, false, false, false, false}, ong = o;
     ong.no_graphs = true;
     Backend *be = backend_cuda_create_opts(&m.cfg, &m.w, &o, NULL, &err);
     Backend *be_ng = be ? backend_cuda_create_opts(&m.cfg, &m.w, &ong, NULL, &err) : NULL;
