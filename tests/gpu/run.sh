@@ -99,16 +99,20 @@ run_check sampling_gpu_vs_host sample_check
 if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
     pp_check() {
         local m
+        # one request per step (the virtual engines batch otherwise than one
+        # GPU's scheduler), and batched in the batch-invariant mode
         for m in "$MODELS/llama3-8b" "$MODELS/gemma2-9b" tests/fixtures/tiny/gpt-oss.gguf; do
-            "$BIN/cllm" generate -m "$m" -i "$OUT/prompts.txt" --temp 0 -n 32 --ignore-eos -o "$OUT/pp1.jsonl" &&
-                "$BIN/cllm" generate -m "$m" -i "$OUT/prompts.txt" --temp 0 -n 32 --ignore-eos --pp 2 -v \
-                    -o "$OUT/pp2.jsonl" && python3 tests/gpu/compare_generate.py "$OUT/pp2.jsonl" "$OUT/pp1.jsonl" 1.0 \
-                    --min-identical 1.0 || return 1
+            for mode in "--max-seqs 1" "--batch-invariant"; do
+                "$BIN/cllm" generate -m "$m" -i "$OUT/prompts.txt" --temp 0 -n 32 --ignore-eos $mode -o "$OUT/pp1.jsonl" &&
+                    "$BIN/cllm" generate -m "$m" -i "$OUT/prompts.txt" --temp 0 -n 32 --ignore-eos --pp 2 -v $mode \
+                        -o "$OUT/pp2.jsonl" && python3 tests/gpu/compare_generate.py "$OUT/pp2.jsonl" "$OUT/pp1.jsonl" \
+                        1.0 --min-identical 1.0 || return 1
+            done
         done
         # stages placed the other way round (the handoff must not race the stream)
         "$BIN/cllm" generate -m "$MODELS/llama3-8b" -i "$OUT/prompts.txt" --temp 0 -n 32 --ignore-eos --pp 2 \
-            --gpus 1,0 -o "$OUT/pp2r.jsonl" && "$BIN/cllm" generate -m "$MODELS/llama3-8b" -i "$OUT/prompts.txt" \
-            --temp 0 -n 32 --ignore-eos -o "$OUT/pp1.jsonl" &&
+            --gpus 1,0 --max-seqs 1 -o "$OUT/pp2r.jsonl" && "$BIN/cllm" generate -m "$MODELS/llama3-8b" -i "$OUT/prompts.txt" \
+            --temp 0 -n 32 --ignore-eos --max-seqs 1 -o "$OUT/pp1.jsonl" &&
             python3 tests/gpu/compare_generate.py "$OUT/pp2r.jsonl" "$OUT/pp1.jsonl" 1.0 --min-identical 1.0
     }
     run_check pipeline_pp2 pp_check
