@@ -272,7 +272,9 @@ static void test_same_as_one_at_a_time(void) {
 }
 
 /* A cache too small for everyone at once: the newest requests are
- * preempted and recomputed; outputs stay identical. */
+ * preempted and recomputed; outputs stay identical. Also with 2 and 3
+ * virtual engines over the one pool (preemption across engines), and with
+ * the whole load on one of two engines. */
 static void test_preemption_identical(void) {
     Rig r;
     int n = quick() ? 12 : 32;
@@ -281,20 +283,34 @@ static void test_preemption_identical(void) {
     if (rig_open(&r, "llama", 20, 256, 64) || prepare(&r, cs, n, 11, 16, true)) {
         CHECK(0, "setup failed");
     } else {
-        SchedOptions o = {.max_seqs = 8, .max_batched_tokens = 32};
+        for (int n_ve = 1; n_ve <= 3; n_ve++) {
+            SchedOptions o = {.max_seqs = 8, .max_batched_tokens = 32};
+            Watch w;
+            int bad = run_engines(&r.e, cs, n, &o, 0, n_ve, false, &w);
+            CHECK(bad == 0, "%d engine(s): %d mismatches", n_ve, bad);
+            CHECK(w.preemptions > 0, "%d engine(s): the small cache should force preemption", n_ve);
+            CHECK(w.over_budget == 0, "%d engine(s): %d steps over budget", n_ve, w.over_budget);
+            for (int k = 0; k < n_ve; k++) CHECK(w.max_held[k] > 0, "%d engines: engine %d never ran", n_ve, k);
+            printf("  %d engine(s): %d steps, %lld preemptions, %lld prefix tokens reused, peak %d of 20 blocks\n",
+                   n_ve, w.steps, (long long)w.preemptions, (long long)w.hits, w.max_blocks_used);
+        }
+        /* Every request on one of two engines: it uses the whole pool (a fixed
+         * half per engine would cap it at 10 of 20 blocks). No prefix cache:
+         * a held block is then held by one request only. */
+        SchedOptions o = {.max_seqs = 8, .max_batched_tokens = 32, .no_prefix_cache = true};
         Watch w;
-        int bad = run_scheduled(&r.e, cs, n, &o, 0, &w);
-        CHECK(bad == 0, "%d mismatches", bad);
-        CHECK(w.preemptions > 0, "the small cache should force preemption");
-        CHECK(w.over_budget == 0, "%d steps over budget", w.over_budget);
-        printf("  %d steps, %lld preemptions, %lld prefix tokens reused\n", w.steps, (long long)w.preemptions,
-               (long long)w.hits);
+        int bad = run_engines(&r.e, cs, n, &o, 0, 2, true, &w);
+        CHECK(bad == 0, "unbalanced: %d mismatches", bad);
+        CHECK(w.max_held[0] >= 18, "the loaded engine held at most %d of 20 blocks", w.max_held[0]);
+        CHECK(w.max_held[1] == 0, "the idle engine held %d blocks", w.max_held[1]);
+        printf("  all requests on engine 0 of 2: it held up to %d of 20 blocks\n", w.max_held[0]);
     }
     free(cs);
     rig_close(&r);
 }
 
-/* Random streams: budgets, cache sizes, arrivals from fixed seeds. */
+/* Random streams: budgets, cache sizes, arrivals from fixed seeds; 1, 2 or
+ * 3 virtual engines. */
 static void test_random_streams(void) {
     int n_streams = quick() ? 3 : 12;
     for (int st = 0; st < n_streams; st++) {
@@ -311,9 +327,10 @@ static void test_random_streams(void) {
                               .max_batched_tokens = 1 + (int)(rng_next(&seed) % 32),
                               .no_prefix_cache = rng_next(&seed) % 4 == 0};
             Watch w;
-            int bad = run_scheduled(&r.e, cs, n, &o, seed | 1, &w);
-            CHECK(bad == 0 && w.over_budget == 0, "stream %d (%d blocks, %d seqs, %d tokens): %d mismatches, %d over budget",
-                  st, n_blocks, o.max_seqs, o.max_batched_tokens, bad, w.over_budget);
+            int n_ve = 1 + st % 3;
+            int bad = run_engines(&r.e, cs, n, &o, seed | 1, n_ve, false, &w);
+            CHECK(bad == 0 && w.over_budget == 0, "stream %d (%d engines, %d blocks, %d seqs, %d tokens): %d mismatches, "
+                  "%d over budget", st, n_ve, n_blocks, o.max_seqs, o.max_batched_tokens, bad, w.over_budget);
             CHECK(w.lone_prompt_rows == 0, "stream %d: %d one-row prompt chunks", st, w.lone_prompt_rows);
         }
         free(cs);
@@ -374,74 +391,6 @@ static void test_submit_errors(void) {
     rig_close(&r);
 }
 
-/* Virtual engines (2 and 3) over one block pool: the same outputs as one
- * at a time, with an ample cache, a small one (preemption across engines)
- * and random streams; no block leaked, none held by any engine at the end. */
-static void test_virtual_engines_identical(void) {
-    Rig r;
-    int n = quick() ? 16 : 32;
-    Case *cs = calloc(32, sizeof *cs);
-    if (rig_open(&r, "llama", 20, 256, 64) || prepare(&r, cs, n, 11, 16, true)) {
-        CHECK(0, "setup failed");
-    } else {
-        for (int n_ve = 2; n_ve <= 3; n_ve++) {
-            SchedOptions o = {.max_seqs = 8, .max_batched_tokens = 32};
-            Watch w;
-            int bad = run_engines(&r.e, cs, n, &o, 0, n_ve, false, &w);
-            CHECK(bad == 0 && w.over_budget == 0, "%d engines, 20 blocks: %d mismatches, %d steps over budget", n_ve,
-                  bad, w.over_budget);
-            CHECK(w.preemptions > 0, "%d engines: the small cache should force preemption", n_ve);
-            for (int k = 0; k < n_ve; k++) CHECK(w.max_held[k] > 0, "%d engines: engine %d never ran", n_ve, k);
-            printf("  %d engines: %d steps, %lld preemptions, peak %d of 20 blocks\n", n_ve, w.steps,
-                   (long long)w.preemptions, w.max_blocks_used);
-        }
-    }
-    free(cs);
-    rig_close(&r);
-    int n_streams = quick() ? 3 : 8;
-    for (int st = 0; st < n_streams; st++) {
-        uint64_t seed = 2000 + st;
-        int n_blocks = 20 + (int)(rng_next(&seed) % 40), m = 8 + (int)(rng_next(&seed) % 16);
-        Case *c2 = calloc(m, sizeof *c2);
-        if (rig_open(&r, "llama", n_blocks, 256, 32) || prepare(&r, c2, m, seed, (int)(rng_next(&seed) % 2) * 12, st % 2)) {
-            CHECK(0, "setup failed");
-        } else {
-            SchedOptions o = {.max_seqs = 1 + (int)(rng_next(&seed) % 8),
-                              .max_batched_tokens = 1 + (int)(rng_next(&seed) % 32),
-                              .no_prefix_cache = rng_next(&seed) % 4 == 0};
-            int n_ve = 2 + (int)(rng_next(&seed) % 3);
-            Watch w;
-            int bad = run_engines(&r.e, c2, m, &o, seed | 1, n_ve, false, &w);
-            CHECK(bad == 0 && w.over_budget == 0, "stream %d (%d engines, %d blocks, %d seqs, %d tokens): %d mismatches",
-                  st, n_ve, n_blocks, o.max_seqs, o.max_batched_tokens, bad);
-        }
-        free(c2);
-        rig_close(&r);
-    }
-}
-
-/* Every request on one of two virtual engines: that engine uses the whole
- * pool (a fixed half per engine would cap it at 10 of 20 blocks). */
-static void test_unbalanced_load_uses_whole_cache(void) {
-    Rig r;
-    int n = quick() ? 12 : 32;
-    Case *cs = calloc(32, sizeof *cs);
-    if (rig_open(&r, "llama", 20, 256, 64) || prepare(&r, cs, n, 11, 16, true)) {
-        CHECK(0, "setup failed");
-    } else {
-        /* no prefix cache: a held block is then held by one request only */
-        SchedOptions o = {.max_seqs = 8, .max_batched_tokens = 32, .no_prefix_cache = true};
-        Watch w;
-        int bad = run_engines(&r.e, cs, n, &o, 0, 2, true, &w);
-        CHECK(bad == 0, "%d mismatches", bad);
-        CHECK(w.max_held[0] >= 18, "the loaded engine held at most %d of 20 blocks", w.max_held[0]);
-        CHECK(w.max_held[1] == 0, "the idle engine held %d blocks", w.max_held[1]);
-        printf("  loaded engine peak %d of 20 blocks (all engines %d)\n", w.max_held[0], w.max_blocks_used);
-    }
-    free(cs);
-    rig_close(&r);
-}
-
 /* Prompt chunks: never one row of a longer prompt, never a one-row rest. */
 static void test_prompt_chunk(void) {
     CHECK(engine_prompt_chunk(10, 64, 64) == 10, "fits");
@@ -473,7 +422,5 @@ int main(void) {
     RUN(test_random_streams);
     RUN(test_window_gives_blocks_back);
     RUN(test_submit_errors);
-    RUN(test_virtual_engines_identical);
-    RUN(test_unbalanced_load_uses_whole_cache);
     TEST_EXIT();
 }

@@ -32,13 +32,20 @@ static void make_step(Step *s) {
     s->b = (AttnBatch){6, s->pos, s->seq, s->slot, 2, s->tables, BS};
 }
 
-static void test_round_trip(void) {
-    Step s;
-    make_step(&s);
-    void *buf = NULL;
+/* The step of make_step, encoded into a new buffer (*buf, freed by the caller). */
+static size_t encoded_step(Step *s, void **buf) {
     size_t cap = 0;
     Err err = {{0}};
-    size_t n = step_msg_encode(s.ids, &s.b, &buf, &cap, &err);
+    make_step(s);
+    *buf = NULL;
+    return step_msg_encode(s->ids, &s->b, buf, &cap, &err);
+}
+
+static void test_round_trip(void) {
+    Step s;
+    void *buf;
+    size_t n = encoded_step(&s, &buf);
+    Err err = {{0}};
     StepMsg m = {0};
     CHECK(n > 0 && step_msg_decode(&m, buf, n, 64, 10, BS, &err) == 0, "%s", err.msg);
     CHECK(m.kind == STEP_MSG_STEP && m.b.n_tokens == 6 && m.b.n_seqs == 2, "kind %d, %d rows", m.kind, m.b.n_tokens);
@@ -64,11 +71,9 @@ static void test_round_trip(void) {
  * inside the limits, or fails; ASan catches any stray read. */
 static void test_corruptions(void) {
     Step s;
-    make_step(&s);
-    void *buf = NULL;
-    size_t cap = 0;
+    void *buf;
+    size_t n = encoded_step(&s, &buf);
     Err err = {{0}};
-    size_t n = step_msg_encode(s.ids, &s.b, &buf, &cap, &err);
     unsigned char *bad = malloc(n);
     StepMsg m = {0};
     uint64_t x = 88172645463325252ull;

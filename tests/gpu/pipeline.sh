@@ -17,15 +17,7 @@ export CLLM_PP_TIMEOUT=${CLLM_PP_TIMEOUT:-30}  # a stage waiting longer on a pee
 mkdir -p "$OUT" "$MODELS"
 rm -f "$OUT/pp_ok"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-declare -a rows
-run_check() { # name, command...
-    local name=$1; shift
-    local log="$OUT/$name.log" t0=$(date +%s%N)
-    "$@" > "$log" 2>&1; local rc=$?
-    local secs=$(( ($(date +%s%N) - t0) / 1000000 ))
-    grep -E '^#|^not ok|^ok|identical|error|ERROR' "$log" | head -20
-    rows+=("$(printf '%-30s rc=%-3s %7sms' "$name" "$rc" "$secs")")
-}
+source tests/gpu/lib.sh
 [ -d "$MODELS/llama3-8b" ] || python3 bench/make_model.py llama3-8b "$MODELS/llama3-8b" > "$OUT/make-8b.log" 2>&1
 for i in $(seq 1 64); do echo "prompt $i: the quick brown fox $((i * 7919 % 1000)) jumps"; done > "$OUT/prompts.txt"
 head -16 "$OUT/prompts.txt" > "$OUT/prompts16.txt"
@@ -64,7 +56,7 @@ if [ -f "$REAL/smollm2-135m-instruct.gguf" ] && [ -f "$REAL/gemma3-270m.gguf" ];
     }
     run_check pp2_real_models pp_real
 fi
-[ -f "$OUT/pp_ok" ] || { echo "--pp 2 broken: no benchmarks"; for r in "${rows[@]}"; do echo "$r"; done; exit 1; }
+[ -f "$OUT/pp_ok" ] || { echo "--pp 2 broken: no benchmarks"; print_rows; exit 1; }
 pp_batched() {
     timeout 120 "$BIN/cllm" generate -m "$MODELS/llama3-8b" -i "$OUT/prompts.txt" --temp 0 -n 64 --ignore-eos -o "$OUT/b1.jsonl" &&
         timeout 120 "$BIN/cllm" generate -m "$MODELS/llama3-8b" -i "$OUT/prompts.txt" --temp 0 -n 64 --ignore-eos --pp 2 \
@@ -127,6 +119,4 @@ if [ "${PP_BENCH:-1}" != 0 ]; then
     run_check bench_70b_pp2 l70
 fi
 
-echo
-echo "== summary"
-for r in "${rows[@]}"; do echo "$r"; done
+print_rows

@@ -9,17 +9,7 @@ BIN=${1:-build/gpu}
 export CLLM_FIXTURES=$PWD/tests/fixtures
 OUT=${OUT:-/tmp}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-declare -a rows
-
-run_check() { # name, command...
-    local name=$1; shift
-    local log="$OUT/$name.log" t0=$(date +%s%N)
-    "$@" > "$log" 2>&1; local rc=$?
-    local secs=$(( ($(date +%s%N) - t0) / 1000000 ))
-    local p=$(grep -c '^ok - ' "$log") f=$(grep -c '^not ok - ' "$log")
-    grep -E '^#|^not ok|CHECK|ERROR|error' "$log" | head -60
-    rows+=("$(printf '%-28s rc=%-3s %3s ok %3s not-ok %7sms' "$name" "$rc" "$p" "$f" "$secs")")
-}
+source tests/gpu/lib.sh
 
 run_check cuda_ops "$BIN/test_cuda_ops"
 run_check cuda_forward "$BIN/test_cuda_forward"
@@ -158,6 +148,4 @@ if [ "${QUANT_8B:-1}" != 0 ]; then
     run_check quant_forward_8b "$BIN/test_quant_forward" --positions 256 "$QDIR/l8-q8_0.gguf" "$QDIR/l8-q4_k.gguf"
 fi
 
-echo
-echo "== summary"
-for r in "${rows[@]}"; do echo "$r"; done
+print_rows

@@ -1,0 +1,21 @@
+# tests/gpu/lib.sh — what the GPU check scripts share (sourced by run.sh and
+# pipeline.sh): run_check NAME CMD... runs CMD with its output in
+# $OUT/NAME.log, prints the log's notable lines and adds a row to the table
+# that print_rows prints last.
+declare -a rows
+
+run_check() { # name, command...
+    local name=$1; shift
+    local log="$OUT/$name.log" t0=$(date +%s%N)
+    "$@" > "$log" 2>&1; local rc=$?
+    local secs=$(( ($(date +%s%N) - t0) / 1000000 ))
+    local p=$(grep -c '^ok - ' "$log") f=$(grep -c '^not ok - ' "$log")
+    grep -E '^#|^not ok|CHECK|ERROR|error|identical' "$log" | head -60
+    rows+=("$(printf '%-28s rc=%-3s %3s ok %3s not-ok %7sms' "$name" "$rc" "$p" "$f" "$secs")")
+}
+
+print_rows() {
+    echo
+    echo "== summary"
+    for r in "${rows[@]}"; do echo "$r"; done
+}
