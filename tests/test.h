@@ -67,4 +67,16 @@ static inline const char *test_fixture_dir(void) {
     return d ? d : "tests/fixtures";
 }
 
+
+/* perm[0..n) = a fixed shuffle of 0..n-1 (seed): block tables whose
+ * neighbours lie far apart in the pool. */
+static inline void test_shuffle(int32_t *perm, int n, uint32_t seed) {
+    for (int i = 0; i < n; i++) perm[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+        seed = seed * 1664525u + 1013904223u;
+        int j = (int)(seed % (uint32_t)(i + 1));
+        int32_t t = perm[i]; perm[i] = perm[j]; perm[j] = t;
+    }
+}
+
 #endif

@@ -120,6 +120,35 @@ static __device__ __forceinline__ void gb_load2(bf16 *st, const GemmBiArgs &a, i
     }
 }
 
+/* The epilogue of both kernels: the computing warps' C fragments (c0, c1 at
+ * W row g, x rows 2t, 2t+1; c2, c3 at W row g + 8) go through shared memory
+ * ep, then all nt threads write the block's outputs (+ bias) to y. */
+template <class S, int MI, int NI, int WM, int WN, int BM, int BN>
+static __device__ __forceinline__ void gb_epilogue(float *ep, const float (&acc)[MI][NI][4], bool computes, int wm,
+                                                   int wn, int lane, int m0, int n0, int nt, const GemmBiArgs &a) {
+    const int g = lane >> 2, t = lane & 3;
+    if (computes)
+#pragma unroll
+        for (int i = 0; i < MI; i++)
+#pragma unroll
+            for (int j = 0; j < NI; j++) {
+                int m = wm * WM + i * 16 + g, n = wn * WN + j * 8 + 2 * t;
+                ep[n * S::EPS + m] = acc[i][j][0];
+                ep[(n + 1) * S::EPS + m] = acc[i][j][1];
+                ep[n * S::EPS + m + 8] = acc[i][j][2];
+                ep[(n + 1) * S::EPS + m + 8] = acc[i][j][3];
+            }
+    __syncthreads();
+    for (int i = threadIdx.x; i < BN * BM; i += nt) {
+        int n = i / BM, m = i % BM, gm = m0 + m, gn = n0 + n;
+        if (gm >= a.M || gn >= a.T) continue;
+        float v = ep[n * S::EPS + m];
+        if (a.bias) v = __fadd_rn(v, a.bias[gm]);
+        if (a.y_f32) ((float *)a.y)[(int64_t)gn * a.ldc + gm] = v;
+        else ((bf16 *)a.y)[(int64_t)gn * a.ldc + gm] = __float2bfloat16_rn(v);
+    }
+}
+
 template <int BM, int BN, int WM, int WN, int BK, int ST, bool VEC>
 __global__ void __launch_bounds__(GbShape<BM, BN, WM, WN, BK, ST>::NT) kernel_gemm_bi(const GemmBiArgs a) {
     using S = GbShape<BM, BN, WM, WN, BK, ST>;
@@ -178,28 +207,7 @@ __global__ void __launch_bounds__(GbShape<BM, BN, WM, WN, BK, ST>::NT) kernel_ge
     gb_wait<0>();
     __syncthreads(); /* the ring becomes the epilogue tile */
 
-    /* C fragment: c0, c1 at (W row g, x rows 2t, 2t+1), c2, c3 at W row g + 8 */
-    float *ep = (float *)smem;
-    const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-    for (int i = 0; i < MI; i++)
-#pragma unroll
-        for (int j = 0; j < NI; j++) {
-            int m = wm * WM + i * 16 + g, n = wn * WN + j * 8 + 2 * t;
-            ep[n * S::EPS + m] = acc[i][j][0];
-            ep[(n + 1) * S::EPS + m] = acc[i][j][1];
-            ep[n * S::EPS + m + 8] = acc[i][j][2];
-            ep[(n + 1) * S::EPS + m + 8] = acc[i][j][3];
-        }
-    __syncthreads();
-    for (int i = threadIdx.x; i < BN * BM; i += S::NT) {
-        int n = i / BM, m = i % BM, gm = m0 + m, gn = n0 + n;
-        if (gm >= a.M || gn >= a.T) continue;
-        float v = ep[n * S::EPS + m];
-        if (a.bias) v = __fadd_rn(v, a.bias[gm]);
-        if (a.y_f32) ((float *)a.y)[(int64_t)gn * a.ldc + gm] = v;
-        else ((bf16 *)a.y)[(int64_t)gn * a.ldc + gm] = __float2bfloat16_rn(v);
-    }
+    gb_epilogue<S, MI, NI, WM, WN, BM, BN>((float *)smem, acc, true, wm, wn, lane, m0, n0, S::NT, a);
 }
 
 /* v2: the same chain, faster to issue. LW extra warps only load (decode
@@ -275,28 +283,7 @@ kernel_gemm_bi2(const GemmBiArgs a) {
     }
     gb_wait<0>();
     __syncthreads();
-    float *ep = (float *)smem;
-    const int g = lane >> 2, t = lane & 3;
-    if (computes)
-#pragma unroll
-        for (int i = 0; i < MI; i++)
-#pragma unroll
-            for (int j = 0; j < NI; j++) {
-                int m = wm * WM + i * 16 + g, n = wn * WN + j * 8 + 2 * t;
-                ep[n * S::EPS + m] = acc[i][j][0];
-                ep[(n + 1) * S::EPS + m] = acc[i][j][1];
-                ep[n * S::EPS + m + 8] = acc[i][j][2];
-                ep[(n + 1) * S::EPS + m + 8] = acc[i][j][3];
-            }
-    __syncthreads();
-    for (int i = threadIdx.x; i < BN * BM; i += NT) {
-        int n = i / BM, m = i % BM, gm = m0 + m, gn = n0 + n;
-        if (gm >= a.M || gn >= a.T) continue;
-        float v = ep[n * S::EPS + m];
-        if (a.bias) v = __fadd_rn(v, a.bias[gm]);
-        if (a.y_f32) ((float *)a.y)[(int64_t)gn * a.ldc + gm] = v;
-        else ((bf16 *)a.y)[(int64_t)gn * a.ldc + gm] = __float2bfloat16_rn(v);
-    }
+    gb_epilogue<S, MI, NI, WM, WN, BM, BN>((float *)smem, acc, computes, wm, wn, lane, m0, n0, NT, a);
 }
 
 /* ---- launchers ---- */

@@ -216,13 +216,9 @@ static int seq_len(int s) { return PROMPT[s] + N_GEN; }
 
 static void make_tables_and_tokens(int vocab) {
     int32_t perm[N_BLOCKS];
-    for (int i = 0; i < N_BLOCKS; i++) perm[i] = i;
+    test_shuffle(perm, N_BLOCKS, 4242);
     uint32_t r = 4242;
-    for (int i = N_BLOCKS - 1; i > 0; i--) {
-        r = r * 1664525u + 1013904223u;
-        int j = (int)(r % (uint32_t)(i + 1));
-        int32_t t = perm[i]; perm[i] = perm[j]; perm[j] = t;
-    }
+    for (int i = N_BLOCKS - 1; i > 0; i--) r = r * 1664525u + 1013904223u; /* the token stream as before */
     for (int s = 0; s < N_SEQS; s++) {
         for (int j = 0; j < TABLE; j++) tables[s][j] = perm[s * TABLE + j];
         table_ptrs[s] = tables[s];

@@ -53,13 +53,7 @@ static const int32_t *table_ptrs[N_SEQS];
  * table are far apart in memory. */
 static void make_tables(void) {
     int32_t perm[N_BLOCKS];
-    for (int i = 0; i < N_BLOCKS; i++) perm[i] = i;
-    uint32_t r = 12345;
-    for (int i = N_BLOCKS - 1; i > 0; i--) {
-        r = r * 1664525u + 1013904223u;
-        int j = (int)(r % (uint32_t)(i + 1));
-        int32_t t = perm[i]; perm[i] = perm[j]; perm[j] = t;
-    }
+    test_shuffle(perm, N_BLOCKS, 12345);
     for (int s = 0; s < N_SEQS; s++) {
         for (int j = 0; j < TABLE; j++) tables[s][j] = perm[s * TABLE + j];
         table_ptrs[s] = tables[s];
