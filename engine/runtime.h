@@ -29,6 +29,7 @@ typedef struct {
     bool verbose;
     bool host_sampling;           /* draw tokens on the host even where the GPU could */
     bool bf16_weights;            /* GPU: quantized matrices as bf16 too (the path before issue 7; checks) */
+    KVDtype kv_dtype;             /* KV cache elements (--kv-dtype): bf16 (fp32 on the CPU) or fp8 e4m3 + scales */
 } RunOptions;
 
 void run_options_default(RunOptions *o);
