@@ -3,9 +3,9 @@
  *
  * The cache is one K and one V allocation per layer (and, for fp8, one of
  * each's scales), zero-filled (calloc: the pages of a large, mostly unused
- * cache are not touched until written). The
- * pool is a stack of free block ids; a block table grows by whole blocks taken
- * from it and gives them all back on release.
+ * cache are not touched until written). The pool is a stack of free block
+ * ids; a block table grows by whole blocks taken from it and gives them all
+ * back on release.
  */
 #include "attention/kv_cache.h"
 
