@@ -98,6 +98,15 @@ static int parse_opts(const char *cmd, const char *usage, int argc, char **argv,
     return 0;
 }
 
+/* --kv-dtype NAME into *t; 2 (after saying why) for a name cllm lacks. */
+static int parse_kv_dtype(const char *cmd, const char *name, KVDtype *t) {
+    if (!name || kv_dtype_from_name(name, t) == 0) return 0;
+    fprintf(stderr, "cllm %s: --kv-dtype '%s': expected one of %s\n", cmd, name, KV_DTYPE_NAMES);
+    return 2;
+}
+
+#define KV_DTYPE_HELP "KV cache elements: bf16 (default; fp32 on the CPU) or fp8 (e4m3, a scale per token and KV head)"
+
 /* ---------- the default model ---------- */
 
 /* Folder of the running executable (for models.txt and models/cache). */
@@ -175,11 +184,13 @@ static int cmd_info(int argc, char **argv) {
     const char *model = NULL;
     bool tensors = false, dummy = false;
     int kv_tokens = 0, pp = 0;
-    const char *pp_split = NULL;
+    const char *pp_split = NULL, *kv_name = NULL;
+    KVDtype kv_dtype = KV_DTYPE_BF16;
     const Opt opts[] = {
         {"--model", "-m", OPT_STR, &model, "model file or folder (also as the first argument)"},
         {"--tensors", NULL, OPT_FLAG, &tensors, "list every tensor"},
         {"--ctx-size", "-c", OPT_INT, &kv_tokens, "tokens of KV cache to size (default: the model's context)"},
+        {"--kv-dtype", NULL, OPT_STR, &kv_name, "KV cache elements to size: bf16 (default) or fp8"},
         {"--pp", NULL, OPT_INT, &pp, "show the split into N pipeline stages and the memory per GPU"},
         {"--pp-split", NULL, OPT_STR, &pp_split, "layers per stage, comma-separated (default: balanced by bytes)"},
         {"--dummy-weights", NULL, OPT_FLAG, &dummy, "a folder with config.json only: the shapes, no weights read"},
@@ -188,6 +199,7 @@ static int cmd_info(int argc, char **argv) {
     const char *pos[1];
     int n_pos, rc = parse_opts("info", "info [MODEL] [options]", argc, argv, opts, pos, 1, &n_pos);
     if (rc) return rc == 1 ? 0 : rc;
+    if ((rc = parse_kv_dtype("info", kv_name, &kv_dtype))) return rc;
     if (n_pos) model = pos[0];
     Model m;
     if ((rc = load_model("info", model, dummy ? MODEL_LOAD_DUMMY_WEIGHTS : 0, &m))) return rc;
@@ -198,8 +210,8 @@ static int cmd_info(int argc, char **argv) {
     StagePlan plan;
     bool piped = pp > 0 || pp_split;
     if (piped && (rc = plan_pipeline(&m, pp, pp_split, &plan))) { model_free(&m); return rc; }
-    model_print_info(stdout, &m, kv_tokens > 0 ? kv_tokens : m.cfg.ctx_len, family);
-    if (piped) stage_plan_print(stdout, &plan, &m.cfg, kv_tokens > 0 ? kv_tokens : m.cfg.ctx_len);
+    model_print_info(stdout, &m, kv_tokens > 0 ? kv_tokens : m.cfg.ctx_len, kv_dtype, family);
+    if (piped) stage_plan_print(stdout, &plan, &m.cfg, kv_tokens > 0 ? kv_tokens : m.cfg.ctx_len, kv_dtype);
     if (tensors) model_print_tensors(stdout, &m);
     model_free(&m);
     return rc;
@@ -293,6 +305,7 @@ static int cmd_tokenize(int argc, char **argv) {
     {"--master", NULL, OPT_STR, &(o)->master, "multi-process pipeline: ADDR:PORT where the last rank listens (default: CLLM_MASTER)"}, \
     {"--batch-invariant", NULL, OPT_FLAG, &(o)->batch_invariant,                                              \
      "GPU: a sequence's tokens do not depend on the batch it runs in (slower; see README)"},                  \
+    {"--kv-dtype", NULL, OPT_STR, &kv_dtype, KV_DTYPE_HELP},                                                 \
     {"--verbose", "-v", OPT_FLAG, &(o)->verbose, "print statistics"}
 
 static int resolve_model(RunOptions *o, char *buf, size_t cap) {
@@ -313,10 +326,12 @@ static int cmd_chat(int argc, char **argv) {
     RunOptions o;
     run_options_default(&o);
     int seed = -1;
+    const char *kv_dtype = NULL;
     const Opt opts[] = {RUN_OPTS(&o), {0}};
     const char *pos[1];
     int n_pos, rc = parse_opts("chat", "chat [-m MODEL] [options]", argc, argv, opts, pos, 0, &n_pos);
     if (rc) return rc == 1 ? 0 : rc;
+    if ((rc = parse_kv_dtype("chat", kv_dtype, &o.kv_dtype))) return rc;
     if (seed >= 0) o.sampling.seed = (uint64_t)seed;
     char def[PATH_MAX];
     if ((rc = resolve_model(&o, def, sizeof def)) || (rc = env_run_options("chat", &o))) return rc;
@@ -329,6 +344,7 @@ static int cmd_generate(int argc, char **argv) {
     run_options_default(&o);
     batch_options_default(&b);
     int seed = -1;
+    const char *kv_dtype = NULL;
     const Opt opts[] = {
         RUN_OPTS(&o),
         {"--input", "-i", OPT_STR, &b.input, "prompts: text (a prompt per line), JSON Lines, OpenAI batch; .gz; - = stdin"},
@@ -345,6 +361,7 @@ static int cmd_generate(int argc, char **argv) {
     int n_pos, rc = parse_opts("generate", "generate -m MODEL -i PROMPTS [-o OUT] [options]", argc, argv, opts, pos,
                                0, &n_pos);
     if (rc) return rc == 1 ? 0 : rc;
+    if ((rc = parse_kv_dtype("generate", kv_dtype, &o.kv_dtype))) return rc;
     if ((rc = env_run_options("generate", &o))) return rc;
     if (!b.input && !run_options_serves_stage(&o)) { /* a serving rank reads no prompts */
         fprintf(stderr, "cllm generate: give the prompts with -i FILE (or -i - for stdin)\n");
@@ -363,7 +380,7 @@ static int cmd_bench(int argc, char **argv) {
     BenchOptions b;
     run_options_default(&o);
     bench_options_default(&b);
-    const char *prompt_lens = NULL, *ctxs = NULL;
+    const char *prompt_lens = NULL, *ctxs = NULL, *kv_dtype = NULL;
     int seed = -1;
     const Opt opts[] = {
         {"--model", "-m", OPT_STR, &o.model, "model file or folder (default: first model of models.txt)"},
@@ -373,6 +390,7 @@ static int cmd_bench(int argc, char **argv) {
         {"--bf16-weights", NULL, OPT_FLAG, &o.bf16_weights, "GPU: dequantize quantized weights to bf16 at load"},
         {"--dummy-weights", NULL, OPT_FLAG, &o.dummy_weights, "random weights instead of reading them (config.json + tokenizer.json)"},
         {"--batch-invariant", NULL, OPT_FLAG, &o.batch_invariant, "GPU: the batch-invariant kernels (see README)"},
+        {"--kv-dtype", NULL, OPT_STR, &kv_dtype, KV_DTYPE_HELP},
         {"--pp", NULL, OPT_INT, &o.pp, "pipeline stages (one GPU each)"},
         {"--gpus", NULL, OPT_STR, &o.gpus, "the stages' GPUs, comma-separated (default 0,1,...)"},
         {"--prompt-lens", NULL, OPT_STR, &prompt_lens, "prefill lengths, comma-separated (default 512,4096)"},
@@ -387,6 +405,7 @@ static int cmd_bench(int argc, char **argv) {
     const char *pos[1];
     int n_pos, rc = parse_opts("bench", "bench -m MODEL [options]", argc, argv, opts, pos, 0, &n_pos);
     if (rc) return rc == 1 ? 0 : rc;
+    if ((rc = parse_kv_dtype("bench", kv_dtype, &o.kv_dtype))) return rc;
     Err err = {{0}};
     if ((prompt_lens && bench_parse_list(prompt_lens, b.prompt_lens, BENCH_MAX_LIST, &b.n_prompt_lens, &err)) ||
         (ctxs && bench_parse_list(ctxs, b.ctxs, BENCH_MAX_LIST, &b.n_ctxs, &err)) || bench_options_check(&b, &err)) {

@@ -6,7 +6,8 @@
 #   missing: ./build.sh first)
 # Prefill: causal, 32 heads, head size 128, TFLOP/s (4 L^2 H D / 2 per
 # sequence); decode: 8 sequences, 32q/8kv, head size 128, K+V bytes / time
-# against the 4.26 TB/s device copy (shared/ANCHORS.md).
+# against the 4.26 TB/s device copy (shared/ANCHORS.md). A second table: the
+# same kernels over an fp8 KV cache (--kv-dtype fp8) against bf16.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:-build/gpu/bench/bench_attention}
@@ -28,3 +29,14 @@ join <(echo "$ours" | awk '/^RESULT/ {print $2"_"$3, $4, $5}' | sort) \
 awk '{ split($1, k, "_"); unit = k[1] == "prefill" ? " TFLOP/s" : " TB/s";
        extra = k[1] == "decode" ? sprintf(" (%.0f%% of 4.26)", 100 * $3 / 4.26) : "";
        printf "| %s %s | %.3f | %s%s%s | %.3f | %s%s | %.2f |\n", k[1], k[2], $2, $3, unit, extra, $4, $5, unit, $3 / $5 }'
+echo
+echo "KV cache bf16 vs fp8 (e4m3 + a scale per token and KV head), same kernels and shapes; decode bytes as each cache holds them"
+echo
+echo "| shape | bf16 ms | fp8 ms | fp8 speed-up | fp8 rate |"
+echo "| --- | --- | --- | --- | --- |"
+join <(echo "$ours" | awk '/^RESULT (prefill|decode) / {print $2"_"$3, $4}' | sort) \
+     <(echo "$ours" | awk '/^RESULT (prefill|decode)-fp8 / {sub(/-fp8/, "", $2); print $2"_"$3, $4, $5}' | sort) |
+awk '{ split($1, k, "_"); unit = k[1] == "prefill" ? " TFLOP/s" : " TB/s";
+       extra = k[1] == "decode" ? sprintf(" (%.0f%% of 4.26)", 100 * $4 / 4.26) : "";
+       rate = $4;
+       printf "| %s %s | %.3f | %.3f | %.2fx | %.3g%s%s |\n", k[1], k[2], $2, $3, $2 / $3, rate, unit, extra }'

@@ -6,8 +6,11 @@
  *            each, whole prompts; FLOPs counted 4 * L^2 * H * D / 2 per sequence
  *   decode:  8 sequences, 32 query / 8 KV heads, head size 128, context C;
  *            bytes = the K and V of every cached token read once
- * Inputs random bf16, paged cache (block size 32, shuffled blocks); CUDA
- * events, 5 warm-ups, median of 30 timed launches. */
+ * Each also over an fp8 cache (--kv-dtype fp8: e4m3 codes + a scale per
+ * token and KV head; "prefill-fp8", "decode-fp8" lines, bytes = codes +
+ * scales). Inputs random, paged cache (block size 32, shuffled blocks);
+ * CUDA events, 5 warm-ups, median of 30 timed launches. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,13 +41,52 @@ static void *dev_random_bf16(size_t n) {
     return d;
 }
 
+/* Random e4m3 codes of magnitudes 2^-4 .. 2^3 (no nans), and scales near 1/64. */
+static void *dev_random_fp8(size_t n) {
+    uint8_t *h = malloc(n);
+    for (size_t i = 0; i < n; i++) {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        h[i] = (uint8_t)(((rng >> 20) & 0x80) | ((3 + (rng >> 40) % 8) << 3) | ((rng >> 50) & 7));
+    }
+    void *d = NULL;
+    if (cudaMalloc(&d, n) != cudaSuccess || cudaMemcpy(d, h, n, cudaMemcpyHostToDevice) != cudaSuccess) {
+        fprintf(stderr, "bench_attention: device allocation of %zu MB failed\n", n >> 20);
+        exit(1);
+    }
+    free(h);
+    return d;
+}
+
+static float *dev_scales(size_t n) {
+    float *h = malloc(n * 4), *d = NULL;
+    for (size_t i = 0; i < n; i++) h[i] = 0.015625f * (1.0f + (float)(i % 7) / 8);
+    if (cudaMalloc((void **)&d, n * 4) != cudaSuccess || cudaMemcpy(d, h, n * 4, cudaMemcpyHostToDevice) != cudaSuccess) {
+        fprintf(stderr, "bench_attention: device allocation failed\n");
+        exit(1);
+    }
+    free(h);
+    return d;
+}
+
+/* A random cache of n_vec head vectors of D values: bf16, or e4m3 + scales. */
+static KVLayerDev dev_cache(size_t n_vec, bool fp8) {
+    if (!fp8) return (KVLayerDev){KV_DTYPE_BF16, dev_random_bf16(n_vec * D), dev_random_bf16(n_vec * D), NULL, NULL};
+    return (KVLayerDev){KV_DTYPE_FP8, dev_random_fp8(n_vec * D), dev_random_fp8(n_vec * D), dev_scales(n_vec),
+                        dev_scales(n_vec)};
+}
+
+static void free_cache(KVLayerDev *kv) {
+    cudaFree(kv->k), cudaFree(kv->v), cudaFree(kv->k_scale), cudaFree(kv->v_scale);
+}
+
 static int cmp_f(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
     return x < y ? -1 : x > y;
 }
 
 typedef struct {
-    void *out, *q, *k, *v;
+    void *out, *q;
+    KVLayerDev kv;
     AttnDevMeta dm;
     AttnParams par;
     AttnDecodeWork w;
@@ -58,8 +100,8 @@ static float time_ms(const Job *j) {
     float t[30];
     for (int i = 0; i < 35; i++) {
         cudaEventRecord(a, 0);
-        int rc = j->decode ? cuda_attention_decode(j->out, j->q, j->k, j->v, &j->dm, &j->par, NULL, &j->w, 0, &err)
-                           : cuda_attention_prefill(j->out, j->q, j->k, j->v, &j->dm, &j->par, NULL, 0, &err);
+        int rc = j->decode ? cuda_attention_decode(j->out, j->q, &j->kv, &j->dm, &j->par, NULL, &j->w, 0, &err)
+                           : cuda_attention_prefill(j->out, j->q, &j->kv, &j->dm, &j->par, NULL, 0, &err);
         cudaEventRecord(b, 0);
         if (rc) { fprintf(stderr, "bench_attention: %s\n", err.msg); exit(1); }
         cudaEventSynchronize(b);
@@ -103,29 +145,29 @@ static void build_meta(Job *j, int n_seqs, int ctx, int q_len, int **tables_out)
     *tables_out = perm;
 }
 
-static void bench_prefill(int n_seqs, int len) {
+static void bench_prefill(int n_seqs, int len, bool fp8) {
     Job j = {0};
     int H = 32, T = n_seqs * len, *perm;
     build_meta(&j, n_seqs, len, len, &perm);
-    size_t n_cache = (size_t)n_seqs * ((len + BS - 1) / BS) * BS * H * D;
+    size_t n_vec = (size_t)n_seqs * ((len + BS - 1) / BS) * BS * H;
     j.q = dev_random_bf16((size_t)T * H * D);
-    j.k = dev_random_bf16(n_cache), j.v = dev_random_bf16(n_cache);
+    j.kv = dev_cache(n_vec, fp8);
     cudaMalloc(&j.out, (size_t)T * H * D * 2);
     j.par = (AttnParams){H, H, D, D, 0.08838834764f, 0, 0, NULL};
     float ms = time_ms(&j);
     double flops = 4.0 * len * (double)len * H * D / 2 * n_seqs;
-    printf("RESULT prefill %dx%d %.4f %.1f\n", n_seqs, len, ms, flops / ms / 1e9);
-    cudaFree(j.q), cudaFree(j.k), cudaFree(j.v), cudaFree(j.out), cudaFree((void *)j.dm.buf);
+    printf("RESULT prefill%s %dx%d %.4f %.1f\n", fp8 ? "-fp8" : "", n_seqs, len, ms, flops / ms / 1e9);
+    cudaFree(j.q), free_cache(&j.kv), cudaFree(j.out), cudaFree((void *)j.dm.buf);
     free(perm);
 }
 
-static void bench_decode(int n_seqs, int ctx, int n_sms) {
+static void bench_decode(int n_seqs, int ctx, int n_sms, bool fp8) {
     Job j = {0};
     int H = 32, KVH = 8, *perm;
     build_meta(&j, n_seqs, ctx, 1, &perm);
-    size_t n_cache = (size_t)n_seqs * ((ctx + BS - 1) / BS) * BS * KVH * D;
+    size_t n_vec = (size_t)n_seqs * ((ctx + BS - 1) / BS) * BS * KVH;
     j.q = dev_random_bf16((size_t)n_seqs * H * D);
-    j.k = dev_random_bf16(n_cache), j.v = dev_random_bf16(n_cache);
+    j.kv = dev_cache(n_vec, fp8);
     cudaMalloc(&j.out, (size_t)n_seqs * H * D * 2);
     j.par = (AttnParams){H, KVH, D, D, 0.08838834764f, 0, 0, NULL};
     j.decode = 1;
@@ -133,19 +175,23 @@ static void bench_decode(int n_seqs, int ctx, int n_sms) {
     j.w.n_splits = attn_decode_splits(ctx, n_seqs, KVH, 1, n_sms);
     cudaMalloc((void **)&j.w.part, attn_decode_work_bytes(n_seqs, H, D, j.w.n_splits));
     float ms = time_ms(&j);
-    double bytes = 2.0 * n_seqs * ctx * KVH * D * 2;
-    printf("RESULT decode %dx%d %.4f %.3f splits=%d\n", n_seqs, ctx, ms, bytes / ms / 1e9, j.w.n_splits);
-    cudaFree(j.q), cudaFree(j.k), cudaFree(j.v), cudaFree(j.out), cudaFree((void *)j.dm.buf), cudaFree(j.w.part);
+    double bytes = (double)n_seqs * ctx * KVH * (fp8 ? 2 * D + 8 : 2 * D * 2);
+    printf("RESULT decode%s %dx%d %.4f %.3f splits=%d\n", fp8 ? "-fp8" : "", n_seqs, ctx, ms, bytes / ms / 1e9,
+           j.w.n_splits);
+    cudaFree(j.q), free_cache(&j.kv), cudaFree(j.out), cudaFree((void *)j.dm.buf), cudaFree(j.w.part);
     free(perm);
 }
 
 int main(void) {
     int n_sms = 0;
     cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, 0);
-    bench_prefill(16, 1024);
-    bench_prefill(4, 4096);
-    bench_prefill(1, 16384);
-    bench_decode(8, 4096, n_sms);
-    bench_decode(8, 32768, n_sms);
+    for (int f = 0; f < 2; f++) {
+        bench_prefill(16, 1024, f);
+        bench_prefill(4, 4096, f);
+        bench_prefill(1, 16384, f);
+        bench_decode(8, 4096, n_sms, f);
+        bench_decode(8, 32768, n_sms, f);
+        bench_decode(1, 131072, n_sms, f);
+    }
     return 0;
 }

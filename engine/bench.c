@@ -99,9 +99,9 @@ static double layer_bytes(const LayerWeights *lw, double share) {
     return b;
 }
 
-double bench_decode_bytes(const ModelConfig *c, const ModelWeights *w, int ctx, int batch) {
+double bench_decode_bytes(const ModelConfig *c, const ModelWeights *w, int ctx, int batch, KVDtype kv) {
     double share = expert_share(c, batch), bytes = 0;
-    double kv_row = (double)c->n_kv_heads * (c->head_dim_k + c->head_dim_v) * 2.0; /* bf16 K and V of one token */
+    double kv_row = (double)c->n_kv_heads * kv_head_token_bytes(kv, c->head_dim_k, c->head_dim_v); /* K, V of a token */
     for (int l = 0; l < c->n_layers; l++) {
         bytes += layer_bytes(&w->layers[l], share);
         int keys = ctx + 1, win = c->layer_window[l]; /* the new token sees itself too */
@@ -129,6 +129,7 @@ typedef struct {
 typedef struct {
     Runtime rt;
     const BenchOptions *b;
+    KVDtype kv_dtype;        /* of the cache (bytes a decode step reads) */
     uint64_t rng;
     int32_t *ids;            /* [max tokens of one feed] */
     float *logits;           /* [batch][vocab] (batch > 1) */
@@ -238,7 +239,7 @@ static int bench_decode(Bench *bn, int ctx, DecodeResult *r, Err *err) {
         r->tok_s = B / r->step_s;
         /* the median step sits halfway through the timed ones */
         int mid = ctx + 1 + N / 2;
-        r->bytes = bench_decode_bytes(&bn->rt.model.cfg, counted_weights(bn), mid, B);
+        r->bytes = bench_decode_bytes(&bn->rt.model.cfg, counted_weights(bn), mid, B, bn->kv_dtype);
         r->gbps = r->bytes / r->step_s / 1e9;
     }
     free(times);
@@ -269,6 +270,8 @@ static void print_table(const Bench *bn) {
     printf("model    %s (%s, %s parameters, %s of weights)\n", m->cfg.name, arch_name(m->cfg.arch), params, bytes);
     printf("backend  %s   limits: %.0f TFLOP/s bf16, %.2f TB/s memory%s\n", bn->rt.be->name, b->peak_tflops,
            b->peak_tbps, gpu ? "" : " (no % of them on the CPU)");
+    printf("KV cache %s, %lld tokens (%d blocks)\n", kv_dtype_name(bn->kv_dtype), (long long)bn->rt.kv_tokens,
+           bn->rt.be->kv_n_blocks);
     printf("load     %.2f s, %.2f GB/s", bn->load_s, m->weight_bytes / bn->load_s / 1e9);
     if (bn->rt.load_gbps > 0) printf(" (GPU upload %.2f GB/s)", bn->rt.load_gbps);
     printf("\n\nprefill  tokens         ms        tok/s    TFLOP/s   %% peak\n");
@@ -312,7 +315,8 @@ static int write_json(const Bench *bn, FILE *f, Err *err) {
     json_string(f, m->cfg.name);
     fprintf(f, ", \"path\": ");
     json_string(f, m->path);
-    fprintf(f, ", \"arch\": \"%s\", \"backend\": ", arch_name(m->cfg.arch));
+    fprintf(f, ", \"arch\": \"%s\", \"kv_dtype\": \"%s\", \"backend\": ", arch_name(m->cfg.arch),
+            kv_dtype_name(bn->kv_dtype));
     json_string(f, bn->rt.be->name);
     fprintf(f, ",\n \"params\": %llu, \"weight_bytes\": %llu, \"peak_tflops\": %.2f, \"peak_tbps\": %.3f,\n",
             (unsigned long long)m->n_params, (unsigned long long)m->weight_bytes, b->peak_tflops, b->peak_tbps);
@@ -365,6 +369,7 @@ int bench_main(const RunOptions *o_in, const BenchOptions *b) {
     if (!bn) { fprintf(stderr, "cllm bench: out of memory\n"); return 1; }
     bn->b = b;
     bn->rng = b->seed;
+    bn->kv_dtype = o_in->kv_dtype;
     RunOptions o = *o_in;
     int max_prompt = list_max(b->prompt_lens, b->n_prompt_lens), max_ctx = list_max(b->ctxs, b->n_ctxs);
     /* one forward step per prompt; the cache holds every decoded sequence */

@@ -7,8 +7,9 @@
  * causal, windowed pairs). Decode: prefill C tokens, then time single-token
  * steps; bytes per step = every weight the step reads (the LM head, not the
  * untied embedding table; only the used share of MoE experts) + the K/V of
- * the context (counted as bf16). The limits default to the H200's
- * (/work/shared/ANCHORS.md): 790 TFLOP/s bf16 and 4.26 TB/s.
+ * the context as the cache holds them (bf16, or fp8 codes + scales). The
+ * limits default to the H200's (/work/shared/ANCHORS.md): 790 TFLOP/s bf16
+ * and 4.26 TB/s.
  */
 #ifndef CLLM_BENCH_H
 #define CLLM_BENCH_H
@@ -47,8 +48,9 @@ int bench_parse_list(const char *s, int *out, int cap, int *n, Err *err);
 
 /* Multiply-add FLOPs x 2 of a prefill of T tokens from position 0. */
 double bench_prefill_flops(const ModelConfig *c, const ModelWeights *w, int T);
-/* Bytes one decode step of `batch` sequences, each at context ctx, must read. */
-double bench_decode_bytes(const ModelConfig *c, const ModelWeights *w, int ctx, int batch);
+/* Bytes one decode step of `batch` sequences, each at context ctx, must read
+ * (the K/V of the context in the cache's dtype kv). */
+double bench_decode_bytes(const ModelConfig *c, const ModelWeights *w, int ctx, int batch, KVDtype kv);
 
 /* Runs the benchmark and prints the table; 0, or 1 after printing the error. */
 int bench_main(const RunOptions *o, const BenchOptions *b);

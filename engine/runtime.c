@@ -66,7 +66,7 @@ int runtime_open(Runtime *rt, const RunOptions *o, Err *err) {
         }
         /* The KV cache takes what --gpu-mem-util leaves after weights and activations. */
         CudaOptions co = {o->gpu, block, 0, ctx, chunk, o->gpu_mem_util, false, false, o->bf16_weights,
-                          o->batch_invariant};
+                          o->batch_invariant, o->kv_dtype};
         rt->be = backend_cuda_create_opts(c, &rt->model.w, &co, &rt->load_gbps, err);
         if (!rt->be) { model_free(&rt->model); return -1; }
         if (rt->be->kv_n_blocks < n_blocks) {
@@ -78,7 +78,7 @@ int runtime_open(Runtime *rt, const RunOptions *o, Err *err) {
         }
     }
 #endif
-    if (!rt->be) rt->be = backend_cpu_create(c, &rt->model.w, o->threads, block, n_blocks, err);
+    if (!rt->be) rt->be = backend_cpu_create_kv(c, &rt->model.w, o->threads, block, n_blocks, o->kv_dtype, err);
     if (!rt->be) { model_free(&rt->model); return -1; }
     rt->kv_tokens = (int64_t)rt->be->kv_n_blocks * block;
     uint64_t wbytes = 0;
@@ -86,9 +86,10 @@ int runtime_open(Runtime *rt, const RunOptions *o, Err *err) {
     if (rt->load_gbps > 0) wbytes = cuda_weight_bytes(rt->be);
 #endif
     if (o->verbose && rt->load_gbps > 0)
-        fprintf(stderr, "%s: weights uploaded at %.2f GB/s, %.2f GiB in GPU memory; KV cache %lld tokens (%d blocks of "
-                "%d, --gpu-mem-util %.2f)\n", rt->be->name, rt->load_gbps, wbytes / 1073741824.0,
-                (long long)rt->kv_tokens, rt->be->kv_n_blocks, block, o->gpu_mem_util);
+        fprintf(stderr, "%s: weights uploaded at %.2f GB/s, %.2f GiB in GPU memory; KV cache %s: %lld tokens (%d "
+                "blocks of %d, %.2f GiB, --gpu-mem-util %.2f)\n", rt->be->name, rt->load_gbps, wbytes / 1073741824.0,
+                kv_dtype_name(o->kv_dtype), (long long)rt->kv_tokens, rt->be->kv_n_blocks, block,
+                (double)rt->kv_tokens * config_kv_bytes_per_token(c, o->kv_dtype) / 1073741824.0, o->gpu_mem_util);
     if (engine_init(&rt->engine, &rt->model, rt->be, ctx, chunk, err)) {
         rt->be->destroy(rt->be);
         model_free(&rt->model);

@@ -33,6 +33,7 @@ typedef struct {
     int rank, world_size;         /* multi-process pipeline: this process's stage of world_size (> 1) */
     const char *master;           /* ADDR:PORT where the last rank (the driver) listens */
     bool batch_invariant;         /* GPU: each sequence's results independent of the batch it runs in */
+    KVDtype kv_dtype;             /* KV cache elements (--kv-dtype): bf16 (fp32 on the CPU) or fp8 e4m3 + scales */
 } RunOptions;
 
 void run_options_default(RunOptions *o);

@@ -47,12 +47,12 @@ static Backend *stage_backend(const RunOptions *o, const StageModel *sm, int dev
     if (!o->cpu && n_gpus > 0) {
         if (dev >= n_gpus) return err_set(err, "--pp %d: GPU %d asked for, this machine has %d", o->pp, dev, n_gpus), NULL;
         CudaOptions co = {dev, block, 0, ctx, chunk, o->gpu_mem_util, false, false, o->bf16_weights,
-                          o->batch_invariant};
+                          o->batch_invariant, o->kv_dtype};
         return backend_cuda_create_opts(&sm->cfg, &sm->w, &co, NULL, err);
     }
 #endif
     (void)dev, (void)n_gpus, (void)ctx, (void)chunk;
-    return backend_cpu_create(&sm->cfg, &sm->w, o->threads, block, n_blocks, err);
+    return backend_cpu_create_kv(&sm->cfg, &sm->w, o->threads, block, n_blocks, o->kv_dtype, err);
 }
 
 /* CUDA stages on distinct GPUs pass hidden states over NCCL; others (CPU

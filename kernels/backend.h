@@ -105,9 +105,12 @@ struct Backend {
 };
 
 /* The CPU backend for a loaded model: a thread pool (n_threads <= 0: one per
- * core) and a host KV cache of n_blocks blocks of block_size tokens. */
+ * core) and a host KV cache of n_blocks blocks of block_size tokens, fp32
+ * (backend_cpu_create) or of kv_dtype (KV_DTYPE_FP8: e4m3 + scales). */
 Backend *backend_cpu_create(const ModelConfig *c, const ModelWeights *w, int n_threads, int block_size,
                             int n_blocks, Err *err);
+Backend *backend_cpu_create_kv(const ModelConfig *c, const ModelWeights *w, int n_threads, int block_size,
+                               int n_blocks, KVDtype kv_dtype, Err *err);
 
 /* Rope tables of every layer, as both backends precompute them at creation:
  * inv_freq [n_layers][rope_dim/2] and mscale [n_layers]; freed by the caller. */

@@ -196,14 +196,19 @@ static void cpu_destroy(Backend *be) {
 
 Backend *backend_cpu_create(const ModelConfig *c, const ModelWeights *w, int n_threads, int block_size,
                             int n_blocks, Err *err) {
+    return backend_cpu_create_kv(c, w, n_threads, block_size, n_blocks, KV_DTYPE_BF16, err);
+}
+
+Backend *backend_cpu_create_kv(const ModelConfig *c, const ModelWeights *w, int n_threads, int block_size,
+                               int n_blocks, KVDtype kv_dtype, Err *err) {
     Backend *be = calloc(1, sizeof *be);
     CpuBackend *cb = calloc(1, sizeof *cb);
     if (!be || !cb) { free(be); free(cb); err_set(err, "out of memory"); return NULL; }
     cb->cfg = c;
     cb->tp = thread_pool_create(n_threads, err);
     if (!cb->tp || backend_rope_tables(c, w, &cb->inv_freq, &cb->mscale, err) ||
-        kv_cache_host_alloc(&cb->kv, c->n_layers, c->n_kv_heads, c->head_dim_k, c->head_dim_v,
-                                       block_size, n_blocks, err)) {
+        kv_cache_host_alloc(&cb->kv, c->n_layers, c->n_kv_heads, c->head_dim_k, c->head_dim_v, block_size, n_blocks,
+                            kv_dtype, err)) {
         thread_pool_destroy(cb->tp);
         free(cb->inv_freq); free(cb->mscale);
         free(cb); free(be);

@@ -112,6 +112,61 @@ uint16_t fp32_to_bf16(float f) {
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
 }
 
+/* E4M3: the fp32 exponent e (bias 127) becomes e - 120 (bias 7); normal
+ * values keep 3 of the 23 mantissa bits (shift 20, rounded: a carry into the
+ * exponent is the right answer); below 2^-6 the code is the value in units
+ * of 2^-9, rounded (8 units = 2^-6 is code 0x08, the smallest normal, so
+ * that carry is right too). */
+uint8_t fp32_to_e4m3(float f) {
+    uint32_t u = f32_bits(f), a = u & 0x7fffffffu;
+    uint8_t sign = (uint8_t)((u >> 24) & 0x80);
+    if (a > 0x7f800000u) return 0x7f;                  /* nan */
+    if (a >= 0x43e00000u) return sign | 0x7e;          /* >= 448, inf: saturate */
+    if (a >= 0x3c800000u) return sign | (uint8_t)shift_round_even(a - (120u << 23), 20); /* >= 2^-6 */
+    if (a <= 0x3a800000u) return sign;                 /* <= 2^-10: ties to even gives 0 */
+    uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u; /* m * 2^(e-150) / 2^-9 = m >> (141 - e) */
+    return sign | (uint8_t)shift_round_even(m, (int)(141 - e));
+}
+
+float e4m3_to_fp32(uint8_t c) {
+    int e = (c >> 3) & 0xf, m = c & 7;
+    float v;
+    if (e == 0xf && m == 7) return NAN;
+    if (e == 0) v = (float)m * 0x1p-9f;
+    else v = f32_from_bits((uint32_t)(e + 120) << 23 | (uint32_t)m << 20);
+    return c & 0x80 ? -v : v;
+}
+
+void fp8_quantize_row(const float *x, int n, uint8_t *codes, float *scale) {
+    float amax = 0.0f;
+    for (int i = 0; i < n; i++) {
+        float a = fabsf(x[i]);
+        if (a > amax) amax = a; /* false for a nan: ignored */
+    }
+    float s = amax / E4M3_MAX;
+    *scale = s;
+    /* an all-zero row: x * 0 keeps each zero's sign and a nan a nan */
+    for (int i = 0; i < n; i++) codes[i] = fp32_to_e4m3(s > 0.0f ? x[i] / s : x[i] * 0.0f);
+}
+
+void fp8_dequantize_row(const uint8_t *codes, int n, float scale, float *y) {
+    for (int i = 0; i < n; i++) y[i] = e4m3_to_fp32(codes[i]) * scale;
+}
+
+const char *kv_dtype_name(KVDtype t) { return t == KV_DTYPE_FP8 ? "fp8" : "bf16"; }
+
+int kv_dtype_from_name(const char *s, KVDtype *t) {
+    if (s && !strcmp(s, "bf16")) *t = KV_DTYPE_BF16;
+    else if (s && !strcmp(s, "fp8")) *t = KV_DTYPE_FP8;
+    else return -1;
+    return 0;
+}
+
+uint64_t kv_head_token_bytes(KVDtype t, int head_dim_k, int head_dim_v) {
+    uint64_t d = (uint64_t)head_dim_k + (uint64_t)head_dim_v;
+    return t == KV_DTYPE_FP8 ? d + 2 * sizeof(float) : 2 * d;
+}
+
 /* ---- block decoders: one block in, block_elems floats out ---- */
 
 static float rd_fp16(const uint8_t *p) {

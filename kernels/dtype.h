@@ -60,6 +60,38 @@ uint16_t fp32_to_fp16(float f);
 float bf16_to_fp32(uint16_t b);
 uint16_t fp32_to_bf16(float f); /* round to nearest even */
 
+/* FP8 E4M3 (OCP "e4m3fn"; CUDA's __NV_E4M3): sign, 4 exponent bits (bias 7),
+ * 3 mantissa bits; subnormals down to 2^-9; largest finite 448; no infinity;
+ * 0x7f / 0xff are NaN. fp32_to_e4m3 rounds to nearest, ties to even, and
+ * saturates: |f| >= 448 (inf included) gives +-448, a NaN gives 0x7f. That
+ * is exactly what the GPU's cvt.rn.satfinite.e4m3x2.f32 does, so the CPU and
+ * the CUDA backends store the same bytes for the same floats. */
+#define E4M3_MAX 448.0f
+uint8_t fp32_to_e4m3(float f);
+float e4m3_to_fp32(uint8_t c); /* exact */
+
+/* A row of n values as e4m3 codes with one scale (the FP8 KV cache stores
+ * each token's head vector so): scale = amax / 448 with amax = max |x_i|
+ * (NaNs ignored), code_i = fp32_to_e4m3(x_i / scale), both divisions in
+ * fp32; a row of zeros (and nans) gets scale 0 and zero (nan) codes; a nan
+ * stays a nan; an infinite amax makes every code 0 or nan. Read back as
+ * e4m3_to_fp32(code_i) * scale: relative error <= 2^-4 for values at or
+ * above 2^-6 * scale, absolute <= 2^-10 * scale below. */
+void fp8_quantize_row(const float *x, int n, uint8_t *codes, float *scale);
+void fp8_dequantize_row(const uint8_t *codes, int n, float scale, float *y);
+
+/* The element type of the KV cache (--kv-dtype). KV_DTYPE_BF16, the
+ * default, is bf16 on the GPU and fp32 on the CPU backend (whose every
+ * activation is fp32); KV_DTYPE_FP8 is e4m3 codes with one fp32 scale per
+ * (token, KV head) for K and one for V (fp8_quantize_row), on both. */
+typedef enum { KV_DTYPE_BF16 = 0, KV_DTYPE_FP8 = 1 } KVDtype;
+#define KV_DTYPE_NAMES "bf16, fp8"
+const char *kv_dtype_name(KVDtype t);                 /* "bf16", "fp8" */
+int kv_dtype_from_name(const char *s, KVDtype *t);    /* 0, or -1 for a name not in KV_DTYPE_NAMES */
+/* Bytes one token's K and V take on the GPU, per layer and KV head:
+ * (head_dim_k + head_dim_v) x 2 (bf16), or x 1 + 2 x 4 (fp8 codes + scales). */
+uint64_t kv_head_token_bytes(KVDtype t, int head_dim_k, int head_dim_v);
+
 #ifdef __cplusplus
 }
 #endif

@@ -389,6 +389,6 @@ void config_rope_freqs(const ModelConfig *c, int layer, const float *factors, fl
     }
 }
 
-uint64_t config_kv_bytes_per_token(const ModelConfig *c, int elem_bytes) {
-    return (uint64_t)c->n_layers * c->n_kv_heads * (c->head_dim_k + c->head_dim_v) * (uint64_t)elem_bytes;
+uint64_t config_kv_bytes_per_token(const ModelConfig *c, KVDtype t) {
+    return (uint64_t)c->n_layers * c->n_kv_heads * kv_head_token_bytes(t, c->head_dim_k, c->head_dim_v);
 }

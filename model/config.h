@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kernels/dtype.h"
 #include "model/err.h"
 #include "model/gguf.h"
 #include "model/json.h"
@@ -88,7 +89,8 @@ const char *config_supported_archs(void); /* "llama, mistral, ..." for error mes
  * and the cos/sin multiplier; factors: GGUF rope_freqs.weight or NULL. */
 void config_rope_freqs(const ModelConfig *c, int layer, const float *factors, float *inv_freq, float *mscale);
 
-/* Bytes of KV cache per token (all layers, K and V) at elem_bytes per value. */
-uint64_t config_kv_bytes_per_token(const ModelConfig *c, int elem_bytes);
+/* Bytes of GPU KV cache per token (all layers, K and V) in dtype t
+ * (kv_head_token_bytes per layer and KV head). */
+uint64_t config_kv_bytes_per_token(const ModelConfig *c, KVDtype t);
 
 #endif

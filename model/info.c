@@ -11,17 +11,21 @@
 
 /* With a GPU present: the tokens of KV cache that fit on GPU 0 beside the
  * weights as the GPU holds them (quantized matrices stay quantized) at the
- * default --gpu-mem-util (what chat/generate allocate). */
+ * default --gpu-mem-util (what chat/generate allocate), bf16 and fp8. */
 static void print_kv_fit(FILE *out, const Model *m) {
 #ifdef CLLM_CUDA
     int n = 0;
-    int64_t tokens = 0;
+    int64_t tokens[2] = {0, 0};
     Err err = {{0}};
     if (cuda_device_count(&n, &err) || n == 0) return;
-    if (cuda_kv_tokens_that_fit(&m->cfg, cuda_weight_bytes_planned(&m->cfg, &m->w, false), 0, 0.9f, 256, 16, &tokens,
-                                &err))
+    uint64_t wb = cuda_weight_bytes_planned(&m->cfg, &m->w, false);
+    if (cuda_kv_tokens_that_fit(&m->cfg, wb, 0, 0.9f, 256, 16, KV_DTYPE_BF16, &tokens[0], &err) ||
+        cuda_kv_tokens_that_fit(&m->cfg, wb, 0, 0.9f, 256, 16, KV_DTYPE_FP8, &tokens[1], &err))
         return;
-    fprintf(out, "%-22s %lld tokens on GPU 0 (--gpu-mem-util 0.9)\n", "KV cache fits", (long long)tokens);
+    fprintf(out, "%-22s %lld tokens on GPU 0 (%lld blocks of 16; --gpu-mem-util 0.9)\n", "KV cache fits (bf16)",
+            (long long)tokens[0], (long long)tokens[0] / 16);
+    fprintf(out, "%-22s %lld tokens on GPU 0 (%lld blocks of 16; %.2fx bf16)\n", "KV cache fits (fp8)",
+            (long long)tokens[1], (long long)tokens[1] / 16, tokens[0] > 0 ? (double)tokens[1] / tokens[0] : 0.0);
 #else
     (void)out; (void)m;
 #endif
@@ -53,7 +57,7 @@ static void print_rope(FILE *out, const ModelConfig *c) {
     fprintf(out, "\n");
 }
 
-void model_print_info(FILE *out, const Model *m, int kv_tokens, const char *chat_family) {
+void model_print_info(FILE *out, const Model *m, int kv_tokens, KVDtype kv_dtype, const char *chat_family) {
     const ModelConfig *c = &m->cfg;
     static const char *act[] = {"SwiGLU (silu)", "GeGLU (gelu tanh)", "SwiGLU (gpt-oss, clamped)"};
     fprintf(out, "%-22s %s\n", "file", m->path);
@@ -95,9 +99,11 @@ void model_print_info(FILE *out, const Model *m, int kv_tokens, const char *chat
     print_size(out, "weights on the GPU", (double)cuda_weight_bytes_planned(c, &m->w, false));
 #endif
     char label[64];
-    snprintf(label, sizeof label, "KV cache, %d tokens", kv_tokens);
-    print_size(out, label, (double)config_kv_bytes_per_token(c, 2) * kv_tokens);
-    fprintf(out, "%-22s %llu bytes per token (bf16)\n", "", (unsigned long long)config_kv_bytes_per_token(c, 2));
+    snprintf(label, sizeof label, "KV cache, %d tokens%s", kv_tokens, kv_dtype == KV_DTYPE_FP8 ? ", fp8" : "");
+    print_size(out, label, (double)config_kv_bytes_per_token(c, kv_dtype) * kv_tokens);
+    fprintf(out, "%-22s %llu bytes per token (bf16), %llu (fp8: e4m3 + a scale per KV head)\n", "",
+            (unsigned long long)config_kv_bytes_per_token(c, KV_DTYPE_BF16),
+            (unsigned long long)config_kv_bytes_per_token(c, KV_DTYPE_FP8));
     print_kv_fit(out, m);
 }
 

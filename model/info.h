@@ -6,7 +6,8 @@
 
 #include "model/model.h"
 
-void model_print_info(FILE *out, const Model *m, int kv_tokens, const char *chat_family);
+/* kv_tokens of KV cache are sized in kv_dtype; the GPU fit is shown for both. */
+void model_print_info(FILE *out, const Model *m, int kv_tokens, KVDtype kv_dtype, const char *chat_family);
 void model_print_tensors(FILE *out, const Model *m);
 
 #endif

@@ -114,10 +114,10 @@ static void print_size(FILE *out, uint64_t b) {
     else fprintf(out, "%.1f MB", b / 1e6);
 }
 
-void stage_plan_print(FILE *out, const StagePlan *p, const ModelConfig *c, int64_t kv_tokens) {
-    uint64_t kv_layer = (uint64_t)c->n_kv_heads * (c->head_dim_k + c->head_dim_v) * 2; /* bf16 K+V, per token */
-    fprintf(out, "pipeline               %d stages (one GPU each), KV cache of %lld tokens\n", p->n_stages,
-            (long long)kv_tokens);
+void stage_plan_print(FILE *out, const StagePlan *p, const ModelConfig *c, int64_t kv_tokens, KVDtype kv_dtype) {
+    uint64_t kv_layer = c->n_kv_heads * kv_head_token_bytes(kv_dtype, c->head_dim_k, c->head_dim_v); /* per token */
+    fprintf(out, "pipeline               %d stages (one GPU each), KV cache of %lld tokens (%s)\n", p->n_stages,
+            (long long)kv_tokens, kv_dtype_name(kv_dtype));
     for (int s = 0; s < p->n_stages; s++) {
         uint64_t kv = kv_layer * p->n_layers[s] * (uint64_t)kv_tokens;
         fprintf(out, "  stage %-2d             layers %d-%d (%d)%s%s: weights ", s, p->first_layer[s],

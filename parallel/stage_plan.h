@@ -44,6 +44,6 @@ int stage_plan_parse(StagePlan *p, const ModelConfig *c, const ModelWeights *w, 
 
 /* The plan as `cllm info --pp N` prints it: each stage's layers, weight
  * bytes, and the bf16 KV cache of kv_tokens tokens for its layers. */
-void stage_plan_print(FILE *out, const StagePlan *p, const ModelConfig *c, int64_t kv_tokens);
+void stage_plan_print(FILE *out, const StagePlan *p, const ModelConfig *c, int64_t kv_tokens, KVDtype kv_dtype);
 
 #endif

@@ -427,10 +427,65 @@ static bool attn_case_load(const Fixture *f, const char *name, AttnCase *c) {
     return ok;
 }
 
-/* Writes every key of every sequence into layer 1 of a NaN-filled cache whose
- * blocks are handed out in a random order, runs attention on the case's rows
- * and compares each (row, head) output with the dense reference. */
-static void attn_case_run(const char *name, const AttnCase *c, int block_size, ThreadPool *tp, uint64_t seed) {
+/* ---- fp8 KV: the bound on attention's error from e4m3's rounding ----
+ *
+ * A cached value x with head-vector scale s comes back as x' with
+ * |x' - x| <= e(x) = 2^-4 |x| at or above 2^-6 s, 2^-10 s below (half an
+ * e4m3 step; + 2^-21 |x| for the fp32 roundings). So each score moves by at
+ * most d_j = scale * sum_d |q_d| e(k_jd) (soft-cap is 1-Lipschitz; + the
+ * fp32 dot product's own Dk 2^-23 scale sum |q_d k_jd|); with every score
+ * (the sink's too, unmoved) within D = max_j d_j, each softmax weight moves
+ * by at most a factor e^(2D), so for output channel c
+ *   |o'_c - o_c| <= (e^(2D) - 1) max_j |v'_jc| + max_j e(v_jc),
+ * + 1e-5 max_j |v_jc| for the fp32 arithmetic the exact check allows. */
+static double fp8_err(double x, double s) {
+    return (fabs(x) >= 0x1p-6 * s ? 0x1p-4 * fabs(x) : 0x1p-10 * s) + 0x1p-21 * fabs(x);
+}
+
+static double amax_of(const float *x, int n) {
+    double m = 0;
+    for (int i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
+    return m;
+}
+
+/* Checks row i, head h of an fp8-cache output against the exact reference
+ * with the bound above; returns the largest error / bound seen. */
+static double attn_fp8_check(const char *what, const AttnCase *c, int i, int h, const float *got) {
+    int s = c->seq[i], pos = c->pos[i], kvh = h / (c->H / c->Hkv);
+    int first = c->window > 0 && pos - c->window + 1 > 0 ? pos - c->window + 1 : 0;
+    int64_t base = 0;
+    for (int t = 0; t < s; t++) base += c->seq_len[t];
+    const float *q = c->q + ((int64_t)i * c->H + h) * c->Dk, *want = c->out + ((int64_t)i * c->H + h) * c->Dv;
+    double D = 0, worst = 0;
+    for (int j = first; j <= pos; j++) {
+        const float *k = c->k + ((base + j) * c->Hkv + kvh) * c->Dk;
+        double sk = amax_of(k, c->Dk) / 448, d = 0, mag = 0;
+        for (int e = 0; e < c->Dk; e++) d += fabs(q[e]) * fp8_err(k[e], sk), mag += fabs(q[e] * k[e]);
+        D = fmax(D, c->scale * (d + c->Dk * 0x1p-23 * mag));
+    }
+    for (int ch = 0; ch < c->Dv; ch++) {
+        double vmax = 0, verr = 0;
+        for (int j = first; j <= pos; j++) {
+            const float *v = c->v + ((base + j) * c->Hkv + kvh) * c->Dv;
+            double sv = amax_of(v, c->Dv) / 448;
+            vmax = fmax(vmax, fabs(v[ch]));
+            verr = fmax(verr, fp8_err(v[ch], sv));
+        }
+        double bound = expm1(2 * D) * (vmax + verr) + verr + 1e-5 * vmax, err = fabs((double)got[ch] - want[ch]);
+        CHECK(err <= bound, "%s channel %d: |%.9g - %.9g| = %.3g > bound %.3g (D %.3g)", what, ch, got[ch], want[ch],
+              err, bound, D);
+        if (bound > 0) worst = fmax(worst, err / bound);
+    }
+    return worst;
+}
+
+/* Writes every key of every sequence into layer 1 of a NaN-filled cache
+ * (fp32, or fp8 with nan codes) whose blocks are handed out in a random
+ * order, runs attention on the case's rows and compares each (row, head)
+ * output with the dense reference: within 1e-5 (fp32), within the bound
+ * above (fp8). */
+static double attn_case_run(const char *name, const AttnCase *c, int block_size, ThreadPool *tp, uint64_t seed,
+                            KVDtype dtype) {
     int max_blocks = 0, n_blocks = 7; /* spare blocks stay NaN */
     for (int s = 0; s < c->n_seqs; s++) {
         int nb = (c->seq_len[s] + block_size - 1) / block_size;
@@ -439,16 +494,23 @@ static void attn_case_run(const char *name, const AttnCase *c, int block_size, T
     }
     KVCacheHost kv;
     Err err;
-    CHECK(kv_cache_host_alloc(&kv, 2, c->Hkv, c->Dk, c->Dv, block_size, n_blocks, &err) == 0, "%s", err.msg);
+    double worst = 0;
+    CHECK(kv_cache_host_alloc(&kv, 2, c->Hkv, c->Dk, c->Dv, block_size, n_blocks, dtype, &err) == 0, "%s", err.msg);
     int32_t *ids = malloc(n_blocks * sizeof *ids), *tables = malloc((size_t)c->n_seqs * max_blocks * sizeof *tables);
     const int32_t **table_ptrs = malloc(c->n_seqs * sizeof *table_ptrs);
     int64_t *slots = malloc(256 * sizeof *slots);
     int32_t *kpos = malloc(256 * sizeof *kpos), *kseq = calloc(256, sizeof *kseq);
     int64_t *qslots = malloc(c->T * sizeof *qslots);
     float *out = malloc((size_t)c->T * c->H * c->Dv * sizeof *out), *out1 = malloc((size_t)c->T * c->H * c->Dv * sizeof *out);
-    if (!kv.k || !ids || !tables || !table_ptrs || !slots || !kpos || !kseq || !qslots || !out || !out1) goto done;
+    if ((!kv.k && !kv.k8) || !ids || !tables || !table_ptrs || !slots || !kpos || !kseq || !qslots || !out || !out1)
+        goto done;
     for (int l = 0; l < 2; l++) {
         int64_t ne_k = (int64_t)n_blocks * block_size * c->Hkv * c->Dk, ne_v = (int64_t)n_blocks * block_size * c->Hkv * c->Dv;
+        if (dtype == KV_DTYPE_FP8) {
+            memset(kv.k8[l], 0x7f, ne_k); /* nan codes */
+            memset(kv.v8[l], 0x7f, ne_v);
+            continue;
+        }
         for (int64_t i = 0; i < ne_k; i++) kv.k[l][i] = NAN;
         for (int64_t i = 0; i < ne_v; i++) kv.v[l][i] = NAN;
     }
@@ -487,7 +549,8 @@ static void attn_case_run(const char *name, const AttnCase *c, int block_size, T
             snprintf(what, sizeof what, "%s (block size %d) row %d (seq %d, pos %d) head %d", name, block_size, i,
                      c->seq[i], c->pos[i], h);
             int64_t off = ((int64_t)i * c->H + h) * c->Dv;
-            check_vec_rel(what, out + off, c->out + off, c->Dv, 1e-5);
+            if (dtype == KV_DTYPE_FP8) worst = fmax(worst, attn_fp8_check(what, c, i, h, out + off));
+            else check_vec_rel(what, out + off, c->out + off, c->Dv, 1e-5);
         }
     /* Same bits without the pool: the split over threads changes nothing. */
     cpu_attention(NULL, out1, c->q, &kv, 1, &b, &p);
@@ -503,6 +566,7 @@ done:
     free(kseq);
     free(out);
     free(out1);
+    return worst;
 }
 
 static void test_attention(void) {
@@ -517,8 +581,32 @@ static void test_attention(void) {
     for (int k = 0; k < 9; k++) {
         AttnCase c;
         if (!attn_case_load(&f, cases[k], &c)) continue;
-        for (int b = 0; b < 2; b++) attn_case_run(cases[k], &c, block_sizes[b], tp, 0x9E3779B97F4A7C15ULL + k * 31 + b);
+        for (int b = 0; b < 2; b++)
+            attn_case_run(cases[k], &c, block_sizes[b], tp, 0x9E3779B97F4A7C15ULL + k * 31 + b, KV_DTYPE_BF16);
     }
+    thread_pool_destroy(tp);
+    fx_free(&f);
+}
+
+/* The same cases over an fp8 cache: every output channel within the bound
+ * derived from e4m3's half-step (attn_fp8_check); the largest share of the
+ * bound used is printed (a bound never approached would test nothing). */
+static void test_attention_fp8(void) {
+    Fixture f;
+    if (!fx_load(&f, "attention.bin")) return;
+    Err err;
+    ThreadPool *tp = thread_pool_create(3, &err);
+    CHECK(tp != NULL, "%s", err.msg);
+    const char *cases[] = {"gqa_causal", "dk16_dv8", "window1", "window_full", "window5",
+                           "softcap5", "sinks", "mixed", "mixed_all"};
+    double worst = 0;
+    for (int k = 0; k < 9; k++) {
+        AttnCase c;
+        if (!attn_case_load(&f, cases[k], &c)) continue;
+        for (int b = 4; b <= 16; b *= 4) worst = fmax(worst, attn_case_run(cases[k], &c, b, tp, 77 + k, KV_DTYPE_FP8));
+    }
+    printf("# fp8 KV attention: largest error %.2f of its bound\n", worst);
+    CHECK(worst > 0.01, "the fp8 cache changed nothing (error %.3g of the bound): is it in use?", worst);
     thread_pool_destroy(tp);
     fx_free(&f);
 }
@@ -528,7 +616,7 @@ static void test_attention(void) {
 static void test_kv_write(void) {
     KVCacheHost kv;
     Err err;
-    int ok = kv_cache_host_alloc(&kv, 3, 2, 4, 3, 4, 5, &err) == 0; /* 20 slots */
+    int ok = kv_cache_host_alloc(&kv, 3, 2, 4, 3, 4, 5, KV_DTYPE_BF16, &err) == 0; /* 20 slots */
     CHECK(ok, "%s", err.msg);
     if (!ok) return;
     float k[4][2][4], v[4][2][3];
@@ -552,6 +640,40 @@ static void test_kv_write(void) {
                     CHECK(kv_v_at(&kv, l, s, h)[d] == (t < 0 ? 0.0f : v[t][h][d]), "V layer %d slot %lld head %d", l,
                           (long long)s, h);
             }
+    kv_cache_host_free(&kv);
+}
+
+/* The same writes into an fp8 cache: each head vector of a written slot is
+ * fp8_quantize_row of the row's head, the rest stays zero. */
+static void test_kv_write_fp8(void) {
+    KVCacheHost kv;
+    Err err;
+    int ok = kv_cache_host_alloc(&kv, 3, 2, 4, 3, 4, 5, KV_DTYPE_FP8, &err) == 0;
+    CHECK(ok, "%s", err.msg);
+    if (!ok) return;
+    float k[4][2][4], v[4][2][3];
+    for (int t = 0; t < 4; t++)
+        for (int h = 0; h < 2; h++) {
+            for (int d = 0; d < 4; d++) k[t][h][d] = 100 * t + 10 * h + d + 1;
+            for (int d = 0; d < 3; d++) v[t][h][d] = -(100 * t + 10 * h + d + 1) / 1000.0f;
+        }
+    int32_t pos[4] = {0, 1, 2, 3}, seq[4] = {0};
+    int64_t slot[4] = {17, -1, 20, 2};
+    AttnBatch b = {4, pos, seq, slot, 1, NULL, 4};
+    cpu_kv_write(&kv, 2, &b, &k[0][0][0], &v[0][0][0]);
+    int bad = 0;
+    for (int l = 0; l < 3; l++)
+        for (int64_t s = 0; s < 20; s++)
+            for (int h = 0; h < 2; h++) {
+                int t = l != 2 ? -1 : s == 17 ? 0 : s == 2 ? 3 : -1;
+                uint8_t qk[4] = {0}, qv[3] = {0};
+                float sk = 0, sv = 0;
+                if (t >= 0) fp8_quantize_row(k[t][h], 4, qk, &sk), fp8_quantize_row(v[t][h], 3, qv, &sv);
+                int64_t at = s * 2 + h;
+                bad += memcmp(kv.k8[l] + at * 4, qk, 4) || memcmp(kv.v8[l] + at * 3, qv, 3) || kv.ks[l][at] != sk ||
+                       kv.vs[l][at] != sv;
+            }
+    CHECK(bad == 0, "%d head vectors differ", bad);
     kv_cache_host_free(&kv);
 }
 
@@ -622,7 +744,9 @@ int main(void) {
     RUN(test_matmul);
     RUN(test_embed);
     RUN(test_kv_write);
+    RUN(test_kv_write_fp8);
     RUN(test_attention);
+    RUN(test_attention_fp8);
     if (getenv("CLLM_BENCH")) bench();
     TEST_EXIT();
 }

@@ -1,7 +1,7 @@
-/* test_dtype.c — dtype table, row sizes, fp16/bf16 conversions and every
- * dequantizer against gguf-py's dequantization (fixtures written by
- * tests/fixtures/make_gguf_fixtures.py: synthetic blocks and rows of the real
- * model files).
+/* test_dtype.c — dtype table, row sizes, fp16/bf16/e4m3 conversions, the
+ * fp8 row quantizer of the KV cache, and every dequantizer against gguf-py's
+ * dequantization (fixtures written by tests/fixtures/make_gguf_fixtures.py:
+ * synthetic blocks and rows of the real model files).
  */
 #include <float.h>
 #include <math.h>
@@ -268,7 +268,157 @@ static void test_dequantize_hand_blocks(void) {
           "mxfp4 %g %g %g %g %g", y[1], y[5], y[7], y[15], y[25]);
 }
 
+/* ---- e4m3 ---- */
+
+/* The e4m3 value of code c (c & 0x7f < 0x7f) from its definition, in double. */
+static double e4m3_by_definition(int c) {
+    int e = (c >> 3) & 15, m = c & 7;
+    double v = e == 0 ? m / 8.0 * ldexp(1.0, -6) : (1 + m / 8.0) * ldexp(1.0, e - 7);
+    return c & 0x80 ? -v : v;
+}
+
+/* The code nearest to x (finite), ties to the even code, saturating at 448:
+ * a search over all 127 magnitudes, independent of fp32_to_e4m3's bit
+ * arithmetic. */
+static uint8_t e4m3_by_search(float x) {
+    double a = fabs((double)x);
+    int best = 0;
+    for (int c = 1; c <= 0x7e; c++) {
+        double d = fabs(e4m3_by_definition(c) - a), db = fabs(e4m3_by_definition(best) - a);
+        if (d < db || (d == db && (c & 1) == 0)) best = c;
+    }
+    return (uint8_t)(best | (signbit(x) ? 0x80 : 0));
+}
+
+static void test_e4m3_codes(void) {
+    int bad = 0;
+    for (int c = 0; c < 256; c++) {
+        float f = e4m3_to_fp32((uint8_t)c);
+        if ((c & 0x7f) == 0x7f) {
+            CHECK(isnan(f) && fp32_to_e4m3(f) == 0x7f, "code 0x%02x: nan, and back to 0x7f", c);
+            continue;
+        }
+        bad += (double)f != e4m3_by_definition(c) || fp32_to_e4m3(f) != c;
+    }
+    CHECK(bad == 0, "%d of the 254 finite codes differ from the definition or do not round-trip", bad);
+    CHECK(e4m3_to_fp32(0x01) == 0x1p-9f && e4m3_to_fp32(0x08) == 0x1p-6f && e4m3_to_fp32(0x07) == 7 * 0x1p-9f,
+          "subnormals and the smallest normal");
+    CHECK(e4m3_to_fp32(0x38) == 1.0f && e4m3_to_fp32(0x7e) == 448.0f && e4m3_to_fp32(0xfe) == -448.0f, "1, +-448");
+    CHECK(e4m3_to_fp32(0x80) == 0.0f && signbit(e4m3_to_fp32(0x80)), "-0");
+    for (int c = 1; c < 0x7e; c++) bad += !(e4m3_to_fp32((uint8_t)c) < e4m3_to_fp32((uint8_t)(c + 1)));
+    CHECK(bad == 0, "codes 0..0x7e increase");
+}
+
+/* Every midpoint between neighbouring codes (exact in fp32) goes to the even
+ * one, one ulp either side to the nearer; both signs. */
+static void test_e4m3_ties(void) {
+    int bad = 0;
+    for (int c = 0; c < 0x7e; c++)
+        for (int sign = 0; sign < 2; sign++) {
+            float lo = e4m3_to_fp32((uint8_t)c), hi = e4m3_to_fp32((uint8_t)(c + 1)), mid = (lo + hi) / 2;
+            uint8_t s = sign ? 0x80 : 0, even = (uint8_t)(c & 1 ? c + 1 : c);
+            float sm = sign ? -mid : mid;
+            bad += fp32_to_e4m3(sm) != (s | even);
+            bad += fp32_to_e4m3(nextafterf(sm, sign ? -INFINITY : INFINITY)) != (s | (c + 1));
+            bad += fp32_to_e4m3(nextafterf(sm, 0)) != (s | c);
+        }
+    CHECK(bad == 0, "%d tie / near-tie roundings wrong", bad);
+    CHECK(fp32_to_e4m3(0x1p-10f) == 0x00 && fp32_to_e4m3(-0x1p-10f) == 0x80, "half the smallest subnormal: to 0");
+    CHECK(fp32_to_e4m3(nextafterf(0x1p-10f, 1)) == 0x01, "above it: the smallest subnormal");
+    CHECK(fp32_to_e4m3(3 * 0x1p-10f) == 0x02, "1.5 subnormal steps: to the even 2");
+    CHECK(fp32_to_e4m3(1e-30f) == 0x00 && fp32_to_e4m3(-1e-30f) == 0x80 && fp32_to_e4m3(-0.0f) == 0x80, "tiny, -0");
+}
+
+static void test_e4m3_saturation_nan(void) {
+    float big[] = {448.0f, 449.0f, 463.99f, 464.0f, 480.0f, 1e6f, FLT_MAX, INFINITY};
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
+        CHECK(fp32_to_e4m3(big[i]) == 0x7e, "%g saturates to 448: 0x%02x", big[i], fp32_to_e4m3(big[i]));
+        CHECK(fp32_to_e4m3(-big[i]) == 0xfe, "-%g saturates to -448", big[i]);
+    }
+    CHECK(fp32_to_e4m3(nextafterf(448.0f, 0)) == 0x7e && fp32_to_e4m3(432.0f) == 0x7e, "just below 448; 432 ties to even 448");
+    CHECK(fp32_to_e4m3(NAN) == 0x7f && fp32_to_e4m3(-NAN) == 0x7f && fp32_to_e4m3(f_bits(0x7f800001)) == 0x7f,
+          "every nan to 0x7f");
+}
+
+/* All 65536 bf16 patterns and 200000 random fp32 bit patterns against the
+ * nearest-code search. */
+static void test_e4m3_against_search(void) {
+    int bad = 0, first = -1;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = bf16_to_fp32((uint16_t)h);
+        if (isnan(f)) continue;
+        uint8_t want = fabsf(f) >= 448 ? (uint8_t)(signbit(f) ? 0xfe : 0x7e) : e4m3_by_search(f);
+        if (fp32_to_e4m3(f) != want) { bad++; if (first < 0) first = (int)h; }
+    }
+    CHECK(bad == 0, "%d bf16 values convert wrongly (first 0x%04x)", bad, first);
+    uint32_t x = 2463534242u;
+    for (int i = 0; i < 200000; i++) {
+        x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+        uint32_t u = (x & 0x807fffffu) | ((110u + x % 26u) << 23); /* exponents 2^-17 .. 2^8: the interesting range */
+        float f = f_bits(u);
+        uint8_t want = fabsf(f) >= 448 ? (uint8_t)(signbit(f) ? 0xfe : 0x7e) : e4m3_by_search(f);
+        bad += fp32_to_e4m3(f) != want;
+    }
+    CHECK(bad == 0, "%d random values convert wrongly", bad);
+}
+
+/* fp8_quantize_row: the largest magnitude becomes +-448 exactly (scale =
+ * amax / 448), every value comes back within half an e4m3 step: 2^-4
+ * relative at or above 2^-6 x scale, 2^-10 x scale absolute below (plus
+ * the two fp32 roundings of x / scale and code x scale). */
+static void test_fp8_row(void) {
+    enum { N = 96 };
+    float x[N], y[N], s;
+    uint8_t q[N];
+    uint32_t r = 88172645u;
+    int bad = 0;
+    for (int row = 0; row < 200; row++) {
+        float mag = ldexpf(1.0f, row % 40 - 20);
+        for (int i = 0; i < N; i++) {
+            r ^= r << 13, r ^= r >> 17, r ^= r << 5;
+            x[i] = mag * ((float)(r % 2000001) / 1000000.0f - 1.0f) * (i % 7 == 0 ? 1e-4f : 1.0f);
+        }
+        fp8_quantize_row(x, N, q, &s);
+        fp8_dequantize_row(q, N, s, y);
+        float amax = 0;
+        for (int i = 0; i < N; i++) amax = fmaxf(amax, fabsf(x[i]));
+        CHECK(s == amax / 448.0f, "row %d: scale %g, amax %g", row, s, amax);
+        for (int i = 0; i < N; i++) {
+            double err = fabs((double)y[i] - x[i]), ax = fabs(x[i]);
+            double bound = (ax >= 0x1p-6 * s ? 0x1p-4 * ax : 0x1p-10 * s) + 0x1p-21 * ax;
+            bad += !(err <= bound);
+            if (fabsf(x[i]) == amax) bad += (q[i] & 0x7f) != 0x7e;
+        }
+    }
+    CHECK(bad == 0, "%d values outside half an e4m3 step, or a maximum not at 448", bad);
+    float zeros[4] = {0.0f, -0.0f, 0.0f, 0.0f};
+    fp8_quantize_row(zeros, 4, q, &s);
+    CHECK(s == 0.0f && q[0] == 0x00 && q[1] == 0x80 && q[2] == 0, "a zero row: scale 0, zero codes");
+    float withnan[3] = {1.0f, NAN, -2.0f};
+    fp8_quantize_row(withnan, 3, q, &s);
+    CHECK(s == 2.0f / 448.0f && q[1] == 0x7f && q[2] == 0xfe && q[0] == fp32_to_e4m3(1.0f / s), "a nan stays a nan");
+}
+
+static void test_kv_dtype_names(void) {
+    KVDtype t = KV_DTYPE_FP8;
+    CHECK(kv_dtype_from_name("bf16", &t) == 0 && t == KV_DTYPE_BF16, "bf16");
+    CHECK(kv_dtype_from_name("fp8", &t) == 0 && t == KV_DTYPE_FP8, "fp8");
+    CHECK(kv_dtype_from_name("FP8", &t) == -1 && kv_dtype_from_name("e4m3", &t) == -1 &&
+              kv_dtype_from_name("", &t) == -1 && kv_dtype_from_name(NULL, &t) == -1 && t == KV_DTYPE_FP8,
+          "unknown names refused, nothing changed");
+    CHECK(!strcmp(kv_dtype_name(KV_DTYPE_FP8), "fp8") && !strcmp(kv_dtype_name(KV_DTYPE_BF16), "bf16"), "names");
+    CHECK(kv_head_token_bytes(KV_DTYPE_BF16, 64, 64) == 256 && kv_head_token_bytes(KV_DTYPE_FP8, 64, 64) == 136 &&
+              kv_head_token_bytes(KV_DTYPE_FP8, 256, 256) == 520,
+          "bytes per token and head");
+}
+
 int main(void) {
+    RUN(test_e4m3_codes);
+    RUN(test_e4m3_ties);
+    RUN(test_e4m3_saturation_nan);
+    RUN(test_e4m3_against_search);
+    RUN(test_fp8_row);
+    RUN(test_kv_dtype_names);
     RUN(test_dtype_info_table);
     RUN(test_dtype_row_bytes);
     RUN(test_fp16_to_fp32);

@@ -8,7 +8,7 @@
  * and token-by-token decode. Each must match the reference within 1e-4
  * relative error (max |diff| over max |ref| of the row's logits). The greedy
  * continuation must equal the reference's wherever its top-2 margin is not a
- * near tie. */
+ * near tie. The GGUFs again with an fp8 KV cache (test_fp8_kv). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +17,14 @@
 #include "tests/test.h"
 
 #define TOL 1e-4
+/* fp8 KV against the fp32 reference: a guard against a broken cache (a
+ * wrong scale or code is an error of order 1), not an accuracy figure: these
+ * random-weight models amplify rounding (transformers' own bf16 run is 6.45e-2
+ * of max |logit| from its fp32 one on tiny llama: tests/gpu/test_cuda_forward.c),
+ * and fp8 moves them 0.04-0.30. The accuracy checks are the op's error bound
+ * derived from the e4m3 step (test_cpu_ops test_attention_fp8) and the real
+ * models (test_real_models). */
+#define FP8_TOL 0.5
 
 static const char *ARCHS[] = {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "gpt-oss"};
 
@@ -52,11 +60,11 @@ typedef struct {
     Engine e;
 } Rig;
 
-static int rig_open(Rig *r, const char *path, int block_size) {
+static int rig_open(Rig *r, const char *path, int block_size, KVDtype kv) {
     Err err = {{0}};
     memset(r, 0, sizeof *r);
     if (model_load(&r->m, path, MODEL_LOAD_NO_TOKENIZER, &err)) { printf("  %s\n", err.msg); return -1; }
-    r->be = backend_cpu_create(&r->m.cfg, &r->m.w, 2, block_size, 64, &err);
+    r->be = backend_cpu_create_kv(&r->m.cfg, &r->m.w, 2, block_size, 64, kv, &err);
     if (!r->be || engine_init(&r->e, &r->m, r->be, 64 * block_size, 64, &err)) { printf("  %s\n", err.msg); return -1; }
     return 0;
 }
@@ -87,8 +95,8 @@ static void scatter_pool(Rig *r, int *held, int *n_held) {
     for (int i = 0; i < n_free; i++) block_pool_release(&r->e.pool, free_ids[i]);
 }
 
-/* Whole prompt in one step: every row's logits. */
-static double check_full(Rig *r, const int32_t *ids, int T, const float *ref) {
+/* Whole prompt in one step: every row's logits (copied to keep, when given). */
+static double check_full(Rig *r, const int32_t *ids, int T, const float *ref, float *keep) {
     int V = r->m.cfg.vocab;
     Sequence s = {0};
     Err err = {{0}};
@@ -106,6 +114,7 @@ static double check_full(Rig *r, const int32_t *ids, int T, const float *ref) {
         for (int i = 0; i < T * V; i++) logits[i] = NAN; /* poisoned */
         if (forward_run(&r->e.fw, ids, &b, rows, T, logits, &err) == 0) {
             worst = 0;
+            if (keep) memcpy(keep, logits, (size_t)T * V * sizeof *logits);
             for (int t = 0; t < T; t++) {
                 double e = test_row_err(logits + (size_t)t * V, ref + (size_t)t * V, V);
                 if (!(e <= worst)) worst = e;
@@ -157,7 +166,7 @@ static void check_greedy(Rig *r, const JsonValue *ref, const int32_t *ids, int T
     sequence_release(&r->e, &s);
 }
 
-static void check_model(const char *arch, bool gguf) {
+static void check_model_kv(const char *arch, bool gguf, KVDtype kv) {
     char ref_path[1024], model_path[1024];
     Err err = {{0}};
     snprintf(ref_path, sizeof ref_path, "%s/tiny/%s.ref.json", test_fixture_dir(), arch);
@@ -169,7 +178,7 @@ static void check_model(const char *arch, bool gguf) {
              gguf ? json_get_str(ref, "gguf", "") : json_get_str(ref, "hf_dir", ""));
     Rig r;
     int block_size = gguf ? 4 : 16;
-    if (rig_open(&r, model_path, block_size)) { CHECK(0, "cannot open %s", model_path); rig_close(&r); json_free(doc); return; }
+    if (rig_open(&r, model_path, block_size, kv)) { CHECK(0, "cannot open %s", model_path); rig_close(&r); json_free(doc); return; }
     int V = r.m.cfg.vocab;
     CHECK(V == json_get_int(ref, "vocab", -1), "vocab %d", V);
     int held[64], n_held;
@@ -184,14 +193,24 @@ static void check_model(const char *arch, bool gguf) {
         const JsonValue *b64 = json_get(pr, "logits_f32_b64");
         size_t n = b64_floats(b64->u.string.s, b64->u.string.len, want, (size_t)T * V);
         CHECK(n == (size_t)T * V, "reference holds %zu floats, want %d", n, T * V);
-        double full = check_full(&r, ids, T, want);
+        float *full8 = kv == KV_DTYPE_FP8 ? malloc((size_t)T * V * sizeof *full8) : NULL;
+        double full = check_full(&r, ids, T, want, full8);
         double chunked = check_engine(&r, ids, T, want, 5);
         double decode = check_engine(&r, ids, T, want, 1);
-        CHECK(full <= TOL && chunked <= TOL && decode <= TOL, "%s %s prompt %zu (T=%d): rel err full %.3g chunked %.3g decode %.3g",
-              arch, gguf ? "gguf" : "safetensors", p, T, full, chunked, decode);
-        printf("# %-8s %-11s prompt %zu T=%2d  rel err full %.2e chunked %.2e decode %.2e\n", arch,
-               gguf ? "gguf" : "safetensors", p, T, full, chunked, decode);
-        if (p == 0) check_greedy(&r, ref, ids, T);
+        double tol = kv == KV_DTYPE_FP8 ? FP8_TOL : TOL;
+        if (full8) { /* the cache's bytes do not depend on how the prompt was split: the same logits */
+            double c8 = check_engine(&r, ids, T, full8, 5), d8 = check_engine(&r, ids, T, full8, 1);
+            printf("# %-8s fp8 KV prompt %zu: chunked %.2e, decode %.2e from the one-step fp8 logits\n", arch, p, c8, d8);
+            CHECK(c8 == 0 && d8 == 0, "%s fp8 KV prompt %zu: chunked %.3g / decode %.3g from one step", arch, p, c8, d8);
+            free(full8);
+        }
+        CHECK(full <= tol && chunked <= tol && decode <= tol, "%s %s%s prompt %zu (T=%d): rel err full %.3g chunked %.3g decode %.3g",
+              arch, gguf ? "gguf" : "safetensors", kv == KV_DTYPE_FP8 ? " fp8 KV" : "", p, T, full, chunked, decode);
+        printf("# %-8s %-11s%s prompt %zu T=%2d  rel err full %.2e chunked %.2e decode %.2e\n", arch,
+               gguf ? "gguf" : "safetensors", kv == KV_DTYPE_FP8 ? " fp8 KV" : "", p, T, full, chunked, decode);
+        if (kv == KV_DTYPE_FP8) /* the fp8 cache is in use: its rounding shows, far above fp32's */
+            CHECK(full > 100 * TOL || T < 2, "%s fp8 KV: error %.3g as small as fp32's", arch, full);
+        if (p == 0 && kv != KV_DTYPE_FP8) check_greedy(&r, ref, ids, T);
         free(ids);
         free(want);
     }
@@ -200,6 +219,8 @@ static void check_model(const char *arch, bool gguf) {
     rig_close(&r);
     json_free(doc);
 }
+
+static void check_model(const char *arch, bool gguf) { check_model_kv(arch, gguf, KV_DTYPE_BF16); }
 
 #define ARCH_TESTS(name, idx)                                              \
     static void test_##name##_gguf(void) { check_model(ARCHS[idx], true); }  \
@@ -212,6 +233,14 @@ ARCH_TESTS(gemma2, 4)
 ARCH_TESTS(gemma3, 5)
 ARCH_TESTS(gpt_oss, 6)
 
+/* Every architecture's GGUF with an fp8 KV cache: against the same fp32
+ * reference logits (FP8_TOL), and chunked prefill and decode give exactly
+ * the one-step logits (the cache holds the same bytes however the prompt
+ * was split). */
+static void test_fp8_kv(void) {
+    for (size_t a = 0; a < sizeof ARCHS / sizeof ARCHS[0]; a++) check_model_kv(ARCHS[a], true, KV_DTYPE_FP8);
+}
+
 int main(void) {
     RUN(test_llama_gguf); RUN(test_llama_safetensors);
     RUN(test_mistral_gguf); RUN(test_mistral_safetensors);
@@ -220,5 +249,6 @@ int main(void) {
     RUN(test_gemma2_gguf); RUN(test_gemma2_safetensors);
     RUN(test_gemma3_gguf); RUN(test_gemma3_safetensors);
     RUN(test_gpt_oss_gguf); RUN(test_gpt_oss_safetensors);
+    RUN(test_fp8_kv);
     TEST_EXIT();
 }

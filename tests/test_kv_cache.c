@@ -1,6 +1,7 @@
-/* test_kv_cache.c — the host KV cache allocation, the block pool and block
- * tables (attention/kv_cache.c): counts, exhaustion without side effects,
- * slot computation, and that every block finds its way back to the pool. */
+/* test_kv_cache.c — the host KV cache allocation (fp32 and fp8), the block
+ * pool and block tables (attention/kv_cache.c): counts, exhaustion without
+ * side effects, slot computation, the fp8 store / read-back, and that every
+ * block finds its way back to the pool. */
 #include <limits.h>
 #include <stdint.h>
 
@@ -113,7 +114,7 @@ static void test_slots(void) {
     /* The slot feeds kv_k_at: K of slot s, head h starts at (s * heads + h) * head_dim. */
     KVCacheHost c;
     Err err;
-    CHECK(kv_cache_host_alloc(&c, 2, 3, 8, 4, block_size, 8, &err) == 0, "%s", err.msg);
+    CHECK(kv_cache_host_alloc(&c, 2, 3, 8, 4, block_size, 8, KV_DTYPE_BF16, &err) == 0, "%s", err.msg);
     if (!c.k) return;
     CHECK(kv_k_at(&c, 1, 87, 2) == c.k[1] + (87 * 3 + 2) * 8, "K address");
     CHECK(kv_v_at(&c, 1, 87, 2) == c.v[1] + (87 * 3 + 2) * 4, "V address");
@@ -171,24 +172,71 @@ static void test_cache_alloc_errors(void) {
     KVCacheHost c;
     Err err;
     err.msg[0] = 0;
-    CHECK(kv_cache_host_alloc(&c, 2, 0, 64, 64, 16, 10, &err) == -1 && strstr(err.msg, "0 kv heads"),
+    CHECK(kv_cache_host_alloc(&c, 2, 0, 64, 64, 16, 10, KV_DTYPE_BF16, &err) == -1 && strstr(err.msg, "0 kv heads"),
           "zero kv heads: %s", err.msg);
     CHECK(c.k == NULL && c.v == NULL, "a failed alloc leaves nothing allocated");
-    CHECK(kv_cache_host_alloc(&c, 2, 8, 64, 64, 16, -1, &err) == -1 && strstr(err.msg, "-1 blocks"),
+    CHECK(kv_cache_host_alloc(&c, 2, 8, 64, 64, 16, -1, KV_DTYPE_BF16, &err) == -1 && strstr(err.msg, "-1 blocks"),
           "negative blocks: %s", err.msg);
-    CHECK(kv_cache_host_alloc(&c, 1, INT_MAX, INT_MAX, INT_MAX, INT_MAX, INT_MAX, &err) == -1 &&
+    CHECK(kv_cache_host_alloc(&c, 1, INT_MAX, INT_MAX, INT_MAX, INT_MAX, INT_MAX, KV_DTYPE_BF16, &err) == -1 &&
               strstr(err.msg, "overflow"),
           "sizes overflowing size_t: %s", err.msg);
 #ifndef __SANITIZE_ADDRESS__ /* ASan aborts on absurd requests instead of returning NULL */
     /* 2^20 blocks x 1024 tokens x 8 heads x 1024 x 4 bytes = 32 TiB per layer: refused by the OS. */
-    CHECK(kv_cache_host_alloc(&c, 2, 8, 1024, 1024, 1024, 1 << 20, &err) == -1 && strstr(err.msg, "35184372088832"),
+    CHECK(kv_cache_host_alloc(&c, 2, 8, 1024, 1024, 1024, 1 << 20, KV_DTYPE_BF16, &err) == -1 && strstr(err.msg, "35184372088832"),
           "an allocation that fails names its size: %s", err.msg);
     CHECK(c.k == NULL, "nothing left allocated");
 #endif
     kv_cache_host_free(&c);
 }
 
+/* An fp8 cache: codes and scales only, zero-filled; a stored token lands at
+ * its slot as fp8_quantize_row of each head vector, and kv_key / kv_value
+ * give back code x scale; an fp32 cache returns pointers into itself. */
+static void test_fp8_cache(void) {
+    KVCacheHost c;
+    Err err;
+    CHECK(kv_cache_host_alloc(&c, 2, 3, 8, 4, 4, 5, KV_DTYPE_FP8, &err) == 0, "%s", err.msg); /* 20 slots */
+    if (!c.k8) return;
+    CHECK(c.k == NULL && c.v == NULL && c.ks && c.vs && c.v8 && c.dtype == KV_DTYPE_FP8, "fp8 arrays only");
+    CHECK(c.k8[1][20 * 3 * 8 - 1] == 0 && c.vs[1][20 * 3 - 1] == 0.0f, "zero-filled to the last slot");
+    float k[3][8], v[3][4], buf[8];
+    for (int h = 0; h < 3; h++) {
+        for (int d = 0; d < 8; d++) k[h][d] = (float)(h + 1) * (d - 3.3f);
+        for (int d = 0; d < 4; d++) v[h][d] = -0.01f * (float)(h * 4 + d + 1);
+    }
+    kv_cache_store(&c, 1, 13, &k[0][0], &v[0][0]);
+    int bad = 0;
+    for (int h = 0; h < 3; h++) {
+        uint8_t q[8];
+        float s;
+        fp8_quantize_row(k[h], 8, q, &s);
+        bad += memcmp(q, c.k8[1] + (13 * 3 + h) * 8, 8) != 0 || c.ks[1][13 * 3 + h] != s;
+        const float *kk = kv_key(&c, 1, 13, h, buf);
+        for (int d = 0; d < 8; d++) bad += kk != buf || kk[d] != e4m3_to_fp32(q[d]) * s;
+        fp8_quantize_row(v[h], 4, q, &s);
+        bad += memcmp(q, c.v8[1] + (13 * 3 + h) * 4, 4) != 0 || c.vs[1][13 * 3 + h] != s;
+        const float *vv = kv_value(&c, 1, 13, h, buf);
+        for (int d = 0; d < 4; d++) bad += vv[d] != e4m3_to_fp32(q[d]) * s || fabsf(vv[d] - v[h][d]) > fabsf(v[h][d]) / 16;
+    }
+    CHECK(bad == 0, "%d stored values differ from fp8_quantize_row's", bad);
+    CHECK(c.k8[0][13 * 3 * 8] == 0 && c.ks[1][12 * 3] == 0.0f && c.k8[1][14 * 3 * 8] == 0, "nothing else written");
+    kv_cache_host_free(&c);
+    CHECK(c.k8 == NULL && c.ks == NULL, "freed");
+    CHECK(kv_cache_host_alloc(&c, 2, 3, 8, 4, 4, 5, KV_DTYPE_BF16, &err) == 0, "%s", err.msg);
+    kv_cache_store(&c, 0, 7, &k[0][0], &v[0][0]);
+    CHECK(kv_key(&c, 0, 7, 2, buf) == kv_k_at(&c, 0, 7, 2) && kv_k_at(&c, 0, 7, 2)[5] == k[2][5] &&
+              kv_value(&c, 0, 7, 1, buf)[3] == v[1][3],
+          "an fp32 cache stores exactly and reads in place");
+    kv_cache_host_free(&c);
+#ifndef __SANITIZE_ADDRESS__
+    CHECK(kv_cache_host_alloc(&c, 2, 8, 1024, 1024, 1024, 1 << 20, KV_DTYPE_FP8, &err) == -1 &&
+              strstr(err.msg, "8796093022208") && strstr(err.msg, "fp8"),
+          "an fp8 allocation that fails names its size (a quarter of fp32's): %s", err.msg);
+#endif
+}
+
 int main(void) {
+    RUN(test_fp8_cache);
     RUN(test_pool_counts);
     RUN(test_table_reserve);
     RUN(test_slots);

@@ -14,9 +14,12 @@
  * when m grows. The sink starts the pass as a logit with a zero value vector,
  * so it counts in the denominator only, under the same max subtraction, and a
  * sink larger than every score cannot overflow exp. Work is spread over
- * rows x heads.
+ * rows x heads. An fp8 cache is read through kv_key / kv_value: each key and
+ * value dequantized to fp32 (code x scale) before it is used, so the math
+ * is the fp32 path's on the values the cache holds.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/cpu_ops.h"
@@ -37,8 +40,8 @@ static float dot(const float *a, const float *b, int n) {
 }
 
 /* Attention of one query row and one head; the output vector doubles as the
- * running numerator. */
-static void attend_one(const AttnJob *j, int row, int h) {
+ * running numerator. kbuf, vbuf: room for one dequantized fp8 key / value. */
+static void attend_one(const AttnJob *j, int row, int h, float *kbuf, float *vbuf) {
     const AttnParams *p = j->p;
     const AttnBatch *b = j->b;
     int pos = b->pos[row];
@@ -56,8 +59,8 @@ static void attend_one(const AttnJob *j, int row, int h) {
     }
     for (int k = first; k <= pos; k++) {
         int64_t slot = (int64_t)table[k / b->block_size] * b->block_size + k % b->block_size;
-        const float *key = kv_k_at(j->c, j->layer, slot, kv_head);
-        const float *val = kv_v_at(j->c, j->layer, slot, kv_head);
+        const float *key = kv_key(j->c, j->layer, slot, kv_head, kbuf);
+        const float *val = kv_value(j->c, j->layer, slot, kv_head, vbuf);
         float s = p->scale * dot(q, key, p->head_dim_k);
         if (p->softcap > 0) s = p->softcap * tanhf(s / p->softcap);
         if (s > m) { /* new maximum: rescale what was summed under the old one */
@@ -76,7 +79,14 @@ static void attend_one(const AttnJob *j, int row, int h) {
 
 static void attend_range(void *ctx, int64_t i0, int64_t i1) {
     const AttnJob *j = ctx;
-    for (int64_t i = i0; i < i1; i++) attend_one(j, (int)(i / j->p->n_heads), (int)(i % j->p->n_heads));
+    float *buf = NULL;
+    if (j->c->dtype == KV_DTYPE_FP8) {
+        buf = malloc(((size_t)j->p->head_dim_k + j->p->head_dim_v) * sizeof *buf);
+        if (!buf) abort(); /* a few KB: the host is out of memory */
+    }
+    for (int64_t i = i0; i < i1; i++)
+        attend_one(j, (int)(i / j->p->n_heads), (int)(i % j->p->n_heads), buf, buf ? buf + j->p->head_dim_k : NULL);
+    free(buf);
 }
 
 void cpu_attention(ThreadPool *tp, float *out, const float *q, const KVCacheHost *c, int layer,
@@ -93,7 +103,6 @@ void cpu_kv_write(KVCacheHost *c, int layer, const AttnBatch *b, const float *k,
     for (int t = 0; t < b->n_tokens; t++) {
         int64_t slot = b->slot[t];
         if (slot < 0 || slot >= n_slots) continue;
-        memcpy(kv_k_at(c, layer, slot, 0), k + t * k_row, (size_t)k_row * sizeof *k);
-        memcpy(kv_v_at(c, layer, slot, 0), v + t * v_row, (size_t)v_row * sizeof *v);
+        kv_cache_store(c, layer, slot, k + t * k_row, v + t * v_row);
     }
 }

@@ -60,7 +60,8 @@ void cpu_rope(float *x, const int32_t *pos, int T, int n_heads, int head_dim, in
               const float *inv_freq, float mscale, bool neox);
 
 /* Writes k [T][n_kv_heads][head_dim_k] and v [T][n_kv_heads][head_dim_v] into
- * layer `layer` of the cache at batch->slot[t]. */
+ * layer `layer` of the cache at batch->slot[t] (an fp8 cache quantizes each
+ * head vector: kv_cache_store). */
 void cpu_kv_write(KVCacheHost *c, int layer, const AttnBatch *batch, const float *k, const float *v);
 
 /* out [T][n_heads][head_dim_v] = attention of q [T][n_heads][head_dim_k] over

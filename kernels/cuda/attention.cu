@@ -1,11 +1,22 @@
 /* attention.cu — the entry points of the CUDA attention (attention.cuh):
  * argument checks, the kernel parameter block, and the dispatch of one
  * step's prefill tiles and decode rows to attention_prefill.cu and
- * attention_decode.cu. */
+ * attention_decode.cu; and the fp8 row quantizer the checks run. */
 #include "kernels/cuda/attention.cuh"
 #include <string.h>
 
 #include "kernels/cuda/cuda_check.h"
+
+/* Rows of x [rows][n] (fp32) to codes [rows][n] and scales [rows], a warp
+ * per row (the checks compare it with the host's fp8_quantize_row). */
+static __global__ void kernel_fp8_quantize_rows(uint8_t *codes, float *scales, const float *x, int rows, int n) {
+    int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (r < rows) warp_quantize_fp8(x + (int64_t)r * n, n, codes + (int64_t)r * n, scales + r);
+}
+
+void cuda_fp8_quantize_rows(uint8_t *codes, float *scales, const float *x, int rows, int n, cudaStream_t s) {
+    if (rows > 0) kernel_fp8_quantize_rows<<<(rows + 7) / 8, 256, 0, s>>>(codes, scales, x, rows, n);
+}
 
 void attn_dev_meta(AttnDevMeta *d, const AttnMeta *m, const int32_t *d_buf) {
     *d = (AttnDevMeta){d_buf,         m->n_tiles,    m->n_decode,     m->off_prefill, m->off_tiles,
@@ -36,11 +47,13 @@ int cuda_attention_check(const AttnParams *p, int block_size, Err *err) {
     return 0;
 }
 
-static AttnKParams kparams(void *out, const void *q, const void *k, const void *v, const AttnDevMeta *m,
-                           const AttnParams *p, const float *d_sinks) {
+static AttnKParams kparams(void *out, const void *q, const KVLayerDev *kv, const AttnDevMeta *m, const AttnParams *p,
+                           const float *d_sinks) {
     AttnKParams kp;
     memset(&kp, 0, sizeof kp);
-    kp.q = (const bf16 *)q, kp.out = (bf16 *)out, kp.k = (const bf16 *)k, kp.v = (const bf16 *)v;
+    kp.q = (const bf16 *)q, kp.out = (bf16 *)out, kp.k = kv->k, kp.v = kv->v;
+    kp.fp8 = kv->dtype == KV_DTYPE_FP8;
+    kp.k_scale = kv->k_scale, kp.v_scale = kv->v_scale;
     kp.meta = m->buf;
     kp.off_prefill = m->off_prefill, kp.off_tiles = m->off_tiles, kp.off_decode = m->off_decode;
     kp.off_tables = m->off_tables, kp.table_width = m->table_width;
@@ -54,23 +67,31 @@ static AttnKParams kparams(void *out, const void *q, const void *k, const void *
     return kp;
 }
 
-int cuda_attention_prefill(void *out, const void *q, const void *k_cache, const void *v_cache, const AttnDevMeta *m,
-                           const AttnParams *p, const float *d_sinks, cudaStream_t s, Err *err) {
-    if (cuda_attention_check(p, m->block_size, err)) return -1;
-    AttnKParams kp = kparams(out, q, k_cache, v_cache, m, p, d_sinks);
+/* The cache's dtype and scales are consistent (a caller bug otherwise). */
+static int check_kv(const KVLayerDev *kv, Err *err) {
+    if (!kv || !kv->k || !kv->v) return err_set(err, "attention: no KV cache given");
+    if (kv->dtype == KV_DTYPE_FP8 && (!kv->k_scale || !kv->v_scale))
+        return err_set(err, "attention: an fp8 KV cache without its scales");
+    return 0;
+}
+
+int cuda_attention_prefill(void *out, const void *q, const KVLayerDev *kv, const AttnDevMeta *m, const AttnParams *p,
+                           const float *d_sinks, cudaStream_t s, Err *err) {
+    if (cuda_attention_check(p, m->block_size, err) || check_kv(kv, err)) return -1;
+    AttnKParams kp = kparams(out, q, kv, m, p, d_sinks);
     return attn_prefill_launch(&kp, p->head_dim_k, p->head_dim_v, m->n_tiles, s, err);
 }
 
-int cuda_attention_decode(void *out, const void *q, const void *k_cache, const void *v_cache, const AttnDevMeta *m,
-                          const AttnParams *p, const float *d_sinks, const AttnDecodeWork *w, cudaStream_t s, Err *err) {
+int cuda_attention_decode(void *out, const void *q, const KVLayerDev *kv, const AttnDevMeta *m, const AttnParams *p,
+                          const float *d_sinks, const AttnDecodeWork *w, cudaStream_t s, Err *err) {
     if (m->n_decode == 0) return 0;
-    if (cuda_attention_check(p, m->block_size, err)) return -1;
+    if (cuda_attention_check(p, m->block_size, err) || check_kv(kv, err)) return -1;
     int64_t group = w && w->cap > 0 && w->n_splits > 0 ? w->cap / w->n_splits : w ? w->max_decode : 0;
     if (!w || !w->part || w->n_splits < 1 || group < 1 || (w->cap == 0 && m->n_decode > w->max_decode))
         return err_set(err, "attention: decode work area missing or too small (%d decode rows x %d splits, room "
                        "for %lld rows)", m->n_decode, w ? w->n_splits : 0, (long long)group);
     if (group > m->n_decode) group = m->n_decode;
-    AttnKParams kp = kparams(out, q, k_cache, v_cache, m, p, d_sinks);
+    AttnKParams kp = kparams(out, q, kv, m, p, d_sinks);
     kp.n_splits = w->n_splits;
     kp.split_tiles = w->split_tiles;
     kp.part_o = w->part;
@@ -86,8 +107,8 @@ int cuda_attention_decode(void *out, const void *q, const void *k_cache, const v
     return 0;
 }
 
-int cuda_attention(void *out, const void *q, const void *k_cache, const void *v_cache, const AttnDevMeta *m,
-                   const AttnParams *p, const float *d_sinks, const AttnDecodeWork *w, cudaStream_t s, Err *err) {
-    if (cuda_attention_prefill(out, q, k_cache, v_cache, m, p, d_sinks, s, err)) return -1;
-    return cuda_attention_decode(out, q, k_cache, v_cache, m, p, d_sinks, w, s, err);
+int cuda_attention(void *out, const void *q, const KVLayerDev *kv, const AttnDevMeta *m, const AttnParams *p,
+                   const float *d_sinks, const AttnDecodeWork *w, cudaStream_t s, Err *err) {
+    if (cuda_attention_prefill(out, q, kv, m, p, d_sinks, s, err)) return -1;
+    return cuda_attention_decode(out, q, kv, m, p, d_sinks, w, s, err);
 }

@@ -1,12 +1,14 @@
 /* attention.cuh — the CUDA attention kernels (prefill and decode) over the
- * paged bf16 KV cache; C-callable. DESIGN.md "Attention" defines the math;
- * kernels/cpu/attention.c is the reference.
+ * paged KV cache (bf16, or fp8 e4m3 with scales); C-callable. DESIGN.md
+ * "Attention" defines the math; kernels/cpu/attention.c is the reference.
  *
  * Layouts (all bf16 unless said):
  *   q      [T][n_heads][head_dim_k]
  *   out    [T][n_heads][head_dim_v]
- *   K      [n_blocks][block_size][n_kv_heads][head_dim_k]  (one layer)
+ *   K      [n_blocks][block_size][n_kv_heads][head_dim_k]  (one layer; fp8: e4m3 bytes)
  *   V      [n_blocks][block_size][n_kv_heads][head_dim_v]
+ *   Ks, Vs fp8 only: fp32 [n_blocks][block_size][n_kv_heads], the scale of
+ *          each head vector (value = e4m3 code x scale: fp8_quantize_row)
  *   sinks  fp32 [n_heads] on the device, or NULL
  * block_size: a power of two (16, 32, 64, ...).
  *
@@ -14,7 +16,7 @@
  *   AttnMeta m;  attn_meta_build(&m, batch, &opts, err);        host, once per step
  *   cudaMemcpyAsync(d_buf, m.buf, m.buf_len * 4, H2D, stream);  one upload, all layers
  *   AttnDevMeta dm;  attn_dev_meta(&dm, &m, d_buf);
- *   per layer: cuda_attention(out, q, k, v, &dm, &params, d_sinks, &work, stream, err);
+ *   per layer: cuda_attention(out, q, &kv, &dm, &params, d_sinks, &work, stream, err);
  * cuda_attention runs the prefill kernel over every prefill tile and the
  * decode kernel (+ combine) over every decode row: a mixed batch is one call.
  *
@@ -33,14 +35,23 @@
 
 #include "attention/attn_batch.h"
 #include "attention/attn_meta.h"
+#include "kernels/dtype.h"
 #include "model/err.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* (head_dim_k, head_dim_v) pairs with compiled kernels; each has 4 variants
- * (soft-cap on/off x window on/off); sinks and GQA ratio are run-time. */
+/* One layer of the paged cache on the device (the layouts above). */
+typedef struct {
+    KVDtype dtype;
+    void *k, *v;               /* bf16, or e4m3 codes (KV_DTYPE_FP8) */
+    float *k_scale, *v_scale;  /* KV_DTYPE_FP8: the scales; else NULL */
+} KVLayerDev;
+
+/* (head_dim_k, head_dim_v) pairs with compiled kernels; each has 8 variants
+ * (soft-cap on/off x window on/off x bf16/fp8 cache); sinks and GQA ratio
+ * are run-time. */
 #define ATTN_HEAD_DIMS(X) X(64, 64) X(80, 80) X(96, 96) X(128, 128) X(256, 256) X(128, 64)
 #define ATTN_HEAD_DIMS_TEXT "64/64, 80/80, 96/96, 128/128, 256/256, 128/64"
 
@@ -66,19 +77,24 @@ typedef struct {
 
 size_t attn_decode_work_bytes(int max_decode, int n_heads, int head_dim_v, int n_splits);
 
+/* codes [rows][n], scales [rows] = fp8_quantize_row of each row of x
+ * [rows][n] (fp32, device memory), by the device code of the fp8 cache write
+ * (cuda_rope_kv_write); the checks compare its bytes with the host's. */
+void cuda_fp8_quantize_rows(uint8_t *codes, float *scales, const float *x, int rows, int n, cudaStream_t s);
+
 /* 0 when the variant has a kernel, else -1 with err saying what is missing. */
 int cuda_attention_check(const AttnParams *p, int block_size, Err *err);
 
 /* Prefill tiles and decode rows of one step, one layer. The stream is last
  * but one; err names a bad argument or the failed CUDA call. */
-int cuda_attention(void *out, const void *q, const void *k_cache, const void *v_cache, const AttnDevMeta *m,
-                   const AttnParams *p, const float *d_sinks, const AttnDecodeWork *w, cudaStream_t s, Err *err);
+int cuda_attention(void *out, const void *q, const KVLayerDev *kv, const AttnDevMeta *m, const AttnParams *p,
+                   const float *d_sinks, const AttnDecodeWork *w, cudaStream_t s, Err *err);
 
 /* The two halves alone (benchmarks, graph capture of decode steps). */
-int cuda_attention_prefill(void *out, const void *q, const void *k_cache, const void *v_cache, const AttnDevMeta *m,
-                           const AttnParams *p, const float *d_sinks, cudaStream_t s, Err *err);
-int cuda_attention_decode(void *out, const void *q, const void *k_cache, const void *v_cache, const AttnDevMeta *m,
-                          const AttnParams *p, const float *d_sinks, const AttnDecodeWork *w, cudaStream_t s, Err *err);
+int cuda_attention_prefill(void *out, const void *q, const KVLayerDev *kv, const AttnDevMeta *m, const AttnParams *p,
+                           const float *d_sinks, cudaStream_t s, Err *err);
+int cuda_attention_decode(void *out, const void *q, const KVLayerDev *kv, const AttnDevMeta *m, const AttnParams *p,
+                          const float *d_sinks, const AttnDecodeWork *w, cudaStream_t s, Err *err);
 
 #ifdef __cplusplus
 }

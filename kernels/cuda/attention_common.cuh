@@ -1,7 +1,8 @@
 /* attention_common.cuh — device helpers shared by the prefill and decode
  * attention kernels (attention_prefill.cu, attention_decode.cu): the kernel
  * parameter block, tensor-core fragments (mma.sync m16n8k16 bf16 -> fp32,
- * ldmatrix), cp.async, and the paged K/V tile loader.
+ * ldmatrix), cp.async, and the paged K/V tile loaders (bf16, and fp8 with
+ * its conversion to bf16 in shared memory).
  *
  * Fragment layouts (PTX ISA, m16n8k16): lane = 4 * g + t (g = lane / 4,
  * t = lane % 4). A 16x16 row-major: a0 (row g, cols 2t, 2t+1), a1 (row g+8),
@@ -18,6 +19,7 @@
 #define CLLM_ATTENTION_COMMON_CUH
 
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <stdint.h>
 
 #define ATTN_LOG2E 1.4426950408889634f
@@ -29,7 +31,9 @@ typedef __nv_bfloat16 bf16;
 typedef struct {
     const bf16 *q;              /* [T][n_heads][head_dim_k] */
     bf16 *out;                  /* [T][n_heads][head_dim_v] */
-    const bf16 *k, *v;          /* this layer's cache: [n_blocks][block_size][n_kv_heads][head_dim] */
+    const void *k, *v;          /* this layer's cache: [n_blocks][block_size][n_kv_heads][head_dim], bf16 or e4m3 */
+    bool fp8;                   /* k, v are e4m3 codes; k_scale, v_scale their scales */
+    const float *k_scale, *v_scale; /* fp8: [n_blocks][block_size][n_kv_heads] */
     const int32_t *meta;        /* device copy of AttnMeta.buf */
     int off_prefill, off_tiles, off_decode, off_tables, table_width;
     int block_shift;            /* log2(block_size) */
@@ -119,6 +123,84 @@ __device__ __forceinline__ void load_kv_tile(bf16 *sm, const bf16 *cache, const 
         }
         cp_async16(smem_u32(sm + r * STRIDE + c * 8), src, ok);
     }
+}
+
+/* fp8 cache: starts copying the e4m3 bytes of keys [n0, n0 + BN) of KV head
+ * kvh into a [BN][HD] byte tile (16-byte chunks; rows are contiguous, so a
+ * warp's chunks are too) and their scales into sc[BN] (4-byte copies: the
+ * scales of one head are n_kv_heads floats apart). Keys outside [lo, hi)
+ * become code 0 with scale 0. */
+template <int HD, int BN, int NT>
+__device__ __forceinline__ void load_kv_tile_fp8(uint8_t *sm, float *sc, const uint8_t *cache, const float *scales,
+                                                 const int32_t *tab, const AttnKParams &p, int kvh, int n0, int lo,
+                                                 int hi) {
+    constexpr int CH = HD / 16;
+    const int bmask = (1 << p.block_shift) - 1;
+    for (int i = (int)threadIdx.x; i < BN * CH; i += NT) {
+        int r = i / CH, c = i % CH, j = n0 + r;
+        bool ok = j >= lo && j < hi;
+        const uint8_t *src = cache;
+        if (ok) {
+            int64_t slot = ((int64_t)tab[j >> p.block_shift] << p.block_shift) + (j & bmask);
+            src = cache + (slot * p.n_kv_heads + kvh) * HD + c * 16;
+        }
+        cp_async16(smem_u32(sm + r * HD + c * 16), src, ok);
+    }
+    for (int r = (int)threadIdx.x; r < BN; r += NT) {
+        int j = n0 + r;
+        bool ok = j >= lo && j < hi;
+        const float *src = scales;
+        if (ok) src = scales + (((int64_t)tab[j >> p.block_shift] << p.block_shift) + (j & bmask)) * p.n_kv_heads + kvh;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(sc + r)), "l"(src),
+                     "r"(ok ? 4 : 0));
+    }
+}
+
+/* The landed fp8 tile as bf16, [BN][HD + 8] like a bf16 tile, each value
+ * code x its key's scale (exact to fp32, then rounded once to bf16): the
+ * tensor-core code after it is the bf16 path's. 8 codes per step: one
+ * 8-byte shared load, cvt e4m3x2 -> f16x2 (exact), and one 16-byte store. */
+template <int HD, int BN, int NT>
+__device__ __forceinline__ void convert_kv_tile_fp8(bf16 *dst, const uint8_t *src, const float *sc) {
+    constexpr int CH = HD / 8;
+    for (int i = (int)threadIdx.x; i < BN * CH; i += NT) {
+        int r = i / CH, c = i % CH;
+        uint2 codes = *reinterpret_cast<const uint2 *>(src + r * HD + c * 8);
+        float s = sc[r];
+        uint32_t w[2] = {codes.x, codes.y}, out[4];
+#pragma unroll
+        for (int h = 0; h < 4; h++) {
+            __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w[h >> 1] >> (16 * (h & 1))), __NV_E4M3);
+            float2 f = __half22float2(*reinterpret_cast<__half2 *>(&hr));
+            out[h] = pack_bf16(f.x * s, f.y * s);
+        }
+        *reinterpret_cast<uint4 *>(dst + r * (HD + 8) + c * 8) = make_uint4(out[0], out[1], out[2], out[3]);
+    }
+}
+
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(bf16 x) { return __bfloat162float(x); }
+
+/* fp8_quantize_row (kernels/dtype.c) by one warp, to the same bytes: amax
+ * (nans ignored: a comparison with a nan is false), scale = amax / 448 and
+ * code = e4m3(x / scale), both divisions IEEE-rounded like the host's; the
+ * conversion is the GPU's round-to-nearest-even saturating one, its nan made
+ * the host's 0x7f whatever the sign. */
+template <typename T>
+__device__ __forceinline__ void warp_quantize_fp8(const T *x, int n, uint8_t *codes, float *scale) {
+    int lane = threadIdx.x % 32;
+    float amax = 0.0f;
+    for (int i = lane; i < n; i += 32) {
+        float a = fabsf(to_f32(x[i]));
+        if (a > amax) amax = a;
+    }
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    float sc = __fdiv_rn(amax, 448.0f);
+    for (int i = lane; i < n; i += 32) {
+        float v = to_f32(x[i]), e = sc > 0.0f ? __fdiv_rn(v, sc) : __fmul_rn(v, 0.0f);
+        codes[i] = e != e ? 0x7f : __nv_cvt_float_to_fp8(e, __NV_SATFINITE, __NV_E4M3);
+    }
+    if (lane == 0) *scale = sc;
 }
 
 /* Copies rows [0, rows) of a [*][HD] bf16 matrix whose row r starts at

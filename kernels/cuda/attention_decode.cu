@@ -1,5 +1,6 @@
-/* attention_decode.cu — split-KV flash-decoding over the paged bf16 KV cache
- * (DESIGN.md "Attention"), then a combine kernel.
+/* attention_decode.cu — split-KV flash-decoding over the paged KV cache
+ * (bf16, or fp8 e4m3 with scales; DESIGN.md "Attention"), then a combine
+ * kernel.
  *
  * One block of 4 warps handles one decode row, one KV head, up to 16 of that
  * KV head's query heads (GQA / MQA: the K/V bytes are read once for the whole
@@ -12,6 +13,13 @@
  * n_kv_heads x head groups, n_decode): it depends on no per-step value, so a
  * captured launch replays for any context up to the one n_splits was chosen
  * for. A windowed row visits only the tiles of its window.
+ *
+ * fp8 cache (FP8 = true): the ring holds the tiles' e4m3 bytes and scales
+ * (half the bytes of bf16, so a stage is half the size and the ring one
+ * stage deeper); once a tile has landed the block converts it to one bf16
+ * tile (attention_common.cuh convert_kv_tile_fp8) and the math below runs
+ * on that unchanged. Decode is bound by the bytes read, so the conversion
+ * (~2 instructions per value) hides under the loads of the next stages.
  */
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/attention_common.cuh"
@@ -25,23 +33,29 @@ static __device__ __forceinline__ int decode_row_splits(const AttnKParams &p, in
     return p.split_tiles > 0 ? min(p.n_splits, attn_row_splits(nt, p.split_tiles)) : p.n_splits;
 }
 
-template <int HDK, int HDV> struct DecodeShape {
+template <int HDK, int HDV, bool FP8> struct DecodeShape {
     static constexpr int BN = ATTN_DECODE_TILE_N, NW = 4, NT = 32 * NW;
-    static constexpr int STAGES = (HDK > 128 || HDV > 128) ? 2 : 3;
+    static constexpr bool BIG = HDK > 128 || HDV > 128;
+    static constexpr int STAGES = FP8 ? (BIG ? 3 : 4) : (BIG ? 2 : 3);
     static constexpr int SK = HDK + 8, SV = HDV + 8;
     static constexpr bool Q_IN_REGS = HDK <= 128;
-    static constexpr int RING = STAGES * BN * (SK + SV) * 2;
+    /* a ring stage: bf16 K|V tiles, or e4m3 K|V bytes and their 2 x BN scales */
+    static constexpr int STAGE = FP8 ? BN * (HDK + HDV) + 2 * BN * 4 : BN * (SK + SV) * 2;
+    static constexpr int TILE = FP8 ? BN * (SK + SV) * 2 : 0; /* fp8: the converted bf16 K|V tile */
+    static constexpr int RING = STAGES * STAGE + TILE;
     static constexpr int MERGE = NW * 16 * (HDV + 2) * 4; /* per-warp O, m, l; reuses the ring */
     static constexpr int SMEM = 16 * SK * 2 + (RING > MERGE ? RING : MERGE);
     static_assert(BN == 16 * NW, "one warp per 16 keys of a tile");
+    static_assert(STAGE % 16 == 0, "stages keep 16-byte alignment");
 };
 
-template <int HDK, int HDV, bool CAP, bool WIN>
+template <int HDK, int HDV, bool CAP, bool WIN, bool FP8>
 __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
-    using S = DecodeShape<HDK, HDV>;
+    using S = DecodeShape<HDK, HDV, FP8>;
     constexpr int BN = S::BN, NT = S::NT, SK = S::SK, SV = S::SV, ST = S::STAGES;
     extern __shared__ __align__(16) unsigned char smem[];
-    bf16 *sQ = (bf16 *)smem, *ring = sQ + 16 * SK;
+    bf16 *sQ = (bf16 *)smem;
+    unsigned char *ring = (unsigned char *)(sQ + 16 * SK);
 
     const int split = blockIdx.x, kvh = blockIdx.y / p.n_groups, grp = blockIdx.y % p.n_groups, d = blockIdx.z;
     const int32_t *dec = p.meta + p.off_decode + 3 * d;
@@ -55,16 +69,29 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
     const int ts = tb + split * per, te = min(ts + per, tb + nt);
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tg = lane & 3;
-    auto kbuf = [&](int st) { return ring + st * BN * (SK + SV); };
-    auto vbuf = [&](int st) { return ring + st * BN * (SK + SV) + BN * SK; };
+    /* bf16: stage st's K and V tiles; fp8: the converted tile (one for all stages) */
+    bf16 *tile = (bf16 *)(ring + ST * S::STAGE);
+    auto kbuf = [&](int st) { return FP8 ? tile : (bf16 *)(ring + st * S::STAGE); };
+    auto vbuf = [&](int st) { return FP8 ? tile + BN * SK : (bf16 *)(ring + st * S::STAGE) + BN * SK; };
+    /* fp8 stage st: K bytes | V bytes | K scales | V scales */
+    auto k8 = [&](int st) { return (uint8_t *)(ring + st * S::STAGE); };
+    auto v8 = [&](int st) { return k8(st) + BN * HDK; };
+    auto ks = [&](int st) { return (float *)(v8(st) + BN * HDV); };
+    auto vs = [&](int st) { return ks(st) + BN; };
+    auto load_stage = [&](int st, int t) {
+        if (FP8) {
+            load_kv_tile_fp8<HDK, BN, NT>(k8(st), ks(st), (const uint8_t *)p.k, p.k_scale, tab, p, kvh, t * BN, lo, hi);
+            load_kv_tile_fp8<HDV, BN, NT>(v8(st), vs(st), (const uint8_t *)p.v, p.v_scale, tab, p, kvh, t * BN, lo, hi);
+        } else {
+            load_kv_tile<HDK, BN, NT>(kbuf(st), (const bf16 *)p.k, tab, p, kvh, t * BN, lo, hi);
+            load_kv_tile<HDV, BN, NT>(vbuf(st), (const bf16 *)p.v, tab, p, kvh, t * BN, lo, hi);
+        }
+    };
 
     load_rows<HDK, 16, NT>(sQ, p.q + ((int64_t)row * p.n_heads + h0) * HDK, HDK, nh);
 #pragma unroll
     for (int st = 0; st < ST - 1; st++) {
-        if (ts + st < te) {
-            load_kv_tile<HDK, BN, NT>(kbuf(st), p.k, tab, p, kvh, (ts + st) * BN, lo, hi);
-            load_kv_tile<HDV, BN, NT>(vbuf(st), p.v, tab, p, kvh, (ts + st) * BN, lo, hi);
-        }
+        if (ts + st < te) load_stage(st, ts + st);
         cp_async_commit(); /* empty groups keep the wait counts uniform */
     }
 
@@ -79,12 +106,13 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
         const int st = (t - ts) % ST;
         cp_async_wait<ST - 2>();
         __syncthreads(); /* tile t landed for all threads; stage of t - 1 is free */
-        if (t + ST - 1 < te) {
-            int nst = (t + ST - 1 - ts) % ST;
-            load_kv_tile<HDK, BN, NT>(kbuf(nst), p.k, tab, p, kvh, (t + ST - 1) * BN, lo, hi);
-            load_kv_tile<HDV, BN, NT>(vbuf(nst), p.v, tab, p, kvh, (t + ST - 1) * BN, lo, hi);
-        }
+        if (t + ST - 1 < te) load_stage((t + ST - 1 - ts) % ST, t + ST - 1);
         cp_async_commit();
+        if (FP8) { /* every thread is past tile t - 1's math (the barrier above): the bf16 tile is free */
+            convert_kv_tile_fp8<HDK, BN, NT>(tile, k8(st), ks(st));
+            convert_kv_tile_fp8<HDV, BN, NT>(tile + BN * SK, v8(st), vs(st));
+            __syncthreads();
+        }
         if (S::Q_IN_REGS && t == ts) {
 #pragma unroll
             for (int kk = 0; kk < (S::Q_IN_REGS ? HDK / 16 : 0); kk++)
@@ -210,13 +238,13 @@ __global__ void __launch_bounds__(128) attn_decode_combine_kernel(const AttnKPar
 
 /* ---- launchers ---- */
 
-template <int HDK, int HDV, bool CAP, bool WIN>
+template <int HDK, int HDV, bool CAP, bool WIN, bool FP8>
 static int decode_launch(const AttnKParams *kp, int n_decode, cudaStream_t s, Err *err) {
-    constexpr int SMEM = DecodeShape<HDK, HDV>::SMEM;
-    CUDA_CHECK(cudaFuncSetAttribute(attn_decode_kernel<HDK, HDV, CAP, WIN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    SMEM),
+    constexpr int SMEM = DecodeShape<HDK, HDV, FP8>::SMEM;
+    CUDA_CHECK(cudaFuncSetAttribute(attn_decode_kernel<HDK, HDV, CAP, WIN, FP8>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM),
                err);
-    attn_decode_kernel<HDK, HDV, CAP, WIN>
+    attn_decode_kernel<HDK, HDV, CAP, WIN, FP8>
         <<<dim3(kp->n_splits, kp->n_kv_heads * kp->n_groups, n_decode), 128, SMEM, s>>>(*kp);
     CUDA_CHECK(cudaGetLastError(), err);
     attn_decode_combine_kernel<HDV><<<dim3(n_decode, kp->n_heads), 128, 0, s>>>(*kp);
@@ -224,20 +252,21 @@ static int decode_launch(const AttnKParams *kp, int n_decode, cudaStream_t s, Er
     return 0;
 }
 
-template <int HDK, int HDV>
+template <int HDK, int HDV, bool FP8>
 static int decode_variant(const AttnKParams *kp, int n_decode, cudaStream_t s, Err *err) {
     bool cap = kp->cap_in != 0.f, win = kp->window > 0;
-    if (cap && win) return decode_launch<HDK, HDV, true, true>(kp, n_decode, s, err);
-    if (cap) return decode_launch<HDK, HDV, true, false>(kp, n_decode, s, err);
-    if (win) return decode_launch<HDK, HDV, false, true>(kp, n_decode, s, err);
-    return decode_launch<HDK, HDV, false, false>(kp, n_decode, s, err);
+    if (cap && win) return decode_launch<HDK, HDV, true, true, FP8>(kp, n_decode, s, err);
+    if (cap) return decode_launch<HDK, HDV, true, false, FP8>(kp, n_decode, s, err);
+    if (win) return decode_launch<HDK, HDV, false, true, FP8>(kp, n_decode, s, err);
+    return decode_launch<HDK, HDV, false, false, FP8>(kp, n_decode, s, err);
 }
 
 extern "C" int attn_decode_launch(const AttnKParams *kp, int head_dim_k, int head_dim_v, int n_decode, cudaStream_t s,
                                   Err *err) {
     if (n_decode == 0) return 0;
-#define ATTN_HD(K, V) \
-    if (head_dim_k == K && head_dim_v == V) return decode_variant<K, V>(kp, n_decode, s, err);
+#define ATTN_HD(K, V)                                                                                  \
+    if (head_dim_k == K && head_dim_v == V)                                                            \
+        return kp->fp8 ? decode_variant<K, V, true>(kp, n_decode, s, err) : decode_variant<K, V, false>(kp, n_decode, s, err);
     ATTN_HEAD_DIMS(ATTN_HD)
 #undef ATTN_HD
     return err_set(err, "attention: head sizes k=%d v=%d have no decode kernel (supported: %s)", head_dim_k, head_dim_v,

@@ -1,5 +1,6 @@
-/* attention_prefill.cu — varlen FlashAttention-2 prefill over the paged bf16
- * KV cache (DESIGN.md "Attention"; metadata from attention/attn_meta.h).
+/* attention_prefill.cu — varlen FlashAttention-2 prefill over the paged KV
+ * cache (bf16, or fp8 e4m3 with scales; DESIGN.md "Attention"; metadata from
+ * attention/attn_meta.h).
  *
  * One block computes one tile of ATTN_TILE_M (128) query rows of one
  * prefill run for one query head: 4 warps of 32 rows (two m16 tiles, so each
@@ -15,6 +16,11 @@
  * position are visited, so a windowed layer costs O(window) per tile.
  * Masks are evaluated only on tiles that cross the diagonal or the window
  * edge.
+ *
+ * fp8 cache (FP8 = true): the two cp.async stages hold e4m3 bytes and
+ * scales; each landed tile is converted once into a single bf16 K/V tile
+ * (attention_common.cuh convert_kv_tile_fp8) while the next one streams in,
+ * and the tensor-core code runs on that unchanged.
  */
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/attention_common.cuh"
@@ -22,7 +28,7 @@
 
 /* ---- kernels ---- */
 
-template <int HDK, int HDV> struct PrefillShape {
+template <int HDK, int HDV, bool FP8> struct PrefillShape {
     static constexpr bool BIG = HDK > 128 || HDV > 128;
     /* MT m16 tiles per warp: every K/V fragment read from shared memory
      * feeds MT tensor-core ops (v1 had MT = 1 and ran at 0.6x SDPA); at 256
@@ -31,17 +37,23 @@ template <int HDK, int HDV> struct PrefillShape {
     static constexpr int BM = 16 * NW * MT;
     static constexpr int BN = BIG ? 32 : 64;
     static constexpr int SK = HDK + 8, SV = HDV + 8;
-    static constexpr int SMEM = (BM * SK + 2 * BN * SK + 2 * BN * SV) * 2;
+    /* bf16: Q, then two stages of K and V tiles; fp8: Q, one bf16 K and V
+     * tile, then two stages of e4m3 K|V bytes and 2 x BN scales */
+    static constexpr int STAGE8 = BN * (HDK + HDV) + 2 * BN * 4;
+    static constexpr int SMEM = FP8 ? (BM * SK + BN * SK + BN * SV) * 2 + 2 * STAGE8
+                                    : (BM * SK + 2 * BN * SK + 2 * BN * SV) * 2;
     static_assert(BM == ATTN_TILE_M, "the metadata's tile height is the kernel's");
+    static_assert(STAGE8 % 16 == 0, "fp8 stages keep 16-byte alignment");
 };
 
-template <int HDK, int HDV, bool CAP, bool WIN>
-__global__ void __launch_bounds__(PrefillShape<HDK, HDV>::NT) attn_prefill_kernel(const AttnKParams p) {
-    using S = PrefillShape<HDK, HDV>;
+template <int HDK, int HDV, bool CAP, bool WIN, bool FP8>
+__global__ void __launch_bounds__(PrefillShape<HDK, HDV, FP8>::NT) attn_prefill_kernel(const AttnKParams p) {
+    using S = PrefillShape<HDK, HDV, FP8>;
     constexpr int BM = S::BM, BN = S::BN, NT = S::NT, SK = S::SK, SV = S::SV, MT = S::MT;
     extern __shared__ __align__(16) unsigned char smem[];
-    bf16 *sQ = (bf16 *)smem, *sK = sQ + BM * SK, *sV = sK + 2 * BN * SK;
-
+    /* fp8: sK, sV are the one converted tile (stage offsets below are 0) */
+    bf16 *sQ = (bf16 *)smem, *sK = sQ + BM * SK, *sV = sK + (FP8 ? 1 : 2) * BN * SK;
+    uint8_t *stage8 = (uint8_t *)(sV + (FP8 ? 1 : 2) * BN * SV);
     const int h = blockIdx.y, kvh = h / p.group;
     const int32_t *tile = p.meta + p.off_tiles + 2 * blockIdx.x;
     const int32_t *run = p.meta + p.off_prefill + 4 * tile[0];
@@ -51,13 +63,26 @@ __global__ void __launch_bounds__(PrefillShape<HDK, HDV>::NT) attn_prefill_kerne
     const int p_first = pos0 + m0, p_last = p_first + rows - 1;
     const int lo = WIN ? max(0, p_first - p.window + 1) : 0, hi = p_last + 1;
     const int t_begin = lo / BN, t_end = (hi + BN - 1) / BN;
+    /* fp8 stage b: K bytes | V bytes | K scales | V scales */
+    auto k8 = [&](int b) { return stage8 + b * S::STAGE8; };
+    auto v8 = [&](int b) { return k8(b) + BN * HDK; };
+    auto ks = [&](int b) { return (float *)(v8(b) + BN * HDV); };
+    auto vs = [&](int b) { return ks(b) + BN; };
+    auto load_stage = [&](int b, int t) {
+        if (FP8) {
+            load_kv_tile_fp8<HDK, BN, NT>(k8(b), ks(b), (const uint8_t *)p.k, p.k_scale, tab, p, kvh, t * BN, lo, hi);
+            load_kv_tile_fp8<HDV, BN, NT>(v8(b), vs(b), (const uint8_t *)p.v, p.v_scale, tab, p, kvh, t * BN, lo, hi);
+        } else {
+            load_kv_tile<HDK, BN, NT>(sK + b * BN * SK, (const bf16 *)p.k, tab, p, kvh, t * BN, lo, hi);
+            load_kv_tile<HDV, BN, NT>(sV + b * BN * SV, (const bf16 *)p.v, tab, p, kvh, t * BN, lo, hi);
+        }
+    };
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tg = lane & 3;
     const int wrow = warp * 16 * MT; /* first tile row of this warp; m-tile mt adds 16 * mt */
 
     load_rows<HDK, BM, NT>(sQ, p.q + ((int64_t)(q_start + m0) * p.n_heads + h) * HDK, (int64_t)p.n_heads * HDK, rows);
-    load_kv_tile<HDK, BN, NT>(sK, p.k, tab, p, kvh, t_begin * BN, lo, hi);
-    load_kv_tile<HDV, BN, NT>(sV, p.v, tab, p, kvh, t_begin * BN, lo, hi);
+    load_stage(0, t_begin);
     cp_async_commit();
 
     float o[MT][HDV / 8][4];
@@ -74,10 +99,18 @@ __global__ void __launch_bounds__(PrefillShape<HDK, HDV>::NT) attn_prefill_kerne
     const uint32_t q_addr = smem_u32(sQ + (wrow + (lane & 15)) * SK + (lane >> 4) * 8);
 
     for (int t = t_begin; t < t_end; t++) {
-        const int buf = (t - t_begin) & 1;
-        if (t + 1 < t_end) {
-            load_kv_tile<HDK, BN, NT>(sK + (buf ^ 1) * BN * SK, p.k, tab, p, kvh, (t + 1) * BN, lo, hi);
-            load_kv_tile<HDV, BN, NT>(sV + (buf ^ 1) * BN * SV, p.v, tab, p, kvh, (t + 1) * BN, lo, hi);
+        const int buf = FP8 ? 0 : (t - t_begin) & 1; /* the bf16 tile the math reads */
+        if (FP8) {
+            /* tile t landed; every thread is past tile t - 1 (its stage and the bf16 tile are free) */
+            const int b8 = (t - t_begin) & 1;
+            cp_async_wait<0>();
+            __syncthreads();
+            if (t + 1 < t_end) load_stage(b8 ^ 1, t + 1);
+            cp_async_commit();
+            convert_kv_tile_fp8<HDK, BN, NT>(sK, k8(b8), ks(b8));
+            convert_kv_tile_fp8<HDV, BN, NT>(sV, v8(b8), vs(b8));
+        } else if (t + 1 < t_end) {
+            load_stage(buf ^ 1, t + 1);
             cp_async_commit();
             cp_async_wait<1>();
         } else {
@@ -195,31 +228,32 @@ __global__ void __launch_bounds__(PrefillShape<HDK, HDV>::NT) attn_prefill_kerne
 
 /* ---- launchers ---- */
 
-template <int HDK, int HDV, bool CAP, bool WIN>
+template <int HDK, int HDV, bool CAP, bool WIN, bool FP8>
 static int prefill_launch(const AttnKParams *kp, int n_tiles, cudaStream_t s, Err *err) {
-    constexpr int SMEM = PrefillShape<HDK, HDV>::SMEM;
-    CUDA_CHECK(cudaFuncSetAttribute(attn_prefill_kernel<HDK, HDV, CAP, WIN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    SMEM),
+    using S = PrefillShape<HDK, HDV, FP8>;
+    CUDA_CHECK(cudaFuncSetAttribute(attn_prefill_kernel<HDK, HDV, CAP, WIN, FP8>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM),
                err);
-    attn_prefill_kernel<HDK, HDV, CAP, WIN><<<dim3(n_tiles, kp->n_heads), PrefillShape<HDK, HDV>::NT, SMEM, s>>>(*kp);
+    attn_prefill_kernel<HDK, HDV, CAP, WIN, FP8><<<dim3(n_tiles, kp->n_heads), S::NT, S::SMEM, s>>>(*kp);
     CUDA_CHECK(cudaGetLastError(), err);
     return 0;
 }
 
-template <int HDK, int HDV>
+template <int HDK, int HDV, bool FP8>
 static int prefill_variant(const AttnKParams *kp, int n_tiles, cudaStream_t s, Err *err) {
     bool cap = kp->cap_in != 0.f, win = kp->window > 0;
-    if (cap && win) return prefill_launch<HDK, HDV, true, true>(kp, n_tiles, s, err);
-    if (cap) return prefill_launch<HDK, HDV, true, false>(kp, n_tiles, s, err);
-    if (win) return prefill_launch<HDK, HDV, false, true>(kp, n_tiles, s, err);
-    return prefill_launch<HDK, HDV, false, false>(kp, n_tiles, s, err);
+    if (cap && win) return prefill_launch<HDK, HDV, true, true, FP8>(kp, n_tiles, s, err);
+    if (cap) return prefill_launch<HDK, HDV, true, false, FP8>(kp, n_tiles, s, err);
+    if (win) return prefill_launch<HDK, HDV, false, true, FP8>(kp, n_tiles, s, err);
+    return prefill_launch<HDK, HDV, false, false, FP8>(kp, n_tiles, s, err);
 }
 
 extern "C" int attn_prefill_launch(const AttnKParams *kp, int head_dim_k, int head_dim_v, int n_tiles, cudaStream_t s,
                                    Err *err) {
     if (n_tiles == 0) return 0;
-#define ATTN_HD(K, V) \
-    if (head_dim_k == K && head_dim_v == V) return prefill_variant<K, V>(kp, n_tiles, s, err);
+#define ATTN_HD(K, V)                                                                                  \
+    if (head_dim_k == K && head_dim_v == V)                                                            \
+        return kp->fp8 ? prefill_variant<K, V, true>(kp, n_tiles, s, err) : prefill_variant<K, V, false>(kp, n_tiles, s, err);
     ATTN_HEAD_DIMS(ATTN_HD)
 #undef ATTN_HD
     return err_set(err, "attention: head sizes k=%d v=%d have no prefill kernel (supported: %s)", head_dim_k, head_dim_v,

@@ -14,7 +14,10 @@
  * dequantize the matrix (in row chunks) to a bf16 scratch and call
  * cuBLASLt. Embedding tables and stacked MoE experts stay bf16; the
  * bf16_weights option forces the bf16 path for every matrix (checks). Activations between GEMMs are bf16, the residual stream and
- * logits fp32, the KV cache bf16. GEMMs of up to GEMV_MAX_T rows (decode) go
+ * logits fp32, the KV cache bf16 or (--kv-dtype fp8) e4m3 codes with an
+ * fp32 scale per (token, KV head): per layer K codes | V codes | K scales |
+ * V scales, each 256-byte aligned in one pool, sized by the same memory
+ * budget (about twice the tokens). GEMMs of up to GEMV_MAX_T rows (decode) go
  * to our matrix-vector kernels (gemv.cu), larger ones through cuBLASLt (bf16
  * in, fp32 accumulate, bf16 or fp32 out; the algorithm chosen once per shape,
  * one fixed workspace).
@@ -108,14 +111,16 @@ typedef struct {
     int64_t deq_elems;
     float *d_inv_freq;           /* [n_layers][rope_dim/2] */
     float *mscale;               /* [n_layers], host */
-    bf16 *kv_pool;               /* every layer's K then V */
-    bf16 **k_cache, **v_cache;   /* [n_layers] pointers into kv_pool */
+    void *kv_pool;               /* every layer's K then V (fp8: and their scales) */
+    size_t kv_pool_bytes;
+    KVLayerDev *kv;              /* [n_layers] views into kv_pool */
     int64_t n_slots;
     int max_tokens, max_seqs, max_blocks;
     int32_t *d_ids, *d_pos, *d_seq, *d_tables, *d_rows;
     int64_t *d_slot;
     int32_t *h_ids, *h_pos, *h_seq, *h_tables, *h_rows, *h_need; /* pinned staging (h_need: malloc) */
     int64_t *h_slot;
+    KVDtype kv_dtype;
     DevAttnBatch batch;
     bool fast_attn;              /* attention.cuh has kernels for this model's variant */
     int n_sms;
@@ -759,7 +764,7 @@ static void cuda_be_rope_kv_write(Backend *be, int layer, void *q, void *k, cons
     b.n_tokens = T;
     const LayerWeights *lw = &cb->w.layers[layer];
     QkNorm qk = {(const float *)lw->q_norm.data, (const float *)lw->k_norm.data, c->norm_eps, c->norm_offset};
-    cuda_rope_kv_write((bf16 *)q, (bf16 *)k, (const bf16 *)v, cb->k_cache[layer], cb->v_cache[layer], &b, c->n_heads,
+    cuda_rope_kv_write((bf16 *)q, (bf16 *)k, (const bf16 *)v, &cb->kv[layer], &b, c->n_heads,
                        c->n_kv_heads, c->head_dim_k, c->head_dim_v, c->rope_dim,
                        cb->d_inv_freq + (size_t)layer * (c->rope_dim / 2), cb->mscale[layer], c->rope_neox,
                        cb->n_slots, &qk, cb->stream);
@@ -771,13 +776,11 @@ static void cuda_be_attention(Backend *be, void *out, const void *q, int layer, 
     if (!cb->fast_attn) {
         DevAttnBatch b = cb->batch;
         b.n_tokens = T;
-        cuda_attention_generic((bf16 *)out, (const bf16 *)q, cb->k_cache[layer], cb->v_cache[layer], &b, p,
-                               cb->stream);
+        cuda_attention_generic((bf16 *)out, (const bf16 *)q, &cb->kv[layer], &b, p, cb->stream);
         return;
     }
     Err e = {};
-    if (cuda_attention(out, q, cb->k_cache[layer], cb->v_cache[layer], &cb->dmeta, p, p->sinks, &cb->work,
-                       cb->stream, &e)) {
+    if (cuda_attention(out, q, &cb->kv[layer], &cb->dmeta, p, p->sinks, &cb->work, cb->stream, &e)) {
         cb->failed = true;
         cb->err = e;
     }
@@ -1016,8 +1019,7 @@ static void cuda_destroy(Backend *be) {
     }
     if (cb->lt) cublasLtDestroy(cb->lt);
     if (cb->stream) cudaStreamDestroy(cb->stream);
-    free(cb->k_cache);
-    free(cb->v_cache);
+    free(cb->kv);
     free(cb->mscale);
     free(cb->h_need);
     free(cb->meta_seq);
@@ -1085,8 +1087,28 @@ static int64_t kv_budget(const ModelConfig *c, float mem_util, size_t free_b, si
     return budget > 0 ? (int64_t)budget : 0;
 }
 
+/* Bytes of one layer of a cache of n_slots slots, and (when kv is given)
+ * its views at base: K | V (| K scales | V scales), each 256-byte aligned. */
+static size_t kv_layer_layout(const ModelConfig *c, KVDtype t, int64_t n_slots, char *base, KVLayerDev *kv) {
+    size_t elem = t == KV_DTYPE_FP8 ? 1 : sizeof(bf16), align = 256;
+    size_t part[4] = {(size_t)n_slots * c->n_kv_heads * c->head_dim_k * elem,
+                      (size_t)n_slots * c->n_kv_heads * c->head_dim_v * elem, 0, 0};
+    if (t == KV_DTYPE_FP8) part[2] = part[3] = (size_t)n_slots * c->n_kv_heads * sizeof(float);
+    size_t off[4], at = 0;
+    for (int i = 0; i < 4; i++) {
+        off[i] = at;
+        at += (part[i] + align - 1) / align * align;
+    }
+    if (kv) {
+        bool fp8 = t == KV_DTYPE_FP8;
+        *kv = (KVLayerDev){t, base + off[0], base + off[1], fp8 ? (float *)(base + off[2]) : NULL,
+                           fp8 ? (float *)(base + off[3]) : NULL};
+    }
+    return at;
+}
+
 static int cuda_alloc_kv(CudaBackend *cb, const ModelConfig *c, const CudaOptions *o, Err *err) {
-    int64_t per_block = (int64_t)o->block_size * config_kv_bytes_per_token(c, 2);
+    int64_t per_block = (int64_t)o->block_size * config_kv_bytes_per_token(c, o->kv_dtype);
     int64_t n_blocks = o->n_blocks;
     if (n_blocks <= 0) {
         size_t free_b = 0, total = 0;
@@ -1103,16 +1125,15 @@ static int cuda_alloc_kv(CudaBackend *cb, const ModelConfig *c, const CudaOption
     int64_t width = (seq_tokens + o->block_size - 1) / o->block_size;
     cb->max_blocks = (int)(width < n_blocks ? width : n_blocks);
     cb->n_slots = n_blocks * o->block_size;
-    int64_t kw = (int64_t)c->n_kv_heads * c->head_dim_k, vw = (int64_t)c->n_kv_heads * c->head_dim_v;
-    CUDA_CHECK(cudaMalloc(&cb->kv_pool, (size_t)c->n_layers * cb->n_slots * (kw + vw) * sizeof(bf16)), err);
-    cb->k_cache = (bf16 **)calloc(c->n_layers, sizeof(bf16 *));
-    cb->v_cache = (bf16 **)calloc(c->n_layers, sizeof(bf16 *));
+    cb->kv_dtype = o->kv_dtype;
+    size_t layer = kv_layer_layout(c, o->kv_dtype, cb->n_slots, NULL, NULL);
+    cb->kv_pool_bytes = (size_t)c->n_layers * layer;
+    CUDA_CHECK(cudaMalloc(&cb->kv_pool, cb->kv_pool_bytes), err);
+    cb->kv = (KVLayerDev *)calloc(c->n_layers, sizeof *cb->kv);
     cb->h_need = (int32_t *)calloc(cb->max_seqs, sizeof(int32_t));
-    if (!cb->k_cache || !cb->v_cache || !cb->h_need) return err_set(err, "out of memory");
-    for (int l = 0; l < c->n_layers; l++) {
-        cb->k_cache[l] = cb->kv_pool + (size_t)l * cb->n_slots * (kw + vw);
-        cb->v_cache[l] = cb->k_cache[l] + cb->n_slots * kw;
-    }
+    if (!cb->kv || !cb->h_need) return err_set(err, "out of memory");
+    for (int l = 0; l < c->n_layers; l++)
+        kv_layer_layout(c, o->kv_dtype, cb->n_slots, (char *)cb->kv_pool + (size_t)l * layer, &cb->kv[l]);
     CUDA_CHECK(cudaMallocHost(&cb->h_tables, (size_t)cb->max_seqs * cb->max_blocks * sizeof(int32_t)), err);
     CUDA_CHECK(cudaMalloc(&cb->d_tables, (size_t)cb->max_seqs * cb->max_blocks * sizeof(int32_t)), err);
     return 0;
@@ -1146,10 +1167,9 @@ static int attn_alloc_work(CudaBackend *cb, const ModelConfig *c, const CudaOpti
 
 /* The per-step metadata buffers: max_tokens rows, full-width tables for
  * max_seqs sequences plus a graph's padding ones. The KV pool is zeroed so
- * padding rows read finite keys. */
+ * padding rows read finite keys (fp8: code 0, scale 0). */
 static int attn_alloc_meta(CudaBackend *cb, const ModelConfig *c, Err *err) {
-    size_t kv_bytes = (size_t)c->n_layers * cb->n_slots * c->n_kv_heads * (c->head_dim_k + c->head_dim_v) * sizeof(bf16);
-    CUDA_CHECK(cudaMemsetAsync(cb->kv_pool, 0, kv_bytes, cb->stream), err);
+    CUDA_CHECK(cudaMemsetAsync(cb->kv_pool, 0, cb->kv_pool_bytes, cb->stream), err);
     if (!cb->fast_attn) return 0;
     int T = cb->max_tokens, max_pad = BUCKET_ROWS[N_BUCKETS - 1];
     cb->meta_cap = 9LL * T + (int64_t)(cb->max_seqs + max_pad) * cb->max_blocks;
@@ -1221,7 +1241,7 @@ extern "C" Backend *backend_cuda_create_opts(const ModelConfig *c, const ModelWe
 
 extern "C" Backend *backend_cuda_create(const ModelConfig *c, const ModelWeights *host, int device, int block_size,
                                         int n_blocks, int max_tokens, double *load_gbps, Err *err) {
-    CudaOptions o = {device, block_size, n_blocks, 0, max_tokens, 0.9f, false, false, false, false};
+    CudaOptions o = {device, block_size, n_blocks, 0, max_tokens, 0.9f, false, false, false, false, KV_DTYPE_BF16};
     if (n_blocks <= 0) return (Backend *)(err_set(err, "cuda: %d KV blocks", n_blocks), NULL);
     return backend_cuda_create_opts(c, host, &o, load_gbps, err);
 }
@@ -1250,11 +1270,11 @@ extern "C" uint64_t cuda_weight_bytes_planned(const ModelConfig *c, const ModelW
 extern "C" uint64_t cuda_weight_bytes(const Backend *be) { return ((const CudaBackend *)be->ctx)->weight_bytes; }
 
 extern "C" int cuda_kv_tokens_that_fit(const ModelConfig *c, uint64_t weight_bytes, int device, float mem_util,
-                                       int max_tokens, int block_size, int64_t *tokens, Err *err) {
+                                       int max_tokens, int block_size, KVDtype kv_dtype, int64_t *tokens, Err *err) {
     size_t free_b = 0, total = 0;
     CUDA_CHECK(cudaSetDevice(device), err);
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total), err);
-    int64_t per_block = (int64_t)block_size * config_kv_bytes_per_token(c, 2);
+    int64_t per_block = (int64_t)block_size * config_kv_bytes_per_token(c, kv_dtype);
     int64_t budget = kv_budget(c, mem_util > 0 ? mem_util : 0.9f, free_b, total, max_tokens, (int64_t)weight_bytes);
     *tokens = per_block > 0 ? budget / per_block * block_size : 0;
     return 0;

@@ -1,7 +1,7 @@
 /* cuda_ops.cu — the CUDA backend's small kernels: embedding, fused residual
  * add + RMSNorm, RMSNorm, QKV split, bias, fused rope + KV-cache write by
- * slot, attention over the paged bf16 cache, gated activations, soft-cap,
- * row gather and the MoE combine. Each mirrors its CPU reference in
+ * slot (bf16, or fp8 quantized per head vector), attention over the paged
+ * cache, gated activations, soft-cap, row gather and the MoE combine. Each mirrors its CPU reference in
  * kernels/cpu/ (the fused ones mirror their plain ops in sequence).
  *
  * Activations in and out are bf16, all arithmetic fp32. The attention kernel
@@ -11,6 +11,9 @@
  * they have the head sizes and block size, and this one elsewhere. */
 #include <math.h>
 
+#include <cuda_fp8.h>
+
+#include "kernels/cuda/attention_common.cuh" /* warp_quantize_fp8 */
 #include "kernels/cuda/cuda_ops.cuh"
 
 /* ---------------- kernels ---------------- */
@@ -104,9 +107,10 @@ __global__ void kernel_add_bias(void *y, bool y_f32, const float *bias, int T, i
 
 /* One block per row t: first (qk-norm) a warp per head normalizes it in
  * place; then every (head, pair) of q and k is rotated in place; then k and
- * v are copied to the row's cache slot. Barriers between the phases make
- * each one's writes visible to the next. */
-__global__ void kernel_rope_kv_write(bf16 *q, bf16 *k, const bf16 *v, bf16 *kc, bf16 *vc, DevAttnBatch b, int n_heads,
+ * v are copied to the row's cache slot (fp8: a warp quantizes each head
+ * vector of k, then of v). Barriers between the phases make each one's
+ * writes visible to the next. */
+__global__ void kernel_rope_kv_write(bf16 *q, bf16 *k, const bf16 *v, KVLayerDev kv, DevAttnBatch b, int n_heads,
                                      int n_kv_heads, int hd, int hdv, int half, const float *inv_freq, float mscale,
                                      bool neox, int64_t n_slots, QkNorm qk) {
     int t = blockIdx.x, lane = threadIdx.x % 32;
@@ -140,16 +144,34 @@ __global__ void kernel_rope_kv_write(bf16 *q, bf16 *k, const bf16 *v, bf16 *kc, 
     int64_t slot = b.slot[t];
     if (slot < 0 || slot >= n_slots) return;
     int kw = n_kv_heads * hd, vw = n_kv_heads * hdv;
+    if (kv.dtype == KV_DTYPE_FP8) {
+        for (int w = threadIdx.x / 32; w < 2 * n_kv_heads; w += blockDim.x / 32) {
+            bool is_k = w < n_kv_heads;
+            int h = is_k ? w : w - n_kv_heads, d = is_k ? hd : hdv;
+            int64_t at = slot * n_kv_heads + h;
+            warp_quantize_fp8((is_k ? k : v) + (int64_t)t * (is_k ? kw : vw) + h * d, d,
+                              (uint8_t *)(is_k ? kv.k : kv.v) + at * d, (is_k ? kv.k_scale : kv.v_scale) + at);
+        }
+        return;
+    }
+    bf16 *kc = (bf16 *)kv.k, *vc = (bf16 *)kv.v;
     for (int i = threadIdx.x; i < kw; i += blockDim.x) kc[slot * kw + i] = k[(int64_t)t * kw + i];
     for (int i = threadIdx.x; i < vw; i += blockDim.x) vc[slot * vw + i] = v[(int64_t)t * vw + i];
 }
 
 #define ATT_TILE 128
 
+/* Element i of a cache array: bf16, or e4m3 code x the scale of its head
+ * vector (scales != NULL), exactly the host's e4m3_to_fp32(code) * scale. */
+static __device__ __forceinline__ float kv_elem(const void *base, const float *scales, int64_t i, int64_t head_vec) {
+    if (!scales) return __bfloat162float(((const bf16 *)base)[i]);
+    __half_raw h = __nv_cvt_fp8_to_halfraw(((const uint8_t *)base)[i], __NV_E4M3);
+    return __half2float(__half(h)) * scales[head_vec];
+}
+
 /* One block per (query row, head): keys in tiles of ATT_TILE, one key per
  * thread for the scores, one output channel per thread for the sum. */
-__global__ void kernel_attention(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, DevAttnBatch b,
-                                 AttnParams p) {
+__global__ void kernel_attention(bf16 *out, const bf16 *q, KVLayerDev kv, DevAttnBatch b, AttnParams p) {
     extern __shared__ float smem[]; /* q [Dk] | scores [ATT_TILE] | acc [Dv] | red [32] */
     float *qs = smem, *sc = qs + p.head_dim_k, *acc = sc + ATT_TILE, *red = acc + p.head_dim_v;
     int row = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
@@ -167,9 +189,9 @@ __global__ void kernel_attention(bf16 *out, const bf16 *q, const bf16 *kc, const
         float s = -INFINITY;
         if (tid < ATT_TILE && j <= pos) {
             int64_t slot = (int64_t)table[j / b.block_size] * b.block_size + j % b.block_size;
-            const bf16 *kr = kc + slot * kstride + (int64_t)kvh * p.head_dim_k;
+            int64_t kr = slot * kstride + (int64_t)kvh * p.head_dim_k, hv = slot * p.n_kv_heads + kvh;
             s = 0;
-            for (int d = 0; d < p.head_dim_k; d++) s += qs[d] * __bfloat162float(kr[d]);
+            for (int d = 0; d < p.head_dim_k; d++) s += qs[d] * kv_elem(kv.k, kv.k_scale, kr + d, hv);
             s *= p.scale;
             if (p.softcap > 0) s = p.softcap * tanhf(s / p.softcap);
         }
@@ -186,7 +208,8 @@ __global__ void kernel_attention(bf16 *out, const bf16 *q, const bf16 *kc, const
             for (int jj = 0; jj < n; jj++) {
                 int jk = t0 + jj;
                 int64_t slot = (int64_t)table[jk / b.block_size] * b.block_size + jk % b.block_size;
-                a += sc[jj] * __bfloat162float(vc[slot * vstride + (int64_t)kvh * p.head_dim_v + d]);
+                a += sc[jj] * kv_elem(kv.v, kv.v_scale, slot * vstride + (int64_t)kvh * p.head_dim_v + d,
+                                      slot * p.n_kv_heads + kvh);
             }
             acc[d] = a;
         }
@@ -293,17 +316,17 @@ void cuda_add_bias(void *y, bool y_f32, const float *bias, int T, int n, cudaStr
     kernel_add_bias<<<grid_for((int64_t)T * n, 256), 256, 0, s>>>(y, y_f32, bias, T, n);
 }
 
-void cuda_rope_kv_write(bf16 *q, bf16 *k, const bf16 *v, bf16 *kc, bf16 *vc, const DevAttnBatch *b, int n_heads,
+void cuda_rope_kv_write(bf16 *q, bf16 *k, const bf16 *v, const KVLayerDev *kv, const DevAttnBatch *b, int n_heads,
                         int n_kv_heads, int head_dim_k, int head_dim_v, int rot_dim, const float *inv_freq,
                         float mscale, bool neox, int64_t n_slots, const QkNorm *qk, cudaStream_t s) {
-    kernel_rope_kv_write<<<b->n_tokens, 256, 0, s>>>(q, k, v, kc, vc, *b, n_heads, n_kv_heads, head_dim_k, head_dim_v,
+    kernel_rope_kv_write<<<b->n_tokens, 256, 0, s>>>(q, k, v, *kv, *b, n_heads, n_kv_heads, head_dim_k, head_dim_v,
                                                      rot_dim / 2, inv_freq, mscale, neox, n_slots, *qk);
 }
 
-void cuda_attention_generic(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, const DevAttnBatch *b,
-                            const AttnParams *p, cudaStream_t s) {
+void cuda_attention_generic(bf16 *out, const bf16 *q, const KVLayerDev *kv, const DevAttnBatch *b, const AttnParams *p,
+                            cudaStream_t s) {
     size_t shm = (p->head_dim_k + ATT_TILE + p->head_dim_v + 32) * sizeof(float);
-    kernel_attention<<<dim3(b->n_tokens, p->n_heads), ATT_TILE, shm, s>>>(out, q, kc, vc, *b, *p);
+    kernel_attention<<<dim3(b->n_tokens, p->n_heads), ATT_TILE, shm, s>>>(out, q, *kv, *b, *p);
 }
 
 void cuda_glu(bf16 *out, const bf16 *gate, const bf16 *up, int ld, const float *bg, const float *bu, int T, int F,

@@ -4,7 +4,8 @@
  *
  * Element types: activations between GEMMs are bf16 [T][width]; the residual
  * stream and the logits are fp32; weights are bf16 (matrices) or fp32
- * (vectors: norms, biases, sinks); the KV cache is bf16, per layer
+ * (vectors: norms, biases, sinks); the KV cache is bf16 or fp8 (e4m3 codes
+ * and a scale per head vector: KVLayerDev of attention.cuh), per layer
  * K [n_blocks][block_size][KV][Dk] and V [n_blocks][block_size][KV][Dv]
  * (a slot = block * block_size + offset). Every kernel accumulates in fp32.
  * Stream last. */
@@ -17,6 +18,7 @@
 
 #include "attention/attn_batch.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cuda/attention.cuh"
 
 typedef __nv_bfloat16 bf16;
 
@@ -55,15 +57,16 @@ typedef struct {
 } QkNorm;
 /* qk-norm (per qk), then rope on q [T][H][D] and k [T][KV][D] in place
  * (first rot_dim channels of each head, inv_freq [rot_dim/2]), then k, v
- * rows to the cache at slot[t] (skipped when slot < 0 or >= n_slots). */
-void cuda_rope_kv_write(bf16 *q, bf16 *k, const bf16 *v, bf16 *kc, bf16 *vc, const DevAttnBatch *b, int n_heads,
+ * rows to the cache at slot[t] (skipped when slot < 0 or >= n_slots); an
+ * fp8 cache gets each head vector quantized as fp8_quantize_row does it. */
+void cuda_rope_kv_write(bf16 *q, bf16 *k, const bf16 *v, const KVLayerDev *kv, const DevAttnBatch *b, int n_heads,
                         int n_kv_heads, int head_dim_k, int head_dim_v, int rot_dim, const float *inv_freq,
                         float mscale, bool neox, int64_t n_slots, const QkNorm *qk, cudaStream_t s);
 /* out [T][H][Dv] (bf16) = attention of q [T][H][Dk] (bf16) over the paged cache:
  * the simple kernel, for any head size and block size (the backend uses it
  * where kernels/cuda/attention.cuh has no kernel for the variant). */
-void cuda_attention_generic(bf16 *out, const bf16 *q, const bf16 *kc, const bf16 *vc, const DevAttnBatch *b,
-                            const AttnParams *p, cudaStream_t s);
+void cuda_attention_generic(bf16 *out, const bf16 *q, const KVLayerDev *kv, const DevAttnBatch *b, const AttnParams *p,
+                            cudaStream_t s);
 /* out[t][i] = act(gate[t*ld + i] + bg[i]) * (up[t*ld + i] + bu[i]), i < F (biases may be NULL) */
 void cuda_glu(bf16 *out, const bf16 *gate, const bf16 *up, int ld, const float *bg, const float *bu, int T, int F,
               Activation act, float limit, cudaStream_t s);

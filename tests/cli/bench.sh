@@ -21,10 +21,12 @@ n=$(grep -cE "^ +(8|33) +1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +-$" "$TMP/out")
 # Prefill T: 2*matrices*T + 2 layers of 2*4*(16+16)*pairs (T(T+1)/2, or W(W+1)/2 + (T-W)W under window W)
 #   + the LM head 2*V*64 (one row).
 # Decode, K/V cached at ctx + 2 + steps/2 (the median step; +1 warm-up, +1 itself):
-#   4 bytes * (matrices + norms + head + final norm) + batch * keys (at most W) * 2*(16+16)*2 bytes of bf16 K/V.
-# check_json FILE PREFILL_ROWS DECODE_ROWS STEPS BATCH MATRICES HEAD WEIGHT_BYTES WINDOW0
+#   4 bytes * (matrices + norms + head + final norm) + batch * keys (at most W) * 2*(16+16)*2 bytes of bf16 K/V
+#   (KV_BYTES, a layer's K/V of one token: 128; --kv-dtype fp8: 2 heads * (16+16 codes + 2*4 scale bytes) = 80).
+# check_json FILE PREFILL_ROWS DECODE_ROWS STEPS BATCH MATRICES HEAD WEIGHT_BYTES WINDOW0 [KV_BYTES]
 check_json() {
-    awk -v want_p="$2" -v want_d="$3" -v steps="$4" -v batch="$5" -v mm="$6" -v head="$7" -v wb="$8" -v w0="$9" '
+    awk -v want_p="$2" -v want_d="$3" -v steps="$4" -v batch="$5" -v mm="$6" -v head="$7" -v wb="$8" -v w0="$9" \
+        -v kvb="${10:-128}" '
         function num(key,   m) { if (match($0, "\"" key "\": [-0-9.e+]+")) { m = substr($0, RSTART, RLENGTH); sub(/.*: /, "", m); return m + 0 } return -1 }
         function rel(a, b) { return (a > b ? a - b : b - a) / b }
         function pairs(T, W) { return (W <= 0 || W >= T) ? T*(T+1)/2 : W*(W+1)/2 + (T-W)*W }
@@ -33,7 +35,7 @@ check_json() {
             f = 2*mm*T + 2*4*32*(pairs(T, w0) + pairs(T, 0)) + 2*head
             if (rel(num("tflops"), f / s / 1e12) > 1e-3 || rel(num("tok_s"), T / s) > 1e-3) { bad = bad " prefill" T } }
         /"ctx":/ { nd++; k = num("ctx") + 2 + int(steps / 2); s = num("step_s")
-            by = wb + batch * (keys(k, w0) + k) * 2*32*2
+            by = wb + batch * (keys(k, w0) + k) * kvb
             if (rel(num("gbps"), by / s / 1e9) > 1e-3 || rel(num("tok_s"), batch / s) > 1e-3 || num("batch") != batch) { bad = bad " decode" num("ctx") } }
         END { if (np != want_p || nd != want_d || bad != "") { print "rows " np "/" nd ", wrong:" bad; exit 1 } }' "$1"
 }
@@ -53,13 +55,19 @@ expect_exit "bench gemma2 (window 5 on layer 0)" 0 $CLLM bench -m tests/fixtures
     --prompt-lens 3,12 --ctx 2,30 --decode-tokens 4 --reps 1 --json "$TMP/g.json"
 msg=$(check_json "$TMP/g.json" 2 2 4 1 61440 19200 324864 5) && ok "bench gemma2: windowed pairs and keys counted" \
     || notok "bench gemma2: windowed pairs and keys counted" "$msg" "$(cat "$TMP/g.json")"
+# --kv-dtype fp8: the cache's own bytes counted (80 per token and layer instead of 128).
+expect_exit "bench --kv-dtype fp8" 0 $B --prompt-lens 12 --ctx 20 --decode-tokens 5 --reps 1 --kv-dtype fp8 --json "$TMP/f8.json"
+msg=$(check_json "$TMP/f8.json" 1 1 5 1 $LLAMA 80) && ok "bench --kv-dtype fp8: K/V bytes as fp8 codes + scales" \
+    || notok "bench --kv-dtype fp8: K/V bytes as fp8 codes + scales" "$msg" "$(cat "$TMP/f8.json")"
+expect_grep "bench --kv-dtype fp8: JSON names it" "$TMP/f8.json" '"kv_dtype": "fp8"'
+expect_grep "bench --kv-dtype fp8: table names it" "$TMP/out" "^KV cache fp8, [0-9]+ tokens"
 expect_exit "bench --help exits 0" 0 $CLLM bench --help
 expect_grep "bench --help lists --prompt-lens" "$TMP/out" "--prompt-lens"
 expect_exit "cllm --help exits 0" 0 $CLLM --help && expect_grep "help lists bench" "$TMP/out" "^  bench "
 
 for bad in "--prompt-lens 0" "--prompt-lens abc" "--prompt-lens 512,,4096" "--prompt-lens 512," "--ctx -5" \
            "--ctx 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17" "--batch 0" "--batch 100000" "--reps 0" \
-           "--decode-tokens 0" "--decode-tokens x" "--bogus" "--json"; do
+           "--decode-tokens 0" "--decode-tokens x" "--bogus" "--json" "--kv-dtype fp16" "--kv-dtype"; do
     expect_exit "bench $bad exits 2" 2 $B $bad
     [ -s "$TMP/err" ] && [ "$(wc -l < "$TMP/err")" = 1 ] && ok "bench $bad: one-line error" \
         || notok "bench $bad: one-line error" "$(cat "$TMP/err")"

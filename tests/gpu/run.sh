@@ -15,6 +15,8 @@ run_check cuda_ops "$BIN/test_cuda_ops"
 run_check cuda_forward "$BIN/test_cuda_forward"
 REAL=${CLLM_MODELS:-models/cache}
 if [ -f "$REAL/smollm2-135m-instruct.gguf" ] && [ -f "$REAL/gemma3-270m.gguf" ]; then
+    # --real includes issue 7's fp8 KV check (teacher-forced top-1 agreement of
+    # an fp8 cache with the bf16 one; `test_cuda_forward --real-fp8` runs it alone)
     run_check cuda_forward_real env CLLM_MODELS="$REAL" "$BIN/test_cuda_forward" --real
     # issue 7 as written: the files' own quantized blocks on the GPU vs the
     # same files dequantized to bf16, >= 99% teacher-forced top-1, every position
@@ -75,6 +77,13 @@ generate_check() {
         python3 tests/gpu/compare_generate.py "$OUT/batched.jsonl" "$OUT/cpu.jsonl" 0.5
 }
 run_check generate_batched generate_check
+# The same with an fp8 KV cache (issue 7): batched vs one at a time read the
+# same cache bytes through the same kernels, so they must agree as bf16 does.
+generate_fp8_check() {
+    gen -o "$OUT/f8-batched.jsonl" --kv-dtype fp8 && gen -o "$OUT/f8-single.jsonl" --max-seqs 1 --kv-dtype fp8 &&
+        python3 tests/gpu/compare_generate.py "$OUT/f8-batched.jsonl" "$OUT/f8-single.jsonl" 0.5
+}
+run_check generate_batched_fp8 generate_fp8_check
 # Sampling on the GPU (the default there) vs on the host, from the same
 # device logits: same seeds, same draws; a differing token is a bug.
 sample_check() {

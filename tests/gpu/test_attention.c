@@ -7,7 +7,13 @@
  * rounded to bf16 (so both sides see the same numbers), poisons the GPU
  * output with NaN, runs one cuda_attention call for the whole (often mixed
  * prefill + decode) batch and compares with the fp32 CPU op:
- * ||gpu - cpu|| / ||cpu|| <= 1e-2, and no row left unwritten.
+ * ||gpu - cpu|| / ||cpu|| <= 1e-2, and no row left unwritten. Every case
+ * runs twice: over a bf16 cache, and over an fp8 one (--kv-dtype fp8: the
+ * host's cache of e4m3 codes and per-(token, head) scales uploaded as it is,
+ * head vectors of magnitudes 2^-8 .. 2^8 so the scales matter, and the CPU
+ * op reading the same bytes). Also: the device's fp8 quantizer (the KV
+ * write's) gives the host's bytes for every bf16 value, ties, saturation
+ * and nans.
  * Cases: every head-size pair, GQA 1/4/8, MQA (group 8 and 32), block sizes
  * 16/32/64, chunked prefill, windows of 1, the prompt length and more,
  * sinks, soft-cap, long decode rows over many splits, a decode step replayed
@@ -29,6 +35,8 @@
 
 #define TOL 1e-2
 #define MAX_SEQS 8
+
+static KVDtype g_dtype; /* of the cache the cases run over */
 
 typedef struct {
     const char *name;
@@ -53,6 +61,24 @@ static void fill_bf16(float *x, uint16_t *bits, int64_t n, float amp) {
         bits[i] = fp32_to_bf16(frand() * amp);
         x[i] = bf16_to_fp32(bits[i]);
     }
+}
+
+/* Every slot of an fp8 cache: random head vectors, each of its own
+ * magnitude (2^-8 .. 2^8, so the scales are exercised), quantized by the
+ * host's kv_cache_store. */
+static void fill_fp8(KVCacheHost *kc) {
+    int64_t n_slots = (int64_t)kc->n_blocks * kc->block_size;
+    int kw = kc->n_kv_heads * kc->head_dim_k, vw = kc->n_kv_heads * kc->head_dim_v;
+    float *k = malloc(kw * sizeof *k), *v = malloc(vw * sizeof *v);
+    for (int64_t s = 0; s < n_slots; s++) {
+        for (int h = 0; h < kc->n_kv_heads; h++) {
+            float mk = ldexpf(1.f, (int)(frand() * 8.f)), mv = ldexpf(1.f, (int)(frand() * 8.f));
+            for (int d = 0; d < kc->head_dim_k; d++) k[h * kc->head_dim_k + d] = frand() * mk;
+            for (int d = 0; d < kc->head_dim_v; d++) v[h * kc->head_dim_v + d] = frand() * mv;
+        }
+        kv_cache_store(kc, 0, s, k, v);
+    }
+    free(k), free(v);
 }
 
 typedef struct {
@@ -99,14 +125,17 @@ static int problem_init(Problem *P, const Case *c) {
     }
     free(perm);
     Err err = {{0}};
-    if (kv_cache_host_alloc(&P->cache, 1, c->n_kv, c->hdk, c->hdv, c->block_size, P->n_blocks, &err)) return -1;
+    if (kv_cache_host_alloc(&P->cache, 1, c->n_kv, c->hdk, c->hdv, c->block_size, P->n_blocks, g_dtype, &err)) return -1;
     int64_t nk = (int64_t)P->n_blocks * c->block_size * c->n_kv * c->hdk;
     int64_t nv = (int64_t)P->n_blocks * c->block_size * c->n_kv * c->hdv;
     int64_t nq = (int64_t)P->T * c->n_heads * c->hdk;
     P->k16 = malloc(nk * 2), P->v16 = malloc(nv * 2), P->q16 = malloc(nq * 2);
     P->q = malloc(nq * 4), P->ref = malloc((int64_t)P->T * c->n_heads * c->hdv * 4);
-    fill_bf16(P->cache.k[0], P->k16, nk, 1.f);
-    fill_bf16(P->cache.v[0], P->v16, nv, 1.f);
+    if (g_dtype == KV_DTYPE_FP8) fill_fp8(&P->cache);
+    else {
+        fill_bf16(P->cache.k[0], P->k16, nk, 1.f);
+        fill_bf16(P->cache.v[0], P->v16, nv, 1.f);
+    }
     fill_bf16(P->q, P->q16, nq, 3.f); /* peaky enough that a wrong key shows */
     P->pos = malloc(P->T * 4), P->seq = malloc(P->T * 4), P->slot = malloc(P->T * 8);
     build_rows(P);
@@ -129,9 +158,11 @@ static void problem_free(Problem *P) {
 
 typedef struct {
     void *q, *k, *v, *out;
+    float *ks, *vs;              /* fp8: the scales */
     float *sinks;
     int32_t *meta;
     AttnDecodeWork work;
+    KVLayerDev kv;
 } DevBufs;
 
 #define CK(call)                                                                       \
@@ -143,18 +174,34 @@ typedef struct {
         }                                                                              \
     } while (0)
 
+/* The cache as the device holds it: bf16, or the host's e4m3 codes and scales. */
+static int dev_upload_cache(DevBufs *D, const Problem *P) {
+    const Case *c = &P->c;
+    size_t slots = (size_t)P->n_blocks * c->block_size, nk = slots * c->n_kv * c->hdk, nv = slots * c->n_kv * c->hdv;
+    bool fp8 = P->cache.dtype == KV_DTYPE_FP8;
+    size_t e = fp8 ? 1 : 2;
+    CK(cudaMalloc(&D->k, nk * e));
+    CK(cudaMalloc(&D->v, nv * e));
+    CK(cudaMemcpy(D->k, fp8 ? (void *)P->cache.k8[0] : (void *)P->k16, nk * e, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(D->v, fp8 ? (void *)P->cache.v8[0] : (void *)P->v16, nv * e, cudaMemcpyHostToDevice));
+    if (fp8) {
+        CK(cudaMalloc((void **)&D->ks, slots * c->n_kv * 4));
+        CK(cudaMalloc((void **)&D->vs, slots * c->n_kv * 4));
+        CK(cudaMemcpy(D->ks, P->cache.ks[0], slots * c->n_kv * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(D->vs, P->cache.vs[0], slots * c->n_kv * 4, cudaMemcpyHostToDevice));
+    }
+    D->kv = (KVLayerDev){P->cache.dtype, D->k, D->v, D->ks, D->vs};
+    return 0;
+}
+
 static int dev_upload(DevBufs *D, const Problem *P, const AttnMeta *m, int n_splits) {
     const Case *c = &P->c;
-    size_t nk = (size_t)P->n_blocks * c->block_size * c->n_kv * c->hdk, nv = nk / c->hdk * c->hdv;
     size_t nq = (size_t)P->T * c->n_heads * c->hdk, no = (size_t)P->T * c->n_heads * c->hdv;
     memset(D, 0, sizeof *D);
     CK(cudaMalloc(&D->q, nq * 2));
-    CK(cudaMalloc(&D->k, nk * 2));
-    CK(cudaMalloc(&D->v, nv * 2));
     CK(cudaMalloc(&D->out, no * 2));
     CK(cudaMemcpy(D->q, P->q16, nq * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(D->k, P->k16, nk * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(D->v, P->v16, nv * 2, cudaMemcpyHostToDevice));
+    if (dev_upload_cache(D, P)) return -1;
     CK(cudaMemset(D->out, 0xff, no * 2)); /* bf16 0xffff is NaN: unwritten rows show */
     if (P->sinks) {
         CK(cudaMalloc((void **)&D->sinks, c->n_heads * 4));
@@ -170,6 +217,7 @@ static int dev_upload(DevBufs *D, const Problem *P, const AttnMeta *m, int n_spl
 
 static void dev_free(DevBufs *D) {
     cudaFree(D->q), cudaFree(D->k), cudaFree(D->v), cudaFree(D->out), cudaFree(D->sinks), cudaFree(D->meta);
+    cudaFree(D->ks), cudaFree(D->vs);
     cudaFree(D->work.part);
 }
 
@@ -200,14 +248,14 @@ static void run_case(const Case *c) {
     if (dev_upload(&D, &P, &m, splits) == 0) {
         AttnDevMeta dm;
         attn_dev_meta(&dm, &m, D.meta);
-        int rc = cuda_attention(D.out, D.q, D.k, D.v, &dm, &P.par, D.sinks, &D.work, 0, &err);
+        int rc = cuda_attention(D.out, D.q, &D.kv, &dm, &P.par, D.sinks, &D.work, 0, &err);
         CHECK(rc == 0, "%s: %s", c->name, err.msg);
         cudaError_t e = cudaDeviceSynchronize();
         CHECK(e == cudaSuccess, "%s: %s", c->name, cudaGetErrorString(e));
         int n_nan;
         double rel = compare(&D, &P, &n_nan);
-        printf("# %-34s T=%-5d prefill tiles %-3d decode %-2d splits %-3d rel err %.2e\n", c->name, P.T, m.n_tiles,
-               m.n_decode, splits, rel);
+        printf("# %-34s %-4s T=%-5d prefill tiles %-3d decode %-2d splits %-3d rel err %.2e\n", c->name,
+               kv_dtype_name(g_dtype), P.T, m.n_tiles, m.n_decode, splits, rel);
         CHECK(n_nan == 0 && rel <= TOL, "%s: rel err %.3e, %d NaN outputs", c->name, rel, n_nan);
     }
     dev_free(&D);
@@ -275,7 +323,7 @@ static void test_graph_replay(void) {
         cudaGraphExec_t ge;
         cudaStreamCreate(&s);
         cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
-        int rc = cuda_attention_decode(D.out, D.q, D.k, D.v, &dm, &P.par, NULL, &D.work, s, &err);
+        int rc = cuda_attention_decode(D.out, D.q, &D.kv, &dm, &P.par, NULL, &D.work, s, &err);
         cudaError_t e = cudaStreamEndCapture(s, &g);
         CHECK(rc == 0 && e == cudaSuccess, "capture: %s %s", err.msg, cudaGetErrorString(e));
         if (rc == 0 && e == cudaSuccess && cudaGraphInstantiate(&ge, g, 0) == cudaSuccess) {
@@ -288,7 +336,7 @@ static void test_graph_replay(void) {
                 memcpy(P.ref, step ? ref_b : ref_a, n_out * 4);
                 int n_nan;
                 double rel = compare(&D, &P, &n_nan);
-                printf("# graph replay step %c                     rel err %.2e\n", 'A' + step, rel);
+                printf("# graph replay step %c %-4s                rel err %.2e\n", 'A' + step, kv_dtype_name(g_dtype), rel);
                 CHECK(e == cudaSuccess && n_nan == 0 && rel <= TOL, "step %d: rel %.3e, %d NaN", step, rel, n_nan);
             }
             cudaGraphExecDestroy(ge);
@@ -314,10 +362,80 @@ static void test_unsupported(void) {
 }
 
 static int g_quick;
-static void test_cases(void) {
+static void run_cases(void) {
     int n = (int)(sizeof k_cases / sizeof *k_cases);
     for (int i = 0; i < n; i++)
         if (!g_quick || i == 1 || i == 6 || i == 17 || i == 19) run_case(&k_cases[i]);
+}
+static void test_cases(void) { g_dtype = KV_DTYPE_BF16; run_cases(); }
+static void test_cases_fp8(void) { g_dtype = KV_DTYPE_FP8; run_cases(); g_dtype = KV_DTYPE_BF16; }
+static void test_graph_replay_fp8(void) { g_dtype = KV_DTYPE_FP8; test_graph_replay(); g_dtype = KV_DTYPE_BF16; }
+
+/* cuda_fp8_quantize_rows (the device code of the fp8 KV write) against the
+ * host's fp8_quantize_row, byte for byte: rows whose first value is 448
+ * (scale exactly 1, so the rest are converted as they are) holding every
+ * bf16 pattern, every midpoint between codes and one ulp either side, and
+ * values beyond 448 and infinities; then rows of random magnitudes (scales
+ * that are not powers of two), a zero row and rows with nans. */
+static void test_fp8_quantizer(void) {
+    enum { N = 256 };
+    int rows = 0;
+    float *x = calloc((size_t)600 * N, sizeof *x); /* ~310 rows are used */
+    int at = N; /* next free value; value 0 of each row is 448 */
+#define PUT(v)                                              \
+    do {                                                    \
+        if (at % N == 0) x[at++] = 448.0f;                  \
+        x[at++] = (v);                                      \
+    } while (0)
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = bf16_to_fp32((uint16_t)h);
+        if (!isinf(f)) PUT(f); /* an inf would make the row's amax inf */
+    }
+    for (int c = 0; c < 0x7e; c++) {
+        float mid = (e4m3_to_fp32((uint8_t)c) + e4m3_to_fp32((uint8_t)(c + 1))) / 2;
+        PUT(mid);
+        PUT(-mid);
+        PUT(nextafterf(mid, 0));
+        PUT(nextafterf(mid, 1e9f));
+        PUT(-nextafterf(mid, 1e9f));
+    }
+    float edge[] = {447.99f, -464.0f, 1e30f, 0x1p-10f, -0x1p-11f, -0.0f};
+    for (int i = 0; i < 6; i++) PUT(edge[i]);
+    at = (at + N - 1) / N * N;
+    x[0] = 448.0f; /* row 0 was skipped by the macro's first check */
+    for (int r = 0; r < 40; r++, at += N) /* random magnitudes */
+        for (int i = 0; i < N; i++) x[at + i] = frand() * ldexpf(1.f, r % 20 - 10) * (i % 5 ? 1.f : 1e-3f);
+    at += N;                                                            /* a zero row */
+    x[at] = 1.0f, x[at + 1] = NAN, x[at + 2] = -NAN, x[at + 3] = -3.0f; /* nans */
+    at += N;
+    x[at] = INFINITY, x[at + 1] = 2.0f, x[at + 2] = -INFINITY;          /* an infinite amax */
+    at += N;
+    rows = at / N;
+#undef PUT
+    uint8_t *want = malloc((size_t)rows * N), *got = malloc((size_t)rows * N);
+    float *ws = malloc(rows * sizeof *ws), *gs = malloc(rows * sizeof *gs);
+    for (int r = 0; r < rows; r++) fp8_quantize_row(x + (size_t)r * N, N, want + (size_t)r * N, &ws[r]);
+    float *dx = NULL, *ds = NULL;
+    uint8_t *dq = NULL;
+    cudaError_t e = cudaMalloc((void **)&dx, (size_t)rows * N * 4);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&dq, (size_t)rows * N);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&ds, rows * 4);
+    if (e == cudaSuccess) e = cudaMemcpy(dx, x, (size_t)rows * N * 4, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) cuda_fp8_quantize_rows(dq, ds, dx, rows, N, 0), e = cudaDeviceSynchronize();
+    if (e == cudaSuccess) e = cudaMemcpy(got, dq, (size_t)rows * N, cudaMemcpyDeviceToHost);
+    if (e == cudaSuccess) e = cudaMemcpy(gs, ds, rows * 4, cudaMemcpyDeviceToHost);
+    CHECK(e == cudaSuccess, "%s", cudaGetErrorString(e));
+    int bad = 0, bad_scales = 0;
+    for (int64_t i = 0; e == cudaSuccess && i < (int64_t)rows * N; i++)
+        if (got[i] != want[i]) {
+            if (bad++ < 8) printf("#   value %.9g (row %lld): device 0x%02x, host 0x%02x\n", x[i], (long long)(i / N), got[i], want[i]);
+        }
+    for (int r = 0; e == cudaSuccess && r < rows; r++) bad_scales += memcmp(&gs[r], &ws[r], 4) != 0;
+    printf("# fp8 quantizer: %d rows of %d values, %d codes and %d scales differ from the host's\n", rows, N, bad,
+           bad_scales);
+    CHECK(bad == 0 && bad_scales == 0, "%d codes, %d scales differ", bad, bad_scales);
+    cudaFree(dx), cudaFree(dq), cudaFree(ds);
+    free(x), free(want), free(got), free(ws), free(gs);
 }
 
 int main(int argc, char **argv) {
@@ -325,8 +443,11 @@ int main(int argc, char **argv) {
     g_quick = argc > 1 && !strcmp(argv[1], "--quick");
     g_tp = thread_pool_create(0, &err);
     if (!g_tp) { printf("not ok - thread pool: %s\n", err.msg); return 1; }
+    RUN(test_fp8_quantizer);
     RUN(test_cases);
+    RUN(test_cases_fp8);
     RUN(test_graph_replay);
+    RUN(test_graph_replay_fp8);
     RUN(test_unsupported);
     thread_pool_destroy(g_tp);
     TEST_EXIT();

@@ -360,7 +360,7 @@ typedef struct {
  * the one-at-a-time run (-1: a failure). alone_out keeps that run's logits. */
 static int run_mode(const Model *m, const Mode *md, float **alone_out, Err *err) {
     Runner ru = {0};
-    CudaOptions o = {0, BLOCK, N_BLOCKS, 0, MAX_T, 0.9f, !md->graphs, false, false, md->bi};
+    CudaOptions o = {0, BLOCK, N_BLOCKS, 0, MAX_T, 0.9f, !md->graphs, false, false, md->bi, KV_DTYPE_BF16};
     ru.vocab = m->cfg.vocab;
     ru.be = backend_cuda_create_opts(&m->cfg, &m->w, &o, NULL, err);
     int rc = ru.be ? forward_init(&ru.fw, &m->cfg, ru.be, MAX_T, err) : -1;

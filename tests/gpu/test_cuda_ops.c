@@ -103,7 +103,7 @@ static int rig_open(Rig *r, int C, int H, int KV, int D, int F, int V, int rot, 
     }
     Err err = {{0}};
     r->cpu = backend_cpu_create(c, &r->w, 2, BLOCK, N_BLOCKS, &err);
-    CudaOptions o = {0, BLOCK, N_BLOCKS, 0, MAX_T, 0.9f, true, false, false, false};
+    CudaOptions o = {0, BLOCK, N_BLOCKS, 0, MAX_T, 0.9f, true, false, false, false, KV_DTYPE_BF16};
     r->gpu = r->cpu ? backend_cuda_create_opts(c, &r->w, &o, NULL, &err) : NULL;
     CHECK(r->cpu && r->gpu, "%s", err.msg);
     return r->cpu && r->gpu ? 0 : -1;
@@ -334,7 +334,7 @@ static void test_moe(void) {
         L->b_down = stacked(&r, E, 1, C, 0.5f);
         Err err = {{0}};
         r.cpu = backend_cpu_create(c, &r.w, 2, BLOCK, N_BLOCKS, &err);
-        CudaOptions o = {0, BLOCK, N_BLOCKS, 0, MAX_T, 0.9f, true, false, false, false};
+        CudaOptions o = {0, BLOCK, N_BLOCKS, 0, MAX_T, 0.9f, true, false, false, false, KV_DTYPE_BF16};
         r.gpu = r.cpu ? backend_cuda_create_opts(c, &r.w, &o, NULL, &err) : NULL;
         CHECK(r.cpu && r.gpu, "%s", err.msg);
         int Ts[] = {1, 2, 3, 5, 8, 9, 33};
@@ -387,7 +387,7 @@ static void test_gemv_rate(void) {
         r.layers[0].wo = weight(&r, M, K, 1.0f / sqrtf((float)K), 0);
         Err err = {{0}};
         r.cpu = backend_cpu_create(c, &r.w, 0, 16, 4, &err);
-        CudaOptions o = {0, 16, 4, 0, 8, 0.9f, true, false, false, false};
+        CudaOptions o = {0, 16, 4, 0, 8, 0.9f, true, false, false, false, KV_DTYPE_BF16};
         r.gpu = r.cpu ? backend_cuda_create_opts(c, &r.w, &o, NULL, &err) : NULL;
         CHECK(r.cpu && r.gpu, "%s", err.msg);
         if (!r.gpu) { rig_close(&r); return; }
@@ -459,7 +459,7 @@ static void test_decode_speed(void) {
     for (int i = 0; i < 64; i++) table[i] = 63 - i;
     for (int g = 0; g < 2; g++) {
         Err err = {{0}};
-        CudaOptions o = {0, 16, 64, 0, 8, 0.9f, g == 0, false, false, false};
+        CudaOptions o = {0, 16, 64, 0, 8, 0.9f, g == 0, false, false, false, KV_DTYPE_BF16};
         Backend *be = backend_cuda_create_opts(c, &r.w, &o, &gbps, &err);
         Forward fw;
         CHECK(be && forward_init(&fw, c, be, 8, &err) == 0, "%s", err.msg);

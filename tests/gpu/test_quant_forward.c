@@ -50,7 +50,7 @@ static int argmax(const float *x, int n) {
 }
 
 static Backend *make_backend(const Model *m, bool bf16, Err *err) {
-    CudaOptions o = {0, 16, 128, 0, 64, 0.9f, false, false, bf16, false};
+    CudaOptions o = {0, 16, 128, 0, 64, 0.9f, false, false, bf16, false, KV_DTYPE_BF16};
     return backend_cuda_create_opts(&m->cfg, &m->w, &o, NULL, err);
 }
 
