@@ -569,31 +569,11 @@ done:
     return worst;
 }
 
-static void test_attention(void) {
+/* Every fixture case through attn_case_run with a kv cache, at block sizes
+ * 4 and 16; the largest value it returned. */
+static double attention_cases(KVDtype kv, uint64_t seed) {
     Fixture f;
-    if (!fx_load(&f, "attention.bin")) return;
-    Err err;
-    ThreadPool *tp = thread_pool_create(3, &err);
-    CHECK(tp != NULL, "%s", err.msg);
-    const char *cases[] = {"gqa_causal", "dk16_dv8", "window1", "window_full", "window5",
-                           "softcap5", "sinks", "mixed", "mixed_all"};
-    int block_sizes[] = {4, 16};
-    for (int k = 0; k < 9; k++) {
-        AttnCase c;
-        if (!attn_case_load(&f, cases[k], &c)) continue;
-        for (int b = 0; b < 2; b++)
-            attn_case_run(cases[k], &c, block_sizes[b], tp, 0x9E3779B97F4A7C15ULL + k * 31 + b, KV_DTYPE_BF16);
-    }
-    thread_pool_destroy(tp);
-    fx_free(&f);
-}
-
-/* The same cases over an fp8 cache: every output channel within the bound
- * derived from e4m3's half-step (attn_fp8_check); the largest share of the
- * bound used is printed (a bound never approached would test nothing). */
-static void test_attention_fp8(void) {
-    Fixture f;
-    if (!fx_load(&f, "attention.bin")) return;
+    if (!fx_load(&f, "attention.bin")) return 0;
     Err err;
     ThreadPool *tp = thread_pool_create(3, &err);
     CHECK(tp != NULL, "%s", err.msg);
@@ -603,12 +583,22 @@ static void test_attention_fp8(void) {
     for (int k = 0; k < 9; k++) {
         AttnCase c;
         if (!attn_case_load(&f, cases[k], &c)) continue;
-        for (int b = 4; b <= 16; b *= 4) worst = fmax(worst, attn_case_run(cases[k], &c, b, tp, 77 + k, KV_DTYPE_FP8));
+        for (int b = 4; b <= 16; b *= 4) worst = fmax(worst, attn_case_run(cases[k], &c, b, tp, seed + k * 31 + b, kv));
     }
-    printf("# fp8 KV attention: largest error %.2f of its bound\n", worst);
-    CHECK(worst > 0.01, "the fp8 cache changed nothing (error %.3g of the bound): is it in use?", worst);
     thread_pool_destroy(tp);
     fx_free(&f);
+    return worst;
+}
+
+static void test_attention(void) { attention_cases(KV_DTYPE_BF16, 0x9E3779B97F4A7C15ULL); }
+
+/* The same cases over an fp8 cache: every output channel within the bound
+ * derived from e4m3's half-step (attn_fp8_check); the largest share of the
+ * bound used is printed (a bound never approached would test nothing). */
+static void test_attention_fp8(void) {
+    double worst = attention_cases(KV_DTYPE_FP8, 77);
+    printf("# fp8 KV attention: largest error %.2f of its bound\n", worst);
+    CHECK(worst > 0.01, "the fp8 cache changed nothing (error %.3g of the bound): is it in use?", worst);
 }
 
 /* cpu_kv_write lands each row at its slot (and only there), in the right

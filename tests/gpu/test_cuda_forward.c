@@ -172,20 +172,29 @@ static int argmax(const float *x, int n) {
  * logits by ~0.5% on these models: SmolLM2's Q8_0/Q4_1 weights do not fit in
  * bf16 exactly). At most 2 such flips per 32 tokens; each is reported with
  * both backends' logits. */
-#define NEAR_TIE 1e-2
-static void check_real(const char *name) {
+/* The real model `name` ($CLLM_MODELS) and its transformers reference
+ * (fixtures/real); NULL (a failed check) when either is missing. */
+static Json *open_real(const char *name, Model *m) {
     char path[1024], ref_path[1024];
     Err err = {{0}};
     const char *dir = getenv("CLLM_MODELS") ? getenv("CLLM_MODELS") : "models/cache";
     snprintf(path, sizeof path, "%s/%s.gguf", dir, name);
     snprintf(ref_path, sizeof ref_path, "%s/real/%s.ref.json", test_fixture_dir(), name);
     Json *doc = json_parse_file(ref_path, &err);
-    Model m;
-    if (!doc || model_load(&m, path, MODEL_LOAD_NO_TOKENIZER, &err)) {
+    if (!doc || model_load(m, path, MODEL_LOAD_NO_TOKENIZER, &err)) {
         CHECK(0, "%s (the real models must be present under $CLLM_MODELS)", err.msg);
         json_free(doc);
-        return;
+        return NULL;
     }
+    return doc;
+}
+
+#define NEAR_TIE 1e-2
+static void check_real(const char *name) {
+    Err err = {{0}};
+    Model m;
+    Json *doc = open_real(name, &m);
+    if (!doc) return;
     double gbps = 0;
     Backend *gpu = backend_cuda_create(&m.cfg, &m.w, 0, 16, 64, 256, &gbps, &err);
     Backend *cpu = backend_cpu_create(&m.cfg, &m.w, 0, 16, 64, &err);
@@ -307,18 +316,10 @@ static void fp8_greedy(Engine *eb, Engine *e8, const int32_t *ids, int n, int G,
  * nearer decisions are near-ties its rounding may flip), and >= 90% raw (a
  * broken cache falls to chance). */
 static void check_real_fp8(const char *name) {
-    char path[1024], ref_path[1024];
     Err err = {{0}};
-    const char *dir = getenv("CLLM_MODELS") ? getenv("CLLM_MODELS") : "models/cache";
-    snprintf(path, sizeof path, "%s/%s.gguf", dir, name);
-    snprintf(ref_path, sizeof ref_path, "%s/real/%s.ref.json", test_fixture_dir(), name);
-    Json *doc = json_parse_file(ref_path, &err);
     Model m;
-    if (!doc || model_load(&m, path, MODEL_LOAD_NO_TOKENIZER, &err)) {
-        CHECK(0, "%s (the real models must be present under $CLLM_MODELS)", err.msg);
-        json_free(doc);
-        return;
-    }
+    Json *doc = open_real(name, &m);
+    if (!doc) return;
     CudaOptions ob = {0, 16, 64, 0, 256, 0.9f, false, false, false, false, KV_DTYPE_BF16}, o8 = ob;
     o8.kv_dtype = KV_DTYPE_FP8;
     Backend *bb = backend_cuda_create_opts(&m.cfg, &m.w, &ob, NULL, &err);
