@@ -601,6 +601,16 @@ static void test_attention_fp8(void) {
     CHECK(worst > 0.01, "the fp8 cache changed nothing (error %.3g of the bound): is it in use?", worst);
 }
 
+/* 4 rows x 2 heads of K (width 4) and V (width 3), every value distinct:
+ * K = 100t + 10h + d + 1, V = -(the same) / v_div. */
+static void kv_rows(float k[4][2][4], float v[4][2][3], float v_div) {
+    for (int t = 0; t < 4; t++)
+        for (int h = 0; h < 2; h++) {
+            for (int d = 0; d < 4; d++) k[t][h][d] = 100 * t + 10 * h + d + 1;
+            for (int d = 0; d < 3; d++) v[t][h][d] = -(100 * t + 10 * h + d + 1) / v_div;
+        }
+}
+
 /* cpu_kv_write lands each row at its slot (and only there), in the right
  * layer, and skips slots outside the cache. */
 static void test_kv_write(void) {
@@ -610,11 +620,7 @@ static void test_kv_write(void) {
     CHECK(ok, "%s", err.msg);
     if (!ok) return;
     float k[4][2][4], v[4][2][3];
-    for (int t = 0; t < 4; t++)
-        for (int h = 0; h < 2; h++) {
-            for (int d = 0; d < 4; d++) k[t][h][d] = 100 * t + 10 * h + d + 1;
-            for (int d = 0; d < 3; d++) v[t][h][d] = -(100 * t + 10 * h + d + 1);
-        }
+    kv_rows(k, v, 1.0f);
     int32_t pos[4] = {0, 1, 2, 3}, seq[4] = {0};
     int64_t slot[4] = {17, -1, 20, 2};
     AttnBatch b = {4, pos, seq, slot, 1, NULL, 4};
@@ -642,11 +648,7 @@ static void test_kv_write_fp8(void) {
     CHECK(ok, "%s", err.msg);
     if (!ok) return;
     float k[4][2][4], v[4][2][3];
-    for (int t = 0; t < 4; t++)
-        for (int h = 0; h < 2; h++) {
-            for (int d = 0; d < 4; d++) k[t][h][d] = 100 * t + 10 * h + d + 1;
-            for (int d = 0; d < 3; d++) v[t][h][d] = -(100 * t + 10 * h + d + 1) / 1000.0f;
-        }
+    kv_rows(k, v, 1000.0f);
     int32_t pos[4] = {0, 1, 2, 3}, seq[4] = {0};
     int64_t slot[4] = {17, -1, 20, 2};
     AttnBatch b = {4, pos, seq, slot, 1, NULL, 4};
