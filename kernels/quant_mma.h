@@ -49,6 +49,7 @@
 #ifndef CLLM_QUANT_MMA_H
 #define CLLM_QUANT_MMA_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -92,8 +93,17 @@ QM_FN float qm_half(uint32_t h16) {
 #endif
 }
 
-/* Nibbles at bits 0-3 and 16-19 of v -> bf16 pair (128 + each). */
-QM_FN uint32_t qm_q4_pair(uint32_t v) { return (v & 0x000f000fu) | 0x43004300u; }
+/* Nibbles at bits 0-3 and 16-19 of v -> bf16 pair (128 + each). On the GPU
+ * one LOP3 (the compiler splits the AND-OR with two immediates into two). */
+QM_FN uint32_t qm_q4_pair(uint32_t v) {
+#ifdef __CUDA_ARCH__
+    uint32_t r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(v), "n"(0x000f000f), "r"(0x43004300u)); /* (a & b) | c */
+    return r;
+#else
+    return (v & 0x000f000fu) | 0x43004300u;
+#endif
+}
 
 /* The A fragment of Q4_K step s of the half h (0 low nibbles, 1 high) of a
  * chunk: wg, wg8 the lane's two words of rows g and g + 8. */
@@ -132,22 +142,35 @@ QM_FN void qm_q4k_scales(const uint32_t hdr[4], int half, float mul[4], float ad
     }
 }
 
-/* int8 byte p of w -> float, exact: 2^23 + (q + 128) read as a float. */
-QM_FN float qm_q8_value(uint32_t w, int p) {
-    uint32_t code = (w ^ 0x80808080u) >> (8 * p) & 0xffu;
-    return qm_f32(0x4b000000u | code) - 8388736.0f; /* 2^23 + 128 */
+/* Byte p of code (int8 q + 128) -> q as a float, exact: 2^23 + code read
+ * as a float, minus 2^23 + 128. On the GPU one byte permute builds it. */
+QM_FN float qm_q8_code_value(uint32_t code, int p) {
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(__byte_perm(code, 0x4b000000u, 0x7650u + (unsigned)p)) - 8388736.0f;
+#else
+    return qm_f32(0x4b000000u | (code >> (8 * p) & 0xffu)) - 8388736.0f;
+#endif
 }
 
+/* int8 byte p of w -> float, exact. */
+QM_FN float qm_q8_value(uint32_t w, int p) { return qm_q8_code_value(w ^ 0x80808080u, p); }
+
 /* two floats with at most 8 significant bits -> bf16 pair, exact (the top halves) */
-QM_FN uint32_t qm_bf16_pair_exact(float lo, float hi) { return (qm_bits(lo) >> 16) | (qm_bits(hi) & 0xffff0000u); }
+QM_FN uint32_t qm_bf16_pair_exact(float lo, float hi) {
+#ifdef __CUDA_ARCH__
+    return __byte_perm(__float_as_uint(lo), __float_as_uint(hi), 0x7632u);
+#else
+    return (qm_bits(lo) >> 16) | (qm_bits(hi) & 0xffff0000u);
+#endif
+}
 
 /* The A fragment of Q8_0 step s: wg, wg8 the lane's two words of rows g, g + 8. */
 QM_FN void qm_q8_a(const uint32_t wg[2], const uint32_t wg8[2], int s, uint32_t a[4]) {
-    uint32_t u = wg[s], v = wg8[s];
-    a[0] = qm_bf16_pair_exact(qm_q8_value(u, 0), qm_q8_value(u, 1));
-    a[1] = qm_bf16_pair_exact(qm_q8_value(v, 0), qm_q8_value(v, 1));
-    a[2] = qm_bf16_pair_exact(qm_q8_value(u, 2), qm_q8_value(u, 3));
-    a[3] = qm_bf16_pair_exact(qm_q8_value(v, 2), qm_q8_value(v, 3));
+    uint32_t u = wg[s] ^ 0x80808080u, v = wg8[s] ^ 0x80808080u;
+    a[0] = qm_bf16_pair_exact(qm_q8_code_value(u, 0), qm_q8_code_value(u, 1));
+    a[1] = qm_bf16_pair_exact(qm_q8_code_value(v, 0), qm_q8_code_value(v, 1));
+    a[2] = qm_bf16_pair_exact(qm_q8_code_value(u, 2), qm_q8_code_value(u, 3));
+    a[3] = qm_bf16_pair_exact(qm_q8_code_value(v, 2), qm_q8_code_value(v, 3));
 }
 
 /* Q8_0 B of step s: x values in order. */
@@ -156,13 +179,22 @@ QM_FN void qm_q8_b(const uint32_t X[4], int s, uint32_t b[2]) {
     b[1] = X[2 * s + 1];
 }
 
-/* acc += mul C + addp S for rows g (c[0], c[1]) and g + 8 (c[2], c[3]). */
+/* acc += mul C + addp S for rows g (c[0], c[1]) and g + 8 (c[2], c[3]):
+ * two FMAs each. */
 QM_FN void qm_acc(float acc[4], const float C[4], const float S[4], float mul_g, float addp_g, float mul_g8,
                   float addp_g8) {
-    acc[0] += mul_g * C[0] + addp_g * S[0];
-    acc[1] += mul_g * C[1] + addp_g * S[1];
-    acc[2] += mul_g8 * C[2] + addp_g8 * S[2];
-    acc[3] += mul_g8 * C[3] + addp_g8 * S[3];
+    acc[0] = fmaf(mul_g, C[0], fmaf(addp_g, S[0], acc[0]));
+    acc[1] = fmaf(mul_g, C[1], fmaf(addp_g, S[1], acc[1]));
+    acc[2] = fmaf(mul_g8, C[2], fmaf(addp_g8, S[2], acc[2]));
+    acc[3] = fmaf(mul_g8, C[3], fmaf(addp_g8, S[3], acc[3]));
+}
+
+/* acc += d C (Q8_0: no offset, no min). */
+QM_FN void qm_acc_scaled(float acc[4], const float C[4], float d_g, float d_g8) {
+    acc[0] = fmaf(d_g, C[0], acc[0]);
+    acc[1] = fmaf(d_g, C[1], acc[1]);
+    acc[2] = fmaf(d_g8, C[2], acc[2]);
+    acc[3] = fmaf(d_g8, C[3], acc[3]);
 }
 
 /* Byte offsets in a block of the lane's two weight words (lane c of its

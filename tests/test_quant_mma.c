@@ -140,12 +140,11 @@ static void warp_stage_q8(const Problem *P, int sb, float acc[32][4]) {
             }
             mma_emulate(C, a, b);
         }
-        float zero[4] = {0};
         for (int L = 0; L < 32; L++) {
             int g = L / 4;
             const uint8_t *dg = P->blocks + g * row_bytes(P) + (size_t)(sb * 8 + j) * 34, *dg8 = dg + 8 * row_bytes(P);
             float d = qm_half((uint32_t)dg[0] | (uint32_t)dg[1] << 8), d8 = qm_half((uint32_t)dg8[0] | (uint32_t)dg8[1] << 8);
-            qm_acc(acc[L], C[L], zero, d, 0.0f, d8, 0.0f);
+            qm_acc_scaled(acc[L], C[L], d, d8);
         }
     }
 }

@@ -1,8 +1,8 @@
 /* attention_common.cuh — device helpers shared by the prefill and decode
  * attention kernels (attention_prefill.cu, attention_decode.cu): the kernel
- * parameter block, tensor-core fragments (mma.sync m16n8k16 bf16 -> fp32,
- * ldmatrix), cp.async, and the paged K/V tile loaders (bf16, and fp8 with
- * its conversion to bf16 in shared memory).
+ * parameter block, tensor-core fragments (mma.sync m16n8k16 bf16 -> fp32
+ * and cp.async come from tensor_core.cuh; ldmatrix here), and the paged K/V
+ * tile loaders (bf16, and fp8 with its conversion to bf16 in shared memory).
  *
  * Fragment layouts (PTX ISA, m16n8k16): lane = 4 * g + t (g = lane / 4,
  * t = lane % 4). A 16x16 row-major: a0 (row g, cols 2t, 2t+1), a1 (row g+8),
@@ -21,6 +21,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <stdint.h>
+
+#include "kernels/cuda/tensor_core.cuh"
 
 #define ATTN_LOG2E 1.4426950408889634f
 
@@ -49,15 +51,6 @@ typedef struct {
                                    attn_row_splits(its tiles, split_tiles) <= n_splits (batch-invariant) */
 } AttnKParams;
 
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-/* 16-byte global -> shared copy; valid == false writes zeros and reads nothing. */
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid) {
-    int n = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 __device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -70,13 +63,6 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t &r0, uint32_t 
                  : "r"(addr));
 }
 
-/* c += A(16x16) B(16x8), bf16 in, fp32 accumulate. */
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);

@@ -65,10 +65,18 @@ int quant_gemv(const QuantMatrix *W, const void *x, bool x_f32, void *y, bool y_
                cudaStream_t s, Err *err);
 
 /* quant_gemv with the kernel chosen, for checks and benchmarks: version 1
- * (one tile of loads ahead, dequantize-then-FMA) or 2 (several tiles of loads
- * in flight, sum-then-scale), rows per warp 1, 2 or 4; 0 = the default. */
+ * (one tile of loads ahead, dequantize-then-FMA), 2 (several tiles of loads
+ * in flight, sum-then-scale; rows per warp 1, 2 or 4, 0 = the default) or 3
+ * (tensor cores, quant_gemv_mma: where quant_gemv_mma_supported, else an
+ * error); version 0 = the default. */
 int quant_gemv_variant(const QuantMatrix *W, const void *x, bool x_f32, void *y, bool y_f32, const float *bias,
                        int T, int version, int rows_per_warp, cudaStream_t s, Err *err);
+
+/* Version 3 (quant_gemv_mma.cu): cp.async stages and mma.sync for Q4_K and
+ * Q8_0 with cols a multiple of 256 and bf16 x (kernels/quant_mma.h). */
+bool quant_gemv_mma_supported(DType t, int64_t cols, bool x_f32);
+int quant_gemv_mma(const QuantMatrix *W, const void *x, void *y, bool y_f32, const float *bias, int T,
+                   cudaStream_t s, Err *err);
 
 /* dst [n_rows][cols] bf16 = rows row0 .. row0+n_rows-1 of W, bit-exact with
  * dequantize_row (kernels/dtype.c) followed by round-to-nearest-even bf16. */

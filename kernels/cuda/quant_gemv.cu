@@ -474,7 +474,7 @@ static int launch_gemv_v(const GemvArgs &a, int version, cudaStream_t s, Err *er
     if (version == 0) version = 2; /* the default (measured faster on the H200): kernels/NOTES.md "quantized GEMV" */
     if (version == 1) return launch_gemv<Q, T, R, 0>(a, s, err);
     if (version == 2) return launch_gemv<Q, T, R, gemv_v2_tiles(Q, R)>(a, s, err);
-    return err_set(err, "quant_gemv: version %d (1 or 2)", version);
+    return err_set(err, "quant_gemv: version %d (1, 2 or 3)", version);
 }
 
 template <int Q, int T>
@@ -509,6 +509,11 @@ int quant_gemv_variant(const QuantMatrix *W, const void *x, bool x_f32, void *y,
     if (quant_matrix_bytes(W->type, W->rows, W->cols, &bytes, err)) return -1;
     if ((uintptr_t)x % 16 || (uintptr_t)W->qs % 16)
         return err_set(err, "quant_gemv: x and the weights must be 16-byte aligned");
+    if (version == 3) {
+        if (T < 1 || T > QUANT_GEMV_MAX_T) return err_set(err, "quant_gemv: %d rows of x (1..%d)", T, QUANT_GEMV_MAX_T);
+        if (x_f32) return err_set(err, "quant_gemv v3: x must be bf16");
+        return quant_gemv_mma(W, x, y, y_f32, bias, T, s, err);
+    }
     GemvArgs a = {(const uint8_t *)W->qs, (const uint8_t *)W->sc, x, y, bias, W->rows, (int)W->cols, 0, 0,
                   x_f32, y_f32};
     a.units = (int)(W->cols / quant_block_elems(W->type) * quant_units_per_block(W->type));

@@ -13,8 +13,9 @@
  *     variants 1, 2, 4; bias on some cases. Big shapes check a spread of rows.
  *   - dequantize to bf16: bit-exact with dequantize_row + fp32_to_bf16 (whole
  *     matrices, and a row range of a big one).
- *   - both kernel versions (quant.cuh: quant_gemv_variant and
- *     quant_dequant_bf16_variant) are checked the same way;
+ *   - every kernel version (quant.cuh: quant_gemv_variant 1, 2 and, for
+ *     Q4_K / Q8_0 with bf16 x, the tensor-core 3; quant_dequant_bf16_variant
+ *     1 and 2) is checked the same way;
  *   - timing (printed, never asserted): each type's GEMV at 4096x14336,
  *     T = 1 and 8, per version and rows per warp, CUDA events, median of 30
  *     over 4 rotating copies (more than the L2), as GB/s of quantized bytes
@@ -178,11 +179,17 @@ static void gemv_checks(Mat *M, const int *Ts, int nT, const int *Rs, int nR) {
     for (int j = 0; j < n_chk; j++)
         dequantize_row(M->type, M->native + rows_chk[j] * row_bytes, w + (int64_t)j * M->cols, M->cols);
     double worst = 0;
-    for (int V = 1; V <= 2; V++)
+    int n_cases = 0;
+    for (int V = 1; V <= 3; V++)
         for (int i = 0; i < nT; i++)
             for (int r = 0; r < nR; r++) {
                 int T = Ts[i], R = Rs[r];
                 bool x_f32 = (T + R + V) % 2, y_bf16 = T == 3 && R == 2, bias = T % 3 == 1;
+                if (V == 3) { /* tensor cores: bf16 x only, no rows-per-warp choice */
+                    if (r > 0 || !quant_gemv_mma_supported(M->type, M->cols, false)) continue;
+                    x_f32 = false, y_bf16 = T == 3;
+                }
+                n_cases++;
                 double e = gemv_case(M, T, V, R, x_f32, !y_bf16, bias, rows_chk, n_chk, w);
                 double tol = y_bf16 ? 1e-2 : 1e-3;
                 CHECK(e <= tol, "%s [%lld][%lld] T=%d v%d R=%d x %s y %s: rel err %.3g > %g", info->name,
@@ -190,8 +197,8 @@ static void gemv_checks(Mat *M, const int *Ts, int nT, const int *Rs, int nR) {
                       e, tol);
                 if (!y_bf16 && e > worst) worst = e;
             }
-    printf("# gemv %-5s [%5lld][%5lld] %d cases (v1, v2), worst fp32 rel err %.2e\n", info->name, (long long)M->rows,
-           (long long)M->cols, 2 * nT * nR, worst);
+    printf("# gemv %-5s [%5lld][%5lld] %d cases (v1, v2%s), worst fp32 rel err %.2e\n", info->name, (long long)M->rows,
+           (long long)M->cols, n_cases, quant_gemv_mma_supported(M->type, M->cols, false) ? ", v3" : "", worst);
     free(w);
     free(rows_chk);
 }
@@ -263,6 +270,14 @@ static void test_refused(void) {
     CHECK(quant_matrix_bytes(DT_Q4_K, 8, 300, &b, &err) == -1, "Q4_K with 300 columns accepted");
     CHECK(quant_matrix_bytes(DT_Q2_K, 8, 256, &b, &err) == -1, "Q2_K accepted");
     CHECK(quant_matrix_bytes(DT_Q8_0, 8, 64, &b, &err) == 0 && b >= 8 * 68, "Q8_0 8x64: %zu bytes", b);
+    /* version 3 only where quant_gemv_mma_supported; refused before any launch (no pointers needed) */
+    CHECK(quant_gemv_mma_supported(DT_Q4_K, 4096, false) && quant_gemv_mma_supported(DT_Q8_0, 512, false),
+          "Q4_K / Q8_0 with bf16 x");
+    CHECK(!quant_gemv_mma_supported(DT_Q4_0, 4096, false) && !quant_gemv_mma_supported(DT_Q8_0, 96, false) &&
+              !quant_gemv_mma_supported(DT_Q4_K, 4096, true),
+          "Q4_0, 96 columns or fp32 x taken by v3");
+    QuantMatrix q40 = {DT_Q4_0, 16, 4096, NULL, NULL};
+    CHECK(quant_gemv_mma(&q40, NULL, NULL, false, NULL, 1, 0, &err) == -1 && strstr(err.msg, "v3"), "'%s'", err.msg);
 }
 
 /* ---- timing ---- */
@@ -329,12 +344,13 @@ static void test_timing(void) {
         for (int k = 0; k < 4; k++) ok = ok && !mat_build(&c[k], TYPES[i], rows, cols);
         if (!ok) continue;
         double qbytes = (double)rows * (double)dtype_row_bytes(TYPES[i], cols);
-        for (int V = 1; V <= 2; V++)
+        for (int V = 1; V <= 3; V++)
         for (int R = 0; R <= 4; R = R ? 2 * R : 1) {
+            if (V == 3 && (R > 0 || !quant_gemv_mma_supported(TYPES[i], cols, false))) continue;
             TimeCtx t1 = {x, y, 1, V, R, NULL}, t8 = {x, y, 8, V, R, NULL}, td = {0, 0, 0, V, 0, dst};
             float u1 = median_us(c, run_gemv, &t1), u8 = median_us(c, run_gemv, &t8);
             char dq[64] = "";
-            if (R == 0) {
+            if (R == 0 && V <= 2) {
                 float ud = median_us(c, run_dequant, &td);
                 double b = qbytes + (double)rows * cols * 2;
                 snprintf(dq, sizeof dq, "%8.1f %6.0f %5.1f%%", ud, b / ud * 1e-3, 100 * b / (ud * 1e-6) / COPY_BW);

@@ -1,0 +1,304 @@
+/* quant_gemv_mma.cu — quant_gemv version 3: the quantized matrix x few
+ * vectors product on tensor cores, for Q4_K and Q8_0 (the types of the
+ * decode benchmark), bf16 x, columns a multiple of 256.
+ *
+ * Why (kernels/NOTES.md "quantized GEMV"): v2 issues ~5-6 instructions per
+ * 4-bit weight and holds its loads in registers, so its warps alternate
+ * between waiting and computing and Q4_K streams at 20% of the bandwidth.
+ * Here:
+ *   - the weights travel global -> shared memory by cp.async, several
+ *     stages ahead per warp, so loads stay in flight while the warp
+ *     computes (no registers held, no block-wide barrier in the loop);
+ *   - a weight costs about one integer op: kernels/quant_mma.h turns nibble
+ *     pairs into bf16 pairs (128 + code) for mma.sync m16n8k16, and the
+ *     multiply-adds for all T x rows are the mma's; per sub-block an mma
+ *     with A = ones gives sum(x), which removes the 128 and applies the min
+ *     (the CPU test tests/test_quant_mma.c replays this mapping).
+ * Work split: a block = 8 warps over 16 x MT rows (MT = 2 from T = 4, so x
+ * is read from shared memory half as often per weight); warp w takes the
+ * 256-value stages w, w + 8, ... of those rows (split-K), and the 8 partial
+ * sums are added in a fixed order at the end (deterministic).
+ * Shared memory of a stage: the rows' bytes (Q4_K: the 144-byte block, row
+ * stride 160; Q8_0: 8 x 32 qs bytes then the 8 fp16 scales, stride 288:
+ * both strides are 32 mod 128 bytes, so the 8-byte weight reads of a
+ * half-warp hit 32 different banks), then T rows of 256 x values (stride
+ * 576: a quarter-warp's 16-byte x reads hit distinct banks). Q4_K also keeps
+ * a per-warp table of the stage's decoded (mul, add - 128 mul) pairs.
+ */
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/quant.cuh"
+#include "kernels/cuda/quant_layout.cuh"
+#include "kernels/cuda/tensor_core.cuh"
+#include "kernels/quant_mma.h"
+
+#define QM_WARPS 8
+#define QM_BLOCK_SMEM (110 * 1024) /* two blocks per SM (228 KB) where the stages allow */
+#define QM_X_STRIDE 576            /* bytes per x row of a stage */
+#define QM_SCL_STRIDE 9            /* float2 per row of the Q4_K scale table: 8 + 1 of padding (no bank conflicts) */
+
+static __host__ __device__ constexpr int qm_mt(int t) { return t >= 4 ? 2 : 1; }
+static __host__ __device__ constexpr int qm_row_stride(int q) { return q == DT_Q4_K ? 160 : 288; }
+static __host__ __device__ constexpr int qm_stage_bytes(int q, int t) {
+    return 16 * qm_mt(t) * qm_row_stride(q) + t * QM_X_STRIDE;
+}
+static __host__ __device__ constexpr int qm_scl_bytes(int q, int t) {
+    return q == DT_Q4_K ? 16 * qm_mt(t) * QM_SCL_STRIDE * 8 : 0;
+}
+static __host__ __device__ constexpr int qm_stages(int q, int t) {
+    return (QM_BLOCK_SMEM / QM_WARPS - qm_scl_bytes(q, t)) / qm_stage_bytes(q, t) < 2   ? 2
+           : (QM_BLOCK_SMEM / QM_WARPS - qm_scl_bytes(q, t)) / qm_stage_bytes(q, t) > 4 ? 4
+           : (QM_BLOCK_SMEM / QM_WARPS - qm_scl_bytes(q, t)) / qm_stage_bytes(q, t);
+}
+static __host__ __device__ constexpr int qm_warp_bytes(int q, int t) {
+    return qm_stages(q, t) * qm_stage_bytes(q, t) + qm_scl_bytes(q, t);
+}
+
+typedef struct {
+    const uint8_t *qs, *sc;
+    const __nv_bfloat16 *x;
+    void *y;
+    const float *bias;
+    int64_t rows;
+    int cols;
+    bool y_f32;
+} MmaArgs;
+
+/* Starts the copies of stage sb (values 256 sb .. 256 sb + 255) of the
+ * block's 16 MT rows (past the last row: the last row again, never stored)
+ * and of the T x rows into st. Offsets within the block's rows are 32-bit
+ * (a block's rows span < 2^32 bytes); w0 = the block's first row in the qs
+ * plane, s0 in the sc plane. */
+template <int Q, int T>
+static __device__ __forceinline__ void qm_stage_load(uint8_t *st, const MmaArgs &a, const uint8_t *w0,
+                                                     const uint8_t *s0, int last_r, int sb, int lane) {
+    constexpr int ROWS = 16 * qm_mt(T), RS = qm_row_stride(Q);
+    const uint32_t row_bytes = (uint32_t)(a.cols / QM_SB) * (Q == DT_Q4_K ? 144u : 256u);
+    const uint32_t dst = smem_u32(st);
+    if (Q == DT_Q4_K) { /* 9 chunks of the 144-byte block per row */
+        const uint8_t *src = w0 + (int64_t)sb * 144;
+#pragma unroll
+        for (int it = 0; it < (ROWS * 9 + 31) / 32; it++) {
+            int i = it * 32 + lane, r = i / 9, ch = i - 9 * r;
+            if (i < ROWS * 9) cp_async16(dst + r * RS + ch * 16, src + min(r, last_r) * row_bytes + ch * 16, true);
+        }
+    } else { /* 16 chunks of quants per row, then the 8 scales (16 bytes) */
+        const uint8_t *src = w0 + (int64_t)sb * 256, *ssrc = s0 + (int64_t)sb * 16;
+#pragma unroll
+        for (int it = 0; it < ROWS * 16 / 32; it++) {
+            int i = it * 32 + lane, r = i / 16, ch = i % 16;
+            cp_async16(dst + r * RS + ch * 16, src + min(r, last_r) * row_bytes + ch * 16, true);
+        }
+        for (int r = lane; r < ROWS; r += 32) cp_async16(dst + r * RS + 256, ssrc + min(r, last_r) * (row_bytes / 16), true);
+    }
+    const __nv_bfloat16 *x = a.x + (int64_t)sb * QM_SB + lane * 8;
+#pragma unroll
+    for (int t = 0; t < T; t++) cp_async16(dst + ROWS * RS + t * QM_X_STRIDE + lane * 16, x + (int64_t)t * a.cols, true);
+}
+
+/* The lane's 8 x values of sub-block (block) j, as 4 bf16 pairs; zeros for
+ * the lanes of the C columns t >= T, which are never stored. */
+template <int T>
+static __device__ __forceinline__ void qm_lane_x(const uint8_t *xs, int j, int lane, uint32_t X[4]) {
+    int g = lane / 4, c = lane % 4;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (g < T) v = *reinterpret_cast<const uint4 *>(xs + g * QM_X_STRIDE + 2 * qm_x_off(j, c));
+    X[0] = v.x, X[1] = v.y, X[2] = v.z, X[3] = v.w;
+}
+
+/* The lane's two words of rows g and g + 8 of m-tile m at byte offset off of a row. */
+template <int Q>
+static __device__ __forceinline__ void qm_lane_words(const uint8_t *st, int m, int off, int lane, uint32_t wg[2],
+                                                     uint32_t wg8[2]) {
+    const uint8_t *p = st + (16 * m + lane / 4) * qm_row_stride(Q) + off;
+    uint2 u = *reinterpret_cast<const uint2 *>(p), v = *reinterpret_cast<const uint2 *>(p + 8 * qm_row_stride(Q));
+    wg[0] = u.x, wg[1] = u.y, wg8[0] = v.x, wg8[1] = v.y;
+}
+
+/* Q4_K: every row's (mul, add - 128 mul) of the stage into scl; lane pair
+ * (2r, 2r + 1) decodes the two halves of row r's header. */
+template <int MT>
+static __device__ __forceinline__ void qm_q4k_stage_scales(const uint8_t *st, float2 *scl, int lane) {
+#pragma unroll
+    for (int m = 0; m < MT; m++) {
+        int r = 16 * m + lane / 2, half = lane % 2;
+        uint4 h = *reinterpret_cast<const uint4 *>(st + r * qm_row_stride(DT_Q4_K));
+        uint32_t hdr[4] = {h.x, h.y, h.z, h.w};
+        float mul[4], addp[4];
+        qm_q4k_scales(hdr, half, mul, addp);
+#pragma unroll
+        for (int k = 0; k < 4; k++) scl[r * QM_SCL_STRIDE + 4 * half + k] = make_float2(mul[k], addp[k]);
+    }
+}
+
+template <int T>
+static __device__ __forceinline__ void qm_stage_q4k(float (*acc)[4], const uint8_t *st, float2 *scl, int lane) {
+    constexpr int MT = qm_mt(T);
+    const uint8_t *xs = st + 16 * MT * qm_row_stride(DT_Q4_K);
+    const uint32_t ones[4] = {QM_BF16_ONES, QM_BF16_ONES, QM_BF16_ONES, QM_BF16_ONES};
+    const int g = lane / 4, c = lane % 4;
+    qm_q4k_stage_scales<MT>(st, scl, lane);
+    __syncwarp();
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        uint32_t wg[MT][2], wg8[MT][2];
+#pragma unroll
+        for (int m = 0; m < MT; m++) qm_lane_words<DT_Q4_K>(st, m, qm_q4k_word_off(q, c), lane, wg[m], wg8[m]);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int j = 2 * q + h;
+            uint32_t X[4], b0[2], b1[2];
+            qm_lane_x<T>(xs, j, lane, X);
+            qm_q4k_b(X, 0, b0);
+            qm_q4k_b(X, 1, b1);
+            float S[4] = {0.f, 0.f, 0.f, 0.f};
+            mma_bf16(S, ones, b0[0], b0[1]);
+            mma_bf16(S, ones, b1[0], b1[1]);
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                float C[4] = {0.f, 0.f, 0.f, 0.f};
+                uint32_t a[4];
+                qm_q4k_a(wg[m], wg8[m], 0, h, a);
+                mma_bf16(C, a, b0[0], b0[1]);
+                qm_q4k_a(wg[m], wg8[m], 1, h, a);
+                mma_bf16(C, a, b1[0], b1[1]);
+                float2 sg = scl[(16 * m + g) * QM_SCL_STRIDE + j], sg8 = scl[(16 * m + g + 8) * QM_SCL_STRIDE + j];
+                qm_acc(acc[m], C, S, sg.x, sg.y, sg8.x, sg8.y);
+            }
+        }
+    }
+    __syncwarp(); /* the scale table is rewritten by the next stage */
+}
+
+template <int T>
+static __device__ __forceinline__ void qm_stage_q8(float (*acc)[4], const uint8_t *st, int lane) {
+    constexpr int MT = qm_mt(T), RS = qm_row_stride(DT_Q8_0);
+    const uint8_t *xs = st + 16 * MT * RS;
+    const int g = lane / 4, c = lane % 4;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        uint32_t X[4], b0[2], b1[2];
+        qm_lane_x<T>(xs, j, lane, X);
+        qm_q8_b(X, 0, b0);
+        qm_q8_b(X, 1, b1);
+#pragma unroll
+        for (int m = 0; m < MT; m++) {
+            uint32_t wg[2], wg8[2], a[4];
+            qm_lane_words<DT_Q8_0>(st, m, qm_q8_word_off(j, c), lane, wg, wg8);
+            float C[4] = {0.f, 0.f, 0.f, 0.f};
+            qm_q8_a(wg, wg8, 0, a);
+            mma_bf16(C, a, b0[0], b0[1]);
+            qm_q8_a(wg, wg8, 1, a);
+            mma_bf16(C, a, b1[0], b1[1]);
+            const uint8_t *dg = st + (16 * m + g) * RS + 256 + 2 * j;
+            float d = qm_half(*reinterpret_cast<const unsigned short *>(dg));
+            float d8 = qm_half(*reinterpret_cast<const unsigned short *>(dg + 8 * RS));
+            qm_acc_scaled(acc[m], C, d, d8);
+        }
+    }
+}
+
+/* The 8 warps' partial sums of the block's rows, added in warp order, plus
+ * the bias, stored as y[t][row]. red: [warps][rows][8] floats. */
+template <int T>
+static __device__ __forceinline__ void qm_reduce_store(float *red, const float (*acc)[4], const MmaArgs &a,
+                                                       int64_t row0) {
+    constexpr int MT = qm_mt(T), ROWS = 16 * MT;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int r = 0; r < 4; r++) red[(warp * ROWS + 16 * m + g + 8 * (r / 2)) * 8 + 2 * c + r % 2] = acc[m][r];
+    __syncthreads();
+    for (int i = threadIdx.x; i < ROWS * T; i += blockDim.x) {
+        int r = i / T, t = i % T;
+        int64_t row = row0 + r;
+        if (row >= a.rows) continue;
+        float s = 0.f;
+#pragma unroll
+        for (int w = 0; w < QM_WARPS; w++) s += red[(w * ROWS + r) * 8 + t];
+        if (a.bias) s += a.bias[row];
+        if (a.y_f32) ((float *)a.y)[t * a.rows + row] = s;
+        else ((__nv_bfloat16 *)a.y)[t * a.rows + row] = __float2bfloat16_rn(s);
+    }
+}
+
+template <int Q, int T>
+__global__ void __launch_bounds__(QM_WARPS * 32) kernel_quant_gemv_mma(MmaArgs a) {
+    constexpr int MT = qm_mt(T), S = qm_stages(Q, T), STAGE = qm_stage_bytes(Q, T);
+    extern __shared__ __align__(16) uint8_t qm_smem[];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    uint8_t *ring = qm_smem + warp * qm_warp_bytes(Q, T);
+    float2 *scl = reinterpret_cast<float2 *>(ring + S * STAGE);
+    const int64_t row0 = (int64_t)blockIdx.x * 16 * MT;
+    const int nsb = a.cols / QM_SB, n_my = warp < nsb ? (nsb - warp + QM_WARPS - 1) / QM_WARPS : 0;
+    const int last_r = (int)min((int64_t)16 * MT, a.rows - row0) - 1;
+    const uint8_t *w0 = a.qs + row0 * nsb * (Q == DT_Q4_K ? 144 : 256), *s0 = a.sc ? a.sc + row0 * nsb * 16 : NULL;
+    float acc[MT][4];
+#pragma unroll
+    for (int m = 0; m < MT; m++) acc[m][0] = acc[m][1] = acc[m][2] = acc[m][3] = 0.f;
+#pragma unroll
+    for (int i = 0; i < S - 1; i++) { /* prologue: S - 1 stages in flight */
+        if (i < n_my) qm_stage_load<Q, T>(ring + i * STAGE, a, w0, s0, last_r, warp + i * QM_WARPS, lane);
+        cp_async_commit();
+    }
+    for (int i = 0; i < n_my; i++) {
+        int next = i + S - 1; /* into the slot computed last iteration (the __syncwarp below) */
+        if (next < n_my) qm_stage_load<Q, T>(ring + (next % S) * STAGE, a, w0, s0, last_r, warp + next * QM_WARPS, lane);
+        cp_async_commit();
+        cp_async_wait<S - 1>(); /* this lane's copies of stage i have landed ... */
+        __syncwarp();           /* ... and every lane's */
+        const uint8_t *st = ring + (i % S) * STAGE;
+        if (Q == DT_Q4_K) qm_stage_q4k<T>(acc, st, scl, lane);
+        else qm_stage_q8<T>(acc, st, lane);
+        __syncwarp();
+    }
+    cp_async_wait<0>();
+    __syncthreads(); /* every warp is done with its ring: it becomes the reduction buffer */
+    qm_reduce_store<T>(reinterpret_cast<float *>(qm_smem), acc, a, row0);
+}
+
+template <int Q, int T>
+static int launch_mma(const MmaArgs &a, cudaStream_t s, Err *err) {
+    constexpr int smem = QM_WARPS * qm_warp_bytes(Q, T), rows = 16 * qm_mt(T);
+    static_assert(smem >= QM_WARPS * rows * 8 * 4, "the reduction buffer fits in the rings");
+    static_assert(smem <= 227 * 1024, "shared memory of one block");
+    CUDA_CHECK(cudaFuncSetAttribute(kernel_quant_gemv_mma<Q, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+               err);
+    int64_t blocks = (a.rows + rows - 1) / rows;
+    kernel_quant_gemv_mma<Q, T><<<(unsigned)blocks, QM_WARPS * 32, smem, s>>>(a);
+    CUDA_CHECK(cudaGetLastError(), err);
+    return 0;
+}
+
+template <int Q>
+static int launch_mma_t(const MmaArgs &a, int T, cudaStream_t s, Err *err) {
+    switch (T) {
+    case 1: return launch_mma<Q, 1>(a, s, err);
+    case 2: return launch_mma<Q, 2>(a, s, err);
+    case 3: return launch_mma<Q, 3>(a, s, err);
+    case 4: return launch_mma<Q, 4>(a, s, err);
+    case 5: return launch_mma<Q, 5>(a, s, err);
+    case 6: return launch_mma<Q, 6>(a, s, err);
+    case 7: return launch_mma<Q, 7>(a, s, err);
+    case 8: return launch_mma<Q, 8>(a, s, err);
+    default: return err_set(err, "quant_gemv v3: %d rows of x (1..%d)", T, QUANT_GEMV_MAX_T);
+    }
+}
+
+bool quant_gemv_mma_supported(DType t, int64_t cols, bool x_f32) {
+    return (t == DT_Q4_K || t == DT_Q8_0) && cols % QM_SB == 0 && !x_f32;
+}
+
+int quant_gemv_mma(const QuantMatrix *W, const void *x, void *y, bool y_f32, const float *bias, int T,
+                   cudaStream_t s, Err *err) {
+    if (!quant_gemv_mma_supported(W->type, W->cols, false))
+        return err_set(err, "quant_gemv v3: type %d with %lld columns (Q4_K or Q8_0, a multiple of %d)", (int)W->type,
+                       (long long)W->cols, QM_SB);
+    if ((uintptr_t)x % 16 || (uintptr_t)W->qs % 16 || (W->sc && (uintptr_t)W->sc % 16))
+        return err_set(err, "quant_gemv v3: x and the weight planes must be 16-byte aligned");
+    MmaArgs a = {(const uint8_t *)W->qs, (const uint8_t *)W->sc, (const __nv_bfloat16 *)x, y, bias, W->rows,
+                 (int)W->cols, y_f32};
+    return W->type == DT_Q4_K ? launch_mma_t<DT_Q4_K>(a, T, s, err) : launch_mma_t<DT_Q8_0>(a, T, s, err);
+}
