@@ -65,16 +65,6 @@
 #define QM_SB 256            /* values of a stage: a Q4_K block, eight Q8_0 blocks */
 #define QM_BF16_ONES 0x3f803f80u /* two bf16 1.0: the A of the sum-of-x mma */
 
-QM_FN float qm_f32(uint32_t b) {
-#ifdef __CUDA_ARCH__
-    return __uint_as_float(b);
-#else
-    float f;
-    memcpy(&f, &b, 4);
-    return f;
-#endif
-}
-
 QM_FN uint32_t qm_bits(float f) {
 #ifdef __CUDA_ARCH__
     return __float_as_uint(f);
@@ -142,13 +132,13 @@ QM_FN void qm_q4k_scales(const uint32_t hdr[4], int half, float mul[4], float ad
     }
 }
 
-/* Byte p of code (int8 q + 128) -> q as a float, exact: 2^23 + code read
- * as a float, minus 2^23 + 128. On the GPU one byte permute builds it. */
+/* Byte p of code (int8 q + 128) -> q as a float, exact. On the GPU one
+ * byte permute and one add: 2^23 + code read as a float, minus 2^23 + 128. */
 QM_FN float qm_q8_code_value(uint32_t code, int p) {
 #ifdef __CUDA_ARCH__
     return __uint_as_float(__byte_perm(code, 0x4b000000u, 0x7650u + (unsigned)p)) - 8388736.0f;
 #else
-    return qm_f32(0x4b000000u | (code >> (8 * p) & 0xffu)) - 8388736.0f;
+    return (float)((int)(code >> (8 * p) & 0xffu) - 128);
 #endif
 }
 

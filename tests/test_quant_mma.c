@@ -197,29 +197,20 @@ static double run_warp(const Problem *P) {
     return sqrt(d2 / (r2 > 0 ? r2 : 1));
 }
 
-static void test_q4k(void) {
-    const int Ts[] = {1, 2, 5, 8};
-    for (int i = 0; i < 4; i++) {
+/* Random problems of type t at each T: the emulated warp against dequantize_row. */
+static void check_type(DType t, const int *Ts, int n_T, int n_sb) {
+    for (int i = 0; i < n_T; i++) {
         Problem P;
-        problem_init(&P, DT_Q4_K, Ts[i], 3);
+        problem_init(&P, t, Ts[i], n_sb);
         double e = run_warp(&P);
-        printf("# Q4_K T=%d 16 x %d: rel err %.2e\n", Ts[i], cols_of(&P), e);
-        CHECK(e <= 1e-5, "Q4_K T=%d: rel err %.3g", Ts[i], e);
+        printf("# %s T=%d 16 x %d: rel err %.2e\n", dtype_info(t)->name, Ts[i], cols_of(&P), e);
+        CHECK(e <= 1e-5, "%s T=%d: rel err %.3g", dtype_info(t)->name, Ts[i], e);
         problem_free(&P);
     }
 }
 
-static void test_q8_0(void) {
-    const int Ts[] = {1, 3, 8};
-    for (int i = 0; i < 3; i++) {
-        Problem P;
-        problem_init(&P, DT_Q8_0, Ts[i], 2);
-        double e = run_warp(&P);
-        printf("# Q8_0 T=%d 16 x %d: rel err %.2e\n", Ts[i], cols_of(&P), e);
-        CHECK(e <= 1e-5, "Q8_0 T=%d: rel err %.3g", Ts[i], e);
-        problem_free(&P);
-    }
-}
+static void test_q4k(void) { check_type(DT_Q4_K, (const int[]){1, 2, 5, 8}, 4, 3); }
+static void test_q8_0(void) { check_type(DT_Q8_0, (const int[]){1, 3, 8}, 3, 2); }
 
 /* The harness can fail: B in plain order against Q4_K's permuted A. */
 static void test_control_wrong_order(void) {
