@@ -263,6 +263,8 @@ static void test_refused(void) {
     CHECK(quant_matrix_bytes(DT_Q4_K, 8, 300, &b, &err) == -1, "Q4_K with 300 columns accepted");
     CHECK(quant_matrix_bytes(DT_Q2_K, 8, 256, &b, &err) == -1, "Q2_K accepted");
     CHECK(quant_matrix_bytes(DT_Q8_0, 8, 64, &b, &err) == 0 && b >= 8 * 68, "Q8_0 8x64: %zu bytes", b);
+    for (int t = 0; t < DT_COUNT; t++) /* the CPU-side copy of the list (stage sizes) */
+        CHECK(quant_type_supported((DType)t) == dtype_gpu_keeps_blocks((DType)t), "type %d: lists disagree", t);
 }
 
 /* ---- timing ---- */
