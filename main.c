@@ -13,6 +13,7 @@
 #include "engine/quantize_cmd.h"
 #include "engine/chat.h"
 #include "engine/runtime.h"
+#include "model/dummy.h"
 #include "model/info.h"
 #include "model/model.h"
 #include "parallel/stage_plan.h"
@@ -23,12 +24,16 @@
 
 /* ---------- option parsing ---------- */
 
-typedef enum { OPT_FLAG, OPT_INT, OPT_FLOAT, OPT_STR } OptKind;
+/* OPT_FLAG_VALUE: a flag that may carry a value written with '='
+ * ("--dummy-weights" stores "", "--dummy-weights=q4_k" stores "q4_k"); the
+ * next argument is never taken as its value. Every long option with a value
+ * may also be written --name=VALUE. */
+typedef enum { OPT_FLAG, OPT_INT, OPT_FLOAT, OPT_STR, OPT_FLAG_VALUE } OptKind;
 typedef struct {
     const char *lng;      /* "--model" */
     const char *shrt;     /* "-m" or NULL */
     OptKind kind;
-    void *dest;           /* bool* / int* / float* / const char** */
+    void *dest;           /* bool* / int* / float* / const char** (OPT_STR, OPT_FLAG_VALUE) */
     const char *help;
 } Opt;
 
@@ -54,7 +59,7 @@ static void print_opts(FILE *out, const Opt *opts) {
     for (const Opt *o = opts; o->lng; o++) {
         char left[64];
         snprintf(left, sizeof left, "%s%s%s%s", o->shrt ? o->shrt : "", o->shrt ? ", " : "", o->lng,
-                 o->kind == OPT_FLAG ? "" : o->kind == OPT_STR ? " S" : " N");
+                 o->kind == OPT_FLAG ? "" : o->kind == OPT_FLAG_VALUE ? "[=S]" : o->kind == OPT_STR ? " S" : " N");
         fprintf(out, "  %-26s %s\n", left, o->help);
     }
 }
@@ -79,21 +84,29 @@ static int parse_opts(const char *cmd, const char *usage, int argc, char **argv,
             pos[(*n_pos)++] = a;
             continue;
         }
+        const char *eq = a[1] == '-' ? strchr(a, '=') : NULL; /* --name=VALUE */
+        size_t len = eq ? (size_t)(eq - a) : strlen(a);
         const Opt *o = opts;
         for (; o->lng; o++)
-            if (!strcmp(a, o->lng) || (o->shrt && !strcmp(a, o->shrt))) break;
+            if ((strlen(o->lng) == len && !strncmp(a, o->lng, len)) || (!eq && o->shrt && !strcmp(a, o->shrt))) break;
         if (!o->lng) {
-            fprintf(stderr, "cllm %s: unknown option '%s' (see cllm %s --help)\n", cmd, a, cmd);
+            fprintf(stderr, "cllm %s: unknown option '%.*s' (see cllm %s --help)\n", cmd, (int)len, a, cmd);
+            return 2;
+        }
+        if (eq && (o->kind == OPT_FLAG || !eq[1])) {
+            fprintf(stderr, "cllm %s: option %s %s (got '%s')\n", cmd, o->lng,
+                    o->kind == OPT_FLAG ? "takes no value" : "needs a value after '='", a);
             return 2;
         }
         if (o->kind == OPT_FLAG) { *(bool *)o->dest = true; continue; }
-        if (i + 1 >= argc) {
+        if (o->kind == OPT_FLAG_VALUE) { *(const char **)o->dest = eq ? eq + 1 : ""; continue; }
+        if (!eq && i + 1 >= argc) {
             fprintf(stderr, "cllm %s: option %s needs a value\n", cmd, a);
             return 2;
         }
-        const char *v = argv[++i];
+        const char *v = eq ? eq + 1 : argv[++i];
         if (o->kind == OPT_STR) *(const char **)o->dest = v;
-        else if (parse_number(cmd, a, v, o->kind, o->dest)) return 2;
+        else if (parse_number(cmd, eq ? o->lng : a, v, o->kind, o->dest)) return 2;
     }
     return 0;
 }
@@ -104,6 +117,22 @@ static int parse_kv_dtype(const char *cmd, const char *name, KVDtype *t) {
     fprintf(stderr, "cllm %s: --kv-dtype '%s': expected one of %s\n", cmd, name, KV_DTYPE_NAMES);
     return 2;
 }
+
+/* --dummy-weights[=TYPE] (OPT_FLAG_VALUE: NULL when absent, "" without a
+ * type: bf16) into *on and *type; 2 (after saying why) for a type cllm does
+ * not make. */
+static int parse_dummy_weights(const char *cmd, const char *arg, bool *on, DType *type) {
+    Err err = {{0}};
+    if (!arg) return 0;
+    *on = true;
+    if (!*arg) { *type = DT_BF16; return 0; }
+    if (dummy_type_parse(arg, type, &err) == 0) return 0;
+    fprintf(stderr, "cllm %s: %s\n", cmd, err.msg);
+    return 2;
+}
+
+#define DUMMY_HELP "random weights instead of reading them (a folder with config.json + tokenizer.json; " \
+                   "benchmarks); =TYPE: the matrices in " DUMMY_TYPE_NAMES " (default bf16)"
 
 #define KV_DTYPE_HELP "KV cache elements: bf16 (default; fp32 on the CPU) or fp8 (e4m3, a scale per token and KV head)"
 
@@ -146,7 +175,8 @@ static int default_model_path(char *out, size_t cap) {
     return 0;
 }
 
-static int load_model(const char *cmd, const char *path, int flags, Model *m) {
+/* model_load, or model_load_dummy in dummy_type with MODEL_LOAD_DUMMY_WEIGHTS */
+static int load_model(const char *cmd, const char *path, int flags, DType dummy_type, Model *m) {
     char def[PATH_MAX];
     if (!path) {
         int rc = default_model_path(def, sizeof def);
@@ -154,7 +184,8 @@ static int load_model(const char *cmd, const char *path, int flags, Model *m) {
         path = def;
     }
     Err err = {{0}};
-    if (model_load(m, path, flags, &err)) {
+    if ((flags & MODEL_LOAD_DUMMY_WEIGHTS ? model_load_dummy(m, path, flags, dummy_type, &err)
+                                          : model_load(m, path, flags, &err))) {
         fprintf(stderr, "cllm %s: %s\n", cmd, err.msg);
         return 2;
     }
@@ -184,7 +215,8 @@ static int cmd_info(int argc, char **argv) {
     const char *model = NULL;
     bool tensors = false, dummy = false;
     int kv_tokens = 0, pp = 0;
-    const char *pp_split = NULL, *kv_name = NULL;
+    const char *pp_split = NULL, *kv_name = NULL, *dummy_arg = NULL;
+    DType dummy_type = DT_BF16;
     KVDtype kv_dtype = KV_DTYPE_BF16;
     const Opt opts[] = {
         {"--model", "-m", OPT_STR, &model, "model file or folder (also as the first argument)"},
@@ -193,16 +225,19 @@ static int cmd_info(int argc, char **argv) {
         {"--kv-dtype", NULL, OPT_STR, &kv_name, "KV cache elements to size: bf16 (default) or fp8"},
         {"--pp", NULL, OPT_INT, &pp, "show the split into N pipeline stages and the memory per GPU"},
         {"--pp-split", NULL, OPT_STR, &pp_split, "layers per stage, comma-separated (default: balanced by bytes)"},
-        {"--dummy-weights", NULL, OPT_FLAG, &dummy, "a folder with config.json only: the shapes, no weights read"},
+        {"--dummy-weights", NULL, OPT_FLAG_VALUE, &dummy_arg,
+         "a folder with config.json only: the shapes, no weights read; =TYPE: the matrices in " DUMMY_TYPE_NAMES},
         {0},
     };
     const char *pos[1];
     int n_pos, rc = parse_opts("info", "info [MODEL] [options]", argc, argv, opts, pos, 1, &n_pos);
     if (rc) return rc == 1 ? 0 : rc;
-    if ((rc = parse_kv_dtype("info", kv_name, &kv_dtype))) return rc;
+    if ((rc = parse_kv_dtype("info", kv_name, &kv_dtype)) ||
+        (rc = parse_dummy_weights("info", dummy_arg, &dummy, &dummy_type)))
+        return rc;
     if (n_pos) model = pos[0];
     Model m;
-    if ((rc = load_model("info", model, dummy ? MODEL_LOAD_DUMMY_WEIGHTS : 0, &m))) return rc;
+    if ((rc = load_model("info", model, dummy ? MODEL_LOAD_DUMMY_WEIGHTS : 0, dummy_type, &m))) return rc;
     const char *tmpl = tokenizer_chat_template(m.tok);
     char family[96];
     snprintf(family, sizeof family, "%s%s", chat_family_name(tmpl ? chat_template_detect(tmpl) : chat_template_guess(m.tok)),
@@ -253,7 +288,7 @@ static int cmd_tokenize(int argc, char **argv) {
         len = strlen(text);
     }
     Model m;
-    if ((rc = load_model("tokenize", model, 0, &m))) { free(text); return rc; }
+    if ((rc = load_model("tokenize", model, 0, DT_BF16, &m))) { free(text); return rc; }
     TokenIds ids = {0};
     Err err = {{0}};
     if (tokenizer_encode(m.tok, text ? text : "", len, !no_special, !no_bos && tokenizer_add_bos(m.tok), &ids, &err)) {
@@ -299,7 +334,7 @@ static int cmd_tokenize(int argc, char **argv) {
     {"--ignore-eos", NULL, OPT_FLAG, &(o)->ignore_eos, "keep generating past end-of-text tokens"},            \
     {"--host-sampling", NULL, OPT_FLAG, &(o)->host_sampling, "draw tokens on the CPU even where the GPU could"}, \
     {"--bf16-weights", NULL, OPT_FLAG, &(o)->bf16_weights, "GPU: dequantize quantized weights to bf16 at load"}, \
-    {"--dummy-weights", NULL, OPT_FLAG, &(o)->dummy_weights, "random weights instead of reading them (a folder with config.json + tokenizer.json; benchmarks)"}, \
+    {"--dummy-weights", NULL, OPT_FLAG_VALUE, &dummy, DUMMY_HELP},                                            \
     {"--rank", NULL, OPT_INT, &(o)->rank, "multi-process pipeline: this process's stage (default: OMPI_COMM_WORLD_RANK / PMI_RANK)"}, \
     {"--world-size", NULL, OPT_INT, &(o)->world_size, "multi-process pipeline: processes = stages (default: OMPI_COMM_WORLD_SIZE / PMI_SIZE)"}, \
     {"--master", NULL, OPT_STR, &(o)->master, "multi-process pipeline: ADDR:PORT where the last rank listens (default: CLLM_MASTER)"}, \
@@ -326,12 +361,14 @@ static int cmd_chat(int argc, char **argv) {
     RunOptions o;
     run_options_default(&o);
     int seed = -1;
-    const char *kv_dtype = NULL;
+    const char *kv_dtype = NULL, *dummy = NULL;
     const Opt opts[] = {RUN_OPTS(&o), {0}};
     const char *pos[1];
     int n_pos, rc = parse_opts("chat", "chat [-m MODEL] [options]", argc, argv, opts, pos, 0, &n_pos);
     if (rc) return rc == 1 ? 0 : rc;
-    if ((rc = parse_kv_dtype("chat", kv_dtype, &o.kv_dtype))) return rc;
+    if ((rc = parse_kv_dtype("chat", kv_dtype, &o.kv_dtype)) ||
+        (rc = parse_dummy_weights("chat", dummy, &o.dummy_weights, &o.dummy_type)))
+        return rc;
     if (seed >= 0) o.sampling.seed = (uint64_t)seed;
     char def[PATH_MAX];
     if ((rc = resolve_model(&o, def, sizeof def)) || (rc = env_run_options("chat", &o))) return rc;
@@ -344,7 +381,7 @@ static int cmd_generate(int argc, char **argv) {
     run_options_default(&o);
     batch_options_default(&b);
     int seed = -1;
-    const char *kv_dtype = NULL;
+    const char *kv_dtype = NULL, *dummy = NULL;
     const Opt opts[] = {
         RUN_OPTS(&o),
         {"--input", "-i", OPT_STR, &b.input, "prompts: text (a prompt per line), JSON Lines, OpenAI batch; .gz; - = stdin"},
@@ -361,7 +398,9 @@ static int cmd_generate(int argc, char **argv) {
     int n_pos, rc = parse_opts("generate", "generate -m MODEL -i PROMPTS [-o OUT] [options]", argc, argv, opts, pos,
                                0, &n_pos);
     if (rc) return rc == 1 ? 0 : rc;
-    if ((rc = parse_kv_dtype("generate", kv_dtype, &o.kv_dtype))) return rc;
+    if ((rc = parse_kv_dtype("generate", kv_dtype, &o.kv_dtype)) ||
+        (rc = parse_dummy_weights("generate", dummy, &o.dummy_weights, &o.dummy_type)))
+        return rc;
     if ((rc = env_run_options("generate", &o))) return rc;
     if (!b.input && !run_options_serves_stage(&o)) { /* a serving rank reads no prompts */
         fprintf(stderr, "cllm generate: give the prompts with -i FILE (or -i - for stdin)\n");
@@ -380,7 +419,7 @@ static int cmd_bench(int argc, char **argv) {
     BenchOptions b;
     run_options_default(&o);
     bench_options_default(&b);
-    const char *prompt_lens = NULL, *ctxs = NULL, *kv_dtype = NULL;
+    const char *prompt_lens = NULL, *ctxs = NULL, *kv_dtype = NULL, *dummy = NULL;
     int seed = -1;
     const Opt opts[] = {
         {"--model", "-m", OPT_STR, &o.model, "model file or folder (default: first model of models.txt)"},
@@ -388,7 +427,7 @@ static int cmd_bench(int argc, char **argv) {
         {"--gpu", NULL, OPT_INT, &o.gpu, "CUDA device to use (default 0)"},
         {"--threads", "-t", OPT_INT, &o.threads, "CPU threads (default: one per core)"},
         {"--bf16-weights", NULL, OPT_FLAG, &o.bf16_weights, "GPU: dequantize quantized weights to bf16 at load"},
-        {"--dummy-weights", NULL, OPT_FLAG, &o.dummy_weights, "random weights instead of reading them (config.json + tokenizer.json)"},
+        {"--dummy-weights", NULL, OPT_FLAG_VALUE, &dummy, DUMMY_HELP},
         {"--batch-invariant", NULL, OPT_FLAG, &o.batch_invariant, "GPU: the batch-invariant kernels (see README)"},
         {"--kv-dtype", NULL, OPT_STR, &kv_dtype, KV_DTYPE_HELP},
         {"--pp", NULL, OPT_INT, &o.pp, "pipeline stages (one GPU each)"},
@@ -405,7 +444,9 @@ static int cmd_bench(int argc, char **argv) {
     const char *pos[1];
     int n_pos, rc = parse_opts("bench", "bench -m MODEL [options]", argc, argv, opts, pos, 0, &n_pos);
     if (rc) return rc == 1 ? 0 : rc;
-    if ((rc = parse_kv_dtype("bench", kv_dtype, &o.kv_dtype))) return rc;
+    if ((rc = parse_kv_dtype("bench", kv_dtype, &o.kv_dtype)) ||
+        (rc = parse_dummy_weights("bench", dummy, &o.dummy_weights, &o.dummy_type)))
+        return rc;
     Err err = {{0}};
     if ((prompt_lens && bench_parse_list(prompt_lens, b.prompt_lens, BENCH_MAX_LIST, &b.n_prompt_lens, &err)) ||
         (ctxs && bench_parse_list(ctxs, b.ctxs, BENCH_MAX_LIST, &b.n_ctxs, &err)) || bench_options_check(&b, &err)) {

@@ -6,6 +6,11 @@ GPU machine (a Llama-3-70B in bf16 is 141 GB).
 
     python3 bench/make_dummy_model.py llama3-70b /tmp/l70
     python3 bench/make_dummy_model.py llama3.1-405b /tmp/l405
+
+`--dummy-weights=q4_k` (or q8_0, q4_0, q4_1, q5_k, q6_k) makes the matrices
+random but valid GGUF blocks of that type instead of bf16, as a llama.cpp
+file of that type holds them (LM head Q6_K): the 405B shape is then 229 GB
+(`cllm info /tmp/l405 --dummy-weights=q4_k --pp 8` shows the split).
 """
 import argparse
 import json
@@ -36,7 +41,7 @@ def main():
     for name, obj in (("config.json", cfg), ("tokenizer.json", tok), ("tokenizer_config.json", tok_cfg)):
         with open(os.path.join(a.out, name), "w") as f:
             json.dump(obj, f)
-    print(f"{a.out}: {a.shape} config and tokenizer, no weights (run cllm with --dummy-weights)")
+    print(f"{a.out}: {a.shape} config and tokenizer, no weights (run cllm with --dummy-weights[=q4_k])")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ void run_options_default(RunOptions *o) {
     memset(o, 0, sizeof *o);
     o->prefill_chunk = 256;
     o->gpu_mem_util = 0.9f;
+    o->dummy_type = DT_BF16;
     o->sampling = sampler_params_default();
 }
 
@@ -45,7 +46,9 @@ int run_options_from_env(RunOptions *o, Err *err) {
 
 int runtime_open(Runtime *rt, const RunOptions *o, Err *err) {
     memset(rt, 0, sizeof *rt);
-    if (model_load(&rt->model, o->model, o->dummy_weights ? MODEL_LOAD_DUMMY_WEIGHTS : 0, err)) return -1;
+    if (o->dummy_weights ? model_load_dummy(&rt->model, o->model, 0, o->dummy_type, err)
+                         : model_load(&rt->model, o->model, 0, err))
+        return -1;
     const ModelConfig *c = &rt->model.cfg;
     int ctx = o->ctx_size > 0 ? o->ctx_size : (c->ctx_len < 4096 ? c->ctx_len : 4096);
     int block = 16, n_blocks = (ctx + block - 1) / block + 1;

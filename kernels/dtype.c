@@ -55,6 +55,10 @@ uint64_t dtype_row_bytes(DType t, uint64_t n) {
     return blocks * (uint64_t)info->block_bytes;
 }
 
+bool dtype_gpu_keeps_blocks(DType t) {
+    return t == DT_Q8_0 || t == DT_Q4_0 || t == DT_Q4_1 || t == DT_Q4_K || t == DT_Q5_K || t == DT_Q6_K;
+}
+
 /* ---- scalar conversions ---- */
 
 static float f32_from_bits(uint32_t u) {

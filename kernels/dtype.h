@@ -50,6 +50,13 @@ const DTypeInfo *dtype_info(uint32_t id);
  * blocks or the size would overflow. */
 uint64_t dtype_row_bytes(DType t, uint64_t n);
 
+/* Whether the CUDA backend keeps a weight matrix of type t in its blocks on
+ * the GPU (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K; the rest become bf16 there).
+ * The same list as quant_type_supported (kernels/cuda/quant.cuh), for code
+ * built without CUDA: the stage sizes of `--pp` and `cllm info`;
+ * tests/gpu/test_quant.c checks that the two agree. */
+bool dtype_gpu_keeps_blocks(DType t);
+
 /* Converts n values (n a multiple of block_elems) from src in type t to fp32.
  * The CPU reference of every quantized format. */
 void dequantize_row(DType t, const void *src, float *dst, int64_t n);

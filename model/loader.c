@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "model/dummy.h"
 #include "model/model.h"
 #include "model/tensor_names.h"
 
@@ -24,47 +25,61 @@ static const TensorInfo *model_find(const Model *m, const char *name) {
     return m->is_gguf ? gguf_find_tensor(&m->gguf, name) : safetensors_find(&m->st, name);
 }
 
-/* The shared random bf16 values of dummy tensors, grown to the largest
- * (uniform with the std 0.02 of a Llama init; a fixed seed). A smaller
- * buffer stays alive: tensors bound earlier point into it. */
-static int dummy_reserve(Model *m, uint64_t bytes, Err *err) {
-    if (bytes <= m->dummy_bytes) return 0;
-    uint16_t *d = malloc(bytes);
+/* The shared random values of dummy tensors of type t, grown to the
+ * largest (dummy_fill: a fixed seed). A smaller buffer stays alive: tensors
+ * bound earlier point into it. */
+static int dummy_reserve(Model *m, DType t, uint64_t bytes, Err *err) {
+    if (bytes <= m->dummy_bytes[t]) return 0;
+    void *d = malloc(bytes);
     if (!d) return err_set(err, "%s: out of memory for %llu bytes of dummy weights", m->path, (unsigned long long)bytes);
     if (model_own(m, d, err)) return -1;
-    uint64_t x = 0x9e3779b97f4a7c15ull;
-    for (uint64_t i = 0; i < bytes / 2; i++) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        float f = ((float)(x >> 40) / (float)(1 << 24) * 2.0f - 1.0f) * 0.0346f; /* std 0.02 */
-        uint32_t u;
-        memcpy(&u, &f, 4);
-        d[i] = (uint16_t)(u >> 16);
-    }
-    m->dummy_data = d;
-    m->dummy_bytes = bytes;
+    dummy_fill(t, d, bytes);
+    m->dummy_data[t] = d;
+    m->dummy_bytes[t] = bytes;
     return 0;
 }
 
-/* A dummy tensor of shape want (bf16): a TensorInfo the model owns. */
-static const TensorInfo *dummy_tensor(Model *m, const char *name, const uint64_t want[TENSOR_MAX_DIMS], Err *err) {
-    TensorInfo *t = calloc(1, sizeof *t);
-    char *nm = strdup(name);
-    if (model_own(m, t, err) || model_own(m, nm, err)) return NULL;
-    t->name = nm;
-    t->n_dims = want[2] > 1 ? 3 : want[1] > 1 ? 2 : 1;
-    memcpy(t->ne, want, sizeof t->ne);
-    t->type = DT_BF16;
-    t->nbytes = tensor_nelems(t) * 2;
-    if (dummy_reserve(m, t->nbytes, err)) return NULL;
-    t->data = m->dummy_data;
+/* A new entry of the dummy tensor list (model_tensor_at lists it, as a
+ * file's tensors are; nothing keeps a pointer to an entry, so the list may
+ * move when it grows). */
+static TensorInfo *dummy_slot(Model *m, Err *err) {
+    if (m->n_dummy == m->cap_dummy) {
+        uint64_t cap = m->cap_dummy ? 2 * m->cap_dummy : 256;
+        TensorInfo *d = realloc(m->dummy_tensors, cap * sizeof *d);
+        if (!d) return err_set(err, "%s: out of memory", m->path), NULL;
+        m->dummy_tensors = d;
+        m->cap_dummy = cap;
+    }
+    TensorInfo *t = &m->dummy_tensors[m->n_dummy++];
+    memset(t, 0, sizeof *t);
     return t;
 }
 
-uint64_t model_tensor_count(const Model *m) { return m->is_gguf ? m->gguf.n_tensors : m->st.n_tensors; }
+/* A dummy tensor of shape want ([n_mats][rows][cols] as model_bind asks for
+ * it) in type (dummy_tensor_type: bf16 for vectors and partial blocks). */
+static const TensorInfo *dummy_tensor(Model *m, const char *name, const uint64_t want[TENSOR_MAX_DIMS], int64_t rows,
+                                      DType type, Err *err) {
+    char *nm = strdup(name);
+    if (model_own(m, nm, err)) return NULL;
+    TensorInfo *t = dummy_slot(m, err);
+    if (!t) return NULL;
+    t->name = nm;
+    t->n_dims = want[2] > 1 ? 3 : want[1] > 1 ? 2 : 1;
+    memcpy(t->ne, want, sizeof t->ne);
+    t->type = dummy_tensor_type(type, rows, (int64_t)want[0]);
+    t->nbytes = dtype_row_bytes(t->type, want[0]) * (tensor_nelems(t) / want[0]);
+    if (dummy_reserve(m, t->type, t->nbytes, err)) return NULL;
+    t->data = m->dummy_data[t->type];
+    return t;
+}
+
+uint64_t model_tensor_count(const Model *m) {
+    return m->dummy ? m->n_dummy : m->is_gguf ? m->gguf.n_tensors : m->st.n_tensors;
+}
 
 const TensorInfo *model_tensor_at(const Model *m, uint64_t i) {
     if (i >= model_tensor_count(m)) return NULL;
-    return m->is_gguf ? &m->gguf.tensors[i] : &m->st.tensors[i];
+    return m->dummy ? &m->dummy_tensors[i] : m->is_gguf ? &m->gguf.tensors[i] : &m->st.tensors[i];
 }
 
 /* Converts any-dtype rows to a new fp32 buffer the model owns. */
@@ -82,12 +97,14 @@ static int model_to_f32(Model *m, WeightRef *w, Err *err) {
 
 /* Binds name to w after checking its shape against [n_mats][rows][cols]. A
  * vector (rows == 1) is converted to fp32 so every backend can read it
- * directly. */
+ * directly. With dummy weights a required tensor is made up in the type
+ * dummy (the caller's choice for the role; see model/dummy.h). */
 static int model_bind(Model *m, WeightRef *w, const char *name, int64_t n_mats, int64_t rows, int64_t cols,
-                      bool required, Err *err) {
+                      bool required, DType dummy, Err *err) {
     uint64_t want[TENSOR_MAX_DIMS] = {(uint64_t)cols, (uint64_t)rows, (uint64_t)n_mats, 1};
     if (rows == 1) { want[1] = n_mats; want[2] = 1; }
-    const TensorInfo *t = !m->dummy ? model_find(m, name) : required ? dummy_tensor(m, name, want, err) : NULL;
+    const TensorInfo *t = !m->dummy ? model_find(m, name)
+                          : required ? dummy_tensor(m, name, want, rows, dummy, err) : NULL;
     memset(w, 0, sizeof *w);
     if (m->dummy && required && !t) return -1;
     if (!t) {
@@ -136,13 +153,13 @@ static int model_bind_hf_gpt_oss_experts(Model *m, int l, LayerWeights *lw, Err 
     char name[256];
     WeightRef gu, gub, dn, dnb;
     snprintf(name, sizeof name, "model.layers.%d.mlp.experts.gate_up_proj", l);
-    if (model_bind(m, &gu, name, E, C, 2 * F, true, err)) return -1;
+    if (model_bind(m, &gu, name, E, C, 2 * F, true, m->dummy_type, err)) return -1;
     snprintf(name, sizeof name, "model.layers.%d.mlp.experts.gate_up_proj_bias", l);
-    if (model_bind(m, &gub, name, 1, E, 2 * F, true, err)) return -1;
+    if (model_bind(m, &gub, name, 1, E, 2 * F, true, DT_BF16, err)) return -1; /* E biases: vectors */
     snprintf(name, sizeof name, "model.layers.%d.mlp.experts.down_proj", l);
-    if (model_bind(m, &dn, name, E, F, C, true, err)) return -1;
+    if (model_bind(m, &dn, name, E, F, C, true, m->dummy_type, err)) return -1;
     snprintf(name, sizeof name, "model.layers.%d.mlp.experts.down_proj_bias", l);
-    if (model_bind(m, &dnb, name, 1, E, C, true, err)) return -1;
+    if (model_bind(m, &dnb, name, 1, E, C, true, DT_BF16, err)) return -1;
     if (model_to_f32(m, &gu, err) || model_to_f32(m, &gub, err) || model_to_f32(m, &dn, err) ||
         model_to_f32(m, &dnb, err))
         return -1;
@@ -186,7 +203,8 @@ static int model_bind_layers(Model *m, Err *err) {
             snprintf(name, sizeof name, n->pattern, l);
             shape_dims(c, n->shape, c->n_experts > 0 && layer_field_is_expert(n->offset), d);
             WeightRef *w = (WeightRef *)((char *)lw + n->offset);
-            if (model_bind(m, w, name, d[0], d[1], d[2], n->required, err)) return -1;
+            DType dummy = n->shape == SHAPE_ROUTER ? DT_BF16 : m->dummy_type; /* routers stay unquantized */
+            if (model_bind(m, w, name, d[0], d[1], d[2], n->required, dummy, err)) return -1;
         }
         if (c->n_experts > 0 && c->source == SRC_HF && model_bind_hf_gpt_oss_experts(m, l, lw, err)) return -1;
         if (c->qk_norm && (!lw->q_norm.data || !lw->k_norm.data))
@@ -199,12 +217,14 @@ static int model_bind_layers(Model *m, Err *err) {
 static int model_bind_globals(Model *m, Err *err) {
     const ModelConfig *c = &m->cfg;
     GlobalTensorNames g = tensor_names_global(c->source);
-    if (model_bind(m, &m->w.tok_embd, g.tok_embd, 1, c->vocab, c->dim, true, err) ||
-        model_bind(m, &m->w.output_norm, g.output_norm, 1, 1, c->dim, true, err) ||
-        model_bind(m, &m->w.output, g.output, 1, c->vocab, c->dim, !c->tied_embeddings, err))
+    DType t = m->dummy_type;
+    if (model_bind(m, &m->w.tok_embd, g.tok_embd, 1, c->vocab, c->dim, true, t, err) ||
+        model_bind(m, &m->w.output_norm, g.output_norm, 1, 1, c->dim, true, DT_BF16, err) ||
+        model_bind(m, &m->w.output, g.output, 1, c->vocab, c->dim, !c->tied_embeddings, dummy_head_type(t), err))
         return -1;
     if (!m->w.output.data) m->w.output = m->w.tok_embd;
-    if (g.rope_freqs && model_bind(m, &m->w.rope_freqs, g.rope_freqs, 1, 1, c->rope_dim / 2, false, err)) return -1;
+    if (g.rope_freqs && model_bind(m, &m->w.rope_freqs, g.rope_freqs, 1, 1, c->rope_dim / 2, false, DT_BF16, err))
+        return -1;
     return 0;
 }
 
@@ -260,8 +280,11 @@ static int model_open_gguf(Model *m, int flags, Err *err) {
     return tokenizer_load_gguf(&m->tok, &m->gguf, err);
 }
 
-int model_load(Model *m, const char *path, int flags, Err *err) {
+/* model_load and model_load_dummy: dummy_type is the matrices' type when
+ * flags has MODEL_LOAD_DUMMY_WEIGHTS. */
+static int model_load_as(Model *m, const char *path, int flags, DType dummy_type, Err *err) {
     memset(m, 0, sizeof *m);
+    m->dummy_type = dummy_type;
     m->path = strdup(path);
     if (!m->path) return err_set(err, "out of memory");
     int rc;
@@ -282,12 +305,27 @@ int model_load(Model *m, const char *path, int flags, Err *err) {
     return rc;
 }
 
+int model_load(Model *m, const char *path, int flags, Err *err) {
+    return model_load_as(m, path, flags, DT_BF16, err);
+}
+
+int model_load_dummy(Model *m, const char *path, int flags, DType type, Err *err) {
+    if (!dummy_type_supported(type)) {
+        memset(m, 0, sizeof *m);
+        const DTypeInfo *info = dtype_info((uint32_t)type);
+        return err_set(err, "%s: dummy weights of type %s: cllm makes them in %s", path, info ? info->name : "?",
+                       DUMMY_TYPE_NAMES);
+    }
+    return model_load_as(m, path, flags | MODEL_LOAD_DUMMY_WEIGHTS, type, err);
+}
+
 void model_free(Model *m) {
     if (m->tok) tokenizer_free(m->tok);
     if (m->is_gguf) gguf_close(&m->gguf);
     else safetensors_close(&m->st);
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
+    free(m->dummy_tensors);
     free(m->w.layers);
     free(m->path);
     memset(m, 0, sizeof *m);

@@ -30,21 +30,32 @@ typedef struct {
     uint64_t n_params;         /* elements of every bound tensor */
     uint64_t weight_bytes;     /* bytes of every bound tensor as stored */
     bool dummy;                /* MODEL_LOAD_DUMMY_WEIGHTS: weights made up, no file read */
-    void *dummy_data;          /* the random bf16 values dummy tensors point at (owned) */
-    uint64_t dummy_bytes;
+    DType dummy_type;          /* their matrices' type (model_load_dummy; DT_BF16 otherwise) */
+    void *dummy_data[DT_COUNT];     /* per type: the random values dummy tensors point at (owned) */
+    uint64_t dummy_bytes[DT_COUNT];
+    TensorInfo *dummy_tensors;      /* the made-up tensors, in binding order (model_tensor_at) */
+    uint64_t n_dummy, cap_dummy;
 } Model;
 
 /* MODEL_LOAD_DUMMY_WEIGHTS: a safetensors folder without weight files
  * (config.json and tokenizer.json only): every required tensor gets its
- * shape in bf16 and points at one shared buffer of random values (so all
- * layers are equal), optional ones are absent. For benchmarks of shapes too
- * big for the disk (vLLM's --load-format dummy); the outputs mean nothing. */
+ * shape, in bf16 (model_load) or with its matrices in a quantized type
+ * (model_load_dummy; model/dummy.h says which tensor gets which type), and
+ * all tensors of one type point at one shared buffer of random values (so
+ * all layers are equal, and host memory holds only the largest tensor of
+ * each type); optional ones are absent. weight_bytes counts every tensor in
+ * its own type. For benchmarks of shapes too big for the disk (vLLM's
+ * --load-format dummy); the outputs mean nothing. */
 enum { MODEL_LOAD_NO_TOKENIZER = 1, MODEL_LOAD_DUMMY_WEIGHTS = 2 };
 
 int model_load(Model *m, const char *path, int flags, Err *err);
+/* model_load with MODEL_LOAD_DUMMY_WEIGHTS and the matrices in type (one
+ * of model/dummy.h's DUMMY_TYPE_NAMES; another type is refused). */
+int model_load_dummy(Model *m, const char *path, int flags, DType type, Err *err);
 void model_free(Model *m);
 
-/* Every tensor in the file, in file order (for `cllm info --tensors`). */
+/* Every tensor in the file, in file order (for `cllm info --tensors`); of
+ * a dummy model, every tensor it made. */
 uint64_t model_tensor_count(const Model *m);
 const TensorInfo *model_tensor_at(const Model *m, uint64_t i);
 

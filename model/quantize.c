@@ -81,6 +81,14 @@ static void block_qx_1(const float *x, uint8_t *b, int bits) {
 
 /* ---- K-quants ---- */
 
+void quantize_pack_k_scales(const int sc[8], const int mn[8], uint8_t s12[12]) {
+    for (int j = 0; j < 4; j++) {
+        s12[j] = (uint8_t)((sc[j] & 63) | (sc[j + 4] >> 4) << 6);
+        s12[j + 4] = (uint8_t)((mn[j] & 63) | (mn[j + 4] >> 4) << 6);
+        s12[j + 8] = (uint8_t)((sc[j + 4] & 15) | (mn[j + 4] & 15) << 4);
+    }
+}
+
 /* Q4_K/Q5_K: 8 sub-blocks of 32 with value = d*sc*q - dmin*m, q < 2^bits.
  * Each sub-block's range [min(0, lo), hi] gives its ideal scale and min; those
  * are quantized to 6 bits against the fp16 super-scales, then the codes are
@@ -105,12 +113,7 @@ static void block_q45_k(const float *x, uint8_t *b, int bits) {
         mn[j] = clampi((int)lrintf(minv[j] * idmin), 0, 63);
         if (sc[j] == 0 && scale[j] > 0.0f && d > 0.0f) sc[j] = 1; /* keep a nonzero range representable */
     }
-    uint8_t *s12 = b + 4;
-    for (int j = 0; j < 4; j++) {
-        s12[j] = (uint8_t)((sc[j] & 63) | (sc[j + 4] >> 4) << 6);
-        s12[j + 4] = (uint8_t)((mn[j] & 63) | (mn[j + 4] >> 4) << 6);
-        s12[j + 8] = (uint8_t)((sc[j + 4] & 15) | (mn[j + 4] & 15) << 4);
-    }
+    quantize_pack_k_scales(sc, mn, b + 4);
     uint8_t *qh = bits == 5 ? b + 16 : NULL, *qs = bits == 5 ? b + 48 : b + 16;
     if (qh) memset(qh, 0, 32);
     memset(qs, 0, 128);

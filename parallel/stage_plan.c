@@ -8,7 +8,25 @@
 uint64_t weight_device_bytes(const WeightRef *w) {
     if (!w->data) return 0;
     uint64_t elems = (uint64_t)w->rows * w->cols * (w->n_mats > 0 ? w->n_mats : 1);
+    /* a single matrix of a type the GPU keeps in blocks: its file bytes (the
+     * repacked planes add at most 512 bytes of alignment); expert stacks
+     * become bf16 there like every other matrix */
+    if (w->rows > 1 && w->n_mats <= 1 && dtype_gpu_keeps_blocks(w->type)) return (uint64_t)w->rows * w->row_bytes;
     return elems * (w->rows == 1 ? 4 : 2);
+}
+
+/* The token embedding as the GPU holds it: bf16 whatever its file type (a
+ * lookup reads T rows; a tied LM head shares the table). */
+static uint64_t table_device_bytes(const WeightRef *w) {
+    return w->data ? (uint64_t)w->rows * w->cols * 2 : 0;
+}
+
+/* The final norm and the LM head on the last of P stages: a tied head is a
+ * second copy of the embedding table there when P > 1. */
+static uint64_t head_device_bytes(const ModelWeights *w, int P) {
+    bool tied = w->output.data == w->tok_embd.data;
+    uint64_t head = tied ? (P > 1 ? table_device_bytes(&w->output) : 0) : weight_device_bytes(&w->output);
+    return weight_device_bytes(&w->output_norm) + head;
 }
 
 uint64_t layer_device_bytes(const LayerWeights *lw) {
@@ -34,10 +52,8 @@ int stage_plan_from_counts(StagePlan *p, const ModelConfig *c, const ModelWeight
         l += counts[s];
     }
     if (l != c->n_layers) return err_set(err, "--pp-split: the stages hold %d layers, the model has %d", l, c->n_layers);
-    bool tied = w->output.data == w->tok_embd.data;
-    p->bytes[0] += weight_device_bytes(&w->tok_embd);
-    p->bytes[n_stages - 1] += weight_device_bytes(&w->output_norm);
-    if (!tied || n_stages > 1) p->bytes[n_stages - 1] += weight_device_bytes(&w->output);
+    p->bytes[0] += table_device_bytes(&w->tok_embd);
+    p->bytes[n_stages - 1] += head_device_bytes(w, n_stages);
     return 0;
 }
 
@@ -59,8 +75,7 @@ int stage_plan_balanced(StagePlan *p, const ModelConfig *c, const ModelWeights *
     int *cut = malloc((size_t)P * (L + 1) * sizeof *cut);
     if (!prefix || !best || !cut) { free(prefix); free(best); free(cut); return err_set(err, "out of memory"); }
     for (int i = 0; i < L; i++) prefix[i + 1] = prefix[i] + layer_device_bytes(&w->layers[i]);
-    uint64_t embd = weight_device_bytes(&w->tok_embd);
-    uint64_t head = weight_device_bytes(&w->output_norm) + (P > 1 || w->output.data != w->tok_embd.data ? weight_device_bytes(&w->output) : 0);
+    uint64_t embd = table_device_bytes(&w->tok_embd), head = head_device_bytes(w, P);
 #define B(s, i) best[(size_t)(s) * (L + 1) + (i)]
     for (int i = 0; i <= L; i++) B(0, i) = embd + prefix[i] + (P == 1 && i == L ? head : 0);
     for (int s = 1; s < P; s++) {

@@ -3,9 +3,10 @@
  * Stage s holds layers [first_layer[s], first_layer[s] + n_layers[s]), one
  * GPU each; stage 0 also holds the token embedding, the last stage the final
  * norm and the LM head. The balanced split minimizes the largest stage's
- * weight bytes (as the GPU holds them: bf16 matrices, fp32 vectors), so the
- * stages take about equal time per step; `--pp-split 14,18` gives the layer
- * counts instead.
+ * weight bytes (as the GPU holds them by default: bf16 matrices and
+ * embedding table, fp32 vectors, matrices of the types the GPU keeps
+ * quantized in their blocks), so the stages take about equal time per step;
+ * `--pp-split 14,18` gives the layer counts instead.
  */
 #ifndef CLLM_STAGE_PLAN_H
 #define CLLM_STAGE_PLAN_H
@@ -25,7 +26,8 @@ typedef struct {
     uint64_t bytes[STAGE_MAX];   /* weight bytes on the stage's GPU */
 } StagePlan;
 
-/* Bytes one weight takes on the GPU: bf16 for matrices, fp32 for vectors. */
+/* Bytes one layer weight takes on the GPU: fp32 for vectors, the file's
+ * blocks for a matrix of a type dtype_gpu_keeps_blocks, else bf16. */
 uint64_t weight_device_bytes(const WeightRef *w);
 uint64_t layer_device_bytes(const LayerWeights *lw);
 

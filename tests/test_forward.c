@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "model/dummy.h"
 #include "model/model.h"
 #include "tests/test.h"
 
@@ -60,13 +61,19 @@ typedef struct {
     Engine e;
 } Rig;
 
+/* The backend and engine over the rig's loaded model. */
+static int rig_start(Rig *r, int block_size, KVDtype kv) {
+    Err err = {{0}};
+    r->be = backend_cpu_create_kv(&r->m.cfg, &r->m.w, 2, block_size, 64, kv, &err);
+    if (!r->be || engine_init(&r->e, &r->m, r->be, 64 * block_size, 64, &err)) { printf("  %s\n", err.msg); return -1; }
+    return 0;
+}
+
 static int rig_open(Rig *r, const char *path, int block_size, KVDtype kv) {
     Err err = {{0}};
     memset(r, 0, sizeof *r);
     if (model_load(&r->m, path, MODEL_LOAD_NO_TOKENIZER, &err)) { printf("  %s\n", err.msg); return -1; }
-    r->be = backend_cpu_create_kv(&r->m.cfg, &r->m.w, 2, block_size, 64, kv, &err);
-    if (!r->be || engine_init(&r->e, &r->m, r->be, 64 * block_size, 64, &err)) { printf("  %s\n", err.msg); return -1; }
-    return 0;
+    return rig_start(r, block_size, kv);
 }
 
 static void rig_close(Rig *r) {
@@ -241,6 +248,172 @@ static void test_fp8_kv(void) {
     for (size_t a = 0; a < sizeof ARCHS / sizeof ARCHS[0]; a++) check_model_kv(ARCHS[a], true, KV_DTYPE_FP8);
 }
 
+/* ---- --dummy-weights=TYPE (model/dummy.c) ---- */
+
+/* A Llama config whose matrices have whole blocks of every type but one:
+ * C = 256, 4 heads / 2 KV heads of 64, V = 320, untied (the LM head gets
+ * its own type), F = 384 (whole 32-blocks, not whole 256-blocks: under a K
+ * type w_down, [C][F], stays bf16). */
+static const char DUMMY_CONFIG[] =
+    "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 256, "
+    "\"intermediate_size\": 384, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2, "
+    "\"head_dim\": 64, \"vocab_size\": 320, \"max_position_embeddings\": 256, \"rms_norm_eps\": 1e-5, "
+    "\"rope_theta\": 10000.0, \"tie_word_embeddings\": false, \"hidden_act\": \"silu\"}";
+
+/* GGUF's block table (ggml.c type_traits), written out here rather than read
+ * from kernels/dtype.c, so the sizes are checked against an independent copy */
+static const struct { DType t; int elems, bytes, scale_at[2]; } GGUF_BLOCKS[] = {
+    {DT_Q8_0, 32, 34, {0, -1}},   {DT_Q4_0, 32, 18, {0, -1}},   {DT_Q4_1, 32, 20, {0, 2}},
+    {DT_Q4_K, 256, 144, {0, 2}}, {DT_Q5_K, 256, 176, {0, 2}}, {DT_Q6_K, 256, 210, {208, -1}},
+};
+#define N_GGUF_BLOCKS (int)(sizeof GGUF_BLOCKS / sizeof GGUF_BLOCKS[0])
+
+static int gguf_block(DType t) {
+    for (int i = 0; i < N_GGUF_BLOCKS; i++)
+        if (GGUF_BLOCKS[i].t == t) return i;
+    return -1;
+}
+
+/* The type a [rows][cols] matrix should get when the model asks for want,
+ * and its bytes in that type. */
+static DType expect_type(DType want, int64_t cols) {
+    int b = gguf_block(want);
+    return b >= 0 && cols % GGUF_BLOCKS[b].elems == 0 ? want : DT_BF16;
+}
+
+static uint64_t expect_bytes(DType t, int64_t rows, int64_t cols) {
+    int b = gguf_block(t);
+    return b < 0 ? (uint64_t)(rows * cols * 2) : (uint64_t)(rows * (cols / GGUF_BLOCKS[b].elems) * GGUF_BLOCKS[b].bytes);
+}
+
+/* Checks w's type and, for a block type, every block's fp16 scales (finite,
+ * non-zero) and the dequantized values (mean ~0, sd ~0.02); returns its
+ * expected bytes. */
+static uint64_t check_dummy_matrix(const WeightRef *w, DType want, int64_t rows, int64_t cols) {
+    DType t = expect_type(want, cols);
+    CHECK(w->type == t && w->rows == rows && w->cols == cols, "%s: type %d [%lld][%lld], want type %d [%lld][%lld]",
+          w->name, (int)w->type, (long long)w->rows, (long long)w->cols, (int)t, (long long)rows, (long long)cols);
+    int b = gguf_block(w->type);
+    if (w->type != t || b < 0) return expect_bytes(t, rows, cols);
+    const uint8_t *p = w->data;
+    int64_t blocks = rows * cols / GGUF_BLOCKS[b].elems, bad = 0;
+    for (int64_t k = 0; k < blocks; k++)
+        for (int j = 0; j < 2 && GGUF_BLOCKS[b].scale_at[j] >= 0; j++) {
+            const uint8_t *h = p + k * GGUF_BLOCKS[b].bytes + GGUF_BLOCKS[b].scale_at[j];
+            float v = fp16_to_fp32((uint16_t)(h[0] | h[1] << 8));
+            bad += !isfinite(v) || v == 0.0f;
+        }
+    CHECK(bad == 0, "%s: %lld fp16 scales not finite or zero", w->name, (long long)bad);
+    float *row = malloc((size_t)cols * sizeof *row);
+    double sum = 0, sq = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        dequantize_row(w->type, p + r * w->row_bytes, row, cols);
+        for (int64_t c = 0; c < cols; c++) sum += row[c], sq += (double)row[c] * row[c];
+    }
+    free(row);
+    double n = (double)rows * cols, mean = sum / n, sd = sqrt(sq / n - mean * mean);
+    CHECK(fabs(mean) < 0.002 && sd > 0.017 && sd < 0.023, "%s (%s): mean %.5f sd %.5f, want ~0 and ~0.02", w->name,
+          dtype_info(w->type)->name, mean, sd);
+    return expect_bytes(t, rows, cols);
+}
+
+/* Every matrix of the dummy model checked; weight_bytes against the sum of
+ * the shapes' bytes (vectors: bf16 as made, though bound as fp32). */
+static void check_dummy_weights(const Model *m, DType want) {
+    const ModelConfig *c = &m->cfg;
+    int64_t C = 256, F = 384, V = 320, Q = 4 * 64, KV = 2 * 64;
+    /* llama.cpp: output.weight Q6_K unless the model is Q8_0 (and bf16 stays bf16) */
+    DType head = want == DT_Q8_0 || want == DT_BF16 ? want : DT_Q6_K;
+    uint64_t bytes = check_dummy_matrix(&m->w.tok_embd, want, V, C) + check_dummy_matrix(&m->w.output, head, V, C) + 2 * C;
+    for (int l = 0; l < c->n_layers; l++) {
+        const LayerWeights *lw = &m->w.layers[l];
+        bytes += check_dummy_matrix(&lw->wq, want, Q, C) + check_dummy_matrix(&lw->wk, want, KV, C) +
+                 check_dummy_matrix(&lw->wv, want, KV, C) + check_dummy_matrix(&lw->wo, want, C, Q) +
+                 check_dummy_matrix(&lw->w_gate, want, F, C) + check_dummy_matrix(&lw->w_up, want, F, C) +
+                 check_dummy_matrix(&lw->w_down, want, C, F) + 2 * 2 * C;
+        CHECK(lw->attn_norm.type == DT_F32 && lw->ffn_norm.type == DT_F32, "layer %d: norms not fp32", l);
+    }
+    CHECK(m->weight_bytes == bytes, "%s: weight_bytes %llu, the shapes give %llu", dtype_info(want)->name,
+          (unsigned long long)m->weight_bytes, (unsigned long long)bytes);
+}
+
+/* A few tokens through the CPU forward: every logit finite, not all equal. */
+static void check_dummy_forward(Rig *r, DType want) {
+    Sequence s = {0};
+    Err err = {{0}};
+    int32_t ids[6] = {3, 141, 59, 26, 5, 319};
+    int V = r->m.cfg.vocab, bad = 0;
+    CHECK(engine_feed(&r->e, &s, ids, 6, &err) == 0, "%s", err.msg);
+    float lo = INFINITY, hi = -INFINITY;
+    for (int v = 0; v < V; v++) {
+        bad += !isfinite(r->e.logits[v]);
+        lo = fminf(lo, r->e.logits[v]), hi = fmaxf(hi, r->e.logits[v]);
+    }
+    CHECK(bad == 0 && hi > lo, "%s: %d of %d logits not finite, range [%g, %g]", dtype_info(want)->name, bad, V, lo, hi);
+    sequence_release(&r->e, &s);
+}
+
+static int write_dummy_dir(char *dir) {
+    char path[256];
+    if (!mkdtemp(dir)) return -1;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fputs(DUMMY_CONFIG, f);
+    return fclose(f);
+}
+
+static void remove_dummy_dir(const char *dir) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    remove(path);
+    remove(dir);
+}
+
+static void test_dummy_weights_quantized(void) {
+    static const DType TYPES[] = {DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+    char dir[] = "/tmp/cllm-dummy-XXXXXX";
+    CHECK(write_dummy_dir(dir) == 0, "cannot write a config to %s", dir);
+    for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) {
+        Rig r;
+        Err err = {{0}};
+        memset(&r, 0, sizeof r);
+        if (model_load_dummy(&r.m, dir, MODEL_LOAD_NO_TOKENIZER, TYPES[i], &err)) {
+            CHECK(0, "%s: %s", dtype_info(TYPES[i])->name, err.msg);
+            continue;
+        }
+        check_dummy_weights(&r.m, TYPES[i]);
+        if (rig_start(&r, 16, KV_DTYPE_BF16) == 0) check_dummy_forward(&r, TYPES[i]);
+        else CHECK(0, "%s: no engine", dtype_info(TYPES[i])->name);
+        rig_close(&r);
+    }
+    remove_dummy_dir(dir);
+}
+
+/* Names and types cllm does not make dummy weights in are refused, naming
+ * the option and the value (main.c prints the message as it is). */
+static void test_dummy_weights_refused(void) {
+    Err err = {{0}};
+    DType t = DT_F32;
+    CHECK(dummy_type_parse("Q4_K", &t, &err) == 0 && t == DT_Q4_K, "Q4_K: %s", err.msg);
+    CHECK(dummy_type_parse("q6_k", &t, &err) == 0 && t == DT_Q6_K, "q6_k: %s", err.msg);
+    const char *bad[] = {"q3_k", "f32", "q4_k_m", "", "bf16x"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err.msg[0] = 0;
+        char want[64];
+        snprintf(want, sizeof want, "--dummy-weights=%s:", bad[i]);
+        CHECK(dummy_type_parse(bad[i], &t, &err) == -1 && strstr(err.msg, want), "'%s' accepted or unnamed: %s", bad[i],
+              err.msg);
+    }
+    char dir[] = "/tmp/cllm-dummy-XXXXXX";
+    CHECK(write_dummy_dir(dir) == 0, "cannot write a config to %s", dir);
+    Model m;
+    err.msg[0] = 0;
+    CHECK(model_load_dummy(&m, dir, MODEL_LOAD_NO_TOKENIZER, DT_Q2_K, &err) == -1 && strstr(err.msg, "Q2_K") &&
+              strstr(err.msg, dir), "Q2_K dummy weights: %s", err.msg);
+    remove_dummy_dir(dir);
+}
+
 int main(void) {
     RUN(test_llama_gguf); RUN(test_llama_safetensors);
     RUN(test_mistral_gguf); RUN(test_mistral_safetensors);
@@ -250,5 +423,7 @@ int main(void) {
     RUN(test_gemma3_gguf); RUN(test_gemma3_safetensors);
     RUN(test_gpt_oss_gguf); RUN(test_gpt_oss_safetensors);
     RUN(test_fp8_kv);
+    RUN(test_dummy_weights_quantized);
+    RUN(test_dummy_weights_refused);
     TEST_EXIT();
 }

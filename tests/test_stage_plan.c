@@ -99,6 +99,32 @@ static void test_end_stages(void) {
     CHECK(p.n_layers[0] == 1 && p.n_layers[1] == 3, "split %d,%d", p.n_layers[0], p.n_layers[1]);
 }
 
+/* Quantized matrices count as the GPU holds them: a type it keeps in
+ * blocks (Q4_K, Q6_K) by its file bytes, an expert stack or a type it
+ * dequantizes (Q2_K) as bf16; the embedding table is bf16 whatever its type. */
+static void test_quantized_bytes(void) {
+    int rows[2] = {512, 512};
+    FakeModel m;
+    fake_model(&m, 2, rows, false, 1000);
+    for (int l = 0; l < 2; l++) m.layers[l].wq = (WeightRef){&dummy, DT_Q4_K, 512, 256, 1, 144, "wq"};
+    m.layers[1].wk = (WeightRef){&dummy, DT_Q2_K, 64, 256, 1, 84, "wk"};
+    m.layers[1].w_gate = (WeightRef){&dummy, DT_Q4_K, 32, 256, 8, 144, "experts"};
+    m.w.tok_embd = (WeightRef){&dummy, DT_Q4_K, 1000, 256, 1, 144, "embd"};
+    m.w.output = (WeightRef){(char *)&dummy + 1, DT_Q6_K, 1000, 256, 1, 210, "out"};
+    StagePlan p;
+    Err err;
+    CHECK(stage_plan_parse(&p, &m.c, &m.w, 2, "1,1", &err) == 0, "%s", err.msg);
+    uint64_t q4k = 512 * 144, embd = 1000 * 256 * 2, head = 1000 * 210 + 64 * 4;
+    uint64_t layer1 = q4k + 64 * 256 * 2 + 8 * 32 * 256 * 2;
+    CHECK(p.bytes[0] == q4k + embd, "stage 0: %llu, want %llu", (unsigned long long)p.bytes[0],
+          (unsigned long long)(q4k + embd));
+    CHECK(p.bytes[1] == layer1 + head, "stage 1: %llu, want %llu", (unsigned long long)p.bytes[1],
+          (unsigned long long)(layer1 + head));
+    m.w.output = m.w.tok_embd; /* tied: the last GPU's copy of the table is bf16 too */
+    CHECK(stage_plan_parse(&p, &m.c, &m.w, 2, "1,1", &err) == 0, "%s", err.msg);
+    CHECK(p.bytes[1] == layer1 + embd + 64 * 4, "tied, stage 1: %llu", (unsigned long long)p.bytes[1]);
+}
+
 static void test_bad_values(void) {
     int rows[4] = {1, 2, 3, 4};
     FakeModel m;
@@ -123,6 +149,7 @@ static void test_bad_values(void) {
 int main(void) {
     RUN(test_balanced_is_optimal);
     RUN(test_end_stages);
+    RUN(test_quantized_bytes);
     RUN(test_bad_values);
     return test_failed_tests != 0;
 }

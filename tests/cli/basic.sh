@@ -35,6 +35,31 @@ expect_exit "info --pp-split short exits 2" 2 $CLLM info $MODELS/smollm2-135m-in
 expect_grep "info --pp-split short says why" "$TMP/err" "hold 20 layers, the model has 30"
 expect_exit "info --pp-split junk exits 2" 2 $CLLM info $MODELS/smollm2-135m-instruct.gguf --pp-split 10,x
 
+# --dummy-weights[=TYPE] on a config-only folder (the tiny Llama's tokenizer): C 256, F 384, 2 layers, 4 heads
+# / 2 KV heads of 64, V 320, untied. q4_k: every matrix Q4_K (144 bytes a 256-block) but w_down, [256][384]:
+# 384 is not whole 256-blocks, so bf16; LM head Q6_K (210 bytes); the 5 norms bf16. Bytes as stored:
+#   embedding 320*144 + head 320*210 + norm 512 + 2 x (2 norms 1024 + wq 36864 + wk 18432 + wv 18432
+#   + wo 36864 + gate 55296 + up 55296 + down 196608) = 951424 = 929.125 KiB; bf16: 2296320 = 2.19 MiB.
+# On the GPU (--pp 2): a layer is 417792 + 2 fp32 norms 2048 = 419840; stage 0 adds the bf16 embedding
+# table 163840 (583680 = 0.6 MB), stage 1 the fp32 norm and the Q6_K head 1024 + 67200 (488064 = 0.5 MB).
+mkdir -p "$TMP/dq"
+cp tests/fixtures/tiny/llama/tokenizer.json "$TMP/dq/"
+echo '{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256, "intermediate_size": 384,
+ "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 320,
+ "max_position_embeddings": 256, "tie_word_embeddings": false, "bos_token_id": 0, "eos_token_id": 1}' > "$TMP/dq/config.json"
+expect_exit "info --dummy-weights=q4_k" 0 $CLLM info "$TMP/dq" --dummy-weights=q4_k --pp 2
+expect_grep "info --dummy-weights=q4_k: tensor types" "$TMP/out" "tensors +21: Q4_K x13 Q6_K x1 BF16 x7"
+expect_grep "info --dummy-weights=q4_k: quantized size" "$TMP/out" "weights as stored +929\.1[23] KiB"
+expect_grep "info --dummy-weights=q4_k --pp 2: stage 0" "$TMP/out" "stage 0 .*embedding: weights 0\.6 MB"
+expect_grep "info --dummy-weights=q4_k --pp 2: stage 1" "$TMP/out" "stage 1 .*LM head: weights 0\.5 MB"
+expect_exit "info --dummy-weights (bf16)" 0 $CLLM info --dummy-weights "$TMP/dq"
+expect_grep "info --dummy-weights: bf16 size" "$TMP/out" "weights as stored +2\.19 MiB"
+expect_exit "info --dummy-weights=q3_k exits 2" 2 $CLLM info "$TMP/dq" --dummy-weights=q3_k
+expect_grep "info --dummy-weights=q3_k: option and value named" "$TMP/err" "dummy-weights=q3_k: .*q4_k"
+expect_exit "info --dummy-weights= exits 2" 2 $CLLM info "$TMP/dq" --dummy-weights=
+expect_exit "info --tensors=1 exits 2" 2 $CLLM info "$TMP/dq" --dummy-weights --tensors=1
+expect_grep "info --tensors=1: takes no value" "$TMP/err" "tensors takes no value"
+
 printf 'not a model at all' > "$TMP/junk.gguf"
 expect_exit "info: junk file exits 2" 2 $CLLM info "$TMP/junk.gguf"
 expect_grep "info: junk file named" "$TMP/err" "junk.gguf"

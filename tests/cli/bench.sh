@@ -61,6 +61,16 @@ msg=$(check_json "$TMP/f8.json" 1 1 5 1 $LLAMA 80) && ok "bench --kv-dtype fp8: 
     || notok "bench --kv-dtype fp8: K/V bytes as fp8 codes + scales" "$msg" "$(cat "$TMP/f8.json")"
 expect_grep "bench --kv-dtype fp8: JSON names it" "$TMP/f8.json" '"kv_dtype": "fp8"'
 expect_grep "bench --kv-dtype fp8: table names it" "$TMP/out" "^KV cache fp8, [0-9]+ tokens"
+# --dummy-weights=q4_k: a config-only folder (quantizable shapes, as in basic.sh) runs on quantized random weights
+mkdir -p "$TMP/dq" && cp tests/fixtures/tiny/llama/tokenizer.json "$TMP/dq/"
+echo '{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+ "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 320,
+ "max_position_embeddings": 256, "tie_word_embeddings": false, "bos_token_id": 0, "eos_token_id": 1}' > "$TMP/dq/config.json"
+expect_exit "bench --dummy-weights=q4_k" 0 $CLLM bench -m "$TMP/dq" --dummy-weights=q4_k --cpu -t 1 --prompt-lens 8 \
+    --ctx 8 --decode-tokens 2 --reps 1
+expect_grep "bench --dummy-weights=q4_k: prefill row" "$TMP/out" "^ +8 +[0-9.]+ +[0-9.]+ +[0-9.]+ +-$"
+expect_exit "bench --dummy-weights=q2_k exits 2" 2 $B --dummy-weights=q2_k
+expect_grep "bench --dummy-weights=q2_k: value named" "$TMP/err" "dummy-weights=q2_k"
 expect_exit "bench --help exits 0" 0 $CLLM bench --help
 expect_grep "bench --help lists --prompt-lens" "$TMP/out" "--prompt-lens"
 expect_exit "cllm --help exits 0" 0 $CLLM --help && expect_grep "help lists bench" "$TMP/out" "^  bench "
