@@ -117,6 +117,15 @@ if [ "${PP_BENCH:-1}" != 0 ]; then
             timeout 180 "$BIN/cllm" bench -m "$MODELS/llama3-70b" --dummy-weights --pp 2 --prompt-lens 512 --ctx 128 >> "$B"
     }
     run_check bench_70b_pp2 l70
+    # issue 8: the Llama-3.1-405B shape in Q4_K dummy weights (228.8 GB) needs 8 H200s
+    if [ "$(nvidia-smi -L | wc -l)" -ge 8 ]; then
+        l405() {
+            python3 bench/make_dummy_model.py llama3.1-405b "$MODELS/llama3.1-405b" &&
+                "$BIN/cllm" info "$MODELS/llama3.1-405b" --dummy-weights=q4_k --pp 8 >> "$B" &&
+                timeout 300 "$BIN/cllm" bench -m "$MODELS/llama3.1-405b" --dummy-weights=q4_k --pp 8 --prompt-lens 512 --ctx 128 >> "$B"
+        }
+        run_check bench_405b_q4k_pp8 l405
+    fi
 fi
 
 print_rows
