@@ -52,9 +52,8 @@ uint64_t dtype_row_bytes(DType t, uint64_t n);
 
 /* Whether the CUDA backend keeps a weight matrix of type t in its blocks on
  * the GPU (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K; the rest become bf16 there).
- * The same list as quant_type_supported (kernels/cuda/quant.cuh), for code
- * built without CUDA: the stage sizes of `--pp` and `cllm info`;
- * tests/gpu/test_quant.c checks that the two agree. */
+ * The list behind quant_type_supported (kernels/cuda/quant.cuh), here so
+ * code built without CUDA sizes stages the same way (`--pp`, `cllm info`). */
 bool dtype_gpu_keeps_blocks(DType t);
 
 /* Converts n values (n a multiple of block_elems) from src in type t to fp32.

@@ -509,8 +509,7 @@ int quant_gemv_variant(const QuantMatrix *W, const void *x, bool x_f32, void *y,
     if (quant_matrix_bytes(W->type, W->rows, W->cols, &bytes, err)) return -1;
     if ((uintptr_t)x % 16 || (uintptr_t)W->qs % 16)
         return err_set(err, "quant_gemv: x and the weights must be 16-byte aligned");
-    if (version == 3) {
-        if (T < 1 || T > QUANT_GEMV_MAX_T) return err_set(err, "quant_gemv: %d rows of x (1..%d)", T, QUANT_GEMV_MAX_T);
+    if (version == 3) { /* quant_gemv_mma checks the type, the columns and T */
         if (x_f32) return err_set(err, "quant_gemv v3: x must be bf16");
         return quant_gemv_mma(W, x, y, y_f32, bias, T, s, err);
     }

@@ -46,10 +46,9 @@ static __host__ __device__ constexpr int qm_stage_bytes(int q, int t) {
 static __host__ __device__ constexpr int qm_scl_bytes(int q, int t) {
     return q == DT_Q4_K ? 16 * qm_mt(t) * QM_SCL_STRIDE * 8 : 0;
 }
-static __host__ __device__ constexpr int qm_stages(int q, int t) {
-    return (QM_BLOCK_SMEM / QM_WARPS - qm_scl_bytes(q, t)) / qm_stage_bytes(q, t) < 2   ? 2
-           : (QM_BLOCK_SMEM / QM_WARPS - qm_scl_bytes(q, t)) / qm_stage_bytes(q, t) > 4 ? 4
-           : (QM_BLOCK_SMEM / QM_WARPS - qm_scl_bytes(q, t)) / qm_stage_bytes(q, t);
+static __host__ __device__ constexpr int qm_stages(int q, int t) { /* as many as fit the budget, 2..4 */
+    int fit = (QM_BLOCK_SMEM / QM_WARPS - qm_scl_bytes(q, t)) / qm_stage_bytes(q, t);
+    return fit < 2 ? 2 : fit > 4 ? 4 : fit;
 }
 static __host__ __device__ constexpr int qm_warp_bytes(int q, int t) {
     return qm_stages(q, t) * qm_stage_bytes(q, t) + qm_scl_bytes(q, t);

@@ -7,9 +7,7 @@
 
 #define QUANT_PLANE_ALIGN 256
 
-bool quant_type_supported(DType t) {
-    return t == DT_Q8_0 || t == DT_Q4_0 || t == DT_Q4_1 || t == DT_Q4_K || t == DT_Q5_K || t == DT_Q6_K;
-}
+bool quant_type_supported(DType t) { return dtype_gpu_keeps_blocks(t); } /* one list, shared with the stage plan */
 
 /* Where the native block's bytes go: [qs_from, qs_from + QB) to the qs plane,
  * the rest (in order, minus that range) to the sc plane. */

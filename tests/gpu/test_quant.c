@@ -278,7 +278,7 @@ static void test_refused(void) {
           "Q4_0, 96 columns or fp32 x taken by v3");
     QuantMatrix q40 = {DT_Q4_0, 16, 4096, NULL, NULL};
     CHECK(quant_gemv_mma(&q40, NULL, NULL, false, NULL, 1, 0, &err) == -1 && strstr(err.msg, "v3"), "'%s'", err.msg);
-    for (int t = 0; t < DT_COUNT; t++) /* the CPU-side copy of the list (stage sizes) */
+    for (int t = 0; t < DT_COUNT; t++) /* the stage plan sizes matrices by the same list */
         CHECK(quant_type_supported((DType)t) == dtype_gpu_keeps_blocks((DType)t), "type %d: lists disagree", t);
 }
 
