@@ -109,8 +109,13 @@ QM_FN void qm_q4k_a(const uint32_t wg[2], const uint32_t wg8[2], int s, int h, u
  * (x0, x2), (x1, x3) for s = 0; (x4, x6), (x5, x7) for s = 1. */
 QM_FN void qm_q4k_b(const uint32_t X[4], int s, uint32_t b[2]) {
     uint32_t lo = X[2 * s], hi = X[2 * s + 1];
+#ifdef __CUDA_ARCH__ /* one byte permute each (the compiler makes four ops of the masks and shifts) */
+    b[0] = __byte_perm(lo, hi, 0x5410u);
+    b[1] = __byte_perm(lo, hi, 0x7632u);
+#else
     b[0] = (lo & 0xffffu) | (hi << 16);
     b[1] = (lo >> 16) | (hi & 0xffff0000u);
+#endif
 }
 
 /* Q4_K: mul and add - 128 mul of 4 sub-blocks (half 0: 0..3, 1: 4..7) of

@@ -58,7 +58,8 @@ __device__ float block_max(float v, float *shared) {
 }
 
 /* One block per row: the residual row is read and written once, then read
- * again (from L1/L2) to normalize. */
+ * again (from L1/L2) to normalize. The general kernel, for rows whose width
+ * is not a multiple of 4 or whose pointers are not aligned for it. */
 __global__ void kernel_add_rmsnorm(float *x, const bf16 *delta, bf16 *out, const float *w, int C, float eps,
                                    float offset) {
     __shared__ float red[32];
@@ -75,6 +76,62 @@ __global__ void kernel_add_rmsnorm(float *x, const bf16 *delta, bf16 *out, const
     for (int i = threadIdx.x; i < C; i += blockDim.x) o[i] = __float2bfloat16(xr[i] * inv * (w[i] + offset));
 }
 
+/* Four bf16 as floats (8-byte aligned), and back. */
+static __device__ __forceinline__ float4 bf16x4_load(const bf16 *p) {
+    uint2 u = *reinterpret_cast<const uint2 *>(p);
+    float2 a = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&u.x));
+    float2 b = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&u.y));
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+static __device__ __forceinline__ void bf16x4_store(bf16 *p, float4 v) {
+    __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
+    uint2 u = make_uint2(*reinterpret_cast<uint32_t *>(&a), *reinterpret_cast<uint32_t *>(&b));
+    *reinterpret_cast<uint2 *>(p) = u;
+}
+static __device__ __forceinline__ float4 norm4(float4 v, float inv, float4 g, float offset) {
+    return make_float4(v.x * inv * (g.x + offset), v.y * inv * (g.y + offset), v.z * inv * (g.z + offset),
+                       v.w * inv * (g.w + offset));
+}
+
+/* The same for C % 4 == 0 and aligned rows: a thread holds N groups of 4
+ * (C / 4 / blockDim.x rounded up), and every load of the row and of the
+ * weights is issued before the first use. Why: at decode a row is one
+ * block, and the loop above is a chain of dependent round trips to memory
+ * (~15 us for C = 4096 on the H200, kernels/NOTES.md "row kernels"). */
+template <int N>
+__global__ void kernel_add_rmsnorm_vec(float *x, const bf16 *delta, bf16 *out, const float *w, int C, float eps,
+                                       float offset) {
+    __shared__ float red[32];
+    float4 *xr = reinterpret_cast<float4 *>(x + (int64_t)blockIdx.x * C);
+    const bf16 *dr = delta ? delta + (int64_t)blockIdx.x * C : NULL;
+    const int C4 = C / 4;
+    float4 v[N], g[N];
+    float ss = 0;
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        int i = threadIdx.x + k * blockDim.x;
+        v[k] = i < C4 ? xr[i] : make_float4(0, 0, 0, 0);
+        g[k] = i < C4 ? __ldg(reinterpret_cast<const float4 *>(w) + i) : make_float4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        int i = threadIdx.x + k * blockDim.x;
+        if (dr && i < C4) {
+            float4 d = bf16x4_load(dr + 4 * i);
+            v[k] = make_float4(v[k].x + d.x, v[k].y + d.y, v[k].z + d.z, v[k].w + d.w);
+            xr[i] = v[k];
+        }
+        ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+    }
+    float inv = rsqrtf(block_sum(ss, red) / C + eps);
+    bf16 *o = out + (int64_t)blockIdx.x * C;
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        int i = threadIdx.x + k * blockDim.x;
+        if (i < C4) bf16x4_store(o + 4 * i, norm4(v[k], inv, g[k], offset));
+    }
+}
+
 /* In place is safe: each thread reads the elements it later writes. */
 __global__ void kernel_rmsnorm(bf16 *out, const bf16 *x, const float *w, int C, float eps, float offset) {
     __shared__ float red[32];
@@ -85,6 +142,30 @@ __global__ void kernel_rmsnorm(bf16 *out, const bf16 *x, const float *w, int C, 
     bf16 *o = out + (int64_t)blockIdx.x * C;
     for (int i = threadIdx.x; i < C; i += blockDim.x)
         o[i] = __float2bfloat16(__bfloat162float(xr[i]) * inv * (w[i] + offset));
+}
+
+/* kernel_rmsnorm for C % 4 == 0 and aligned rows, loads first as above. */
+template <int N>
+__global__ void kernel_rmsnorm_vec(bf16 *out, const bf16 *x, const float *w, int C, float eps, float offset) {
+    __shared__ float red[32];
+    const bf16 *xr = x + (int64_t)blockIdx.x * C;
+    const int C4 = C / 4;
+    float4 v[N], g[N];
+    float ss = 0;
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        int i = threadIdx.x + k * blockDim.x;
+        v[k] = i < C4 ? bf16x4_load(xr + 4 * i) : make_float4(0, 0, 0, 0);
+        g[k] = i < C4 ? __ldg(reinterpret_cast<const float4 *>(w) + i) : make_float4(0, 0, 0, 0);
+        ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+    }
+    float inv = rsqrtf(block_sum(ss, red) / C + eps);
+    bf16 *o = out + (int64_t)blockIdx.x * C;
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        int i = threadIdx.x + k * blockDim.x;
+        if (i < C4) bf16x4_store(o + 4 * i, norm4(v[k], inv, g[k], offset));
+    }
 }
 
 __global__ void kernel_split_qkv(bf16 *q, bf16 *k, bf16 *v, const bf16 *qkv, const float *bq, const float *bk,
@@ -105,58 +186,68 @@ __global__ void kernel_add_bias(void *y, bool y_f32, const float *bias, int T, i
     }
 }
 
-/* One block per row t: first (qk-norm) a warp per head normalizes it in
- * place; then every (head, pair) of q and k is rotated in place; then k and
- * v are copied to the row's cache slot (fp8: a warp quantizes each head
- * vector of k, then of v). Barriers between the phases make each one's
- * writes visible to the next. */
+#define RKV_WARPS 8 /* head vectors per block of kernel_rope_kv_write */
+
+/* A warp per head vector of row t (blockIdx.x): the q heads, then the k
+ * heads, then the v heads (grid.y covers them RKV_WARPS at a time). A q or
+ * k head goes to the warp's shared buffer, gets its qk-norm (rounded to
+ * bf16, as a separate op would store it) and rope there, and is written
+ * back; a k head, and a v head as is, also goes to the cache slot (fp8: a
+ * warp quantizes the head vector). Why a warp per head and not a block per
+ * row: at decode a row's ~50 head vectors were one block's chain of
+ * dependent loads (~11 us for Llama-3-8B on the H200). */
 __global__ void kernel_rope_kv_write(bf16 *q, bf16 *k, const bf16 *v, KVLayerDev kv, DevAttnBatch b, int n_heads,
                                      int n_kv_heads, int hd, int hdv, int half, const float *inv_freq, float mscale,
                                      bool neox, int64_t n_slots, QkNorm qk) {
-    int t = blockIdx.x, lane = threadIdx.x % 32;
-    if (qk.q || qk.k) {
-        for (int h = threadIdx.x / 32; h < n_heads + n_kv_heads; h += blockDim.x / 32) {
-            const float *w = h < n_heads ? qk.q : qk.k;
-            if (!w) continue;
-            bf16 *x = h < n_heads ? q + ((int64_t)t * n_heads + h) * hd : k + ((int64_t)t * n_kv_heads + h - n_heads) * hd;
-            float ss = 0;
-            for (int i = lane; i < hd; i += 32) { float a = __bfloat162float(x[i]); ss += a * a; }
-            for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-            float inv = rsqrtf(ss / hd + qk.eps);
-            for (int i = lane; i < hd; i += 32) x[i] = __float2bfloat16(__bfloat162float(x[i]) * inv * (w[i] + qk.offset));
-        }
-        __syncthreads();
+    extern __shared__ float rkv_buf[];
+    const int t = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int h = blockIdx.y * RKV_WARPS + warp;
+    if (h >= n_heads + 2 * n_kv_heads) return;
+    const int64_t slot = b.slot[t];
+    const bool store = slot >= 0 && slot < n_slots, fp8 = kv.dtype == KV_DTYPE_FP8;
+    if (h >= n_heads + n_kv_heads) { /* a v head: to the cache */
+        int hv = h - n_heads - n_kv_heads;
+        const bf16 *src = v + ((int64_t)t * n_kv_heads + hv) * hdv;
+        int64_t at = slot * n_kv_heads + hv;
+        if (store && fp8) warp_quantize_fp8(src, hdv, (uint8_t *)kv.v + at * hdv, kv.v_scale + at);
+        else if (store) for (int i = lane; i < hdv; i += 32) ((bf16 *)kv.v)[at * hdv + i] = src[i];
+        return;
     }
-    float p = (float)b.pos[t];
-    for (int j = threadIdx.x; j < (n_heads + n_kv_heads) * half; j += blockDim.x) {
-        int h = j / half, i = j % half;
-        bf16 *x = h < n_heads ? q + ((int64_t)t * n_heads + h) * hd : k + ((int64_t)t * n_kv_heads + h - n_heads) * hd;
+    const bool is_q = h < n_heads;
+    const int hk = h - n_heads;
+    bf16 *x = is_q ? q + ((int64_t)t * n_heads + h) * hd : k + ((int64_t)t * n_kv_heads + hk) * hd;
+    float *buf = rkv_buf + warp * hd;
+    for (int i = lane; i < hd; i += 32) buf[i] = __bfloat162float(x[i]);
+    const float *w = is_q ? qk.q : qk.k;
+    if (w) {
+        float ss = 0;
+        for (int i = lane; i < hd; i += 32) ss += buf[i] * buf[i];
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        float inv = rsqrtf(ss / hd + qk.eps);
+        for (int i = lane; i < hd; i += 32) buf[i] = __bfloat162float(__float2bfloat16(buf[i] * inv * (w[i] + qk.offset)));
+    }
+    __syncwarp();
+    const float p = (float)b.pos[t];
+    for (int i = lane; i < half; i += 32) {
         float s, c;
         sincosf(p * inv_freq[i], &s, &c);
         s *= mscale;
         c *= mscale;
         int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
-        float x0 = __bfloat162float(x[ia]), x1 = __bfloat162float(x[ib]);
-        x[ia] = __float2bfloat16(x0 * c - x1 * s);
-        x[ib] = __float2bfloat16(x0 * s + x1 * c);
+        float x0 = buf[ia], x1 = buf[ib];
+        buf[ia] = __bfloat162float(__float2bfloat16(x0 * c - x1 * s));
+        buf[ib] = __bfloat162float(__float2bfloat16(x0 * s + x1 * c));
     }
-    __syncthreads();
-    int64_t slot = b.slot[t];
-    if (slot < 0 || slot >= n_slots) return;
-    int kw = n_kv_heads * hd, vw = n_kv_heads * hdv;
-    if (kv.dtype == KV_DTYPE_FP8) {
-        for (int w = threadIdx.x / 32; w < 2 * n_kv_heads; w += blockDim.x / 32) {
-            bool is_k = w < n_kv_heads;
-            int h = is_k ? w : w - n_kv_heads, d = is_k ? hd : hdv;
-            int64_t at = slot * n_kv_heads + h;
-            warp_quantize_fp8((is_k ? k : v) + (int64_t)t * (is_k ? kw : vw) + h * d, d,
-                              (uint8_t *)(is_k ? kv.k : kv.v) + at * d, (is_k ? kv.k_scale : kv.v_scale) + at);
-        }
-        return;
+    __syncwarp();
+    for (int i = lane; i < hd; i += 32) x[i] = __float2bfloat16(buf[i]);
+    if (is_q || !store) return;
+    int64_t at = slot * n_kv_heads + hk;
+    if (fp8) {
+        __syncwarp(); /* the lanes' stores of x above, visible to the warp */
+        warp_quantize_fp8(x, hd, (uint8_t *)kv.k + at * hd, kv.k_scale + at);
+    } else {
+        for (int i = lane; i < hd; i += 32) ((bf16 *)kv.k)[at * hd + i] = __float2bfloat16(buf[i]);
     }
-    bf16 *kc = (bf16 *)kv.k, *vc = (bf16 *)kv.v;
-    for (int i = threadIdx.x; i < kw; i += blockDim.x) kc[slot * kw + i] = k[(int64_t)t * kw + i];
-    for (int i = threadIdx.x; i < vw; i += blockDim.x) vc[slot * vw + i] = v[(int64_t)t * vw + i];
 }
 
 #define ATT_TILE 128
@@ -299,13 +390,37 @@ void cuda_embed(float *out, const bf16 *table, const int32_t *ids, int T, int C,
     kernel_embed<<<dim3(grid_for(C, 256), T), 256, 0, s>>>(out, table, ids, C, scale);
 }
 
+/* The vectorized row kernels' shape for width C: threads (C / 4 rounded up
+ * to warps, at most 1024) and groups of 4 per thread (1, 2, 4 or 8); 0 when
+ * they do not apply (C % 4, C > 32768 or an unaligned pointer). */
+static int vec_groups(int C, const void *a, const void *b, const void *c, const void *d, int *threads) {
+    bool aligned = (uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0 && (uintptr_t)c % 8 == 0 && (uintptr_t)d % 8 == 0;
+    if (C % 4 || C > 32768 || !aligned) return 0;
+    int c4 = C / 4;
+    *threads = c4 >= 1024 ? 1024 : (c4 + 31) / 32 * 32;
+    int n = (c4 + *threads - 1) / *threads;
+    return n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : 8;
+}
+
 void cuda_add_rmsnorm(float *x, const bf16 *delta, bf16 *out, const float *w, int T, int C, float eps, float offset,
                       cudaStream_t s) {
-    if (T > 0) kernel_add_rmsnorm<<<T, row_threads(C), 0, s>>>(x, delta, out, w, C, eps, offset);
+    if (T <= 0) return;
+    int nt = 0, n = vec_groups(C, x, w, delta, out, &nt);
+    if (n == 1) kernel_add_rmsnorm_vec<1><<<T, nt, 0, s>>>(x, delta, out, w, C, eps, offset);
+    else if (n == 2) kernel_add_rmsnorm_vec<2><<<T, nt, 0, s>>>(x, delta, out, w, C, eps, offset);
+    else if (n == 4) kernel_add_rmsnorm_vec<4><<<T, nt, 0, s>>>(x, delta, out, w, C, eps, offset);
+    else if (n == 8) kernel_add_rmsnorm_vec<8><<<T, nt, 0, s>>>(x, delta, out, w, C, eps, offset);
+    else kernel_add_rmsnorm<<<T, row_threads(C), 0, s>>>(x, delta, out, w, C, eps, offset);
 }
 
 void cuda_rmsnorm(bf16 *out, const bf16 *x, const float *w, int rows, int C, float eps, float offset, cudaStream_t s) {
-    if (rows > 0) kernel_rmsnorm<<<rows, row_threads(C), 0, s>>>(out, x, w, C, eps, offset);
+    if (rows <= 0) return;
+    int nt = 0, n = vec_groups(C, w, w, x, out, &nt);
+    if (n == 1) kernel_rmsnorm_vec<1><<<rows, nt, 0, s>>>(out, x, w, C, eps, offset);
+    else if (n == 2) kernel_rmsnorm_vec<2><<<rows, nt, 0, s>>>(out, x, w, C, eps, offset);
+    else if (n == 4) kernel_rmsnorm_vec<4><<<rows, nt, 0, s>>>(out, x, w, C, eps, offset);
+    else if (n == 8) kernel_rmsnorm_vec<8><<<rows, nt, 0, s>>>(out, x, w, C, eps, offset);
+    else kernel_rmsnorm<<<rows, row_threads(C), 0, s>>>(out, x, w, C, eps, offset);
 }
 
 void cuda_split_qkv(bf16 *q, bf16 *k, bf16 *v, const bf16 *qkv, const float *bq, const float *bk, const float *bv,
@@ -320,8 +435,11 @@ void cuda_add_bias(void *y, bool y_f32, const float *bias, int T, int n, cudaStr
 void cuda_rope_kv_write(bf16 *q, bf16 *k, const bf16 *v, const KVLayerDev *kv, const DevAttnBatch *b, int n_heads,
                         int n_kv_heads, int head_dim_k, int head_dim_v, int rot_dim, const float *inv_freq,
                         float mscale, bool neox, int64_t n_slots, const QkNorm *qk, cudaStream_t s) {
-    kernel_rope_kv_write<<<b->n_tokens, 256, 0, s>>>(q, k, v, *kv, *b, n_heads, n_kv_heads, head_dim_k, head_dim_v,
-                                                     rot_dim / 2, inv_freq, mscale, neox, n_slots, *qk);
+    if (b->n_tokens <= 0) return;
+    dim3 grid(b->n_tokens, (n_heads + 2 * n_kv_heads + RKV_WARPS - 1) / RKV_WARPS);
+    kernel_rope_kv_write<<<grid, RKV_WARPS * 32, RKV_WARPS * head_dim_k * sizeof(float), s>>>(
+        q, k, v, *kv, *b, n_heads, n_kv_heads, head_dim_k, head_dim_v, rot_dim / 2, inv_freq, mscale, neox, n_slots,
+        *qk);
 }
 
 void cuda_attention_generic(bf16 *out, const bf16 *q, const KVLayerDev *kv, const DevAttnBatch *b, const AttnParams *p,

@@ -17,14 +17,16 @@
  *     Q4_K / Q8_0 with bf16 x, the tensor-core 3; quant_dequant_bf16_variant
  *     1 and 2) is checked the same way;
  *   - timing (printed, never asserted): each type's GEMV at 4096x14336,
- *     T = 1 and 8, per version and rows per warp, CUDA events, median of 30
- *     over 4 rotating copies (more than the L2), as GB/s of quantized bytes
- *     and % of 4.26 TB/s; the dequantize kernel likewise (quantized bytes
- *     read + bf16 written). */
+ *     T = 1 and 8, per version and rows per warp, and Q4_K / Q8_0 at the
+ *     other shapes of a Llama-3-8B decode step; CUDA events around 20
+ *     back-to-back launches over 4 rotating copies (more than the L2),
+ *     median of 15, as GB/s of quantized bytes and % of 4.26 TB/s; the
+ *     dequantize kernel likewise (quantized bytes read + bf16 written). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "kernels/cuda/quant.cuh"
 #include "kernels/dtype.h"
@@ -252,13 +254,16 @@ static void test_small_shapes(void) {
         }
 }
 
+/* The last shape is tall (v3 takes two m-tiles per warp for Q4_K below T =
+ * 4 there) with a part block of rows at the end, every T. */
 static void test_big_shapes(void) {
-    int64_t shapes[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}};
+    int64_t shapes[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}, {16401, 512}};
     for (int i = 0; i < N_TYPES; i++)
-        for (int s = 0; s < 3; s++) {
+        for (int s = 0; s < 4; s++) {
             Mat M;
             if (mat_build(&M, TYPES[i], shapes[s][0], shapes[s][1])) continue;
-            gemv_checks(&M, T_FEW, 3, s == 0 ? R_ALL : R_DEF, s == 0 ? 3 : 1);
+            if (s == 3) gemv_checks(&M, T_ALL, 8, R_DEF, 1);
+            else gemv_checks(&M, T_FEW, 3, s == 0 ? R_ALL : R_DEF, s == 0 ? 3 : 1);
             if (s == 1) { dequant_check(&M, 1001, 300, 1); dequant_check(&M, 1001, 300, 2); }
             mat_free(&M);
         }
@@ -291,8 +296,11 @@ static int cmp_float(const void *a, const void *b) {
 
 typedef int (*LaunchFn)(Mat *copies, int i, void *ctx);
 
+/* One sample = LOOP back-to-back launches between two events, so the host's
+ * launch cost overlaps the kernels (as in a CUDA graph) instead of being
+ * counted; the median of REPS samples, per launch. */
 static float median_us(Mat *copies, LaunchFn fn, void *ctx) {
-    enum { REPS = 30 };
+    enum { REPS = 15, LOOP = 20 };
     float ms[REPS];
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
@@ -300,7 +308,7 @@ static float median_us(Mat *copies, LaunchFn fn, void *ctx) {
     for (int i = 0; i < 5; i++) fn(copies, i, ctx);
     for (int i = 0; i < REPS; i++) {
         cudaEventRecord(e0, 0);
-        fn(copies, i, ctx);
+        for (int k = 0; k < LOOP; k++) fn(copies, k, ctx);
         cudaEventRecord(e1, 0);
         cudaEventSynchronize(e1);
         cudaEventElapsedTime(&ms[i], e0, e1);
@@ -308,7 +316,7 @@ static float median_us(Mat *copies, LaunchFn fn, void *ctx) {
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     qsort(ms, REPS, sizeof *ms, cmp_float);
-    return ms[REPS / 2] * 1000.0f;
+    return ms[REPS / 2] * 1000.0f / LOOP;
 }
 
 typedef struct { void *x, *y; int T, V, R; void *dst; } TimeCtx;
@@ -325,45 +333,72 @@ static int run_dequant(Mat *c, int i, void *ctx) {
     return quant_dequant_bf16_variant(&c[i % 4].m, 0, c[i % 4].rows, t->dst, t->V, 0, &err);
 }
 
+/* One matrix shape: with full, every version and rows-per-warp and the
+ * dequantize kernel; else the default (v2) and v3 only. */
+static void time_shape(DType type, int64_t rows, int64_t cols, bool full, void *x, void *y, void *dst) {
+    Mat c[4];
+    int ok = 1;
+    for (int k = 0; k < 4; k++) ok = ok && !mat_build(&c[k], type, rows, cols);
+    if (!ok) return;
+    double qbytes = (double)rows * (double)dtype_row_bytes(type, cols);
+    for (int V = 1; V <= 3; V++)
+    for (int R = 0; R <= 4; R = R ? 2 * R : 1) {
+        if (V == 3 && (R > 0 || !quant_gemv_mma_supported(type, cols, false))) continue;
+        if (!full && !(V == 2 && R == 0) && V != 3) continue;
+        TimeCtx t1 = {x, y, 1, V, R, NULL}, t8 = {x, y, 8, V, R, NULL}, td = {0, 0, 0, V, 0, dst};
+        float u1 = median_us(c, run_gemv, &t1), u8 = median_us(c, run_gemv, &t8);
+        char dq[64] = "";
+        if (full && R == 0 && V <= 2) {
+            float ud = median_us(c, run_dequant, &td);
+            double b = qbytes + (double)rows * cols * 2;
+            snprintf(dq, sizeof dq, "%8.1f %6.0f %5.1f%%", ud, b / ud * 1e-3, 100 * b / (ud * 1e-6) / COPY_BW);
+        }
+        printf("# %-5s %6lldx%-5lld %7.2f %d %d | %7.1f %6.0f %5.1f%% | %7.1f %6.0f %5.1f%% | %s\n",
+               dtype_info(type)->name, (long long)rows, (long long)cols, qbytes / 1e6, V, R, u1, qbytes / u1 * 1e-3,
+               100 * qbytes / (u1 * 1e-6) / COPY_BW, u8, qbytes / u8 * 1e-3, 100 * qbytes / (u8 * 1e-6) / COPY_BW, dq);
+    }
+    CHECK(cudaGetLastError() == cudaSuccess, "%s timing launches failed", dtype_info(type)->name);
+    for (int k = 0; k < 4; k++) mat_free(&c[k]);
+}
+
+/* One GEMV, T rows of x, version V (--time): the timing line only. */
+static void time_one(DType type, int64_t rows, int64_t cols, int V, int T) {
+    void *x = NULL, *y = NULL;
+    Mat c[4];
+    int ok = cudaMalloc(&x, (size_t)T * cols * 2) == cudaSuccess && cudaMalloc(&y, (size_t)T * rows * 4) == cudaSuccess;
+    for (int k = 0; ok && k < 4; k++) ok = !mat_build(&c[k], type, rows, cols);
+    CHECK(ok, "--time: setup failed");
+    if (!ok) return;
+    TimeCtx tc = {x, y, T, V, 0, NULL};
+    float us = median_us(c, run_gemv, &tc);
+    double qbytes = (double)rows * (double)dtype_row_bytes(type, cols);
+    printf("# %s %lldx%lld v%d T=%d: %.1f us, %.0f GB/s, %.1f%% of 4.26 TB/s\n", dtype_info(type)->name,
+           (long long)rows, (long long)cols, V, T, us, qbytes / us * 1e-3, 100 * qbytes / (us * 1e-6) / COPY_BW);
+    CHECK(cudaGetLastError() == cudaSuccess, "--time launches failed");
+    for (int k = 0; k < 4; k++) mat_free(&c[k]);
+    cudaFree(x); cudaFree(y);
+}
+
+/* Every type at 4096x14336 in full, then Q4_K and Q8_0 at the other
+ * matrix shapes of Llama-3-8B's decode step (qkv, o, gate+up, LM head). */
 static void test_timing(void) {
-    const int64_t rows = 4096, cols = 14336;
     void *x = NULL, *y = NULL, *dst = NULL;
-    if (cudaMalloc(&x, 8 * cols * 2) || cudaMalloc(&y, 8 * rows * 4) || cudaMalloc(&dst, rows * cols * 2)) {
+    if (cudaMalloc(&x, 8 * 14336 * 2) || cudaMalloc(&y, 8 * 128256 * 4) || cudaMalloc(&dst, 4096 * 14336 * 2)) {
         CHECK(0, "timing: cudaMalloc failed");
         return;
     }
-    uint16_t *xh = malloc(8 * cols * 2);
-    for (int64_t i = 0; i < 8 * cols; i++) xh[i] = fp32_to_bf16(frand());
-    cudaMemcpy(x, xh, 8 * cols * 2, cudaMemcpyHostToDevice);
+    uint16_t *xh = malloc(8 * 14336 * 2);
+    for (int64_t i = 0; i < 8 * 14336; i++) xh[i] = fp32_to_bf16(frand());
+    cudaMemcpy(x, xh, 8 * 14336 * 2, cudaMemcpyHostToDevice);
     free(xh);
-    printf("# timing %lldx%lld (rows x cols), x bf16, y bf16, median of 30 us over 4 rotating copies\n",
-           (long long)rows, (long long)cols);
-    printf("# %-5s %7s %2s %2s | %-22s | %-22s | %s\n", "type", "MB", "v", "R", "T=1 us   GB/s  %4.26", "T=8 us   GB/s  %",
-           "dequant->bf16 us GB/s %");
-    for (int i = 0; i < N_TYPES; i++) {
-        Mat c[4];
-        int ok = 1;
-        for (int k = 0; k < 4; k++) ok = ok && !mat_build(&c[k], TYPES[i], rows, cols);
-        if (!ok) continue;
-        double qbytes = (double)rows * (double)dtype_row_bytes(TYPES[i], cols);
-        for (int V = 1; V <= 3; V++)
-        for (int R = 0; R <= 4; R = R ? 2 * R : 1) {
-            if (V == 3 && (R > 0 || !quant_gemv_mma_supported(TYPES[i], cols, false))) continue;
-            TimeCtx t1 = {x, y, 1, V, R, NULL}, t8 = {x, y, 8, V, R, NULL}, td = {0, 0, 0, V, 0, dst};
-            float u1 = median_us(c, run_gemv, &t1), u8 = median_us(c, run_gemv, &t8);
-            char dq[64] = "";
-            if (R == 0 && V <= 2) {
-                float ud = median_us(c, run_dequant, &td);
-                double b = qbytes + (double)rows * cols * 2;
-                snprintf(dq, sizeof dq, "%8.1f %6.0f %5.1f%%", ud, b / ud * 1e-3, 100 * b / (ud * 1e-6) / COPY_BW);
-            }
-            printf("# %-5s %7.2f %2d %2d | %7.1f %6.0f %5.1f%% | %7.1f %6.0f %5.1f%% | %s\n", dtype_info(TYPES[i])->name,
-                   qbytes / 1e6, V, R, u1, qbytes / u1 * 1e-3, 100 * qbytes / (u1 * 1e-6) / COPY_BW, u8,
-                   qbytes / u8 * 1e-3, 100 * qbytes / (u8 * 1e-6) / COPY_BW, dq);
-        }
-        CHECK(cudaGetLastError() == cudaSuccess, "%s timing launches failed", dtype_info(TYPES[i])->name);
-        for (int k = 0; k < 4; k++) mat_free(&c[k]);
-    }
+    printf("# timing, x bf16, y bf16: per launch, median of 15 runs of 20 back-to-back launches over 4 rotating copies\n");
+    printf("# %-5s %12s %7s %s %s | %-22s | %-22s | %s\n", "type", "shape", "MB", "v", "R", "T=1 us   GB/s  %4.26",
+           "T=8 us   GB/s  %", "dequant->bf16 us GB/s %");
+    for (int i = 0; i < N_TYPES; i++) time_shape(TYPES[i], 4096, 14336, true, x, y, dst);
+    const int64_t shapes[][2] = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {128256, 4096}};
+    const DType both[2] = {DT_Q4_K, DT_Q8_0};
+    for (int i = 0; i < 4; i++)
+        for (int k = 0; k < 2; k++) time_shape(both[k], shapes[i][0], shapes[i][1], false, x, y, dst);
     cudaFree(x); cudaFree(y); cudaFree(dst);
 }
 
@@ -374,6 +409,15 @@ int main(int argc, char **argv) {
         return 1;
     }
     bool quick = argc > 1 && !strcmp(argv[1], "--quick");
+    if (argc == 7 && !strcmp(argv[1], "--time")) { /* one case, for a profiler: --time TYPE ROWS COLS VERSION T */
+        DType t = DT_COUNT;
+        for (int i = 0; i < N_TYPES; i++)
+            if (!strcasecmp(argv[2], dtype_info(TYPES[i])->name)) t = TYPES[i];
+        int64_t rows = atoll(argv[3]), cols = atoll(argv[4]);
+        CHECK(t != DT_COUNT && rows > 0 && cols > 0, "--time %s %s %s: bad type or shape", argv[2], argv[3], argv[4]);
+        if (t != DT_COUNT && rows > 0 && cols > 0) time_one(t, rows, cols, atoi(argv[5]), atoi(argv[6]));
+        TEST_EXIT();
+    }
     RUN(test_refused);
     RUN(test_small_shapes);
     if (!quick) {
