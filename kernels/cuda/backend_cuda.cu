@@ -72,7 +72,10 @@ extern "C" { /* C headers of the engine: C linkage */
 #define N_BUCKETS 7                        /* graph buckets 1, 2, 4, ... 64 rows */
 #define RESERVE_BYTES ((size_t)256 << 20)  /* left free beside the KV budget (cuBLASLt, graphs, fragmentation) */
 #define MAX_AUTO_BLOCKS (1 << 20)          /* a budget-sized cache stops here (the host block pool is an array) */
-#define DEQ_MAX_BYTES ((size_t)256 << 20)  /* bf16 scratch of quantized GEMMs above 8 rows; larger matrices go in row chunks */
+#ifndef DEQ_MAX_MB
+#define DEQ_MAX_MB 256 /* (-D for experiments) */
+#endif
+#define DEQ_MAX_BYTES ((size_t)DEQ_MAX_MB << 20) /* bf16 scratch of quantized GEMMs above 8 rows; larger matrices go in row chunks */
 #define LAYER_REFS ((int)(sizeof(LayerWeights) / sizeof(WeightRef)))
 
 typedef struct {
