@@ -92,6 +92,38 @@ static __device__ __forceinline__ float4 norm4(float4 v, float inv, float4 g, fl
     return make_float4(v.x * inv * (g.x + offset), v.y * inv * (g.y + offset), v.z * inv * (g.z + offset),
                        v.w * inv * (g.w + offset));
 }
+static __device__ __forceinline__ float sumsq4(float4 v) { return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w; }
+static __device__ __forceinline__ float4 weights4(const float *w, int i, int c4) { /* group i of w, or zeros past c4 */
+    return i < c4 ? __ldg(reinterpret_cast<const float4 *>(w) + i) : make_float4(0, 0, 0, 0);
+}
+
+static __device__ __forceinline__ float4 row4(const float *r, int i) { return reinterpret_cast<const float4 *>(r)[i]; }
+static __device__ __forceinline__ float4 row4(const bf16 *r, int i) { return bf16x4_load(r + 4 * i); }
+
+/* The vectorized kernels' start: the thread's N groups of the row and of
+ * the weights (zeros past the row's c4 groups), every load issued first. */
+template <int N, typename T>
+static __device__ __forceinline__ void rms_load_vec(float4 *v, float4 *g, const T *row, const float *w, int c4) {
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        int i = threadIdx.x + k * blockDim.x;
+        v[k] = i < c4 ? row4(row, i) : make_float4(0, 0, 0, 0);
+        g[k] = weights4(w, i, c4);
+    }
+}
+
+/* The vectorized kernels' end: the block's sum of squares -> the row's
+ * scale, then the thread's N groups v (weights g) normalized into o. */
+template <int N>
+static __device__ __forceinline__ void rms_store_vec(bf16 *o, const float4 *v, const float4 *g, float ss, int C,
+                                                     float eps, float offset, float *red) {
+    float inv = rsqrtf(block_sum(ss, red) / C + eps);
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        int i = threadIdx.x + k * blockDim.x;
+        if (i < C / 4) bf16x4_store(o + 4 * i, norm4(v[k], inv, g[k], offset));
+    }
+}
 
 /* The same for C % 4 == 0 and aligned rows: a thread holds N groups of 4
  * (C / 4 / blockDim.x rounded up), and every load of the row and of the
@@ -102,34 +134,22 @@ template <int N>
 __global__ void kernel_add_rmsnorm_vec(float *x, const bf16 *delta, bf16 *out, const float *w, int C, float eps,
                                        float offset) {
     __shared__ float red[32];
-    float4 *xr = reinterpret_cast<float4 *>(x + (int64_t)blockIdx.x * C);
+    float *xr = x + (int64_t)blockIdx.x * C;
     const bf16 *dr = delta ? delta + (int64_t)blockIdx.x * C : NULL;
-    const int C4 = C / 4;
     float4 v[N], g[N];
+    rms_load_vec<N>(v, g, xr, w, C / 4);
     float ss = 0;
 #pragma unroll
     for (int k = 0; k < N; k++) {
         int i = threadIdx.x + k * blockDim.x;
-        v[k] = i < C4 ? xr[i] : make_float4(0, 0, 0, 0);
-        g[k] = i < C4 ? __ldg(reinterpret_cast<const float4 *>(w) + i) : make_float4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int k = 0; k < N; k++) {
-        int i = threadIdx.x + k * blockDim.x;
-        if (dr && i < C4) {
+        if (dr && i < C / 4) {
             float4 d = bf16x4_load(dr + 4 * i);
             v[k] = make_float4(v[k].x + d.x, v[k].y + d.y, v[k].z + d.z, v[k].w + d.w);
-            xr[i] = v[k];
+            reinterpret_cast<float4 *>(xr)[i] = v[k];
         }
-        ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+        ss += sumsq4(v[k]);
     }
-    float inv = rsqrtf(block_sum(ss, red) / C + eps);
-    bf16 *o = out + (int64_t)blockIdx.x * C;
-#pragma unroll
-    for (int k = 0; k < N; k++) {
-        int i = threadIdx.x + k * blockDim.x;
-        if (i < C4) bf16x4_store(o + 4 * i, norm4(v[k], inv, g[k], offset));
-    }
+    rms_store_vec<N>(out + (int64_t)blockIdx.x * C, v, g, ss, C, eps, offset, red);
 }
 
 /* In place is safe: each thread reads the elements it later writes. */
@@ -148,24 +168,12 @@ __global__ void kernel_rmsnorm(bf16 *out, const bf16 *x, const float *w, int C, 
 template <int N>
 __global__ void kernel_rmsnorm_vec(bf16 *out, const bf16 *x, const float *w, int C, float eps, float offset) {
     __shared__ float red[32];
-    const bf16 *xr = x + (int64_t)blockIdx.x * C;
-    const int C4 = C / 4;
     float4 v[N], g[N];
+    rms_load_vec<N>(v, g, x + (int64_t)blockIdx.x * C, w, C / 4);
     float ss = 0;
 #pragma unroll
-    for (int k = 0; k < N; k++) {
-        int i = threadIdx.x + k * blockDim.x;
-        v[k] = i < C4 ? bf16x4_load(xr + 4 * i) : make_float4(0, 0, 0, 0);
-        g[k] = i < C4 ? __ldg(reinterpret_cast<const float4 *>(w) + i) : make_float4(0, 0, 0, 0);
-        ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
-    }
-    float inv = rsqrtf(block_sum(ss, red) / C + eps);
-    bf16 *o = out + (int64_t)blockIdx.x * C;
-#pragma unroll
-    for (int k = 0; k < N; k++) {
-        int i = threadIdx.x + k * blockDim.x;
-        if (i < C4) bf16x4_store(o + 4 * i, norm4(v[k], inv, g[k], offset));
-    }
+    for (int k = 0; k < N; k++) ss += sumsq4(v[k]);
+    rms_store_vec<N>(out + (int64_t)blockIdx.x * C, v, g, ss, C, eps, offset, red);
 }
 
 __global__ void kernel_split_qkv(bf16 *q, bf16 *k, bf16 *v, const bf16 *qkv, const float *bq, const float *bk,
