@@ -69,8 +69,8 @@ int quant_gemv(const QuantMatrix *W, const void *x, bool x_f32, void *y, bool y_
  * in flight, sum-then-scale; rows per warp 1, 2 or 4, 0 = the default) or 3
  * (tensor cores, quant_gemv_mma: where quant_gemv_mma_supported, else an
  * error); version 0 = the default: 3 where supported for Q4_K, and for
- * Q8_0 from T = 2 (at T = 1 v2 streams Q8_0 as fast on big matrices and
- * faster on small ones), else 2. */
+ * Q8_0 from T = 2 or on big matrices (at T = 1 v2 streams small Q8_0
+ * matrices faster), else 2. */
 int quant_gemv_variant(const QuantMatrix *W, const void *x, bool x_f32, void *y, bool y_f32, const float *bias,
                        int T, int version, int rows_per_warp, cudaStream_t s, Err *err);
 

@@ -509,8 +509,11 @@ int quant_gemv_variant(const QuantMatrix *W, const void *x, bool x_f32, void *y,
     if (quant_matrix_bytes(W->type, W->rows, W->cols, &bytes, err)) return -1;
     if ((uintptr_t)x % 16 || (uintptr_t)W->qs % 16)
         return err_set(err, "quant_gemv: x and the weights must be 16-byte aligned");
-    if (version == 0 && quant_gemv_mma_supported(W->type, W->cols, x_f32) && (W->type == DT_Q4_K || T >= 2))
-        version = 3; /* the default where measured faster on the H200: Q4_K, Q8_0 from T = 2 (kernels/NOTES.md) */
+    /* the default: v3 where measured faster on the H200 (kernels/NOTES.md "v3 measured"): Q4_K; Q8_0 from
+     * T = 2, and at T = 1 on big matrices (from 16384 rows or 8192 columns: 3-6% there, 8-16% slower below) */
+    bool big = W->rows >= 16384 || W->cols >= 8192;
+    if (version == 0 && quant_gemv_mma_supported(W->type, W->cols, x_f32) && (W->type == DT_Q4_K || T >= 2 || big))
+        version = 3;
     if (version == 3) { /* quant_gemv_mma checks the type, the columns and T */
         if (x_f32) return err_set(err, "quant_gemv v3: x must be bf16");
         return quant_gemv_mma(W, x, y, y_f32, bias, T, s, err);
