@@ -187,7 +187,7 @@ static __device__ __forceinline__ void qm_stage_q4k(float (*acc)[4], const uint8
     const int g = lane / 4, c = lane % 4;
     qm_q4k_stage_scales<MT>(st, scl, lane);
     __syncwarp();
-#pragma unroll 1
+#pragma unroll 1 /* rolled: unrolled needs ~98 registers and spills under the 3-blocks-per-SM bound */
     for (int q = 0; q < 4; q++) {
         uint32_t wg[MT][2], wg8[MT][2];
 #pragma unroll
