@@ -296,6 +296,22 @@ static void check_shape(const char *name, int C, int H, int KV, int D, int F, in
 static void test_ops_odd_sizes(void) { check_shape("odd", 4095, 3, 1, 64, 1001, 777, 64, true, true, ACT_GELU_TANH); }
 static void test_ops_aligned(void) { check_shape("aligned", 512, 8, 2, 128, 1536, 1000, 64, false, false, ACT_SILU); }
 
+/* A CLLM_QUANT_GEMV other than 1, 2 or 3 is refused with its value named,
+ * not silently ignored; unset again, the same model opens. */
+static void test_bad_quant_gemv_env(void) {
+    Rig r;
+    if (rig_open(&r, 512, 8, 2, 64, 1024, 1000, 64, false, false, ACT_SILU) == 0) {
+        Err err = {{0}};
+        CudaOptions o = {0, BLOCK, N_BLOCKS, 0, MAX_T, 0.9f, true, false, false, false, KV_DTYPE_BF16};
+        setenv("CLLM_QUANT_GEMV", "7", 1);
+        Backend *be = backend_cuda_create_opts(&r.c, &r.w, &o, NULL, &err);
+        unsetenv("CLLM_QUANT_GEMV");
+        CHECK(!be && strstr(err.msg, "CLLM_QUANT_GEMV '7'"), "CLLM_QUANT_GEMV=7: '%s'", be ? "accepted" : err.msg);
+        if (be) be->destroy(be);
+    }
+    rig_close(&r);
+}
+
 /* Stacked experts: n_mats = E matrices [rows][cols] (rows = 1: E vectors). */
 static WeightRef stacked(Rig *r, int E, int64_t rows, int64_t cols, float scale) {
     WeightRef w = weight(r, rows * E, cols, scale, 0);
@@ -493,6 +509,7 @@ int main(int argc, char **argv) {
     RUN(test_ops_odd_sizes);
     RUN(test_ops_aligned);
     RUN(test_moe);
+    RUN(test_bad_quant_gemv_env);
     if (!quick) RUN(test_gemv_rate);
     if (!quick) RUN(test_decode_speed);
     TEST_EXIT();
