@@ -25,6 +25,7 @@
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/pdl.cuh"
 
 /* ---- kernels ---- */
 
@@ -66,6 +67,7 @@ template <int HDK, int HDV, bool FP8> struct DecodeShape {
 
 template <int HDK, int HDV, bool CAP, bool WIN, bool FP8>
 __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
+    pdl_enter();
     using S = DecodeShape<HDK, HDV, FP8>;
     constexpr int BN = S::BN, NT = S::NT, SK = S::SK, SV = S::SV, ST = S::STAGES;
     extern __shared__ __align__(16) unsigned char smem[];
@@ -237,6 +239,7 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
 /* out[row][h] = sum over splits of exp2(m_s - M) o_s / (sum of exp2(m_s - M) l_s + exp2(sink - M)). */
 template <int HDV>
 __global__ void __launch_bounds__(128) attn_decode_combine_kernel(const AttnKParams p) {
+    pdl_enter();
     const int d = blockIdx.x, h = blockIdx.y;
     const int row = p.meta[p.off_decode + 3 * d], pos = p.meta[p.off_decode + 3 * d + 2];
     const int lo = p.window > 0 ? max(0, pos - p.window + 1) : 0, BN = ATTN_DECODE_TILE_N;
@@ -270,12 +273,11 @@ static int decode_launch(const AttnKParams *kp, int n_decode, cudaStream_t s, Er
     CUDA_CHECK(cudaFuncSetAttribute(attn_decode_kernel<HDK, HDV, CAP, WIN, FP8>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM),
                err);
-    attn_decode_kernel<HDK, HDV, CAP, WIN, FP8>
-        <<<dim3(kp->n_splits, kp->n_kv_heads * kp->n_groups, n_decode), 128, SMEM, s>>>(*kp);
-    CUDA_CHECK(cudaGetLastError(), err);
+    CUDA_CHECK(launch_pdl(attn_decode_kernel<HDK, HDV, CAP, WIN, FP8>,
+                          dim3(kp->n_splits, kp->n_kv_heads * kp->n_groups, n_decode), 128, SMEM, s, *kp),
+               err);
     if (kp->n_splits == 1) return 0; /* the decode kernel finished every row */
-    attn_decode_combine_kernel<HDV><<<dim3(n_decode, kp->n_heads), 128, 0, s>>>(*kp);
-    CUDA_CHECK(cudaGetLastError(), err);
+    CUDA_CHECK(launch_pdl(attn_decode_combine_kernel<HDV>, dim3(n_decode, kp->n_heads), 128, 0, s, *kp), err);
     return 0;
 }
 

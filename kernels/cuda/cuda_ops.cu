@@ -15,10 +15,12 @@
 
 #include "kernels/cuda/attention_common.cuh" /* warp_quantize_fp8 */
 #include "kernels/cuda/cuda_ops.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 /* ---------------- kernels ---------------- */
 
 __global__ void kernel_embed(float *out, const bf16 *table, const int32_t *ids, int C, float scale) {
+    pdl_enter();
     int t = blockIdx.y;
     const bf16 *row = table + (int64_t)ids[t] * C;
     for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x)
@@ -62,6 +64,7 @@ __device__ float block_max(float v, float *shared) {
  * is not a multiple of 4 or whose pointers are not aligned for it. */
 __global__ void kernel_add_rmsnorm(float *x, const bf16 *delta, bf16 *out, const float *w, int C, float eps,
                                    float offset) {
+    pdl_enter();
     __shared__ float red[32];
     float *xr = x + (int64_t)blockIdx.x * C;
     const bf16 *dr = delta ? delta + (int64_t)blockIdx.x * C : NULL;
@@ -133,6 +136,7 @@ static __device__ __forceinline__ void rms_store_vec(bf16 *o, const float4 *v, c
 template <int N>
 __global__ void kernel_add_rmsnorm_vec(float *x, const bf16 *delta, bf16 *out, const float *w, int C, float eps,
                                        float offset) {
+    pdl_enter();
     __shared__ float red[32];
     float *xr = x + (int64_t)blockIdx.x * C;
     const bf16 *dr = delta ? delta + (int64_t)blockIdx.x * C : NULL;
@@ -154,6 +158,7 @@ __global__ void kernel_add_rmsnorm_vec(float *x, const bf16 *delta, bf16 *out, c
 
 /* In place is safe: each thread reads the elements it later writes. */
 __global__ void kernel_rmsnorm(bf16 *out, const bf16 *x, const float *w, int C, float eps, float offset) {
+    pdl_enter();
     __shared__ float red[32];
     const bf16 *xr = x + (int64_t)blockIdx.x * C;
     float ss = 0;
@@ -167,6 +172,7 @@ __global__ void kernel_rmsnorm(bf16 *out, const bf16 *x, const float *w, int C, 
 /* kernel_rmsnorm for C % 4 == 0 and aligned rows, loads first as above. */
 template <int N>
 __global__ void kernel_rmsnorm_vec(bf16 *out, const bf16 *x, const float *w, int C, float eps, float offset) {
+    pdl_enter();
     __shared__ float red[32];
     float4 v[N], g[N];
     rms_load_vec<N>(v, g, x + (int64_t)blockIdx.x * C, w, C / 4);
@@ -178,6 +184,7 @@ __global__ void kernel_rmsnorm_vec(bf16 *out, const bf16 *x, const float *w, int
 
 __global__ void kernel_split_qkv(bf16 *q, bf16 *k, bf16 *v, const bf16 *qkv, const float *bq, const float *bk,
                                  const float *bv, int nq, int nk, int nv) {
+    pdl_enter();
     int t = blockIdx.y, n = nq + nk + nv;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         float a = __bfloat162float(qkv[(int64_t)t * n + i]);
@@ -188,6 +195,7 @@ __global__ void kernel_split_qkv(bf16 *q, bf16 *k, bf16 *v, const bf16 *qkv, con
 }
 
 __global__ void kernel_add_bias(void *y, bool y_f32, const float *bias, int T, int n) {
+    pdl_enter();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (int64_t)T * n; i += (int64_t)gridDim.x * blockDim.x) {
         if (y_f32) ((float *)y)[i] += bias[i % n];
         else ((bf16 *)y)[i] = __float2bfloat16(__bfloat162float(((bf16 *)y)[i]) + bias[i % n]);
@@ -207,6 +215,7 @@ __global__ void kernel_add_bias(void *y, bool y_f32, const float *bias, int T, i
 __global__ void kernel_rope_kv_write(bf16 *q, bf16 *k, const bf16 *v, KVLayerDev kv, DevAttnBatch b, int n_heads,
                                      int n_kv_heads, int hd, int hdv, int half, const float *inv_freq, float mscale,
                                      bool neox, int64_t n_slots, QkNorm qk) {
+    pdl_enter();
     extern __shared__ float rkv_buf[];
     const int t = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int h = blockIdx.y * RKV_WARPS + warp;
@@ -272,6 +281,7 @@ static __device__ __forceinline__ float kv_elem(const void *base, const float *s
 /* One block per (query row, head): keys in tiles of ATT_TILE, one key per
  * thread for the scores, one output channel per thread for the sum. */
 __global__ void kernel_attention(bf16 *out, const bf16 *q, KVLayerDev kv, DevAttnBatch b, AttnParams p) {
+    pdl_enter();
     extern __shared__ float smem[]; /* q [Dk] | scores [ATT_TILE] | acc [Dv] | red [32] */
     float *qs = smem, *sc = qs + p.head_dim_k, *acc = sc + ATT_TILE, *red = acc + p.head_dim_v;
     int row = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
@@ -322,6 +332,7 @@ __global__ void kernel_attention(bf16 *out, const bf16 *q, KVLayerDev kv, DevAtt
 
 __global__ void kernel_glu(bf16 *out, const bf16 *gate, const bf16 *up, int ld, const float *bg, const float *bu,
                            int F, Activation act, float limit) {
+    pdl_enter();
     int t = blockIdx.y;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < F; i += gridDim.x * blockDim.x) {
         float g = __bfloat162float(gate[(int64_t)t * ld + i]), u = __bfloat162float(up[(int64_t)t * ld + i]);
@@ -332,23 +343,27 @@ __global__ void kernel_glu(bf16 *out, const bf16 *gate, const bf16 *up, int ld, 
 }
 
 __global__ void kernel_softcap(float *x, int64_t n, float cap) {
+    pdl_enter();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         x[i] = cap * tanhf(x[i] / cap);
 }
 
 __global__ void kernel_gather_rows(bf16 *dst, const bf16 *src, const int32_t *rows, int C) {
+    pdl_enter();
     int i = blockIdx.y;
     for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x)
         dst[(int64_t)i * C + c] = src[(int64_t)rows[i] * C + c];
 }
 
 __global__ void kernel_scatter_add(float *out, const bf16 *src, const int32_t *rows, const float *w, int C) {
+    pdl_enter();
     int i = blockIdx.y;
     for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x)
         out[(int64_t)rows[i] * C + c] += w[i] * __bfloat162float(src[(int64_t)i * C + c]);
 }
 
 __global__ void kernel_f32_to_bf16(bf16 *out, const float *x, int64_t n) {
+    pdl_enter();
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         out[i] = __float2bfloat16(x[i]);
 }
@@ -356,6 +371,7 @@ __global__ void kernel_f32_to_bf16(bf16 *out, const float *x, int64_t n) {
 /* One thread per row: E and k are small (gpt-oss: 32 / 4). Same choice as
  * the CPU's moe_route: repeated argmax, the lowest id on ties. */
 __global__ void kernel_moe_route(int32_t *sel, float *w, const float *logits, int T, int E, int k) {
+    pdl_enter();
     int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= T) return;
     const float *lg = logits + (int64_t)t * E;
@@ -376,6 +392,7 @@ __global__ void kernel_moe_route(int32_t *sel, float *w, const float *logits, in
 }
 
 __global__ void kernel_moe_combine(bf16 *out, const bf16 *y, const float *w, int k, int C) {
+    pdl_enter();
     int t = blockIdx.y;
     for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x) {
         float a = 0;
@@ -395,7 +412,7 @@ static int grid_for(int64_t n, int block) {
 static int row_threads(int C) { return C >= 256 ? 256 : (C + 31) / 32 * 32; }
 
 void cuda_embed(float *out, const bf16 *table, const int32_t *ids, int T, int C, float scale, cudaStream_t s) {
-    kernel_embed<<<dim3(grid_for(C, 256), T), 256, 0, s>>>(out, table, ids, C, scale);
+    launch_pdl(kernel_embed, dim3(grid_for(C, 256), T), 256, 0, s, out, table, ids, C, scale);
 }
 
 /* The vectorized row kernels' shape for width C: threads (C / 4 rounded up
@@ -414,30 +431,30 @@ void cuda_add_rmsnorm(float *x, const bf16 *delta, bf16 *out, const float *w, in
                       cudaStream_t s) {
     if (T <= 0) return;
     int nt = 0, n = vec_groups(C, x, w, delta, out, &nt);
-    if (n == 1) kernel_add_rmsnorm_vec<1><<<T, nt, 0, s>>>(x, delta, out, w, C, eps, offset);
-    else if (n == 2) kernel_add_rmsnorm_vec<2><<<T, nt, 0, s>>>(x, delta, out, w, C, eps, offset);
-    else if (n == 4) kernel_add_rmsnorm_vec<4><<<T, nt, 0, s>>>(x, delta, out, w, C, eps, offset);
-    else if (n == 8) kernel_add_rmsnorm_vec<8><<<T, nt, 0, s>>>(x, delta, out, w, C, eps, offset);
-    else kernel_add_rmsnorm<<<T, row_threads(C), 0, s>>>(x, delta, out, w, C, eps, offset);
+    if (n == 1) launch_pdl(kernel_add_rmsnorm_vec<1>, T, nt, 0, s, x, delta, out, w, C, eps, offset);
+    else if (n == 2) launch_pdl(kernel_add_rmsnorm_vec<2>, T, nt, 0, s, x, delta, out, w, C, eps, offset);
+    else if (n == 4) launch_pdl(kernel_add_rmsnorm_vec<4>, T, nt, 0, s, x, delta, out, w, C, eps, offset);
+    else if (n == 8) launch_pdl(kernel_add_rmsnorm_vec<8>, T, nt, 0, s, x, delta, out, w, C, eps, offset);
+    else launch_pdl(kernel_add_rmsnorm, T, row_threads(C), 0, s, x, delta, out, w, C, eps, offset);
 }
 
 void cuda_rmsnorm(bf16 *out, const bf16 *x, const float *w, int rows, int C, float eps, float offset, cudaStream_t s) {
     if (rows <= 0) return;
     int nt = 0, n = vec_groups(C, w, w, x, out, &nt);
-    if (n == 1) kernel_rmsnorm_vec<1><<<rows, nt, 0, s>>>(out, x, w, C, eps, offset);
-    else if (n == 2) kernel_rmsnorm_vec<2><<<rows, nt, 0, s>>>(out, x, w, C, eps, offset);
-    else if (n == 4) kernel_rmsnorm_vec<4><<<rows, nt, 0, s>>>(out, x, w, C, eps, offset);
-    else if (n == 8) kernel_rmsnorm_vec<8><<<rows, nt, 0, s>>>(out, x, w, C, eps, offset);
-    else kernel_rmsnorm<<<rows, row_threads(C), 0, s>>>(out, x, w, C, eps, offset);
+    if (n == 1) launch_pdl(kernel_rmsnorm_vec<1>, rows, nt, 0, s, out, x, w, C, eps, offset);
+    else if (n == 2) launch_pdl(kernel_rmsnorm_vec<2>, rows, nt, 0, s, out, x, w, C, eps, offset);
+    else if (n == 4) launch_pdl(kernel_rmsnorm_vec<4>, rows, nt, 0, s, out, x, w, C, eps, offset);
+    else if (n == 8) launch_pdl(kernel_rmsnorm_vec<8>, rows, nt, 0, s, out, x, w, C, eps, offset);
+    else launch_pdl(kernel_rmsnorm, rows, row_threads(C), 0, s, out, x, w, C, eps, offset);
 }
 
 void cuda_split_qkv(bf16 *q, bf16 *k, bf16 *v, const bf16 *qkv, const float *bq, const float *bk, const float *bv,
                     int T, int nq, int nk, int nv, cudaStream_t s) {
-    kernel_split_qkv<<<dim3(grid_for(nq + nk + nv, 256), T), 256, 0, s>>>(q, k, v, qkv, bq, bk, bv, nq, nk, nv);
+    launch_pdl(kernel_split_qkv, dim3(grid_for(nq + nk + nv, 256), T), 256, 0, s, q, k, v, qkv, bq, bk, bv, nq, nk, nv);
 }
 
 void cuda_add_bias(void *y, bool y_f32, const float *bias, int T, int n, cudaStream_t s) {
-    kernel_add_bias<<<grid_for((int64_t)T * n, 256), 256, 0, s>>>(y, y_f32, bias, T, n);
+    launch_pdl(kernel_add_bias, grid_for((int64_t)T * n, 256), 256, 0, s, y, y_f32, bias, T, n);
 }
 
 void cuda_rope_kv_write(bf16 *q, bf16 *k, const bf16 *v, const KVLayerDev *kv, const DevAttnBatch *b, int n_heads,
@@ -445,7 +462,7 @@ void cuda_rope_kv_write(bf16 *q, bf16 *k, const bf16 *v, const KVLayerDev *kv, c
                         float mscale, bool neox, int64_t n_slots, const QkNorm *qk, cudaStream_t s) {
     if (b->n_tokens <= 0) return;
     dim3 grid(b->n_tokens, (n_heads + 2 * n_kv_heads + RKV_WARPS - 1) / RKV_WARPS);
-    kernel_rope_kv_write<<<grid, RKV_WARPS * 32, RKV_WARPS * head_dim_k * sizeof(float), s>>>(
+    launch_pdl(kernel_rope_kv_write, grid, RKV_WARPS * 32, RKV_WARPS * head_dim_k * sizeof(float), s,
         q, k, v, *kv, *b, n_heads, n_kv_heads, head_dim_k, head_dim_v, rot_dim / 2, inv_freq, mscale, neox, n_slots,
         *qk);
 }
@@ -453,34 +470,34 @@ void cuda_rope_kv_write(bf16 *q, bf16 *k, const bf16 *v, const KVLayerDev *kv, c
 void cuda_attention_generic(bf16 *out, const bf16 *q, const KVLayerDev *kv, const DevAttnBatch *b, const AttnParams *p,
                             cudaStream_t s) {
     size_t shm = (p->head_dim_k + ATT_TILE + p->head_dim_v + 32) * sizeof(float);
-    kernel_attention<<<dim3(b->n_tokens, p->n_heads), ATT_TILE, shm, s>>>(out, q, *kv, *b, *p);
+    launch_pdl(kernel_attention, dim3(b->n_tokens, p->n_heads), ATT_TILE, shm, s, out, q, *kv, *b, *p);
 }
 
 void cuda_glu(bf16 *out, const bf16 *gate, const bf16 *up, int ld, const float *bg, const float *bu, int T, int F,
               Activation act, float limit, cudaStream_t s) {
-    if (T > 0) kernel_glu<<<dim3(grid_for(F, 256), T), 256, 0, s>>>(out, gate, up, ld, bg, bu, F, act, limit);
+    if (T > 0) launch_pdl(kernel_glu, dim3(grid_for(F, 256), T), 256, 0, s, out, gate, up, ld, bg, bu, F, act, limit);
 }
 
 void cuda_softcap(float *x, int64_t n, float cap, cudaStream_t s) {
-    kernel_softcap<<<grid_for(n, 256), 256, 0, s>>>(x, n, cap);
+    launch_pdl(kernel_softcap, grid_for(n, 256), 256, 0, s, x, n, cap);
 }
 
 void cuda_gather_rows(bf16 *dst, const bf16 *src, const int32_t *rows, int n, int C, cudaStream_t s) {
-    if (n > 0) kernel_gather_rows<<<dim3(grid_for(C, 256), n), 256, 0, s>>>(dst, src, rows, C);
+    if (n > 0) launch_pdl(kernel_gather_rows, dim3(grid_for(C, 256), n), 256, 0, s, dst, src, rows, C);
 }
 
 void cuda_scatter_add(float *out, const bf16 *src, const int32_t *rows, const float *w, int n, int C, cudaStream_t s) {
-    if (n > 0) kernel_scatter_add<<<dim3(grid_for(C, 256), n), 256, 0, s>>>(out, src, rows, w, C);
+    if (n > 0) launch_pdl(kernel_scatter_add, dim3(grid_for(C, 256), n), 256, 0, s, out, src, rows, w, C);
 }
 
 void cuda_f32_to_bf16(bf16 *out, const float *x, int64_t n, cudaStream_t s) {
-    if (n > 0) kernel_f32_to_bf16<<<grid_for(n, 256), 256, 0, s>>>(out, x, n);
+    if (n > 0) launch_pdl(kernel_f32_to_bf16, grid_for(n, 256), 256, 0, s, out, x, n);
 }
 
 void cuda_moe_route(int32_t *sel, float *w, const float *logits, int T, int E, int k, cudaStream_t s) {
-    kernel_moe_route<<<(T + 63) / 64, 64, 0, s>>>(sel, w, logits, T, E, k);
+    launch_pdl(kernel_moe_route, (T + 63) / 64, 64, 0, s, sel, w, logits, T, E, k);
 }
 
 void cuda_moe_combine(bf16 *out, const bf16 *y, const float *w, int T, int k, int C, cudaStream_t s) {
-    if (T > 0) kernel_moe_combine<<<dim3(grid_for(C, 256), T), 256, 0, s>>>(out, y, w, k, C);
+    if (T > 0) launch_pdl(kernel_moe_combine, dim3(grid_for(C, 256), T), 256, 0, s, out, y, w, k, C);
 }

@@ -14,9 +14,11 @@
 #include <stdint.h>
 
 #include "kernels/cuda/cuda_ops.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 #define GEMV_WARPS 8
 #define GEMV_UNROLL 4
+#define GEMV_PREFETCH 2048 /* bytes of each row asked into L2 before pdl_wait (pdl.cuh) */
 
 static __device__ __forceinline__ void dot8(float *acc, uint4 w, uint4 x) {
     const __nv_bfloat162 *w2 = (const __nv_bfloat162 *)&w, *x2 = (const __nv_bfloat162 *)&x;
@@ -90,7 +92,9 @@ kernel_gemv(void *y, bool y_f32, const bf16 *W, const bf16 *x, const float *bias
         wrow[r] = W + (int64_t)(m0 + r < M ? m0 + r : m0) * K; /* past the end: a duplicate, never written */
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
+        prefetch_l2_span(wrow[r], 2 * (int64_t)K, GEMV_PREFETCH, lane);
     }
+    pdl_enter();
     gemv_rows<NT, R, VEC>(acc, wrow, x, K, lane);
     if (lane != 0) return;
 #pragma unroll
@@ -122,7 +126,10 @@ kernel_gemv_glu(bf16 *out, const bf16 *W, const bf16 *x, const float *bg, const 
         wrow[2 * p + 1] = W + (int64_t)(F + m) * K;
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[2 * p][t] = acc[2 * p + 1][t] = 0.0f;
+        prefetch_l2_span(wrow[2 * p], 2 * (int64_t)K, GEMV_PREFETCH, lane);
+        prefetch_l2_span(wrow[2 * p + 1], 2 * (int64_t)K, GEMV_PREFETCH, lane);
     }
+    pdl_enter();
     gemv_rows<NT, 2 * P, VEC>(acc, wrow, x, K, lane);
     if (lane != 0) return;
 #pragma unroll
@@ -143,6 +150,7 @@ template <bool GLU, bool VEC>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
 kernel_gemv_experts(bf16 *out, const bf16 *Wa, const bf16 *Wb, const float *ba, const float *bb, const bf16 *x,
                     int x_div, const int32_t *sel, int M, int K, Activation act, float limit) {
+    pdl_enter();
     int lane = threadIdx.x % 32, m = blockIdx.x * GEMV_WARPS + threadIdx.x / 32, p = blockIdx.y, e = sel[p];
     if (m >= M) return;
     const int NR = GLU ? 2 : 1;
@@ -171,8 +179,8 @@ static void launch_gemv(void *y, bool y_f32, const bf16 *W, const bf16 *x, const
                         cudaStream_t s) {
     const int R = NT <= 2 ? 1 : NT <= 4 ? 2 : 4;
     int blocks = (M + GEMV_WARPS * R - 1) / (GEMV_WARPS * R);
-    if (gemv_vec_ok(W, x, K)) kernel_gemv<NT, R, true><<<blocks, GEMV_WARPS * 32, 0, s>>>(y, y_f32, W, x, bias, M, K);
-    else kernel_gemv<NT, R, false><<<blocks, GEMV_WARPS * 32, 0, s>>>(y, y_f32, W, x, bias, M, K);
+    if (gemv_vec_ok(W, x, K)) launch_pdl(kernel_gemv<NT, R, true>, blocks, GEMV_WARPS * 32, 0, s, y, y_f32, W, x, bias, M, K);
+    else launch_pdl(kernel_gemv<NT, R, false>, blocks, GEMV_WARPS * 32, 0, s, y, y_f32, W, x, bias, M, K);
 }
 
 template <int NT>
@@ -181,9 +189,9 @@ static void launch_gemv_glu(bf16 *out, const bf16 *W, const bf16 *x, const float
     const int P = NT <= 2 ? 1 : 2;
     int blocks = (F + GEMV_WARPS * P - 1) / (GEMV_WARPS * P);
     if (gemv_vec_ok(W, x, K))
-        kernel_gemv_glu<NT, P, true><<<blocks, GEMV_WARPS * 32, 0, s>>>(out, W, x, bg, bu, F, K, act, limit);
+        launch_pdl(kernel_gemv_glu<NT, P, true>, blocks, GEMV_WARPS * 32, 0, s, out, W, x, bg, bu, F, K, act, limit);
     else
-        kernel_gemv_glu<NT, P, false><<<blocks, GEMV_WARPS * 32, 0, s>>>(out, W, x, bg, bu, F, K, act, limit);
+        launch_pdl(kernel_gemv_glu<NT, P, false>, blocks, GEMV_WARPS * 32, 0, s, out, W, x, bg, bu, F, K, act, limit);
 }
 
 void cuda_gemv(void *y, bool y_f32, const bf16 *W, const bf16 *x, const float *bias, int M, int K, int T,
@@ -221,8 +229,8 @@ void cuda_gemv_experts(bf16 *out, const bf16 *Wa, const bf16 *Wb, const float *b
                        cudaStream_t s) {
     dim3 grid((M + GEMV_WARPS - 1) / GEMV_WARPS, n_pairs);
     bool vec = gemv_vec_ok(Wa, x, K) && (!Wb || gemv_vec_ok(Wb, x, K));
-    if (Wb && vec) kernel_gemv_experts<true, true><<<grid, GEMV_WARPS * 32, 0, s>>>(out, Wa, Wb, ba, bb, x, x_div, sel, M, K, act, limit);
-    else if (Wb) kernel_gemv_experts<true, false><<<grid, GEMV_WARPS * 32, 0, s>>>(out, Wa, Wb, ba, bb, x, x_div, sel, M, K, act, limit);
-    else if (vec) kernel_gemv_experts<false, true><<<grid, GEMV_WARPS * 32, 0, s>>>(out, Wa, NULL, ba, NULL, x, x_div, sel, M, K, act, limit);
-    else kernel_gemv_experts<false, false><<<grid, GEMV_WARPS * 32, 0, s>>>(out, Wa, NULL, ba, NULL, x, x_div, sel, M, K, act, limit);
+    if (Wb && vec) launch_pdl(kernel_gemv_experts<true, true>, grid, GEMV_WARPS * 32, 0, s, out, Wa, Wb, ba, bb, x, x_div, sel, M, K, act, limit);
+    else if (Wb) launch_pdl(kernel_gemv_experts<true, false>, grid, GEMV_WARPS * 32, 0, s, out, Wa, Wb, ba, bb, x, x_div, sel, M, K, act, limit);
+    else if (vec) launch_pdl(kernel_gemv_experts<false, true>, grid, GEMV_WARPS * 32, 0, s, out, Wa, NULL, ba, NULL, x, x_div, sel, M, K, act, limit);
+    else launch_pdl(kernel_gemv_experts<false, false>, grid, GEMV_WARPS * 32, 0, s, out, Wa, NULL, ba, NULL, x, x_div, sel, M, K, act, limit);
 }

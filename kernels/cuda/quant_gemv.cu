@@ -23,10 +23,12 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/quant.cuh"
 #include "kernels/cuda/quant_layout.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 #define QG_WARPS 8
 #define QG_XSMEM (48 * 1024)    /* v1 staging bytes for x: the default limit, no opt-in needed */
 #define QG_XSMEM_V2 (96 * 1024) /* v2: fewer chunk barriers at T > 1; two blocks still fit an SM */
+#define QG_PREFETCH 2048        /* bytes of each row's codes asked into L2 before pdl_wait (pdl.cuh) */
 #define MAGIC 8388608.0f     /* 2^23: a byte b in the low mantissa bits reads as 2^23 + b */
 
 /* The raw bytes of one unit of one row. */
@@ -322,7 +324,10 @@ kernel_quant_gemv(GemvArgs a) {
         int64_t row = min(row0 + r, a.rows - 1);
         qs[r] = a.qs + row * nb * quant_qs_bytes(Q);
         sc[r] = a.sc ? a.sc + row * nb * quant_sc_bytes(Q) : NULL;
+        prefetch_l2_span(qs[r], nb * quant_qs_bytes(Q), QG_PREFETCH, lane);
+        if (sc[r]) prefetch_l2_span(sc[r], nb * quant_sc_bytes(Q), QG_PREFETCH / 4, lane);
     }
+    pdl_enter(); /* the weights are constant: asked into L2 above, while the previous kernel ran */
     float acc[R][T];
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -464,8 +469,7 @@ static int launch_gemv(const GemvArgs &a0, cudaStream_t s, Err *err) {
         CUDA_CHECK(cudaFuncSetAttribute(kernel_quant_gemv<Q, T, R, U>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)smem), err);
     int64_t groups = (a.rows + R - 1) / R, blocks = (groups + QG_WARPS - 1) / QG_WARPS;
-    kernel_quant_gemv<Q, T, R, U><<<(unsigned)blocks, QG_WARPS * 32, smem, s>>>(a);
-    CUDA_CHECK(cudaGetLastError(), err);
+    CUDA_CHECK(launch_pdl(kernel_quant_gemv<Q, T, R, U>, (unsigned)blocks, QG_WARPS * 32, smem, s, a), err);
     return 0;
 }
 

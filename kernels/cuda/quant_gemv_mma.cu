@@ -30,6 +30,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/quant.cuh"
 #include "kernels/cuda/quant_layout.cuh"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/tensor_core.cuh"
 #include "kernels/quant_mma.h"
 
@@ -103,12 +104,11 @@ static __device__ __forceinline__ void qm_copies_init(QmCopies<Q, MT> &c, int co
 }
 
 /* Starts the copies of stage sb (values 256 sb .. 256 sb + 255) of the
- * block's 16 MT rows and of the T x rows into st. w0 = the block's first
- * row in the qs plane, s0 in the sc plane (Q8_0). */
-template <int Q, int T, int MT>
-static __device__ __forceinline__ void qm_stage_load(uint8_t *st, const MmaArgs &a, const QmCopies<Q, MT> &c,
-                                                     const uint8_t *w0, const uint8_t *s0, int last_r, int sb,
-                                                     int lane) {
+ * block's 16 MT rows into st. w0 = the block's first row in the qs plane,
+ * s0 in the sc plane (Q8_0). */
+template <int Q, int MT>
+static __device__ __forceinline__ void qm_stage_load_w(uint8_t *st, const QmCopies<Q, MT> &c, const uint8_t *w0,
+                                                       const uint8_t *s0, int last_r, int sb, int lane) {
     constexpr int ROWS = c.ROWS, RS = qm_row_stride(Q);
     const uint32_t dst = smem_u32(st);
     const uint8_t *src = w0 + (int64_t)sb * (Q == DT_Q4_K ? 144 : 256);
@@ -118,9 +118,15 @@ static __device__ __forceinline__ void qm_stage_load(uint8_t *st, const MmaArgs 
         if (r < ROWS) cp_async16(dst + c.dst + it * c.RPI * RS, r <= last_r ? src + c.src + it * c.step : w0, r <= last_r);
     }
     if (Q == DT_Q8_0 && lane < ROWS) cp_async16(dst + lane * RS + 256, s0 + (int64_t)sb * 16 + c.sc_src, lane <= last_r);
+}
+
+/* ... and of the T x rows (after the weights of the stage's rows). */
+template <int Q, int T, int MT>
+static __device__ __forceinline__ void qm_stage_load_x(uint8_t *st, const MmaArgs &a, int sb, int lane) {
+    const uint32_t dst = smem_u32(st) + 16 * MT * qm_row_stride(Q);
     const __nv_bfloat16 *x = a.x + (int64_t)sb * QM_SB + lane * 8;
 #pragma unroll
-    for (int t = 0; t < T; t++) cp_async16(dst + ROWS * RS + t * QM_X_STRIDE + lane * 16, x + (int64_t)t * a.cols, true);
+    for (int t = 0; t < T; t++) cp_async16(dst + t * QM_X_STRIDE + lane * 16, x + (int64_t)t * a.cols, true);
 }
 
 /* The lane's 8 x values of sub-block (block) j, as 4 bf16 pairs; zeros for
@@ -287,14 +293,23 @@ __global__ void __launch_bounds__(QM_WARPS * 32, qm_blocks_per_sm(Q, T, MT)) ker
     float acc[MT][4];
 #pragma unroll
     for (int m = 0; m < MT; m++) acc[m][0] = acc[m][1] = acc[m][2] = acc[m][3] = 0.f;
+    /* prologue: S - 1 stages in flight; their weights (constant) before
+     * pdl_wait, so they stream in while the previous kernel finishes (pdl.cuh) */
 #pragma unroll
-    for (int i = 0; i < S - 1; i++) { /* prologue: S - 1 stages in flight */
-        if (i < n_my) qm_stage_load<Q, T, MT>(ring + i * STAGE, a, cp, w0, s0, last_r, warp + i * QM_WARPS, lane);
+    for (int i = 0; i < S - 1; i++)
+        if (i < n_my) qm_stage_load_w<Q, MT>(ring + i * STAGE, cp, w0, s0, last_r, warp + i * QM_WARPS, lane);
+    pdl_enter();
+#pragma unroll
+    for (int i = 0; i < S - 1; i++) {
+        if (i < n_my) qm_stage_load_x<Q, T, MT>(ring + i * STAGE, a, warp + i * QM_WARPS, lane);
         cp_async_commit();
     }
     for (int i = 0; i < n_my; i++) {
         int next = i + S - 1; /* into the slot computed last iteration (the __syncwarp below) */
-        if (next < n_my) qm_stage_load<Q, T, MT>(ring + (next % S) * STAGE, a, cp, w0, s0, last_r, warp + next * QM_WARPS, lane);
+        if (next < n_my) {
+            qm_stage_load_w<Q, MT>(ring + (next % S) * STAGE, cp, w0, s0, last_r, warp + next * QM_WARPS, lane);
+            qm_stage_load_x<Q, T, MT>(ring + (next % S) * STAGE, a, warp + next * QM_WARPS, lane);
+        }
         cp_async_commit();
         cp_async_wait<S - 1>(); /* this lane's copies of stage i have landed ... */
         __syncwarp();           /* ... and every lane's */
@@ -316,8 +331,7 @@ static int launch_mma(const MmaArgs &a, cudaStream_t s, Err *err) {
     CUDA_CHECK(cudaFuncSetAttribute(kernel_quant_gemv_mma<Q, T, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
                err);
     int64_t blocks = (a.rows + rows - 1) / rows;
-    kernel_quant_gemv_mma<Q, T, MT><<<(unsigned)blocks, QM_WARPS * 32, smem, s>>>(a);
-    CUDA_CHECK(cudaGetLastError(), err);
+    CUDA_CHECK(launch_pdl(kernel_quant_gemv_mma<Q, T, MT>, (unsigned)blocks, QM_WARPS * 32, smem, s, a), err);
     return 0;
 }
 
