@@ -113,8 +113,8 @@ static void warp_stage_q4k(const Problem *P, int sb, float acc[32][4]) {
                 hg[i] = word_at(P->blocks + g * row_bytes(P) + (size_t)sb * 144 + 4 * i);
                 hg8[i] = word_at(P->blocks + (g + 8) * row_bytes(P) + (size_t)sb * 144 + 4 * i);
             }
-            qm_q4k_scales(hg, j / 4, mg, ag);
-            qm_q4k_scales(hg8, j / 4, mg8, ag8);
+            qm_q4k_scales(hg, j / 4, 128.f, mg, ag);
+            qm_q4k_scales(hg8, j / 4, 128.f, mg8, ag8);
             qm_acc(acc[L], C[L], S[L], mg[j % 4], ag[j % 4], mg8[j % 4], ag8[j % 4]);
         }
     }
@@ -241,7 +241,7 @@ static void test_q4k_scales(void) {
         for (int i = 0; i < 4; i++) hdr[i] = word_at(blk + 4 * i);
         for (int half = 0; half < 2; half++) {
             float mul[4], addp[4];
-            qm_q4k_scales(hdr, half, mul, addp);
+            qm_q4k_scales(hdr, half, 128.f, mul, addp);
             for (int k = 0; k < 4; k++) { /* w0 = -dmin m exactly, w1 = d sc - dmin m */
                 int j = 4 * half + k;
                 double want_addp = (double)w0[32 * j] - 128.0 * mul[k];

@@ -106,7 +106,7 @@ typedef struct {
     int n_allocs, cap_allocs;
     bool bf16_weights;           /* every matrix as bf16, quantized ones too (CudaOptions) */
     bool bi;                     /* batch-invariant mode (CudaOptions.batch_invariant) */
-    int qgemv_version;           /* quant_gemv_variant's version: 0 (default) or CLLM_QUANT_GEMV=1|2|3 (benchmarks) */
+    int qgemv_version;           /* quant_gemv_variant's version: 0 (default) or CLLM_QUANT_GEMV=1|2|3|4 (benchmarks) */
     QuantMatrix *qm;             /* [n_layers * LAYER_REFS + 1] quantized matrices (slot of each WeightRef; last: LM head) */
     uint64_t weight_bytes;       /* device bytes of all weights */
     void *qnative;               /* upload only: a matrix's file bytes before repacking */
@@ -266,7 +266,7 @@ static void qgemm(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const Qua
     if (cb->failed || T <= 0) return;
     Err e = {};
     if (T <= QUANT_GEMV_MAX_T && !cb->bi) {
-        int v = cb->qgemv_version == 3 && !quant_gemv_mma_supported(W->type, W->cols, false) ? 0 : cb->qgemv_version;
+        int v = cb->qgemv_version >= 3 && !quant_gemv_mma_supported(W->type, W->cols, false) ? 0 : cb->qgemv_version;
         if (quant_gemv_variant(W, x, false, y, y_f32, bias, T, v, 0, cb->stream, &e)) quant_fail(cb, &e);
         return;
     }
@@ -1201,11 +1201,11 @@ extern "C" Backend *backend_cuda_create_opts(const ModelConfig *c, const ModelWe
     cb->bf16_weights = o->bf16_weights;
     cb->bi = o->batch_invariant;
     const char *qv = getenv("CLLM_QUANT_GEMV"); /* compare kernel versions on a whole model without a rebuild */
-    cb->qgemv_version = qv && qv[0] >= '1' && qv[0] <= '3' && !qv[1] ? qv[0] - '0' : 0;
+    cb->qgemv_version = qv && qv[0] >= '1' && qv[0] <= '4' && !qv[1] ? qv[0] - '0' : 0;
     cb->bucket = -1;
     cb->workspace_bytes = (size_t)32 << 20;
     int rc = 0;
-    if (qv && *qv && cb->qgemv_version == 0) rc = err_set(err, "CLLM_QUANT_GEMV '%s': not 1, 2 or 3", qv);
+    if (qv && *qv && cb->qgemv_version == 0) rc = err_set(err, "CLLM_QUANT_GEMV '%s': not 1, 2, 3 or 4", qv);
     cudaError_t e = rc ? cudaSuccess : cudaSetDevice(o->device);
     if (e != cudaSuccess) rc = err_set(err, "cuda: cannot use device %d: %s", o->device, cudaGetErrorString(e));
     if (rc == 0 && o->block_size <= 0) rc = err_set(err, "cuda: block size %d", o->block_size);

@@ -68,16 +68,19 @@ int quant_gemv(const QuantMatrix *W, const void *x, bool x_f32, void *y, bool y_
  * (one tile of loads ahead, dequantize-then-FMA), 2 (several tiles of loads
  * in flight, sum-then-scale; rows per warp 1, 2 or 4, 0 = the default) or 3
  * (tensor cores, quant_gemv_mma: where quant_gemv_mma_supported, else an
- * error); version 0 = the default: 3 where supported for Q4_K, and for
+ * error) or 4 (int8 tensor cores on x rounded to int8, likewise); version 0 = the default: 3 where supported for Q4_K, and for
  * Q8_0 from T = 2 or on big matrices (at T = 1 v2 streams small Q8_0
  * matrices faster), else 2. */
 int quant_gemv_variant(const QuantMatrix *W, const void *x, bool x_f32, void *y, bool y_f32, const float *bias,
                        int T, int version, int rows_per_warp, cudaStream_t s, Err *err);
 
-/* Version 3 (quant_gemv_mma.cu): cp.async stages and mma.sync for Q4_K and
- * Q8_0 with cols a multiple of 256 and bf16 x (kernels/quant_mma.h). */
+/* Versions 3 and 4 (quant_gemv_mma.cu): cp.async stages and mma.sync for
+ * Q4_K and Q8_0 with cols a multiple of 256 and bf16 x (kernels/quant_mma.h):
+ * bf16 tensor cores on the exact codes (3), or int8 ones on x rounded to
+ * int8 per 32 values (4, int8_x: llama.cpp's way; the result is the exact
+ * product with that rounded x). */
 bool quant_gemv_mma_supported(DType t, int64_t cols, bool x_f32);
-int quant_gemv_mma(const QuantMatrix *W, const void *x, void *y, bool y_f32, const float *bias, int T,
+int quant_gemv_mma(const QuantMatrix *W, const void *x, void *y, bool y_f32, const float *bias, int T, bool int8_x,
                    cudaStream_t s, Err *err);
 
 /* dst [n_rows][cols] bf16 = rows row0 .. row0+n_rows-1 of W, bit-exact with

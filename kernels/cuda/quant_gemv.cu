@@ -478,7 +478,7 @@ static int launch_gemv_v(const GemvArgs &a, int version, cudaStream_t s, Err *er
     if (version == 0) version = 2; /* the default (measured faster on the H200): kernels/NOTES.md "quantized GEMV" */
     if (version == 1) return launch_gemv<Q, T, R, 0>(a, s, err);
     if (version == 2) return launch_gemv<Q, T, R, gemv_v2_tiles(Q, R)>(a, s, err);
-    return err_set(err, "quant_gemv: version %d (1, 2 or 3)", version);
+    return err_set(err, "quant_gemv: version %d (1, 2, 3 or 4)", version);
 }
 
 template <int Q, int T>
@@ -518,9 +518,9 @@ int quant_gemv_variant(const QuantMatrix *W, const void *x, bool x_f32, void *y,
     bool big = W->rows >= 16384 || W->cols >= 8192;
     if (version == 0 && quant_gemv_mma_supported(W->type, W->cols, x_f32) && (W->type == DT_Q4_K || T >= 2 || big))
         version = 3;
-    if (version == 3) { /* quant_gemv_mma checks the type, the columns and T */
-        if (x_f32) return err_set(err, "quant_gemv v3: x must be bf16");
-        return quant_gemv_mma(W, x, y, y_f32, bias, T, s, err);
+    if (version == 3 || version == 4) { /* quant_gemv_mma checks the type, the columns and T */
+        if (x_f32) return err_set(err, "quant_gemv v%d: x must be bf16", version);
+        return quant_gemv_mma(W, x, y, y_f32, bias, T, version == 4, s, err);
     }
     GemvArgs a = {(const uint8_t *)W->qs, (const uint8_t *)W->sc, x, y, bias, W->rows, (int)W->cols, 0, 0,
                   x_f32, y_f32};

@@ -14,8 +14,10 @@
  *   - dequantize to bf16: bit-exact with dequantize_row + fp32_to_bf16 (whole
  *     matrices, and a row range of a big one).
  *   - every kernel version (quant.cuh: quant_gemv_variant 1, 2 and, for
- *     Q4_K / Q8_0 with bf16 x, the tensor-core 3; quant_dequant_bf16_variant
- *     1 and 2) is checked the same way;
+ *     Q4_K / Q8_0 with bf16 x, the tensor-core 3 and 4; quant_dequant_bf16_variant
+ *     1 and 2) is checked the same way; version 4's reference takes x
+ *     rounded to two int8 terms per 32 values as the kernel defines it
+ *     (round_x_int8), and its error against the unrounded x is printed;
  *   - timing (printed, never asserted): each type's GEMV at 4096x14336,
  *     T = 1 and 8, per version and rows per warp, and Q4_K / Q8_0 at the
  *     other shapes of a Llama-3-8B decode step; CUDA events around 20
@@ -30,6 +32,7 @@
 
 #include "kernels/cuda/quant.cuh"
 #include "kernels/dtype.h"
+#include "kernels/quant_mma.h"
 #include "tests/test.h"
 
 #define COPY_BW 4.26e12 /* ANCHORS.md: H200 device copy, bytes/s */
@@ -122,9 +125,28 @@ static int check_rows(int64_t rows, int64_t *out) {
     return n;
 }
 
-/* One GEMV case: returns the relative error (or INFINITY on a failure). */
+/* x as version 4 multiplies it: rounded to two int8 terms per group of 32
+ * values with kernels/quant_mma.h's rounding. */
+static void round_x_int8(float *x, int64_t n) {
+    for (int64_t g = 0; g + 32 <= n; g += 32) {
+        float amax = 0.f;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[g + i]));
+        float inv = qm_i8_inv(amax), dx = qm_i8_scale(amax);
+        for (int i = 0; i < 32; i++) {
+            int q1, q2;
+            qm_i8_split(x[g + i], inv, dx, &q1, &q2);
+            CHECK(q1 >= -127 && q1 <= 127 && q2 >= -128 && q2 <= 127, "x %g: int8 terms %d %d", x[g + i], q1, q2);
+            x[g + i] = qm_i8_value(q1, q2, dx);
+        }
+    }
+}
+
+/* One GEMV case: returns the relative error (or INFINITY on a failure)
+ * against the product with x as the kernel defines it (version 4: x in two
+ * int8 terms, round_x_int8); *err_x_exact: against x itself (what version 4's
+ * rounding costs; the same number for the other versions). */
 static double gemv_case(Mat *M, int T, int V, int R, bool x_f32, bool y_f32, bool bias, int64_t *rows_chk, int n_chk,
-                        float *w_rows) {
+                        float *w_rows, double *err_x_exact) {
     Err err = {{0}};
     int64_t rows = M->rows, cols = M->cols;
     float *x = malloc((size_t)T * cols * sizeof *x), *b = malloc((size_t)rows * sizeof *b);
@@ -134,6 +156,9 @@ static double gemv_case(Mat *M, int T, int V, int R, bool x_f32, bool y_f32, boo
         if (!x_f32) { xb[i] = fp32_to_bf16(x[i]); x[i] = bf16_to_fp32(xb[i]); }
     }
     for (int64_t i = 0; i < rows; i++) b[i] = frand();
+    float *xr = malloc((size_t)T * cols * sizeof *xr); /* the x of the reference */
+    memcpy(xr, x, (size_t)T * cols * sizeof *xr);
+    if (V == 4) round_x_int8(xr, T * cols);
     void *dx = NULL, *dy = NULL, *db = NULL;
     size_t ysz = (size_t)T * rows * (y_f32 ? 4 : 2);
     int rc = cudaMalloc(&dx, (size_t)T * cols * 4) || cudaMalloc(&dy, ysz) || cudaMalloc(&db, rows * 4);
@@ -143,7 +168,7 @@ static double gemv_case(Mat *M, int T, int V, int R, bool x_f32, bool y_f32, boo
     rc = rc || cudaDeviceSynchronize();
     void *y = malloc(ysz);
     rc = rc || cudaMemcpy(y, dy, ysz, cudaMemcpyDeviceToHost);
-    double num = 0, den = 0;
+    double num = 0, den = 0, num_x = 0;
     int64_t bad = 0;
     if (!rc) {
         for (int64_t i = 0; i < T * rows; i++) {
@@ -153,11 +178,15 @@ static double gemv_case(Mat *M, int T, int V, int R, bool x_f32, bool y_f32, boo
         for (int j = 0; j < n_chk; j++) {
             const float *w = w_rows + (int64_t)j * cols;
             for (int t = 0; t < T; t++) {
-                double ref = bias ? b[rows_chk[j]] : 0.0;
-                for (int64_t c = 0; c < cols; c++) ref += (double)w[c] * x[t * cols + c];
+                double ref = bias ? b[rows_chk[j]] : 0.0, ref_x = ref;
+                for (int64_t c = 0; c < cols; c++) {
+                    ref += (double)w[c] * xr[t * cols + c];
+                    ref_x += (double)w[c] * x[t * cols + c];
+                }
                 int64_t i = t * rows + rows_chk[j];
                 double v = y_f32 ? ((float *)y)[i] : bf16_to_fp32(((uint16_t *)y)[i]);
                 num += (v - ref) * (v - ref);
+                num_x += (v - ref_x) * (v - ref_x);
                 den += ref * ref;
             }
         }
@@ -166,8 +195,9 @@ static double gemv_case(Mat *M, int T, int V, int R, bool x_f32, bool y_f32, boo
           (long long)rows, (long long)cols, T, V, R, err.msg, rc);
     CHECK(bad == 0, "%s [%lld][%lld] T=%d v%d R=%d: %lld outputs not finite (unwritten?)", dtype_info(M->type)->name,
           (long long)rows, (long long)cols, T, V, R, (long long)bad);
-    free(x); free(xb); free(b); free(y);
+    free(x); free(xb); free(xr); free(b); free(y);
     cudaFree(dx); cudaFree(dy); cudaFree(db);
+    *err_x_exact = rc || bad ? INFINITY : sqrt(num_x / den);
     return rc || bad ? INFINITY : sqrt(num / den);
 }
 
@@ -180,27 +210,31 @@ static void gemv_checks(Mat *M, const int *Ts, int nT, const int *Rs, int nR) {
     float *w = malloc((size_t)n_chk * M->cols * sizeof *w);
     for (int j = 0; j < n_chk; j++)
         dequantize_row(M->type, M->native + rows_chk[j] * row_bytes, w + (int64_t)j * M->cols, M->cols);
-    double worst = 0;
+    double worst = 0, worst_i8_x = 0;
     int n_cases = 0;
-    for (int V = 1; V <= 3; V++)
+    for (int V = 1; V <= 4; V++)
         for (int i = 0; i < nT; i++)
             for (int r = 0; r < nR; r++) {
                 int T = Ts[i], R = Rs[r];
                 bool x_f32 = (T + R + V) % 2, y_bf16 = T == 3 && R == 2, bias = T % 3 == 1;
-                if (V == 3) { /* tensor cores: bf16 x only, no rows-per-warp choice */
+                if (V >= 3) { /* tensor cores: bf16 x only, no rows-per-warp choice */
                     if (r > 0 || !quant_gemv_mma_supported(M->type, M->cols, false)) continue;
                     x_f32 = false, y_bf16 = T == 3;
                 }
                 n_cases++;
-                double e = gemv_case(M, T, V, R, x_f32, !y_bf16, bias, rows_chk, n_chk, w);
+                double ex = 0, e = gemv_case(M, T, V, R, x_f32, !y_bf16, bias, rows_chk, n_chk, w, &ex);
+                if (V == 4 && !y_bf16 && ex > worst_i8_x) worst_i8_x = ex;
                 double tol = y_bf16 ? 1e-2 : 1e-3;
                 CHECK(e <= tol, "%s [%lld][%lld] T=%d v%d R=%d x %s y %s: rel err %.3g > %g", info->name,
                       (long long)M->rows, (long long)M->cols, T, V, R, x_f32 ? "f32" : "bf16", y_bf16 ? "bf16" : "f32",
                       e, tol);
                 if (!y_bf16 && e > worst) worst = e;
             }
-    printf("# gemv %-5s [%5lld][%5lld] %d cases (v1, v2%s), worst fp32 rel err %.2e\n", info->name, (long long)M->rows,
-           (long long)M->cols, n_cases, quant_gemv_mma_supported(M->type, M->cols, false) ? ", v3" : "", worst);
+    bool mma = quant_gemv_mma_supported(M->type, M->cols, false);
+    printf("# gemv %-5s [%5lld][%5lld] %d cases (v1, v2%s), worst fp32 rel err %.2e", info->name, (long long)M->rows,
+           (long long)M->cols, n_cases, mma ? ", v3, v4" : "", worst);
+    if (mma) printf("; v4 against the unrounded x (its int8 terms) %.2e", worst_i8_x);
+    printf("\n");
     free(w);
     free(rows_chk);
 }
@@ -282,7 +316,7 @@ static void test_refused(void) {
               !quant_gemv_mma_supported(DT_Q4_K, 4096, true),
           "Q4_0, 96 columns or fp32 x taken by v3");
     QuantMatrix q40 = {DT_Q4_0, 16, 4096, NULL, NULL};
-    CHECK(quant_gemv_mma(&q40, NULL, NULL, false, NULL, 1, 0, &err) == -1 && strstr(err.msg, "v3"), "'%s'", err.msg);
+    CHECK(quant_gemv_mma(&q40, NULL, NULL, false, NULL, 1, false, 0, &err) == -1 && strstr(err.msg, "v3"), "'%s'", err.msg);
     for (int t = 0; t < DT_COUNT; t++) /* the stage plan sizes matrices by the same list */
         CHECK(quant_type_supported((DType)t) == dtype_gpu_keeps_blocks((DType)t), "type %d: lists disagree", t);
 }
@@ -334,17 +368,17 @@ static int run_dequant(Mat *c, int i, void *ctx) {
 }
 
 /* One matrix shape: with full, every version and rows-per-warp and the
- * dequantize kernel; else the default (v2) and v3 only. */
+ * dequantize kernel; else v2 (default rows per warp), v3 and v4 only. */
 static void time_shape(DType type, int64_t rows, int64_t cols, bool full, void *x, void *y, void *dst) {
     Mat c[4];
     int ok = 1;
     for (int k = 0; k < 4; k++) ok = ok && !mat_build(&c[k], type, rows, cols);
     if (!ok) return;
     double qbytes = (double)rows * (double)dtype_row_bytes(type, cols);
-    for (int V = 1; V <= 3; V++)
+    for (int V = 1; V <= 4; V++)
     for (int R = 0; R <= 4; R = R ? 2 * R : 1) {
-        if (V == 3 && (R > 0 || !quant_gemv_mma_supported(type, cols, false))) continue;
-        if (!full && !(V == 2 && R == 0) && V != 3) continue;
+        if (V >= 3 && (R > 0 || !quant_gemv_mma_supported(type, cols, false))) continue;
+        if (!full && !(V == 2 && R == 0) && V < 3) continue;
         TimeCtx t1 = {x, y, 1, V, R, NULL}, t8 = {x, y, 8, V, R, NULL}, td = {0, 0, 0, V, 0, dst};
         float u1 = median_us(c, run_gemv, &t1), u8 = median_us(c, run_gemv, &t8);
         char dq[64] = "";
