@@ -262,12 +262,19 @@ static void quant_fail(CudaBackend *cb, const Err *e) {
  * allocation: graph-capturable either way). The batch-invariant mode takes
  * the dequantizing route at every T, with gemm_bi: quant_gemv's sums (fp32
  * FMAs of the dequantized values) could not match a tensor-core GEMM's. */
+/* The quantized GEMV of qgemm (T <= QUANT_GEMV_MAX_T), y in parts. */
+static void qgemv(CudaBackend *cb, const bf16 *x, const QuantMatrix *W, const GemvOut *out, int T) {
+    Err e = {};
+    int v = cb->qgemv_version >= 3 && !quant_gemv_mma_supported(W->type, W->cols, false) ? 0 : cb->qgemv_version;
+    if (quant_gemv_parts(W, x, out, T, v, cb->stream, &e)) quant_fail(cb, &e);
+}
+
 static void qgemm(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const QuantMatrix *W, const float *bias, int T) {
     if (cb->failed || T <= 0) return;
     Err e = {};
     if (T <= QUANT_GEMV_MAX_T && !cb->bi) {
-        int v = cb->qgemv_version >= 3 && !quant_gemv_mma_supported(W->type, W->cols, false) ? 0 : cb->qgemv_version;
-        if (quant_gemv_variant(W, x, false, y, y_f32, bias, T, v, 0, cb->stream, &e)) quant_fail(cb, &e);
+        GemvOut out = gemv_out_one(y, y_f32, bias, W->rows);
+        qgemv(cb, x, W, &out, T);
         return;
     }
     int64_t chunk = cb->deq_elems / W->cols;
@@ -750,7 +757,14 @@ static void cuda_be_qkv(Backend *be, void *q, void *k, void *v, const void *x, c
     bool qcat = is_quant(&lw->wq) && lw->wk.data == lw->wq.data && lw->wv.data == lw->wq.data;
     bool bcat = !is_quant(&lw->wq) && !is_quant(&lw->wk) && !is_quant(&lw->wv) && Wk == Wq + (int64_t)nq * K &&
                 Wv == Wk + (int64_t)nk * K;
-    if (qcat || bcat) {
+    bool gemv = T <= (qcat ? QUANT_GEMV_MAX_T : GEMV_MAX_T) && !cb->bi;
+    if ((qcat || bcat) && gemv) { /* the matrix-vector kernels store q, k, v (+ biases) themselves */
+        GemvOut out = {{q, k, v}, {vec_of(&lw->bq, 0), vec_of(&lw->bk, 0), vec_of(&lw->bv, 0)},
+                       {nq, nq + nk, nq + nk + nv}, false};
+        if (cb->failed || T <= 0) return;
+        if (qcat) qgemv(cb, (const bf16 *)x, qm_of(&lw->wq), &out, T);
+        else cuda_gemv_parts(&out, Wq, (const bf16 *)x, nq + nk + nv, K, T, cb->stream);
+    } else if (qcat || bcat) {
         if (qcat) qgemm(cb, cb->scratch, false, (const bf16 *)x, qm_of(&lw->wq), NULL, T);
         else gemm(cb, cb->scratch, false, (const bf16 *)x, Wq, NULL, nq + nk + nv, T, K);
         cuda_split_qkv((bf16 *)q, (bf16 *)k, (bf16 *)v, cb->scratch, vec_of(&lw->bq, 0), vec_of(&lw->bk, 0),

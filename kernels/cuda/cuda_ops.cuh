@@ -19,6 +19,7 @@
 #include "attention/attn_batch.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/gemv_out.cuh"
 
 typedef __nv_bfloat16 bf16;
 
@@ -82,6 +83,8 @@ void cuda_f32_to_bf16(bf16 *out, const float *x, int64_t n, cudaStream_t s);
 #define GEMV_MAX_T 8
 void cuda_gemv(void *y, bool y_f32, const bf16 *W, const bf16 *x, const float *bias, int M, int K, int T,
                cudaStream_t s);
+/* The same with y stored in parts (a fused Q|K|V matrix: gemv_out.cuh; o->end[2] = M). */
+void cuda_gemv_parts(const GemvOut *o, const bf16 *W, const bf16 *x, int M, int K, int T, cudaStream_t s);
 /* The gate/up pair of a GLU MLP from one concatenated W [2F][K] (gate rows
  * 0..F, up rows F..2F): out[t][i] = act(gate + bg) * (up + bu). */
 void cuda_gemv_glu(bf16 *out, const bf16 *W, const bf16 *x, const float *bg, const float *bu, int F, int K, int T,

@@ -82,7 +82,7 @@ static __device__ __forceinline__ void gemv_rows(float (*acc)[NT], const bf16 *c
  * the L1 traffic of x (T loads per weight load) from limiting larger T. */
 template <int NT, int R, bool VEC>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
-kernel_gemv(void *y, bool y_f32, const bf16 *W, const bf16 *x, const float *bias, int M, int K) {
+kernel_gemv(GemvOut o, const bf16 *W, const bf16 *x, int M, int K) {
     int lane = threadIdx.x % 32, m0 = (blockIdx.x * GEMV_WARPS + threadIdx.x / 32) * R;
     if (m0 >= M) return;
     float acc[R][NT];
@@ -101,12 +101,8 @@ kernel_gemv(void *y, bool y_f32, const bf16 *W, const bf16 *x, const float *bias
     for (int r = 0; r < R; r++) {
         int m = m0 + r;
         if (m >= M) break;
-        float b = bias ? bias[m] : 0.0f;
 #pragma unroll
-        for (int t = 0; t < NT; t++) {
-            if (y_f32) ((float *)y)[(int64_t)t * M + m] = acc[r][t] + b;
-            else ((bf16 *)y)[(int64_t)t * M + m] = __float2bfloat16(acc[r][t] + b);
-        }
+        for (int t = 0; t < NT; t++) gemv_out_store(o, t, m, acc[r][t]);
     }
 }
 
@@ -175,12 +171,11 @@ static bool gemv_vec_ok(const void *W, const void *x, int K) {
 
 /* Rows per warp: 1 up to T = 2, then 2 (T <= 4), then 4. */
 template <int NT>
-static void launch_gemv(void *y, bool y_f32, const bf16 *W, const bf16 *x, const float *bias, int M, int K,
-                        cudaStream_t s) {
+static void launch_gemv(const GemvOut &o, const bf16 *W, const bf16 *x, int M, int K, cudaStream_t s) {
     const int R = NT <= 2 ? 1 : NT <= 4 ? 2 : 4;
     int blocks = (M + GEMV_WARPS * R - 1) / (GEMV_WARPS * R);
-    if (gemv_vec_ok(W, x, K)) launch_pdl(kernel_gemv<NT, R, true>, blocks, GEMV_WARPS * 32, 0, s, y, y_f32, W, x, bias, M, K);
-    else launch_pdl(kernel_gemv<NT, R, false>, blocks, GEMV_WARPS * 32, 0, s, y, y_f32, W, x, bias, M, K);
+    if (gemv_vec_ok(W, x, K)) launch_pdl(kernel_gemv<NT, R, true>, blocks, GEMV_WARPS * 32, 0, s, o, W, x, M, K);
+    else launch_pdl(kernel_gemv<NT, R, false>, blocks, GEMV_WARPS * 32, 0, s, o, W, x, M, K);
 }
 
 template <int NT>
@@ -194,19 +189,24 @@ static void launch_gemv_glu(bf16 *out, const bf16 *W, const bf16 *x, const float
         launch_pdl(kernel_gemv_glu<NT, P, false>, blocks, GEMV_WARPS * 32, 0, s, out, W, x, bg, bu, F, K, act, limit);
 }
 
-void cuda_gemv(void *y, bool y_f32, const bf16 *W, const bf16 *x, const float *bias, int M, int K, int T,
-               cudaStream_t s) {
+void cuda_gemv_parts(const GemvOut *o, const bf16 *W, const bf16 *x, int M, int K, int T, cudaStream_t s) {
     switch (T) {
-    case 1: launch_gemv<1>(y, y_f32, W, x, bias, M, K, s); break;
-    case 2: launch_gemv<2>(y, y_f32, W, x, bias, M, K, s); break;
-    case 3: launch_gemv<3>(y, y_f32, W, x, bias, M, K, s); break;
-    case 4: launch_gemv<4>(y, y_f32, W, x, bias, M, K, s); break;
-    case 5: launch_gemv<5>(y, y_f32, W, x, bias, M, K, s); break;
-    case 6: launch_gemv<6>(y, y_f32, W, x, bias, M, K, s); break;
-    case 7: launch_gemv<7>(y, y_f32, W, x, bias, M, K, s); break;
-    case 8: launch_gemv<8>(y, y_f32, W, x, bias, M, K, s); break;
+    case 1: launch_gemv<1>(*o, W, x, M, K, s); break;
+    case 2: launch_gemv<2>(*o, W, x, M, K, s); break;
+    case 3: launch_gemv<3>(*o, W, x, M, K, s); break;
+    case 4: launch_gemv<4>(*o, W, x, M, K, s); break;
+    case 5: launch_gemv<5>(*o, W, x, M, K, s); break;
+    case 6: launch_gemv<6>(*o, W, x, M, K, s); break;
+    case 7: launch_gemv<7>(*o, W, x, M, K, s); break;
+    case 8: launch_gemv<8>(*o, W, x, M, K, s); break;
     default: break; /* callers route T > GEMV_MAX_T to cuBLASLt */
     }
+}
+
+void cuda_gemv(void *y, bool y_f32, const bf16 *W, const bf16 *x, const float *bias, int M, int K, int T,
+               cudaStream_t s) {
+    GemvOut o = gemv_out_one(y, y_f32, bias, M);
+    cuda_gemv_parts(&o, W, x, M, K, T, s);
 }
 
 void cuda_gemv_glu(bf16 *out, const bf16 *W, const bf16 *x, const float *bg, const float *bu, int F, int K, int T,

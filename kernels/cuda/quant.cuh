@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/cuda/gemv_out.cuh"
 #include "kernels/dtype.h"
 #include "model/err.h"
 
@@ -74,14 +75,19 @@ int quant_gemv(const QuantMatrix *W, const void *x, bool x_f32, void *y, bool y_
 int quant_gemv_variant(const QuantMatrix *W, const void *x, bool x_f32, void *y, bool y_f32, const float *bias,
                        int T, int version, int rows_per_warp, cudaStream_t s, Err *err);
 
+/* The same (bf16 x, default rows per warp) with y stored in parts (a fused
+ * Q|K|V matrix: gemv_out.cuh); out->end[2] must be W's rows. */
+int quant_gemv_parts(const QuantMatrix *W, const void *x, const GemvOut *out, int T, int version, cudaStream_t s,
+                     Err *err);
+
 /* Versions 3 and 4 (quant_gemv_mma.cu): cp.async stages and mma.sync for
  * Q4_K and Q8_0 with cols a multiple of 256 and bf16 x (kernels/quant_mma.h):
  * bf16 tensor cores on the exact codes (3), or int8 ones on x rounded to
  * int8 per 32 values (4, int8_x: llama.cpp's way; the result is the exact
  * product with that rounded x). */
 bool quant_gemv_mma_supported(DType t, int64_t cols, bool x_f32);
-int quant_gemv_mma(const QuantMatrix *W, const void *x, void *y, bool y_f32, const float *bias, int T, bool int8_x,
-                   cudaStream_t s, Err *err);
+int quant_gemv_mma(const QuantMatrix *W, const void *x, const GemvOut *out, int T, bool int8_x, cudaStream_t s,
+                   Err *err);
 
 /* dst [n_rows][cols] bf16 = rows row0 .. row0+n_rows-1 of W, bit-exact with
  * dequantize_row (kernels/dtype.c) followed by round-to-nearest-even bf16. */

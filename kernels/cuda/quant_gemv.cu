@@ -21,6 +21,7 @@
 #include <cuda_fp16.h>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gemv_out.cuh"
 #include "kernels/cuda/quant.cuh"
 #include "kernels/cuda/quant_layout.cuh"
 #include "kernels/cuda/pdl.cuh"
@@ -163,13 +164,12 @@ static __device__ __forceinline__ float code_float(uint32_t c, int i) {
 typedef struct {
     const uint8_t *qs, *sc;
     const void *x;
-    void *y;
-    const float *bias;
+    GemvOut out;
     int64_t rows;
     int cols;
     int units;        /* units per row */
     int chunk_tiles;  /* 32-unit tiles of x staged per pass */
-    int x_f32, y_f32;
+    int x_f32;
 } GemvArgs;
 
 /* Stages slots of the tiles [tile0, tile0 + n_tiles) of x rows 0..T-1 into
@@ -368,12 +368,8 @@ kernel_quant_gemv(GemvArgs a) {
     for (int r = 0; r < R; r++) {
         int64_t row = row0 + r;
         if (row >= a.rows) break;
-        float b = a.bias ? a.bias[row] : 0.0f;
 #pragma unroll
-        for (int t = 0; t < T; t++) {
-            if (a.y_f32) ((float *)a.y)[t * a.rows + row] = acc[r][t] + b;
-            else ((__nv_bfloat16 *)a.y)[t * a.rows + row] = __float2bfloat16_rn(acc[r][t] + b);
-        }
+        for (int t = 0; t < T; t++) gemv_out_store(a.out, t, row, acc[r][t]);
     }
 }
 
@@ -507,12 +503,16 @@ static int launch_gemv_t(const GemvArgs &a, int T, int version, int R, cudaStrea
     }
 }
 
-int quant_gemv_variant(const QuantMatrix *W, const void *x, bool x_f32, void *y, bool y_f32, const float *bias,
-                       int T, int version, int rows_per_warp, cudaStream_t s, Err *err) {
+/* quant_gemv_variant with the output as a GemvOut (quant.cuh). */
+static int quant_gemv_out_v(const QuantMatrix *W, const void *x, bool x_f32, const GemvOut *out, int T, int version,
+                            int rows_per_warp, cudaStream_t s, Err *err) {
     size_t bytes;
     if (quant_matrix_bytes(W->type, W->rows, W->cols, &bytes, err)) return -1;
     if ((uintptr_t)x % 16 || (uintptr_t)W->qs % 16)
         return err_set(err, "quant_gemv: x and the weights must be 16-byte aligned");
+    if (out->end[0] > out->end[1] || out->end[1] > out->end[2] || out->end[2] != W->rows)
+        return err_set(err, "quant_gemv: output parts end at %lld, %lld, %lld for %lld rows", (long long)out->end[0],
+                       (long long)out->end[1], (long long)out->end[2], (long long)W->rows);
     /* the default: v3 where measured faster on the H200 (kernels/NOTES.md "v3 measured"): Q4_K; Q8_0 from
      * T = 2, and at T = 1 on big matrices (from 16384 rows or 8192 columns: 3-6% there, 8-16% slower below) */
     bool big = W->rows >= 16384 || W->cols >= 8192;
@@ -520,10 +520,9 @@ int quant_gemv_variant(const QuantMatrix *W, const void *x, bool x_f32, void *y,
         version = 3;
     if (version == 3 || version == 4) { /* quant_gemv_mma checks the type, the columns and T */
         if (x_f32) return err_set(err, "quant_gemv v%d: x must be bf16", version);
-        return quant_gemv_mma(W, x, y, y_f32, bias, T, version == 4, s, err);
+        return quant_gemv_mma(W, x, out, T, version == 4, s, err);
     }
-    GemvArgs a = {(const uint8_t *)W->qs, (const uint8_t *)W->sc, x, y, bias, W->rows, (int)W->cols, 0, 0,
-                  x_f32, y_f32};
+    GemvArgs a = {(const uint8_t *)W->qs, (const uint8_t *)W->sc, x, *out, W->rows, (int)W->cols, 0, 0, x_f32};
     a.units = (int)(W->cols / quant_block_elems(W->type) * quant_units_per_block(W->type));
     switch (W->type) {
     case DT_Q8_0: return launch_gemv_t<DT_Q8_0>(a, T, version, rows_per_warp, s, err);
@@ -534,6 +533,17 @@ int quant_gemv_variant(const QuantMatrix *W, const void *x, bool x_f32, void *y,
     case DT_Q6_K: return launch_gemv_t<DT_Q6_K>(a, T, version, rows_per_warp, s, err);
     default: return err_set(err, "quant_gemv: unsupported type");
     }
+}
+
+int quant_gemv_variant(const QuantMatrix *W, const void *x, bool x_f32, void *y, bool y_f32, const float *bias,
+                       int T, int version, int rows_per_warp, cudaStream_t s, Err *err) {
+    GemvOut out = gemv_out_one(y, y_f32, bias, W->rows);
+    return quant_gemv_out_v(W, x, x_f32, &out, T, version, rows_per_warp, s, err);
+}
+
+int quant_gemv_parts(const QuantMatrix *W, const void *x, const GemvOut *out, int T, int version, cudaStream_t s,
+                     Err *err) {
+    return quant_gemv_out_v(W, x, false, out, T, version, 0, s, err);
 }
 
 int quant_gemv(const QuantMatrix *W, const void *x, bool x_f32, void *y, bool y_f32, const float *bias, int T,

@@ -28,6 +28,7 @@
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gemv_out.cuh"
 #include "kernels/cuda/quant.cuh"
 #include "kernels/cuda/quant_layout.cuh"
 #include "kernels/cuda/pdl.cuh"
@@ -67,11 +68,9 @@ static __host__ __device__ constexpr int qm_blocks_per_sm(int q, int t, int mt) 
 typedef struct {
     const uint8_t *qs, *sc;
     const __nv_bfloat16 *x;
-    void *y;
-    const float *bias;
+    GemvOut out;
     int64_t rows;
     int cols;
-    bool y_f32;
 } MmaArgs;
 
 /* The lane's share of a stage's weight copies, the same for every stage:
@@ -420,9 +419,7 @@ static __device__ __forceinline__ void qm_reduce_store(float *red, const float (
         float s = 0.f;
 #pragma unroll
         for (int w = 0; w < QM_WARPS; w++) s += red[(w * ROWS + r) * 8 + t];
-        if (a.bias) s += a.bias[row];
-        if (a.y_f32) ((float *)a.y)[t * a.rows + row] = s;
-        else ((__nv_bfloat16 *)a.y)[t * a.rows + row] = __float2bfloat16_rn(s);
+        gemv_out_store(a.out, t, row, s);
     }
 }
 
@@ -517,16 +514,16 @@ bool quant_gemv_mma_supported(DType t, int64_t cols, bool x_f32) {
     return (t == DT_Q4_K || t == DT_Q8_0) && cols % QM_SB == 0 && !x_f32;
 }
 
-int quant_gemv_mma(const QuantMatrix *W, const void *x, void *y, bool y_f32, const float *bias, int T, bool int8_x,
-                   cudaStream_t s, Err *err) {
+int quant_gemv_mma(const QuantMatrix *W, const void *x, const GemvOut *out, int T, bool int8_x, cudaStream_t s,
+                   Err *err) {
     const int v = int8_x ? 4 : 3;
     if (!quant_gemv_mma_supported(W->type, W->cols, false))
         return err_set(err, "quant_gemv v%d: type %d with %lld columns (Q4_K or Q8_0, a multiple of %d)", v,
                        (int)W->type, (long long)W->cols, QM_SB);
     if ((uintptr_t)x % 16 || (uintptr_t)W->qs % 16 || (W->sc && (uintptr_t)W->sc % 16))
         return err_set(err, "quant_gemv v%d: x and the weight planes must be 16-byte aligned", v);
-    MmaArgs a = {(const uint8_t *)W->qs, (const uint8_t *)W->sc, (const __nv_bfloat16 *)x, y, bias, W->rows,
-                 (int)W->cols, y_f32};
+    MmaArgs a = {(const uint8_t *)W->qs, (const uint8_t *)W->sc, (const __nv_bfloat16 *)x, *out, W->rows,
+                 (int)W->cols};
     if (W->type == DT_Q4_K)
         return int8_x ? launch_mma_t<DT_Q4_K, true>(a, T, s, err) : launch_mma_t<DT_Q4_K, false>(a, T, s, err);
     return int8_x ? launch_mma_t<DT_Q8_0, true>(a, T, s, err) : launch_mma_t<DT_Q8_0, false>(a, T, s, err);

@@ -316,9 +316,65 @@ static void test_refused(void) {
               !quant_gemv_mma_supported(DT_Q4_K, 4096, true),
           "Q4_0, 96 columns or fp32 x taken by v3");
     QuantMatrix q40 = {DT_Q4_0, 16, 4096, NULL, NULL};
-    CHECK(quant_gemv_mma(&q40, NULL, NULL, false, NULL, 1, false, 0, &err) == -1 && strstr(err.msg, "v3"), "'%s'", err.msg);
+    GemvOut none = {{NULL}, {NULL}, {0}, false};
+    CHECK(quant_gemv_mma(&q40, NULL, &none, 1, false, 0, &err) == -1 && strstr(err.msg, "v3"), "'%s'", err.msg);
     for (int t = 0; t < DT_COUNT; t++) /* the stage plan sizes matrices by the same list */
         CHECK(quant_type_supported((DType)t) == dtype_gpu_keeps_blocks((DType)t), "type %d: lists disagree", t);
+}
+
+/* y stored in three parts (a fused Q|K|V: quant_gemv_parts), each part
+ * [T][n_i] bf16 with its own bias (none for the middle one): every version
+ * that takes the type, T = 1 and 3, against the dequantized rows. */
+static void test_parts(void) {
+    const DType types[] = {DT_Q4_K, DT_Q8_0, DT_Q4_0};
+    const int64_t end[3] = {384, 512, 640}, cols = 1536;
+    for (int i = 0; i < 3; i++) {
+        Mat M;
+        if (mat_build(&M, types[i], end[2], cols)) continue;
+        float *w = malloc((size_t)end[2] * cols * sizeof *w), *x = malloc(3 * cols * sizeof *x);
+        float *b = malloc(end[2] * sizeof *b);
+        uint16_t *xb = malloc(3 * cols * 2), *y = malloc(3 * end[2] * 2);
+        int64_t rb = (int64_t)dtype_row_bytes(M.type, cols);
+        for (int64_t r = 0; r < end[2]; r++) dequantize_row(M.type, M.native + r * rb, w + r * cols, cols), b[r] = frand();
+        for (int64_t k = 0; k < 3 * cols; k++) xb[k] = fp32_to_bf16(frand()), x[k] = bf16_to_fp32(xb[k]);
+        void *dx = NULL, *dy = NULL, *db = NULL;
+        int rc = cudaMalloc(&dx, 3 * cols * 2) || cudaMalloc(&dy, 3 * end[2] * 2) || cudaMalloc(&db, end[2] * 4);
+        rc = rc || cudaMemcpy(dx, xb, 3 * cols * 2, cudaMemcpyHostToDevice) || cudaMemcpy(db, b, end[2] * 4, cudaMemcpyHostToDevice);
+        for (int V = 0; !rc && V <= 3; V++)
+            for (int T = 1; T <= 3; T += 2) {
+                if (V == 3 && !quant_gemv_mma_supported(M.type, cols, false)) continue;
+                Err err = {{0}};
+                /* parts laid out one after the other in dy: [T][384] | [T][128] | [T][128] */
+                uint16_t *p0 = (uint16_t *)dy, *p1 = p0 + T * end[0], *p2 = p1 + T * (end[1] - end[0]);
+                GemvOut out = {{p0, p1, p2}, {(float *)db, NULL, (float *)db + end[1]}, {end[0], end[1], end[2]}, false};
+                int r2 = cudaMemset(dy, 0xff, 3 * end[2] * 2) || quant_gemv_parts(&M.m, dx, &out, T, V, 0, &err) ||
+                         cudaDeviceSynchronize() || cudaMemcpy(y, dy, T * end[2] * 2, cudaMemcpyDeviceToHost);
+                CHECK(!r2, "%s parts v%d T=%d: %s", dtype_info(M.type)->name, V, T, err.msg);
+                double num = 0, den = 0;
+                int64_t bad = 0;
+                for (int k = 0; !r2 && k < 3; k++) {
+                    int64_t r0 = k ? end[k - 1] : 0, n = end[k] - r0;
+                    const uint16_t *yk = y + (k == 0 ? 0 : k == 1 ? T * end[0] : T * end[1]);
+                    for (int t = 0; t < T; t++)
+                        for (int64_t r = 0; r < n; r++) {
+                            double ref = k == 1 ? 0.0 : b[r0 + r];
+                            for (int64_t c = 0; c < cols; c++) ref += (double)w[(r0 + r) * cols + c] * x[t * cols + c];
+                            double v = bf16_to_fp32(yk[t * n + r]);
+                            if (!isfinite(v)) bad++;
+                            num += (v - ref) * (v - ref), den += ref * ref;
+                        }
+                }
+                CHECK(bad == 0 && num <= 1e-4 * den, "%s parts v%d T=%d: %lld unwritten, rel err %.3g",
+                      dtype_info(M.type)->name, V, T, (long long)bad, sqrt(num / den));
+            }
+        Err err = {{0}};
+        GemvOut wrong = {{dy, dy, dy}, {NULL}, {end[0], end[1], end[2] - 1}, false};
+        CHECK(quant_gemv_parts(&M.m, dx, &wrong, 1, 0, 0, &err) == -1 && strstr(err.msg, "parts"),
+              "parts ending short of the rows: '%s'", err.msg);
+        cudaFree(dx); cudaFree(dy); cudaFree(db);
+        free(w); free(x); free(b); free(xb); free(y);
+        mat_free(&M);
+    }
 }
 
 /* ---- timing ---- */
@@ -454,6 +510,7 @@ int main(int argc, char **argv) {
     }
     RUN(test_refused);
     RUN(test_small_shapes);
+    RUN(test_parts);
     if (!quick) {
         RUN(test_big_shapes);
         RUN(test_timing);
