@@ -229,8 +229,7 @@ void cuda_gemv_experts(bf16 *out, const bf16 *Wa, const bf16 *Wb, const float *b
                        cudaStream_t s) {
     dim3 grid((M + GEMV_WARPS - 1) / GEMV_WARPS, n_pairs);
     bool vec = gemv_vec_ok(Wa, x, K) && (!Wb || gemv_vec_ok(Wb, x, K));
-    if (Wb && vec) launch_pdl(kernel_gemv_experts<true, true>, grid, GEMV_WARPS * 32, 0, s, out, Wa, Wb, ba, bb, x, x_div, sel, M, K, act, limit);
-    else if (Wb) launch_pdl(kernel_gemv_experts<true, false>, grid, GEMV_WARPS * 32, 0, s, out, Wa, Wb, ba, bb, x, x_div, sel, M, K, act, limit);
-    else if (vec) launch_pdl(kernel_gemv_experts<false, true>, grid, GEMV_WARPS * 32, 0, s, out, Wa, NULL, ba, NULL, x, x_div, sel, M, K, act, limit);
-    else launch_pdl(kernel_gemv_experts<false, false>, grid, GEMV_WARPS * 32, 0, s, out, Wa, NULL, ba, NULL, x, x_div, sel, M, K, act, limit);
+    auto *k = Wb ? (vec ? kernel_gemv_experts<true, true> : kernel_gemv_experts<true, false>)
+                 : (vec ? kernel_gemv_experts<false, true> : kernel_gemv_experts<false, false>);
+    launch_pdl(k, grid, GEMV_WARPS * 32, 0, s, out, Wa, Wb, ba, Wb ? bb : NULL, x, x_div, sel, M, K, act, limit);
 }

@@ -69,7 +69,8 @@ int quant_gemv(const QuantMatrix *W, const void *x, bool x_f32, void *y, bool y_
  * (one tile of loads ahead, dequantize-then-FMA), 2 (several tiles of loads
  * in flight, sum-then-scale; rows per warp 1, 2 or 4, 0 = the default) or 3
  * (tensor cores, quant_gemv_mma: where quant_gemv_mma_supported, else an
- * error) or 4 (int8 tensor cores on x rounded to int8, likewise); version 0 = the default: 3 where supported for Q4_K, and for
+ * error) or 4 (int8 tensor cores on x rounded to two int8 terms,
+ * likewise); version 0 = the default: 3 where supported for Q4_K, and for
  * Q8_0 from T = 2 or on big matrices (at T = 1 v2 streams small Q8_0
  * matrices faster), else 2. */
 int quant_gemv_variant(const QuantMatrix *W, const void *x, bool x_f32, void *y, bool y_f32, const float *bias,

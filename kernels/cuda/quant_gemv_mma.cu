@@ -169,6 +169,14 @@ static __device__ __forceinline__ void qm_acc_scaled_t(float acc[4], const float
     }
 }
 
+/* Q4_K: the lane's two words of chunk q of rows g and g + 8 of each m-tile. */
+template <int MT>
+static __device__ __forceinline__ void qm_q4k_chunk_words(const uint8_t *st, int q, int lane, uint32_t (*wg)[2],
+                                                          uint32_t (*wg8)[2]) {
+#pragma unroll
+    for (int m = 0; m < MT; m++) qm_lane_words<DT_Q4_K>(st, m, qm_q4k_word_off(q, lane % 4), lane, wg[m], wg8[m]);
+}
+
 /* Q4_K: every row's (mul, add - off mul) of the stage into scl; lane pair
  * (2r, 2r + 1) decodes the two halves of row r's header. */
 template <int MT>
@@ -189,14 +197,13 @@ template <int T, int MT>
 static __device__ __forceinline__ void qm_stage_q4k(float (*acc)[4], const uint8_t *st, float2 *scl, int lane) {
     const uint8_t *xs = st + 16 * MT * qm_row_stride(DT_Q4_K);
     const uint32_t ones[4] = {QM_BF16_ONES, QM_BF16_ONES, QM_BF16_ONES, QM_BF16_ONES};
-    const int g = lane / 4, c = lane % 4;
+    const int g = lane / 4;
     qm_q4k_stage_scales<MT>(st, scl, lane, 128.f);
     __syncwarp();
 #pragma unroll 1 /* rolled: unrolled needs ~98 registers and spills under the 3-blocks-per-SM bound */
     for (int q = 0; q < 4; q++) {
         uint32_t wg[MT][2], wg8[MT][2];
-#pragma unroll
-        for (int m = 0; m < MT; m++) qm_lane_words<DT_Q4_K>(st, m, qm_q4k_word_off(q, c), lane, wg[m], wg8[m]);
+        qm_q4k_chunk_words<MT>(st, q, lane, wg, wg8);
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int j = 2 * q + h;
@@ -345,30 +352,25 @@ static __device__ __forceinline__ void qm_acc_i8(float acc[4], const int C[4], c
 template <int T, int MT>
 static __device__ __forceinline__ void qm_stage_q4k_i8(float (*acc)[4], uint8_t *st, float2 *scl, int lane) {
     uint8_t *xs = st + 16 * MT * qm_row_stride(DT_Q4_K);
-    const int g = lane / 4, c = lane % 4;
+    const int g = lane / 4;
     qm_stage_x_i8<T, true>(xs, lane);
     qm_q4k_stage_scales<MT>(st, scl, lane, 0.f);
     __syncwarp();
-#pragma unroll 1
-    for (int q = 0; q < 4; q++) {
-        uint32_t wg[MT][2], wg8[MT][2];
+    uint32_t wg[MT][2], wg8[MT][2];
+#pragma unroll 2 /* a chunk's two groups: its low nibbles, then its high ones from the same words */
+    for (int j = 0; j < 8; j++) {
+        if (j % 2 == 0) qm_q4k_chunk_words<MT>(st, j / 2, lane, wg, wg8);
+        uint32_t b[4];
+        float2 e[2];
+        qm_i8_lane_b<T>(xs, j, lane, b, e);
 #pragma unroll
-        for (int m = 0; m < MT; m++) qm_lane_words<DT_Q4_K>(st, m, qm_q4k_word_off(q, c), lane, wg[m], wg8[m]);
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int j = 2 * q + h;
-            uint32_t b[4];
-            float2 e[2];
-            qm_i8_lane_b<T>(xs, j, lane, b, e);
-#pragma unroll
-            for (int m = 0; m < MT; m++) {
-                int C[4];
-                uint32_t a[4];
-                qm_i8_q4k_a(wg[m], wg8[m], h, a);
-                qm_i8_mma2<T, true>(C, a, b);
-                qm_acc_i8<T>(acc[m], C, e, scl[(16 * m + g) * QM_SCL_STRIDE + j],
-                             scl[(16 * m + g + 8) * QM_SCL_STRIDE + j]);
-            }
+        for (int m = 0; m < MT; m++) {
+            int C[4];
+            uint32_t a[4];
+            qm_i8_q4k_a(wg[m], wg8[m], j % 2, a);
+            qm_i8_mma2<T, true>(C, a, b);
+            const float2 *sm = scl + (16 * m + g) * QM_SCL_STRIDE + j;
+            qm_acc_i8<T>(acc[m], C, e, sm[0], sm[8 * QM_SCL_STRIDE]);
         }
     }
     __syncwarp(); /* the scale table is rewritten by the next stage */
