@@ -256,19 +256,19 @@ static void quant_fail(CudaBackend *cb, const Err *e) {
     cb->err = *e;
 }
 
-/* The same for a quantized W: quant_gemv up to 8 rows (reads each block
- * once); above, W is dequantized to the bf16 scratch in chunks of rows and
- * each chunk's columns of y come from cuBLASLt (no host sync, no
- * allocation: graph-capturable either way). The batch-invariant mode takes
- * the dequantizing route at every T, with gemm_bi: quant_gemv's sums (fp32
- * FMAs of the dequantized values) could not match a tensor-core GEMM's. */
-/* The quantized GEMV of qgemm (T <= QUANT_GEMV_MAX_T), y in parts. */
+/* The quantized GEMV of qgemm below (T <= QUANT_GEMV_MAX_T), y in parts. */
 static void qgemv(CudaBackend *cb, const bf16 *x, const QuantMatrix *W, const GemvOut *out, int T) {
     Err e = {};
     int v = cb->qgemv_version >= 3 && !quant_gemv_mma_supported(W->type, W->cols, false) ? 0 : cb->qgemv_version;
     if (quant_gemv_parts(W, x, out, T, v, cb->stream, &e)) quant_fail(cb, &e);
 }
 
+/* The same for a quantized W: quant_gemv up to 8 rows (reads each block
+ * once); above, W is dequantized to the bf16 scratch in chunks of rows and
+ * each chunk's columns of y come from cuBLASLt (no host sync, no
+ * allocation: graph-capturable either way). The batch-invariant mode takes
+ * the dequantizing route at every T, with gemm_bi: quant_gemv's sums (fp32
+ * FMAs of the dequantized values) could not match a tensor-core GEMM's. */
 static void qgemm(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const QuantMatrix *W, const float *bias, int T) {
     if (cb->failed || T <= 0) return;
     Err e = {};
@@ -758,10 +758,10 @@ static void cuda_be_qkv(Backend *be, void *q, void *k, void *v, const void *x, c
     bool bcat = !is_quant(&lw->wq) && !is_quant(&lw->wk) && !is_quant(&lw->wv) && Wk == Wq + (int64_t)nq * K &&
                 Wv == Wk + (int64_t)nk * K;
     bool gemv = T <= (qcat ? QUANT_GEMV_MAX_T : GEMV_MAX_T) && !cb->bi;
+    if (cb->failed || T <= 0) return;
     if ((qcat || bcat) && gemv) { /* the matrix-vector kernels store q, k, v (+ biases) themselves */
         GemvOut out = {{q, k, v}, {vec_of(&lw->bq, 0), vec_of(&lw->bk, 0), vec_of(&lw->bv, 0)},
                        {nq, nq + nk, nq + nk + nv}, false};
-        if (cb->failed || T <= 0) return;
         if (qcat) qgemv(cb, (const bf16 *)x, qm_of(&lw->wq), &out, T);
         else cuda_gemv_parts(&out, Wq, (const bf16 *)x, nq + nk + nv, K, T, cb->stream);
     } else if (qcat || bcat) {

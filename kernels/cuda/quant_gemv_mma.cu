@@ -325,15 +325,13 @@ static __device__ __forceinline__ void qm_i8_lane_b(const uint8_t *xs, int j, in
 /* C = 128 A q1 + A q2 (the two terms of x, b[0..1] and b[2..3]). */
 template <int T, bool U8>
 static __device__ __forceinline__ void qm_i8_mma2(int (&C)[4], const uint32_t (&a)[4], const uint32_t (&b)[4]) {
-    int c[4] = {0, 0, 0, 0};
-    if (U8) mma_u8s8(c, a, b[0], b[1]);
-    else mma_s8s8(c, a, b[0], b[1]);
+    C[0] = C[1] = C[2] = C[3] = 0;
+    if (U8) mma_u8s8(C, a, b[0], b[1]);
+    else mma_s8s8(C, a, b[0], b[1]);
 #pragma unroll
-    for (int r = 0; r < 4; r++) c[r] *= 128; /* (T = 1: the unused two are dead code) */
-    if (U8) mma_u8s8(c, a, b[2], b[3]);
-    else mma_s8s8(c, a, b[2], b[3]);
-#pragma unroll
-    for (int r = 0; r < 4; r++) C[r] = c[r];
+    for (int r = 0; r < 4; r++) C[r] *= 128; /* (T = 1: the unused two are dead code) */
+    if (U8) mma_u8s8(C, a, b[2], b[3]);
+    else mma_s8s8(C, a, b[2], b[3]);
 }
 
 /* acc += mul (dx C) + add sx for rows g (C[0], C[1]: columns 2c, 2c + 1)
