@@ -141,6 +141,16 @@ static void round_x_int8(float *x, int64_t n) {
     }
 }
 
+/* Version 5: x rounded by quant_x_round into a buffer of its own, then
+ * quant_gemv_x8 (the backend's two calls). xq->buf NULL: allocated here. */
+static int gemv_v5(QuantX *xq, const QuantMatrix *W, const void *x, const GemvOut *out, int T, Err *err) {
+    if (!xq->buf) {
+        xq->bytes = quant_x_bytes(W->cols, T);
+        if (cudaMalloc(&xq->buf, xq->bytes) != cudaSuccess) return err_set(err, "cudaMalloc of the x buffer");
+    }
+    return quant_x_round(xq, x, T, W->cols, 0, err) || quant_gemv_x8(W, xq, out, T, 0, err) ? -1 : 0;
+}
+
 /* One GEMV case: returns the relative error (or INFINITY on a failure)
  * against the product with x as the kernel defines it (version 4: x in two
  * int8 terms, round_x_int8); *err_x_exact: against x itself (what version 4's
@@ -158,13 +168,16 @@ static double gemv_case(Mat *M, int T, int V, int R, bool x_f32, bool y_f32, boo
     for (int64_t i = 0; i < rows; i++) b[i] = frand();
     float *xr = malloc((size_t)T * cols * sizeof *xr); /* the x of the reference */
     memcpy(xr, x, (size_t)T * cols * sizeof *xr);
-    if (V == 4) round_x_int8(xr, T * cols);
+    if (V >= 4) round_x_int8(xr, T * cols);
     void *dx = NULL, *dy = NULL, *db = NULL;
     size_t ysz = (size_t)T * rows * (y_f32 ? 4 : 2);
     int rc = cudaMalloc(&dx, (size_t)T * cols * 4) || cudaMalloc(&dy, ysz) || cudaMalloc(&db, rows * 4);
     rc = rc || cudaMemcpy(dx, x_f32 ? (void *)x : (void *)xb, (size_t)T * cols * (x_f32 ? 4 : 2), cudaMemcpyHostToDevice);
     rc = rc || cudaMemcpy(db, b, rows * 4, cudaMemcpyHostToDevice) || cudaMemset(dy, 0xff, ysz); /* NaN poison */
-    rc = rc || quant_gemv_variant(&M->m, dx, x_f32, dy, y_f32, bias ? db : NULL, T, V, R, 0, &err);
+    QuantX xq = {0};
+    GemvOut out = gemv_out_one(dy, y_f32, bias ? db : NULL, rows);
+    if (V == 5) rc = rc || gemv_v5(&xq, &M->m, dx, &out, T, &err);
+    else rc = rc || quant_gemv_variant(&M->m, dx, x_f32, dy, y_f32, bias ? db : NULL, T, V, R, 0, &err);
     rc = rc || cudaDeviceSynchronize();
     void *y = malloc(ysz);
     rc = rc || cudaMemcpy(y, dy, ysz, cudaMemcpyDeviceToHost);
@@ -196,7 +209,7 @@ static double gemv_case(Mat *M, int T, int V, int R, bool x_f32, bool y_f32, boo
     CHECK(bad == 0, "%s [%lld][%lld] T=%d v%d R=%d: %lld outputs not finite (unwritten?)", dtype_info(M->type)->name,
           (long long)rows, (long long)cols, T, V, R, (long long)bad);
     free(x); free(xb); free(xr); free(b); free(y);
-    cudaFree(dx); cudaFree(dy); cudaFree(db);
+    cudaFree(dx); cudaFree(dy); cudaFree(db); cudaFree(xq.buf);
     *err_x_exact = rc || bad ? INFINITY : sqrt(num_x / den);
     return rc || bad ? INFINITY : sqrt(num / den);
 }
@@ -212,18 +225,19 @@ static void gemv_checks(Mat *M, const int *Ts, int nT, const int *Rs, int nR) {
         dequantize_row(M->type, M->native + rows_chk[j] * row_bytes, w + (int64_t)j * M->cols, M->cols);
     double worst = 0, worst_i8_x = 0;
     int n_cases = 0;
-    for (int V = 1; V <= 4; V++)
+    for (int V = 1; V <= 5; V++)
         for (int i = 0; i < nT; i++)
             for (int r = 0; r < nR; r++) {
                 int T = Ts[i], R = Rs[r];
                 bool x_f32 = (T + R + V) % 2, y_bf16 = T == 3 && R == 2, bias = T % 3 == 1;
-                if (V >= 3) { /* tensor cores: bf16 x only, no rows-per-warp choice */
-                    if (r > 0 || !quant_gemv_mma_supported(M->type, M->cols, false)) continue;
+                if (V >= 3) { /* tensor cores, dp4a: bf16 x only, no rows-per-warp choice */
+                    if (r > 0 || (V < 5 && !quant_gemv_mma_supported(M->type, M->cols, false))) continue;
+                    if (V == 5 && (T != 1 || !quant_gemv_x8_supported(M->type, M->cols))) continue;
                     x_f32 = false, y_bf16 = T == 3;
                 }
                 n_cases++;
                 double ex = 0, e = gemv_case(M, T, V, R, x_f32, !y_bf16, bias, rows_chk, n_chk, w, &ex);
-                if (V == 4 && !y_bf16 && ex > worst_i8_x) worst_i8_x = ex;
+                if (V >= 4 && !y_bf16 && ex > worst_i8_x) worst_i8_x = ex;
                 double tol = y_bf16 ? 1e-2 : 1e-3;
                 CHECK(e <= tol, "%s [%lld][%lld] T=%d v%d R=%d x %s y %s: rel err %.3g > %g", info->name,
                       (long long)M->rows, (long long)M->cols, T, V, R, x_f32 ? "f32" : "bf16", y_bf16 ? "bf16" : "f32",
@@ -231,9 +245,10 @@ static void gemv_checks(Mat *M, const int *Ts, int nT, const int *Rs, int nR) {
                 if (!y_bf16 && e > worst) worst = e;
             }
     bool mma = quant_gemv_mma_supported(M->type, M->cols, false);
-    printf("# gemv %-5s [%5lld][%5lld] %d cases (v1, v2%s), worst fp32 rel err %.2e", info->name, (long long)M->rows,
-           (long long)M->cols, n_cases, mma ? ", v3, v4" : "", worst);
-    if (mma) printf("; v4 against the unrounded x (its int8 terms) %.2e", worst_i8_x);
+    bool x8 = quant_gemv_x8_supported(M->type, M->cols);
+    printf("# gemv %-5s [%5lld][%5lld] %d cases (v1, v2%s%s), worst fp32 rel err %.2e", info->name, (long long)M->rows,
+           (long long)M->cols, n_cases, mma ? ", v3, v4" : "", x8 ? ", v5" : "", worst);
+    if (mma || x8) printf("; v4/v5 against the unrounded x (their int8 terms) %.2e", worst_i8_x);
     printf("\n");
     free(w);
     free(rows_chk);
@@ -318,6 +333,19 @@ static void test_refused(void) {
     QuantMatrix q40 = {DT_Q4_0, 16, 4096, NULL, NULL};
     GemvOut none = {{NULL}, {NULL}, {0}, false};
     CHECK(quant_gemv_mma(&q40, NULL, &none, 1, false, 0, &err) == -1 && strstr(err.msg, "v3"), "'%s'", err.msg);
+    /* version 5: Q4_K / Q8_0, one x row, x rounded for this width */
+    CHECK(quant_gemv_x8_supported(DT_Q4_K, 4096) && quant_gemv_x8_supported(DT_Q8_0, 96) &&
+              !quant_gemv_x8_supported(DT_Q4_0, 4096) && !quant_gemv_x8_supported(DT_Q4_K, 288),
+          "v5 type / column list");
+    QuantX xq = {NULL, 1 << 20, 4096, 2};
+    QuantMatrix q4k = {DT_Q4_K, 16, 4096, NULL, NULL};
+    CHECK(quant_gemv_x8(&q40, &xq, &none, 1, 0, &err) == -1 && strstr(err.msg, "v5"), "'%s'", err.msg);
+    CHECK(quant_gemv_x8(&q4k, &xq, &none, 2, 0, &err) == -1 && strstr(err.msg, "one row"), "'%s'", err.msg);
+    xq.T = 1, xq.cols = 2048;
+    CHECK(quant_gemv_x8(&q4k, &xq, &none, 1, 0, &err) == -1 && strstr(err.msg, "2048"), "'%s'", err.msg);
+    xq.bytes = 100;
+    CHECK(quant_x_round(&xq, NULL, 1, 4096, 0, &err) == -1 && strstr(err.msg, "bytes"), "'%s'", err.msg);
+    CHECK(quant_x_round(&xq, NULL, 1, 100, 0, &err) == -1 && strstr(err.msg, "multiple"), "'%s'", err.msg);
     for (int t = 0; t < DT_COUNT; t++) /* the stage plan sizes matrices by the same list */
         CHECK(quant_type_supported((DType)t) == dtype_gpu_keeps_blocks((DType)t), "type %d: lists disagree", t);
 }
@@ -340,14 +368,17 @@ static void test_parts(void) {
         void *dx = NULL, *dy = NULL, *db = NULL;
         int rc = cudaMalloc(&dx, 3 * cols * 2) || cudaMalloc(&dy, 3 * end[2] * 2) || cudaMalloc(&db, end[2] * 4);
         rc = rc || cudaMemcpy(dx, xb, 3 * cols * 2, cudaMemcpyHostToDevice) || cudaMemcpy(db, b, end[2] * 4, cudaMemcpyHostToDevice);
-        for (int V = 0; !rc && V <= 3; V++)
+        QuantX xq = {0};
+        for (int V = 0; !rc && V <= 5; V++)
             for (int T = 1; T <= 3; T += 2) {
-                if (V == 3 && !quant_gemv_mma_supported(M.type, cols, false)) continue;
+                if (V >= 3 && V <= 4 && !quant_gemv_mma_supported(M.type, cols, false)) continue;
+                if (V == 5 && (T != 1 || !quant_gemv_x8_supported(M.type, cols))) continue;
                 Err err = {{0}};
                 /* parts laid out one after the other in dy: [T][384] | [T][128] | [T][128] */
                 uint16_t *p0 = (uint16_t *)dy, *p1 = p0 + T * end[0], *p2 = p1 + T * (end[1] - end[0]);
                 GemvOut out = {{p0, p1, p2}, {(float *)db, NULL, (float *)db + end[1]}, {end[0], end[1], end[2]}, false};
-                int r2 = cudaMemset(dy, 0xff, 3 * end[2] * 2) || quant_gemv_parts(&M.m, dx, &out, T, V, 0, &err) ||
+                int r2 = cudaMemset(dy, 0xff, 3 * end[2] * 2) ||
+                         (V == 5 ? gemv_v5(&xq, &M.m, dx, &out, T, &err) : quant_gemv_parts(&M.m, dx, &out, T, V, 0, &err)) ||
                          cudaDeviceSynchronize() || cudaMemcpy(y, dy, T * end[2] * 2, cudaMemcpyDeviceToHost);
                 CHECK(!r2, "%s parts v%d T=%d: %s", dtype_info(M.type)->name, V, T, err.msg);
                 double num = 0, den = 0;
@@ -371,7 +402,7 @@ static void test_parts(void) {
         GemvOut wrong = {{dy, dy, dy}, {NULL}, {end[0], end[1], end[2] - 1}, false};
         CHECK(quant_gemv_parts(&M.m, dx, &wrong, 1, 0, 0, &err) == -1 && strstr(err.msg, "parts"),
               "parts ending short of the rows: '%s'", err.msg);
-        cudaFree(dx); cudaFree(dy); cudaFree(db);
+        cudaFree(dx); cudaFree(dy); cudaFree(db); cudaFree(xq.buf);
         free(w); free(x); free(b); free(xb); free(y);
         mat_free(&M);
     }
@@ -409,12 +440,37 @@ static float median_us(Mat *copies, LaunchFn fn, void *ctx) {
     return ms[REPS / 2] * 1000.0f / LOOP;
 }
 
-typedef struct { void *x, *y; int T, V, R; void *dst; } TimeCtx;
+typedef struct { void *x, *y; int T, V, R; void *dst; QuantX *xq; bool no_round; } TimeCtx;
 
+/* Version 5 is timed with its x rounding (the cost per GEMV in the
+ * backend) or, with no_round, the GEMV alone. */
 static int run_gemv(Mat *c, int i, void *ctx) {
     TimeCtx *t = ctx;
     Err err;
-    return quant_gemv_variant(&c[i % 4].m, t->x, false, t->y, false, NULL, t->T, t->V, t->R, 0, &err);
+    const QuantMatrix *W = &c[i % 4].m;
+    if (t->V == 5) {
+        GemvOut out = gemv_out_one(t->y, false, NULL, W->rows);
+        if (!t->no_round && quant_x_round(t->xq, t->x, t->T, W->cols, 0, &err)) return -1;
+        return quant_gemv_x8(W, t->xq, &out, t->T, 0, &err);
+    }
+    return quant_gemv_variant(W, t->x, false, t->y, false, NULL, t->T, t->V, t->R, 0, &err);
+}
+
+/* version 5 at T = 1: with the rounding, then the GEMV alone (the second column) */
+static void time_v5(Mat *c, int64_t rows, int64_t cols, double qbytes, void *x, void *y) {
+    QuantX xq = {NULL, quant_x_bytes(cols, 1), 0, 0};
+    Err err = {{0}};
+    if (cudaMalloc(&xq.buf, xq.bytes) != cudaSuccess || quant_x_round(&xq, x, 1, cols, 0, &err)) {
+        CHECK(0, "v5 timing setup: %s", err.msg);
+        return;
+    }
+    TimeCtx t1 = {x, y, 1, 5, 0, NULL, &xq, false}, t0 = t1;
+    t0.no_round = true;
+    float u1 = median_us(c, run_gemv, &t1), u0 = median_us(c, run_gemv, &t0);
+    printf("# %-5s %6lldx%-5lld %7.2f 5 - | %7.1f %6.0f %5.1f%% | %7.1f %6.0f %5.1f%% | (v5: with rounding | GEMV alone)\n",
+           dtype_info(c[0].type)->name, (long long)rows, (long long)cols, qbytes / 1e6, u1, qbytes / u1 * 1e-3,
+           100 * qbytes / (u1 * 1e-6) / COPY_BW, u0, qbytes / u0 * 1e-3, 100 * qbytes / (u0 * 1e-6) / COPY_BW);
+    cudaFree(xq.buf);
 }
 
 static int run_dequant(Mat *c, int i, void *ctx) {
@@ -435,7 +491,8 @@ static void time_shape(DType type, int64_t rows, int64_t cols, bool full, void *
     for (int R = 0; R <= 4; R = R ? 2 * R : 1) {
         if (V >= 3 && (R > 0 || !quant_gemv_mma_supported(type, cols, false))) continue;
         if (!full && !(V == 2 && R == 0) && V < 3) continue;
-        TimeCtx t1 = {x, y, 1, V, R, NULL}, t8 = {x, y, 8, V, R, NULL}, td = {0, 0, 0, V, 0, dst};
+        TimeCtx t1 = {x, y, 1, V, R, NULL, NULL, false}, t8 = {x, y, 8, V, R, NULL, NULL, false};
+        TimeCtx td = {0, 0, 0, V, 0, dst, NULL, false};
         float u1 = median_us(c, run_gemv, &t1), u8 = median_us(c, run_gemv, &t8);
         char dq[64] = "";
         if (full && R == 0 && V <= 2) {
@@ -447,6 +504,7 @@ static void time_shape(DType type, int64_t rows, int64_t cols, bool full, void *
                dtype_info(type)->name, (long long)rows, (long long)cols, qbytes / 1e6, V, R, u1, qbytes / u1 * 1e-3,
                100 * qbytes / (u1 * 1e-6) / COPY_BW, u8, qbytes / u8 * 1e-3, 100 * qbytes / (u8 * 1e-6) / COPY_BW, dq);
     }
+    if (quant_gemv_x8_supported(type, cols)) time_v5(c, rows, cols, qbytes, x, y);
     CHECK(cudaGetLastError() == cudaSuccess, "%s timing launches failed", dtype_info(type)->name);
     for (int k = 0; k < 4; k++) mat_free(&c[k]);
 }
@@ -459,8 +517,13 @@ static void time_one(DType type, int64_t rows, int64_t cols, int V, int T) {
     for (int k = 0; ok && k < 4; k++) ok = !mat_build(&c[k], type, rows, cols);
     CHECK(ok, "--time: setup failed");
     if (!ok) return;
-    TimeCtx tc = {x, y, T, V, 0, NULL};
+    QuantX xq = {NULL, quant_x_bytes(cols, T), 0, 0};
+    Err err = {{0}};
+    ok = V != 5 || (cudaMalloc(&xq.buf, xq.bytes) == cudaSuccess && !quant_x_round(&xq, x, T, cols, 0, &err));
+    CHECK(ok, "--time: x rounding failed: %s", err.msg);
+    TimeCtx tc = {x, y, T, V, 0, NULL, &xq, true}; /* v5: the GEMV alone */
     float us = median_us(c, run_gemv, &tc);
+    cudaFree(xq.buf);
     double qbytes = (double)rows * (double)dtype_row_bytes(type, cols);
     printf("# %s %lldx%lld v%d T=%d: %.1f us, %.0f GB/s, %.1f%% of 4.26 TB/s\n", dtype_info(type)->name,
            (long long)rows, (long long)cols, V, T, us, qbytes / us * 1e-3, 100 * qbytes / (us * 1e-6) / COPY_BW);

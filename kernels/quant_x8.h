@@ -1,0 +1,124 @@
+/* quant_x8.h — the integer dot-product quantized GEMV (kernels/cuda/
+ * quant_gemv_x8.cu, quant_gemv "version 5") for one x row: the arithmetic of
+ * a lane, in plain C shared by the kernel and by the CPU test
+ * (tests/test_quant_x8.c) that replays it for every lane of a row.
+ *
+ * Why: at batch 1 the tensor-core kernels (v3, v4) issue ~650 warp
+ * instructions per 4096 Q4_K weights (ncu), more issue time than the 2.3 KB
+ * of those weights take to stream at 4.26 TB/s on the short matrices; they
+ * are issue-bound at 30-50% of the bandwidth. Here x is rounded once per step
+ * (a small kernel before the GEMV), so a weight word costs one AND and two
+ * dp4a (one per int8 term of x) and a lane's 64 Q4_K weights ~100
+ * instructions with the scales: ~200 warp instructions per 4096 weights.
+ *
+ * x: each group of 32 values is rounded to two int8 terms with
+ * kernels/quant_mma.h's rounding (qm_i8_split: x ~ dx (128 q1 + q2) / 128,
+ * ~15 bits, finer than the bf16 x itself). Per group the kernel also keeps
+ * dxs = dx / 128 and sx = the sum of the rounded values (for the Q4_K
+ * mins). Then for a weight row
+ *   sum_i w_i x_i = sum over groups of dxs * sum_i w_i (128 q1_i + q2_i),
+ * and with w_i = mul q_i - mn (a Q4_K sub-block of 32; Q8_0: mn = 0) the
+ * integer part sum_i q_i q1_i and sum_i q_i q2_i are exact dp4a sums, so the
+ * result is dequantize_row(W) times the rounded x up to fp32 rounding.
+ *
+ * Lanes: Q4_K, one 64-value chunk j of a block (its 32 bytes: low nibbles
+ * are sub-block 2j, values 64j + m, high nibbles sub-block 2j + 1, values
+ * 64j + 32 + m), the block's 16-byte header read by the block's 4 lanes.
+ * The high nibbles are used in place (word & 0xf0f0f0f0 = 16 q as unsigned
+ * bytes), the 16 taken out of the scale. Q8_0: one 32-value block. */
+#ifndef CLLM_QUANT_X8_H
+#define CLLM_QUANT_X8_H
+
+#include "kernels/quant_mma.h"
+
+#define QX_GROUP 32 /* x values per rounding group */
+
+/* c + the sum of the 4 byte products, a's bytes unsigned, b's signed. */
+QM_FN int qx_dp4a_us(uint32_t a, uint32_t b, int c) {
+#ifdef __CUDA_ARCH__
+    int r;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+#else
+    for (int k = 0; k < 4; k++) c += (int)((a >> (8 * k)) & 0xffu) * (int)(int8_t)(uint8_t)(b >> (8 * k));
+    return c;
+#endif
+}
+
+/* the same with both signed */
+QM_FN int qx_dp4a_ss(uint32_t a, uint32_t b, int c) {
+#ifdef __CUDA_ARCH__
+    int r;
+    asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+#else
+    for (int k = 0; k < 4; k++) c += (int)(int8_t)(uint8_t)(a >> (8 * k)) * (int)(int8_t)(uint8_t)(b >> (8 * k));
+    return c;
+#endif
+}
+
+/* Rounds one group of 32 x values: the two int8 terms, dxs and sx as the
+ * kernel stores them (the CPU version of kernel_round_x8). */
+static inline void qx_round_group(const float x[QX_GROUP], int8_t q1[QX_GROUP], int8_t q2[QX_GROUP], float *dxs,
+                                  float *sx) {
+    float amax = 0.f;
+    for (int i = 0; i < QX_GROUP; i++) amax = fmaxf(amax, fabsf(x[i]));
+    float inv = qm_i8_inv(amax), dx = qm_i8_scale(amax);
+    int s = 0;
+    for (int i = 0; i < QX_GROUP; i++) {
+        int a, b;
+        qm_i8_split(x[i], inv, dx, &a, &b);
+        q1[i] = (int8_t)a, q2[i] = (int8_t)b;
+        s += 128 * a + b;
+    }
+    *dxs = dx * 0.0078125f;
+    *sx = (float)s * *dxs;
+}
+
+/* mul (d sc) and mn (dmin m) of sub-blocks 2j and 2j + 1 of a Q4_K block
+ * whose 16-byte header is hdr (kernels/dtype.c's 6-bit unpacking, as in
+ * qm_q4k_scales, without branches on j: it differs between lanes). */
+QM_FN void qx_q4k_scales(const uint32_t hdr[4], int j, float mul[2], float mn[2]) {
+    uint32_t sc = j < 2 ? hdr[1] & 0x3f3f3f3fu : (hdr[3] & 0x0f0f0f0fu) | ((hdr[1] >> 2) & 0x30303030u);
+    uint32_t m = j < 2 ? hdr[2] & 0x3f3f3f3fu : ((hdr[3] >> 4) & 0x0f0f0f0fu) | ((hdr[2] >> 2) & 0x30303030u);
+    int sh = 16 * (j & 1);
+    float d = qm_half(hdr[0] & 0xffffu), dmin = qm_half(hdr[0] >> 16);
+    mul[0] = d * (float)((sc >> sh) & 0xffu);
+    mul[1] = d * (float)((sc >> (sh + 8)) & 0xffu);
+    mn[0] = dmin * (float)((m >> sh) & 0xffu);
+    mn[1] = dmin * (float)((m >> (sh + 8)) & 0xffu);
+}
+
+/* A lane's Q4_K chunk j: q the chunk's 32 bytes (8 words), hdr the block's
+ * header; x1, x2 the int8 terms of x at values 64j .. 64j + 63 of the block
+ * (16 words each, in value order); dxs, sx of groups 2j and 2j + 1.
+ * Integers stay in range: |sum| <= 32 * 240 * (128 * 127 + 64) < 2^27. */
+QM_FN float qx_q4k_chunk(const uint32_t q[8], const uint32_t hdr[4], int j, const uint32_t x1[16],
+                         const uint32_t x2[16], const float dxs[2], const float sx[2]) {
+    int a1 = 0, a2 = 0, b1 = 0, b2 = 0;
+    for (int i = 0; i < 8; i++) {
+        uint32_t lo = q[i] & 0x0f0f0f0fu, hi = q[i] & 0xf0f0f0f0u;
+        a1 = qx_dp4a_us(lo, x1[i], a1);
+        a2 = qx_dp4a_us(lo, x2[i], a2);
+        b1 = qx_dp4a_us(hi, x1[8 + i], b1);
+        b2 = qx_dp4a_us(hi, x2[8 + i], b2);
+    }
+    float mul[2], mn[2];
+    qx_q4k_scales(hdr, j, mul, mn);
+    float lo_part = (dxs[0] * mul[0]) * (float)(128 * a1 + a2);
+    float hi_part = (dxs[1] * mul[1] * 0.0625f) * (float)(128 * b1 + b2);
+    return lo_part + hi_part - (mn[0] * sx[0] + mn[1] * sx[1]);
+}
+
+/* A lane's Q8_0 block: q its 32 int8 codes (8 words), d its scale; x1, x2
+ * the int8 terms of its 32 x values, dxs their group's. */
+QM_FN float qx_q8_block(const uint32_t q[8], float d, const uint32_t x1[8], const uint32_t x2[8], float dxs) {
+    int a1 = 0, a2 = 0;
+    for (int i = 0; i < 8; i++) {
+        a1 = qx_dp4a_ss(q[i], x1[i], a1);
+        a2 = qx_dp4a_ss(q[i], x2[i], a2);
+    }
+    return (d * dxs) * (float)(128 * a1 + a2);
+}
+
+#endif
