@@ -25,7 +25,15 @@
  * are sub-block 2j, values 64j + m, high nibbles sub-block 2j + 1, values
  * 64j + 32 + m), the block's 16-byte header read by the block's 4 lanes.
  * The high nibbles are used in place (word & 0xf0f0f0f0 = 16 q as unsigned
- * bytes), the 16 taken out of the scale. Q8_0: one 32-value block. */
+ * bytes), the 16 taken out of the scale. Q8_0: one 32-value block.
+ *
+ * The int8 planes of x are stored so that each 16-byte load of a warp is
+ * 512 contiguous bytes: a lane's values are K 16-byte pieces (Q4_K K = 4:
+ * 64 values, Q8_0 K = 2: 32), so pieces are transposed in tiles of 32 K:
+ * piece n of a tile (values 16 n .. 16 n + 15) is stored at position
+ * 32 (n % K) + n / K, and lane L's k-th load of a tile is position 32 k + L
+ * (measured: with x in value order a warp's load touched 16 lines, and
+ * Q4_K ran at 40% of the bandwidth where Q8_0 ran at 90%). */
 #ifndef CLLM_QUANT_X8_H
 #define CLLM_QUANT_X8_H
 
@@ -55,6 +63,17 @@ QM_FN int qx_dp4a_ss(uint32_t a, uint32_t b, int c) {
     for (int k = 0; k < 4; k++) c += (int)(int8_t)(uint8_t)(a >> (8 * k)) * (int)(int8_t)(uint8_t)(b >> (8 * k));
     return c;
 #endif
+}
+
+#define QX_TILE_VALUES 2048 /* the largest tile (K = 4); planes are padded to it */
+
+/* x values per lane and step (pieces of 16 = K) of weight type t; 0: none */
+QM_FN int qx_pieces(int t) { return t == DT_Q4_K ? 4 : t == DT_Q8_0 ? 2 : 0; }
+
+/* Byte offset in a plane row of x value i under tiles of K pieces. */
+QM_FN int64_t qx_x_offset(int K, int64_t i) {
+    int64_t n = i >> 4, tile = n / (32 * K), w = n % (32 * K);
+    return tile * (512 * K) + 16 * (32 * (w % K) + w / K) + (i & 15);
 }
 
 /* Rounds one group of 32 x values: the two int8 terms, dxs and sx as the

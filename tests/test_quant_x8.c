@@ -3,7 +3,8 @@
  * on the CPU.
  *
  * x is rounded group by group with qx_round_group (what kernel_round_x8
- * stores), then each row's product is replayed lane by lane as the kernel
+ * stores) and laid out in the tiled order (qx_x_offset: each value lands
+ * once, inside the padded plane), then each row's product is replayed lane by lane as the kernel
  * walks it (Q4_K: lane 4 s + j takes chunk j of blocks s, s + 8, ...; Q8_0:
  * lane L takes blocks L, L + 32, ...), through emulated dp4a, and the 32
  * lane sums added. The reference is dequantize_row (kernels/dtype.c) times
@@ -39,22 +40,32 @@ static uint32_t word_at(const void *p) {
     return w;
 }
 
-/* x rounded: the planes the kernel reads */
+/* x rounded: the planes the kernel reads, the int8 terms in the tiled order
+ * of K pieces per lane (qx_x_offset) */
 typedef struct {
     int64_t cols;
+    int K;
     int8_t *q1, *q2;
     float *dxs, *sx;
     float *xr; /* the rounded values, for the reference */
 } RoundedX;
 
-static void round_x(const float *x, int64_t cols, RoundedX *r) {
-    r->cols = cols;
-    r->q1 = malloc(cols), r->q2 = malloc(cols);
+static void round_x(const float *x, int64_t cols, int K, RoundedX *r) {
+    int64_t padded = (cols + QX_TILE_VALUES - 1) / QX_TILE_VALUES * QX_TILE_VALUES;
+    r->cols = cols, r->K = K;
+    r->q1 = calloc(padded, 1), r->q2 = calloc(padded, 1);
     r->dxs = malloc(cols / 32 * sizeof(float)), r->sx = malloc(cols / 32 * sizeof(float));
     r->xr = malloc(cols * sizeof(float));
     for (int64_t g = 0; g < cols / 32; g++) {
-        qx_round_group(x + 32 * g, r->q1 + 32 * g, r->q2 + 32 * g, &r->dxs[g], &r->sx[g]);
-        for (int i = 0; i < 32; i++) r->xr[32 * g + i] = qm_i8_value(r->q1[32 * g + i], r->q2[32 * g + i], 128.f * r->dxs[g]);
+        int8_t q1[32], q2[32];
+        qx_round_group(x + 32 * g, q1, q2, &r->dxs[g], &r->sx[g]);
+        for (int i = 0; i < 32; i++) {
+            r->xr[32 * g + i] = qm_i8_value(q1[i], q2[i], 128.f * r->dxs[g]);
+            int64_t o = qx_x_offset(K, 32 * g + i);
+            CHECK(o >= 0 && o < padded && r->q1[o] == 0 && r->q2[o] == 0, "value %lld: offset %lld taken twice or outside",
+                  (long long)(32 * g + i), (long long)o);
+            r->q1[o] = q1[i], r->q2[o] = q2[i];
+        }
     }
 }
 static void round_x_free(RoundedX *r) { free(r->q1); free(r->q2); free(r->dxs); free(r->sx); free(r->xr); }
@@ -99,10 +110,11 @@ static double q4k_row(const uint8_t *blk, int nsb, const RoundedX *x, Faults f) 
             uint32_t hdr[4], q[8], x1[16], x2[16];
             for (int i = 0; i < 4; i++) hdr[i] = word_at(p + 4 * i);
             for (int i = 0; i < 8; i++) q[i] = word_at(p + 16 + 32 * j + 4 * i);
-            int64_t c = (int64_t)b * 256 + 64 * j;
+            int64_t c = (int64_t)b * 256 + 64 * j, tile = (int64_t)(b / 8) * QX_TILE_VALUES; /* the kernel's loads */
             for (int i = 0; i < 16; i++) {
                 int k = f.hi_from_lo && i >= 8 ? i - 8 : i;
-                x1[i] = word_at(x->q1 + c + 4 * k), x2[i] = word_at(x->q2 + c + 4 * k);
+                int64_t o = tile + 16 * (32 * (k / 4) + L) + 4 * (k % 4);
+                x1[i] = word_at(x->q1 + o), x2[i] = word_at(x->q2 + o);
             }
             float dxs[2] = {x->dxs[c / 32], x->dxs[c / 32 + 1]}, sx[2] = {x->sx[c / 32], x->sx[c / 32 + 1]};
             lane_acc[L] += qx_q4k_chunk(q, hdr, f.wrong_scales ? j ^ 1 : j, x1, x2, dxs, sx);
@@ -119,8 +131,10 @@ static double q8_row(const uint8_t *blk, int nb, const RoundedX *x) {
         for (int b = L; b < nb; b += 32) {
             const uint8_t *p = blk + (size_t)b * 34;
             uint32_t q[8], x1[8], x2[8];
-            for (int i = 0; i < 8; i++)
-                q[i] = word_at(p + 2 + 4 * i), x1[i] = word_at(x->q1 + 32 * b + 4 * i), x2[i] = word_at(x->q2 + 32 * b + 4 * i);
+            for (int i = 0; i < 8; i++) {
+                int64_t o = (int64_t)(b / 32) * 1024 + 16 * (32 * (i / 4) + L) + 4 * (i % 4); /* the kernel's loads */
+                q[i] = word_at(p + 2 + 4 * i), x1[i] = word_at(x->q1 + o), x2[i] = word_at(x->q2 + o);
+            }
             lane_acc[L] += qx_q8_block(q, fp16_to_fp32((uint16_t)(p[0] | p[1] << 8)), x1, x2, x->dxs[b]);
         }
     double s = 0;
@@ -144,7 +158,7 @@ static void run_case(DType t, int rows, int64_t cols, Faults f, double *e_round,
     float *x = malloc(cols * sizeof *x), *wr = malloc(cols * sizeof *wr);
     for (int64_t c = 0; c < cols; c++) x[c] = bf16_to_fp32(fp32_to_bf16(frand() * (c % 97 == 0 ? 20.f : 1.f)));
     RoundedX xr;
-    round_x(x, cols, &xr);
+    round_x(x, cols, qx_pieces(t), &xr);
     double n1 = 0, n2 = 0, den = 0;
     for (int r = 0; r < rows; r++) {
         const uint8_t *row = w + rb * r;

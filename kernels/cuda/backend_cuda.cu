@@ -265,7 +265,7 @@ static void qgemv(CudaBackend *cb, const bf16 *x, const QuantMatrix *W, const Ge
     Err e = {};
     int v = cb->qgemv_version;
     if ((v == 0 || v == 5) && T == 1 && cb->xq.buf && quant_gemv_x8_supported(W->type, W->cols)) {
-        if (quant_x_round(&cb->xq, x, T, W->cols, cb->stream, &e) || quant_gemv_x8(W, &cb->xq, out, T, cb->stream, &e))
+        if (quant_x_round(&cb->xq, x, T, W->cols, W->type, cb->stream, &e) || quant_gemv_x8(W, &cb->xq, out, T, cb->stream, &e))
             quant_fail(cb, &e);
         return;
     }

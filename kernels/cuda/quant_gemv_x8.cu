@@ -21,26 +21,27 @@
 #include "kernels/quant_x8.h"
 
 #define QX_WARPS 4 /* rows (warps) per block */
-#ifndef QX_U_Q4K
-#define QX_U_Q4K 2 /* steps of 8 blocks per batch of loads */
-#endif
-#ifndef QX_U_Q8
-#define QX_U_Q8 2  /* steps of 32 blocks */
-#endif
 
 typedef struct {
     const int8_t *q1, *q2;
     const float *dxs, *sx;
 } QxPlanes;
 
-static int64_t qx_round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+typedef struct {
+    const uint8_t *qs;          /* the qs plane */
+    const unsigned short *sc;   /* Q8_0: the scales */
+    int64_t rows;
+    int nblk;                   /* blocks per row */
+} QxWeights;
+
+static __host__ __device__ int64_t qx_round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
 /* plane offsets in bytes: q1 0, q2, dxs, sx; returns the total */
 static size_t qx_layout(int64_t cols, int T, size_t off[4]) {
-    int64_t G = cols / QX_GROUP;
+    int64_t G = cols / QX_GROUP, row = qx_round_up(cols, QX_TILE_VALUES);
     off[0] = 0;
-    off[1] = (size_t)T * cols;
-    off[2] = (size_t)qx_round_up(2 * (int64_t)T * cols, 16);
+    off[1] = (size_t)T * row;
+    off[2] = 2 * (size_t)T * row;
     off[3] = off[2] + (size_t)qx_round_up((int64_t)T * G, 4) * 4;
     return off[3] + (size_t)qx_round_up((int64_t)T * G, 4) * 4;
 }
@@ -73,24 +74,26 @@ static __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-/* One warp per group of 32 values of one x row (blockIdx.y). */
-__global__ void kernel_round_x8(const __nv_bfloat16 *x, int64_t cols, int8_t *q1, int8_t *q2, float *dxs, float *sx) {
+/* One warp per group of 32 values of one x row (blockIdx.y); the int8
+ * terms go to the tiled order of K pieces per lane (qx_x_offset). */
+__global__ void kernel_round_x8(const __nv_bfloat16 *x, int64_t cols, int K, int8_t *q1, int8_t *q2, float *dxs,
+                                float *sx) {
     pdl_enter();
     const int lane = threadIdx.x & 31, t = blockIdx.y;
     const int64_t G = cols / QX_GROUP, g = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (g >= G) return;
-    const int64_t i = t * cols + g * QX_GROUP + lane;
-    const float v = __bfloat162float(x[i]);
+    const int64_t i = g * QX_GROUP + lane, o = t * qx_round_up(cols, QX_TILE_VALUES) + qx_x_offset(K, i);
+    const float v = __bfloat162float(x[t * cols + i]);
     float amax = fabsf(v);
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    for (int k = 16; k > 0; k >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, k));
     int a, b;
     qm_i8_split(v, qm_i8_inv(amax), qm_i8_scale(amax), &a, &b);
-    q1[i] = (int8_t)a;
-    q2[i] = (int8_t)b;
+    q1[o] = (int8_t)a;
+    q2[o] = (int8_t)b;
     int s = 128 * a + b;
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    for (int k = 16; k > 0; k >>= 1) s += __shfl_xor_sync(0xffffffffu, s, k);
     if (lane == 0) {
         const float d = qm_i8_scale(amax) * 0.0078125f;
         dxs[t * G + g] = d;
@@ -98,91 +101,118 @@ __global__ void kernel_round_x8(const __nv_bfloat16 *x, int64_t cols, int8_t *q1
     }
 }
 
-/* Q4_K: lane = 4 (block of the step) + chunk j. */
-__global__ void __launch_bounds__(QX_WARPS * 32) kernel_q4k_x8(const uint8_t *__restrict__ W, int64_t rows, int nsb,
-                                                             QxPlanes x, GemvOut out) {
-    const int lane = threadIdx.x & 31, j = lane & 3, sl = lane >> 2;
-    const int64_t row = (int64_t)blockIdx.x * QX_WARPS + threadIdx.x / 32;
-    if (row >= rows) return;
-    const uint8_t *wr = W + row * nsb * 144;
-    float acc = 0.f;
-    for (int b0 = 0; b0 < nsb; b0 += 8 * QX_U_Q4K) {
-        uint4 h[QX_U_Q4K], qa[QX_U_Q4K], qb[QX_U_Q4K];
-#pragma unroll
-        for (int u = 0; u < QX_U_Q4K; u++) {
-            const int b = b0 + 8 * u + sl;
-            if (b < nsb) {
-                const uint8_t *p = wr + (int64_t)b * 144;
-                h[u] = ld_stream(p);
-                qa[u] = ld_stream(p + 16 + 32 * j);
-                qb[u] = ld_stream(p + 32 + 32 * j);
-            }
-        }
-        if (b0 == 0) pdl_enter();
-#pragma unroll
-        for (int u = 0; u < QX_U_Q4K; u++) {
-            const int b = b0 + 8 * u + sl;
-            if (b >= nsb) continue;
-            const int64_t c = (int64_t)b * 256 + 64 * j;
-            uint32_t x1[16], x2[16];
-            const uint4 *p1 = (const uint4 *)(x.q1 + c), *p2 = (const uint4 *)(x.q2 + c);
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                const uint4 a = p1[k], bb = p2[k];
-                x1[4 * k] = a.x, x1[4 * k + 1] = a.y, x1[4 * k + 2] = a.z, x1[4 * k + 3] = a.w;
-                x2[4 * k] = bb.x, x2[4 * k + 1] = bb.y, x2[4 * k + 2] = bb.z, x2[4 * k + 3] = bb.w;
-            }
-            const float2 d2 = *(const float2 *)(x.dxs + c / QX_GROUP), s2 = *(const float2 *)(x.sx + c / QX_GROUP);
-            const float dxs[2] = {d2.x, d2.y}, sx[2] = {s2.x, s2.y};
-            const uint32_t q[8] = {qa[u].x, qa[u].y, qa[u].z, qa[u].w, qb[u].x, qb[u].y, qb[u].z, qb[u].w};
-            const uint32_t hdr[4] = {h[u].x, h[u].y, h[u].z, h[u].w};
-            acc += qx_q4k_chunk(q, hdr, j, x1, x2, dxs, sx);
-        }
-    }
-    acc = warp_sum(acc);
-    if (lane == 0) gemv_out_store(out, 0, row, acc);
+/* The rows of a warp: w, w + warps, ... (whole rows, so no partial sums
+ * cross warps); its work is those rows' steps in order, and the loads of
+ * the next step (maybe the next row's first) are issued before the current
+ * one is computed. */
+typedef struct {
+    int64_t row;
+    int step;
+} QxItem;
+
+static __device__ __forceinline__ QxItem qx_next(QxItem it, int steps, int64_t warps) {
+    if (++it.step == steps) it.step = 0, it.row += warps;
+    return it;
 }
 
-/* Q8_0: lane = block of the step. */
-__global__ void __launch_bounds__(QX_WARPS * 32) kernel_q8_x8(const uint8_t *__restrict__ qs,
-                                                            const unsigned short *__restrict__ sc, int64_t rows,
-                                                            int nb, QxPlanes x, GemvOut out) {
+/* Q4_K: a step is 8 blocks (one x tile); lane = 4 (block of the step) + chunk j. */
+typedef struct {
+    uint4 h, a, b;
+} Q4kLoad;
+
+static __device__ __forceinline__ int qx_steps(const Q4kLoad &, int nblk) { return (nblk + 7) / 8; }
+
+static __device__ __forceinline__ void qx_load(Q4kLoad &L, const QxWeights &W, QxItem it, int lane) {
+    const int b = 8 * it.step + (lane >> 2), j = lane & 3;
+    if (b >= W.nblk) return;
+    const uint8_t *p = W.qs + (it.row * W.nblk + b) * 144;
+    L.h = ld_stream(p);
+    L.a = ld_stream(p + 16 + 32 * j);
+    L.b = ld_stream(p + 32 + 32 * j);
+}
+
+static __device__ __forceinline__ float qx_compute(const Q4kLoad &L, const QxPlanes &x, const QxWeights &W, int step,
+                                                   int lane) {
+    const int b = 8 * step + (lane >> 2), j = lane & 3;
+    if (b >= W.nblk) return 0.f;
+    uint32_t x1[16], x2[16];
+    const int64_t tile = (int64_t)step * QX_TILE_VALUES;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const uint4 a = *(const uint4 *)(x.q1 + tile + 16 * (32 * k + lane));
+        const uint4 c = *(const uint4 *)(x.q2 + tile + 16 * (32 * k + lane));
+        x1[4 * k] = a.x, x1[4 * k + 1] = a.y, x1[4 * k + 2] = a.z, x1[4 * k + 3] = a.w;
+        x2[4 * k] = c.x, x2[4 * k + 1] = c.y, x2[4 * k + 2] = c.z, x2[4 * k + 3] = c.w;
+    }
+    const float2 d2 = *(const float2 *)(x.dxs + 8 * b + 2 * j), s2 = *(const float2 *)(x.sx + 8 * b + 2 * j);
+    const float dxs[2] = {d2.x, d2.y}, sx[2] = {s2.x, s2.y};
+    const uint32_t q[8] = {L.a.x, L.a.y, L.a.z, L.a.w, L.b.x, L.b.y, L.b.z, L.b.w};
+    const uint32_t hdr[4] = {L.h.x, L.h.y, L.h.z, L.h.w};
+    return qx_q4k_chunk(q, hdr, j, x1, x2, dxs, sx);
+}
+
+/* Q8_0: a step is 32 blocks (one x tile); lane = block of the step. */
+typedef struct {
+    uint4 a, b;
+    unsigned short d;
+} Q8Load;
+
+static __device__ __forceinline__ int qx_steps(const Q8Load &, int nblk) { return (nblk + 31) / 32; }
+
+static __device__ __forceinline__ void qx_load(Q8Load &L, const QxWeights &W, QxItem it, int lane) {
+    const int b = 32 * it.step + lane;
+    if (b >= W.nblk) return;
+    const uint8_t *p = W.qs + (it.row * W.nblk + b) * 32;
+    L.a = ld_stream(p);
+    L.b = ld_stream(p + 16);
+    L.d = __ldg(W.sc + it.row * W.nblk + b);
+}
+
+static __device__ __forceinline__ float qx_compute(const Q8Load &L, const QxPlanes &x, const QxWeights &W, int step,
+                                                   int lane) {
+    const int b = 32 * step + lane;
+    if (b >= W.nblk) return 0.f;
+    const int64_t tile = (int64_t)step * 1024;
+    const uint4 a0 = *(const uint4 *)(x.q1 + tile + 16 * lane), a1 = *(const uint4 *)(x.q1 + tile + 16 * (32 + lane));
+    const uint4 c0 = *(const uint4 *)(x.q2 + tile + 16 * lane), c1 = *(const uint4 *)(x.q2 + tile + 16 * (32 + lane));
+    const uint32_t x1[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+    const uint32_t x2[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+    const uint32_t q[8] = {L.a.x, L.a.y, L.a.z, L.a.w, L.b.x, L.b.y, L.b.z, L.b.w};
+    return qx_q8_block(q, qm_half(L.d), x1, x2, x.dxs[b]);
+}
+
+/* A warp walks its rows' steps in order (Load: the type's registers of a
+ * step); the next step's loads are issued before the current one is
+ * computed, the first before pdl_wait (the weights are constant). */
+template <typename Load>
+__global__ void __launch_bounds__(QX_WARPS * 32) kernel_gemv_x8(QxWeights W, QxPlanes x, GemvOut out) {
     const int lane = threadIdx.x & 31;
-    const int64_t row = (int64_t)blockIdx.x * QX_WARPS + threadIdx.x / 32;
-    if (row >= rows) return;
-    const uint8_t *wr = qs + row * nb * 32;
-    const unsigned short *sr = sc + row * nb;
+    const int64_t warps = (int64_t)gridDim.x * QX_WARPS, w = (int64_t)blockIdx.x * QX_WARPS + threadIdx.x / 32;
+    Load cur, nxt;
+    const int steps = qx_steps(cur, W.nblk);
+    const int64_t n_items = w < W.rows ? (W.rows - w + warps - 1) / warps * steps : 0;
+    if (n_items == 0) return;
+    QxItem it = {w, 0};
+    qx_load(cur, W, it, lane);
+    pdl_enter();
     float acc = 0.f;
-    for (int b0 = 0; b0 < nb; b0 += 32 * QX_U_Q8) {
-        uint4 w0[QX_U_Q8], w1[QX_U_Q8];
-        unsigned short d[QX_U_Q8];
-#pragma unroll
-        for (int u = 0; u < QX_U_Q8; u++) {
-            const int b = b0 + 32 * u + lane;
-            if (b < nb) {
-                w0[u] = ld_stream(wr + 32 * (int64_t)b);
-                w1[u] = ld_stream(wr + 32 * (int64_t)b + 16);
-                d[u] = __ldg(sr + b);
-            }
+    for (int64_t i = 0; i < n_items; i++) {
+        const QxItem nx = qx_next(it, steps, warps);
+        if (i + 1 < n_items) qx_load(nxt, W, nx, lane);
+        acc += qx_compute(cur, x, W, it.step, lane);
+        if (it.step == steps - 1) {
+            acc = warp_sum(acc);
+            if (lane == 0) gemv_out_store(out, 0, it.row, acc);
+            acc = 0.f;
         }
-        if (b0 == 0) pdl_enter();
-#pragma unroll
-        for (int u = 0; u < QX_U_Q8; u++) {
-            const int b = b0 + 32 * u + lane;
-            if (b >= nb) continue;
-            const uint4 *p1 = (const uint4 *)(x.q1 + 32 * (int64_t)b), *p2 = (const uint4 *)(x.q2 + 32 * (int64_t)b);
-            const uint4 a0 = p1[0], a1 = p1[1], c0 = p2[0], c1 = p2[1];
-            const uint32_t x1[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-            const uint32_t x2[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
-            const uint32_t q[8] = {w0[u].x, w0[u].y, w0[u].z, w0[u].w, w1[u].x, w1[u].y, w1[u].z, w1[u].w};
-            acc += qx_q8_block(q, qm_half(d[u]), x1, x2, x.dxs[b]);
-        }
+        cur = nxt;
+        it = nx;
     }
-    acc = warp_sum(acc);
-    if (lane == 0) gemv_out_store(out, 0, row, acc);
 }
 
-int quant_x_round(QuantX *xq, const void *x, int T, int64_t cols, cudaStream_t s, Err *err) {
+int quant_x_round(QuantX *xq, const void *x, int T, int64_t cols, DType w_type, cudaStream_t s, Err *err) {
+    const int K = qx_pieces(w_type);
+    if (K == 0) return err_set(err, "quant_x_round: no v5 kernel for %s weights", dtype_info(w_type)->name);
     if (T < 1 || T > QUANT_GEMV_MAX_T || cols <= 0 || cols % QX_GROUP)
         return err_set(err, "quant_x_round: %d rows of %lld values (1..%d rows, a multiple of %d)", T, (long long)cols,
                        QUANT_GEMV_MAX_T, QX_GROUP);
@@ -192,10 +222,11 @@ int quant_x_round(QuantX *xq, const void *x, int T, int64_t cols, cudaStream_t s
     if ((uintptr_t)x % 16 || (uintptr_t)xq->buf % 256) return err_set(err, "quant_x_round: misaligned buffers");
     xq->cols = cols;
     xq->T = T;
+    xq->type = w_type;
     QxPlanes p = qx_planes(xq);
     const int64_t G = cols / QX_GROUP;
     dim3 grid((unsigned)((G + 7) / 8), (unsigned)T);
-    CUDA_CHECK(launch_pdl(kernel_round_x8, grid, dim3(256), 0, s, (const __nv_bfloat16 *)x, cols, (int8_t *)p.q1,
+    CUDA_CHECK(launch_pdl(kernel_round_x8, grid, dim3(256), 0, s, (const __nv_bfloat16 *)x, cols, K, (int8_t *)p.q1,
                           (int8_t *)p.q2, (float *)p.dxs, (float *)p.sx), err);
     return 0;
 }
@@ -204,23 +235,32 @@ bool quant_gemv_x8_supported(DType t, int64_t cols) {
     return (t == DT_Q4_K && cols % 256 == 0) || (t == DT_Q8_0 && cols % 32 == 0);
 }
 
+/* Blocks for rows: a block per QX_WARPS rows, at most what fits on the GPU
+ * at once (warps then take several rows each, pipelined across them). */
+template <typename Load>
+static int qx_launch(const QxWeights &W, const QxPlanes &p, const GemvOut *out, cudaStream_t s, Err *err) {
+    int dev = 0, sms = 0, per_sm = 0;
+    CUDA_CHECK(cudaGetDevice(&dev), err);
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), err);
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_gemv_x8<Load>, QX_WARPS * 32, 0), err);
+    int64_t blocks = (W.rows + QX_WARPS - 1) / QX_WARPS, fit = (int64_t)sms * (per_sm > 0 ? per_sm : 1);
+    if (blocks > fit) blocks = fit;
+    CUDA_CHECK(launch_pdl(kernel_gemv_x8<Load>, dim3((unsigned)blocks), dim3(QX_WARPS * 32), 0, s, W, p, *out), err);
+    return 0;
+}
+
 int quant_gemv_x8(const QuantMatrix *W, const QuantX *xq, const GemvOut *out, int T, cudaStream_t s, Err *err) {
     if (!quant_gemv_x8_supported(W->type, W->cols))
         return err_set(err, "quant_gemv v5: %s with %lld columns (Q4_K, Q8_0 only)", dtype_info(W->type)->name,
                        (long long)W->cols);
-    if (T != 1 || xq->T != T || xq->cols != W->cols)
-        return err_set(err, "quant_gemv v5: x rounded as %d x %lld for %d x %lld (one row)", xq->T,
-                       (long long)xq->cols, T, (long long)W->cols);
+    if (T != 1 || xq->T != T || xq->cols != W->cols || xq->type != W->type)
+        return err_set(err, "quant_gemv v5: x rounded as %d x %lld for %s, not one row of %lld for %s", xq->T,
+                       (long long)xq->cols, dtype_info(xq->type)->name, (long long)W->cols, dtype_info(W->type)->name);
     if (out->end[0] > out->end[1] || out->end[1] > out->end[2] || out->end[2] != W->rows)
         return err_set(err, "quant_gemv v5: output parts end at %lld, %lld, %lld for %lld rows",
                        (long long)out->end[0], (long long)out->end[1], (long long)out->end[2], (long long)W->rows);
     const QxPlanes p = qx_planes(xq);
-    const dim3 grid((unsigned)((W->rows + QX_WARPS - 1) / QX_WARPS)), block(QX_WARPS * 32);
-    if (W->type == DT_Q4_K)
-        CUDA_CHECK(launch_pdl(kernel_q4k_x8, grid, block, 0, s, (const uint8_t *)W->qs, W->rows,
-                              (int)(W->cols / 256), p, *out), err);
-    else
-        CUDA_CHECK(launch_pdl(kernel_q8_x8, grid, block, 0, s, (const uint8_t *)W->qs,
-                              (const unsigned short *)W->sc, W->rows, (int)(W->cols / 32), p, *out), err);
-    return 0;
+    const QxWeights w = {(const uint8_t *)W->qs, (const unsigned short *)W->sc, W->rows,
+                         (int)(W->cols / quant_block_elems(W->type))};
+    return W->type == DT_Q4_K ? qx_launch<Q4kLoad>(w, p, out, s, err) : qx_launch<Q8Load>(w, p, out, s, err);
 }

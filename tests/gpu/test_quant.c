@@ -148,7 +148,7 @@ static int gemv_v5(QuantX *xq, const QuantMatrix *W, const void *x, const GemvOu
         xq->bytes = quant_x_bytes(W->cols, T);
         if (cudaMalloc(&xq->buf, xq->bytes) != cudaSuccess) return err_set(err, "cudaMalloc of the x buffer");
     }
-    return quant_x_round(xq, x, T, W->cols, 0, err) || quant_gemv_x8(W, xq, out, T, 0, err) ? -1 : 0;
+    return quant_x_round(xq, x, T, W->cols, W->type, 0, err) || quant_gemv_x8(W, xq, out, T, 0, err) ? -1 : 0;
 }
 
 /* One GEMV case: returns the relative error (or INFINITY on a failure)
@@ -337,15 +337,18 @@ static void test_refused(void) {
     CHECK(quant_gemv_x8_supported(DT_Q4_K, 4096) && quant_gemv_x8_supported(DT_Q8_0, 96) &&
               !quant_gemv_x8_supported(DT_Q4_0, 4096) && !quant_gemv_x8_supported(DT_Q4_K, 288),
           "v5 type / column list");
-    QuantX xq = {NULL, 1 << 20, 4096, 2};
+    QuantX xq = {NULL, 1 << 20, 4096, 2, DT_Q4_K};
     QuantMatrix q4k = {DT_Q4_K, 16, 4096, NULL, NULL};
     CHECK(quant_gemv_x8(&q40, &xq, &none, 1, 0, &err) == -1 && strstr(err.msg, "v5"), "'%s'", err.msg);
     CHECK(quant_gemv_x8(&q4k, &xq, &none, 2, 0, &err) == -1 && strstr(err.msg, "one row"), "'%s'", err.msg);
     xq.T = 1, xq.cols = 2048;
     CHECK(quant_gemv_x8(&q4k, &xq, &none, 1, 0, &err) == -1 && strstr(err.msg, "2048"), "'%s'", err.msg);
+    xq.cols = 4096, xq.type = DT_Q8_0; /* rounded in Q8_0's order */
+    CHECK(quant_gemv_x8(&q4k, &xq, &none, 1, 0, &err) == -1 && strstr(err.msg, "for Q8_0"), "'%s'", err.msg);
     xq.bytes = 100;
-    CHECK(quant_x_round(&xq, NULL, 1, 4096, 0, &err) == -1 && strstr(err.msg, "bytes"), "'%s'", err.msg);
-    CHECK(quant_x_round(&xq, NULL, 1, 100, 0, &err) == -1 && strstr(err.msg, "multiple"), "'%s'", err.msg);
+    CHECK(quant_x_round(&xq, NULL, 1, 4096, DT_Q4_K, 0, &err) == -1 && strstr(err.msg, "bytes"), "'%s'", err.msg);
+    CHECK(quant_x_round(&xq, NULL, 1, 100, DT_Q4_K, 0, &err) == -1 && strstr(err.msg, "multiple"), "'%s'", err.msg);
+    CHECK(quant_x_round(&xq, NULL, 1, 4096, DT_Q4_0, 0, &err) == -1 && strstr(err.msg, "Q4_0"), "'%s'", err.msg);
     for (int t = 0; t < DT_COUNT; t++) /* the stage plan sizes matrices by the same list */
         CHECK(quant_type_supported((DType)t) == dtype_gpu_keeps_blocks((DType)t), "type %d: lists disagree", t);
 }
@@ -450,7 +453,7 @@ static int run_gemv(Mat *c, int i, void *ctx) {
     const QuantMatrix *W = &c[i % 4].m;
     if (t->V == 5) {
         GemvOut out = gemv_out_one(t->y, false, NULL, W->rows);
-        if (!t->no_round && quant_x_round(t->xq, t->x, t->T, W->cols, 0, &err)) return -1;
+        if (!t->no_round && quant_x_round(t->xq, t->x, t->T, W->cols, W->type, 0, &err)) return -1;
         return quant_gemv_x8(W, t->xq, &out, t->T, 0, &err);
     }
     return quant_gemv_variant(W, t->x, false, t->y, false, NULL, t->T, t->V, t->R, 0, &err);
@@ -458,9 +461,9 @@ static int run_gemv(Mat *c, int i, void *ctx) {
 
 /* version 5 at T = 1: with the rounding, then the GEMV alone (the second column) */
 static void time_v5(Mat *c, int64_t rows, int64_t cols, double qbytes, void *x, void *y) {
-    QuantX xq = {NULL, quant_x_bytes(cols, 1), 0, 0};
+    QuantX xq = {NULL, quant_x_bytes(cols, 1), 0, 0, DT_COUNT};
     Err err = {{0}};
-    if (cudaMalloc(&xq.buf, xq.bytes) != cudaSuccess || quant_x_round(&xq, x, 1, cols, 0, &err)) {
+    if (cudaMalloc(&xq.buf, xq.bytes) != cudaSuccess || quant_x_round(&xq, x, 1, cols, c[0].type, 0, &err)) {
         CHECK(0, "v5 timing setup: %s", err.msg);
         return;
     }
@@ -517,9 +520,9 @@ static void time_one(DType type, int64_t rows, int64_t cols, int V, int T) {
     for (int k = 0; ok && k < 4; k++) ok = !mat_build(&c[k], type, rows, cols);
     CHECK(ok, "--time: setup failed");
     if (!ok) return;
-    QuantX xq = {NULL, quant_x_bytes(cols, T), 0, 0};
+    QuantX xq = {NULL, quant_x_bytes(cols, T), 0, 0, DT_COUNT};
     Err err = {{0}};
-    ok = V != 5 || (cudaMalloc(&xq.buf, xq.bytes) == cudaSuccess && !quant_x_round(&xq, x, T, cols, 0, &err));
+    ok = V != 5 || (cudaMalloc(&xq.buf, xq.bytes) == cudaSuccess && !quant_x_round(&xq, x, T, cols, type, 0, &err));
     CHECK(ok, "--time: x rounding failed: %s", err.msg);
     TimeCtx tc = {x, y, T, V, 0, NULL, &xq, true}; /* v5: the GEMV alone */
     float us = median_us(c, run_gemv, &tc);
