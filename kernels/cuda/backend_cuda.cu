@@ -113,8 +113,6 @@ typedef struct {
     size_t qnative_cap;
     bf16 *deq;                   /* bf16 scratch of quantized GEMMs of more than 8 rows */
     int64_t deq_elems;
-    QuantX xq;                   /* x rounded for the one-row quantized GEMV (version 5) */
-    int64_t xq_cols;             /* the widest quantized matrix */
     float *d_inv_freq;           /* [n_layers][rope_dim/2] */
     float *mscale;               /* [n_layers], host */
     void *kv_pool;               /* every layer's K then V (fp8: and their scales) */
@@ -258,18 +256,13 @@ static void quant_fail(CudaBackend *cb, const Err *e) {
     cb->err = *e;
 }
 
-/* The quantized GEMV of qgemm below (T <= QUANT_GEMV_MAX_T), y in parts.
- * One row of x: x rounded to int8 terms, then the dp4a kernel (version 5,
- * kernels/NOTES.md) where it takes the type; else quant_gemv's default. */
+/* The quantized GEMV of qgemm below (T <= QUANT_GEMV_MAX_T), y in parts;
+ * a version asked for (CLLM_QUANT_GEMV) where it takes W and T, else the default. */
 static void qgemv(CudaBackend *cb, const bf16 *x, const QuantMatrix *W, const GemvOut *out, int T) {
     Err e = {};
     int v = cb->qgemv_version;
-    if ((v == 0 || v == 5) && T == 1 && cb->xq.buf && quant_gemv_x8_supported(W->type, W->cols)) {
-        if (quant_x_round(&cb->xq, x, T, W->cols, W->type, cb->stream, &e) || quant_gemv_x8(W, &cb->xq, out, T, cb->stream, &e))
-            quant_fail(cb, &e);
-        return;
-    }
-    if (v == 5 || (v >= 3 && !quant_gemv_mma_supported(W->type, W->cols, false))) v = 0;
+    if ((v == 3 || v == 4) && !quant_gemv_mma_supported(W->type, W->cols, false)) v = 0;
+    if (v == 5 && (T != 1 || !quant_gemv_x8_supported(W->type, W->cols))) v = 0;
     if (quant_gemv_parts(W, x, out, T, v, cb->stream, &e)) quant_fail(cb, &e);
 }
 
@@ -465,7 +458,6 @@ static int upload_quant(CudaBackend *cb, Staging *stg, const WeightRef *const *s
     if (quant_repack(slot, cb->qnative, cb->stream, err)) return -1;
     int64_t deq = rows * cols;
     if (deq > cb->deq_elems) cb->deq_elems = deq;
-    if (cols > cb->xq_cols) cb->xq_cols = cols;
     return 0;
 }
 
@@ -512,12 +504,9 @@ static int upload_layer(CudaBackend *cb, Staging *stg, const LayerWeights *h, La
 }
 
 /* The bf16 scratch of quantized GEMMs above 8 rows: the largest quantized
- * matrix, at most DEQ_MAX_BYTES (larger ones are done in row chunks); and
- * the rounded x of the one-row GEMV. */
+ * matrix, at most DEQ_MAX_BYTES (larger ones are done in row chunks). */
 static int alloc_deq(CudaBackend *cb, Err *err) {
     if (cb->deq_elems == 0) return 0;
-    cb->xq.bytes = quant_x_bytes(cb->xq_cols, 1);
-    CUDA_CHECK(cudaMalloc(&cb->xq.buf, cb->xq.bytes), err);
     if (cb->deq_elems * (int64_t)sizeof(bf16) > (int64_t)DEQ_MAX_BYTES) cb->deq_elems = DEQ_MAX_BYTES / sizeof(bf16);
     CUDA_CHECK(cudaMalloc(&cb->deq, cb->deq_elems * sizeof(bf16)), err);
     return 0;
@@ -1039,7 +1028,7 @@ static void cuda_destroy(Backend *be) {
     for (int i = 0; i < cb->n_bufs; i++) cudaFree(cb->bufs[i].ptr);
     void *dev[] = {cb->d_ids, cb->d_pos, cb->d_seq, cb->d_tables, cb->d_slot, cb->d_rows, cb->scratch, cb->router,
                    cb->moe_w, cb->moe_acc, cb->moe_idx, cb->moe_rows, cb->moe_act, cb->moe_out, cb->workspace,
-                   cb->d_inv_freq, cb->kv_pool, cb->d_meta, cb->work.part, cb->deq, cb->qnative, cb->xq.buf};
+                   cb->d_inv_freq, cb->kv_pool, cb->d_meta, cb->work.part, cb->deq, cb->qnative};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
     void *pinned[] = {cb->h_ids, cb->h_pos, cb->h_seq, cb->h_slot, cb->h_rows, cb->h_tables, cb->h_router, cb->h_w,
                       cb->h_idx, cb->h_meta};

@@ -90,30 +90,13 @@ bool quant_gemv_mma_supported(DType t, int64_t cols, bool x_f32);
 int quant_gemv_mma(const QuantMatrix *W, const void *x, const GemvOut *out, int T, bool int8_x, cudaStream_t s,
                    Err *err);
 
-/* Version 5 (quant_gemv_x8.cu, kernels/quant_x8.h): x is first rounded to
- * two int8 terms per group of 32 values (quant_x_round, once per x), then
- * integer dot products (dp4a) of the weight codes with those terms; the
- * result is dequantize_row(W) times the rounded x (~15 bits, finer than bf16)
- * up to fp32 rounding. Q4_K and Q8_0, one x row (the batch-1 decode GEMV).
- * QuantX holds the rounded x in one device buffer of quant_x_bytes:
- *   q1, q2 [T][cols padded to 2048] int8, in the tiled order of the weight
- *   type the x is for (kernels/quant_x8.h: qx_x_offset); dxs, sx
- *   [T][cols / 32] fp32 (dx / 128 and the group's sum of rounded values). */
-typedef struct {
-    void *buf;        /* device, 256-byte aligned */
-    size_t bytes;     /* its size */
-    int64_t cols;     /* of the x last rounded into it */
-    int T;
-    DType type;       /* the weight type whose lanes its order suits */
-} QuantX;
-
-size_t quant_x_bytes(int64_t cols, int T);
-/* x: [T][cols] bf16, cols a multiple of 32, 16-byte aligned; for weights of
- * type w_type (Q4_K or Q8_0). */
-int quant_x_round(QuantX *xq, const void *x, int T, int64_t cols, DType w_type, cudaStream_t s, Err *err);
+/* Version 5 (quant_gemv_x8.cu, kernels/quant_x8.h): each block rounds x to
+ * two int8 terms per group of 32 values in shared memory, then integer dot
+ * products (dp4a) of the weight codes with those terms; the result is
+ * dequantize_row(W) times the rounded x (~15 bits, finer than bf16) up to
+ * fp32 rounding. Q4_K and Q8_0, one bf16 x row (the batch-1 decode GEMV). */
 bool quant_gemv_x8_supported(DType t, int64_t cols);
-/* y (out) from W and the rounded x; xq->cols must be W's, T = 1. */
-int quant_gemv_x8(const QuantMatrix *W, const QuantX *xq, const GemvOut *out, int T, cudaStream_t s, Err *err);
+int quant_gemv_x8(const QuantMatrix *W, const void *x, const GemvOut *out, int T, cudaStream_t s, Err *err);
 
 /* dst [n_rows][cols] bf16 = rows row0 .. row0+n_rows-1 of W, bit-exact with
  * dequantize_row (kernels/dtype.c) followed by round-to-nearest-even bf16. */

@@ -516,8 +516,13 @@ static int quant_gemv_out_v(const QuantMatrix *W, const void *x, bool x_f32, con
     /* the default: v3 where measured faster on the H200 (kernels/NOTES.md "v3 measured"): Q4_K; Q8_0 from
      * T = 2, and at T = 1 on big matrices (from 16384 rows or 8192 columns: 3-6% there, 8-16% slower below) */
     bool big = W->rows >= 16384 || W->cols >= 8192;
+    if (version == 0 && T == 1 && !x_f32 && quant_gemv_x8_supported(W->type, W->cols)) version = 5;
     if (version == 0 && quant_gemv_mma_supported(W->type, W->cols, x_f32) && (W->type == DT_Q4_K || T >= 2 || big))
         version = 3;
+    if (version == 5) {
+        if (x_f32) return err_set(err, "quant_gemv v5: x must be bf16");
+        return quant_gemv_x8(W, x, out, T, s, err);
+    }
     if (version == 3 || version == 4) { /* quant_gemv_mma checks the type, the columns and T */
         if (x_f32) return err_set(err, "quant_gemv v%d: x must be bf16", version);
         return quant_gemv_mma(W, x, out, T, version == 4, s, err);

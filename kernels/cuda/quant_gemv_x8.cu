@@ -1,15 +1,17 @@
-/* quant_gemv_x8.cu — quant_gemv version 5 (quant.cuh): x rounded to two int8
- * terms per 32 values by kernel_round_x8, then a warp per weight row sums
- * integer dot products (dp4a) of the codes with those terms; the lane
- * arithmetic is kernels/quant_x8.h (replayed on the CPU by
+/* quant_gemv_x8.cu — quant_gemv version 5 (quant.cuh): each block rounds x
+ * to two int8 terms per 32 values into shared memory, then a warp per weight
+ * row sums integer dot products (dp4a) of the codes with those terms; the
+ * lane arithmetic is kernels/quant_x8.h (replayed on the CPU by
  * tests/test_quant_x8.c). The weights are the split layout of quant.cuh
  * (Q4_K blocks whole, Q8_0 codes and scales in two planes).
  *
- * A warp walks its row U steps at a time: all loads of the U steps are
- * issued (the first batch before pdl_wait: the weights are constant), then
- * consumed; the many resident warps (one row each) keep the bytes in flight.
- * x (a few KB, shared by every warp) is read through L1; the weights bypass
- * it (read once). */
+ * One block of QX_THREADS per SM (a persistent grid): the rounding is
+ * repeated per block, so few big blocks keep it cheap (~0.4 us for 14336
+ * values), and it runs while the first weight loads, issued before
+ * pdl_wait, are in flight. Rounding in a kernel of its own cost 1-3 us per
+ * GEMV (its launch and completion on the critical path: kernels/NOTES.md).
+ * Each warp walks its rows' steps with the next step's loads in flight; the
+ * weights bypass L1 (read once). */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -20,11 +22,15 @@
 #include "kernels/cuda/quant_layout.cuh"
 #include "kernels/quant_x8.h"
 
-#define QX_WARPS 4 /* rows (warps) per block */
+#define QX_THREADS 1024 /* one block per SM */
+#define QX_WARPS (QX_THREADS / 32)
+#define QX_MAX_COLS 65536 /* x rounded in shared memory: 2.25 bytes a value */
 
+/* x rounded, in shared memory: q1, q2 [cols padded to a tile] int8 in the
+ * tiled order of K pieces per lane (qx_x_offset); dxs, sx [cols / 32] */
 typedef struct {
-    const int8_t *q1, *q2;
-    const float *dxs, *sx;
+    int8_t *q1, *q2;
+    float *dxs, *sx;
 } QxPlanes;
 
 typedef struct {
@@ -33,32 +39,6 @@ typedef struct {
     int64_t rows;
     int nblk;                   /* blocks per row */
 } QxWeights;
-
-static __host__ __device__ int64_t qx_round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
-
-/* plane offsets in bytes: q1 0, q2, dxs, sx; returns the total */
-static size_t qx_layout(int64_t cols, int T, size_t off[4]) {
-    int64_t G = cols / QX_GROUP, row = qx_round_up(cols, QX_TILE_VALUES);
-    off[0] = 0;
-    off[1] = (size_t)T * row;
-    off[2] = 2 * (size_t)T * row;
-    off[3] = off[2] + (size_t)qx_round_up((int64_t)T * G, 4) * 4;
-    return off[3] + (size_t)qx_round_up((int64_t)T * G, 4) * 4;
-}
-
-size_t quant_x_bytes(int64_t cols, int T) {
-    size_t off[4];
-    return qx_layout(cols, T, off);
-}
-
-static QxPlanes qx_planes(const QuantX *xq) {
-    size_t off[4];
-    qx_layout(xq->cols, xq->T, off);
-    const char *b = (const char *)xq->buf;
-    QxPlanes p = {(const int8_t *)b, (const int8_t *)(b + off[1]), (const float *)(b + off[2]),
-                  (const float *)(b + off[3])};
-    return p;
-}
 
 static __device__ __forceinline__ uint4 ld_stream(const void *p) {
     uint4 r;
@@ -74,30 +54,50 @@ static __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-/* One warp per group of 32 values of one x row (blockIdx.y); the int8
- * terms go to the tiled order of K pieces per lane (qx_x_offset). */
-__global__ void kernel_round_x8(const __nv_bfloat16 *x, int64_t cols, int K, int8_t *q1, int8_t *q2, float *dxs,
-                                float *sx) {
-    pdl_enter();
-    const int lane = threadIdx.x & 31, t = blockIdx.y;
-    const int64_t G = cols / QX_GROUP, g = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    if (g >= G) return;
-    const int64_t i = g * QX_GROUP + lane, o = t * qx_round_up(cols, QX_TILE_VALUES) + qx_x_offset(K, i);
-    const float v = __bfloat162float(x[t * cols + i]);
-    float amax = fabsf(v);
+static __host__ __device__ int64_t qx_padded(int64_t cols) {
+    return (cols + QX_TILE_VALUES - 1) / QX_TILE_VALUES * QX_TILE_VALUES;
+}
+static size_t qx_smem_bytes(int64_t cols) { return 2 * (size_t)qx_padded(cols) + 2 * (size_t)(cols / QX_GROUP) * 4; }
+
+static __device__ QxPlanes qx_planes(char *smem, int64_t cols) {
+    const int64_t pad = qx_padded(cols);
+    QxPlanes p = {(int8_t *)smem, (int8_t *)smem + pad, (float *)(smem + 2 * pad), (float *)(smem + 2 * pad) + cols / QX_GROUP};
+    return p;
+}
+
+/* The block rounds x [cols] bf16 into p: a thread takes 8 values (a 16-byte
+ * load), the 4 threads of a group of 32 agree on its max by two shuffles.
+ * The loop's condition is the same for a whole warp (the shuffles need every
+ * lane); a group's 4 lanes are all in range or all out. */
+static __device__ void qx_round_block(const __nv_bfloat16 *x, int64_t cols, int K, const QxPlanes &p) {
+    const int lane = threadIdx.x & 31;
+    const int64_t n8 = cols / 8;
+    for (int64_t c8 = threadIdx.x; c8 - lane < n8; c8 += blockDim.x) {
+        const bool in = c8 < n8;
+        float v[8], amax = 0.f;
+        const uint4 raw = in ? *(const uint4 *)(x + 8 * c8) : make_uint4(0, 0, 0, 0);
+        const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
-    for (int k = 16; k > 0; k >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, k));
-    int a, b;
-    qm_i8_split(v, qm_i8_inv(amax), qm_i8_scale(amax), &a, &b);
-    q1[o] = (int8_t)a;
-    q2[o] = (int8_t)b;
-    int s = 128 * a + b;
+        for (int i = 0; i < 4; i++) {
+            v[2 * i] = __uint_as_float(w[i] << 16), v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+            amax = fmaxf(amax, fmaxf(fabsf(v[2 * i]), fabsf(v[2 * i + 1])));
+        }
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+        const float inv = qm_i8_inv(amax), dx = qm_i8_scale(amax);
+        int a[8], b[8], s = 0;
 #pragma unroll
-    for (int k = 16; k > 0; k >>= 1) s += __shfl_xor_sync(0xffffffffu, s, k);
-    if (lane == 0) {
-        const float d = qm_i8_scale(amax) * 0.0078125f;
-        dxs[t * G + g] = d;
-        sx[t * G + g] = (float)s * d;
+        for (int i = 0; i < 8; i++) qm_i8_split(v[i], inv, dx, &a[i], &b[i]), s += 128 * a[i] + b[i];
+        s += __shfl_xor_sync(0xffffffffu, s, 1);
+        s += __shfl_xor_sync(0xffffffffu, s, 2);
+        if (!in) continue;
+        const int64_t o = qx_x_offset(K, 8 * c8);
+        *(uint2 *)(p.q1 + o) = make_uint2(qm_i8_pack(a[0], a[1], a[2], a[3]), qm_i8_pack(a[4], a[5], a[6], a[7]));
+        *(uint2 *)(p.q2 + o) = make_uint2(qm_i8_pack(b[0], b[1], b[2], b[3]), qm_i8_pack(b[4], b[5], b[6], b[7]));
+        if ((c8 & 3) == 0) {
+            const float d = dx * 0.0078125f;
+            p.dxs[c8 / 4] = d, p.sx[c8 / 4] = (float)s * d;
+        }
     }
 }
 
@@ -181,20 +181,28 @@ static __device__ __forceinline__ float qx_compute(const Q8Load &L, const QxPlan
     return qx_q8_block(q, qm_half(L.d), x1, x2, x.dxs[b]);
 }
 
+static __device__ __forceinline__ int qx_k(const Q4kLoad &) { return 4; }
+static __device__ __forceinline__ int qx_k(const Q8Load &) { return 2; }
+
 /* A warp walks its rows' steps in order (Load: the type's registers of a
  * step); the next step's loads are issued before the current one is
  * computed, the first before pdl_wait (the weights are constant). */
 template <typename Load>
-__global__ void __launch_bounds__(QX_WARPS * 32) kernel_gemv_x8(QxWeights W, QxPlanes x, GemvOut out) {
+__global__ void __launch_bounds__(QX_THREADS) kernel_gemv_x8(QxWeights W, const __nv_bfloat16 *xg, int64_t cols,
+                                                            GemvOut out) {
+    extern __shared__ __align__(16) char qx_smem[];
     const int lane = threadIdx.x & 31;
     const int64_t warps = (int64_t)gridDim.x * QX_WARPS, w = (int64_t)blockIdx.x * QX_WARPS + threadIdx.x / 32;
     Load cur, nxt;
     const int steps = qx_steps(cur, W.nblk);
     const int64_t n_items = w < W.rows ? (W.rows - w + warps - 1) / warps * steps : 0;
-    if (n_items == 0) return;
     QxItem it = {w, 0};
-    qx_load(cur, W, it, lane);
-    pdl_enter();
+    if (n_items > 0) qx_load(cur, W, it, lane);
+    pdl_wait();
+    const QxPlanes x = qx_planes(qx_smem, cols);
+    qx_round_block(xg, cols, qx_k(cur), x);
+    __syncthreads();
+    pdl_launch_dependents();
     float acc = 0.f;
     for (int64_t i = 0; i < n_items; i++) {
         const QxItem nx = qx_next(it, steps, warps);
@@ -210,57 +218,37 @@ __global__ void __launch_bounds__(QX_WARPS * 32) kernel_gemv_x8(QxWeights W, QxP
     }
 }
 
-int quant_x_round(QuantX *xq, const void *x, int T, int64_t cols, DType w_type, cudaStream_t s, Err *err) {
-    const int K = qx_pieces(w_type);
-    if (K == 0) return err_set(err, "quant_x_round: no v5 kernel for %s weights", dtype_info(w_type)->name);
-    if (T < 1 || T > QUANT_GEMV_MAX_T || cols <= 0 || cols % QX_GROUP)
-        return err_set(err, "quant_x_round: %d rows of %lld values (1..%d rows, a multiple of %d)", T, (long long)cols,
-                       QUANT_GEMV_MAX_T, QX_GROUP);
-    if (quant_x_bytes(cols, T) > xq->bytes)
-        return err_set(err, "quant_x_round: %d x %lld values need %zu bytes, the buffer has %zu", T, (long long)cols,
-                       quant_x_bytes(cols, T), xq->bytes);
-    if ((uintptr_t)x % 16 || (uintptr_t)xq->buf % 256) return err_set(err, "quant_x_round: misaligned buffers");
-    xq->cols = cols;
-    xq->T = T;
-    xq->type = w_type;
-    QxPlanes p = qx_planes(xq);
-    const int64_t G = cols / QX_GROUP;
-    dim3 grid((unsigned)((G + 7) / 8), (unsigned)T);
-    CUDA_CHECK(launch_pdl(kernel_round_x8, grid, dim3(256), 0, s, (const __nv_bfloat16 *)x, cols, K, (int8_t *)p.q1,
-                          (int8_t *)p.q2, (float *)p.dxs, (float *)p.sx), err);
+/* One block per SM (fewer if the rows are fewer): warps then take several
+ * rows each, pipelined across them. */
+template <typename Load>
+static int qx_launch(const QxWeights &W, const void *x, int64_t cols, const GemvOut *out, cudaStream_t s, Err *err) {
+    int dev = 0, sms = 0, per_sm = 0;
+    const size_t smem = qx_smem_bytes(cols);
+    CUDA_CHECK(cudaGetDevice(&dev), err);
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), err);
+    if (smem > 48 * 1024)
+        CUDA_CHECK(cudaFuncSetAttribute(kernel_gemv_x8<Load>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), err);
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_gemv_x8<Load>, QX_THREADS, smem), err);
+    if (per_sm < 1) return err_set(err, "quant_gemv v5: %lld columns do not fit a block", (long long)cols);
+    int64_t blocks = (W.rows + QX_WARPS - 1) / QX_WARPS, fit = (int64_t)sms * per_sm;
+    if (blocks > fit) blocks = fit;
+    CUDA_CHECK(launch_pdl(kernel_gemv_x8<Load>, dim3((unsigned)blocks), dim3(QX_THREADS), smem, s, W,
+                          (const __nv_bfloat16 *)x, cols, *out), err);
     return 0;
 }
 
 bool quant_gemv_x8_supported(DType t, int64_t cols) {
-    return (t == DT_Q4_K && cols % 256 == 0) || (t == DT_Q8_0 && cols % 32 == 0);
+    return cols <= QX_MAX_COLS && ((t == DT_Q4_K && cols % 256 == 0) || (t == DT_Q8_0 && cols % 32 == 0));
 }
 
-/* Blocks for rows: a block per QX_WARPS rows, at most what fits on the GPU
- * at once (warps then take several rows each, pipelined across them). */
-template <typename Load>
-static int qx_launch(const QxWeights &W, const QxPlanes &p, const GemvOut *out, cudaStream_t s, Err *err) {
-    int dev = 0, sms = 0, per_sm = 0;
-    CUDA_CHECK(cudaGetDevice(&dev), err);
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), err);
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_gemv_x8<Load>, QX_WARPS * 32, 0), err);
-    int64_t blocks = (W.rows + QX_WARPS - 1) / QX_WARPS, fit = (int64_t)sms * (per_sm > 0 ? per_sm : 1);
-    if (blocks > fit) blocks = fit;
-    CUDA_CHECK(launch_pdl(kernel_gemv_x8<Load>, dim3((unsigned)blocks), dim3(QX_WARPS * 32), 0, s, W, p, *out), err);
-    return 0;
-}
-
-int quant_gemv_x8(const QuantMatrix *W, const QuantX *xq, const GemvOut *out, int T, cudaStream_t s, Err *err) {
+int quant_gemv_x8(const QuantMatrix *W, const void *x, const GemvOut *out, int T, cudaStream_t s, Err *err) {
     if (!quant_gemv_x8_supported(W->type, W->cols))
-        return err_set(err, "quant_gemv v5: %s with %lld columns (Q4_K, Q8_0 only)", dtype_info(W->type)->name,
-                       (long long)W->cols);
-    if (T != 1 || xq->T != T || xq->cols != W->cols || xq->type != W->type)
-        return err_set(err, "quant_gemv v5: x rounded as %d x %lld for %s, not one row of %lld for %s", xq->T,
-                       (long long)xq->cols, dtype_info(xq->type)->name, (long long)W->cols, dtype_info(W->type)->name);
-    if (out->end[0] > out->end[1] || out->end[1] > out->end[2] || out->end[2] != W->rows)
-        return err_set(err, "quant_gemv v5: output parts end at %lld, %lld, %lld for %lld rows",
-                       (long long)out->end[0], (long long)out->end[1], (long long)out->end[2], (long long)W->rows);
-    const QxPlanes p = qx_planes(xq);
+        return err_set(err, "quant_gemv v5: %s with %lld columns (Q4_K, Q8_0 up to %d columns)",
+                       dtype_info(W->type)->name, (long long)W->cols, QX_MAX_COLS);
+    if (T != 1) return err_set(err, "quant_gemv v5: %d rows of x (one row only)", T);
+    if ((uintptr_t)x % 16) return err_set(err, "quant_gemv v5: x not 16-byte aligned");
     const QxWeights w = {(const uint8_t *)W->qs, (const unsigned short *)W->sc, W->rows,
                          (int)(W->cols / quant_block_elems(W->type))};
-    return W->type == DT_Q4_K ? qx_launch<Q4kLoad>(w, p, out, s, err) : qx_launch<Q8Load>(w, p, out, s, err);
+    return W->type == DT_Q4_K ? qx_launch<Q4kLoad>(w, x, W->cols, out, s, err)
+                              : qx_launch<Q8Load>(w, x, W->cols, out, s, err);
 }

@@ -14,10 +14,10 @@
  *   - dequantize to bf16: bit-exact with dequantize_row + fp32_to_bf16 (whole
  *     matrices, and a row range of a big one).
  *   - every kernel version (quant.cuh: quant_gemv_variant 1, 2 and, for
- *     Q4_K / Q8_0 with bf16 x, the tensor-core 3 and 4; quant_dequant_bf16_variant
- *     1 and 2) is checked the same way; version 4's reference takes x
- *     rounded to two int8 terms per 32 values as the kernel defines it
- *     (round_x_int8), and its error against the unrounded x is printed;
+ *     Q4_K / Q8_0 with bf16 x, the tensor-core 3 and 4 and the dp4a 5 (T = 1);
+ *     quant_dequant_bf16_variant 1 and 2) is checked the same way; versions
+ *     4 and 5 take x rounded to two int8 terms per 32 values as the kernels
+ *     define it (round_x_int8), and their error against the unrounded x is printed;
  *   - timing (printed, never asserted): each type's GEMV at 4096x14336,
  *     T = 1 and 8, per version and rows per warp, and Q4_K / Q8_0 at the
  *     other shapes of a Llama-3-8B decode step; CUDA events around 20
@@ -141,16 +141,6 @@ static void round_x_int8(float *x, int64_t n) {
     }
 }
 
-/* Version 5: x rounded by quant_x_round into a buffer of its own, then
- * quant_gemv_x8 (the backend's two calls). xq->buf NULL: allocated here. */
-static int gemv_v5(QuantX *xq, const QuantMatrix *W, const void *x, const GemvOut *out, int T, Err *err) {
-    if (!xq->buf) {
-        xq->bytes = quant_x_bytes(W->cols, T);
-        if (cudaMalloc(&xq->buf, xq->bytes) != cudaSuccess) return err_set(err, "cudaMalloc of the x buffer");
-    }
-    return quant_x_round(xq, x, T, W->cols, W->type, 0, err) || quant_gemv_x8(W, xq, out, T, 0, err) ? -1 : 0;
-}
-
 /* One GEMV case: returns the relative error (or INFINITY on a failure)
  * against the product with x as the kernel defines it (version 4: x in two
  * int8 terms, round_x_int8); *err_x_exact: against x itself (what version 4's
@@ -174,10 +164,7 @@ static double gemv_case(Mat *M, int T, int V, int R, bool x_f32, bool y_f32, boo
     int rc = cudaMalloc(&dx, (size_t)T * cols * 4) || cudaMalloc(&dy, ysz) || cudaMalloc(&db, rows * 4);
     rc = rc || cudaMemcpy(dx, x_f32 ? (void *)x : (void *)xb, (size_t)T * cols * (x_f32 ? 4 : 2), cudaMemcpyHostToDevice);
     rc = rc || cudaMemcpy(db, b, rows * 4, cudaMemcpyHostToDevice) || cudaMemset(dy, 0xff, ysz); /* NaN poison */
-    QuantX xq = {0};
-    GemvOut out = gemv_out_one(dy, y_f32, bias ? db : NULL, rows);
-    if (V == 5) rc = rc || gemv_v5(&xq, &M->m, dx, &out, T, &err);
-    else rc = rc || quant_gemv_variant(&M->m, dx, x_f32, dy, y_f32, bias ? db : NULL, T, V, R, 0, &err);
+    rc = rc || quant_gemv_variant(&M->m, dx, x_f32, dy, y_f32, bias ? db : NULL, T, V, R, 0, &err);
     rc = rc || cudaDeviceSynchronize();
     void *y = malloc(ysz);
     rc = rc || cudaMemcpy(y, dy, ysz, cudaMemcpyDeviceToHost);
@@ -209,7 +196,7 @@ static double gemv_case(Mat *M, int T, int V, int R, bool x_f32, bool y_f32, boo
     CHECK(bad == 0, "%s [%lld][%lld] T=%d v%d R=%d: %lld outputs not finite (unwritten?)", dtype_info(M->type)->name,
           (long long)rows, (long long)cols, T, V, R, (long long)bad);
     free(x); free(xb); free(xr); free(b); free(y);
-    cudaFree(dx); cudaFree(dy); cudaFree(db); cudaFree(xq.buf);
+    cudaFree(dx); cudaFree(dy); cudaFree(db);
     *err_x_exact = rc || bad ? INFINITY : sqrt(num_x / den);
     return rc || bad ? INFINITY : sqrt(num / den);
 }
@@ -337,18 +324,11 @@ static void test_refused(void) {
     CHECK(quant_gemv_x8_supported(DT_Q4_K, 4096) && quant_gemv_x8_supported(DT_Q8_0, 96) &&
               !quant_gemv_x8_supported(DT_Q4_0, 4096) && !quant_gemv_x8_supported(DT_Q4_K, 288),
           "v5 type / column list");
-    QuantX xq = {NULL, 1 << 20, 4096, 2, DT_Q4_K};
     QuantMatrix q4k = {DT_Q4_K, 16, 4096, NULL, NULL};
-    CHECK(quant_gemv_x8(&q40, &xq, &none, 1, 0, &err) == -1 && strstr(err.msg, "v5"), "'%s'", err.msg);
-    CHECK(quant_gemv_x8(&q4k, &xq, &none, 2, 0, &err) == -1 && strstr(err.msg, "one row"), "'%s'", err.msg);
-    xq.T = 1, xq.cols = 2048;
-    CHECK(quant_gemv_x8(&q4k, &xq, &none, 1, 0, &err) == -1 && strstr(err.msg, "2048"), "'%s'", err.msg);
-    xq.cols = 4096, xq.type = DT_Q8_0; /* rounded in Q8_0's order */
-    CHECK(quant_gemv_x8(&q4k, &xq, &none, 1, 0, &err) == -1 && strstr(err.msg, "for Q8_0"), "'%s'", err.msg);
-    xq.bytes = 100;
-    CHECK(quant_x_round(&xq, NULL, 1, 4096, DT_Q4_K, 0, &err) == -1 && strstr(err.msg, "bytes"), "'%s'", err.msg);
-    CHECK(quant_x_round(&xq, NULL, 1, 100, DT_Q4_K, 0, &err) == -1 && strstr(err.msg, "multiple"), "'%s'", err.msg);
-    CHECK(quant_x_round(&xq, NULL, 1, 4096, DT_Q4_0, 0, &err) == -1 && strstr(err.msg, "Q4_0"), "'%s'", err.msg);
+    CHECK(quant_gemv_x8(&q40, NULL, &none, 1, 0, &err) == -1 && strstr(err.msg, "v5"), "'%s'", err.msg);
+    CHECK(quant_gemv_x8(&q4k, NULL, &none, 2, 0, &err) == -1 && strstr(err.msg, "one row"), "'%s'", err.msg);
+    CHECK(quant_gemv_variant(&q4k, NULL, true, NULL, false, NULL, 1, 5, 0, 0, &err) == -1 && strstr(err.msg, "bf16"),
+          "'%s'", err.msg);
     for (int t = 0; t < DT_COUNT; t++) /* the stage plan sizes matrices by the same list */
         CHECK(quant_type_supported((DType)t) == dtype_gpu_keeps_blocks((DType)t), "type %d: lists disagree", t);
 }
@@ -371,7 +351,6 @@ static void test_parts(void) {
         void *dx = NULL, *dy = NULL, *db = NULL;
         int rc = cudaMalloc(&dx, 3 * cols * 2) || cudaMalloc(&dy, 3 * end[2] * 2) || cudaMalloc(&db, end[2] * 4);
         rc = rc || cudaMemcpy(dx, xb, 3 * cols * 2, cudaMemcpyHostToDevice) || cudaMemcpy(db, b, end[2] * 4, cudaMemcpyHostToDevice);
-        QuantX xq = {0};
         for (int V = 0; !rc && V <= 5; V++)
             for (int T = 1; T <= 3; T += 2) {
                 if (V >= 3 && V <= 4 && !quant_gemv_mma_supported(M.type, cols, false)) continue;
@@ -381,7 +360,7 @@ static void test_parts(void) {
                 uint16_t *p0 = (uint16_t *)dy, *p1 = p0 + T * end[0], *p2 = p1 + T * (end[1] - end[0]);
                 GemvOut out = {{p0, p1, p2}, {(float *)db, NULL, (float *)db + end[1]}, {end[0], end[1], end[2]}, false};
                 int r2 = cudaMemset(dy, 0xff, 3 * end[2] * 2) ||
-                         (V == 5 ? gemv_v5(&xq, &M.m, dx, &out, T, &err) : quant_gemv_parts(&M.m, dx, &out, T, V, 0, &err)) ||
+                         quant_gemv_parts(&M.m, dx, &out, T, V, 0, &err) ||
                          cudaDeviceSynchronize() || cudaMemcpy(y, dy, T * end[2] * 2, cudaMemcpyDeviceToHost);
                 CHECK(!r2, "%s parts v%d T=%d: %s", dtype_info(M.type)->name, V, T, err.msg);
                 double num = 0, den = 0;
@@ -405,7 +384,7 @@ static void test_parts(void) {
         GemvOut wrong = {{dy, dy, dy}, {NULL}, {end[0], end[1], end[2] - 1}, false};
         CHECK(quant_gemv_parts(&M.m, dx, &wrong, 1, 0, 0, &err) == -1 && strstr(err.msg, "parts"),
               "parts ending short of the rows: '%s'", err.msg);
-        cudaFree(dx); cudaFree(dy); cudaFree(db); cudaFree(xq.buf);
+        cudaFree(dx); cudaFree(dy); cudaFree(db);
         free(w); free(x); free(b); free(xb); free(y);
         mat_free(&M);
     }
@@ -443,37 +422,12 @@ static float median_us(Mat *copies, LaunchFn fn, void *ctx) {
     return ms[REPS / 2] * 1000.0f / LOOP;
 }
 
-typedef struct { void *x, *y; int T, V, R; void *dst; QuantX *xq; bool no_round; } TimeCtx;
+typedef struct { void *x, *y; int T, V, R; void *dst; } TimeCtx;
 
-/* Version 5 is timed with its x rounding (the cost per GEMV in the
- * backend) or, with no_round, the GEMV alone. */
 static int run_gemv(Mat *c, int i, void *ctx) {
     TimeCtx *t = ctx;
     Err err;
-    const QuantMatrix *W = &c[i % 4].m;
-    if (t->V == 5) {
-        GemvOut out = gemv_out_one(t->y, false, NULL, W->rows);
-        if (!t->no_round && quant_x_round(t->xq, t->x, t->T, W->cols, W->type, 0, &err)) return -1;
-        return quant_gemv_x8(W, t->xq, &out, t->T, 0, &err);
-    }
-    return quant_gemv_variant(W, t->x, false, t->y, false, NULL, t->T, t->V, t->R, 0, &err);
-}
-
-/* version 5 at T = 1: with the rounding, then the GEMV alone (the second column) */
-static void time_v5(Mat *c, int64_t rows, int64_t cols, double qbytes, void *x, void *y) {
-    QuantX xq = {NULL, quant_x_bytes(cols, 1), 0, 0, DT_COUNT};
-    Err err = {{0}};
-    if (cudaMalloc(&xq.buf, xq.bytes) != cudaSuccess || quant_x_round(&xq, x, 1, cols, c[0].type, 0, &err)) {
-        CHECK(0, "v5 timing setup: %s", err.msg);
-        return;
-    }
-    TimeCtx t1 = {x, y, 1, 5, 0, NULL, &xq, false}, t0 = t1;
-    t0.no_round = true;
-    float u1 = median_us(c, run_gemv, &t1), u0 = median_us(c, run_gemv, &t0);
-    printf("# %-5s %6lldx%-5lld %7.2f 5 - | %7.1f %6.0f %5.1f%% | %7.1f %6.0f %5.1f%% | (v5: with rounding | GEMV alone)\n",
-           dtype_info(c[0].type)->name, (long long)rows, (long long)cols, qbytes / 1e6, u1, qbytes / u1 * 1e-3,
-           100 * qbytes / (u1 * 1e-6) / COPY_BW, u0, qbytes / u0 * 1e-3, 100 * qbytes / (u0 * 1e-6) / COPY_BW);
-    cudaFree(xq.buf);
+    return quant_gemv_variant(&c[i % 4].m, t->x, false, t->y, false, NULL, t->T, t->V, t->R, 0, &err);
 }
 
 static int run_dequant(Mat *c, int i, void *ctx) {
@@ -490,13 +444,13 @@ static void time_shape(DType type, int64_t rows, int64_t cols, bool full, void *
     for (int k = 0; k < 4; k++) ok = ok && !mat_build(&c[k], type, rows, cols);
     if (!ok) return;
     double qbytes = (double)rows * (double)dtype_row_bytes(type, cols);
-    for (int V = 1; V <= 4; V++)
+    for (int V = 1; V <= 5; V++)
     for (int R = 0; R <= 4; R = R ? 2 * R : 1) {
-        if (V >= 3 && (R > 0 || !quant_gemv_mma_supported(type, cols, false))) continue;
+        if (V >= 3 && V <= 4 && (R > 0 || !quant_gemv_mma_supported(type, cols, false))) continue;
+        if (V == 5 && (R > 0 || !quant_gemv_x8_supported(type, cols))) continue;
         if (!full && !(V == 2 && R == 0) && V < 3) continue;
-        TimeCtx t1 = {x, y, 1, V, R, NULL, NULL, false}, t8 = {x, y, 8, V, R, NULL, NULL, false};
-        TimeCtx td = {0, 0, 0, V, 0, dst, NULL, false};
-        float u1 = median_us(c, run_gemv, &t1), u8 = median_us(c, run_gemv, &t8);
+        TimeCtx t1 = {x, y, 1, V, R, NULL}, t8 = {x, y, 8, V, R, NULL}, td = {0, 0, 0, V, 0, dst};
+        float u1 = median_us(c, run_gemv, &t1), u8 = V == 5 ? NAN : median_us(c, run_gemv, &t8); /* v5: T = 1 only */
         char dq[64] = "";
         if (full && R == 0 && V <= 2) {
             float ud = median_us(c, run_dequant, &td);
@@ -507,7 +461,6 @@ static void time_shape(DType type, int64_t rows, int64_t cols, bool full, void *
                dtype_info(type)->name, (long long)rows, (long long)cols, qbytes / 1e6, V, R, u1, qbytes / u1 * 1e-3,
                100 * qbytes / (u1 * 1e-6) / COPY_BW, u8, qbytes / u8 * 1e-3, 100 * qbytes / (u8 * 1e-6) / COPY_BW, dq);
     }
-    if (quant_gemv_x8_supported(type, cols)) time_v5(c, rows, cols, qbytes, x, y);
     CHECK(cudaGetLastError() == cudaSuccess, "%s timing launches failed", dtype_info(type)->name);
     for (int k = 0; k < 4; k++) mat_free(&c[k]);
 }
@@ -520,13 +473,8 @@ static void time_one(DType type, int64_t rows, int64_t cols, int V, int T) {
     for (int k = 0; ok && k < 4; k++) ok = !mat_build(&c[k], type, rows, cols);
     CHECK(ok, "--time: setup failed");
     if (!ok) return;
-    QuantX xq = {NULL, quant_x_bytes(cols, T), 0, 0, DT_COUNT};
-    Err err = {{0}};
-    ok = V != 5 || (cudaMalloc(&xq.buf, xq.bytes) == cudaSuccess && !quant_x_round(&xq, x, T, cols, type, 0, &err));
-    CHECK(ok, "--time: x rounding failed: %s", err.msg);
-    TimeCtx tc = {x, y, T, V, 0, NULL, &xq, true}; /* v5: the GEMV alone */
+    TimeCtx tc = {x, y, T, V, 0, NULL};
     float us = median_us(c, run_gemv, &tc);
-    cudaFree(xq.buf);
     double qbytes = (double)rows * (double)dtype_row_bytes(type, cols);
     printf("# %s %lldx%lld v%d T=%d: %.1f us, %.0f GB/s, %.1f%% of 4.26 TB/s\n", dtype_info(type)->name,
            (long long)rows, (long long)cols, V, T, us, qbytes / us * 1e-3, 100 * qbytes / (us * 1e-6) / COPY_BW);
