@@ -818,8 +818,13 @@ static void cuda_be_gate_up(Backend *be, void *out, const void *x, const LayerWe
     const bf16 *Wg = mat_of(&lw->w_gate, mat), *Wu = mat_of(&lw->w_up, mat);
     const float *bg = vec_of(&lw->b_gate, mat), *bu = vec_of(&lw->b_up, mat);
     bool anyq = is_quant(&lw->w_gate) || is_quant(&lw->w_up);
-    if (anyq && lw->w_up.data == lw->w_gate.data) { /* one repacked Wgate|Wup */
-        qgemm(cb, cb->scratch, false, (const bf16 *)x, qm_of(&lw->w_gate), NULL, T);
+    const QuantMatrix *qgu = anyq && lw->w_up.data == lw->w_gate.data ? qm_of(&lw->w_gate) : NULL;
+    int v = cb->qgemv_version;
+    if (qgu && T == 1 && !cb->bi && (v == 0 || v == 5) && quant_gemv_x8_supported(qgu->type, qgu->cols)) {
+        Err e = {}; /* one row: the dp4a GEMV with the activation fused (no GLU kernel) */
+        if (quant_gemv_x8_glu(qgu, x, out, bg, bu, act, limit, cb->stream, &e)) quant_fail(cb, &e);
+    } else if (qgu) { /* one repacked Wgate|Wup */
+        qgemm(cb, cb->scratch, false, (const bf16 *)x, qgu, NULL, T);
         cuda_glu((bf16 *)out, cb->scratch, cb->scratch + F, 2 * F, bg, bu, T, F, act, limit, cb->stream);
     } else if (anyq) {
         bf16 *g = cb->scratch, *u = cb->scratch + (int64_t)T * F;

@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "kernels/cuda/gemv_out.cuh"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/dtype.h"
 #include "model/err.h"
 
@@ -97,6 +98,12 @@ int quant_gemv_mma(const QuantMatrix *W, const void *x, const GemvOut *out, int 
  * fp32 rounding. Q4_K and Q8_0, one bf16 x row (the batch-1 decode GEMV). */
 bool quant_gemv_x8_supported(DType t, int64_t cols);
 int quant_gemv_x8(const QuantMatrix *W, const void *x, const GemvOut *out, int T, cudaStream_t s, Err *err);
+/* The same for W = Wgate | Wup (2F rows, one repacked matrix) with the gated
+ * activation fused: out [F] bf16 = act(x Wgate^T + bg, x Wup^T + bu) as
+ * cpu_glu (biases may be NULL); replaces the GEMV and the GLU kernel at
+ * batch-1 decode. */
+int quant_gemv_x8_glu(const QuantMatrix *W, const void *x, void *out, const float *bg, const float *bu, Activation act,
+                      float limit, cudaStream_t s, Err *err);
 
 /* dst [n_rows][cols] bf16 = rows row0 .. row0+n_rows-1 of W, bit-exact with
  * dequantize_row (kernels/dtype.c) followed by round-to-nearest-even bf16. */

@@ -516,7 +516,11 @@ static int quant_gemv_out_v(const QuantMatrix *W, const void *x, bool x_f32, con
     /* the default: v3 where measured faster on the H200 (kernels/NOTES.md "v3 measured"): Q4_K; Q8_0 from
      * T = 2, and at T = 1 on big matrices (from 16384 rows or 8192 columns: 3-6% there, 8-16% slower below) */
     bool big = W->rows >= 16384 || W->cols >= 8192;
-    if (version == 0 && T == 1 && !x_f32 && quant_gemv_x8_supported(W->type, W->cols)) version = 5;
+    /* v5 (dp4a) at one row: Q4_K always, Q8_0 on tall matrices (measured: 1-4% faster there, 9-17% slower on
+     * 4096-row ones; kernels/NOTES.md "v5") */
+    if (version == 0 && T == 1 && !x_f32 && quant_gemv_x8_supported(W->type, W->cols) &&
+        (W->type == DT_Q4_K || W->rows >= 16384))
+        version = 5;
     if (version == 0 && quant_gemv_mma_supported(W->type, W->cols, x_f32) && (W->type == DT_Q4_K || T >= 2 || big))
         version = 3;
     if (version == 5) {

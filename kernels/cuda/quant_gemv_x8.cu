@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_ops.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/quant.cuh"
 #include "kernels/cuda/quant_layout.cuh"
@@ -36,9 +37,17 @@ typedef struct {
 typedef struct {
     const uint8_t *qs;          /* the qs plane */
     const unsigned short *sc;   /* Q8_0: the scales */
-    int64_t rows;
+    int64_t rows;               /* rows of y (GLU: F, half the matrix's) */
     int nblk;                   /* blocks per row */
 } QxWeights;
+
+/* GLU mode: W is Wgate | Wup (2F rows); out[r] = act(gate_r + bg[r], up_r + bu[r]) */
+typedef struct {
+    __nv_bfloat16 *out;
+    const float *bg, *bu;
+    Activation act;
+    float limit;
+} QxGlu;
 
 static __device__ __forceinline__ uint4 ld_stream(const void *p) {
     uint4 r;
@@ -115,6 +124,12 @@ static __device__ __forceinline__ QxItem qx_next(QxItem it, int steps, int64_t w
     return it;
 }
 
+/* The weight row and step of an item: steps S.. of a GLU row are its up row's, `rows` further. */
+static __device__ __forceinline__ QxItem qx_phys(QxItem it, int S, int64_t rows) {
+    QxItem p = {it.step < S ? it.row : it.row + rows, it.step < S ? it.step : it.step - S};
+    return p;
+}
+
 /* Q4_K: a step is 8 blocks (one x tile); lane = 4 (block of the step) + chunk j. */
 typedef struct {
     uint4 h, a, b;
@@ -186,31 +201,37 @@ static __device__ __forceinline__ int qx_k(const Q8Load &) { return 2; }
 
 /* A warp walks its rows' steps in order (Load: the type's registers of a
  * step); the next step's loads are issued before the current one is
- * computed, the first before pdl_wait (the weights are constant). */
-template <typename Load>
+ * computed, the first before pdl_wait (the weights are constant). GLU: a
+ * row's steps are those of its gate row, then its up row (F rows below),
+ * and the warp stores the activation of the two sums. */
+template <typename Load, bool GLU>
 __global__ void __launch_bounds__(QX_THREADS) kernel_gemv_x8(QxWeights W, const __nv_bfloat16 *xg, int64_t cols,
-                                                            GemvOut out) {
+                                                            GemvOut out, QxGlu glu) {
     extern __shared__ __align__(16) char qx_smem[];
     const int lane = threadIdx.x & 31;
     const int64_t warps = (int64_t)gridDim.x * QX_WARPS, w = (int64_t)blockIdx.x * QX_WARPS + threadIdx.x / 32;
     Load cur, nxt;
-    const int steps = qx_steps(cur, W.nblk);
+    const int S = qx_steps(cur, W.nblk), steps = GLU ? 2 * S : S; /* a row's steps */
     const int64_t n_items = w < W.rows ? (W.rows - w + warps - 1) / warps * steps : 0;
     QxItem it = {w, 0};
-    if (n_items > 0) qx_load(cur, W, it, lane);
+    if (n_items > 0) qx_load(cur, W, qx_phys(it, S, W.rows), lane);
     pdl_wait();
     const QxPlanes x = qx_planes(qx_smem, cols);
     qx_round_block(xg, cols, qx_k(cur), x);
     __syncthreads();
     pdl_launch_dependents();
-    float acc = 0.f;
+    float acc = 0.f, gate = 0.f;
     for (int64_t i = 0; i < n_items; i++) {
         const QxItem nx = qx_next(it, steps, warps);
-        if (i + 1 < n_items) qx_load(nxt, W, nx, lane);
-        acc += qx_compute(cur, x, W, it.step, lane);
+        if (i + 1 < n_items) qx_load(nxt, W, qx_phys(nx, S, W.rows), lane);
+        acc += qx_compute(cur, x, W, it.step % S, lane);
+        if (GLU && it.step == S - 1) gate = warp_sum(acc), acc = 0.f;
         if (it.step == steps - 1) {
             acc = warp_sum(acc);
-            if (lane == 0) gemv_out_store(out, 0, it.row, acc);
+            if (lane == 0 && GLU)
+                glu.out[it.row] = __float2bfloat16_rn(act_glu(gate + (glu.bg ? glu.bg[it.row] : 0.f),
+                                                              acc + (glu.bu ? glu.bu[it.row] : 0.f), glu.act, glu.limit));
+            else if (lane == 0) gemv_out_store(out, 0, it.row, acc);
             acc = 0.f;
         }
         cur = nxt;
@@ -220,20 +241,22 @@ __global__ void __launch_bounds__(QX_THREADS) kernel_gemv_x8(QxWeights W, const 
 
 /* One block per SM (fewer if the rows are fewer): warps then take several
  * rows each, pipelined across them. */
-template <typename Load>
-static int qx_launch(const QxWeights &W, const void *x, int64_t cols, const GemvOut *out, cudaStream_t s, Err *err) {
+template <typename Load, bool GLU>
+static int qx_launch(const QxWeights &W, const void *x, int64_t cols, const GemvOut &out, const QxGlu &glu,
+                     cudaStream_t s, Err *err) {
     int dev = 0, sms = 0, per_sm = 0;
     const size_t smem = qx_smem_bytes(cols);
+    auto kernel = kernel_gemv_x8<Load, GLU>;
     CUDA_CHECK(cudaGetDevice(&dev), err);
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), err);
     if (smem > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(kernel_gemv_x8<Load>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), err);
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_gemv_x8<Load>, QX_THREADS, smem), err);
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), err);
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, QX_THREADS, smem), err);
     if (per_sm < 1) return err_set(err, "quant_gemv v5: %lld columns do not fit a block", (long long)cols);
     int64_t blocks = (W.rows + QX_WARPS - 1) / QX_WARPS, fit = (int64_t)sms * per_sm;
     if (blocks > fit) blocks = fit;
-    CUDA_CHECK(launch_pdl(kernel_gemv_x8<Load>, dim3((unsigned)blocks), dim3(QX_THREADS), smem, s, W,
-                          (const __nv_bfloat16 *)x, cols, *out), err);
+    CUDA_CHECK(launch_pdl(kernel, dim3((unsigned)blocks), dim3(QX_THREADS), smem, s, W, (const __nv_bfloat16 *)x, cols,
+                          out, glu), err);
     return 0;
 }
 
@@ -241,14 +264,36 @@ bool quant_gemv_x8_supported(DType t, int64_t cols) {
     return cols <= QX_MAX_COLS && ((t == DT_Q4_K && cols % 256 == 0) || (t == DT_Q8_0 && cols % 32 == 0));
 }
 
-int quant_gemv_x8(const QuantMatrix *W, const void *x, const GemvOut *out, int T, cudaStream_t s, Err *err) {
+static int qx_check(const QuantMatrix *W, const void *x, int T, Err *err) {
     if (!quant_gemv_x8_supported(W->type, W->cols))
         return err_set(err, "quant_gemv v5: %s with %lld columns (Q4_K, Q8_0 up to %d columns)",
                        dtype_info(W->type)->name, (long long)W->cols, QX_MAX_COLS);
     if (T != 1) return err_set(err, "quant_gemv v5: %d rows of x (one row only)", T);
     if ((uintptr_t)x % 16) return err_set(err, "quant_gemv v5: x not 16-byte aligned");
-    const QxWeights w = {(const uint8_t *)W->qs, (const unsigned short *)W->sc, W->rows,
-                         (int)(W->cols / quant_block_elems(W->type))};
-    return W->type == DT_Q4_K ? qx_launch<Q4kLoad>(w, x, W->cols, out, s, err)
-                              : qx_launch<Q8Load>(w, x, W->cols, out, s, err);
+    return 0;
+}
+
+static QxWeights qx_weights(const QuantMatrix *W, int64_t rows) {
+    QxWeights w = {(const uint8_t *)W->qs, (const unsigned short *)W->sc, rows,
+                   (int)(W->cols / quant_block_elems(W->type))};
+    return w;
+}
+
+int quant_gemv_x8(const QuantMatrix *W, const void *x, const GemvOut *out, int T, cudaStream_t s, Err *err) {
+    if (qx_check(W, x, T, err)) return -1;
+    const QxWeights w = qx_weights(W, W->rows);
+    const QxGlu none = {NULL, NULL, NULL, ACT_SILU, 0.f};
+    return W->type == DT_Q4_K ? qx_launch<Q4kLoad, false>(w, x, W->cols, *out, none, s, err)
+                              : qx_launch<Q8Load, false>(w, x, W->cols, *out, none, s, err);
+}
+
+int quant_gemv_x8_glu(const QuantMatrix *W, const void *x, void *out, const float *bg, const float *bu, Activation act,
+                      float limit, cudaStream_t s, Err *err) {
+    if (qx_check(W, x, 1, err)) return -1;
+    if (W->rows % 2) return err_set(err, "quant_gemv v5 GLU: %lld rows (gate and up: an even count)", (long long)W->rows);
+    const QxWeights w = qx_weights(W, W->rows / 2);
+    const QxGlu glu = {(__nv_bfloat16 *)out, bg, bu, act, limit};
+    const GemvOut none = gemv_out_one(NULL, false, NULL, 0);
+    return W->type == DT_Q4_K ? qx_launch<Q4kLoad, true>(w, x, W->cols, none, glu, s, err)
+                              : qx_launch<Q8Load, true>(w, x, W->cols, none, glu, s, err);
 }

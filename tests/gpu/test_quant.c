@@ -30,6 +30,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/quant.cuh"
 #include "kernels/dtype.h"
 #include "kernels/quant_mma.h"
@@ -390,6 +391,62 @@ static void test_parts(void) {
     }
 }
 
+/* Version 5 with the gated activation fused (quant_gemv_x8_glu): W = gate
+ * rows | up rows; every activation, with and without biases, against
+ * dequantize_row times the rounded x, then cpu_glu; y is bf16 (tolerance
+ * 1e-2 of the norm) and NaN-poisoned first. */
+static void test_glu(void) {
+    const DType types[] = {DT_Q4_K, DT_Q8_0};
+    const int64_t F = 700, cols = 2304;
+    for (int i = 0; i < 2; i++) {
+        Mat M;
+        if (mat_build(&M, types[i], 2 * F, cols)) continue;
+        float *w = malloc((size_t)2 * F * cols * sizeof *w), *x = malloc(cols * sizeof *x), *b = malloc(2 * F * sizeof *b);
+        float *g = malloc(F * sizeof *g), *u = malloc(F * sizeof *u), *ref = malloc(F * sizeof *ref);
+        uint16_t *xb = malloc(cols * 2), *y = malloc(F * 2);
+        int64_t rb = (int64_t)dtype_row_bytes(M.type, cols);
+        for (int64_t r = 0; r < 2 * F; r++) dequantize_row(M.type, M.native + r * rb, w + r * cols, cols), b[r] = frand();
+        for (int64_t k = 0; k < cols; k++) xb[k] = fp32_to_bf16(4 * frand()), x[k] = bf16_to_fp32(xb[k]);
+        round_x_int8(x, cols);
+        void *dx = NULL, *dy = NULL, *db = NULL;
+        int rc = cudaMalloc(&dx, cols * 2) || cudaMalloc(&dy, F * 2) || cudaMalloc(&db, 2 * F * 4);
+        rc = rc || cudaMemcpy(dx, xb, cols * 2, cudaMemcpyHostToDevice) || cudaMemcpy(db, b, 2 * F * 4, cudaMemcpyHostToDevice);
+        for (int act = 0; !rc && act < 3; act++)
+            for (int with_b = 0; with_b < 2; with_b++) {
+                Err err = {{0}};
+                float limit = act == ACT_SWIGLU_OAI ? 7.f : 0.f;
+                for (int64_t r = 0; r < 2 * F; r++) {
+                    double s = with_b ? b[r] : 0.0;
+                    for (int64_t c = 0; c < cols; c++) s += (double)w[r * cols + c] * x[c];
+                    if (r < F) g[r] = (float)s; else u[r - F] = (float)s;
+                }
+                cpu_glu(ref, g, u, F, (Activation)act, limit);
+                const float *bg = with_b ? (float *)db : NULL, *bu = with_b ? (float *)db + F : NULL;
+                int r2 = cudaMemset(dy, 0xff, F * 2) ||
+                         quant_gemv_x8_glu(&M.m, dx, dy, bg, bu, (Activation)act, limit, 0, &err) ||
+                         cudaDeviceSynchronize() || cudaMemcpy(y, dy, F * 2, cudaMemcpyDeviceToHost);
+                CHECK(!r2, "%s GLU act %d: %s", dtype_info(M.type)->name, act, err.msg);
+                double num = 0, den = 0;
+                int64_t bad = 0;
+                for (int64_t r = 0; !r2 && r < F; r++) {
+                    double v = bf16_to_fp32(y[r]);
+                    if (!isfinite(v)) bad++;
+                    num += (v - ref[r]) * (v - ref[r]), den += (double)ref[r] * ref[r];
+                }
+                CHECK(!r2 && bad == 0 && den > 0 && num <= 1e-4 * den, "%s GLU act %d bias %d: %lld unwritten, rel err %.3g",
+                      dtype_info(M.type)->name, act, with_b, (long long)bad, sqrt(num / den));
+            }
+        Err err = {{0}};
+        QuantMatrix odd = M.m;
+        odd.rows = 2 * F - 1;
+        CHECK(quant_gemv_x8_glu(&odd, dx, dy, NULL, NULL, ACT_SILU, 0.f, 0, &err) == -1 && strstr(err.msg, "even"),
+              "odd GLU rows: '%s'", err.msg);
+        cudaFree(dx); cudaFree(dy); cudaFree(db);
+        free(w); free(x); free(b); free(g); free(u); free(ref); free(xb); free(y);
+        mat_free(&M);
+    }
+}
+
 /* ---- timing ---- */
 
 static int cmp_float(const void *a, const void *b) {
@@ -525,6 +582,7 @@ int main(int argc, char **argv) {
     RUN(test_refused);
     RUN(test_small_shapes);
     RUN(test_parts);
+    RUN(test_glu);
     if (!quick) {
         RUN(test_big_shapes);
         RUN(test_timing);
