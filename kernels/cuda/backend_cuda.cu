@@ -820,9 +820,7 @@ static void cuda_be_gate_up(Backend *be, void *out, const void *x, const LayerWe
     bool anyq = is_quant(&lw->w_gate) || is_quant(&lw->w_up);
     const QuantMatrix *qgu = anyq && lw->w_up.data == lw->w_gate.data ? qm_of(&lw->w_gate) : NULL;
     int v = cb->qgemv_version;
-    bool fuse = qgu && T == 1 && !cb->bi && quant_gemv_x8_supported(qgu->type, qgu->cols) &&
-                (v == 5 || (v == 0 && quant_gemv_x8_glu_pays(qgu))); /* CLLM_QUANT_GEMV=5: always */
-    if (fuse) {
+    if (qgu && T == 1 && !cb->bi && (v == 0 || v == 5) && quant_gemv_x8_supported(qgu->type, qgu->cols)) {
         Err e = {}; /* one row: the dp4a GEMV with the activation fused (no GLU kernel) */
         if (quant_gemv_x8_glu(qgu, x, out, bg, bu, act, limit, cb->stream, &e)) quant_fail(cb, &e);
     } else if (qgu) { /* one repacked Wgate|Wup */

@@ -104,8 +104,6 @@ int quant_gemv_x8(const QuantMatrix *W, const void *x, const GemvOut *out, int T
  * batch-1 decode. */
 int quant_gemv_x8_glu(const QuantMatrix *W, const void *x, void *out, const float *bg, const float *bu, Activation act,
                       float limit, cudaStream_t s, Err *err);
-/* Whether quant_gemv_x8_glu beats quant_gemv_x8 + the GLU kernel for W (work balance over the warps). */
-bool quant_gemv_x8_glu_pays(const QuantMatrix *W);
 
 /* dst [n_rows][cols] bf16 = rows row0 .. row0+n_rows-1 of W, bit-exact with
  * dequantize_row (kernels/dtype.c) followed by round-to-nearest-even bf16. */

@@ -68,7 +68,7 @@ static __device__ __forceinline__ float warp_sum(float v) {
 static __host__ __device__ int64_t qx_padded(int64_t cols) {
     return (cols + QX_TILE_VALUES - 1) / QX_TILE_VALUES * QX_TILE_VALUES;
 }
-static size_t qx_smem_bytes(int64_t cols) { return 2 * (size_t)qx_padded(cols) + 2 * (size_t)(cols / QX_GROUP) * 4; }
+static __host__ __device__ size_t qx_smem_bytes(int64_t cols) { return 2 * (size_t)qx_padded(cols) + 2 * (size_t)(cols / QX_GROUP) * 4; }
 
 static __device__ QxPlanes qx_planes(char *smem, int64_t cols) {
     const int64_t pad = qx_padded(cols);
@@ -117,22 +117,14 @@ static __device__ void qx_round_block(const __nv_bfloat16 *x, int64_t cols, int 
  * the next step (maybe the next row's first) are issued before the current
  * one is computed. */
 typedef struct {
-    int64_t row;
-    int step;
+    int row, step;
 } QxItem;
 
-static __device__ __forceinline__ QxItem qx_next(QxItem it, int steps, int64_t warps) {
+static __device__ __forceinline__ QxItem qx_next(QxItem it, int steps, int warps) {
     if (++it.step == steps) it.step = 0, it.row += warps;
     return it;
 }
 
-/* The weight row and step of an item: steps S.. of a GLU row are its up row's, `rows` further. */
-static __device__ __forceinline__ QxItem qx_phys(QxItem it, int S, int64_t rows) {
-    QxItem p = {it.step < S ? it.row : it.row + rows, it.step < S ? it.step : it.step - S};
-    return p;
-}
-
-/* Q4_K: a step is 8 blocks (one x tile); lane = 4 (block of the step) + chunk j. */
 typedef struct {
     uint4 h, a, b;
 } Q4kLoad;
@@ -142,7 +134,7 @@ static __device__ __forceinline__ int qx_steps(const Q4kLoad &, int nblk) { retu
 static __device__ __forceinline__ void qx_load(Q4kLoad &L, const QxWeights &W, QxItem it, int lane) {
     const int b = 8 * it.step + (lane >> 2), j = lane & 3;
     if (b >= W.nblk) return;
-    const uint8_t *p = W.qs + (it.row * W.nblk + b) * 144;
+    const uint8_t *p = W.qs + ((int64_t)it.row * W.nblk + b) * 144;
     L.h = ld_stream(p);
     L.a = ld_stream(p + 16 + 32 * j);
     L.b = ld_stream(p + 32 + 32 * j);
@@ -179,10 +171,10 @@ static __device__ __forceinline__ int qx_steps(const Q8Load &, int nblk) { retur
 static __device__ __forceinline__ void qx_load(Q8Load &L, const QxWeights &W, QxItem it, int lane) {
     const int b = 32 * it.step + lane;
     if (b >= W.nblk) return;
-    const uint8_t *p = W.qs + (it.row * W.nblk + b) * 32;
+    const uint8_t *p = W.qs + ((int64_t)it.row * W.nblk + b) * 32;
     L.a = ld_stream(p);
     L.b = ld_stream(p + 16);
-    L.d = __ldg(W.sc + it.row * W.nblk + b);
+    L.d = __ldg(W.sc + (int64_t)it.row * W.nblk + b);
 }
 
 static __device__ __forceinline__ float qx_compute(const Q8Load &L, const QxPlanes &x, const QxWeights &W, int step,
@@ -201,64 +193,95 @@ static __device__ __forceinline__ float qx_compute(const Q8Load &L, const QxPlan
 static __device__ __forceinline__ int qx_k(const Q4kLoad &) { return 4; }
 static __device__ __forceinline__ int qx_k(const Q8Load &) { return 2; }
 
+/* The first steps of a warp's first row into L2 before pdl_wait (the
+ * register loads take only the first step): a short row's later steps then
+ * come from L2 once x is rounded. */
+#define QX_PREFETCH_STEPS 4
+static __device__ __forceinline__ void qx_prefetch(const Q4kLoad &, const QxWeights &W, int64_t row, int lane) {
+    prefetch_l2_span(W.qs + row * W.nblk * 144, (int64_t)W.nblk * 144, QX_PREFETCH_STEPS * 8 * 144, lane);
+}
+static __device__ __forceinline__ void qx_prefetch(const Q8Load &, const QxWeights &W, int64_t row, int lane) {
+    prefetch_l2_span(W.qs + row * W.nblk * 32, (int64_t)W.nblk * 32, QX_PREFETCH_STEPS * 32 * 32, lane);
+}
+
 /* A warp walks its rows' steps in order (Load: the type's registers of a
  * step); the next step's loads are issued before the current one is
- * computed, the first before pdl_wait (the weights are constant). GLU: a
- * row's steps are those of its gate row, then its up row (F rows below),
- * and the warp stores the activation of the two sums. */
+ * computed, the first before pdl_wait (the weights are constant).
+ * GLU: warps go in pairs (even: gate rows, odd: the up rows F below), a
+ * pair taking the rows a warp would, so the work spreads as evenly as
+ * without the fusion (whole gate+up rows per warp were 8 rows' time where
+ * the plain GEMV took 7: measured 2.4% slower per 8B decode step); each
+ * warp keeps its sums in shared memory (sums_per_warp of them) and after a
+ * barrier the gate warp stores act(gate, up). */
 template <typename Load, bool GLU>
 __global__ void __launch_bounds__(QX_THREADS) kernel_gemv_x8(QxWeights W, const __nv_bfloat16 *xg, int64_t cols,
-                                                            GemvOut out, QxGlu glu) {
+                                                            GemvOut out, QxGlu glu, int sums_per_warp) {
     extern __shared__ __align__(16) char qx_smem[];
-    const int lane = threadIdx.x & 31;
-    const int64_t warps = (int64_t)gridDim.x * QX_WARPS, w = (int64_t)blockIdx.x * QX_WARPS + threadIdx.x / 32;
+    const int lane = threadIdx.x & 31, wib = threadIdx.x / 32;
+    const int warps = gridDim.x * QX_WARPS, w = blockIdx.x * QX_WARPS + wib, rows = (int)W.rows;
+    const int stride = GLU ? warps / 2 : warps, first = GLU ? w / 2 : w, off = GLU && (w & 1) ? rows : 0;
     Load cur, nxt;
-    const int S = qx_steps(cur, W.nblk), steps = GLU ? 2 * S : S; /* a row's steps */
-    const int64_t n_items = w < W.rows ? (W.rows - w + warps - 1) / warps * steps : 0;
-    QxItem it = {w, 0};
-    if (n_items > 0) qx_load(cur, W, qx_phys(it, S, W.rows), lane);
+    const int S = qx_steps(cur, W.nblk);
+    const int n_rows = first < rows ? (rows - first + stride - 1) / stride : 0, n_items = n_rows * S;
+    QxItem it = {first, 0};
+    if (n_items > 0) {
+        qx_prefetch(cur, W, first + off, lane);
+        qx_load(cur, W, QxItem{first + off, 0}, lane);
+    }
     pdl_wait();
     const QxPlanes x = qx_planes(qx_smem, cols);
     qx_round_block(xg, cols, qx_k(cur), x);
     __syncthreads();
     pdl_launch_dependents();
-    float acc = 0.f, gate = 0.f;
-    for (int64_t i = 0; i < n_items; i++) {
-        const QxItem nx = qx_next(it, steps, warps);
-        if (i + 1 < n_items) qx_load(nxt, W, qx_phys(nx, S, W.rows), lane);
-        acc += qx_compute(cur, x, W, it.step % S, lane);
-        if (GLU && it.step == S - 1) gate = warp_sum(acc), acc = 0.f;
-        if (it.step == steps - 1) {
+    float acc = 0.f;
+    for (int i = 0; i < n_items; i++) {
+        const QxItem nx = qx_next(it, S, stride);
+        if (i + 1 < n_items) qx_load(nxt, W, QxItem{nx.row + off, nx.step}, lane);
+        acc += qx_compute(cur, x, W, it.step, lane);
+        if (it.step == S - 1) {
             acc = warp_sum(acc);
-            if (lane == 0 && GLU)
-                glu.out[it.row] = __float2bfloat16_rn(act_glu(gate + (glu.bg ? glu.bg[it.row] : 0.f),
-                                                              acc + (glu.bu ? glu.bu[it.row] : 0.f), glu.act, glu.limit));
+            if (lane == 0 && GLU) ((float *)(qx_smem + qx_smem_bytes(cols)))[wib * sums_per_warp + i / S] = acc;
             else if (lane == 0) gemv_out_store(out, 0, it.row, acc);
             acc = 0.f;
         }
         cur = nxt;
         it = nx;
     }
+    if (!GLU) return;
+    __syncthreads();
+    if (w & 1) return;
+    const float *sums = (const float *)(qx_smem + qx_smem_bytes(cols)) + wib * sums_per_warp;
+    for (int k = lane; k < n_rows; k += 32) {
+        const int r = first + k * stride;
+        const float g = sums[k] + (glu.bg ? glu.bg[r] : 0.f), u = sums[sums_per_warp + k] + (glu.bu ? glu.bu[r] : 0.f);
+        glu.out[r] = __float2bfloat16_rn(act_glu(g, u, glu.act, glu.limit));
+    }
 }
 
 /* One block per SM (fewer if the rows are fewer): warps then take several
- * rows each, pipelined across them. */
+ * rows each, pipelined across them. GLU: twice the warps for the rows, and
+ * room for each warp's sums after x (sized for a block per SM; a smaller
+ * grid needs fewer). */
 template <typename Load, bool GLU>
 static int qx_launch(const QxWeights &W, const void *x, int64_t cols, const GemvOut &out, const QxGlu &glu,
                      cudaStream_t s, Err *err) {
     int dev = 0, sms = 0, per_sm = 0;
-    const size_t smem = qx_smem_bytes(cols);
     auto kernel = kernel_gemv_x8<Load, GLU>;
     CUDA_CHECK(cudaGetDevice(&dev), err);
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), err);
+    const int64_t want = ((GLU ? 2 : 1) * W.rows + QX_WARPS - 1) / QX_WARPS; /* blocks for a warp per row */
+    const int64_t pairs = (want < sms ? want : sms) * QX_WARPS / 2;
+    const int sums_per_warp = GLU ? (int)((W.rows + pairs - 1) / pairs) : 0;
+    const size_t smem = qx_smem_bytes(cols) + (size_t)QX_WARPS * sums_per_warp * sizeof(float);
+    if (smem > 200 * 1024)
+        return err_set(err, "quant_gemv v5: %lld columns, %lld rows: too big a block", (long long)cols, (long long)W.rows);
     if (smem > 48 * 1024)
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), err);
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, QX_THREADS, smem), err);
     if (per_sm < 1) return err_set(err, "quant_gemv v5: %lld columns do not fit a block", (long long)cols);
-    int64_t blocks = (W.rows + QX_WARPS - 1) / QX_WARPS, fit = (int64_t)sms * per_sm;
-    if (blocks > fit) blocks = fit;
+    const int64_t fit = (int64_t)sms * per_sm, blocks = want < fit ? want : fit; /* >= the blocks sums assumed */
     CUDA_CHECK(launch_pdl(kernel, dim3((unsigned)blocks), dim3(QX_THREADS), smem, s, W, (const __nv_bfloat16 *)x, cols,
-                          out, glu), err);
+                          out, glu, sums_per_warp), err);
     return 0;
 }
 
@@ -272,6 +295,7 @@ static int qx_check(const QuantMatrix *W, const void *x, int T, Err *err) {
                        dtype_info(W->type)->name, (long long)W->cols, QX_MAX_COLS);
     if (T != 1) return err_set(err, "quant_gemv v5: %d rows of x (one row only)", T);
     if ((uintptr_t)x % 16) return err_set(err, "quant_gemv v5: x not 16-byte aligned");
+    if (W->rows > (1 << 24)) return err_set(err, "quant_gemv v5: %lld rows (at most 2^24)", (long long)W->rows);
     return 0;
 }
 
@@ -287,24 +311,6 @@ int quant_gemv_x8(const QuantMatrix *W, const void *x, const GemvOut *out, int T
     const QxGlu none = {NULL, NULL, NULL, ACT_SILU, 0.f};
     return W->type == DT_Q4_K ? qx_launch<Q4kLoad, false>(w, x, W->cols, *out, none, s, err)
                               : qx_launch<Q8Load, false>(w, x, W->cols, *out, none, s, err);
-}
-
-/* Whether the fused GLU is worth it: its warps take whole gate+up pairs
- * (2 rows' work each), so with F rows over the resident warps it finishes after
- * 2 ceil(F / warps) rows' time; unfused, ceil(2F / warps), plus the GLU
- * kernel. Measured (8B, F = 14336 over 4224 warps: 8 vs 7): fused 2.4%
- * slower per decode step. */
-bool quant_gemv_x8_glu_pays(const QuantMatrix *W) {
-    int dev = 0, sms = 0, per_sm = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-        return false;
-    auto kernel = W->type == DT_Q4_K ? kernel_gemv_x8<Q4kLoad, true> : kernel_gemv_x8<Q8Load, true>;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, QX_THREADS, qx_smem_bytes(W->cols)) !=
-            cudaSuccess || per_sm < 1)
-        return false;
-    const int64_t warps = (int64_t)sms * per_sm * QX_WARPS, F = W->rows / 2;
-    return 2 * ((F + warps - 1) / warps) <= (2 * F + warps - 1) / warps;
 }
 
 int quant_gemv_x8_glu(const QuantMatrix *W, const void *x, void *out, const float *bg, const float *bu, Activation act,

@@ -397,10 +397,11 @@ static void test_parts(void) {
  * 1e-2 of the norm) and NaN-poisoned first. */
 static void test_glu(void) {
     const DType types[] = {DT_Q4_K, DT_Q8_0};
-    const int64_t F = 700, cols = 2304;
-    for (int i = 0; i < 2; i++) {
+    const int64_t shapes[2][2] = {{700, 2304}, {9001, 512}}; /* F, cols; the second: several rows per warp pair */
+    for (int i = 0; i < 4; i++) {
         Mat M;
-        if (mat_build(&M, types[i], 2 * F, cols)) continue;
+        const int64_t F = shapes[i / 2][0], cols = shapes[i / 2][1];
+        if (mat_build(&M, types[i % 2], 2 * F, cols)) continue;
         float *w = malloc((size_t)2 * F * cols * sizeof *w), *x = malloc(cols * sizeof *x), *b = malloc(2 * F * sizeof *b);
         float *g = malloc(F * sizeof *g), *u = malloc(F * sizeof *u), *ref = malloc(F * sizeof *ref);
         uint16_t *xb = malloc(cols * 2), *y = malloc(F * 2);
@@ -433,8 +434,8 @@ static void test_glu(void) {
                     if (!isfinite(v)) bad++;
                     num += (v - ref[r]) * (v - ref[r]), den += (double)ref[r] * ref[r];
                 }
-                CHECK(!r2 && bad == 0 && den > 0 && num <= 1e-4 * den, "%s GLU act %d bias %d: %lld unwritten, rel err %.3g",
-                      dtype_info(M.type)->name, act, with_b, (long long)bad, sqrt(num / den));
+                CHECK(!r2 && bad == 0 && den > 0 && num <= 1e-4 * den, "%s GLU F %lld act %d bias %d: %lld unwritten, rel err %.3g",
+                      dtype_info(M.type)->name, (long long)F, act, with_b, (long long)bad, sqrt(num / den));
             }
         Err err = {{0}};
         QuantMatrix odd = M.m;
