@@ -193,17 +193,6 @@ static __device__ __forceinline__ float qx_compute(const Q8Load &L, const QxPlan
 static __device__ __forceinline__ int qx_k(const Q4kLoad &) { return 4; }
 static __device__ __forceinline__ int qx_k(const Q8Load &) { return 2; }
 
-/* The first steps of a warp's first row into L2 before pdl_wait (the
- * register loads take only the first step): a short row's later steps then
- * come from L2 once x is rounded. */
-#define QX_PREFETCH_STEPS 4
-static __device__ __forceinline__ void qx_prefetch(const Q4kLoad &, const QxWeights &W, int64_t row, int lane) {
-    prefetch_l2_span(W.qs + row * W.nblk * 144, (int64_t)W.nblk * 144, QX_PREFETCH_STEPS * 8 * 144, lane);
-}
-static __device__ __forceinline__ void qx_prefetch(const Q8Load &, const QxWeights &W, int64_t row, int lane) {
-    prefetch_l2_span(W.qs + row * W.nblk * 32, (int64_t)W.nblk * 32, QX_PREFETCH_STEPS * 32 * 32, lane);
-}
-
 /* A warp walks its rows' steps in order (Load: the type's registers of a
  * step); the next step's loads are issued before the current one is
  * computed, the first before pdl_wait (the weights are constant).
@@ -224,10 +213,7 @@ __global__ void __launch_bounds__(QX_THREADS) kernel_gemv_x8(QxWeights W, const 
     const int S = qx_steps(cur, W.nblk);
     const int n_rows = first < rows ? (rows - first + stride - 1) / stride : 0, n_items = n_rows * S;
     QxItem it = {first, 0};
-    if (n_items > 0) {
-        qx_prefetch(cur, W, first + off, lane);
-        qx_load(cur, W, QxItem{first + off, 0}, lane);
-    }
+    if (n_items > 0) qx_load(cur, W, QxItem{first + off, 0}, lane);
     pdl_wait();
     const QxPlanes x = qx_planes(qx_smem, cols);
     qx_round_block(xg, cols, qx_k(cur), x);
