@@ -71,9 +71,10 @@ int quant_gemv(const QuantMatrix *W, const void *x, bool x_f32, void *y, bool y_
  * in flight, sum-then-scale; rows per warp 1, 2 or 4, 0 = the default) or 3
  * (tensor cores, quant_gemv_mma: where quant_gemv_mma_supported, else an
  * error) or 4 (int8 tensor cores on x rounded to two int8 terms,
- * likewise); version 0 = the default: 3 where supported for Q4_K, and for
- * Q8_0 from T = 2 or on big matrices (at T = 1 v2 streams small Q8_0
- * matrices faster), else 2. */
+ * likewise) or 5 (dp4a, one bf16 x row: quant_gemv_x8 below); version 0 =
+ * the default: at T = 1, 5 for Q4_K and for Q8_0 from 16384 rows; else 3
+ * where supported for Q4_K, and for Q8_0 from T = 2 or on big matrices;
+ * else 2 (kernels/NOTES.md, "v3 measured" and "v5"). */
 int quant_gemv_variant(const QuantMatrix *W, const void *x, bool x_f32, void *y, bool y_f32, const float *bias,
                        int T, int version, int rows_per_warp, cudaStream_t s, Err *err);
 

@@ -155,8 +155,8 @@ if [ "${QUANT_8B:-1}" != 0 ]; then
         [ -f "$QDIR/l8-$t.gguf" ] || "$BIN/cllm" quantize "$QDIR/l8-bf16.gguf" "$QDIR/l8-$t.gguf" --type $t > /dev/null
     done
     run_check quant_forward_8b "$BIN/test_quant_forward" --positions 256 "$QDIR/l8-q8_0.gguf" "$QDIR/l8-q4_k.gguf"
-    # the same through the scalar GEMV (quant_gemv version 2; the default is the
-    # tensor-core version 3 for Q4_K, and for Q8_0 above one row) at every decode step
+    # the same through the scalar GEMV (quant_gemv version 2; the default is the dp4a
+    # version 5 at one row, the tensor-core version 3 above) at every decode step
     run_check quant_forward_8b_v2 env CLLM_QUANT_GEMV=2 "$BIN/test_quant_forward" --positions 256 \
         "$QDIR/l8-q8_0.gguf" "$QDIR/l8-q4_k.gguf"
 fi
