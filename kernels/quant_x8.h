@@ -37,30 +37,25 @@
 #ifndef CLLM_QUANT_X8_H
 #define CLLM_QUANT_X8_H
 
+#include <stdbool.h>
+
 #include "kernels/quant_mma.h"
 
 #define QX_GROUP 32 /* x values per rounding group */
 
-/* c + the sum of the 4 byte products, a's bytes unsigned, b's signed. */
-QM_FN int qx_dp4a_us(uint32_t a, uint32_t b, int c) {
+/* c + the sum of the 4 byte products; b's bytes signed, a's signed or
+ * (a_signed false) unsigned. a_signed is a constant at every call. */
+QM_FN int qx_dp4a(uint32_t a, uint32_t b, int c, bool a_signed) {
 #ifdef __CUDA_ARCH__
     int r;
-    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    if (a_signed) asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    else asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
     return r;
 #else
-    for (int k = 0; k < 4; k++) c += (int)((a >> (8 * k)) & 0xffu) * (int)(int8_t)(uint8_t)(b >> (8 * k));
-    return c;
-#endif
-}
-
-/* the same with both signed */
-QM_FN int qx_dp4a_ss(uint32_t a, uint32_t b, int c) {
-#ifdef __CUDA_ARCH__
-    int r;
-    asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
-    return r;
-#else
-    for (int k = 0; k < 4; k++) c += (int)(int8_t)(uint8_t)(a >> (8 * k)) * (int)(int8_t)(uint8_t)(b >> (8 * k));
+    for (int k = 0; k < 4; k++) {
+        int ak = a_signed ? (int)(int8_t)(uint8_t)(a >> (8 * k)) : (int)((a >> (8 * k)) & 0xffu);
+        c += ak * (int)(int8_t)(uint8_t)(b >> (8 * k));
+    }
     return c;
 #endif
 }
@@ -117,10 +112,10 @@ QM_FN float qx_q4k_chunk(const uint32_t q[8], const uint32_t hdr[4], int j, cons
     int a1 = 0, a2 = 0, b1 = 0, b2 = 0;
     for (int i = 0; i < 8; i++) {
         uint32_t lo = q[i] & 0x0f0f0f0fu, hi = q[i] & 0xf0f0f0f0u;
-        a1 = qx_dp4a_us(lo, x1[i], a1);
-        a2 = qx_dp4a_us(lo, x2[i], a2);
-        b1 = qx_dp4a_us(hi, x1[8 + i], b1);
-        b2 = qx_dp4a_us(hi, x2[8 + i], b2);
+        a1 = qx_dp4a(lo, x1[i], a1, false);
+        a2 = qx_dp4a(lo, x2[i], a2, false);
+        b1 = qx_dp4a(hi, x1[8 + i], b1, false);
+        b2 = qx_dp4a(hi, x2[8 + i], b2, false);
     }
     float mul[2], mn[2];
     qx_q4k_scales(hdr, j, mul, mn);
@@ -134,8 +129,8 @@ QM_FN float qx_q4k_chunk(const uint32_t q[8], const uint32_t hdr[4], int j, cons
 QM_FN float qx_q8_block(const uint32_t q[8], float d, const uint32_t x1[8], const uint32_t x2[8], float dxs) {
     int a1 = 0, a2 = 0;
     for (int i = 0; i < 8; i++) {
-        a1 = qx_dp4a_ss(q[i], x1[i], a1);
-        a2 = qx_dp4a_ss(q[i], x2[i], a2);
+        a1 = qx_dp4a(q[i], x1[i], a1, true);
+        a2 = qx_dp4a(q[i], x2[i], a2, true);
     }
     return (d * dxs) * (float)(128 * a1 + a2);
 }

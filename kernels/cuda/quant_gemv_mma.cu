@@ -31,6 +31,7 @@
 #include "kernels/cuda/gemv_out.cuh"
 #include "kernels/cuda/quant.cuh"
 #include "kernels/cuda/quant_layout.cuh"
+#include "kernels/cuda/round_x8.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/tensor_core.cuh"
 #include "kernels/quant_mma.h"
@@ -273,21 +274,9 @@ static __device__ __forceinline__ void qm_stage_x_i8(uint8_t *xs, int lane) {
         uint8_t *row = xs + t * QM_X_STRIDE;
         uint4 v = *reinterpret_cast<const uint4 *>(row + 16 * lane);
         const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-        float f[8], amax = 0.f;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            float2 p = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&w[i]));
-            f[2 * i] = p.x, f[2 * i + 1] = p.y;
-            amax = fmaxf(amax, fmaxf(fabsf(p.x), fabsf(p.y)));
-        }
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-        const float inv = qm_i8_inv(amax), dx = qm_i8_scale(amax);
-        int q[8], r[8], sum = 0;
-#pragma unroll
-        for (int i = 0; i < 8; i++) qm_i8_split(f[i], inv, dx, &q[i], &r[i]), sum += 128 * q[i] + r[i];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        int q[8], r[8];
+        float dx;
+        const int sum = x8_round_lane8(w, q, r, &dx);
         __syncwarp(); /* every lane has read row t before any code overwrites it */
         *reinterpret_cast<uint2 *>(row + 8 * lane) =
             make_uint2(qm_i8_pack(q[0], q[1], q[2], q[3]), qm_i8_pack(q[4], q[5], q[6], q[7]));

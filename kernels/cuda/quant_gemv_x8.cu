@@ -21,6 +21,7 @@
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/quant.cuh"
 #include "kernels/cuda/quant_layout.cuh"
+#include "kernels/cuda/round_x8.cuh"
 #include "kernels/quant_x8.h"
 
 #ifndef QX_THREADS
@@ -85,22 +86,11 @@ static __device__ void qx_round_block(const __nv_bfloat16 *x, int64_t cols, int 
     const int64_t n8 = cols / 8;
     for (int64_t c8 = threadIdx.x; c8 - lane < n8; c8 += blockDim.x) {
         const bool in = c8 < n8;
-        float v[8], amax = 0.f;
         const uint4 raw = in ? *(const uint4 *)(x + 8 * c8) : make_uint4(0, 0, 0, 0);
         const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            v[2 * i] = __uint_as_float(w[i] << 16), v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-            amax = fmaxf(amax, fmaxf(fabsf(v[2 * i]), fabsf(v[2 * i + 1])));
-        }
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-        const float inv = qm_i8_inv(amax), dx = qm_i8_scale(amax);
-        int a[8], b[8], s = 0;
-#pragma unroll
-        for (int i = 0; i < 8; i++) qm_i8_split(v[i], inv, dx, &a[i], &b[i]), s += 128 * a[i] + b[i];
-        s += __shfl_xor_sync(0xffffffffu, s, 1);
-        s += __shfl_xor_sync(0xffffffffu, s, 2);
+        int a[8], b[8];
+        float dx;
+        const int s = x8_round_lane8(w, a, b, &dx);
         if (!in) continue;
         const int64_t o = qx_x_offset(K, 8 * c8);
         *(uint2 *)(p.q1 + o) = make_uint2(qm_i8_pack(a[0], a[1], a[2], a[3]), qm_i8_pack(a[4], a[5], a[6], a[7]));
