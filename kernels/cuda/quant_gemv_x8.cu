@@ -69,11 +69,14 @@ static __device__ __forceinline__ float warp_sum(float v) {
 static __host__ __device__ int64_t qx_padded(int64_t cols) {
     return (cols + QX_TILE_VALUES - 1) / QX_TILE_VALUES * QX_TILE_VALUES;
 }
-static __host__ __device__ size_t qx_smem_bytes(int64_t cols) { return 2 * (size_t)qx_padded(cols) + 2 * (size_t)(cols / QX_GROUP) * 4; }
+static __host__ __device__ size_t qx_smem_bytes(int64_t cols) {
+    return 2 * (size_t)qx_padded(cols) + 2 * (size_t)(cols / QX_GROUP) * 4;
+}
 
 static __device__ QxPlanes qx_planes(char *smem, int64_t cols) {
     const int64_t pad = qx_padded(cols);
-    QxPlanes p = {(int8_t *)smem, (int8_t *)smem + pad, (float *)(smem + 2 * pad), (float *)(smem + 2 * pad) + cols / QX_GROUP};
+    float *f = (float *)(smem + 2 * pad);
+    QxPlanes p = {(int8_t *)smem, (int8_t *)smem + pad, f, f + cols / QX_GROUP};
     return p;
 }
 
