@@ -330,6 +330,10 @@ static void test_refused(void) {
     CHECK(quant_gemv_x8(&q4k, NULL, &none, 2, 0, &err) == -1 && strstr(err.msg, "one row"), "'%s'", err.msg);
     CHECK(quant_gemv_variant(&q4k, NULL, true, NULL, false, NULL, 1, 5, 0, 0, &err) == -1 && strstr(err.msg, "bf16"),
           "'%s'", err.msg);
+    CHECK(!quant_gemv_x8_supported(DT_Q8_0, 65536 + 32), "v5 with x wider than its shared memory");
+    CHECK(quant_gemv_x8(&q4k, (void *)8, &none, 1, 0, &err) == -1 && strstr(err.msg, "aligned"), "'%s'", err.msg);
+    QuantMatrix tall = {DT_Q8_0, (int64_t)1 << 25, 32, NULL, NULL};
+    CHECK(quant_gemv_x8(&tall, NULL, &none, 1, 0, &err) == -1 && strstr(err.msg, "2^24"), "'%s'", err.msg);
     for (int t = 0; t < DT_COUNT; t++) /* the stage plan sizes matrices by the same list */
         CHECK(quant_type_supported((DType)t) == dtype_gpu_keeps_blocks((DType)t), "type %d: lists disagree", t);
 }
