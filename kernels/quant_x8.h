@@ -6,8 +6,8 @@
  * Why: at batch 1 the tensor-core kernels (v3, v4) issue ~650 warp
  * instructions per 4096 Q4_K weights (ncu), more issue time than the 2.3 KB
  * of those weights take to stream at 4.26 TB/s on the short matrices; they
- * are issue-bound at 30-50% of the bandwidth. Here x is rounded once per step
- * (a small kernel before the GEMV), so a weight word costs one AND and two
+ * are issue-bound at 30-50% of the bandwidth. Here x is rounded once per
+ * block (into shared memory, before the rows), so a weight word costs one AND and two
  * dp4a (one per int8 term of x) and a lane's 64 Q4_K weights ~100
  * instructions with the scales: ~200 warp instructions per 4096 weights.
  *
@@ -72,7 +72,7 @@ QM_FN int64_t qx_x_offset(int K, int64_t i) {
 }
 
 /* Rounds one group of 32 x values: the two int8 terms, dxs and sx as the
- * kernel stores them (the CPU version of kernel_round_x8). */
+ * kernel stores them (the CPU version of qx_round_block in quant_gemv_x8.cu). */
 static inline void qx_round_group(const float x[QX_GROUP], int8_t q1[QX_GROUP], int8_t q2[QX_GROUP], float *dxs,
                                   float *sx) {
     float amax = 0.f;

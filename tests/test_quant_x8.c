@@ -2,7 +2,7 @@
  * (kernels/quant_x8.h, used by kernels/cuda/quant_gemv_x8.cu, "version 5")
  * on the CPU.
  *
- * x is rounded group by group with qx_round_group (what kernel_round_x8
+ * x is rounded group by group with qx_round_group (what qx_round_block
  * stores) and laid out in the tiled order (qx_x_offset: each value lands
  * once, inside the padded plane), then each row's product is replayed lane by lane as the kernel
  * walks it (Q4_K: lane 4 s + j takes chunk j of blocks s, s + 8, ...; Q8_0:
