@@ -106,7 +106,7 @@ typedef struct {
     int n_allocs, cap_allocs;
     bool bf16_weights;           /* every matrix as bf16, quantized ones too (CudaOptions) */
     bool bi;                     /* batch-invariant mode (CudaOptions.batch_invariant) */
-    int qgemv_version;           /* quant_gemv_variant's version: 0 (default) or CLLM_QUANT_GEMV=1..6 (benchmarks) */
+    int qgemv_version;           /* quant_gemv_variant's version: 0 (default) or CLLM_QUANT_GEMV=1..5 (benchmarks) */
     QuantMatrix *qm;             /* [n_layers * LAYER_REFS + 1] quantized matrices (slot of each WeightRef; last: LM head) */
     uint64_t weight_bytes;       /* device bytes of all weights */
     void *qnative;               /* upload only: a matrix's file bytes before repacking */
@@ -262,7 +262,7 @@ static void qgemv(CudaBackend *cb, const bf16 *x, const QuantMatrix *W, const Ge
     Err e = {};
     int v = cb->qgemv_version;
     if ((v == 3 || v == 4) && !quant_gemv_mma_supported(W->type, W->cols, false)) v = 0;
-    if ((v == 5 || v == 6) && (T != 1 || !quant_gemv_x8_supported(W->type, W->cols))) v = 0;
+    if (v == 5 && (T != 1 || !quant_gemv_x8_supported(W->type, W->cols))) v = 0;
     if (quant_gemv_parts(W, x, out, T, v, cb->stream, &e)) quant_fail(cb, &e);
 }
 
@@ -820,9 +820,9 @@ static void cuda_be_gate_up(Backend *be, void *out, const void *x, const LayerWe
     bool anyq = is_quant(&lw->w_gate) || is_quant(&lw->w_up);
     const QuantMatrix *qgu = anyq && lw->w_up.data == lw->w_gate.data ? qm_of(&lw->w_gate) : NULL;
     int v = cb->qgemv_version;
-    if (qgu && T == 1 && !cb->bi && (v == 0 || v == 5 || v == 6) && quant_gemv_x8_supported(qgu->type, qgu->cols)) {
+    if (qgu && T == 1 && !cb->bi && (v == 0 || v == 5) && quant_gemv_x8_supported(qgu->type, qgu->cols)) {
         Err e = {}; /* one row: the dp4a GEMV with the activation fused (no GLU kernel) */
-        if (quant_gemv_x8_glu(qgu, x, out, bg, bu, act, limit, v == 6, cb->stream, &e)) quant_fail(cb, &e);
+        if (quant_gemv_x8_glu(qgu, x, out, bg, bu, act, limit, cb->stream, &e)) quant_fail(cb, &e);
     } else if (qgu) { /* one repacked Wgate|Wup */
         qgemm(cb, cb->scratch, false, (const bf16 *)x, qgu, NULL, T);
         cuda_glu((bf16 *)out, cb->scratch, cb->scratch + F, 2 * F, bg, bu, T, F, act, limit, cb->stream);
@@ -1223,11 +1223,11 @@ extern "C" Backend *backend_cuda_create_opts(const ModelConfig *c, const ModelWe
     cb->bf16_weights = o->bf16_weights;
     cb->bi = o->batch_invariant;
     const char *qv = getenv("CLLM_QUANT_GEMV"); /* compare kernel versions on a whole model without a rebuild */
-    cb->qgemv_version = qv && qv[0] >= '1' && qv[0] <= '6' && !qv[1] ? qv[0] - '0' : 0;
+    cb->qgemv_version = qv && qv[0] >= '1' && qv[0] <= '5' && !qv[1] ? qv[0] - '0' : 0;
     cb->bucket = -1;
     cb->workspace_bytes = (size_t)32 << 20;
     int rc = 0;
-    if (qv && *qv && cb->qgemv_version == 0) rc = err_set(err, "CLLM_QUANT_GEMV '%s': not 1, 2, 3, 4, 5 or 6", qv);
+    if (qv && *qv && cb->qgemv_version == 0) rc = err_set(err, "CLLM_QUANT_GEMV '%s': not 1, 2, 3, 4 or 5", qv);
     cudaError_t e = rc ? cudaSuccess : cudaSetDevice(o->device);
     if (e != cudaSuccess) rc = err_set(err, "cuda: cannot use device %d: %s", o->device, cudaGetErrorString(e));
     if (rc == 0 && o->block_size <= 0) rc = err_set(err, "cuda: block size %d", o->block_size);

@@ -71,8 +71,7 @@ int quant_gemv(const QuantMatrix *W, const void *x, bool x_f32, void *y, bool y_
  * in flight, sum-then-scale; rows per warp 1, 2 or 4, 0 = the default) or 3
  * (tensor cores, quant_gemv_mma: where quant_gemv_mma_supported, else an
  * error) or 4 (int8 tensor cores on x rounded to two int8 terms,
- * likewise) or 5 (dp4a, one bf16 x row: quant_gemv_x8 below) or 6 (5 with
- * the weights through a shared-memory ring); version 0 =
+ * likewise) or 5 (dp4a, one bf16 x row: quant_gemv_x8 below); version 0 =
  * the default: at T = 1, 5 for Q4_K and for Q8_0 from 16384 rows; else 3
  * where supported for Q4_K, and for Q8_0 from T = 2 or on big matrices;
  * else 2 (kernels/NOTES.md, "v3 measured" and "v5"). */
@@ -98,17 +97,14 @@ int quant_gemv_mma(const QuantMatrix *W, const void *x, const GemvOut *out, int 
  * products (dp4a) of the weight codes with those terms; the result is
  * dequantize_row(W) times the rounded x (~15 bits, finer than bf16) up to
  * fp32 rounding. Q4_K and Q8_0, one bf16 x row (the batch-1 decode GEMV). */
-/* ring: version 6, the same sums with Q4_K weights staged through a
- * cp.async ring in shared memory (more loads in flight; Q8_0 and Q4_K too
- * wide for the ring run version 5). */
 bool quant_gemv_x8_supported(DType t, int64_t cols);
-int quant_gemv_x8(const QuantMatrix *W, const void *x, const GemvOut *out, int T, bool ring, cudaStream_t s, Err *err);
+int quant_gemv_x8(const QuantMatrix *W, const void *x, const GemvOut *out, int T, cudaStream_t s, Err *err);
 /* The same for W = Wgate | Wup (2F rows, one repacked matrix) with the gated
  * activation fused: out [F] bf16 = act(x Wgate^T + bg, x Wup^T + bu) as
  * cpu_glu (biases may be NULL); replaces the GEMV and the GLU kernel at
  * batch-1 decode. */
 int quant_gemv_x8_glu(const QuantMatrix *W, const void *x, void *out, const float *bg, const float *bu, Activation act,
-                      float limit, bool ring, cudaStream_t s, Err *err);
+                      float limit, cudaStream_t s, Err *err);
 
 /* dst [n_rows][cols] bf16 = rows row0 .. row0+n_rows-1 of W, bit-exact with
  * dequantize_row (kernels/dtype.c) followed by round-to-nearest-even bf16. */

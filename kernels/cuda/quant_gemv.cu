@@ -523,9 +523,9 @@ static int quant_gemv_out_v(const QuantMatrix *W, const void *x, bool x_f32, con
         version = 5;
     if (version == 0 && quant_gemv_mma_supported(W->type, W->cols, x_f32) && (W->type == DT_Q4_K || T >= 2 || big))
         version = 3;
-    if (version == 5 || version == 6) {
-        if (x_f32) return err_set(err, "quant_gemv v%d: x must be bf16", version);
-        return quant_gemv_x8(W, x, out, T, version == 6, s, err);
+    if (version == 5) {
+        if (x_f32) return err_set(err, "quant_gemv v5: x must be bf16");
+        return quant_gemv_x8(W, x, out, T, s, err);
     }
     if (version == 3 || version == 4) { /* quant_gemv_mma checks the type, the columns and T */
         if (x_f32) return err_set(err, "quant_gemv v%d: x must be bf16", version);

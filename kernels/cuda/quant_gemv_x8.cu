@@ -22,13 +22,11 @@
 #include "kernels/cuda/quant.cuh"
 #include "kernels/cuda/quant_layout.cuh"
 #include "kernels/cuda/round_x8.cuh"
-#include "kernels/cuda/tensor_core.cuh"
 #include "kernels/quant_x8.h"
 
 #define QX_THREADS 1024 /* one block per SM: 64 registers a thread fill the register file */
 #define QX_WARPS (QX_THREADS / 32)
 #define QX_MAX_COLS 65536 /* x rounded in shared memory: 2.25 bytes a value */
-#define QX_MAX_SMEM (200 * 1024)
 
 /* x rounded, in shared memory: q1, q2 [cols padded to a tile] int8 in the
  * tiled order of K pieces per lane (qx_x_offset); dxs, sx [cols / 32] */
@@ -154,31 +152,6 @@ static __device__ __forceinline__ float qx_compute(const Q4kLoad &L, const QxPla
     return qx_q4k_chunk(q, hdr, j, x1, x2, dxs, sx);
 }
 
-/* Version 6 (Q4_K): a warp's steps go through a ring of QX_RING steps in
- * shared memory, filled by cp.async, so QX_RING - 1 steps (~4.5 KB a warp,
- * 147 KB an SM) are in flight where registers hold one (v5 is bound by
- * load latency on rows of a few steps: kernels/NOTES.md "v6"). A step is
- * 8 whole blocks, contiguous in a row: the warp copies it as 72 16-byte
- * pieces, and lane (b, j) reads its block's header and chunk back (144-byte
- * blocks put a quarter-warp's 16-byte reads on distinct banks). */
-#define QX_RING 4
-#define QX_RING_STEP (8 * 144)
-
-static __device__ __forceinline__ void qx_copy_step(uint8_t *slot, const QxWeights &W, QxItem it, int lane) {
-    const int nb = min(8, W.nblk - 8 * it.step);
-    const uint8_t *src = W.qs + ((int64_t)it.row * W.nblk + 8 * it.step) * 144;
-    for (int c = lane; c < 9 * nb; c += 32) cp_async16(smem_u32(slot + 16 * c), src + 16 * c, true);
-}
-
-static __device__ __forceinline__ void qx_slot_load(Q4kLoad &L, const uint8_t *slot, const QxWeights &W, int step,
-                                                    int lane) {
-    const int b = lane >> 2, j = lane & 3;
-    if (8 * step + b >= W.nblk) return;
-    L.h = *(const uint4 *)(slot + 144 * b);
-    L.a = *(const uint4 *)(slot + 144 * b + 16 + 32 * j);
-    L.b = *(const uint4 *)(slot + 144 * b + 32 + 32 * j);
-}
-
 /* Q8_0: a step is 32 blocks (one x tile); lane = block of the step. */
 typedef struct {
     uint4 a, b;
@@ -212,78 +185,52 @@ static __device__ __forceinline__ float qx_compute(const Q8Load &L, const QxPlan
 
 
 /* A warp walks its rows' steps in order (Load: the type's registers of a
- * step). R = 0 (v5): the next step's loads are issued into registers
- * before the current one is computed, the first before pdl_wait (the
- * weights are constant). R > 0 (v6, Q4_K): R - 1 steps are in flight in the
- * warp's ring (the first issued before pdl_wait); step i waits for its
- * group, the warp syncs (its lanes' copies visible, slot i - 1 read by all)
- * and step i + R - 1 goes into slot i - 1.
+ * step); the next step's loads are issued before the current one is
+ * computed, the first before pdl_wait (the weights are constant).
  * GLU: warps go in pairs (even: gate rows, odd: the up rows F below), a
  * pair taking the rows a warp would, so the work spreads as evenly as
  * without the fusion (whole gate+up rows per warp were 8 rows' time where
  * the plain GEMV took 7: measured 2.4% slower per 8B decode step); each
  * warp keeps its sums in shared memory (sums_per_warp of them) and after a
  * barrier the gate warp stores act(gate, up). */
-template <typename Load, bool GLU, int R>
+template <typename Load, bool GLU>
 __global__ void __launch_bounds__(QX_THREADS) kernel_gemv_x8(QxWeights W, const __nv_bfloat16 *xg, int64_t cols,
                                                             GemvOut out, QxGlu glu, int sums_per_warp) {
     extern __shared__ __align__(16) char qx_smem[];
     const int lane = threadIdx.x & 31, wib = threadIdx.x / 32;
     const int warps = gridDim.x * QX_WARPS, w = blockIdx.x * QX_WARPS + wib, rows = (int)W.rows;
     const int stride = GLU ? warps / 2 : warps, first = GLU ? w / 2 : w, off = GLU && (w & 1) ? rows : 0;
-    uint8_t *ring = (uint8_t *)qx_smem + qx_smem_bytes(cols) + (size_t)wib * R * QX_RING_STEP;
-    float *sums = (float *)(qx_smem + qx_smem_bytes(cols) + (size_t)QX_WARPS * R * QX_RING_STEP);
     Load cur, nxt;
     const int S = qx_steps(cur, W.nblk);
     const int n_rows = first < rows ? (rows - first + stride - 1) / stride : 0, n_items = n_rows * S;
-    QxItem it = {first, 0}, ahead = {first, 0};
-    if constexpr (R == 0) {
-        if (n_items > 0) qx_load(cur, W, QxItem{first + off, 0}, lane);
-    } else {
-        if (n_items > 0) qx_copy_step(ring, W, QxItem{first + off, 0}, lane);
-        cp_async_commit();
-        ahead = qx_next(ahead, S, stride);
-    }
+    QxItem it = {first, 0};
+    if (n_items > 0) qx_load(cur, W, QxItem{first + off, 0}, lane);
     pdl_wait();
     const QxPlanes x = qx_planes(qx_smem, cols);
     qx_round_block(xg, cols, qx_k(cur), x);
     __syncthreads();
     pdl_launch_dependents();
-    for (int k = 1; k < R - 1; k++, ahead = qx_next(ahead, S, stride)) {
-        if (k < n_items) qx_copy_step(ring + k * QX_RING_STEP, W, QxItem{ahead.row + off, ahead.step}, lane);
-        cp_async_commit(); /* empty groups keep the wait count uniform */
-    }
     float acc = 0.f;
     for (int i = 0; i < n_items; i++) {
         const QxItem nx = qx_next(it, S, stride);
-        if constexpr (R == 0) {
-            if (i + 1 < n_items) qx_load(nxt, W, QxItem{nx.row + off, nx.step}, lane);
-        } else {
-            cp_async_wait<(R > 1 ? R - 2 : 0)>();
-            __syncwarp();
-            if (i + R - 1 < n_items)
-                qx_copy_step(ring + (i + R - 1) % R * QX_RING_STEP, W, QxItem{ahead.row + off, ahead.step}, lane);
-            cp_async_commit();
-            ahead = qx_next(ahead, S, stride);
-            qx_slot_load(cur, ring + i % R * QX_RING_STEP, W, it.step, lane);
-        }
+        if (i + 1 < n_items) qx_load(nxt, W, QxItem{nx.row + off, nx.step}, lane);
         acc += qx_compute(cur, x, W, it.step, lane);
         if (it.step == S - 1) {
             acc = warp_sum(acc);
-            if (lane == 0 && GLU) sums[wib * sums_per_warp + i / S] = acc;
+            if (lane == 0 && GLU) ((float *)(qx_smem + qx_smem_bytes(cols)))[wib * sums_per_warp + i / S] = acc;
             else if (lane == 0) gemv_out_store(out, 0, it.row, acc);
             acc = 0.f;
         }
-        if (R == 0) cur = nxt;
+        cur = nxt;
         it = nx;
     }
     if (!GLU) return;
     __syncthreads();
     if (w & 1) return;
-    const float *mine = sums + wib * sums_per_warp;
+    const float *sums = (const float *)(qx_smem + qx_smem_bytes(cols)) + wib * sums_per_warp;
     for (int k = lane; k < n_rows; k += 32) {
         const int r = first + k * stride;
-        const float g = mine[k] + (glu.bg ? glu.bg[r] : 0.f), u = mine[sums_per_warp + k] + (glu.bu ? glu.bu[r] : 0.f);
+        const float g = sums[k] + (glu.bg ? glu.bg[r] : 0.f), u = sums[sums_per_warp + k] + (glu.bu ? glu.bu[r] : 0.f);
         glu.out[r] = __float2bfloat16_rn(act_glu(g, u, glu.act, glu.limit));
     }
 }
@@ -291,39 +238,27 @@ __global__ void __launch_bounds__(QX_THREADS) kernel_gemv_x8(QxWeights W, const 
 /* One block per SM (fewer if the rows are fewer): warps then take several
  * rows each, pipelined across them. A block of 1024 threads at 64 registers
  * fills an SM, so no occupancy query is needed (a launch that did not fit
- * would fail, not run short). Shared memory: x rounded, the warps' rings
- * (R > 0), and for GLU each warp's sums. */
-template <typename Load, bool GLU, int R>
+ * would fail, not run short). GLU: twice the warps for the rows, and room
+ * for each warp's sums after x. */
+template <typename Load, bool GLU>
 static int qx_launch(const QxWeights &W, const void *x, int64_t cols, const GemvOut &out, const QxGlu &glu,
                      cudaStream_t s, Err *err) {
     int dev = 0, sms = 0;
-    auto kernel = kernel_gemv_x8<Load, GLU, R>;
+    auto kernel = kernel_gemv_x8<Load, GLU>;
     CUDA_CHECK(cudaGetDevice(&dev), err);
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), err);
     const int64_t want = ((GLU ? 2 : 1) * W.rows + QX_WARPS - 1) / QX_WARPS; /* blocks for a warp per row */
     const int64_t blocks = want < sms ? want : sms;
     const int64_t pairs = blocks * QX_WARPS / 2;
     const int sums_per_warp = GLU ? (int)((W.rows + pairs - 1) / pairs) : 0;
-    const size_t smem = qx_smem_bytes(cols) + (size_t)QX_WARPS * (R * QX_RING_STEP + sums_per_warp * sizeof(float));
-    if (smem > QX_MAX_SMEM)
-        return err_set(err, "quant_gemv v%d: %lld columns, %lld rows: too big a block", R ? 6 : 5, (long long)cols,
-                       (long long)W.rows);
+    const size_t smem = qx_smem_bytes(cols) + (size_t)QX_WARPS * sums_per_warp * sizeof(float);
+    if (smem > 200 * 1024)
+        return err_set(err, "quant_gemv v5: %lld columns, %lld rows: too big a block", (long long)cols, (long long)W.rows);
     if (smem > 48 * 1024)
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), err);
     CUDA_CHECK(launch_pdl(kernel, dim3((unsigned)blocks), dim3(QX_THREADS), smem, s, W, (const __nv_bfloat16 *)x, cols,
                           out, glu, sums_per_warp), err);
     return 0;
-}
-
-/* v6 where its ring fits beside x (Q4_K up to ~23k columns), else v5. */
-template <bool GLU>
-static int qx_launch_type(const QuantMatrix *M, const QxWeights &w, const void *x, bool ring, const GemvOut &out,
-                          const QxGlu &glu, cudaStream_t s, Err *err) {
-    if (M->type == DT_Q8_0) return qx_launch<Q8Load, GLU, 0>(w, x, M->cols, out, glu, s, err);
-    const size_t ring_bytes = (size_t)QX_WARPS * QX_RING * QX_RING_STEP + (GLU ? 16 * 1024 : 0);
-    if (ring && qx_smem_bytes(M->cols) + ring_bytes <= QX_MAX_SMEM)
-        return qx_launch<Q4kLoad, GLU, QX_RING>(w, x, M->cols, out, glu, s, err);
-    return qx_launch<Q4kLoad, GLU, 0>(w, x, M->cols, out, glu, s, err);
 }
 
 bool quant_gemv_x8_supported(DType t, int64_t cols) {
@@ -346,17 +281,21 @@ static QxWeights qx_weights(const QuantMatrix *W, int64_t rows) {
     return w;
 }
 
-int quant_gemv_x8(const QuantMatrix *W, const void *x, const GemvOut *out, int T, bool ring, cudaStream_t s, Err *err) {
+int quant_gemv_x8(const QuantMatrix *W, const void *x, const GemvOut *out, int T, cudaStream_t s, Err *err) {
     if (qx_check(W, x, T, err)) return -1;
+    const QxWeights w = qx_weights(W, W->rows);
     const QxGlu none = {NULL, NULL, NULL, ACT_SILU, 0.f};
-    return qx_launch_type<false>(W, qx_weights(W, W->rows), x, ring, *out, none, s, err);
+    return W->type == DT_Q4_K ? qx_launch<Q4kLoad, false>(w, x, W->cols, *out, none, s, err)
+                              : qx_launch<Q8Load, false>(w, x, W->cols, *out, none, s, err);
 }
 
 int quant_gemv_x8_glu(const QuantMatrix *W, const void *x, void *out, const float *bg, const float *bu, Activation act,
-                      float limit, bool ring, cudaStream_t s, Err *err) {
+                      float limit, cudaStream_t s, Err *err) {
     if (qx_check(W, x, 1, err)) return -1;
     if (W->rows % 2) return err_set(err, "quant_gemv v5 GLU: %lld rows (gate and up: an even count)", (long long)W->rows);
+    const QxWeights w = qx_weights(W, W->rows / 2);
     const QxGlu glu = {(__nv_bfloat16 *)out, bg, bu, act, limit};
-    return qx_launch_type<true>(W, qx_weights(W, W->rows / 2), x, ring, gemv_out_one(NULL, false, NULL, 0), glu, s,
-                                err);
+    const GemvOut none = gemv_out_one(NULL, false, NULL, 0);
+    return W->type == DT_Q4_K ? qx_launch<Q4kLoad, true>(w, x, W->cols, none, glu, s, err)
+                              : qx_launch<Q8Load, true>(w, x, W->cols, none, glu, s, err);
 }

@@ -296,7 +296,7 @@ static void check_shape(const char *name, int C, int H, int KV, int D, int F, in
 static void test_ops_odd_sizes(void) { check_shape("odd", 4095, 3, 1, 64, 1001, 777, 64, true, true, ACT_GELU_TANH); }
 static void test_ops_aligned(void) { check_shape("aligned", 512, 8, 2, 128, 1536, 1000, 64, false, false, ACT_SILU); }
 
-/* A CLLM_QUANT_GEMV other than 1 .. 6 is refused with its value named,
+/* A CLLM_QUANT_GEMV other than 1 .. 5 is refused with its value named,
  * not silently ignored; unset again, the same model opens. */
 static void test_bad_quant_gemv_env(void) {
     Rig r;

@@ -212,14 +212,14 @@ static void gemv_checks(Mat *M, const int *Ts, int nT, const int *Rs, int nR) {
         dequantize_row(M->type, M->native + rows_chk[j] * row_bytes, w + (int64_t)j * M->cols, M->cols);
     double worst = 0, worst_i8_x = 0;
     int n_cases = 0;
-    for (int V = 1; V <= 6; V++)
+    for (int V = 1; V <= 5; V++)
         for (int i = 0; i < nT; i++)
             for (int r = 0; r < nR; r++) {
                 int T = Ts[i], R = Rs[r];
                 bool x_f32 = (T + R + V) % 2, y_bf16 = T == 3 && R == 2, bias = T % 3 == 1;
                 if (V >= 3) { /* tensor cores, dp4a: bf16 x only, no rows-per-warp choice */
                     if (r > 0 || (V < 5 && !quant_gemv_mma_supported(M->type, M->cols, false))) continue;
-                    if (V >= 5 && (T != 1 || !quant_gemv_x8_supported(M->type, M->cols))) continue;
+                    if (V == 5 && (T != 1 || !quant_gemv_x8_supported(M->type, M->cols))) continue;
                     x_f32 = false, y_bf16 = T == 3;
                 }
                 n_cases++;
@@ -234,7 +234,7 @@ static void gemv_checks(Mat *M, const int *Ts, int nT, const int *Rs, int nR) {
     bool mma = quant_gemv_mma_supported(M->type, M->cols, false);
     bool x8 = quant_gemv_x8_supported(M->type, M->cols);
     printf("# gemv %-5s [%5lld][%5lld] %d cases (v1, v2%s%s), worst fp32 rel err %.2e", info->name, (long long)M->rows,
-           (long long)M->cols, n_cases, mma ? ", v3, v4" : "", x8 ? ", v5, v6" : "", worst);
+           (long long)M->cols, n_cases, mma ? ", v3, v4" : "", x8 ? ", v5" : "", worst);
     if (mma || x8) printf("; v4/v5 against the unrounded x (their int8 terms) %.2e", worst_i8_x);
     printf("\n");
     free(w);
@@ -325,14 +325,14 @@ static void test_refused(void) {
               !quant_gemv_x8_supported(DT_Q4_0, 4096) && !quant_gemv_x8_supported(DT_Q4_K, 288),
           "v5 type / column list");
     QuantMatrix q4k = {DT_Q4_K, 16, 4096, NULL, NULL};
-    CHECK(quant_gemv_x8(&q40, NULL, &none, 1, false, 0, &err) == -1 && strstr(err.msg, "v5"), "'%s'", err.msg);
-    CHECK(quant_gemv_x8(&q4k, NULL, &none, 2, true, 0, &err) == -1 && strstr(err.msg, "one row"), "'%s'", err.msg);
+    CHECK(quant_gemv_x8(&q40, NULL, &none, 1, 0, &err) == -1 && strstr(err.msg, "v5"), "'%s'", err.msg);
+    CHECK(quant_gemv_x8(&q4k, NULL, &none, 2, 0, &err) == -1 && strstr(err.msg, "one row"), "'%s'", err.msg);
     CHECK(quant_gemv_variant(&q4k, NULL, true, NULL, false, NULL, 1, 5, 0, 0, &err) == -1 && strstr(err.msg, "bf16"),
           "'%s'", err.msg);
     CHECK(!quant_gemv_x8_supported(DT_Q8_0, 65536 + 32), "v5 with x wider than its shared memory");
-    CHECK(quant_gemv_x8(&q4k, (void *)8, &none, 1, false, 0, &err) == -1 && strstr(err.msg, "aligned"), "'%s'", err.msg);
+    CHECK(quant_gemv_x8(&q4k, (void *)8, &none, 1, 0, &err) == -1 && strstr(err.msg, "aligned"), "'%s'", err.msg);
     QuantMatrix tall = {DT_Q8_0, (int64_t)1 << 25, 32, NULL, NULL};
-    CHECK(quant_gemv_x8(&tall, NULL, &none, 1, true, 0, &err) == -1 && strstr(err.msg, "2^24"), "'%s'", err.msg);
+    CHECK(quant_gemv_x8(&tall, NULL, &none, 1, 0, &err) == -1 && strstr(err.msg, "2^24"), "'%s'", err.msg);
     for (int t = 0; t < DT_COUNT; t++) /* the stage plan sizes matrices by the same list */
         CHECK(quant_type_supported((DType)t) == dtype_gpu_keeps_blocks((DType)t), "type %d: lists disagree", t);
 }
@@ -355,10 +355,10 @@ static void test_parts(void) {
         void *dx = NULL, *dy = NULL, *db = NULL;
         int rc = cudaMalloc(&dx, 3 * cols * 2) || cudaMalloc(&dy, 3 * end[2] * 2) || cudaMalloc(&db, end[2] * 4);
         rc = rc || cudaMemcpy(dx, xb, 3 * cols * 2, cudaMemcpyHostToDevice) || cudaMemcpy(db, b, end[2] * 4, cudaMemcpyHostToDevice);
-        for (int V = 0; !rc && V <= 6; V++)
+        for (int V = 0; !rc && V <= 5; V++)
             for (int T = 1; T <= 3; T += 2) {
                 if (V >= 3 && V <= 4 && !quant_gemv_mma_supported(M.type, cols, false)) continue;
-                if (V >= 5 && (T != 1 || !quant_gemv_x8_supported(M.type, cols))) continue;
+                if (V == 5 && (T != 1 || !quant_gemv_x8_supported(M.type, cols))) continue;
                 Err err = {{0}};
                 /* parts laid out one after the other in dy: [T][384] | [T][128] | [T][128] */
                 uint16_t *p0 = (uint16_t *)dy, *p1 = p0 + T * end[0], *p2 = p1 + T * (end[1] - end[0]);
@@ -415,22 +415,21 @@ static void test_glu(void) {
         void *dx = NULL, *dy = NULL, *db = NULL;
         int rc = cudaMalloc(&dx, cols * 2) || cudaMalloc(&dy, F * 2) || cudaMalloc(&db, 2 * F * 4);
         rc = rc || cudaMemcpy(dx, xb, cols * 2, cudaMemcpyHostToDevice) || cudaMemcpy(db, b, 2 * F * 4, cudaMemcpyHostToDevice);
-        for (int act = 0; !rc && act < 6; act++)
+        for (int act = 0; !rc && act < 3; act++)
             for (int with_b = 0; with_b < 2; with_b++) {
                 Err err = {{0}};
-                const bool ring = act >= 3; /* every activation with v5, then with v6 */
-                float limit = act % 3 == ACT_SWIGLU_OAI ? 7.f : 0.f;
+                float limit = act == ACT_SWIGLU_OAI ? 7.f : 0.f;
                 for (int64_t r = 0; r < 2 * F; r++) {
                     double s = with_b ? b[r] : 0.0;
                     for (int64_t c = 0; c < cols; c++) s += (double)w[r * cols + c] * x[c];
                     if (r < F) g[r] = (float)s; else u[r - F] = (float)s;
                 }
-                cpu_glu(ref, g, u, F, (Activation)(act % 3), limit);
+                cpu_glu(ref, g, u, F, (Activation)act, limit);
                 const float *bg = with_b ? (float *)db : NULL, *bu = with_b ? (float *)db + F : NULL;
                 int r2 = cudaMemset(dy, 0xff, F * 2) ||
-                         quant_gemv_x8_glu(&M.m, dx, dy, bg, bu, (Activation)(act % 3), limit, ring, 0, &err) ||
+                         quant_gemv_x8_glu(&M.m, dx, dy, bg, bu, (Activation)act, limit, 0, &err) ||
                          cudaDeviceSynchronize() || cudaMemcpy(y, dy, F * 2, cudaMemcpyDeviceToHost);
-                CHECK(!r2, "%s GLU v%d act %d: %s", dtype_info(M.type)->name, ring ? 6 : 5, act % 3, err.msg);
+                CHECK(!r2, "%s GLU act %d: %s", dtype_info(M.type)->name, act, err.msg);
                 double num = 0, den = 0;
                 int64_t bad = 0;
                 for (int64_t r = 0; !r2 && r < F; r++) {
@@ -438,14 +437,13 @@ static void test_glu(void) {
                     if (!isfinite(v)) bad++;
                     num += (v - ref[r]) * (v - ref[r]), den += (double)ref[r] * ref[r];
                 }
-                CHECK(!r2 && bad == 0 && den > 0 && num <= 1e-4 * den,
-                      "%s GLU v%d F %lld act %d bias %d: %lld unwritten, rel err %.3g", dtype_info(M.type)->name,
-                      ring ? 6 : 5, (long long)F, act % 3, with_b, (long long)bad, sqrt(num / den));
+                CHECK(!r2 && bad == 0 && den > 0 && num <= 1e-4 * den, "%s GLU F %lld act %d bias %d: %lld unwritten, rel err %.3g",
+                      dtype_info(M.type)->name, (long long)F, act, with_b, (long long)bad, sqrt(num / den));
             }
         Err err = {{0}};
         QuantMatrix odd = M.m;
         odd.rows = 2 * F - 1;
-        CHECK(quant_gemv_x8_glu(&odd, dx, dy, NULL, NULL, ACT_SILU, 0.f, true, 0, &err) == -1 && strstr(err.msg, "even"),
+        CHECK(quant_gemv_x8_glu(&odd, dx, dy, NULL, NULL, ACT_SILU, 0.f, 0, &err) == -1 && strstr(err.msg, "even"),
               "odd GLU rows: '%s'", err.msg);
         cudaFree(dx); cudaFree(dy); cudaFree(db);
         free(w); free(x); free(b); free(g); free(u); free(ref); free(xb); free(y);
@@ -507,13 +505,13 @@ static void time_shape(DType type, int64_t rows, int64_t cols, bool full, void *
     for (int k = 0; k < 4; k++) ok = ok && !mat_build(&c[k], type, rows, cols);
     if (!ok) return;
     double qbytes = (double)rows * (double)dtype_row_bytes(type, cols);
-    for (int V = 1; V <= 6; V++)
+    for (int V = 1; V <= 5; V++)
     for (int R = 0; R <= 4; R = R ? 2 * R : 1) {
         if (V >= 3 && V <= 4 && (R > 0 || !quant_gemv_mma_supported(type, cols, false))) continue;
-        if (V >= 5 && (R > 0 || !quant_gemv_x8_supported(type, cols))) continue;
+        if (V == 5 && (R > 0 || !quant_gemv_x8_supported(type, cols))) continue;
         if (!full && !(V == 2 && R == 0) && V < 3) continue;
         TimeCtx t1 = {x, y, 1, V, R, NULL}, t8 = {x, y, 8, V, R, NULL}, td = {0, 0, 0, V, 0, dst};
-        float u1 = median_us(c, run_gemv, &t1), u8 = V >= 5 ? NAN : median_us(c, run_gemv, &t8); /* v5, v6: T = 1 only */
+        float u1 = median_us(c, run_gemv, &t1), u8 = V == 5 ? NAN : median_us(c, run_gemv, &t8); /* v5: T = 1 only */
         char dq[64] = "";
         if (full && R == 0 && V <= 2) {
             float ud = median_us(c, run_dequant, &td);
