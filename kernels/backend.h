@@ -38,6 +38,17 @@ typedef struct {
     int n_logits;   /* rows gathered for the LM head */
 } StepRows;
 
+/* add_rmsnorm's operands (x += delta; out = rmsnorm(x) * (w + offset)) when
+ * it is handed to the op that reads out (norm_qkv, norm_gate_up). */
+typedef struct {
+    void *x;                /* F32 [T][C] */
+    const void *delta;      /* ACT [T][C], or NULL: none */
+    void *out;              /* ACT [T][C] */
+    const WeightRef *w;
+    int C;
+    float eps, offset;
+} AddNorm;
+
 typedef struct Backend Backend;
 struct Backend {
     const char *name;                 /* "cpu", "cuda:0" */
@@ -79,6 +90,17 @@ struct Backend {
     /* out[T][F] = act(x @ Wgate[mat] + bg) * (x @ Wup[mat] + bu) */
     void (*gate_up)(Backend *be, void *out, const void *x, const LayerWeights *lw, int mat, int T, Activation act,
                     float limit);
+    /* Optional (NULL: add_rmsnorm, then qkv / gate_up on n->out): the two in
+     * one call, so a backend can fold the norm into the product's reading of
+     * x (n->out is then left unwritten: a launch less per sublayer at decode). */
+    void (*norm_qkv)(Backend *be, const AddNorm *n, void *q, void *k, void *v, const LayerWeights *lw, int T);
+    void (*norm_gate_up)(Backend *be, const AddNorm *n, void *out, const LayerWeights *lw, int T, Activation act,
+                         float limit);
+    /* Optional (NULL: never): x[T][rows] (F32) += (in @ W[mat]^T + bias)
+     * rounded to ACT, stored by the matrix product itself, where the backend
+     * can (true); false: nothing done (the caller runs matmul and has the
+     * result added by the next add_rmsnorm). */
+    bool (*matmul_add)(Backend *be, void *x, const void *in, const WeightRef *w, int mat, const WeightRef *bias, int T);
     /* out[T][C] = the mixture-of-experts MLP of x[T][C] (router, top-k, experts). */
     void (*moe)(Backend *be, void *out, const void *x, const LayerWeights *lw, const ModelConfig *c, int T);
     /* dst row i = src row logit_rows[i] of the step (ACT, C wide), i < n */

@@ -68,6 +68,17 @@ static void cpu_be_matmul(Backend *be, void *y, const void *x, const WeightRef *
     cpu_matmul(cpu(be)->tp, y, x, &m, b, T);
 }
 
+/* x += the product (what add_rmsnorm would add later, in the same fp32 op):
+ * the order of the fused ops runs in CI (forward.c's matmul_add branch). */
+static bool cpu_be_matmul_add(Backend *be, void *x, const void *in, const WeightRef *w, int mat, const WeightRef *bias,
+                              int T) {
+    int64_t n = (int64_t)T * w->rows;
+    float *y = cpu_scratch(cpu(be), n);
+    cpu_be_matmul(be, y, in, w, mat, bias, T);
+    cpu_add(x, y, n);
+    return true;
+}
+
 static void cpu_be_add_rmsnorm(Backend *be, void *x, const void *delta, void *out, const WeightRef *w, int T, int C,
                                float eps, float offset) {
     if (delta) cpu_add_rmsnorm(x, delta, out, w->data, T, C, eps, offset);
@@ -219,6 +230,7 @@ Backend *backend_cpu_create_kv(const ModelConfig *c, const ModelWeights *w, int 
         .alloc = cpu_alloc, .release = cpu_release, .begin_step = cpu_begin_step,
         .graph_replay = cpu_graph_replay, .graph_capture = cpu_graph_capture, .embed = cpu_be_embed,
         .add_rmsnorm = cpu_be_add_rmsnorm, .rmsnorm = cpu_be_rmsnorm, .qkv = cpu_be_qkv, .matmul = cpu_be_matmul,
+        .matmul_add = cpu_be_matmul_add,
         .rope_kv_write = cpu_be_rope_kv_write, .attention = cpu_be_attention, .gate_up = cpu_be_gate_up,
         .moe = cpu_be_moe, .gather_rows = cpu_be_gather_rows, .logits = cpu_be_logits, .read = cpu_be_read,
         .write = cpu_be_write, .destroy = cpu_destroy,

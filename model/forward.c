@@ -69,35 +69,74 @@ void forward_free(Forward *fw) {
     memset(fw, 0, sizeof *fw);
 }
 
-/* pending: the previous sublayer's output, added to x here (NULL at layer 0). */
-static void forward_attention_block(Forward *fw, int l, int T, const void *pending) {
+/* x += pending (the previous sublayer's output not yet added; NULL: none),
+ * then rmsnorm with w into xn, read by qkv / gate_up: through norm_qkv /
+ * norm_gate_up where the backend has them (it may fold the norm into the
+ * product). */
+static AddNorm forward_add_norm(Forward *fw, const void *pending, const WeightRef *w) {
+    AddNorm n = {fw->x, pending, fw->xn, w, fw->cfg->dim, fw->cfg->norm_eps, fw->cfg->norm_offset};
+    return n;
+}
+
+static void forward_run_add_norm(Forward *fw, const AddNorm *n, int T) {
+    fw->be->add_rmsnorm(fw->be, n->x, n->delta, n->out, n->w, T, n->C, n->eps, n->offset);
+}
+
+/* A sublayer's output projection: added to x by the product itself where
+ * the backend can (matmul_add; not with a post-norm, nor when may_add is
+ * false), else into proj (post-normed if the layer says so). Returns what is
+ * still to be added to x: NULL or proj. */
+static const void *forward_out_proj(Forward *fw, const void *in, const WeightRef *w, const WeightRef *b,
+                                    const WeightRef *post_norm, bool may_add, int T) {
+    const ModelConfig *c = fw->cfg;
+    Backend *be = fw->be;
+    if (may_add && !post_norm->data && be->matmul_add && be->matmul_add(be, fw->x, in, w, 0, b, T)) return NULL;
+    be->matmul(be, fw->proj, in, w, 0, b, T);
+    if (post_norm->data) be->rmsnorm(be, fw->proj, fw->proj, post_norm, T, c->dim, c->norm_eps, c->norm_offset);
+    return fw->proj;
+}
+
+/* pending: what is still to be added to x (NULL: nothing). Returns the
+ * same for the next sublayer. */
+static const void *forward_attention_block(Forward *fw, int l, int T, const void *pending) {
     const ModelConfig *c = fw->cfg;
     Backend *be = fw->be;
     const LayerWeights *lw = &be->weights->layers[l];
-    be->add_rmsnorm(be, fw->x, pending, fw->xn, &lw->attn_norm, T, c->dim, c->norm_eps, c->norm_offset);
-    be->qkv(be, fw->q, fw->k, fw->v, fw->xn, lw, T);
+    AddNorm n = forward_add_norm(fw, pending, &lw->attn_norm);
+    if (be->norm_qkv) {
+        be->norm_qkv(be, &n, fw->q, fw->k, fw->v, lw, T);
+    } else {
+        forward_run_add_norm(fw, &n, T);
+        be->qkv(be, fw->q, fw->k, fw->v, fw->xn, lw, T);
+    }
     be->rope_kv_write(be, l, fw->q, fw->k, fw->v, T);   /* qk-norm (if any), rope, cache write */
     AttnParams p = {c->n_heads, c->n_kv_heads, c->head_dim_k, c->head_dim_v, c->attn_scale, c->attn_softcap,
                     c->layer_window[l], lw->sinks.data};
     be->attention(be, fw->att, fw->q, l, &p, T);
-    be->matmul(be, fw->proj, fw->att, &lw->wo, 0, &lw->bo, T);
-    if (lw->post_attn_norm.data)
-        be->rmsnorm(be, fw->proj, fw->proj, &lw->post_attn_norm, T, c->dim, c->norm_eps, c->norm_offset);
+    return forward_out_proj(fw, fw->att, &lw->wo, &lw->bo, &lw->post_attn_norm, true, T);
 }
 
-static void forward_mlp_block(Forward *fw, int l, int T) {
+/* may_add false: the output stays in proj (a pipeline stage's last layer
+ * hands x and proj to the next stage). */
+static const void *forward_mlp_block(Forward *fw, int l, int T, const void *pending, bool may_add) {
     const ModelConfig *c = fw->cfg;
     Backend *be = fw->be;
     const LayerWeights *lw = &be->weights->layers[l];
-    be->add_rmsnorm(be, fw->x, fw->proj, fw->xn, &lw->ffn_norm, T, c->dim, c->norm_eps, c->norm_offset);
+    AddNorm n = forward_add_norm(fw, pending, &lw->ffn_norm);
     if (c->n_experts > 0) {
+        forward_run_add_norm(fw, &n, T);
         be->moe(be, fw->proj, fw->xn, lw, c, T);
-    } else {
-        be->gate_up(be, fw->act, fw->xn, lw, 0, T, ACT_OF[c->act], c->act_limit);
-        be->matmul(be, fw->proj, fw->act, &lw->w_down, 0, &lw->b_down, T);
+        if (lw->post_ffn_norm.data)
+            be->rmsnorm(be, fw->proj, fw->proj, &lw->post_ffn_norm, T, c->dim, c->norm_eps, c->norm_offset);
+        return fw->proj;
     }
-    if (lw->post_ffn_norm.data)
-        be->rmsnorm(be, fw->proj, fw->proj, &lw->post_ffn_norm, T, c->dim, c->norm_eps, c->norm_offset);
+    if (be->norm_gate_up) {
+        be->norm_gate_up(be, &n, fw->act, lw, T, ACT_OF[c->act], c->act_limit);
+    } else {
+        forward_run_add_norm(fw, &n, T);
+        be->gate_up(be, fw->act, fw->xn, lw, 0, T, ACT_OF[c->act], c->act_limit);
+    }
+    return forward_out_proj(fw, fw->act, &lw->w_down, &lw->b_down, &lw->post_ffn_norm, may_add, T);
 }
 
 /* The ops of one step over T rows, n_logits of them to the LM head. */
@@ -106,12 +145,13 @@ static void forward_ops(Forward *fw, int T, int n_logits) {
     Backend *be = fw->be;
     const ModelWeights *w = be->weights;
     if (!fw->from_prev) be->embed(be, fw->x, &w->tok_embd, T, c->embed_scale);
+    const void *pending = fw->from_prev ? fw->proj : NULL;
     for (int l = 0; l < c->n_layers; l++) {
-        forward_attention_block(fw, l, T, l > 0 || fw->from_prev ? fw->proj : NULL);
-        forward_mlp_block(fw, l, T);
+        pending = forward_attention_block(fw, l, T, pending);
+        pending = forward_mlp_block(fw, l, T, pending, !(fw->to_next && l == c->n_layers - 1));
     }
     if (n_logits == 0 || fw->to_next) return;
-    be->add_rmsnorm(be, fw->x, fw->proj, fw->xn, &w->output_norm, T, c->dim, c->norm_eps, c->norm_offset);
+    be->add_rmsnorm(be, fw->x, pending, fw->xn, &w->output_norm, T, c->dim, c->norm_eps, c->norm_offset);
     be->gather_rows(be, fw->last, fw->xn, n_logits, c->dim);
     be->logits(be, fw->logits, fw->last, &w->output, n_logits, c->final_softcap);
 }

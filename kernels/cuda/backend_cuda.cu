@@ -752,6 +752,14 @@ static void cuda_be_matmul(Backend *be, void *y, const void *x, const WeightRef 
     wgemm(cb_of(be), y, false, (const bf16 *)x, w, mat, vec_of(bias, mat), T);
 }
 
+/* Where the matrix-vector kernels store q, k, v (+ biases) of Wq|Wk|Wv. */
+static GemvOut qkv_out(void *q, void *k, void *v, const LayerWeights *lw) {
+    const int64_t nq = lw->wq.rows, nk = lw->wk.rows, nv = lw->wv.rows;
+    GemvOut out = {{q, k, v}, {vec_of(&lw->bq, 0), vec_of(&lw->bk, 0), vec_of(&lw->bv, 0)}, {nq, nq + nk, nq + nk + nv},
+                   false, false};
+    return out;
+}
+
 /* One GEMM over the concatenated Wq|Wk|Wv, split (and biased) after. */
 static void cuda_be_qkv(Backend *be, void *q, void *k, void *v, const void *x, const LayerWeights *lw, int T) {
     CudaBackend *cb = cb_of(be);
@@ -763,8 +771,7 @@ static void cuda_be_qkv(Backend *be, void *q, void *k, void *v, const void *x, c
     bool gemv = T <= (qcat ? QUANT_GEMV_MAX_T : GEMV_MAX_T) && !cb->bi;
     if (cb->failed || T <= 0) return;
     if ((qcat || bcat) && gemv) { /* the matrix-vector kernels store q, k, v (+ biases) themselves */
-        GemvOut out = {{q, k, v}, {vec_of(&lw->bq, 0), vec_of(&lw->bk, 0), vec_of(&lw->bv, 0)},
-                       {nq, nq + nk, nq + nk + nv}, false};
+        GemvOut out = qkv_out(q, k, v, lw);
         if (qcat) qgemv(cb, (const bf16 *)x, qm_of(&lw->wq), &out, T);
         else cuda_gemv_parts(&out, Wq, (const bf16 *)x, nq + nk + nv, K, T, cb->stream);
     } else if (qcat || bcat) {
@@ -808,6 +815,14 @@ static void cuda_be_attention(Backend *be, void *out, const void *q, int layer, 
     }
 }
 
+/* Wgate|Wup as the one quantized matrix that the dp4a GEMV with the
+ * activation fused takes at T rows (one), or NULL. */
+static const QuantMatrix *glu_x8_matrix(const CudaBackend *cb, const LayerWeights *lw, int T) {
+    const QuantMatrix *W = is_quant(&lw->w_gate) && lw->w_up.data == lw->w_gate.data ? qm_of(&lw->w_gate) : NULL;
+    int v = cb->qgemv_version;
+    return W && T == 1 && !cb->bi && (v == 0 || v == 5) && quant_gemv_x8_supported(W->type, W->cols) ? W : NULL;
+}
+
 /* Decode: one matrix-vector pass over Wgate|Wup with the activation fused;
  * else one GEMM (two when not concatenated) and the GLU kernel. */
 static void cuda_be_gate_up(Backend *be, void *out, const void *x, const LayerWeights *lw, int mat, int T,
@@ -819,10 +834,9 @@ static void cuda_be_gate_up(Backend *be, void *out, const void *x, const LayerWe
     const float *bg = vec_of(&lw->b_gate, mat), *bu = vec_of(&lw->b_up, mat);
     bool anyq = is_quant(&lw->w_gate) || is_quant(&lw->w_up);
     const QuantMatrix *qgu = anyq && lw->w_up.data == lw->w_gate.data ? qm_of(&lw->w_gate) : NULL;
-    int v = cb->qgemv_version;
-    if (qgu && T == 1 && !cb->bi && (v == 0 || v == 5) && quant_gemv_x8_supported(qgu->type, qgu->cols)) {
+    if (glu_x8_matrix(cb, lw, T)) {
         Err e = {}; /* one row: the dp4a GEMV with the activation fused (no GLU kernel) */
-        if (quant_gemv_x8_glu(qgu, x, out, bg, bu, act, limit, cb->stream, &e)) quant_fail(cb, &e);
+        if (quant_gemv_x8_glu(qgu, x, NULL, out, bg, bu, act, limit, cb->stream, &e)) quant_fail(cb, &e);
     } else if (qgu) { /* one repacked Wgate|Wup */
         qgemm(cb, cb->scratch, false, (const bf16 *)x, qgu, NULL, T);
         cuda_glu((bf16 *)out, cb->scratch, cb->scratch + F, 2 * F, bg, bu, T, F, act, limit, cb->stream);
@@ -842,6 +856,74 @@ static void cuda_be_gate_up(Backend *be, void *out, const void *x, const LayerWe
         gemm(cb, u, false, (const bf16 *)x, Wu, NULL, F, T, K);
         cuda_glu((bf16 *)out, g, u, F, bg, bu, T, F, act, limit, cb->stream);
     }
+}
+
+/* Wq|Wk|Wv as the one quantized matrix that the dp4a GEMV takes at T rows
+ * (by default or as asked: qgemv's choice), or NULL. */
+static const QuantMatrix *qkv_x8_matrix(const CudaBackend *cb, const LayerWeights *lw, int T) {
+    const QuantMatrix *W = is_quant(&lw->wq) && lw->wk.data == lw->wq.data && lw->wv.data == lw->wq.data
+                               ? qm_of(&lw->wq) : NULL;
+    int v = cb->qgemv_version;
+    bool x8 = W && T == 1 && !cb->bi &&
+              (v == 0 ? quant_gemv_picks_x8(W, T) : v == 5 && quant_gemv_x8_supported(W->type, W->cols));
+    return x8 ? W : NULL;
+}
+
+/* add_rmsnorm folded into the dp4a GEMV over W (NULL: not taken): nothing
+ * to add first, the norm as wide as W, rows 16-byte aligned. */
+static bool norm_foldable(const AddNorm *n, const QuantMatrix *W, QxNorm *qn) {
+    if (!W || n->delta || W->cols != n->C || !n->w->data || (uintptr_t)n->x % 16 || (uintptr_t)n->w->data % 16)
+        return false;
+    *qn = QxNorm{(const float *)n->x, (const float *)n->w->data, n->eps, n->offset};
+    return true;
+}
+
+/* At one row with Q|K|V in one dp4a GEMV, that GEMV normalizes x itself
+ * (no add_rmsnorm launch); else add_rmsnorm, then qkv. */
+static void cuda_be_norm_qkv(Backend *be, const AddNorm *n, void *q, void *k, void *v, const LayerWeights *lw,
+                             int T) {
+    CudaBackend *cb = cb_of(be);
+    QxNorm qn;
+    if (cb->failed) return;
+    const QuantMatrix *W = qkv_x8_matrix(cb, lw, T);
+    if (!norm_foldable(n, W, &qn)) {
+        cuda_be_add_rmsnorm(be, n->x, n->delta, n->out, n->w, T, n->C, n->eps, n->offset);
+        cuda_be_qkv(be, q, k, v, n->out, lw, T);
+        return;
+    }
+    GemvOut out = qkv_out(q, k, v, lw);
+    Err e = {};
+    if (quant_gemv_x8(W, NULL, &qn, &out, 1, cb->stream, &e)) quant_fail(cb, &e);
+}
+
+/* The same for Wgate|Wup with the activation fused. */
+static void cuda_be_norm_gate_up(Backend *be, const AddNorm *n, void *out, const LayerWeights *lw, int T,
+                                 Activation act, float limit) {
+    CudaBackend *cb = cb_of(be);
+    QxNorm qn;
+    if (cb->failed) return;
+    const QuantMatrix *W = glu_x8_matrix(cb, lw, T);
+    if (!norm_foldable(n, W, &qn)) {
+        cuda_be_add_rmsnorm(be, n->x, n->delta, n->out, n->w, T, n->C, n->eps, n->offset);
+        cuda_be_gate_up(be, out, n->out, lw, 0, T, act, limit);
+        return;
+    }
+    Err e = {};
+    if (quant_gemv_x8_glu(W, NULL, &qn, out, vec_of(&lw->b_gate, 0), vec_of(&lw->b_up, 0), act, limit, cb->stream,
+                          &e))
+        quant_fail(cb, &e);
+}
+
+/* x += the product, stored by the quantized GEMV itself (up to 8 rows; not
+ * in the batch-invariant mode, whose GEMM route writes a buffer). */
+static bool cuda_be_matmul_add(Backend *be, void *x, const void *in, const WeightRef *w, int mat,
+                               const WeightRef *bias, int T) {
+    CudaBackend *cb = cb_of(be);
+    if (!is_quant(w) || T < 1 || T > QUANT_GEMV_MAX_T || cb->bi) return false;
+    GemvOut out = gemv_out_one(x, true, vec_of(bias, mat), w->rows);
+    out.add = true;
+    if (!cb->failed) qgemv(cb, (const bf16 *)in, qm_of(w), &out, T);
+    return true;
 }
 
 /* Top-k of one token's router logits, then a softmax over those k (as
@@ -1260,6 +1342,9 @@ extern "C" Backend *backend_cuda_create_opts(const ModelConfig *c, const ModelWe
     be->rope_kv_write = cuda_be_rope_kv_write;
     be->attention = cuda_be_attention;
     be->gate_up = cuda_be_gate_up;
+    be->norm_qkv = cuda_be_norm_qkv;
+    be->norm_gate_up = cuda_be_norm_gate_up;
+    be->matmul_add = cuda_be_matmul_add;
     be->moe = cuda_be_moe;
     be->gather_rows = cuda_be_gather_rows;
     be->logits = cuda_be_logits;

@@ -3,7 +3,10 @@
  * a fused Q|K|V matrix, three: rows [0, end[0]) to y[0] as [T][end[0]],
  * [end[0], end[1]) to y[1], [end[1], end[2]) to y[2], each part with its own
  * bias (NULL: none). Why: storing the parts directly replaces the QKV split
- * kernel, a launch per layer at decode. Plain C; the store is CUDA. */
+ * kernel, a launch per layer at decode. With add, the one output is the fp32
+ * residual stream and each value is added to it (one thread per element: the
+ * atomic only spares the load's round trip), which replaces add_rmsnorm's
+ * add. Plain C; the store is CUDA. */
 #ifndef CLLM_GEMV_OUT_CUH
 #define CLLM_GEMV_OUT_CUH
 
@@ -15,11 +18,12 @@ typedef struct {
     const float *bias[3];
     int64_t end[3]; /* end[2] = rows */
     bool f32;       /* fp32 y, else bf16 */
+    bool add;       /* y fp32 (a residual stream): y += the value rounded to bf16 (as a bf16 output later added) */
 } GemvOut;
 
 /* One [T][rows] output. */
 static inline GemvOut gemv_out_one(void *y, bool f32, const float *bias, int64_t rows) {
-    GemvOut o = {{y, y, y}, {bias, NULL, NULL}, {rows, rows, rows}, f32};
+    GemvOut o = {{y, y, y}, {bias, NULL, NULL}, {rows, rows, rows}, f32, false};
     return o;
 }
 
@@ -36,7 +40,8 @@ static __device__ __forceinline__ void gemv_out_store(const GemvOut &o, int t, i
     const int64_t r0 = in0 ? 0 : in1 ? o.end[0] : o.end[1], r = row - r0;
     const int64_t n = (in0 ? o.end[0] : in1 ? o.end[1] : o.end[2]) - r0;
     if (b) v += b[r];
-    if (o.f32) ((float *)y)[t * n + r] = v;
+    if (o.add) atomicAdd((float *)y + t * n + r, __bfloat162float(__float2bfloat16_rn(v))); /* no return: a store */
+    else if (o.f32) ((float *)y)[t * n + r] = v;
     else ((__nv_bfloat16 *)y)[t * n + r] = __float2bfloat16_rn(v);
 }
 #endif

@@ -98,13 +98,23 @@ int quant_gemv_mma(const QuantMatrix *W, const void *x, const GemvOut *out, int 
  * dequantize_row(W) times the rounded x (~15 bits, finer than bf16) up to
  * fp32 rounding. Q4_K and Q8_0, one bf16 x row (the batch-1 decode GEMV). */
 bool quant_gemv_x8_supported(DType t, int64_t cols);
-int quant_gemv_x8(const QuantMatrix *W, const void *x, const GemvOut *out, int T, cudaStream_t s, Err *err);
+/* Whether the default (version 0) takes version 5 for W and T rows of bf16 x. */
+bool quant_gemv_picks_x8(const QuantMatrix *W, int T);
+/* With n, x is not read: each block makes it from the fp32 residual row
+ * n->x [cols] as add_rmsnorm (no delta) would, bf16(x / rms(x) * (w + offset))
+ * (both 16-byte aligned), which saves that kernel at batch-1 decode. */
+typedef struct {
+    const float *x, *w;
+    float eps, offset;
+} QxNorm;
+int quant_gemv_x8(const QuantMatrix *W, const void *x, const QxNorm *n, const GemvOut *out, int T, cudaStream_t s,
+                  Err *err);
 /* The same for W = Wgate | Wup (2F rows, one repacked matrix) with the gated
  * activation fused: out [F] bf16 = act(x Wgate^T + bg, x Wup^T + bu) as
  * cpu_glu (biases may be NULL); replaces the GEMV and the GLU kernel at
  * batch-1 decode. */
-int quant_gemv_x8_glu(const QuantMatrix *W, const void *x, void *out, const float *bg, const float *bu, Activation act,
-                      float limit, cudaStream_t s, Err *err);
+int quant_gemv_x8_glu(const QuantMatrix *W, const void *x, const QxNorm *n, void *out, const float *bg,
+                      const float *bu, Activation act, float limit, cudaStream_t s, Err *err);
 
 /* dst [n_rows][cols] bf16 = rows row0 .. row0+n_rows-1 of W, bit-exact with
  * dequantize_row (kernels/dtype.c) followed by round-to-nearest-even bf16. */

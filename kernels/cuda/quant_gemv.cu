@@ -503,6 +503,10 @@ static int launch_gemv_t(const GemvArgs &a, int T, int version, int R, cudaStrea
     }
 }
 
+bool quant_gemv_picks_x8(const QuantMatrix *W, int T) {
+    return T == 1 && quant_gemv_x8_supported(W->type, W->cols) && (W->type == DT_Q4_K || W->rows >= 16384);
+}
+
 /* quant_gemv_variant with the output as a GemvOut (quant.cuh). */
 static int quant_gemv_out_v(const QuantMatrix *W, const void *x, bool x_f32, const GemvOut *out, int T, int version,
                             int rows_per_warp, cudaStream_t s, Err *err) {
@@ -518,14 +522,12 @@ static int quant_gemv_out_v(const QuantMatrix *W, const void *x, bool x_f32, con
     bool big = W->rows >= 16384 || W->cols >= 8192;
     /* v5 (dp4a) at one row: Q4_K always, Q8_0 on tall matrices (measured: 1-4% faster there, 9-17% slower on
      * 4096-row ones; kernels/NOTES.md "v5") */
-    if (version == 0 && T == 1 && !x_f32 && quant_gemv_x8_supported(W->type, W->cols) &&
-        (W->type == DT_Q4_K || W->rows >= 16384))
-        version = 5;
+    if (version == 0 && !x_f32 && quant_gemv_picks_x8(W, T)) version = 5;
     if (version == 0 && quant_gemv_mma_supported(W->type, W->cols, x_f32) && (W->type == DT_Q4_K || T >= 2 || big))
         version = 3;
     if (version == 5) {
         if (x_f32) return err_set(err, "quant_gemv v5: x must be bf16");
-        return quant_gemv_x8(W, x, out, T, s, err);
+        return quant_gemv_x8(W, x, NULL, out, T, s, err);
     }
     if (version == 3 || version == 4) { /* quant_gemv_mma checks the type, the columns and T */
         if (x_f32) return err_set(err, "quant_gemv v%d: x must be bf16", version);

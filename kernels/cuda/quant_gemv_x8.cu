@@ -78,16 +78,51 @@ static __device__ QxPlanes qx_planes(char *smem, int64_t cols) {
     return p;
 }
 
+/* 1 / rms of x [cols] fp32 (every thread gets it; red: 32 floats of shared
+ * memory). The sum's order differs from add_rmsnorm's, by rounding only. */
+static __device__ float qx_norm_inv(const float *x, int64_t cols, float eps, float *red) {
+    float ss = 0.f;
+    for (int64_t i = threadIdx.x; i < cols / 4; i += blockDim.x) {
+        const float4 v = ((const float4 *)x)[i];
+        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    ss = warp_sum(ss);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = ss;
+    __syncthreads();
+    ss = warp_sum(threadIdx.x % 32 < blockDim.x / 32 ? red[threadIdx.x % 32] : 0.f);
+    return rsqrtf(ss / (float)cols + eps);
+}
+
+/* x's values 8 c8 .. 8 c8 + 7 as bf16 words: read from xg, or (n.x) the
+ * residual row normalized as add_rmsnorm's out would be, x inv (w + offset)
+ * rounded to bf16. */
+static __device__ __forceinline__ uint4 qx_x8(const __nv_bfloat16 *xg, const QxNorm &n, float inv, int64_t c8) {
+    if (!n.x) return *(const uint4 *)(xg + 8 * c8);
+    const float4 a = ((const float4 *)n.x)[2 * c8], b = ((const float4 *)n.x)[2 * c8 + 1];
+    const float4 ga = __ldg((const float4 *)n.w + 2 * c8), gb = __ldg((const float4 *)n.w + 2 * c8 + 1);
+    const float v[8] = {a.x * inv * (ga.x + n.offset), a.y * inv * (ga.y + n.offset), a.z * inv * (ga.z + n.offset),
+                        a.w * inv * (ga.w + n.offset), b.x * inv * (gb.x + n.offset), b.y * inv * (gb.y + n.offset),
+                        b.z * inv * (gb.z + n.offset), b.w * inv * (gb.w + n.offset)};
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+        w[i] = *(const uint32_t *)&h;
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 /* The block rounds x [cols] bf16 into p: a thread takes 8 values (a 16-byte
  * load), the 4 threads of a group of 32 agree on its max by two shuffles.
  * The loop's condition is the same for a whole warp (the shuffles need every
  * lane); a group's 4 lanes are all in range or all out. */
-static __device__ void qx_round_block(const __nv_bfloat16 *x, int64_t cols, int K, const QxPlanes &p) {
+static __device__ void qx_round_block(const __nv_bfloat16 *x, const QxNorm &n, float inv, int64_t cols, int K,
+                                      const QxPlanes &p) {
     const int lane = threadIdx.x & 31;
     const int64_t n8 = cols / 8;
     for (int64_t c8 = threadIdx.x; c8 - lane < n8; c8 += blockDim.x) {
         const bool in = c8 < n8;
-        const uint4 raw = in ? *(const uint4 *)(x + 8 * c8) : make_uint4(0, 0, 0, 0);
+        const uint4 raw = in ? qx_x8(x, n, inv, c8) : make_uint4(0, 0, 0, 0);
         const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
         int a[8], b[8];
         float dx;
@@ -194,9 +229,10 @@ static __device__ __forceinline__ float qx_compute(const Q8Load &L, const QxPlan
  * warp keeps its sums in shared memory (sums_per_warp of them) and after a
  * barrier the gate warp stores act(gate, up). */
 template <typename Load, bool GLU>
-__global__ void __launch_bounds__(QX_THREADS) kernel_gemv_x8(QxWeights W, const __nv_bfloat16 *xg, int64_t cols,
-                                                            GemvOut out, QxGlu glu, int sums_per_warp) {
+__global__ void __launch_bounds__(QX_THREADS) kernel_gemv_x8(QxWeights W, const __nv_bfloat16 *xg, QxNorm nrm,
+                                                            int64_t cols, GemvOut out, QxGlu glu, int sums_per_warp) {
     extern __shared__ __align__(16) char qx_smem[];
+    __shared__ float red[QX_WARPS];
     const int lane = threadIdx.x & 31, wib = threadIdx.x / 32;
     const int warps = gridDim.x * QX_WARPS, w = blockIdx.x * QX_WARPS + wib, rows = (int)W.rows;
     const int stride = GLU ? warps / 2 : warps, first = GLU ? w / 2 : w, off = GLU && (w & 1) ? rows : 0;
@@ -207,7 +243,8 @@ __global__ void __launch_bounds__(QX_THREADS) kernel_gemv_x8(QxWeights W, const 
     if (n_items > 0) qx_load(cur, W, QxItem{first + off, 0}, lane);
     pdl_wait();
     const QxPlanes x = qx_planes(qx_smem, cols);
-    qx_round_block(xg, cols, qx_k(cur), x);
+    const float inv = nrm.x ? qx_norm_inv(nrm.x, cols, nrm.eps, red) : 0.f;
+    qx_round_block(xg, nrm, inv, cols, qx_k(cur), x);
     __syncthreads();
     pdl_launch_dependents();
     float acc = 0.f;
@@ -241,8 +278,8 @@ __global__ void __launch_bounds__(QX_THREADS) kernel_gemv_x8(QxWeights W, const 
  * would fail, not run short). GLU: twice the warps for the rows, and room
  * for each warp's sums after x. */
 template <typename Load, bool GLU>
-static int qx_launch(const QxWeights &W, const void *x, int64_t cols, const GemvOut &out, const QxGlu &glu,
-                     cudaStream_t s, Err *err) {
+static int qx_launch(const QxWeights &W, const void *x, const QxNorm &n, int64_t cols, const GemvOut &out,
+                     const QxGlu &glu, cudaStream_t s, Err *err) {
     int dev = 0, sms = 0;
     auto kernel = kernel_gemv_x8<Load, GLU>;
     CUDA_CHECK(cudaGetDevice(&dev), err);
@@ -256,8 +293,8 @@ static int qx_launch(const QxWeights &W, const void *x, int64_t cols, const Gemv
         return err_set(err, "quant_gemv v5: %lld columns, %lld rows: too big a block", (long long)cols, (long long)W.rows);
     if (smem > 48 * 1024)
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), err);
-    CUDA_CHECK(launch_pdl(kernel, dim3((unsigned)blocks), dim3(QX_THREADS), smem, s, W, (const __nv_bfloat16 *)x, cols,
-                          out, glu, sums_per_warp), err);
+    CUDA_CHECK(launch_pdl(kernel, dim3((unsigned)blocks), dim3(QX_THREADS), smem, s, W, (const __nv_bfloat16 *)x, n,
+                          cols, out, glu, sums_per_warp), err);
     return 0;
 }
 
@@ -265,12 +302,14 @@ bool quant_gemv_x8_supported(DType t, int64_t cols) {
     return cols <= QX_MAX_COLS && ((t == DT_Q4_K && cols % 256 == 0) || (t == DT_Q8_0 && cols % 32 == 0));
 }
 
-static int qx_check(const QuantMatrix *W, const void *x, int T, Err *err) {
+static int qx_check(const QuantMatrix *W, const void *x, const QxNorm *n, int T, Err *err) {
     if (!quant_gemv_x8_supported(W->type, W->cols))
         return err_set(err, "quant_gemv v5: %s with %lld columns (Q4_K, Q8_0 up to %d columns)",
                        dtype_info(W->type)->name, (long long)W->cols, QX_MAX_COLS);
     if (T != 1) return err_set(err, "quant_gemv v5: %d rows of x (one row only)", T);
-    if ((uintptr_t)x % 16) return err_set(err, "quant_gemv v5: x not 16-byte aligned");
+    if (n && (!n->x || !n->w || (uintptr_t)n->x % 16 || (uintptr_t)n->w % 16))
+        return err_set(err, "quant_gemv v5: the residual row and the norm weights must be 16-byte aligned");
+    if (!n && (uintptr_t)x % 16) return err_set(err, "quant_gemv v5: x not 16-byte aligned");
     if (W->rows > (1 << 24)) return err_set(err, "quant_gemv v5: %lld rows (at most 2^24)", (long long)W->rows);
     return 0;
 }
@@ -281,21 +320,27 @@ static QxWeights qx_weights(const QuantMatrix *W, int64_t rows) {
     return w;
 }
 
-int quant_gemv_x8(const QuantMatrix *W, const void *x, const GemvOut *out, int T, cudaStream_t s, Err *err) {
-    if (qx_check(W, x, T, err)) return -1;
-    const QxWeights w = qx_weights(W, W->rows);
-    const QxGlu none = {NULL, NULL, NULL, ACT_SILU, 0.f};
-    return W->type == DT_Q4_K ? qx_launch<Q4kLoad, false>(w, x, W->cols, *out, none, s, err)
-                              : qx_launch<Q8Load, false>(w, x, W->cols, *out, none, s, err);
+static QxNorm qx_norm_of(const QxNorm *n) {
+    const QxNorm none = {NULL, NULL, 0.f, 0.f};
+    return n ? *n : none;
 }
 
-int quant_gemv_x8_glu(const QuantMatrix *W, const void *x, void *out, const float *bg, const float *bu, Activation act,
-                      float limit, cudaStream_t s, Err *err) {
-    if (qx_check(W, x, 1, err)) return -1;
+int quant_gemv_x8(const QuantMatrix *W, const void *x, const QxNorm *n, const GemvOut *out, int T, cudaStream_t s,
+                  Err *err) {
+    if (qx_check(W, x, n, T, err)) return -1;
+    const QxWeights w = qx_weights(W, W->rows);
+    const QxGlu none = {NULL, NULL, NULL, ACT_SILU, 0.f};
+    return W->type == DT_Q4_K ? qx_launch<Q4kLoad, false>(w, x, qx_norm_of(n), W->cols, *out, none, s, err)
+                              : qx_launch<Q8Load, false>(w, x, qx_norm_of(n), W->cols, *out, none, s, err);
+}
+
+int quant_gemv_x8_glu(const QuantMatrix *W, const void *x, const QxNorm *n, void *out, const float *bg,
+                      const float *bu, Activation act, float limit, cudaStream_t s, Err *err) {
+    if (qx_check(W, x, n, 1, err)) return -1;
     if (W->rows % 2) return err_set(err, "quant_gemv v5 GLU: %lld rows (gate and up: an even count)", (long long)W->rows);
     const QxWeights w = qx_weights(W, W->rows / 2);
     const QxGlu glu = {(__nv_bfloat16 *)out, bg, bu, act, limit};
     const GemvOut none = gemv_out_one(NULL, false, NULL, 0);
-    return W->type == DT_Q4_K ? qx_launch<Q4kLoad, true>(w, x, W->cols, none, glu, s, err)
-                              : qx_launch<Q8Load, true>(w, x, W->cols, none, glu, s, err);
+    return W->type == DT_Q4_K ? qx_launch<Q4kLoad, true>(w, x, qx_norm_of(n), W->cols, none, glu, s, err)
+                              : qx_launch<Q8Load, true>(w, x, qx_norm_of(n), W->cols, none, glu, s, err);
 }

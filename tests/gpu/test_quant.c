@@ -318,21 +318,21 @@ static void test_refused(void) {
               !quant_gemv_mma_supported(DT_Q4_K, 4096, true),
           "Q4_0, 96 columns or fp32 x taken by v3");
     QuantMatrix q40 = {DT_Q4_0, 16, 4096, NULL, NULL};
-    GemvOut none = {{NULL}, {NULL}, {0}, false};
+    GemvOut none = {{NULL}, {NULL}, {0}, false, false};
     CHECK(quant_gemv_mma(&q40, NULL, &none, 1, false, 0, &err) == -1 && strstr(err.msg, "v3"), "'%s'", err.msg);
     /* version 5: Q4_K / Q8_0, one x row, x rounded for this width */
     CHECK(quant_gemv_x8_supported(DT_Q4_K, 4096) && quant_gemv_x8_supported(DT_Q8_0, 96) &&
               !quant_gemv_x8_supported(DT_Q4_0, 4096) && !quant_gemv_x8_supported(DT_Q4_K, 288),
           "v5 type / column list");
     QuantMatrix q4k = {DT_Q4_K, 16, 4096, NULL, NULL};
-    CHECK(quant_gemv_x8(&q40, NULL, &none, 1, 0, &err) == -1 && strstr(err.msg, "v5"), "'%s'", err.msg);
-    CHECK(quant_gemv_x8(&q4k, NULL, &none, 2, 0, &err) == -1 && strstr(err.msg, "one row"), "'%s'", err.msg);
+    CHECK(quant_gemv_x8(&q40, NULL, NULL, &none, 1, 0, &err) == -1 && strstr(err.msg, "v5"), "'%s'", err.msg);
+    CHECK(quant_gemv_x8(&q4k, NULL, NULL, &none, 2, 0, &err) == -1 && strstr(err.msg, "one row"), "'%s'", err.msg);
     CHECK(quant_gemv_variant(&q4k, NULL, true, NULL, false, NULL, 1, 5, 0, 0, &err) == -1 && strstr(err.msg, "bf16"),
           "'%s'", err.msg);
     CHECK(!quant_gemv_x8_supported(DT_Q8_0, 65536 + 32), "v5 with x wider than its shared memory");
-    CHECK(quant_gemv_x8(&q4k, (void *)8, &none, 1, 0, &err) == -1 && strstr(err.msg, "aligned"), "'%s'", err.msg);
+    CHECK(quant_gemv_x8(&q4k, (void *)8, NULL, &none, 1, 0, &err) == -1 && strstr(err.msg, "aligned"), "'%s'", err.msg);
     QuantMatrix tall = {DT_Q8_0, (int64_t)1 << 25, 32, NULL, NULL};
-    CHECK(quant_gemv_x8(&tall, NULL, &none, 1, 0, &err) == -1 && strstr(err.msg, "2^24"), "'%s'", err.msg);
+    CHECK(quant_gemv_x8(&tall, NULL, NULL, &none, 1, 0, &err) == -1 && strstr(err.msg, "2^24"), "'%s'", err.msg);
     for (int t = 0; t < DT_COUNT; t++) /* the stage plan sizes matrices by the same list */
         CHECK(quant_type_supported((DType)t) == dtype_gpu_keeps_blocks((DType)t), "type %d: lists disagree", t);
 }
@@ -362,7 +362,7 @@ static void test_parts(void) {
                 Err err = {{0}};
                 /* parts laid out one after the other in dy: [T][384] | [T][128] | [T][128] */
                 uint16_t *p0 = (uint16_t *)dy, *p1 = p0 + T * end[0], *p2 = p1 + T * (end[1] - end[0]);
-                GemvOut out = {{p0, p1, p2}, {(float *)db, NULL, (float *)db + end[1]}, {end[0], end[1], end[2]}, false};
+                GemvOut out = {{p0, p1, p2}, {(float *)db, NULL, (float *)db + end[1]}, {end[0], end[1], end[2]}, false, false};
                 int r2 = cudaMemset(dy, 0xff, 3 * end[2] * 2) ||
                          quant_gemv_parts(&M.m, dx, &out, T, V, 0, &err) ||
                          cudaDeviceSynchronize() || cudaMemcpy(y, dy, T * end[2] * 2, cudaMemcpyDeviceToHost);
@@ -385,7 +385,7 @@ static void test_parts(void) {
                       dtype_info(M.type)->name, V, T, (long long)bad, sqrt(num / den));
             }
         Err err = {{0}};
-        GemvOut wrong = {{dy, dy, dy}, {NULL}, {end[0], end[1], end[2] - 1}, false};
+        GemvOut wrong = {{dy, dy, dy}, {NULL}, {end[0], end[1], end[2] - 1}, false, false};
         CHECK(quant_gemv_parts(&M.m, dx, &wrong, 1, 0, 0, &err) == -1 && strstr(err.msg, "parts"),
               "parts ending short of the rows: '%s'", err.msg);
         cudaFree(dx); cudaFree(dy); cudaFree(db);
@@ -427,7 +427,7 @@ static void test_glu(void) {
                 cpu_glu(ref, g, u, F, (Activation)act, limit);
                 const float *bg = with_b ? (float *)db : NULL, *bu = with_b ? (float *)db + F : NULL;
                 int r2 = cudaMemset(dy, 0xff, F * 2) ||
-                         quant_gemv_x8_glu(&M.m, dx, dy, bg, bu, (Activation)act, limit, 0, &err) ||
+                         quant_gemv_x8_glu(&M.m, dx, NULL, dy, bg, bu, (Activation)act, limit, 0, &err) ||
                          cudaDeviceSynchronize() || cudaMemcpy(y, dy, F * 2, cudaMemcpyDeviceToHost);
                 CHECK(!r2, "%s GLU act %d: %s", dtype_info(M.type)->name, act, err.msg);
                 double num = 0, den = 0;
@@ -443,12 +443,119 @@ static void test_glu(void) {
         Err err = {{0}};
         QuantMatrix odd = M.m;
         odd.rows = 2 * F - 1;
-        CHECK(quant_gemv_x8_glu(&odd, dx, dy, NULL, NULL, ACT_SILU, 0.f, 0, &err) == -1 && strstr(err.msg, "even"),
+        CHECK(quant_gemv_x8_glu(&odd, dx, NULL, dy, NULL, NULL, ACT_SILU, 0.f, 0, &err) == -1 && strstr(err.msg, "even"),
               "odd GLU rows: '%s'", err.msg);
         cudaFree(dx); cudaFree(dy); cudaFree(db);
         free(w); free(x); free(b); free(g); free(u); free(ref); free(xb); free(y);
         mat_free(&M);
     }
+}
+
+/* Version 5 reading the fp32 residual row and normalizing it itself
+ * (QxNorm, as add_rmsnorm without delta would), plain and with the GLU
+ * fused: against rmsnorm on the CPU, rounded to bf16 and to the int8 terms,
+ * times the dequantized rows; outputs NaN-poisoned first. The norm offset
+ * (Gemma's 1 + w) and a residual of large magnitude are both exercised. */
+static void test_norm_x8(void) {
+    const DType types[] = {DT_Q4_K, DT_Q8_0};
+    const int64_t F = 700, cols = 2304;
+    for (int i = 0; i < 2; i++) {
+        Mat M;
+        if (mat_build(&M, types[i], 2 * F, cols)) continue;
+        float *w = malloc((size_t)2 * F * cols * sizeof *w), *res = malloc(cols * sizeof *res), *g = malloc(cols * 4);
+        float *xn = malloc(cols * sizeof *xn), *ref = malloc(2 * F * sizeof *ref), *y = malloc(2 * F * sizeof *y);
+        float *glu = malloc(F * sizeof *glu);
+        uint16_t *yb = malloc(F * 2);
+        int64_t rb = (int64_t)dtype_row_bytes(M.type, cols);
+        for (int64_t r = 0; r < 2 * F; r++) dequantize_row(M.type, M.native + r * rb, w + r * cols, cols);
+        const float offset = i ? 1.f : 0.f, eps = 1e-6f;
+        double ss = 0;
+        for (int64_t c = 0; c < cols; c++) res[c] = 40 * frand(), g[c] = 0.5f + frand(), ss += (double)res[c] * res[c];
+        const float inv = (float)(1.0 / sqrt(ss / cols + eps));
+        for (int64_t c = 0; c < cols; c++) xn[c] = bf16_to_fp32(fp32_to_bf16(res[c] * inv * (g[c] + offset)));
+        round_x_int8(xn, cols);
+        for (int64_t r = 0; r < 2 * F; r++) {
+            double acc = 0;
+            for (int64_t c = 0; c < cols; c++) acc += (double)w[r * cols + c] * xn[c];
+            ref[r] = (float)acc;
+        }
+        cpu_glu(glu, ref, ref + F, F, ACT_SILU, 0.f);
+        void *dres = NULL, *dg = NULL, *dy = NULL;
+        int rc = cudaMalloc(&dres, cols * 4) || cudaMalloc(&dg, cols * 4) || cudaMalloc(&dy, 2 * F * 4) ||
+                 cudaMemcpy(dres, res, cols * 4, cudaMemcpyHostToDevice) || cudaMemcpy(dg, g, cols * 4, cudaMemcpyHostToDevice);
+        const QxNorm qn = {(const float *)dres, (const float *)dg, eps, offset};
+        Err err = {{0}};
+        GemvOut out = gemv_out_one(dy, true, NULL, 2 * F);
+        int r1 = rc || cudaMemset(dy, 0xff, 2 * F * 4) || quant_gemv_x8(&M.m, NULL, &qn, &out, 1, 0, &err) ||
+                 cudaDeviceSynchronize() || cudaMemcpy(y, dy, 2 * F * 4, cudaMemcpyDeviceToHost);
+        CHECK(!r1, "%s v5 with the norm: %s", dtype_info(M.type)->name, err.msg);
+        double e = r1 ? INFINITY : test_row_err(y, ref, (int)(2 * F));
+        CHECK(e <= 1e-3, "%s v5 with the norm: rel err %.3g", dtype_info(M.type)->name, e);
+        int r2 = rc || cudaMemset(dy, 0xff, F * 2) ||
+                 quant_gemv_x8_glu(&M.m, NULL, &qn, dy, NULL, NULL, ACT_SILU, 0.f, 0, &err) || cudaDeviceSynchronize() ||
+                 cudaMemcpy(yb, dy, F * 2, cudaMemcpyDeviceToHost);
+        CHECK(!r2, "%s v5 GLU with the norm: %s", dtype_info(M.type)->name, err.msg);
+        for (int64_t r = 0; !r2 && r < F; r++) y[r] = bf16_to_fp32(yb[r]);
+        double eg = r2 ? INFINITY : test_row_err(y, glu, (int)F);
+        CHECK(eg <= 1e-2, "%s v5 GLU with the norm: rel err %.3g", dtype_info(M.type)->name, eg);
+        printf("# %s [%lld][%lld] v5 normalizing the residual itself: rel err %.2e, GLU %.2e\n",
+               dtype_info(M.type)->name, (long long)(2 * F), (long long)cols, e, eg);
+        QxNorm bad = qn;
+        bad.x = (const float *)((const char *)dres + 4);
+        CHECK(quant_gemv_x8(&M.m, NULL, &bad, &out, 1, 0, &err) == -1 && strstr(err.msg, "aligned"),
+              "misaligned residual: '%s'", err.msg);
+        cudaFree(dres); cudaFree(dg); cudaFree(dy);
+        free(w); free(res); free(g); free(xn); free(ref); free(y); free(glu); free(yb);
+        mat_free(&M);
+    }
+}
+
+/* GemvOut's add mode (the residual stream += the product rounded to bf16)
+ * for every version at T = 1 and 3: y starts at values 100x the product's,
+ * so a store that overwrote, or added twice, misses by far more than bf16's
+ * rounding of the product. */
+static void test_add_out(void) {
+    const int64_t rows = 640, cols = 1536;
+    Mat M;
+    if (mat_build(&M, DT_Q4_K, rows, cols)) return;
+    float *w = malloc((size_t)rows * cols * sizeof *w), *x = malloc(3 * cols * sizeof *x), *b = malloc(rows * 4);
+    float *y0 = malloc(3 * rows * 4), *y = malloc(3 * rows * 4), *ref = malloc(3 * rows * 4), *got = malloc(3 * rows * 4);
+    uint16_t *xb = malloc(3 * cols * 2);
+    int64_t rb = (int64_t)dtype_row_bytes(M.type, cols);
+    for (int64_t r = 0; r < rows; r++) dequantize_row(M.type, M.native + r * rb, w + r * cols, cols), b[r] = frand();
+    for (int64_t k = 0; k < 3 * cols; k++) xb[k] = fp32_to_bf16(frand()), x[k] = bf16_to_fp32(xb[k]);
+    void *dx = NULL, *dy = NULL, *db = NULL;
+    int rc = cudaMalloc(&dx, 3 * cols * 2) || cudaMalloc(&dy, 3 * rows * 4) || cudaMalloc(&db, rows * 4) ||
+             cudaMemcpy(dx, xb, 3 * cols * 2, cudaMemcpyHostToDevice) || cudaMemcpy(db, b, rows * 4, cudaMemcpyHostToDevice);
+    for (int V = 1; !rc && V <= 5; V++)
+        for (int T = 1; T <= 3; T += 2) {
+            if (V == 5 && T != 1) continue;
+            float *xr = malloc(T * cols * sizeof *xr);
+            memcpy(xr, x, T * cols * sizeof *xr);
+            if (V >= 4) for (int t = 0; t < T; t++) round_x_int8(xr + t * cols, cols);
+            double ymax = 0;
+            for (int t = 0; t < T; t++)
+                for (int64_t r = 0; r < rows; r++) {
+                    double acc = b[r];
+                    for (int64_t c = 0; c < cols; c++) acc += (double)w[r * cols + c] * xr[t * cols + c];
+                    ref[t * rows + r] = (float)acc, ymax = fmax(ymax, fabs(acc));
+                }
+            for (int64_t i = 0; i < T * rows; i++) y0[i] = (float)(100 * ymax * frand());
+            Err err = {{0}};
+            GemvOut out = gemv_out_one(dy, true, (const float *)db, rows);
+            out.add = true;
+            int r2 = cudaMemcpy(dy, y0, T * rows * 4, cudaMemcpyHostToDevice) ||
+                     quant_gemv_parts(&M.m, dx, &out, T, V, 0, &err) || cudaDeviceSynchronize() ||
+                     cudaMemcpy(y, dy, T * rows * 4, cudaMemcpyDeviceToHost);
+            CHECK(!r2, "add mode v%d T=%d: %s", V, T, err.msg);
+            for (int64_t i = 0; !r2 && i < T * rows; i++) got[i] = y[i] - y0[i];
+            double e = r2 ? INFINITY : test_row_err(got, ref, (int)(T * rows));
+            CHECK(e <= 1e-2, "add mode v%d T=%d: (y - y0) vs the product: rel err %.3g", V, T, e);
+            free(xr);
+        }
+    cudaFree(dx); cudaFree(dy); cudaFree(db);
+    free(w); free(x); free(b); free(y0); free(y); free(ref); free(got); free(xb);
+    mat_free(&M);
 }
 
 /* ---- timing ---- */
@@ -587,6 +694,8 @@ int main(int argc, char **argv) {
     RUN(test_small_shapes);
     RUN(test_parts);
     RUN(test_glu);
+    RUN(test_norm_x8);
+    RUN(test_add_out);
     if (!quick) {
         RUN(test_big_shapes);
         RUN(test_timing);
