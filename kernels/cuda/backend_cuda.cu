@@ -869,13 +869,17 @@ static const QuantMatrix *qkv_x8_matrix(const CudaBackend *cb, const LayerWeight
     return x8 ? W : NULL;
 }
 
-/* add_rmsnorm folded into the dp4a GEMV over W (NULL: not taken): nothing
- * to add first, the norm as wide as W, rows 16-byte aligned. */
-static bool norm_foldable(const AddNorm *n, const QuantMatrix *W, QxNorm *qn) {
-    if (!W || n->delta || W->cols != n->C || !n->w->data || (uintptr_t)n->x % 16 || (uintptr_t)n->w->data % 16)
-        return false;
-    *qn = QxNorm{(const float *)n->x, (const float *)n->w->data, n->eps, n->offset};
-    return true;
+/* W, when add_rmsnorm can be folded into the dp4a GEMV over it (W not
+ * NULL, nothing to add first, the norm as wide as W, rows 16-byte aligned):
+ * *qn is then set. Else runs add_rmsnorm into n->out and returns NULL. */
+static const QuantMatrix *norm_fold(Backend *be, const AddNorm *n, const QuantMatrix *W, int T, QxNorm *qn) {
+    if (W && !n->delta && W->cols == n->C && n->w->data && (uintptr_t)n->x % 16 == 0 &&
+        (uintptr_t)n->w->data % 16 == 0) {
+        *qn = QxNorm{(const float *)n->x, (const float *)n->w->data, n->eps, n->offset};
+        return W;
+    }
+    cuda_be_add_rmsnorm(be, n->x, n->delta, n->out, n->w, T, n->C, n->eps, n->offset);
+    return NULL;
 }
 
 /* At one row with Q|K|V in one dp4a GEMV, that GEMV normalizes x itself
@@ -885,12 +889,8 @@ static void cuda_be_norm_qkv(Backend *be, const AddNorm *n, void *q, void *k, vo
     CudaBackend *cb = cb_of(be);
     QxNorm qn;
     if (cb->failed) return;
-    const QuantMatrix *W = qkv_x8_matrix(cb, lw, T);
-    if (!norm_foldable(n, W, &qn)) {
-        cuda_be_add_rmsnorm(be, n->x, n->delta, n->out, n->w, T, n->C, n->eps, n->offset);
-        cuda_be_qkv(be, q, k, v, n->out, lw, T);
-        return;
-    }
+    const QuantMatrix *W = norm_fold(be, n, qkv_x8_matrix(cb, lw, T), T, &qn);
+    if (!W) return cuda_be_qkv(be, q, k, v, n->out, lw, T);
     GemvOut out = qkv_out(q, k, v, lw);
     Err e = {};
     if (quant_gemv_x8(W, NULL, &qn, &out, 1, cb->stream, &e)) quant_fail(cb, &e);
@@ -902,12 +902,8 @@ static void cuda_be_norm_gate_up(Backend *be, const AddNorm *n, void *out, const
     CudaBackend *cb = cb_of(be);
     QxNorm qn;
     if (cb->failed) return;
-    const QuantMatrix *W = glu_x8_matrix(cb, lw, T);
-    if (!norm_foldable(n, W, &qn)) {
-        cuda_be_add_rmsnorm(be, n->x, n->delta, n->out, n->w, T, n->C, n->eps, n->offset);
-        cuda_be_gate_up(be, out, n->out, lw, 0, T, act, limit);
-        return;
-    }
+    const QuantMatrix *W = norm_fold(be, n, glu_x8_matrix(cb, lw, T), T, &qn);
+    if (!W) return cuda_be_gate_up(be, out, n->out, lw, 0, T, act, limit);
     Err e = {};
     if (quant_gemv_x8_glu(W, NULL, &qn, out, vec_of(&lw->b_gate, 0), vec_of(&lw->b_up, 0), act, limit, cb->stream,
                           &e))
