@@ -79,7 +79,9 @@ static __device__ QxPlanes qx_planes(char *smem, int64_t cols) {
 }
 
 /* 1 / rms of x [cols] fp32 (every thread gets it; red: 32 floats of shared
- * memory). The sum's order differs from add_rmsnorm's, by rounding only. */
+ * memory). Thread i sums groups of 4 i, i + 1024, ... and the warps' sums
+ * meet by xor-shuffle trees, as in add_rmsnorm's vector kernel, so the bits
+ * should match it (kernels/NOTES.md; not tested bitwise). */
 static __device__ float qx_norm_inv(const float *x, int64_t cols, float eps, float *red) {
     float ss = 0.f;
     for (int64_t i = threadIdx.x; i < cols / 4; i += blockDim.x) {
