@@ -173,7 +173,9 @@ static void bench_decode(int n_seqs, int ctx, int n_sms, bool fp8) {
     j.decode = 1;
     j.w.max_decode = n_seqs;
     j.w.n_splits = attn_decode_splits(ctx, n_seqs, KVH, 1, n_sms);
-    cudaMalloc((void **)&j.w.part, attn_decode_work_bytes(n_seqs, H, D, j.w.n_splits));
+    size_t work = attn_decode_work_bytes(n_seqs, H, D, j.w.n_splits);
+    cudaMalloc((void **)&j.w.part, work);
+    cudaMemset(j.w.part, 0, work); /* the split counters */
     float ms = time_ms(&j);
     double bytes = (double)n_seqs * ctx * KVH * (fp8 ? 2 * D + 8 : 2 * D * 2);
     printf("RESULT decode%s %dx%d %.4f %.3f splits=%d\n", fp8 ? "-fp8" : "", n_seqs, ctx, ms, bytes / ms / 1e9,

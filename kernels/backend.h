@@ -87,6 +87,11 @@ struct Backend {
     void (*rope_kv_write)(Backend *be, int layer, void *q, void *k, const void *v, int T);
     /* out [T][H][Dv] = attention of q [T][H][Dk] over layer's cache */
     void (*attention)(Backend *be, void *out, const void *q, int layer, const AttnParams *p, int T);
+    /* Optional: rope_kv_write, then attention, as one op where the backend
+     * can (q, k may be left as they came: no other op reads them); false:
+     * nothing done, the caller runs the two. */
+    bool (*rope_attention)(Backend *be, int layer, void *out, void *q, void *k, const void *v, const AttnParams *p,
+                           int T);
     /* out[T][F] = act(x @ Wgate[mat] + bg) * (x @ Wup[mat] + bu) */
     void (*gate_up)(Backend *be, void *out, const void *x, const LayerWeights *lw, int mat, int T, Activation act,
                     float limit);

@@ -109,10 +109,12 @@ static const void *forward_attention_block(Forward *fw, int l, int T, const void
         forward_run_add_norm(fw, &n, T);
         be->qkv(be, fw->q, fw->k, fw->v, fw->xn, lw, T);
     }
-    be->rope_kv_write(be, l, fw->q, fw->k, fw->v, T);   /* qk-norm (if any), rope, cache write */
     AttnParams p = {c->n_heads, c->n_kv_heads, c->head_dim_k, c->head_dim_v, c->attn_scale, c->attn_softcap,
                     c->layer_window[l], lw->sinks.data};
-    be->attention(be, fw->att, fw->q, l, &p, T);
+    if (!be->rope_attention || !be->rope_attention(be, l, fw->att, fw->q, fw->k, fw->v, &p, T)) {
+        be->rope_kv_write(be, l, fw->q, fw->k, fw->v, T);   /* qk-norm (if any), rope, cache write */
+        be->attention(be, fw->att, fw->q, l, &p, T);
+    }
     return forward_out_proj(fw, fw->att, &lw->wo, &lw->bo, &lw->post_attn_norm, true, T);
 }
 

@@ -23,8 +23,10 @@ void attn_dev_meta(AttnDevMeta *d, const AttnMeta *m, const int32_t *d_buf) {
                        m->off_decode, m->off_tables, m->table_width, m->block_size};
 }
 
+/* partial outputs, running max and sum of every (row, head, split), then a
+ * counter per (row, head) (the kernel uses one per KV head and group) */
 size_t attn_decode_work_bytes(int max_decode, int n_heads, int head_dim_v, int n_splits) {
-    return (size_t)max_decode * n_heads * n_splits * (head_dim_v + 2) * sizeof(float);
+    return (size_t)max_decode * n_heads * ((size_t)n_splits * (head_dim_v + 2) + 1) * sizeof(float);
 }
 
 static bool have_head_dims(int k, int v) {
@@ -82,29 +84,55 @@ int cuda_attention_prefill(void *out, const void *q, const KVLayerDev *kv, const
     return attn_prefill_launch(&kp, p->head_dim_k, p->head_dim_v, m->n_tiles, s, err);
 }
 
-int cuda_attention_decode(void *out, const void *q, const KVLayerDev *kv, const AttnDevMeta *m, const AttnParams *p,
-                          const float *d_sinks, const AttnDecodeWork *w, cudaStream_t s, Err *err) {
-    if (m->n_decode == 0) return 0;
-    if (cuda_attention_check(p, m->block_size, err) || check_kv(kv, err)) return -1;
+/* The decode rows of kp's step, in groups whose partials fit the work area. */
+static int decode_rows(AttnKParams *kp, const AttnDevMeta *m, const AttnParams *p, const AttnDecodeWork *w,
+                       cudaStream_t s, Err *err) {
     int64_t group = w && w->cap > 0 && w->n_splits > 0 ? w->cap / w->n_splits : w ? w->max_decode : 0;
     if (!w || !w->part || w->n_splits < 1 || group < 1 || (w->cap == 0 && m->n_decode > w->max_decode))
         return err_set(err, "attention: decode work area missing or too small (%d decode rows x %d splits, room "
                        "for %lld rows)", m->n_decode, w ? w->n_splits : 0, (long long)group);
     if (group > m->n_decode) group = m->n_decode;
-    AttnKParams kp = kparams(out, q, kv, m, p, d_sinks);
-    kp.n_splits = w->n_splits;
-    kp.split_tiles = w->split_tiles;
-    kp.part_o = w->part;
-    kp.part_ml = w->part + (size_t)group * p->n_heads * w->n_splits * p->head_dim_v;
+    kp->n_splits = w->n_splits;
+    kp->split_tiles = w->split_tiles;
+    kp->part_o = w->part;
+    kp->part_ml = w->part + (size_t)group * p->n_heads * w->n_splits * p->head_dim_v;
+    kp->done = (int *)(kp->part_ml + (size_t)group * p->n_heads * w->n_splits * 2);
     /* rows in groups whose partials fit (the same group count for a given
      * n_decode and n_splits, so a captured step replays): each row's sums
      * depend on its own splits alone, never on its group */
     for (int d0 = 0; d0 < m->n_decode; d0 += (int)group) {
         int n = m->n_decode - d0 < group ? m->n_decode - d0 : (int)group;
-        kp.off_decode = m->off_decode + 3 * d0;
-        if (attn_decode_launch(&kp, p->head_dim_k, p->head_dim_v, n, s, err)) return -1;
+        kp->off_decode = m->off_decode + 3 * d0;
+        if (attn_decode_launch(kp, p->head_dim_k, p->head_dim_v, n, s, err)) return -1;
     }
     return 0;
+}
+
+int cuda_attention_decode(void *out, const void *q, const KVLayerDev *kv, const AttnDevMeta *m, const AttnParams *p,
+                          const float *d_sinks, const AttnDecodeWork *w, cudaStream_t s, Err *err) {
+    if (m->n_decode == 0) return 0;
+    if (cuda_attention_check(p, m->block_size, err) || check_kv(kv, err)) return -1;
+    AttnKParams kp = kparams(out, q, kv, m, p, d_sinks);
+    return decode_rows(&kp, m, p, w, s, err);
+}
+
+int cuda_attention_decode_rope(void *out, const void *q, const KVLayerDev *kv, const AttnDevMeta *m,
+                               const AttnParams *p, const float *d_sinks, const AttnDecodeWork *w, const AttnRope *r,
+                               cudaStream_t s, Err *err) {
+    if (m->n_decode == 0) return 0;
+    if (cuda_attention_check(p, m->block_size, err) || check_kv(kv, err)) return -1;
+    if (m->n_tiles > 0) return err_set(err, "attention: rope in the decode kernel needs a step of decode rows alone");
+    if (!r || !r->k || !r->v || !r->slot || r->rot_dim < 0 || r->rot_dim % 2 || r->rot_dim > p->head_dim_k ||
+        (r->rot_dim > 0 && !r->inv_freq))
+        return err_set(err, "attention: bad rope arguments (rotated channels %d of %d)", r ? r->rot_dim : -1,
+                       p->head_dim_k);
+    AttnKParams kp = kparams(out, q, kv, m, p, d_sinks);
+    kp.rope = true;
+    kp.k_new = (const bf16 *)r->k, kp.v_new = (const bf16 *)r->v;
+    kp.q_norm = r->q_norm, kp.k_norm = r->k_norm, kp.qk_eps = r->eps, kp.qk_offset = r->offset;
+    kp.freqs = (RopeFreqs){r->inv_freq, r->mscale, r->rot_dim / 2, r->neox};
+    kp.slot = r->slot, kp.n_slots = r->n_slots;
+    return decode_rows(&kp, m, p, w, s, err);
 }
 
 int cuda_attention(void *out, const void *q, const KVLayerDev *kv, const AttnDevMeta *m, const AttnParams *p,

@@ -19,7 +19,7 @@
  *   AttnDevMeta dm;  attn_dev_meta(&dm, &m, d_buf);
  *   per layer: cuda_attention(out, q, &kv, &dm, &params, d_sinks, &work, stream, err);
  * cuda_attention runs the prefill kernel over every prefill tile and the
- * decode kernel (+ combine) over every decode row: a mixed batch is one call.
+ * decode kernel over every decode row: a mixed batch is one call.
  *
  * CUDA graphs: cuda_attention_decode's grid depends only on dm.n_decode and
  * work.n_splits; everything else (rows, positions, tables) is read from d_buf,
@@ -66,10 +66,13 @@ typedef struct {
 
 void attn_dev_meta(AttnDevMeta *d, const AttnMeta *m, const int32_t *d_buf);
 
-/* Scratch of the split decode: partial outputs of every split. Size it for
- * the most decode rows a step can hold. */
+/* Scratch of the split decode: partial outputs of every split, and a
+ * counter per (row, KV head, head group) by which the last split to finish
+ * merges them (no combine kernel). Size it for the most decode rows a step
+ * can hold; zero it once after allocating it (the counters are back at zero
+ * after every launch). */
 typedef struct {
-    float *part;                 /* attn_decode_work_bytes() bytes of device memory */
+    float *part;                 /* attn_decode_work_bytes() bytes of device memory, zeroed once */
     int max_decode, n_splits;
     int split_tiles;             /* 0: every row n_splits splits; > 0: per-row splits (AttnKParams) */
     int64_t cap;                 /* > 0: part holds cap (row, split) slots and the decode rows run in
@@ -77,6 +80,22 @@ typedef struct {
 } AttnDecodeWork;
 
 size_t attn_decode_work_bytes(int max_decode, int n_heads, int head_dim_v, int n_splits);
+
+/* The decode rows' own keys and values, for cuda_attention_decode_rope:
+ * what rope_kv_write would do (cuda_ops.cuh cuda_rope_kv_write: qk-norm,
+ * rope, the cache write of each row's new key and value) done by the decode
+ * kernel itself, one launch instead of two, with the same bits. */
+typedef struct {
+    const void *k, *v;            /* bf16 [T][n_kv_heads][head_dim] as the qkv product left them */
+    const float *q_norm, *k_norm; /* qk-norm weights [head_dim_k], or NULL */
+    float eps, offset;            /* of the qk-norm */
+    const float *inv_freq;        /* [rot_dim / 2] */
+    float mscale;
+    int rot_dim;                  /* rotated channels of a head (even, <= head_dim_k) */
+    bool neox;
+    const int64_t *slot;          /* [T] each row's cache slot; < 0 or >= n_slots: not stored (padding) */
+    int64_t n_slots;
+} AttnRope;
 
 /* codes [rows][n], scales [rows] = fp8_quantize_row of each row of x
  * [rows][n] (fp32, device memory), by the device code of the fp8 cache write
@@ -96,6 +115,13 @@ int cuda_attention_prefill(void *out, const void *q, const KVLayerDev *kv, const
                            const float *d_sinks, cudaStream_t s, Err *err);
 int cuda_attention_decode(void *out, const void *q, const KVLayerDev *kv, const AttnDevMeta *m, const AttnParams *p,
                           const float *d_sinks, const AttnDecodeWork *w, cudaStream_t s, Err *err);
+/* A step of decode rows alone (m->n_tiles == 0) with q, r->k, r->v straight
+ * from the qkv product: qk-norm, rope and the cache write of every row's new
+ * key and value, then its attention, in the decode kernel (q is not written
+ * back). Same results as cuda_rope_kv_write + cuda_attention_decode. */
+int cuda_attention_decode_rope(void *out, const void *q, const KVLayerDev *kv, const AttnDevMeta *m,
+                               const AttnParams *p, const float *d_sinks, const AttnDecodeWork *w, const AttnRope *r,
+                               cudaStream_t s, Err *err);
 
 #ifdef __cplusplus
 }

@@ -22,6 +22,7 @@
 #include <cuda_fp8.h>
 #include <stdint.h>
 
+#include "kernels/cuda/rope_head.cuh"
 #include "kernels/cuda/tensor_core.cuh"
 
 #define ATTN_LOG2E 1.4426950408889634f
@@ -49,6 +50,15 @@ typedef struct {
     int n_splits, n_groups;     /* decode: KV splits; blocks of <= 16 query heads per KV head */
     int split_tiles;            /* decode: 0: every row takes n_splits splits; > 0: a row takes
                                    attn_row_splits(its tiles, split_tiles) <= n_splits (batch-invariant) */
+    int *done;                  /* decode, n_splits > 1: [n_decode][n_kv_heads x n_groups] splits finished */
+    /* decode with rope (cuda_attention_decode_rope): q, k_new, v_new as the qkv product left them */
+    bool rope;
+    const bf16 *k_new, *v_new;
+    const float *q_norm, *k_norm;
+    float qk_eps, qk_offset;
+    RopeFreqs freqs;
+    const int64_t *slot;
+    int64_t n_slots;
 } AttnKParams;
 
 

@@ -1,6 +1,5 @@
 /* attention_decode.cu — split-KV flash-decoding over the paged KV cache
- * (bf16, or fp8 e4m3 with scales; DESIGN.md "Attention"), then a combine
- * kernel.
+ * (bf16, or fp8 e4m3 with scales; DESIGN.md "Attention").
  *
  * One block of 4 warps handles one decode row, one KV head, up to 16 of that
  * KV head's query heads (GQA / MQA: the K/V bytes are read once for the whole
@@ -8,12 +7,22 @@
  * range. Key tiles of 64 keys stream through a 3-stage cp.async ring (2 at
  * head size 256); each warp takes 16 keys of a tile with its own online
  * softmax, and the 4 warps merge through shared memory at the end. Each
- * split writes its unnormalized output, running max and sum; the combine
- * kernel merges the splits and adds the sink (with one split in the grid
- * the decode kernel finishes its rows itself: decode_finish_one). The grid is (n_splits,
- * n_kv_heads x head groups, n_decode): it depends on no per-step value, so a
- * captured launch replays for any context up to the one n_splits was chosen
- * for. A windowed row visits only the tiles of its window.
+ * split writes its unnormalized output, running max and sum, and the last
+ * split of a (row, KV head) to finish (a counter in the work area) merges
+ * them and adds the sink; a row of one split finishes itself
+ * (decode_finish_one). No second kernel: at decode a launch boundary costs
+ * more than the merge. The grid is (n_splits, n_kv_heads x head groups,
+ * n_decode): it depends on no per-step value, so a captured launch replays
+ * for any context up to the one n_splits was chosen for. A windowed row
+ * visits only the tiles of its window.
+ *
+ * With rope (cuda_attention_decode_rope) the kernel also does the rope +
+ * KV-write kernel's work for its rows: the blocks rope their query heads into
+ * shared memory, and the blocks whose split holds the row's new key rope it,
+ * write it and its value to the cache (head group 0 only) and put them in the
+ * last tile themselves (that row is not loaded from the cache). Since the
+ * keys before the new one were written by earlier steps, the first tiles'
+ * loads are issued before pdl_wait, while the qkv product still runs.
  *
  * fp8 cache (FP8 = true): the ring holds the tiles' e4m3 bytes and scales
  * (half the bytes of bf16, so a stage is half the size and the ring one
@@ -35,18 +44,131 @@ static __device__ __forceinline__ int decode_row_splits(const AttnKParams &p, in
     return p.split_tiles > 0 ? min(p.n_splits, attn_row_splits(nt, p.split_tiles)) : p.n_splits;
 }
 
-/* The combine of a row whose key range is one split: its output value from
- * the split's running max m, sum l and unnormalized output o, with the
- * sink. The decode kernel calls it itself when the grid has one split (no
- * combine launch: ~3.4 us a layer at short contexts on the H200), and the
- * combine kernel for its one-split rows, so a row's bits do not depend on
- * which kernel finished it (the batch-invariant mode relies on that). */
+/* The output value of a row whose key range is one split, from the split's
+ * running max m, sum l and unnormalized output o, with the sink: the block
+ * finishes the row itself (no partials, no merge). */
 static __device__ __forceinline__ float decode_finish_one(const AttnKParams &p, int h, float m, float l, float o) {
     const float sink = p.sinks ? p.sinks[h] * ATTN_LOG2E : -INFINITY, mm = fmaxf(sink, m);
     const float base = mm == -INFINITY ? 0.f : mm, e = exp2f(m - base);
     float sum = p.sinks ? exp2f(sink - base) : 0.f;
     sum += e * l;
     return e * o * (sum > 0.f ? 1.f / sum : 0.f);
+}
+
+/* Rope mode: the block's query heads, qk-normed and roped as
+ * kernel_rope_kv_write does it, into sQ (rows past nh zeroed); where the
+ * block's split holds the row's new key (has_new), that key roped and its
+ * value into nkv (bf16, or fp8 codes then the two scales) for the last tile,
+ * and (store) into the cache. */
+template <int HDK, int HDV, bool FP8, int NW>
+static __device__ void decode_rope_rows(const AttnKParams &p, bf16 *sQ, float *buf, unsigned char *nkv, int row,
+                                        int kvh, int h0, int nh, int pos, bool has_new, bool store) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    buf += warp * HDK;
+    for (int hr = warp; hr < 16; hr += NW) {
+        bf16 *dst = sQ + hr * (HDK + 8);
+        if (hr >= nh) {
+            for (int i = lane; i < HDK; i += 32) dst[i] = __float2bfloat16(0.f);
+            continue;
+        }
+        const bf16 *src = p.q + ((int64_t)row * p.n_heads + h0 + hr) * HDK;
+        for (int i = lane; i < HDK; i += 32) buf[i] = __bfloat162float(src[i]);
+        warp_norm_rope(buf, HDK, p.q_norm, p.qk_eps, p.qk_offset, (float)pos, p.freqs);
+        for (int i = lane; i < HDK; i += 32) dst[i] = __float2bfloat16(buf[i]);
+        __syncwarp(); /* buf is the next head's */
+    }
+    if (!has_new || warp > 1) return;
+    const int64_t at = store ? p.slot[row] * p.n_kv_heads + kvh : 0;
+    float *scales = (float *)(nkv + HDK + HDV);
+    if (warp == 0) { /* the new key */
+        const bf16 *src = p.k_new + ((int64_t)row * p.n_kv_heads + kvh) * HDK;
+        for (int i = lane; i < HDK; i += 32) buf[i] = __bfloat162float(src[i]);
+        warp_norm_rope(buf, HDK, p.k_norm, p.qk_eps, p.qk_offset, (float)pos, p.freqs);
+        if (FP8) {
+            warp_quantize_fp8(buf, HDK, nkv, scales);
+            __syncwarp();
+            for (int i = lane; store && i < HDK; i += 32) ((uint8_t *)p.k)[at * HDK + i] = nkv[i];
+            if (store && lane == 0) ((float *)p.k_scale)[at] = scales[0];
+        } else {
+            for (int i = lane; i < HDK; i += 32) {
+                const bf16 x = __float2bfloat16(buf[i]);
+                ((bf16 *)nkv)[i] = x;
+                if (store) ((bf16 *)p.k)[at * HDK + i] = x;
+            }
+        }
+    } else { /* the new value, as it is */
+        const bf16 *src = p.v_new + ((int64_t)row * p.n_kv_heads + kvh) * HDV;
+        if (FP8) {
+            warp_quantize_fp8(src, HDV, nkv + HDK, scales + 1);
+            __syncwarp();
+            for (int i = lane; store && i < HDV; i += 32) ((uint8_t *)p.v)[at * HDV + i] = nkv[HDK + i];
+            if (store && lane == 0) ((float *)p.v_scale)[at] = scales[1];
+        } else {
+            for (int i = lane; i < HDV; i += 32) {
+                ((bf16 *)nkv)[HDK + i] = src[i];
+                if (store) ((bf16 *)p.v)[at * HDV + i] = src[i];
+            }
+        }
+    }
+}
+
+/* Rope mode: the new key and value (nkv, from decode_rope_rows) into row r
+ * of the landed tile (bf16: K and V tiles; fp8: the stage's codes and
+ * scales, before their conversion); the loads left that row out. */
+template <int HDK, int HDV, bool FP8, int NT>
+static __device__ void decode_put_new(const unsigned char *nkv, bf16 *kt, bf16 *vt, uint8_t *k8, uint8_t *v8,
+                                      float *ks, float *vs, int r) {
+    const float *scales = (const float *)(nkv + HDK + HDV);
+    if (FP8) {
+        for (int i = threadIdx.x; i < HDK; i += NT) k8[r * HDK + i] = nkv[i];
+        for (int i = threadIdx.x; i < HDV; i += NT) v8[r * HDV + i] = nkv[HDK + i];
+        if (threadIdx.x == 0) ks[r] = scales[0], vs[r] = scales[1];
+    } else {
+        for (int i = threadIdx.x; i < HDK; i += NT) kt[r * (HDK + 8) + i] = ((const bf16 *)nkv)[i];
+        for (int i = threadIdx.x; i < HDV; i += NT) vt[r * (HDV + 8) + i] = ((const bf16 *)nkv)[HDK + i];
+    }
+}
+
+/* After each split wrote its partials: the last of a row's ns splits (for
+ * this KV head and head group) to count itself in merges them into out:
+ * out[h] = sum_s exp2(m_s - M) o_s / (sum_s exp2(m_s - M) l_s + exp2(sink - M)).
+ * sm: 16 x ns + 16 floats of free shared memory. */
+template <int HDV, int NT>
+static __device__ void decode_merge_splits(const AttnKParams &p, int row, int d, int h0, int nh, int ns, float *sm) {
+    __shared__ int last;
+    __threadfence(); /* this block's partials, visible to whichever block merges */
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int *count = p.done + (int64_t)d * gridDim.y + blockIdx.y;
+        last = atomicAdd(count, 1) == ns - 1;
+        if (last) *count = 0; /* every split has counted: zero for the next launch */
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    float *wt = sm, *inv = sm + 16 * ns;
+    for (int hr = threadIdx.x; hr < nh; hr += NT) { /* partials read through L2 (__ldcg): other blocks wrote them */
+        const int h = h0 + hr;
+        const float *ml = p.part_ml + ((int64_t)d * p.n_heads + h) * p.n_splits * 2;
+        float m = p.sinks ? p.sinks[h] * ATTN_LOG2E : -INFINITY;
+        for (int s = 0; s < ns; s++) m = fmaxf(m, __ldcg(ml + 2 * s));
+        const float base = m == -INFINITY ? 0.f : m;
+        float sum = p.sinks ? exp2f(p.sinks[h] * ATTN_LOG2E - base) : 0.f;
+        for (int s = 0; s < ns; s++) {
+            const float w = exp2f(__ldcg(ml + 2 * s) - base);
+            wt[hr * ns + s] = w;
+            sum += w * __ldcg(ml + 2 * s + 1);
+        }
+        inv[hr] = sum > 0.f ? 1.f / sum : 0.f;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < nh * HDV; i += NT) {
+        const int hr = i / HDV, c = i % HDV;
+        const float *o = p.part_o + ((int64_t)d * p.n_heads + h0 + hr) * p.n_splits * HDV + c;
+        float acc = 0.f;
+        for (int s = 0; s < ns; s++) acc += wt[hr * ns + s] * __ldcg(o + (int64_t)s * HDV);
+        p.out[((int64_t)row * p.n_heads + h0 + hr) * HDV + c] = __float2bfloat16(acc * inv[hr]);
+    }
 }
 
 template <int HDK, int HDV, bool FP8> struct DecodeShape {
@@ -60,20 +182,26 @@ template <int HDK, int HDV, bool FP8> struct DecodeShape {
     static constexpr int TILE = FP8 ? BN * (SK + SV) * 2 : 0; /* fp8: the converted bf16 K|V tile */
     static constexpr int RING = STAGES * STAGE + TILE;
     static constexpr int MERGE = NW * 16 * (HDV + 2) * 4; /* per-warp O, m, l; reuses the ring */
-    static constexpr int SMEM = 16 * SK * 2 + (RING > MERGE ? RING : MERGE);
+    /* rope: a warp's fp32 head buffer each, then the new key and value (fp8: codes, then 2 scales) */
+    static constexpr int NEW_KV = FP8 ? HDK + HDV + 16 : (HDK + HDV) * 2;
+    static constexpr int ROPE = NW * HDK * 4 + NEW_KV;
+    static constexpr int SMEM = 16 * SK * 2 + ROPE + (RING > MERGE ? RING : MERGE);
+    static_assert(NEW_KV % 16 == 0, "the ring keeps 16-byte alignment");
     static_assert(BN == 16 * NW, "one warp per 16 keys of a tile");
     static_assert(STAGE % 16 == 0, "stages keep 16-byte alignment");
 };
 
 template <int HDK, int HDV, bool CAP, bool WIN, bool FP8>
 __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
-    pdl_enter();
     using S = DecodeShape<HDK, HDV, FP8>;
     constexpr int BN = S::BN, NT = S::NT, SK = S::SK, SV = S::SV, ST = S::STAGES;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *sQ = (bf16 *)smem;
-    unsigned char *ring = (unsigned char *)(sQ + 16 * SK);
+    float *rope_buf = (float *)(sQ + 16 * SK);               /* rope mode: S::NW x HDK */
+    unsigned char *nkv = (unsigned char *)(rope_buf + S::NW * HDK); /* rope mode: the new key and value */
+    unsigned char *ring = nkv + S::NEW_KV;
 
+    /* the step's metadata was uploaded before the step: readable before pdl_wait */
     const int split = blockIdx.x, kvh = blockIdx.y / p.n_groups, grp = blockIdx.y % p.n_groups, d = blockIdx.z;
     const int32_t *dec = p.meta + p.off_decode + 3 * d;
     const int row = dec[0], pos = dec[2];
@@ -84,6 +212,9 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
     if (split >= ns) return; /* past this row's own splits (batch-invariant mode): the whole block leaves */
     const int per = (nt + ns - 1) / ns;
     const int ts = tb + split * per, te = min(ts + per, tb + nt);
+    const int t_new = pos / BN;                       /* the tile of the new key */
+    const bool has_new = p.rope && ts <= t_new && t_new < te;
+    const int hi_load = p.rope ? pos : hi;           /* rope mode: the new key comes from decode_rope_rows */
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tg = lane & 3;
     /* bf16: stage st's K and V tiles; fp8: the converted tile (one for all stages) */
@@ -97,19 +228,34 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
     auto vs = [&](int st) { return ks(st) + BN; };
     auto load_stage = [&](int st, int t) {
         if (FP8) {
-            load_kv_tile_fp8<HDK, BN, NT>(k8(st), ks(st), (const uint8_t *)p.k, p.k_scale, tab, p, kvh, t * BN, lo, hi);
-            load_kv_tile_fp8<HDV, BN, NT>(v8(st), vs(st), (const uint8_t *)p.v, p.v_scale, tab, p, kvh, t * BN, lo, hi);
+            load_kv_tile_fp8<HDK, BN, NT>(k8(st), ks(st), (const uint8_t *)p.k, p.k_scale, tab, p, kvh, t * BN, lo,
+                                          hi_load);
+            load_kv_tile_fp8<HDV, BN, NT>(v8(st), vs(st), (const uint8_t *)p.v, p.v_scale, tab, p, kvh, t * BN, lo,
+                                          hi_load);
         } else {
-            load_kv_tile<HDK, BN, NT>(kbuf(st), (const bf16 *)p.k, tab, p, kvh, t * BN, lo, hi);
-            load_kv_tile<HDV, BN, NT>(vbuf(st), (const bf16 *)p.v, tab, p, kvh, t * BN, lo, hi);
+            load_kv_tile<HDK, BN, NT>(kbuf(st), (const bf16 *)p.k, tab, p, kvh, t * BN, lo, hi_load);
+            load_kv_tile<HDV, BN, NT>(vbuf(st), (const bf16 *)p.v, tab, p, kvh, t * BN, lo, hi_load);
         }
     };
 
-    load_rows<HDK, 16, NT>(sQ, p.q + ((int64_t)row * p.n_heads + h0) * HDK, HDK, nh);
+    /* pdl_wait only: the next kernel launches when this one has finished.
+     * Let go at entry (or even after the key loop), the o-proj GEMV's
+     * whole-SM blocks took the free SMs during the attention and the step was
+     * 20% slower at a context of 4096 (kernels/NOTES.md). */
+    if (!p.rope) {
+        pdl_wait();
+        load_rows<HDK, 16, NT>(sQ, p.q + ((int64_t)row * p.n_heads + h0) * HDK, HDK, nh);
+    }
 #pragma unroll
     for (int st = 0; st < ST - 1; st++) {
         if (ts + st < te) load_stage(st, ts + st);
         cp_async_commit(); /* empty groups keep the wait counts uniform */
+    }
+    if (p.rope) { /* the cached keys are in flight; now the qkv product's rows */
+        pdl_wait();
+        const int64_t slot = p.slot[row];
+        const bool store = has_new && grp == 0 && slot >= 0 && slot < p.n_slots;
+        decode_rope_rows<HDK, HDV, FP8, S::NW>(p, sQ, rope_buf, nkv, row, kvh, h0, nh, pos, has_new, store);
     }
 
     uint32_t qf[S::Q_IN_REGS ? HDK / 16 : 1][4];
@@ -125,6 +271,10 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
         __syncthreads(); /* tile t landed for all threads; stage of t - 1 is free */
         if (t + ST - 1 < te) load_stage((t + ST - 1 - ts) % ST, t + ST - 1);
         cp_async_commit();
+        if (has_new && t == t_new) {
+            decode_put_new<HDK, HDV, FP8, NT>(nkv, kbuf(st), vbuf(st), k8(st), v8(st), ks(st), vs(st), pos - t * BN);
+            __syncthreads();
+        }
         if (FP8) { /* every thread is past tile t - 1's math (the barrier above): the bf16 tile is free */
             convert_kv_tile_fp8<HDK, BN, NT>(tile, k8(st), ks(st));
             convert_kv_tile_fp8<HDV, BN, NT>(tile + BN * SK, v8(st), vs(st));
@@ -225,7 +375,7 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
             acc += f * mo[(w * 16 + hr) * HDV + c];
             sum += f * mml[(w * 16 + hr) * 2 + 1];
         }
-        if (p.n_splits == 1) { /* the whole key range: finish here, no combine */
+        if (ns == 1) { /* the whole key range: finish here */
             p.out[((int64_t)row * p.n_heads + h0 + hr) * HDV + c] =
                 __float2bfloat16(decode_finish_one(p, h0 + hr, m, sum, acc));
             continue;
@@ -234,35 +384,7 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
         p.part_o[at * HDV + c] = acc;
         if (c == 0) p.part_ml[at * 2] = m, p.part_ml[at * 2 + 1] = sum;
     }
-}
-
-/* out[row][h] = sum over splits of exp2(m_s - M) o_s / (sum of exp2(m_s - M) l_s + exp2(sink - M)). */
-template <int HDV>
-__global__ void __launch_bounds__(128) attn_decode_combine_kernel(const AttnKParams p) {
-    pdl_enter();
-    const int d = blockIdx.x, h = blockIdx.y;
-    const int row = p.meta[p.off_decode + 3 * d], pos = p.meta[p.off_decode + 3 * d + 2];
-    const int lo = p.window > 0 ? max(0, pos - p.window + 1) : 0, BN = ATTN_DECODE_TILE_N;
-    const int ns = decode_row_splits(p, (pos + BN) / BN - lo / BN); /* the kernel's nt: keys lo..pos */
-    const int64_t at = ((int64_t)d * p.n_heads + h) * p.n_splits;
-    const float *ml = p.part_ml + at * 2;
-    if (ns == 1) {
-        for (int c = threadIdx.x; c < HDV; c += blockDim.x)
-            p.out[((int64_t)row * p.n_heads + h) * HDV + c] =
-                __float2bfloat16(decode_finish_one(p, h, ml[0], ml[1], p.part_o[at * HDV + c]));
-        return;
-    }
-    float m = p.sinks ? p.sinks[h] * ATTN_LOG2E : -INFINITY;
-    for (int s = 0; s < ns; s++) m = fmaxf(m, ml[2 * s]);
-    float base = m == -INFINITY ? 0.f : m;
-    float sum = p.sinks ? exp2f(p.sinks[h] * ATTN_LOG2E - base) : 0.f;
-    for (int s = 0; s < ns; s++) sum += exp2f(ml[2 * s] - base) * ml[2 * s + 1];
-    float inv = sum > 0.f ? 1.f / sum : 0.f;
-    for (int c = threadIdx.x; c < HDV; c += blockDim.x) {
-        float acc = 0.f;
-        for (int s = 0; s < ns; s++) acc += exp2f(ml[2 * s] - base) * p.part_o[(at + s) * HDV + c];
-        p.out[((int64_t)row * p.n_heads + h) * HDV + c] = __float2bfloat16(acc * inv);
-    }
+    if (ns > 1) decode_merge_splits<HDV, NT>(p, row, d, h0, nh, ns, (float *)ring);
 }
 
 /* ---- launchers ---- */
@@ -276,8 +398,6 @@ static int decode_launch(const AttnKParams *kp, int n_decode, cudaStream_t s, Er
     CUDA_CHECK(launch_pdl(attn_decode_kernel<HDK, HDV, CAP, WIN, FP8>,
                           dim3(kp->n_splits, kp->n_kv_heads * kp->n_groups, n_decode), 128, SMEM, s, *kp),
                err);
-    if (kp->n_splits == 1) return 0; /* the decode kernel finished every row */
-    CUDA_CHECK(launch_pdl(attn_decode_combine_kernel<HDV>, dim3(n_decode, kp->n_heads), 128, 0, s, *kp), err);
     return 0;
 }
 

@@ -16,6 +16,7 @@
 #include "kernels/cuda/attention_common.cuh" /* warp_quantize_fp8 */
 #include "kernels/cuda/cuda_ops.cuh"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/rope_head.cuh"
 
 /* ---------------- kernels ---------------- */
 
@@ -235,27 +236,8 @@ __global__ void kernel_rope_kv_write(bf16 *q, bf16 *k, const bf16 *v, KVLayerDev
     bf16 *x = is_q ? q + ((int64_t)t * n_heads + h) * hd : k + ((int64_t)t * n_kv_heads + hk) * hd;
     float *buf = rkv_buf + warp * hd;
     for (int i = lane; i < hd; i += 32) buf[i] = __bfloat162float(x[i]);
-    const float *w = is_q ? qk.q : qk.k;
-    if (w) {
-        float ss = 0;
-        for (int i = lane; i < hd; i += 32) ss += buf[i] * buf[i];
-        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        float inv = rsqrtf(ss / hd + qk.eps);
-        for (int i = lane; i < hd; i += 32) buf[i] = __bfloat162float(__float2bfloat16(buf[i] * inv * (w[i] + qk.offset)));
-    }
-    __syncwarp();
-    const float p = (float)b.pos[t];
-    for (int i = lane; i < half; i += 32) {
-        float s, c;
-        sincosf(p * inv_freq[i], &s, &c);
-        s *= mscale;
-        c *= mscale;
-        int ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
-        float x0 = buf[ia], x1 = buf[ib];
-        buf[ia] = __bfloat162float(__float2bfloat16(x0 * c - x1 * s));
-        buf[ib] = __bfloat162float(__float2bfloat16(x0 * s + x1 * c));
-    }
-    __syncwarp();
+    const RopeFreqs f = {inv_freq, mscale, half, neox};
+    warp_norm_rope(buf, hd, is_q ? qk.q : qk.k, qk.eps, qk.offset, (float)b.pos[t], f);
     for (int i = lane; i < hd; i += 32) x[i] = __float2bfloat16(buf[i]);
     if (is_q || !store) return;
     int64_t at = slot * n_kv_heads + hk;

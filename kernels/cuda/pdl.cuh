@@ -10,7 +10,9 @@
  * and may only do work on constant data (the weights, written at load
  * before a device sync) ahead of it. pdl_launch_dependents() lets the next
  * kernel of the stream start; every kernel here calls it after its own
- * pdl_wait(), so at most two kernels of a stream are in flight.
+ * pdl_wait(), so at most two kernels of a stream are in flight (the decode
+ * attention does not call it at all: the next GEMV's whole-SM blocks, let
+ * in early, slowed the step by ~20%: kernels/NOTES.md).
  *
  * A kernel launched with launch_pdl MUST call pdl_wait() (else it runs
  * concurrently with its predecessor). On older GPUs and in builds with

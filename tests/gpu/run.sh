@@ -40,6 +40,9 @@ if [ -f "$REAL/smollm2-135m-instruct.gguf" ] && [ -f "$REAL/gemma3-270m.gguf" ];
             echo '# batch-invariant mode, batched vs one at a time:'; \
             python3 tests/gpu/compare_generate.py $OUT/real-$m-bi-256.jsonl $OUT/real-$m-bi-1.jsonl 0.0 --min-identical 0.95"
     done
+    # the multi-sequence script on Gemma 3 (head size 256, qk-norm, windows):
+    # the rope in the decode kernel against rope apart, bit for bit
+    run_check cuda_batch_real "$BIN/test_cuda_batch" --rope-only "$REAL/gemma3-270m.gguf"
 else
     rows+=("cuda_forward_real            not run: the real models are not in $REAL")
 fi
@@ -52,7 +55,9 @@ else
     rows+=("compute-sanitizer            not installed on this machine")
 fi
 # Random-weight models made here (bench/make_model.py --tiny): Llama-3 shape
-# (head 64, GQA 4) and Gemma-2 shape (head 128, window 256, soft-caps).
+# (head 64, GQA 4) and Gemma-2 shape (head 128, window 256, soft-caps); the
+# script of multi-sequence steps also checks the decode kernel's rope against
+# the rope kernel, bit for bit (tests/gpu/test_cuda_batch.c).
 MODELS=${CHECK_MODELS:-/tmp/cllm-check-models}
 mkdir -p "$MODELS"
 for m in llama3-8b gemma2-9b; do

@@ -211,7 +211,9 @@ static int dev_upload(DevBufs *D, const Problem *P, const AttnMeta *m, int n_spl
     CK(cudaMemcpy(D->meta, m->buf, (size_t)m->buf_len * 4, cudaMemcpyHostToDevice));
     D->work.max_decode = m->n_decode > 0 ? m->n_decode : 1;
     D->work.n_splits = n_splits;
-    CK(cudaMalloc((void **)&D->work.part, attn_decode_work_bytes(D->work.max_decode, c->n_heads, c->hdv, n_splits)));
+    size_t work = attn_decode_work_bytes(D->work.max_decode, c->n_heads, c->hdv, n_splits);
+    CK(cudaMalloc((void **)&D->work.part, work));
+    CK(cudaMemset(D->work.part, 0, work)); /* the split counters */
     return 0;
 }
 

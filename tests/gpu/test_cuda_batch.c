@@ -18,7 +18,13 @@
  * CPU on at least 95% of rows. Each model runs twice: bf16 KV (fp32 on the
  * CPU) and fp8 KV on all three (the two CUDA paths read the same cache
  * bytes, written by the same kernel; the CPU quantizes its fp32 K/V, so
- * there greedy agreement is only asked at 90%). */
+ * there greedy agreement is only asked at 90%). A fourth runner is the
+ * kernels' path with rope and the KV write apart from the decode attention
+ * (CLLM_ROPE_ATTENTION=0: two launches, as in prefill steps): its logits
+ * must equal the first runner's bit for bit (attention.cuh
+ * cuda_attention_decode_rope promises the same results), at every step.
+ *   test_cuda_batch --rope-only MODEL...   only that check (a real model:
+ *   the tolerances above are for the random tiny models). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +95,7 @@ static int argmax(const float *x, int n) {
 typedef struct {
     double fast, generic, between;   /* worst rows: fast vs CPU, generic vs CPU, fast vs generic */
     int rows, fast_top1, generic_top1;
+    int apart_differs;               /* rows whose logits differ in any bit with rope apart */
 } Tally;
 
 static void compare_step(Runner *ru, int n_logits, int V, Tally *t) {
@@ -100,9 +107,12 @@ static void compare_step(Runner *ru, int n_logits, int V, Tally *t) {
         int want = argmax(c, V);
         t->fast_top1 += argmax(f, V) == want;
         t->generic_top1 += argmax(g, V) == want;
+        t->apart_differs += memcmp(f, ru[3].logits + (size_t)i * V, (size_t)V * sizeof *f) != 0;
         t->rows++;
     }
 }
+
+#define N_RUNNERS 4 /* kernels, simple kernel, CPU, kernels with rope apart */
 
 static bool open_runners(Runner *ru, const Model *m, KVDtype kv, Err *err) {
     CudaOptions fast = {0, BLOCK, N_BLOCKS, 0, MAX_T, 0.9f, false, false, false, false, kv};
@@ -110,7 +120,10 @@ static bool open_runners(Runner *ru, const Model *m, KVDtype kv, Err *err) {
     ru[0].be = backend_cuda_create_opts(&m->cfg, &m->w, &fast, NULL, err);
     ru[1].be = ru[0].be ? backend_cuda_create_opts(&m->cfg, &m->w, &generic, NULL, err) : NULL;
     ru[2].be = ru[1].be ? backend_cpu_create_kv(&m->cfg, &m->w, 0, BLOCK, N_BLOCKS, kv, err) : NULL;
-    for (int i = 0; i < 3; i++) {
+    setenv("CLLM_ROPE_ATTENTION", "0", 1);
+    ru[3].be = ru[2].be ? backend_cuda_create_opts(&m->cfg, &m->w, &fast, NULL, err) : NULL;
+    unsetenv("CLLM_ROPE_ATTENTION");
+    for (int i = 0; i < N_RUNNERS; i++) {
         if (!ru[i].be || forward_init(&ru[i].fw, &m->cfg, ru[i].be, MAX_T, err)) return false;
         ru[i].logits = malloc((size_t)N_SEQS * m->cfg.vocab * sizeof(float));
         if (!ru[i].logits) return false;
@@ -119,7 +132,7 @@ static bool open_runners(Runner *ru, const Model *m, KVDtype kv, Err *err) {
 }
 
 static void close_runners(Runner *ru) {
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < N_RUNNERS; i++) {
         if (ru[i].fw.cfg) forward_free(&ru[i].fw);
         if (ru[i].be) ru[i].be->destroy(ru[i].be);
         free(ru[i].logits);
@@ -146,12 +159,14 @@ static void prefill_steps(Step *steps, int *n_steps, int *len, int V) {
     len[0] = 302, len[1] = 331, len[2] = 10, len[3] = 1, len[4] = 2;
 }
 
+static bool rope_only; /* --rope-only */
+
 static void check_model(const char *dir, KVDtype kv) {
     Err err = {{0}};
     Model m;
     if (model_load(&m, dir, MODEL_LOAD_NO_TOKENIZER, &err)) { CHECK(0, "%s", err.msg); return; }
     int V = m.cfg.vocab;
-    Runner ru[3];
+    Runner ru[N_RUNNERS];
     memset(ru, 0, sizeof ru);
     bool ok = open_runners(ru, &m, kv, &err);
     CHECK(ok, "%s", err.msg);
@@ -160,7 +175,7 @@ static void check_model(const char *dir, KVDtype kv) {
     prefill_steps(steps, &n_steps, len, V);
     Tally t = {0};
     for (int i = 0; ok && i < n_steps; i++) {
-        for (int k = 0; ok && k < 3; k++) ok = run_step(&ru[k], &steps[i], V, &err) == 0;
+        for (int k = 0; ok && k < N_RUNNERS; k++) ok = run_step(&ru[k], &steps[i], V, &err) == 0;
         CHECK(ok, "prefill step %d: %s", i, err.msg);
         if (ok) compare_step(ru, steps[i].n_logits, V, &t);
     }
@@ -173,19 +188,30 @@ static void check_model(const char *dir, KVDtype kv) {
         int live = k < 8 ? 4 : k < 16 ? 3 : 5;                 /* buckets 4, 4 (one padding row), 8 */
         memset(d, 0, sizeof *d);
         for (int s = 0; s < live; s++) { add_rows(d, s, len[s], &next[s], 1, true); len[s]++; }
-        for (int b = 0; ok && b < 3; b++) ok = run_step(&ru[b], d, V, &err) == 0;
+        for (int b = 0; ok && b < N_RUNNERS; b++) ok = run_step(&ru[b], d, V, &err) == 0;
         CHECK(ok, "decode step %d: %s", k, err.msg);
         if (!ok) break;
         compare_step(ru, d->n_logits, V, &t);
         for (int s = 0; s < live; s++) next[s] = argmax(ru[2].logits + (size_t)s * V, V);
     }
+    /* the first runner did rope in the decode kernel: it left q as the qkv product made it */
+    int64_t nq = (int64_t)d->n * m.cfg.n_heads * m.cfg.head_dim_k;
+    float *q0 = malloc(nq * sizeof *q0), *q3 = malloc(nq * sizeof *q3);
+    ok = ok && ru[0].be->read(ru[0].be, q0, ru[0].fw.q, nq, &err) == 0 && ru[3].be->read(ru[3].be, q3, ru[3].fw.q, nq, &err) == 0;
+    CHECK(ok && memcmp(q0, q3, nq * sizeof *q0) != 0, "q after decode: the same on both kernel paths (rope in the "
+          "decode kernel not used?) %s", err.msg);
+    free(q0), free(q3);
     printf("# %s %s KV: %d rows; worst max-rel err vs CPU: kernels %.2e, simple kernel %.2e; kernels vs simple %.2e; "
-           "greedy = CPU: kernels %d, simple %d\n", dir, kv_dtype_name(kv), t.rows, t.fast, t.generic, t.between,
-           t.fast_top1, t.generic_top1);
+           "greedy = CPU: kernels %d, simple %d; rows not bitwise equal with rope apart: %d\n", dir,
+           kv_dtype_name(kv), t.rows, t.fast, t.generic, t.between, t.fast_top1, t.generic_top1, t.apart_differs);
     CHECK(t.rows == 1 + 3 + 5 + 8 * 4 + 8 * 3 + 8 * 5, "rows compared: %d", t.rows);
-    CHECK(t.fast <= fmax(1.5 * t.generic, 1e-2), "kernels %.3g vs simple %.3g", t.fast, t.generic);
-    CHECK(t.between <= 3e-2, "kernels vs simple kernel %.3g", t.between);
-    CHECK(t.fast_top1 >= (kv == KV_DTYPE_FP8 ? 0.9 : 0.95) * t.rows, "greedy agreement %d of %d", t.fast_top1, t.rows);
+    CHECK(t.apart_differs == 0, "%d rows differ with rope apart from the decode attention", t.apart_differs);
+    if (!rope_only) {
+        CHECK(t.fast <= fmax(1.5 * t.generic, 1e-2), "kernels %.3g vs simple %.3g", t.fast, t.generic);
+        CHECK(t.between <= 3e-2, "kernels vs simple kernel %.3g", t.between);
+        CHECK(t.fast_top1 >= (kv == KV_DTYPE_FP8 ? 0.9 : 0.95) * t.rows, "greedy agreement %d of %d", t.fast_top1,
+              t.rows);
+    }
     free(steps);
     free(d);
     close_runners(ru);
@@ -199,8 +225,12 @@ static void test_model_fp8(void) { check_model(model_dir, KV_DTYPE_FP8); }
 
 int main(int argc, char **argv) {
     make_tables();
-    if (argc < 2) { printf("usage: test_cuda_batch MODEL_DIR...\nnot ok - arguments\n"); return 1; }
-    for (int i = 1; i < argc; i++) {
+    rope_only = argc > 1 && !strcmp(argv[1], "--rope-only");
+    if (argc < 2 + rope_only) {
+        printf("usage: test_cuda_batch [--rope-only] MODEL_DIR...\nnot ok - arguments\n");
+        return 1;
+    }
+    for (int i = 1 + rope_only; i < argc; i++) {
         model_dir = argv[i];
         RUN(test_model);
         RUN(test_model_fp8);
