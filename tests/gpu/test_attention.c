@@ -18,6 +18,10 @@
  * 16/32/64, chunked prefill, windows of 1, the prompt length and more,
  * sinks, soft-cap, long decode rows over many splits, a decode step replayed
  * from a CUDA graph after its metadata changed, and an unsupported head size.
+ * The decode kernel's rope mode (cuda_attention_decode_rope: qk-norm, rope
+ * and the new rows' cache write in the kernel) against the host's rope,
+ * cache write and attention, every head-size pair, both caches: the output,
+ * the new keys in the cache, and no other slot touched.
  *   test_attention [--quick]   (--quick: a few cases, for compute-sanitizer)
  */
 #include <math.h>
@@ -373,6 +377,177 @@ static void test_cases(void) { g_dtype = KV_DTYPE_BF16; run_cases(); }
 static void test_cases_fp8(void) { g_dtype = KV_DTYPE_FP8; run_cases(); g_dtype = KV_DTYPE_BF16; }
 static void test_graph_replay_fp8(void) { g_dtype = KV_DTYPE_FP8; test_graph_replay(); g_dtype = KV_DTYPE_BF16; }
 
+/* ---- the decode kernel's rope mode (cuda_attention_decode_rope) ---- */
+
+typedef struct {
+    Case c;                      /* decode rows only: len 1 each */
+    int rot_dim;
+    bool neox, qk_norm;
+} RopeCase;
+
+static const RopeCase k_rope_cases[] = {
+    {{"rope hd128 gqa4 8 rows", 128, 128, 8, 2, 16, 0, 0, 0, .n_seqs = 8,
+      .start = {4999, 3000, 4095, 17, 0, 2047, 63, 64}, .len = {1, 1, 1, 1, 1, 1, 1, 1}}, 128, true, false},
+    {{"rope hd64 partial 32 gptj sinks", 64, 64, 8, 2, 32, 0, 0, 1, .n_seqs = 3, .start = {700, 1, 129},
+      .len = {1, 1, 1}}, 32, false, false},
+    {{"rope hd80 qk-norm", 80, 80, 4, 2, 32, 0, 0, 0, .n_seqs = 2, .start = {300, 45}, .len = {1, 1}}, 80, true, true},
+    {{"rope hd96 window 40", 96, 96, 8, 1, 64, 40, 0, 0, .n_seqs = 2, .start = {1000, 10}, .len = {1, 1}}, 96, true,
+     false},
+    {{"rope hd256 qk-norm softcap window", 256, 256, 4, 1, 16, 33, 50.f, 0, .n_seqs = 2, .start = {600, 3},
+      .len = {1, 1}}, 256, true, true},
+    {{"rope hd128/64 sinks", 128, 64, 8, 2, 16, 0, 0, 1, .n_seqs = 2, .start = {2500, 5}, .len = {1, 1}}, 64, true,
+     false},
+    {{"rope mqa 32 heads (2 head groups)", 64, 64, 32, 1, 16, 0, 0, 0, .n_seqs = 2, .start = {900, 0},
+      .len = {1, 1}}, 64, true, false},
+};
+
+/* ||a - b|| / ||b|| over n values */
+static double rel_norm(const float *a, const float *b, int n) {
+    double d2 = 0, r2 = 0;
+    for (int i = 0; i < n; i++) d2 += (a[i] - b[i]) * (double)(a[i] - b[i]), r2 += b[i] * (double)b[i];
+    return sqrt(d2 / (r2 > 0 ? r2 : 1));
+}
+
+/* The device cache after the step against the host's: the new rows' head
+ * vectors within rounding (the device rounds the norm and rope to bf16, and
+ * fp8 codes may then land one step apart), every other slot bit for bit
+ * as uploaded. Returns the worst new-row error; *stray counts other slots
+ * that changed. */
+static double check_cache(const DevBufs *D, const Problem *P, const uint8_t *k8_before, int *stray) {
+    const Case *c = &P->c;
+    int64_t slots = (int64_t)P->n_blocks * c->block_size, nk = slots * c->n_kv * c->hdk;
+    bool fp8 = P->cache.dtype == KV_DTYPE_FP8;
+    uint8_t *dk = malloc(nk * (fp8 ? 1 : 2));
+    float *ds = fp8 ? malloc(slots * c->n_kv * 4) : NULL, *got = malloc(c->hdk * 4), *want = malloc(c->hdk * 4);
+    cudaMemcpy(dk, D->k, nk * (fp8 ? 1 : 2), cudaMemcpyDeviceToHost);
+    if (fp8) cudaMemcpy(ds, D->ks, slots * c->n_kv * 4, cudaMemcpyDeviceToHost);
+    double worst = 0;
+    *stray = 0;
+    for (int64_t s = 0; s < slots; s++) {
+        bool is_new = false;
+        for (int t = 0; t < P->T; t++) is_new |= P->slot[t] == s;
+        for (int h = 0; h < c->n_kv; h++) {
+            int64_t at = s * c->n_kv + h;
+            if (!is_new) {
+                *stray += fp8 ? memcmp(dk + at * c->hdk, k8_before + at * c->hdk, c->hdk) != 0
+                              : memcmp(dk + at * c->hdk * 2, P->k16 + at * c->hdk, c->hdk * 2) != 0;
+                continue;
+            }
+            if (fp8) fp8_dequantize_row(dk + at * c->hdk, c->hdk, ds[at], got);
+            else for (int i = 0; i < c->hdk; i++) got[i] = bf16_to_fp32(((uint16_t *)dk)[at * c->hdk + i]);
+            const float *w = kv_key(&P->cache, 0, s, h, want);
+            worst = fmax(worst, rel_norm(got, w, c->hdk));
+        }
+    }
+    free(dk), free(ds), free(got), free(want);
+    return worst;
+}
+
+static void round_bf16(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = bf16_to_fp32(fp32_to_bf16(x[i]));
+}
+
+/* Host reference of a rope step: qk-norm, rope, the new rows stored, then
+ * cpu_attention; q is roped in place. The norm's and the rope's outputs are
+ * rounded to bf16 as the device stores them (else an fp8 cache gets another
+ * code for a new key now and then, a 12% step that a peaky row shows). */
+static void rope_reference(Problem *P, const RopeCase *rc, float *q, float *k, const float *v, const float *qn,
+                           const float *kn, const float *inv_freq) {
+    const Case *c = &P->c;
+    int64_t nq = (int64_t)P->T * c->n_heads * c->hdk, nk = (int64_t)P->T * c->n_kv * c->hdk;
+    if (rc->qk_norm) {
+        cpu_rmsnorm(q, q, qn, P->T * c->n_heads, c->hdk, 1e-6f, 1.f);
+        cpu_rmsnorm(k, k, kn, P->T * c->n_kv, c->hdk, 1e-6f, 1.f);
+        round_bf16(q, nq), round_bf16(k, nk);
+    }
+    cpu_rope(q, P->pos, P->T, c->n_heads, c->hdk, rc->rot_dim, inv_freq, 1.f, rc->neox);
+    cpu_rope(k, P->pos, P->T, c->n_kv, c->hdk, rc->rot_dim, inv_freq, 1.f, rc->neox);
+    round_bf16(q, nq), round_bf16(k, nk);
+    for (int t = 0; t < P->T; t++)
+        kv_cache_store(&P->cache, 0, P->slot[t], k + (int64_t)t * c->n_kv * c->hdk, v + (int64_t)t * c->n_kv * c->hdv);
+    cpu_attention(g_tp, P->ref, q, &P->cache, 0, &P->batch, &P->par);
+}
+
+static void *dev_copy(const void *h, size_t n) {
+    void *d = NULL;
+    if (cudaMalloc(&d, n ? n : 1) != cudaSuccess) return NULL;
+    cudaMemcpy(d, h, n, cudaMemcpyHostToDevice);
+    return d;
+}
+
+/* q, k, v as a qkv product would leave them (random bf16 values), the new
+ * rows through the decode kernel in rope mode on the device, against the
+ * host's rope, cache write and attention; split_tiles 0 (every row the
+ * grid's splits) and 4 (per-row splits, the backend's mode). */
+static void run_rope_case(const RopeCase *rc, int split_tiles) {
+    const Case *c = &rc->c;
+    Problem P;
+    Err err = {{0}};
+    if (problem_init(&P, c)) { CHECK(0, "%s: host setup failed", c->name); return; }
+    int64_t nkn = (int64_t)P.T * c->n_kv * c->hdk, nvn = (int64_t)P.T * c->n_kv * c->hdv;
+    int64_t n_slots = (int64_t)P.n_blocks * c->block_size;
+    float *kf = malloc(nkn * 4), *vf = malloc(nvn * 4), *qn = malloc(c->hdk * 4), *kn = malloc(c->hdk * 4);
+    float *inv_freq = malloc(c->hdk * 4);
+    uint16_t *k16 = malloc(nkn * 2), *v16 = malloc(nvn * 2);
+    fill_bf16(kf, k16, nkn, 2.f);
+    fill_bf16(vf, v16, nvn, 1.f);
+    for (int i = 0; i < c->hdk; i++) qn[i] = 0.2f * frand(), kn[i] = 0.2f * frand(); /* weights 1 + w */
+    for (int i = 0; i < rc->rot_dim / 2; i++) inv_freq[i] = powf(10000.f, -2.f * i / rc->rot_dim);
+    uint8_t *k8_before = NULL;
+    if (P.cache.dtype == KV_DTYPE_FP8) {
+        k8_before = malloc(n_slots * c->n_kv * c->hdk);
+        memcpy(k8_before, P.cache.k8[0], n_slots * c->n_kv * c->hdk);
+    }
+    AttnMeta m;
+    CHECK(attn_meta_build(&m, &P.batch, &(AttnMetaOpts){P.n_blocks, 0}, &err) == 0, "%s: %s", c->name, err.msg);
+    int splits = attn_decode_splits(m.max_kv_len, m.n_decode, c->n_kv, (c->n_heads / c->n_kv + 15) / 16, 132);
+    DevBufs D;
+    if (m.n_tiles == 0 && dev_upload(&D, &P, &m, splits) == 0) { /* the cache as it was before the step */
+        void *dk = dev_copy(k16, nkn * 2), *dv = dev_copy(v16, nvn * 2), *dslot = dev_copy(P.slot, P.T * 8);
+        float *dqn = dev_copy(qn, c->hdk * 4), *dkn = dev_copy(kn, c->hdk * 4), *dfreq = dev_copy(inv_freq, c->hdk * 4);
+        rope_reference(&P, rc, P.q, kf, vf, qn, kn, inv_freq);
+        AttnDevMeta dm;
+        attn_dev_meta(&dm, &m, D.meta);
+        D.work.split_tiles = split_tiles;
+        AttnRope r = {dk, dv, rc->qk_norm ? dqn : NULL, rc->qk_norm ? dkn : NULL, 1e-6f, 1.f, dfreq, 1.f, rc->rot_dim,
+                      rc->neox, (const int64_t *)dslot, n_slots};
+        double rel = INFINITY, kerr = INFINITY;
+        int n_nan = -1, stray = -1;
+        for (int rep = 0; rep < 2; rep++) { /* twice: the split counters are back at zero after a launch */
+            cudaMemset(D.out, 0xff, (size_t)P.T * c->n_heads * c->hdv * 2);
+            int rc2 = cuda_attention_decode_rope(D.out, D.q, &D.kv, &dm, &P.par, D.sinks, &D.work, &r, 0, &err);
+            cudaError_t e = cudaDeviceSynchronize();
+            CHECK(rc2 == 0 && e == cudaSuccess, "%s: %s %s", c->name, err.msg, cudaGetErrorString(e));
+            rel = compare(&D, &P, &n_nan);
+        }
+        kerr = check_cache(&D, &P, k8_before, &stray);
+        bool fp8 = g_dtype == KV_DTYPE_FP8;
+        printf("# %-34s %-4s rows %d splits %-3d split_tiles %d rel err %.2e, new keys %.2e, other slots changed %d\n",
+               c->name, kv_dtype_name(g_dtype), P.T, splits, split_tiles, rel, kerr, stray);
+        CHECK(n_nan == 0 && rel <= TOL, "%s: rel err %.3e, %d NaN outputs", c->name, rel, n_nan);
+        CHECK(kerr <= (fp8 ? 8e-2 : 1e-2) && stray == 0, "%s: new keys off by %.3g, %d other slots changed", c->name,
+              kerr, stray);
+        cudaFree(dk), cudaFree(dv), cudaFree(dslot), cudaFree(dqn), cudaFree(dkn), cudaFree(dfreq);
+    } else {
+        CHECK(0, "%s: setup (prefill tiles %d)", c->name, m.n_tiles);
+    }
+    dev_free(&D);
+    attn_meta_free(&m);
+    free(kf), free(vf), free(qn), free(kn), free(inv_freq), free(k16), free(v16), free(k8_before);
+    problem_free(&P);
+}
+
+static void run_rope_cases(void) {
+    int n = (int)(sizeof k_rope_cases / sizeof *k_rope_cases);
+    for (int i = 0; i < n; i++) {
+        if (g_quick && i != 0 && i != 4) continue;
+        run_rope_case(&k_rope_cases[i], 0);
+        run_rope_case(&k_rope_cases[i], ATTN_BI_SPLIT_TILES);
+    }
+}
+static void test_decode_rope(void) { g_dtype = KV_DTYPE_BF16; run_rope_cases(); }
+static void test_decode_rope_fp8(void) { g_dtype = KV_DTYPE_FP8; run_rope_cases(); g_dtype = KV_DTYPE_BF16; }
+
 /* cuda_fp8_quantize_rows (the device code of the fp8 KV write) against the
  * host's fp8_quantize_row, byte for byte: rows whose first value is 448
  * (scale exactly 1, so the rest are converted as they are) holding every
@@ -450,6 +625,8 @@ int main(int argc, char **argv) {
     RUN(test_cases_fp8);
     RUN(test_graph_replay);
     RUN(test_graph_replay_fp8);
+    RUN(test_decode_rope);
+    RUN(test_decode_rope_fp8);
     RUN(test_unsupported);
     thread_pool_destroy(g_tp);
     TEST_EXIT();
