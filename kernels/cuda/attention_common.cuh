@@ -49,7 +49,7 @@ typedef struct {
     float *part_ml;             /* decode: [n_decode][n_heads][n_splits][2] running max (log2 domain), sum */
     int n_splits, n_groups;     /* decode: KV splits; blocks of <= 16 query heads per KV head */
     int split_tiles;            /* decode: 0: every row takes n_splits splits; > 0: a row takes
-                                   attn_row_splits(its tiles, split_tiles) <= n_splits (batch-invariant) */
+                                   attn_row_splits(its tiles, split_tiles) <= n_splits (the backend's mode) */
     int *done;                  /* decode, n_splits > 1: [n_decode][n_kv_heads x n_groups] splits finished */
     /* decode with rope (cuda_attention_decode_rope): q, k_new, v_new as the qkv product left them */
     bool rope;

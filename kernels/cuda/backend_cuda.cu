@@ -32,8 +32,9 @@
  * tiles, split-KV decode with each row's splits from its own length) from
  * one metadata buffer built and uploaded per step; in a step of decode rows
  * alone the decode kernel also does the rope and KV write (rope_attention).
- * A model whose head sizes they lack gets the simple kernel of cuda_ops.cu. In a graphed step every padding row is its own sequence at
- * position 0 (reading block 0), so the step stays all decode rows.
+ * A model whose head sizes they lack gets the simple kernel of cuda_ops.cu.
+ * In a graphed step every padding row is its own sequence at position 0
+ * (reading block 0), so the step stays all decode rows.
  *
  * Batch-invariant mode (CudaOptions.batch_invariant): a row's results do
  * not depend on the other rows of its step. Every GEMM, at every T, is
@@ -623,6 +624,15 @@ static int bi_graph_splits(CudaBackend *cb, int need) {
     return cb->graph_splits[b] = s < ATTN_BI_MAX_SPLITS ? s : ATTN_BI_MAX_SPLITS;
 }
 
+/* The decode grid's splits (default mode) for n_decode rows and contexts up
+ * to ctx: rows take their own splits (at most ATTN_BI_MAX_SPLITS), so the
+ * grid needs no more. */
+static int decode_grid_splits(const CudaBackend *cb, int ctx, int n_decode) {
+    const ModelConfig *c = cb->cfg;
+    int s = attn_decode_splits(ctx, n_decode, c->n_kv_heads, (c->n_heads / c->n_kv_heads + 15) / 16, cb->n_sms);
+    return s < ATTN_BI_MAX_SPLITS ? s : ATTN_BI_MAX_SPLITS;
+}
+
 /* The attention metadata of a step of Tp rows (h_pos already holds their
  * positions), uploaded to d_meta, and the decode split count: for a step of
  * decode rows alone, from the longest context a sequence may reach, so one
@@ -630,7 +640,6 @@ static int bi_graph_splits(CudaBackend *cb, int need) {
  * whether it is replayed or issued (graphs on or off). */
 static int attn_step_meta(CudaBackend *cb, const AttnBatch *b, int Tp, Err *err) {
     static const int32_t block0 = 0;
-    const ModelConfig *c = cb->cfg;
     for (int s = 0; s < b->n_seqs; s++) cb->meta_tables[s] = b->block_tables[s];
     for (int i = 0; i < Tp; i++) {
         bool real = i < b->n_tokens;
@@ -649,16 +658,13 @@ static int attn_step_meta(CudaBackend *cb, const AttnBatch *b, int Tp, Err *err)
     CUDA_CHECK(cudaMemcpyAsync(cb->d_meta, cb->h_meta, cb->meta.buf_len * sizeof(int32_t), cudaMemcpyHostToDevice,
                                cb->stream), err);
     attn_dev_meta(&cb->dmeta, &cb->meta, cb->d_meta);
-    int groups = (c->n_heads / c->n_kv_heads + 15) / 16;
     int ctx = cb->meta.n_tiles == 0 ? cb->max_blocks * b->block_size : cb->meta.max_kv_len;
     cb->work.max_decode = cb->meta.n_decode;
     if (cb->bi) {
         int need = attn_decode_row_splits_max(&cb->meta);
         cb->work.n_splits = cb->bucket >= 0 ? bi_graph_splits(cb, need) : need;
     } else {
-        /* rows take their own splits (at most ATTN_BI_MAX_SPLITS): no more in the grid */
-        int s = attn_decode_splits(ctx, cb->meta.n_decode, c->n_kv_heads, groups, cb->n_sms);
-        cb->work.n_splits = s < ATTN_BI_MAX_SPLITS ? s : ATTN_BI_MAX_SPLITS;
+        cb->work.n_splits = decode_grid_splits(cb, ctx, cb->meta.n_decode);
     }
     return 0;
 }
@@ -1278,10 +1284,9 @@ static int attn_alloc_work(CudaBackend *cb, const ModelConfig *c, const CudaOpti
     cb->fast_attn = !o->generic_attention && cuda_attention_check(&p, o->block_size, &why) == 0;
     if (!cb->fast_attn) return 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&cb->n_sms, cudaDevAttrMultiProcessorCount, cb->device), err);
-    int groups = (c->n_heads / c->n_kv_heads + 15) / 16;
     size_t work = 0, slot = attn_decode_work_bytes(1, c->n_heads, c->head_dim_v, 1);
     for (int n = 1; n <= cb->max_tokens; n++) {
-        int splits = attn_decode_splits(1 << 30, n, c->n_kv_heads, groups, cb->n_sms);
+        int splits = decode_grid_splits(cb, 1 << 30, n);
         size_t b = attn_decode_work_bytes(n, c->n_heads, c->head_dim_v, splits);
         work = b > work ? b : work;
     }
