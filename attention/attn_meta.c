@@ -152,7 +152,7 @@ int attn_decode_row_splits_max(const AttnMeta *m) {
     for (int d = 0; d < m->n_decode; d++) {
         int64_t pos = m->buf[m->off_decode + 3 * d + 2];
         int tiles = (int)((pos + ATTN_DECODE_TILE_N) / ATTN_DECODE_TILE_N); /* keys 0..pos */
-        int s = attn_row_splits(tiles, ATTN_BI_SPLIT_TILES);
+        int s = attn_row_splits(tiles, ATTN_SPLIT_TILES);
         most = s > most ? s : most;
     }
     return most;

@@ -68,14 +68,15 @@ void attn_meta_free(AttnMeta *m);
  * shorter one. n_head_groups = ceil(group size / 16) per KV head. */
 int attn_decode_splits(int max_ctx, int n_decode, int n_kv_heads, int n_head_groups, int n_sms);
 
-/* Batch-invariant mode: a decode row's KV splits come from its own key range
- * alone (never from the step's other rows, so its sums are the same in any
- * batch): ATTN_BI_SPLIT_TILES key tiles per split, at most
- * ATTN_BI_MAX_SPLITS splits (longer rows get longer splits). The decode grid
- * must then have at least attn_decode_row_splits_max(m) splits; blocks past a
- * row's own count do nothing. */
-#define ATTN_BI_SPLIT_TILES 4
-#define ATTN_BI_MAX_SPLITS 64
+/* A decode row's KV splits come from its own key range alone (never from the
+ * step's other rows or the longest context a graph is sized for, so its sums
+ * are the same in any batch, which the batch-invariant mode relies on):
+ * ATTN_SPLIT_TILES key tiles per split, at most ATTN_MAX_SPLITS splits
+ * (longer rows get longer splits). The decode grid caps them: it has
+ * attn_decode_row_splits_max(m) splits or more in the batch-invariant mode;
+ * blocks past a row's own count do nothing. */
+#define ATTN_SPLIT_TILES 4
+#define ATTN_MAX_SPLITS 64
 
 #ifdef __CUDACC__
 #define ATTN_META_FN __host__ __device__ static inline
@@ -86,7 +87,7 @@ int attn_decode_splits(int max_ctx, int n_decode, int n_kv_heads, int n_head_gro
 /* Splits of a row whose key range covers n_tiles decode tiles. */
 ATTN_META_FN int attn_row_splits(int n_tiles, int split_tiles) {
     int s = split_tiles > 0 ? (n_tiles + split_tiles - 1) / split_tiles : 1;
-    return s < 1 ? 1 : s > ATTN_BI_MAX_SPLITS ? ATTN_BI_MAX_SPLITS : s;
+    return s < 1 ? 1 : s > ATTN_MAX_SPLITS ? ATTN_MAX_SPLITS : s;
 }
 
 /* The most splits attn_row_splits gives any decode row of m (its full key

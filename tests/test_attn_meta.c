@@ -125,12 +125,12 @@ static void test_decode_splits(void) {
 /* Batch-invariant splits: from a row's own tiles (4 per split, at most 64
  * splits), never from the other rows of the step. */
 static void test_row_splits(void) {
-    CHECK(attn_row_splits(1, ATTN_BI_SPLIT_TILES) == 1, "one tile");
-    CHECK(attn_row_splits(4, ATTN_BI_SPLIT_TILES) == 1, "four tiles: one split");
-    CHECK(attn_row_splits(5, ATTN_BI_SPLIT_TILES) == 2, "five tiles: two");
-    CHECK(attn_row_splits(64, ATTN_BI_SPLIT_TILES) == 16, "4096 keys: %d", attn_row_splits(64, ATTN_BI_SPLIT_TILES));
-    CHECK(attn_row_splits(1 << 20, ATTN_BI_SPLIT_TILES) == ATTN_BI_MAX_SPLITS, "capped");
-    CHECK(attn_row_splits(0, ATTN_BI_SPLIT_TILES) == 1 && attn_row_splits(9, 0) == 1, "degenerate");
+    CHECK(attn_row_splits(1, ATTN_SPLIT_TILES) == 1, "one tile");
+    CHECK(attn_row_splits(4, ATTN_SPLIT_TILES) == 1, "four tiles: one split");
+    CHECK(attn_row_splits(5, ATTN_SPLIT_TILES) == 2, "five tiles: two");
+    CHECK(attn_row_splits(64, ATTN_SPLIT_TILES) == 16, "4096 keys: %d", attn_row_splits(64, ATTN_SPLIT_TILES));
+    CHECK(attn_row_splits(1 << 20, ATTN_SPLIT_TILES) == ATTN_MAX_SPLITS, "capped");
+    CHECK(attn_row_splits(0, ATTN_SPLIT_TILES) == 1 && attn_row_splits(9, 0) == 1, "degenerate");
     /* a step's most: decode rows at positions 255 (256 keys: 4 tiles, 1 split)
      * and 256 (5 tiles, 2 splits) beside a prefill run that is not counted */
     int32_t pos[4] = {255, 0, 1, 256}, seq[4] = {0, 1, 1, 2};

@@ -621,16 +621,16 @@ static int bi_graph_splits(CudaBackend *cb, int need) {
     if (cb->graph[b]) { cudaGraphExecDestroy(cb->graph[b]); cb->graph[b] = NULL; }
     int s = 1;
     while (s < need) s *= 2;
-    return cb->graph_splits[b] = s < ATTN_BI_MAX_SPLITS ? s : ATTN_BI_MAX_SPLITS;
+    return cb->graph_splits[b] = s < ATTN_MAX_SPLITS ? s : ATTN_MAX_SPLITS;
 }
 
 /* The decode grid's splits (default mode) for n_decode rows and contexts up
- * to ctx: rows take their own splits (at most ATTN_BI_MAX_SPLITS), so the
+ * to ctx: rows take their own splits (at most ATTN_MAX_SPLITS), so the
  * grid needs no more. */
 static int decode_grid_splits(const CudaBackend *cb, int ctx, int n_decode) {
     const ModelConfig *c = cb->cfg;
     int s = attn_decode_splits(ctx, n_decode, c->n_kv_heads, (c->n_heads / c->n_kv_heads + 15) / 16, cb->n_sms);
-    return s < ATTN_BI_MAX_SPLITS ? s : ATTN_BI_MAX_SPLITS;
+    return s < ATTN_MAX_SPLITS ? s : ATTN_MAX_SPLITS;
 }
 
 /* The attention metadata of a step of Tp rows (h_pos already holds their
@@ -1292,16 +1292,16 @@ static int attn_alloc_work(CudaBackend *cb, const ModelConfig *c, const CudaOpti
     }
     /* batch-invariant: room for a full graph bucket at the most splits a row
      * takes; larger steps run their decode rows in groups (attention.cu) */
-    size_t bi_work = (size_t)BUCKET_ROWS[N_BUCKETS - 1] * ATTN_BI_MAX_SPLITS * slot;
+    size_t bi_work = (size_t)BUCKET_ROWS[N_BUCKETS - 1] * ATTN_MAX_SPLITS * slot;
     if (cb->bi && bi_work > work) work = bi_work;
     CUDA_CHECK(cudaMalloc(&cb->work.part, work), err);
     CUDA_CHECK(cudaMemset(cb->work.part, 0, work), err); /* the split counters start at zero */
     cb->work.cap = (int64_t)(work / slot);
-    /* every decode row splits its own key range, ATTN_BI_SPLIT_TILES tiles a
+    /* every decode row splits its own key range, ATTN_SPLIT_TILES tiles a
      * split: a short row of a long graph gets one split and no merge (a
      * Llama-3-8B Q4_K step at a context of 32k: 188 -> 227 tok/s; batch 8 at
      * 4k: +12%) */
-    cb->work.split_tiles = ATTN_BI_SPLIT_TILES;
+    cb->work.split_tiles = ATTN_SPLIT_TILES;
     return 0;
 }
 

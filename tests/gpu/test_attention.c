@@ -542,7 +542,7 @@ static void run_rope_cases(void) {
     for (int i = 0; i < n; i++) {
         if (g_quick && i != 0 && i != 4) continue;
         run_rope_case(&k_rope_cases[i], 0);
-        run_rope_case(&k_rope_cases[i], ATTN_BI_SPLIT_TILES);
+        run_rope_case(&k_rope_cases[i], ATTN_SPLIT_TILES);
     }
 }
 static void test_decode_rope(void) { g_dtype = KV_DTYPE_BF16; run_rope_cases(); }
