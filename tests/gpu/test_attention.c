@@ -365,6 +365,25 @@ static void test_unsupported(void) {
     CHECK(cuda_attention_check(&p, 24, &err) == -1 && strstr(err.msg, "block_size 24"), "'%s'", err.msg);
     p.n_kv_heads = 3;
     CHECK(cuda_attention_check(&p, 32, &err) == -1 && strstr(err.msg, "n_kv_heads 3"), "'%s'", err.msg);
+    /* the rope mode's arguments, refused before any launch (no device memory is touched) */
+    p.n_kv_heads = 2;
+    int32_t one = 1;
+    float s = 1.f;
+    KVLayerDev kv = {KV_DTYPE_BF16, &one, &one, NULL, NULL};
+    AttnDevMeta m = {NULL, 0, 1, 0, 0, 0, 0, 1, 16};
+    AttnDecodeWork w = {&s, 1, 1, 0, 0};
+    AttnRope r = {&one, &one, NULL, NULL, 1e-6f, 0.f, &s, 1.f, 127, true, (const int64_t *)&one, 16};
+    CHECK(cuda_attention_decode_rope(&one, &one, &kv, &m, &p, NULL, &w, &r, 0, &err) == -1 &&
+          strstr(err.msg, "rotated channels 127 of 128"), "'%s'", err.msg);
+    r.rot_dim = 256;
+    CHECK(cuda_attention_decode_rope(&one, &one, &kv, &m, &p, NULL, &w, &r, 0, &err) == -1 &&
+          strstr(err.msg, "rotated channels 256"), "'%s'", err.msg);
+    r.rot_dim = 128, r.slot = NULL;
+    CHECK(cuda_attention_decode_rope(&one, &one, &kv, &m, &p, NULL, &w, &r, 0, &err) == -1 &&
+          strstr(err.msg, "bad rope arguments"), "'%s'", err.msg);
+    r.slot = (const int64_t *)&one, m.n_tiles = 1;
+    CHECK(cuda_attention_decode_rope(&one, &one, &kv, &m, &p, NULL, &w, &r, 0, &err) == -1 &&
+          strstr(err.msg, "decode rows alone"), "'%s'", err.msg);
 }
 
 static int g_quick;
