@@ -209,7 +209,7 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
     const int h0 = kvh * p.group + grp * 16, nh = min(16, p.group - grp * 16);
     const int lo = WIN ? max(0, pos - p.window + 1) : 0, hi = pos + 1;
     const int tb = lo / BN, nt = (hi + BN - 1) / BN - tb, ns = decode_row_splits(p, nt);
-    if (split >= ns) return; /* past this row's own splits (batch-invariant mode): the whole block leaves */
+    if (split >= ns) return; /* past this row's own splits (the grid has the most any row takes): the block leaves */
     const int per = (nt + ns - 1) / ns;
     const int ts = tb + split * per, te = min(ts + per, tb + nt);
     const int t_new = pos / BN;                       /* the tile of the new key */
