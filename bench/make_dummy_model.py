@@ -4,6 +4,7 @@ tokenizer but no weight files, for `cllm ... --dummy-weights` (random weights
 of the config's shapes, made in memory): shapes too big for the disk of the
 GPU machine (a Llama-3-70B in bf16 is 141 GB).
 
+    python3 bench/make_dummy_model.py llama3-8b /tmp/l8      # A/B runs without a 16 GB file to make
     python3 bench/make_dummy_model.py llama3-70b /tmp/l70
     python3 bench/make_dummy_model.py llama3.1-405b /tmp/l405
 
@@ -18,8 +19,10 @@ import os
 
 from bench_tokenizer import make_tokenizer
 
-# Published sizes (Meta-Llama-3-70B, Meta-Llama-3.1-405B config.json).
+# Published sizes (Meta-Llama-3-8B, Meta-Llama-3-70B, Meta-Llama-3.1-405B config.json).
 SHAPES = {
+    "llama3-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                      num_key_value_heads=8),
     "llama3-70b": dict(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
                        num_key_value_heads=8),
     "llama3.1-405b": dict(hidden_size=16384, intermediate_size=53248, num_hidden_layers=126, num_attention_heads=128,

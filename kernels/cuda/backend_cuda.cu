@@ -63,6 +63,7 @@ extern "C" { /* C headers of the engine: C linkage */
 #include "kernels/cuda/backend_cuda.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.cuh"
+#include "kernels/cuda/dequant_ahead.cuh"
 #include "kernels/cuda/nccl_link.cuh"
 #include "kernels/cuda/gemm_bi.cuh"
 #include "kernels/cuda/quant.cuh"
@@ -77,6 +78,10 @@ extern "C" { /* C headers of the engine: C linkage */
 #ifndef DEQ_MAX_MB
 #define DEQ_MAX_MB 256 /* (-D for experiments) */
 #endif
+/* Steps of fewer rows dequantize each matrix just before its GEMM: there the GEMMs are bound by
+ * bandwidth too, and a copy made ahead competes with them (H200, 8B Q8_0, batch-16 decode 5% slower
+ * with it; prefill 512 6% faster: kernels/NOTES.md "dequantize ahead"). */
+#define DEQ_AHEAD_MIN_T 128
 #define DEQ_MAX_BYTES ((size_t)DEQ_MAX_MB << 20) /* bf16 scratch of quantized GEMMs above 8 rows; larger matrices go in row chunks */
 #define LAYER_REFS ((int)(sizeof(LayerWeights) / sizeof(WeightRef)))
 
@@ -115,8 +120,10 @@ typedef struct {
     uint64_t weight_bytes;       /* device bytes of all weights */
     void *qnative;               /* upload only: a matrix's file bytes before repacking */
     size_t qnative_cap;
-    bf16 *deq;                   /* bf16 scratch of quantized GEMMs of more than 8 rows */
+    DeqAhead deq;                /* bf16 copies of quantized matrices for GEMMs of more than 8 rows */
     int64_t deq_elems;
+    bool deq_one;                /* CLLM_DEQ_AHEAD=0: one buffer, each matrix dequantized just before its GEMM */
+    const QuantMatrix **qnext;   /* [n_layers * LAYER_REFS + 1] the quantized matrix a step multiplies after each slot's */
     float *d_inv_freq;           /* [n_layers][rope_dim/2] */
     float *mscale;               /* [n_layers], host */
     void *kv_pool;               /* every layer's K then V (fp8: and their scales) */
@@ -284,16 +291,21 @@ static void qgemm(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const Qua
         qgemv(cb, x, W, &out, T);
         return;
     }
-    int64_t chunk = cb->deq_elems / W->cols;
+    int64_t chunk = cb->deq.elems / W->cols;
     if (chunk > W->rows) chunk = W->rows;
     if (chunk < 1) { err_set(&e, "cuda: no dequantization scratch for a %lld-wide matrix", (long long)W->cols); quant_fail(cb, &e); return; }
     size_t ysz = y_f32 ? sizeof(float) : sizeof(bf16);
+    size_t slot = (size_t)(W - cb->qm), n_slots = (size_t)cb->cfg->n_layers * LAYER_REFS + 1;
+    const QuantMatrix *next = slot < n_slots ? cb->qnext[slot] : NULL;
     for (int64_t r0 = 0; r0 < W->rows && !cb->failed; r0 += chunk) {
         int64_t nr = W->rows - r0 < chunk ? W->rows - r0 : chunk;
-        if (quant_dequant_bf16(W, r0, nr, cb->deq, cb->stream, &e)) { quant_fail(cb, &e); return; }
+        const bf16 *Wd = (const bf16 *)deq_ahead_get(&cb->deq, W, r0, nr, cb->stream, &e);
+        if (!Wd) { quant_fail(cb, &e); return; }
         const float *b = bias && cb->bi ? bias + r0 : NULL; /* gemm_bi adds it in its epilogue */
-        if (cb->bi) gemm_bi(cb, (char *)y + r0 * ysz, y_f32, x, cb->deq, b, (int)nr, T, (int)W->cols, (int)W->rows);
-        else gemm_lt(cb, (char *)y + r0 * ysz, y_f32, x, cb->deq, (int)nr, T, (int)W->cols, (int)W->rows);
+        if (cb->bi) gemm_bi(cb, (char *)y + r0 * ysz, y_f32, x, Wd, b, (int)nr, T, (int)W->cols, (int)W->rows);
+        else gemm_lt(cb, (char *)y + r0 * ysz, y_f32, x, Wd, (int)nr, T, (int)W->cols, (int)W->rows);
+        const QuantMatrix *ahead = r0 + nr == W->rows && T >= DEQ_AHEAD_MIN_T ? next : NULL;
+        if (deq_ahead_after_gemm(&cb->deq, Wd, ahead, cb->stream, &e)) { quant_fail(cb, &e); return; }
     }
     if (bias && !cb->failed && !cb->bi) cuda_add_bias(y, y_f32, bias, T, (int)W->rows, cb->stream);
 }
@@ -507,12 +519,32 @@ static int upload_layer(CudaBackend *cb, Staging *stg, const LayerWeights *h, La
     return 0;
 }
 
-/* The bf16 scratch of quantized GEMMs above 8 rows: the largest quantized
- * matrix, at most DEQ_MAX_BYTES (larger ones are done in row chunks). */
+/* The bf16 scratch of quantized GEMMs above 8 rows: two buffers of the
+ * largest quantized matrix (dequant_ahead.cuh), at most DEQ_MAX_BYTES each
+ * (larger ones are done in row chunks). */
 static int alloc_deq(CudaBackend *cb, Err *err) {
     if (cb->deq_elems == 0) return 0;
     if (cb->deq_elems * (int64_t)sizeof(bf16) > (int64_t)DEQ_MAX_BYTES) cb->deq_elems = DEQ_MAX_BYTES / sizeof(bf16);
-    CUDA_CHECK(cudaMalloc(&cb->deq, cb->deq_elems * sizeof(bf16)), err);
+    return deq_ahead_init(&cb->deq, cb->deq_elems, !cb->deq_one, err);
+}
+
+/* qnext: the order in which a step multiplies the quantized matrices (q|k|v,
+ * o, gate|up, down, then the next layer's), so each GEMM knows which matrix
+ * to dequantize ahead. A wrong guess costs time, never values. */
+static int order_quant(CudaBackend *cb, int n_layers, Err *err) {
+    size_t n = (size_t)n_layers * LAYER_REFS + 1;
+    cb->qnext = (const QuantMatrix **)calloc(n, sizeof *cb->qnext);
+    if (!cb->qnext) return err_set(err, "out of memory");
+    const QuantMatrix *prev = NULL;
+    for (int l = 0; l < n_layers; l++) {
+        const LayerWeights *lw = &cb->w.layers[l];
+        const WeightRef *order[7] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w_gate, &lw->w_up, &lw->w_down};
+        for (int i = 0; i < 7; i++) {
+            if (!is_quant(order[i]) || qm_of(order[i]) == prev) continue;
+            if (prev) cb->qnext[prev - cb->qm] = qm_of(order[i]);
+            prev = qm_of(order[i]);
+        }
+    }
     return 0;
 }
 
@@ -550,6 +582,7 @@ static int upload_model(CudaBackend *cb, const ModelConfig *c, const ModelWeight
     cudaFree(cb->qnative);
     cb->qnative = NULL;
     if (rc == 0) rc = alloc_deq(cb, err);
+    if (rc == 0) rc = order_quant(cb, c->n_layers, err);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double s = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
     if (gbps) *gbps = s > 0 ? stg.bytes / s / 1e9 : 0;
@@ -678,6 +711,7 @@ static int cuda_be_begin_step(Backend *be, const int32_t *ids, const AttnBatch *
         return err_set(err, "cuda: step of %d tokens / %d sequences exceeds %d / %d", T, b->n_seqs, cb->max_tokens,
                        cb->max_seqs);
     cb->bucket = step_bucket(cb, b, n_logits);
+    if (deq_ahead_begin_step(&cb->deq, cb->stream, err)) return -1;
     int Tp = cb->bucket >= 0 ? BUCKET_ROWS[cb->bucket] : T, np = cb->bucket >= 0 ? Tp : n_logits;
     /* Block tables: each sequence's blocks up to its furthest position. */
     for (int s = 0; s < b->n_seqs; s++) cb->h_need[s] = 0;
@@ -729,6 +763,8 @@ static void cuda_be_graph_capture(Backend *be, bool begin) {
         op_fail(cb, cudaStreamBeginCapture(cb->stream, cudaStreamCaptureModeThreadLocal), "graph capture");
         return;
     }
+    Err je = {};
+    if (deq_ahead_join(&cb->deq, cb->stream, &je)) quant_fail(cb, &je);
     cudaGraph_t g = NULL;
     cudaError_t e = cudaStreamEndCapture(cb->stream, &g);
     cudaGraphExec_t ex = NULL;
@@ -1043,6 +1079,8 @@ static int cuda_be_read(Backend *be, float *host, const void *buf, int64_t n, Er
     CudaBackend *cb = cb_use(be);
     const Buf *b = buf_of(cb, buf);
     op_fail(cb, cudaGetLastError(), "kernel launch");
+    Err je = {};
+    if (!cb->failed && deq_ahead_join(&cb->deq, cb->stream, &je)) quant_fail(cb, &je);
     if (!cb->failed && (!b || n > b->n)) return err_set(err, "cuda: read of %lld values from an unknown buffer", (long long)n);
     bf16 *tmp = !cb->failed && n > 0 && b->kind == BUF_ACT ? (bf16 *)malloc(n * sizeof(bf16)) : NULL;
     if (!cb->failed && n > 0 && b->kind == BUF_ACT && !tmp) return err_set(err, "out of memory");
@@ -1138,11 +1176,13 @@ static void cuda_destroy(Backend *be) {
     if (cb->stream) cudaStreamSynchronize(cb->stream);
     if (cb->sampler_built) gpu_sampler_free(&cb->sampler);
     graphs_drop(cb);
+    deq_ahead_free(&cb->deq);
+    free(cb->qnext);
     for (int i = 0; i < cb->n_allocs; i++) cudaFree(cb->allocs[i]);
     for (int i = 0; i < cb->n_bufs; i++) cudaFree(cb->bufs[i].ptr);
     void *dev[] = {cb->d_ids, cb->d_pos, cb->d_seq, cb->d_tables, cb->d_slot, cb->d_rows, cb->scratch, cb->router,
                    cb->moe_w, cb->moe_acc, cb->moe_idx, cb->moe_rows, cb->moe_act, cb->moe_out, cb->workspace,
-                   cb->d_inv_freq, cb->kv_pool, cb->d_meta, cb->work.part, cb->deq, cb->qnative};
+                   cb->d_inv_freq, cb->kv_pool, cb->d_meta, cb->work.part, cb->qnative};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
     void *pinned[] = {cb->h_ids, cb->h_pos, cb->h_seq, cb->h_slot, cb->h_rows, cb->h_tables, cb->h_router, cb->h_w,
                       cb->h_idx, cb->h_meta};
@@ -1339,6 +1379,8 @@ extern "C" Backend *backend_cuda_create_opts(const ModelConfig *c, const ModelWe
     cb->qgemv_version = qv && qv[0] >= '1' && qv[0] <= '5' && !qv[1] ? qv[0] - '0' : 0;
     const char *ra = getenv("CLLM_ROPE_ATTENTION");
     cb->rope_apart = ra && !strcmp(ra, "0");
+    const char *da = getenv("CLLM_DEQ_AHEAD");
+    cb->deq_one = da && !strcmp(da, "0");
     cb->bucket = -1;
     cb->workspace_bytes = (size_t)32 << 20;
     int rc = 0;
@@ -1346,7 +1388,10 @@ extern "C" Backend *backend_cuda_create_opts(const ModelConfig *c, const ModelWe
     cudaError_t e = rc ? cudaSuccess : cudaSetDevice(o->device);
     if (e != cudaSuccess) rc = err_set(err, "cuda: cannot use device %d: %s", o->device, cudaGetErrorString(e));
     if (rc == 0 && o->block_size <= 0) rc = err_set(err, "cuda: block size %d", o->block_size);
-    if (rc == 0 && (e = cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking)) != cudaSuccess)
+    int least = 0, greatest = 0; /* the step's stream above dequant_ahead's side stream */
+    if (rc == 0 && (e = cudaDeviceGetStreamPriorityRange(&least, &greatest)) != cudaSuccess)
+        rc = err_set(err, "cuda: stream priorities: %s", cudaGetErrorString(e));
+    if (rc == 0 && (e = cudaStreamCreateWithPriority(&cb->stream, cudaStreamNonBlocking, greatest)) != cudaSuccess)
         rc = err_set(err, "cuda: stream: %s", cudaGetErrorString(e));
     if (rc == 0 && cublasLtCreate(&cb->lt) != CUBLAS_STATUS_SUCCESS) rc = err_set(err, "cuBLASLt: cannot initialize");
     if (rc == 0 && (e = cudaMalloc(&cb->workspace, cb->workspace_bytes)) != cudaSuccess)

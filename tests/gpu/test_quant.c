@@ -13,6 +13,8 @@
  *     variants 1, 2, 4; bias on some cases. Big shapes check a spread of rows.
  *   - dequantize to bf16: bit-exact with dequantize_row + fp32_to_bf16 (whole
  *     matrices, and a row range of a big one).
+ *   - dequant_ahead.cuh: the GEMM's buffer holds the asked matrix's bytes
+ *     whether made ahead, on the spot, or in a replayed graph.
  *   - every kernel version (quant.cuh: quant_gemv_variant 1, 2 and, for
  *     Q4_K / Q8_0 with bf16 x, the tensor-core 3 and 4 and the dp4a 5 (T = 1);
  *     quant_dequant_bf16_variant 1 and 2) is checked the same way; versions
@@ -31,6 +33,7 @@
 #include <strings.h>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cuda/dequant_ahead.cuh"
 #include "kernels/cuda/quant.cuh"
 #include "kernels/dtype.h"
 #include "kernels/quant_mma.h"
@@ -268,6 +271,108 @@ static void dequant_check(Mat *M, int64_t row0, int64_t n, int V) {
     cudaFree(d);
     free(got);
     free(ref);
+}
+
+/* dequant_ahead.cuh: the buffer a GEMM reads holds exactly quant_dequant_bf16's
+ * bytes of the matrix asked for, whether it was made ahead (guessed right),
+ * made on the spot (guessed wrong, a row range, the one-buffer mode), or
+ * replayed from a captured graph. A "GEMM" here is a copy of the buffer on
+ * the main stream, so a copy made ahead that overwrote a buffer before its
+ * reader ran would show as a mismatch. Also checks which buffer each get
+ * returns: a right guess must be the buffer made ahead, not a fresh copy. */
+typedef struct {
+    const QuantMatrix *m;
+    int64_t r0, n;
+    const QuantMatrix *next;
+    int want; /* the buffer deq_ahead_get should return: 0, 1, -1 any */
+} AheadStep;
+
+static int ahead_run(DeqAhead *d, const AheadStep *st, int n, void **outs, void **got, cudaStream_t s, Err *err) {
+    for (int i = 0; i < n; i++) {
+        void *b = deq_ahead_get(d, st[i].m, st[i].r0, st[i].n, s, err);
+        if (!b) return -1;
+        got[i] = b;
+        if (cudaMemcpyAsync(outs[i], (const char *)b, (size_t)st[i].n * st[i].m->cols * 2, cudaMemcpyDeviceToDevice, s))
+            return err_set(err, "copy");
+        if (deq_ahead_after_gemm(d, b, st[i].next, s, err)) return -1;
+    }
+    return deq_ahead_join(d, s, err);
+}
+
+static void test_dequant_ahead(void) {
+    Mat M[3];
+    const DType types[3] = {DT_Q4_K, DT_Q8_0, DT_Q6_K};
+    const int64_t rows[3] = {300, 64, 128}, cols[3] = {512, 1024, 256};
+    for (int i = 0; i < 3; i++) mat_build(&M[i], types[i], rows[i], cols[i]);
+    const QuantMatrix *A = &M[0].m, *B = &M[1].m, *C = &M[2].m;
+    const AheadStep st[] = {
+        {A, 0, 300, B, 0},  /* nothing ahead at a step's start: made on the spot into buffer 0 */
+        {B, 0, 64, C, 1},   /* made ahead into buffer 1 */
+        {C, 0, 128, A, 0},  /* made ahead into buffer 0 */
+        {B, 0, 64, NULL, 0},/* guessed A: B again, on the spot, not over the guess (buffer 1) */
+        {A, 0, 300, NULL, 1},/* the guess, still there */
+        {A, 100, 50, A, -1},/* a row range; then A whole ahead */
+        {A, 0, 300, NULL, -1},
+    };
+    const int n = (int)(sizeof st / sizeof st[0]);
+    void *outs[16] = {0}, *ref[3] = {0}, *got[16];
+    cudaStream_t s = NULL;
+    int rc = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess;
+    Err err = {{0}};
+    for (int i = 0; i < 3; i++) {
+        rc = rc || cudaMalloc(&ref[i], (size_t)rows[i] * cols[i] * 2);
+        rc = rc || quant_dequant_bf16(&M[i].m, 0, rows[i], ref[i], 0, &err);
+    }
+    for (int i = 0; i < n; i++) rc = rc || cudaMalloc(&outs[i], (size_t)st[i].n * st[i].m->cols * 2);
+    rc = rc || cudaDeviceSynchronize();
+    CHECK(!rc, "dequant ahead: setup failed: %s", err.msg);
+    for (int mode = 0; !rc && mode < 3; mode++) { /* two buffers issued, two buffers graphed, one buffer */
+        DeqAhead d;
+        if (deq_ahead_init(&d, 300 * 512, mode < 2, &err)) { CHECK(0, "deq_ahead_init: %s", err.msg); break; }
+        CHECK(mode == 2 || d.buf[1], "two buffers asked, one made");
+        for (int i = 0; i < n; i++) cudaMemset(outs[i], 0xff, (size_t)st[i].n * st[i].m->cols * 2);
+        cudaDeviceSynchronize();
+        int r = deq_ahead_begin_step(&d, s, &err);
+        cudaGraph_t g = NULL;
+        cudaGraphExec_t ex = NULL;
+        if (!r && mode == 1) r = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess;
+        r = r || ahead_run(&d, st, n, outs, got, s, &err);
+        if (mode == 1) {
+            r = cudaStreamEndCapture(s, &g) != cudaSuccess || r;
+            r = r || cudaGraphInstantiate(&ex, g, 0) != cudaSuccess || cudaGraphLaunch(ex, s) != cudaSuccess;
+        }
+        r = r || cudaStreamSynchronize(s) != cudaSuccess;
+        CHECK(!r, "dequant ahead mode %d: %s (%s)", mode, err.msg, cudaGetErrorString(cudaGetLastError()));
+        for (int i = 0; !r && i < n; i++) {
+            int mi = st[i].m == A ? 0 : st[i].m == B ? 1 : 2;
+            size_t bytes = (size_t)st[i].n * st[i].m->cols * 2, off = (size_t)st[i].r0 * st[i].m->cols * 2;
+            uint8_t *h = malloc(bytes), *hr = malloc(bytes);
+            cudaMemcpy(h, outs[i], bytes, cudaMemcpyDeviceToHost);
+            cudaMemcpy(hr, (char *)ref[mi] + off, bytes, cudaMemcpyDeviceToHost);
+            CHECK(!memcmp(h, hr, bytes), "dequant ahead mode %d step %d: the GEMM read other bytes", mode, i);
+            int want = mode == 2 ? 0 : st[i].want;
+            CHECK(want < 0 || got[i] == d.buf[want], "dequant ahead mode %d step %d: buffer %d, want %d", mode, i,
+                  got[i] == d.buf[1], want);
+            free(h);
+            free(hr);
+        }
+        if (ex) cudaGraphExecDestroy(ex);
+        if (g) cudaGraphDestroy(g);
+        /* rows over the buffer are refused with a message (A: 512 values a row, the buffer 1000) */
+        DeqAhead small;
+        if (!deq_ahead_init(&small, 1000, mode < 2, &err)) {
+            bool one = deq_ahead_get(&small, A, 0, 1, s, &err) != NULL;
+            CHECK(one && !deq_ahead_get(&small, A, 0, 2, s, &err) && strstr(err.msg, "exceed"),
+                  "rows over the buffer: '%s'", err.msg);
+            cudaStreamSynchronize(s);
+            deq_ahead_free(&small);
+        }
+        cudaStreamSynchronize(s);
+        deq_ahead_free(&d);
+    }
+    for (int i = 0; i < n; i++) cudaFree(outs[i]);
+    for (int i = 0; i < 3; i++) cudaFree(ref[i]), mat_free(&M[i]);
+    cudaStreamDestroy(s);
 }
 
 static const int T_ALL[] = {1, 2, 3, 4, 5, 6, 7, 8}, T_FEW[] = {1, 5, 8};
@@ -696,6 +801,7 @@ int main(int argc, char **argv) {
     RUN(test_glu);
     RUN(test_norm_x8);
     RUN(test_add_out);
+    RUN(test_dequant_ahead);
     if (!quick) {
         RUN(test_big_shapes);
         RUN(test_timing);
