@@ -82,6 +82,7 @@ extern "C" { /* C headers of the engine: C linkage */
  * bandwidth too, and a copy made ahead competes with them (H200, 8B Q8_0, batch-16 decode 5% slower
  * with it; prefill 512 6% faster: kernels/NOTES.md "dequantize ahead"). */
 #define DEQ_AHEAD_MIN_T 128
+#define DEQ_AHEAD_BUFFERS 2 /* the matrix a GEMM reads and the next (3: no faster, measured) */
 #define DEQ_MAX_BYTES ((size_t)DEQ_MAX_MB << 20) /* bf16 scratch of quantized GEMMs above 8 rows; larger matrices go in row chunks */
 #define LAYER_REFS ((int)(sizeof(LayerWeights) / sizeof(WeightRef)))
 
@@ -122,7 +123,7 @@ typedef struct {
     size_t qnative_cap;
     DeqAhead deq;                /* bf16 copies of quantized matrices for GEMMs of more than 8 rows */
     int64_t deq_elems;
-    bool deq_one;                /* CLLM_DEQ_AHEAD=0: one buffer, each matrix dequantized just before its GEMM */
+    int deq_bufs;                /* dequantization buffers: DEQ_AHEAD_BUFFERS, or CLLM_DEQ_AHEAD=1..3 (0: 1) */
     const QuantMatrix **qnext;   /* [n_layers * LAYER_REFS + 1] the quantized matrix a step multiplies after each slot's */
     float *d_inv_freq;           /* [n_layers][rope_dim/2] */
     float *mscale;               /* [n_layers], host */
@@ -277,6 +278,12 @@ static void qgemv(CudaBackend *cb, const bf16 *x, const QuantMatrix *W, const Ge
     if (quant_gemv_parts(W, x, out, T, v, cb->stream, &e)) quant_fail(cb, &e);
 }
 
+/* The quantized matrix a step multiplies after W (order_quant), or NULL. */
+static const QuantMatrix *qnext_of(const CudaBackend *cb, const QuantMatrix *W) {
+    size_t slot = (size_t)(W - cb->qm), n_slots = (size_t)cb->cfg->n_layers * LAYER_REFS + 1;
+    return W && slot < n_slots ? cb->qnext[slot] : NULL;
+}
+
 /* The same for a quantized W: quant_gemv up to 8 rows (reads each block
  * once); above, W is dequantized to the bf16 scratch in chunks of rows and
  * each chunk's columns of y come from cuBLASLt (no host sync, no
@@ -295,8 +302,8 @@ static void qgemm(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const Qua
     if (chunk > W->rows) chunk = W->rows;
     if (chunk < 1) { err_set(&e, "cuda: no dequantization scratch for a %lld-wide matrix", (long long)W->cols); quant_fail(cb, &e); return; }
     size_t ysz = y_f32 ? sizeof(float) : sizeof(bf16);
-    size_t slot = (size_t)(W - cb->qm), n_slots = (size_t)cb->cfg->n_layers * LAYER_REFS + 1;
-    const QuantMatrix *next = slot < n_slots ? cb->qnext[slot] : NULL;
+    const QuantMatrix *next[DEQ_AHEAD_MAX - 1] = {NULL};
+    for (int k = 0; k < DEQ_AHEAD_MAX - 1; k++) next[k] = qnext_of(cb, k ? next[k - 1] : W);
     for (int64_t r0 = 0; r0 < W->rows && !cb->failed; r0 += chunk) {
         int64_t nr = W->rows - r0 < chunk ? W->rows - r0 : chunk;
         const bf16 *Wd = (const bf16 *)deq_ahead_get(&cb->deq, W, r0, nr, cb->stream, &e);
@@ -304,8 +311,8 @@ static void qgemm(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const Qua
         const float *b = bias && cb->bi ? bias + r0 : NULL; /* gemm_bi adds it in its epilogue */
         if (cb->bi) gemm_bi(cb, (char *)y + r0 * ysz, y_f32, x, Wd, b, (int)nr, T, (int)W->cols, (int)W->rows);
         else gemm_lt(cb, (char *)y + r0 * ysz, y_f32, x, Wd, (int)nr, T, (int)W->cols, (int)W->rows);
-        const QuantMatrix *ahead = r0 + nr == W->rows && T >= DEQ_AHEAD_MIN_T ? next : NULL;
-        if (deq_ahead_after_gemm(&cb->deq, Wd, ahead, cb->stream, &e)) { quant_fail(cb, &e); return; }
+        int n_next = r0 + nr == W->rows && T >= DEQ_AHEAD_MIN_T ? DEQ_AHEAD_MAX - 1 : 0;
+        if (deq_ahead_after_gemm(&cb->deq, Wd, next, n_next, cb->stream, &e)) { quant_fail(cb, &e); return; }
     }
     if (bias && !cb->failed && !cb->bi) cuda_add_bias(y, y_f32, bias, T, (int)W->rows, cb->stream);
 }
@@ -519,13 +526,13 @@ static int upload_layer(CudaBackend *cb, Staging *stg, const LayerWeights *h, La
     return 0;
 }
 
-/* The bf16 scratch of quantized GEMMs above 8 rows: two buffers of the
+/* The bf16 scratch of quantized GEMMs above 8 rows: deq_bufs buffers of the
  * largest quantized matrix (dequant_ahead.cuh), at most DEQ_MAX_BYTES each
  * (larger ones are done in row chunks). */
 static int alloc_deq(CudaBackend *cb, Err *err) {
     if (cb->deq_elems == 0) return 0;
     if (cb->deq_elems * (int64_t)sizeof(bf16) > (int64_t)DEQ_MAX_BYTES) cb->deq_elems = DEQ_MAX_BYTES / sizeof(bf16);
-    return deq_ahead_init(&cb->deq, cb->deq_elems, !cb->deq_one, err);
+    return deq_ahead_init(&cb->deq, cb->deq_elems, cb->deq_bufs, err);
 }
 
 /* qnext: the order in which a step multiplies the quantized matrices (q|k|v,
@@ -1379,8 +1386,9 @@ extern "C" Backend *backend_cuda_create_opts(const ModelConfig *c, const ModelWe
     cb->qgemv_version = qv && qv[0] >= '1' && qv[0] <= '5' && !qv[1] ? qv[0] - '0' : 0;
     const char *ra = getenv("CLLM_ROPE_ATTENTION");
     cb->rope_apart = ra && !strcmp(ra, "0");
-    const char *da = getenv("CLLM_DEQ_AHEAD");
-    cb->deq_one = da && !strcmp(da, "0");
+    const char *da = getenv("CLLM_DEQ_AHEAD"); /* buffers, for benchmarks: 0 or 1 (nothing ahead), 2, 3 */
+    cb->deq_bufs = da && da[0] >= '0' && da[0] <= '0' + DEQ_AHEAD_MAX && !da[1] ? (da[0] == '0' ? 1 : da[0] - '0')
+                                                                                 : DEQ_AHEAD_BUFFERS;
     cb->bucket = -1;
     cb->workspace_bytes = (size_t)32 << 20;
     int rc = 0;

@@ -283,8 +283,8 @@ static void dequant_check(Mat *M, int64_t row0, int64_t n, int V) {
 typedef struct {
     const QuantMatrix *m;
     int64_t r0, n;
-    const QuantMatrix *next;
-    int want; /* the buffer deq_ahead_get should return: 0, 1, -1 any */
+    const QuantMatrix *next[2]; /* what the step multiplies next, as the backend passes it */
+    int want[3];                /* the buffer deq_ahead_get should return with 1, 2, 3 buffers (-1: any) */
 } AheadStep;
 
 static int ahead_run(DeqAhead *d, const AheadStep *st, int n, void **outs, void **got, cudaStream_t s, Err *err) {
@@ -294,7 +294,7 @@ static int ahead_run(DeqAhead *d, const AheadStep *st, int n, void **outs, void 
         got[i] = b;
         if (cudaMemcpyAsync(outs[i], (const char *)b, (size_t)st[i].n * st[i].m->cols * 2, cudaMemcpyDeviceToDevice, s))
             return err_set(err, "copy");
-        if (deq_ahead_after_gemm(d, b, st[i].next, s, err)) return -1;
+        if (deq_ahead_after_gemm(d, b, st[i].next, 2, s, err)) return -1;
     }
     return deq_ahead_join(d, s, err);
 }
@@ -305,14 +305,18 @@ static void test_dequant_ahead(void) {
     const int64_t rows[3] = {300, 64, 128}, cols[3] = {512, 1024, 256};
     for (int i = 0; i < 3; i++) mat_build(&M[i], types[i], rows[i], cols[i]);
     const QuantMatrix *A = &M[0].m, *B = &M[1].m, *C = &M[2].m;
+    /* two buffers: A on the spot (0), B ahead (1), C ahead over A (0), then a wrong guess (A ahead into 1):
+     * B again on the spot, not over the guess (0), the guess still there (1), a row range, A whole ahead.
+     * Three: A on the spot (0), B and C ahead (1, 2), each still held when asked again; the row range
+     * goes over the oldest (2). */
     const AheadStep st[] = {
-        {A, 0, 300, B, 0},  /* nothing ahead at a step's start: made on the spot into buffer 0 */
-        {B, 0, 64, C, 1},   /* made ahead into buffer 1 */
-        {C, 0, 128, A, 0},  /* made ahead into buffer 0 */
-        {B, 0, 64, NULL, 0},/* guessed A: B again, on the spot, not over the guess (buffer 1) */
-        {A, 0, 300, NULL, 1},/* the guess, still there */
-        {A, 100, 50, A, -1},/* a row range; then A whole ahead */
-        {A, 0, 300, NULL, -1},
+        {A, 0, 300, {B, C}, {0, 0, 0}},
+        {B, 0, 64, {C, A}, {0, 1, 1}},
+        {C, 0, 128, {A, NULL}, {0, 0, 2}},
+        {B, 0, 64, {NULL}, {0, 0, 1}},
+        {A, 0, 300, {NULL}, {0, 1, 0}},
+        {A, 100, 50, {A}, {0, -1, 2}},
+        {A, 0, 300, {NULL}, {0, -1, 0}},
     };
     const int n = (int)(sizeof st / sizeof st[0]);
     void *outs[16] = {0}, *ref[3] = {0}, *got[16];
@@ -326,18 +330,19 @@ static void test_dequant_ahead(void) {
     for (int i = 0; i < n; i++) rc = rc || cudaMalloc(&outs[i], (size_t)st[i].n * st[i].m->cols * 2);
     rc = rc || cudaDeviceSynchronize();
     CHECK(!rc, "dequant ahead: setup failed: %s", err.msg);
-    for (int mode = 0; !rc && mode < 3; mode++) { /* two buffers issued, two buffers graphed, one buffer */
+    for (int mode = 0; !rc && mode < 6; mode++) { /* 1, 2, 3 buffers, each issued then graphed */
+        int nb = 1 + mode / 2;
         DeqAhead d;
-        if (deq_ahead_init(&d, 300 * 512, mode < 2, &err)) { CHECK(0, "deq_ahead_init: %s", err.msg); break; }
-        CHECK(mode == 2 || d.buf[1], "two buffers asked, one made");
+        if (deq_ahead_init(&d, 300 * 512, nb, &err)) { CHECK(0, "deq_ahead_init: %s", err.msg); break; }
+        CHECK(d.n_bufs == nb, "%d buffers asked, %d made", nb, d.n_bufs);
         for (int i = 0; i < n; i++) cudaMemset(outs[i], 0xff, (size_t)st[i].n * st[i].m->cols * 2);
         cudaDeviceSynchronize();
         int r = deq_ahead_begin_step(&d, s, &err);
         cudaGraph_t g = NULL;
         cudaGraphExec_t ex = NULL;
-        if (!r && mode == 1) r = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess;
+        if (!r && mode % 2) r = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess;
         r = r || ahead_run(&d, st, n, outs, got, s, &err);
-        if (mode == 1) {
+        if (mode % 2) {
             r = cudaStreamEndCapture(s, &g) != cudaSuccess || r;
             r = r || cudaGraphInstantiate(&ex, g, 0) != cudaSuccess || cudaGraphLaunch(ex, s) != cudaSuccess;
         }
@@ -350,9 +355,10 @@ static void test_dequant_ahead(void) {
             cudaMemcpy(h, outs[i], bytes, cudaMemcpyDeviceToHost);
             cudaMemcpy(hr, (char *)ref[mi] + off, bytes, cudaMemcpyDeviceToHost);
             CHECK(!memcmp(h, hr, bytes), "dequant ahead mode %d step %d: the GEMM read other bytes", mode, i);
-            int want = mode == 2 ? 0 : st[i].want;
+            int want = st[i].want[nb - 1], was = 0;
+            while (was < nb - 1 && got[i] != d.buf[was]) was++;
             CHECK(want < 0 || got[i] == d.buf[want], "dequant ahead mode %d step %d: buffer %d, want %d", mode, i,
-                  got[i] == d.buf[1], want);
+                  was, want);
             free(h);
             free(hr);
         }
@@ -360,7 +366,7 @@ static void test_dequant_ahead(void) {
         if (g) cudaGraphDestroy(g);
         /* rows over the buffer are refused with a message (A: 512 values a row, the buffer 1000) */
         DeqAhead small;
-        if (!deq_ahead_init(&small, 1000, mode < 2, &err)) {
+        if (!deq_ahead_init(&small, 1000, nb, &err)) {
             bool one = deq_ahead_get(&small, A, 0, 1, s, &err) != NULL;
             CHECK(one && !deq_ahead_get(&small, A, 0, 2, s, &err) && strstr(err.msg, "exceed"),
                   "rows over the buffer: '%s'", err.msg);
