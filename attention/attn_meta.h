@@ -76,6 +76,7 @@ int attn_decode_splits(int max_ctx, int n_decode, int n_kv_heads, int n_head_gro
  * attn_decode_row_splits_max(m) splits or more in the batch-invariant mode;
  * blocks past a row's own count do nothing. */
 #define ATTN_SPLIT_TILES 4
+#define ATTN_SPLIT_TILES_ONE_ROW 2 /* the default mode's split size at a step of one decode row */
 #define ATTN_MAX_SPLITS 64
 
 #ifdef __CUDACC__
@@ -84,9 +85,11 @@ int attn_decode_splits(int max_ctx, int n_decode, int n_kv_heads, int n_head_gro
 #define ATTN_META_FN static inline
 #endif
 
-/* Splits of a row whose key range covers n_tiles decode tiles. */
+/* Splits of a row whose key range covers n_tiles decode tiles: one up to
+ * ATTN_SPLIT_TILES tiles (a merge costs more than it saves there), else
+ * split_tiles tiles a split. */
 ATTN_META_FN int attn_row_splits(int n_tiles, int split_tiles) {
-    int s = split_tiles > 0 ? (n_tiles + split_tiles - 1) / split_tiles : 1;
+    int s = split_tiles > 0 && n_tiles > ATTN_SPLIT_TILES ? (n_tiles + split_tiles - 1) / split_tiles : 1;
     return s < 1 ? 1 : s > ATTN_MAX_SPLITS ? ATTN_MAX_SPLITS : s;
 }
 

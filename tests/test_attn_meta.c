@@ -131,6 +131,11 @@ static void test_row_splits(void) {
     CHECK(attn_row_splits(64, ATTN_SPLIT_TILES) == 16, "4096 keys: %d", attn_row_splits(64, ATTN_SPLIT_TILES));
     CHECK(attn_row_splits(1 << 20, ATTN_SPLIT_TILES) == ATTN_MAX_SPLITS, "capped");
     CHECK(attn_row_splits(0, ATTN_SPLIT_TILES) == 1 && attn_row_splits(9, 0) == 1, "degenerate");
+    /* smaller splits: still one split up to ATTN_SPLIT_TILES tiles (no merge for a short row) */
+    CHECK(attn_row_splits(ATTN_SPLIT_TILES, 2) == 1, "short row, small splits: %d", attn_row_splits(ATTN_SPLIT_TILES, 2));
+    CHECK(attn_row_splits(ATTN_SPLIT_TILES + 1, 2) == 3, "five tiles, splits of two: %d",
+          attn_row_splits(ATTN_SPLIT_TILES + 1, 2));
+    CHECK(attn_row_splits(9, 2) == 5 && attn_row_splits(1 << 20, 2) == ATTN_MAX_SPLITS, "splits of two");
     /* a step's most: decode rows at positions 255 (256 keys: 4 tiles, 1 split)
      * and 256 (5 tiles, 2 splits) beside a prefill run that is not counted */
     int32_t pos[4] = {255, 0, 1, 256}, seq[4] = {0, 1, 1, 2};

@@ -705,6 +705,10 @@ static int attn_step_meta(CudaBackend *cb, const AttnBatch *b, int Tp, Err *err)
         cb->work.n_splits = cb->bucket >= 0 ? bi_graph_splits(cb, need) : need;
     } else {
         cb->work.n_splits = decode_grid_splits(cb, ctx, cb->meta.n_decode);
+        /* one decode row: half-size splits (more blocks for its long rows); with more rows the grid is
+         * full already and the extra merges cost (H200 8B Q4_K: batch 1 at ctx 512-1024 +5%, batch 8 at
+         * 4k -14% with them; kernels/NOTES.md "split size by batch") */
+        cb->work.split_tiles = cb->meta.n_decode == 1 ? ATTN_SPLIT_TILES_ONE_ROW : ATTN_SPLIT_TILES;
     }
     return 0;
 }

@@ -497,7 +497,7 @@ static void *dev_copy(const void *h, size_t n) {
 /* q, k, v as a qkv product would leave them (random bf16 values), the new
  * rows through the decode kernel in rope mode on the device, against the
  * host's rope, cache write and attention; split_tiles 0 (every row the
- * grid's splits) and 4 (per-row splits, the backend's mode). */
+ * grid's splits) and 4 and 2 (per-row splits, the backend's mode at several rows and at one). */
 static void run_rope_case(const RopeCase *rc, int split_tiles) {
     const Case *c = &rc->c;
     Problem P;
@@ -562,6 +562,7 @@ static void run_rope_cases(void) {
         if (g_quick && i != 0 && i != 4) continue;
         run_rope_case(&k_rope_cases[i], 0);
         run_rope_case(&k_rope_cases[i], ATTN_SPLIT_TILES);
+        run_rope_case(&k_rope_cases[i], ATTN_SPLIT_TILES_ONE_ROW);
     }
 }
 static void test_decode_rope(void) { g_dtype = KV_DTYPE_BF16; run_rope_cases(); }
