@@ -71,7 +71,8 @@ int attn_decode_splits(int max_ctx, int n_decode, int n_kv_heads, int n_head_gro
 /* A decode row's KV splits come from its own key range alone (never from the
  * step's other rows or the longest context a graph is sized for, so its sums
  * are the same in any batch, which the batch-invariant mode relies on):
- * ATTN_SPLIT_TILES key tiles per split, at most ATTN_MAX_SPLITS splits
+ * ATTN_SPLIT_TILES key tiles per split (the default mode at a step of one
+ * decode row: ATTN_SPLIT_TILES_ONE_ROW), at most ATTN_MAX_SPLITS splits
  * (longer rows get longer splits). The decode grid caps them: it has
  * attn_decode_row_splits_max(m) splits or more in the batch-invariant mode;
  * blocks past a row's own count do nothing. */
