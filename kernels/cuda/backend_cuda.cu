@@ -1391,12 +1391,13 @@ extern "C" Backend *backend_cuda_create_opts(const ModelConfig *c, const ModelWe
     const char *ra = getenv("CLLM_ROPE_ATTENTION");
     cb->rope_apart = ra && !strcmp(ra, "0");
     const char *da = getenv("CLLM_DEQ_AHEAD"); /* buffers, for benchmarks: 0 or 1 (nothing ahead), 2, 3 */
-    cb->deq_bufs = da && da[0] >= '0' && da[0] <= '0' + DEQ_AHEAD_MAX && !da[1] ? (da[0] == '0' ? 1 : da[0] - '0')
-                                                                                 : DEQ_AHEAD_BUFFERS;
+    bool da_ok = da && da[0] >= '0' && da[0] <= '0' + DEQ_AHEAD_MAX && !da[1];
+    cb->deq_bufs = da_ok ? (da[0] == '0' ? 1 : da[0] - '0') : DEQ_AHEAD_BUFFERS;
     cb->bucket = -1;
     cb->workspace_bytes = (size_t)32 << 20;
     int rc = 0;
     if (qv && *qv && cb->qgemv_version == 0) rc = err_set(err, "CLLM_QUANT_GEMV '%s': not 1, 2, 3, 4 or 5", qv);
+    if (rc == 0 && da && *da && !da_ok) rc = err_set(err, "CLLM_DEQ_AHEAD '%s': not 0, 1, 2 or 3", da);
     cudaError_t e = rc ? cudaSuccess : cudaSetDevice(o->device);
     if (e != cudaSuccess) rc = err_set(err, "cuda: cannot use device %d: %s", o->device, cudaGetErrorString(e));
     if (rc == 0 && o->block_size <= 0) rc = err_set(err, "cuda: block size %d", o->block_size);

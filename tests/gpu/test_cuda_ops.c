@@ -296,8 +296,9 @@ static void check_shape(const char *name, int C, int H, int KV, int D, int F, in
 static void test_ops_odd_sizes(void) { check_shape("odd", 4095, 3, 1, 64, 1001, 777, 64, true, true, ACT_GELU_TANH); }
 static void test_ops_aligned(void) { check_shape("aligned", 512, 8, 2, 128, 1536, 1000, 64, false, false, ACT_SILU); }
 
-/* A CLLM_QUANT_GEMV other than 1 .. 5 is refused with its value named,
- * not silently ignored; unset again, the same model opens. */
+/* A CLLM_QUANT_GEMV other than 1 .. 5 (or CLLM_DEQ_AHEAD other than 0 .. 3)
+ * is refused with its value named, not silently ignored; unset again, the
+ * same model opens. */
 static void test_bad_quant_gemv_env(void) {
     Rig r;
     if (rig_open(&r, 512, 8, 2, 64, 1024, 1000, 64, false, false, ACT_SILU) == 0) {
@@ -307,6 +308,11 @@ static void test_bad_quant_gemv_env(void) {
         Backend *be = backend_cuda_create_opts(&r.c, &r.w, &o, NULL, &err);
         unsetenv("CLLM_QUANT_GEMV");
         CHECK(!be && strstr(err.msg, "CLLM_QUANT_GEMV '7'"), "CLLM_QUANT_GEMV=7: '%s'", be ? "accepted" : err.msg);
+        if (be) be->destroy(be);
+        setenv("CLLM_DEQ_AHEAD", "4", 1);
+        be = backend_cuda_create_opts(&r.c, &r.w, &o, NULL, &err);
+        unsetenv("CLLM_DEQ_AHEAD");
+        CHECK(!be && strstr(err.msg, "CLLM_DEQ_AHEAD '4'"), "CLLM_DEQ_AHEAD=4: '%s'", be ? "accepted" : err.msg);
         if (be) be->destroy(be);
     }
     rig_close(&r);
