@@ -30,9 +30,11 @@ ifeq ($(CUDA),1)
   CUSRCS  = $(wildcard kernels/cuda/*.cu)
   CUOBJS  = $(CUSRCS:%.cu=$(BUILD)/%.o)
   CFLAGS += -DCLLM_CUDA=1 -I$(CUDA_HOME)/include
+  GENCODE = $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
+  # wgmma (quant_gemm.cu) exists only in the arch-specific Hopper target
+  GENCODE_90A = $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a)$(if $(filter 90,$(a)),a),code=sm_$(a)$(if $(filter 90,$(a)),a))
   NVFLAGS = -std=c++17 -O3 -I. -MMD -MP -Xcompiler -Wall,-Wextra,-Wno-unused-parameter \
-            --expt-relaxed-constexpr -lineinfo \
-            $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
+            --expt-relaxed-constexpr -lineinfo $(GENCODE)
   LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -lcublasLt -lnccl -ldl -lrt -lstdc++
 endif
 
@@ -67,6 +69,7 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+$(BUILD)/kernels/cuda/quant_gemm.o: GENCODE = $(GENCODE_90A)
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@

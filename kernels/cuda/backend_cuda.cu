@@ -115,6 +115,9 @@ typedef struct {
     bool bf16_weights;           /* every matrix as bf16, quantized ones too (CudaOptions) */
     bool bi;                     /* batch-invariant mode (CudaOptions.batch_invariant) */
     int qgemv_version;           /* quant_gemv_variant's version: 0 (default) or CLLM_QUANT_GEMV=1..5 (benchmarks) */
+    bool qgemm_fused;            /* quantized GEMMs above 8 rows through quant_gemm where it takes W: CLLM_QUANT_GEMM=1
+                                    (no bf16 scratch for those; slower than dequantize + cuBLASLt so far: NOTES),
+                                    an sm_90a build on a 9.0 GPU, not the batch-invariant mode */
     bool rope_apart;             /* CLLM_ROPE_ATTENTION=0: rope_kv_write and attention as two launches at decode
                                     too (the checks compare the two, the benchmarks time them) */
     QuantMatrix *qm;             /* [n_layers * LAYER_REFS + 1] quantized matrices (slot of each WeightRef; last: LM head) */
@@ -278,6 +281,11 @@ static void qgemv(CudaBackend *cb, const bf16 *x, const QuantMatrix *W, const Ge
     if (quant_gemv_parts(W, x, out, T, v, cb->stream, &e)) quant_fail(cb, &e);
 }
 
+/* Whether GEMMs of more than 8 rows on W run fused (quant_gemm), not dequantized + cuBLASLt. */
+static bool q_fused(const CudaBackend *cb, const QuantMatrix *W) {
+    return cb->qgemm_fused && quant_gemm_supported(W->type, W->rows, W->cols);
+}
+
 /* The quantized matrix a step multiplies after W (order_quant), or NULL. */
 static const QuantMatrix *qnext_of(const CudaBackend *cb, const QuantMatrix *W) {
     size_t slot = (size_t)(W - cb->qm), n_slots = (size_t)cb->cfg->n_layers * LAYER_REFS + 1;
@@ -285,7 +293,8 @@ static const QuantMatrix *qnext_of(const CudaBackend *cb, const QuantMatrix *W) 
 }
 
 /* The same for a quantized W: quant_gemv up to 8 rows (reads each block
- * once); above, W is dequantized to the bf16 scratch in chunks of rows and
+ * once); above, quant_gemm where it takes W (q_fused: tiles dequantized in
+ * registers for wgmma); else W is dequantized to the bf16 scratch in chunks of rows and
  * each chunk's columns of y come from cuBLASLt (no host sync, no
  * allocation: graph-capturable either way). The batch-invariant mode takes
  * the dequantizing route at every T, with gemm_bi: quant_gemv's sums (fp32
@@ -296,6 +305,11 @@ static void qgemm(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const Qua
     if (T <= QUANT_GEMV_MAX_T && !cb->bi) {
         GemvOut out = gemv_out_one(y, y_f32, bias, W->rows);
         qgemv(cb, x, W, &out, T);
+        return;
+    }
+    if (q_fused(cb, W)) {
+        if (quant_gemm(W, x, T, y, y_f32, cb->stream, &e)) quant_fail(cb, &e);
+        else if (bias) cuda_add_bias(y, y_f32, bias, T, (int)W->rows, cb->stream);
         return;
     }
     int64_t chunk = cb->deq.elems / W->cols;
@@ -479,8 +493,8 @@ static int upload_quant(CudaBackend *cb, Staging *stg, const WeightRef *const *s
         dst[i]->data = slot;
     }
     if (quant_repack(slot, cb->qnative, cb->stream, err)) return -1;
-    int64_t deq = rows * cols;
-    if (deq > cb->deq_elems) cb->deq_elems = deq;
+    int64_t deq = rows * cols; /* the bf16 scratch serves only matrices quant_gemm does not take */
+    if (!q_fused(cb, slot) && deq > cb->deq_elems) cb->deq_elems = deq;
     return 0;
 }
 
@@ -547,7 +561,7 @@ static int order_quant(CudaBackend *cb, int n_layers, Err *err) {
         const LayerWeights *lw = &cb->w.layers[l];
         const WeightRef *order[7] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w_gate, &lw->w_up, &lw->w_down};
         for (int i = 0; i < 7; i++) {
-            if (!is_quant(order[i]) || qm_of(order[i]) == prev) continue;
+            if (!is_quant(order[i]) || q_fused(cb, qm_of(order[i])) || qm_of(order[i]) == prev) continue;
             if (prev) cb->qnext[prev - cb->qm] = qm_of(order[i]);
             prev = qm_of(order[i]);
         }
@@ -1398,8 +1412,11 @@ extern "C" Backend *backend_cuda_create_opts(const ModelConfig *c, const ModelWe
     int rc = 0;
     if (qv && *qv && cb->qgemv_version == 0) rc = err_set(err, "CLLM_QUANT_GEMV '%s': not 1, 2, 3, 4 or 5", qv);
     if (rc == 0 && da && *da && !da_ok) rc = err_set(err, "CLLM_DEQ_AHEAD '%s': not 0, 1, 2 or 3", da);
+    const char *qg = getenv("CLLM_QUANT_GEMM"); /* 1: prefill of quantized weights by quant_gemm (default 0) */
+    if (rc == 0 && qg && strcmp(qg, "0") && strcmp(qg, "1")) rc = err_set(err, "CLLM_QUANT_GEMM '%s': not 0 or 1", qg);
     cudaError_t e = rc ? cudaSuccess : cudaSetDevice(o->device);
     if (e != cudaSuccess) rc = err_set(err, "cuda: cannot use device %d: %s", o->device, cudaGetErrorString(e));
+    cb->qgemm_fused = rc == 0 && !cb->bi && qg && !strcmp(qg, "1") && quant_gemm_available();
     if (rc == 0 && o->block_size <= 0) rc = err_set(err, "cuda: block size %d", o->block_size);
     int least = 0, greatest = 0; /* the step's stream above dequant_ahead's side stream */
     if (rc == 0 && (e = cudaDeviceGetStreamPriorityRange(&least, &greatest)) != cudaSuccess)

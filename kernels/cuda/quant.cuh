@@ -116,6 +116,21 @@ int quant_gemv_x8(const QuantMatrix *W, const void *x, const QxNorm *n, const Ge
 int quant_gemv_x8_glu(const QuantMatrix *W, const void *x, const QxNorm *n, void *out, const float *bg,
                       const float *bu, Activation act, float limit, cudaStream_t s, Err *err);
 
+/* The prefill GEMM on quantized weights (quant_gemm.cu, Hopper wgmma):
+ * y[T][rows] (bf16, or fp32 when y_f32) = x[T][cols] bf16 @ W^T, W's tiles
+ * dequantized in registers to quant_dequant_bf16's values (so the result is
+ * dequantize + a bf16 GEMM up to the order of fp32 sums); no bias. Q4_K
+ * (cols % 256 == 0) and Q8_0 (cols % 64 == 0), rows % 128 == 0
+ * (quant_gemm_supported), in an sm_90a build on a compute-capability 9.0
+ * GPU (quant_gemm_available: a device query, so callers keep the answer).
+ * x 16-byte aligned, T >= 1. quant_gemm_variant picks the tokens per block
+ * (128 or 256; 0 = the default by tile count). */
+bool quant_gemm_available(void);
+bool quant_gemm_supported(DType t, int64_t rows, int64_t cols);
+int quant_gemm(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, cudaStream_t s, Err *err);
+int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int bn, cudaStream_t s,
+                       Err *err);
+
 /* dst [n_rows][cols] bf16 = rows row0 .. row0+n_rows-1 of W, bit-exact with
  * dequantize_row (kernels/dtype.c) followed by round-to-nearest-even bf16. */
 int quant_dequant_bf16(const QuantMatrix *W, int64_t row0, int64_t n_rows, void *dst, cudaStream_t s, Err *err);

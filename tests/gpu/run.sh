@@ -51,6 +51,8 @@ fi
 run_check sampling "$BIN/test_sampling"
 run_check attention sh -c "$BIN/test_attention && if command -v compute-sanitizer >/dev/null; then compute-sanitizer --error-exitcode 9 --tool memcheck $BIN/test_attention --quick; fi"
 run_check quant sh -c "$BIN/test_quant && if command -v compute-sanitizer >/dev/null; then compute-sanitizer --error-exitcode 9 --tool memcheck $BIN/test_quant --quick; fi"
+# the fused prefill GEMM (wgmma, quant_gemm.cu) against the CPU; its timing table beside dequantize + cuBLASLt
+run_check quant_gemm sh -c "$BIN/test_quant_gemm && if command -v compute-sanitizer >/dev/null; then compute-sanitizer --error-exitcode 9 --tool memcheck $BIN/test_quant_gemm --quick; fi"
 if command -v compute-sanitizer >/dev/null; then
     run_check sanitizer_cuda_forward compute-sanitizer --error-exitcode 9 --tool memcheck "$BIN/test_cuda_forward"
 else

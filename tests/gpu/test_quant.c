@@ -38,84 +38,11 @@
 #include "kernels/dtype.h"
 #include "kernels/quant_mma.h"
 #include "kernels/quant_x8.h"
+#include "tests/gpu/quant_mats.h"
 #include "tests/test.h"
 
 #define COPY_BW 4.26e12 /* ANCHORS.md: H200 device copy, bytes/s */
 #define MAX_CHECK_ROWS 384
-
-static uint64_t rng = 0x243f6a8885a308d3ull;
-
-static uint64_t rnd64(void) {
-    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-    return rng;
-}
-
-static float frand(void) { return (float)((rnd64() >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f; }
-
-static void put_half(uint8_t *p, float v) {
-    uint16_t h = fp32_to_fp16(v);
-    p[0] = (uint8_t)h;
-    p[1] = (uint8_t)(h >> 8);
-}
-
-static const DType TYPES[] = {DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q4_K, DT_Q5_K, DT_Q6_K};
-#define N_TYPES 6
-
-/* Random GGUF blocks: random bytes, then the fp16 scale fields set to random
- * finite values of a realistic size (values of order 0.01 .. 0.1). */
-static uint8_t *rand_native(DType t, int64_t rows, int64_t cols, size_t *nbytes) {
-    const DTypeInfo *info = dtype_info(t);
-    int64_t nb = rows * (cols / info->block_elems);
-    *nbytes = (size_t)nb * info->block_bytes;
-    uint8_t *p = malloc(*nbytes + 8);
-    for (size_t i = 0; i < *nbytes; i += 8) {
-        uint64_t r = rnd64();
-        memcpy(p + i, &r, 8);
-    }
-    for (int64_t b = 0; b < nb; b++) {
-        uint8_t *blk = p + b * info->block_bytes;
-        switch (t) {
-        case DT_Q8_0: put_half(blk, 0.001f * frand()); break;
-        case DT_Q4_0: put_half(blk, 0.02f * frand()); break;
-        case DT_Q4_1: put_half(blk, 0.01f * (1.1f + frand())); put_half(blk + 2, -0.08f * (1.1f + frand())); break;
-        case DT_Q4_K: case DT_Q5_K:
-            put_half(blk, 0.0005f * (1.1f + frand())); put_half(blk + 2, 0.001f * (1.1f + frand())); break;
-        case DT_Q6_K: put_half(blk + 208, 0.0001f * frand()); break;
-        default: break;
-        }
-    }
-    return p;
-}
-
-typedef struct {
-    DType type;
-    int64_t rows, cols;
-    size_t native_bytes, dev_bytes;
-    uint8_t *native;     /* host */
-    void *dev;           /* repacked, device */
-    QuantMatrix m;
-} Mat;
-
-static int mat_build(Mat *M, DType t, int64_t rows, int64_t cols) {
-    Err err = {{0}};
-    memset(M, 0, sizeof *M);
-    M->type = t; M->rows = rows; M->cols = cols;
-    M->native = rand_native(t, rows, cols, &M->native_bytes);
-    void *dn = NULL;
-    int rc = quant_matrix_bytes(t, rows, cols, &M->dev_bytes, &err);
-    rc = rc || cudaMalloc(&M->dev, M->dev_bytes) != cudaSuccess || cudaMalloc(&dn, M->native_bytes) != cudaSuccess;
-    rc = rc || cudaMemcpy(dn, M->native, M->native_bytes, cudaMemcpyHostToDevice) != cudaSuccess;
-    rc = rc || quant_matrix_init(&M->m, t, rows, cols, M->dev, &err) || quant_repack(&M->m, dn, 0, &err);
-    rc = rc || cudaDeviceSynchronize() != cudaSuccess;
-    cudaFree(dn);
-    CHECK(!rc, "%s [%lld][%lld]: build failed: %s", dtype_info(t)->name, (long long)rows, (long long)cols, err.msg);
-    return rc ? -1 : 0;
-}
-
-static void mat_free(Mat *M) {
-    free(M->native);
-    cudaFree(M->dev);
-}
 
 /* the rows a check looks at: all of a small matrix, a spread of a big one */
 static int check_rows(int64_t rows, int64_t *out) {

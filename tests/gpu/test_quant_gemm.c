@@ -1,0 +1,327 @@
+/* test_quant_gemm.c — the prefill GEMM on quantized weights
+ * (kernels/cuda/quant_gemm.cu: W's tiles dequantized in registers, wgmma)
+ * against the CPU: run on a GPU machine by tests/gpu/run.sh; never in CI.
+ *
+ *   - Q4_K and Q8_0 matrices of random GGUF blocks (quant_mats.h) times
+ *     random bf16 x, T = 9 .. 512 rows (tails of the 128- and 256-token
+ *     tiles), 128 and 256 tokens per block, bf16 and fp32 y. Reference:
+ *     kernels/dtype.c dequantize_row, rounded to bf16 (the kernel's A
+ *     operand is quant_dequant_bf16's value), products summed in double.
+ *     Every checked element: |y - ref| <= 1e-4 * sum |w x| (+ half a bf16
+ *     step of |ref| for bf16 y): the kernel's error is fp32 summation only,
+ *     and a misplaced k or row moves an element by ~1e-2 of that sum.
+ *     y is NaN-poisoned before each launch and every element must be
+ *     written; a guard after y must stay untouched (tails not stored).
+ *   - refusals: types and shapes it does not take, a bad tile size.
+ *   - timing (printed, never asserted; not with --quick): the four GEMMs of
+ *     a Llama-3-8B layer at 512 and 2048 tokens, fused (128 and 256 tokens
+ *     a block) against the route it replaces (dequantize to bf16, then
+ *     cuBLASLt), as TFLOP/s; ANCHORS.md: cuBLAS bf16 at 711 TFLOP/s. */
+#include <cublasLt.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "kernels/cuda/quant.cuh"
+#include "kernels/dtype.h"
+#include "tests/gpu/quant_mats.h"
+#include "tests/test.h"
+
+#define GUARD 4096 /* bytes after y that must stay untouched */
+
+/* rows the check looks at: all of a small matrix, the ends and a spread of a big one */
+static int pick_rows(int64_t rows, int64_t *out, int max) {
+    if (rows <= max) {
+        for (int64_t r = 0; r < rows; r++) out[r] = r;
+        return (int)rows;
+    }
+    int n = 0;
+    for (int64_t r = 0; r < 8; r++) out[n++] = r;
+    for (int64_t r = rows - 8; r < rows; r++) out[n++] = r;
+    while (n < max) out[n++] = (int64_t)(rnd64() % (uint64_t)rows);
+    return n;
+}
+
+typedef struct {
+    int64_t rows_chk[256];
+    int n_chk;
+    float *w; /* [n_chk][cols]: the checked rows, dequantized and rounded to bf16 */
+} Ref;
+
+static void ref_build(Ref *R, const Mat *M) {
+    R->n_chk = pick_rows(M->rows, R->rows_chk, 256);
+    R->w = malloc((size_t)R->n_chk * M->cols * sizeof *R->w);
+    int64_t row_bytes = (int64_t)dtype_row_bytes(M->type, M->cols);
+    for (int j = 0; j < R->n_chk; j++) {
+        float *w = R->w + (int64_t)j * M->cols;
+        dequantize_row(M->type, M->native + R->rows_chk[j] * row_bytes, w, M->cols);
+        for (int64_t c = 0; c < M->cols; c++) w[c] = bf16_to_fp32(fp32_to_bf16(w[c]));
+    }
+}
+
+/* One launch; returns the worst |y - ref| / sum |w x| (INFINITY on a failure). */
+static double gemm_case(const Mat *M, const Ref *R, int T, int bn, bool y_f32) {
+    Err err = {{0}};
+    int64_t rows = M->rows, cols = M->cols;
+    const char *name = dtype_info(M->type)->name;
+    uint16_t *xb = malloc((size_t)T * cols * 2);
+    for (int64_t i = 0; i < T * cols; i++) xb[i] = fp32_to_bf16(frand());
+    size_t ysz = (size_t)T * rows * (y_f32 ? 4 : 2);
+    void *dx = NULL, *dy = NULL;
+    uint8_t *y = malloc(ysz + GUARD);
+    int rc = cudaMalloc(&dx, (size_t)T * cols * 2) || cudaMalloc(&dy, ysz + GUARD);
+    rc = rc || cudaMemcpy(dx, xb, (size_t)T * cols * 2, cudaMemcpyHostToDevice);
+    rc = rc || cudaMemset(dy, 0xff, ysz) || cudaMemset((uint8_t *)dy + ysz, 0x5a, GUARD); /* NaN poison, guard */
+    rc = rc || quant_gemm_variant(&M->m, dx, T, dy, y_f32, bn, 0, &err);
+    rc = rc || cudaDeviceSynchronize() || cudaMemcpy(y, dy, ysz + GUARD, cudaMemcpyDeviceToHost);
+    CHECK(!rc, "%s [%lld][%lld] T=%d bn=%d: launch failed: %s (cuda %d)", name, (long long)rows, (long long)cols, T,
+          bn, err.msg, rc);
+    double worst = rc ? INFINITY : 0;
+    int64_t unwritten = 0, guard_hit = 0, over = 0;
+    for (int64_t i = 0; !rc && i < T * rows; i++)
+        unwritten += !isfinite(y_f32 ? ((float *)y)[i] : bf16_to_fp32(((uint16_t *)y)[i]));
+    for (size_t i = 0; !rc && i < GUARD; i++) guard_hit += y[ysz + i] != 0x5a;
+    for (int j = 0; !rc && j < R->n_chk; j++) {
+        const float *w = R->w + (int64_t)j * cols;
+        for (int t = 0; t < T; t++) {
+            double ref = 0, abs_sum = 0;
+            for (int64_t c = 0; c < cols; c++) {
+                double p = (double)w[c] * bf16_to_fp32(xb[t * cols + c]);
+                ref += p;
+                abs_sum += fabs(p);
+            }
+            int64_t i = t * rows + R->rows_chk[j];
+            double v = y_f32 ? ((float *)y)[i] : bf16_to_fp32(((uint16_t *)y)[i]);
+            double d = fabs(v - ref), tol = 1e-4 * abs_sum + (y_f32 ? 0 : fabs(ref) / 256) + 1e-30;
+            if (!(d <= tol) && over++ < 3)
+                printf("  %s [%lld][%lld] T=%d bn=%d: y[%d][%lld] = %.7g, reference %.7g (sum |w x| %.4g)\n", name,
+                       (long long)rows, (long long)cols, T, bn, t, (long long)R->rows_chk[j], v, ref, abs_sum);
+            double e = abs_sum > 0 ? d / abs_sum : d;
+            if (!(e <= worst)) worst = e; /* a NaN sticks */
+        }
+    }
+    CHECK(unwritten == 0, "%s [%lld][%lld] T=%d bn=%d: %lld outputs not written", name, (long long)rows,
+          (long long)cols, T, bn, (long long)unwritten);
+    CHECK(guard_hit == 0, "%s [%lld][%lld] T=%d bn=%d: %lld bytes written past y", name, (long long)rows,
+          (long long)cols, T, bn, (long long)guard_hit);
+    CHECK(over == 0, "%s [%lld][%lld] T=%d bn=%d y %s: %lld elements over the bound", name, (long long)rows,
+          (long long)cols, T, bn, y_f32 ? "f32" : "bf16", (long long)over);
+    free(xb); free(y);
+    cudaFree(dx); cudaFree(dy);
+    return worst;
+}
+
+typedef struct {
+    DType type;
+    int64_t rows, cols;
+    int Ts[5];
+} Shape;
+
+static void test_quant_gemm(void) {
+    CHECK(quant_gemm_available(), "quant_gemm not available: an sm_90a build on a compute-capability 9.0 GPU?");
+    if (!quant_gemm_available()) return;
+    const Shape shapes[] = {
+        {DT_Q8_0, 128, 64, {9, 100, 128, 129, 300}},   {DT_Q8_0, 256, 576, {17, 127, 256, 257, 0}},
+        {DT_Q8_0, 384, 1024, {64, 200, 0}},            {DT_Q8_0, 4096, 4096, {512, 0}},
+        {DT_Q4_K, 128, 256, {9, 100, 128, 129, 300}},  {DT_Q4_K, 256, 512, {17, 127, 256, 257, 0}},
+        {DT_Q4_K, 384, 1280, {64, 200, 0}},            {DT_Q4_K, 1024, 14336, {200, 0}},
+        {DT_Q4_K, 4096, 4096, {512, 0}},
+    };
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const Shape *sh = &shapes[s];
+        Mat M;
+        if (mat_build(&M, sh->type, sh->rows, sh->cols)) continue;
+        Ref R;
+        ref_build(&R, &M);
+        double worst = 0;
+        int n = 0;
+        for (int i = 0; i < 5 && sh->Ts[i]; i++)
+            for (int bn = 128; bn <= 256; bn *= 2) {
+                bool y_f32 = (i + bn / 128) % 2;
+                double e = gemm_case(&M, &R, sh->Ts[i], bn, y_f32);
+                if (y_f32 && !(e <= worst)) worst = e; /* bf16 y: its own rounding dominates */
+                n++;
+            }
+        printf("# quant_gemm %-5s [%5lld][%5lld] %d cases, worst fp32 |y - ref| / sum |w x| %.2e\n",
+               dtype_info(sh->type)->name, (long long)sh->rows, (long long)sh->cols, n, worst);
+        free(R.w);
+        mat_free(&M);
+    }
+}
+
+static void test_refused(void) {
+    Err err = {{0}};
+    CHECK(!quant_gemm_supported(DT_Q4_0, 128, 256), "Q4_0 taken");
+    CHECK(!quant_gemm_supported(DT_Q4_K, 100, 256), "rows 100 taken");
+    CHECK(!quant_gemm_supported(DT_Q4_K, 128, 128), "Q4_K cols 128 taken");
+    CHECK(!quant_gemm_supported(DT_Q8_0, 128, 32), "Q8_0 cols 32 taken");
+    CHECK(quant_gemm_supported(DT_Q8_0, 128, 64) && quant_gemm_supported(DT_Q4_K, 4096, 14336), "shapes refused");
+    Mat M;
+    if (mat_build(&M, DT_Q4_0, 128, 256)) return;
+    CHECK(quant_gemm(&M.m, NULL, 4, NULL, false, 0, &err) != 0 && strstr(err.msg, "Q4_0"), "Q4_0: '%s'", err.msg);
+    mat_free(&M);
+    if (mat_build(&M, DT_Q4_K, 128, 256)) return;
+    void *dx = NULL, *dy = NULL;
+    cudaMalloc(&dx, 64 * 256 * 2);
+    cudaMalloc(&dy, 64 * 128 * 4);
+    err.msg[0] = 0;
+    CHECK(quant_gemm_variant(&M.m, dx, 64, dy, true, 192, 0, &err) != 0 && strstr(err.msg, "192"), "bn 192: '%s'",
+          err.msg);
+    CHECK(quant_gemm(&M.m, dx, 0, dy, true, 0, &err) == 0, "T = 0 must be a no-op");
+    CHECK(quant_gemm(&M.m, (char *)dx + 2, 4, dy, true, 0, &err) != 0, "unaligned x taken");
+    cudaFree(dx); cudaFree(dy);
+    mat_free(&M);
+}
+
+/* ---- timing: fused against dequantize + cuBLASLt ---- */
+
+typedef struct {
+    cublasLtHandle_t lt;
+    void *ws;
+    size_t ws_bytes;
+} Lt;
+
+/* y[T][m] bf16 = x[T][k] @ W[m][k]^T on bf16 W, as the backend's gemm_lt */
+static int lt_gemm(Lt *L, void *y, const void *x, const void *W, int m, int T, int k) {
+    cublasLtMatmulDesc_t desc = NULL;
+    cublasLtMatrixLayout_t a = NULL, b = NULL, c = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t h;
+    int found = 0;
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    float alpha = 1, beta = 0;
+    int ok = cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == 0 &&
+             cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) == 0 &&
+             cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) == 0 &&
+             cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, k, m, k) == 0 &&
+             cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, k, T, k) == 0 &&
+             cublasLtMatrixLayoutCreate(&c, CUDA_R_16BF, m, T, m) == 0 && cublasLtMatmulPreferenceCreate(&pref) == 0 &&
+             cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &L->ws_bytes,
+                                                  sizeof L->ws_bytes) == 0 &&
+             cublasLtMatmulAlgoGetHeuristic(L->lt, desc, a, b, c, c, pref, 1, &h, &found) == 0 && found > 0 &&
+             cublasLtMatmul(L->lt, desc, &alpha, W, a, x, b, &beta, y, c, y, c, &h.algo, L->ws, L->ws_bytes, 0) == 0;
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(a); cublasLtMatrixLayoutDestroy(b); cublasLtMatrixLayoutDestroy(c);
+    cublasLtMatmulDescDestroy(desc);
+    return ok ? 0 : -1;
+}
+
+typedef struct {
+    const Mat *M;
+    Lt *L;
+    void *x, *y, *wbf;
+    int T, route; /* 0: dequantize alone, 1: cuBLASLt alone, 2: fused bn 128, 3: fused bn 256 */
+} Run;
+
+static int run_once(Run *r) {
+    Err err = {{0}};
+    const QuantMatrix *W = &r->M->m;
+    switch (r->route) {
+    case 0: return quant_dequant_bf16(W, 0, W->rows, r->wbf, 0, &err);
+    case 1: return lt_gemm(r->L, r->y, r->x, r->wbf, (int)W->rows, r->T, (int)W->cols);
+    default: return quant_gemm_variant(W, r->x, r->T, r->y, false, r->route == 2 ? 128 : 256, 0, &err);
+    }
+}
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* us per launch: the median of 7 samples of 10 back-to-back launches */
+static float time_us(Run *r) {
+    enum { REPS = 7, LOOP = 10 };
+    float ms[REPS];
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    int rc = run_once(r) || run_once(r);
+    for (int i = 0; i < REPS && !rc; i++) {
+        cudaEventRecord(e0, 0);
+        for (int k = 0; k < LOOP; k++) rc |= run_once(r);
+        cudaEventRecord(e1, 0);
+        cudaEventSynchronize(e1);
+        cudaEventElapsedTime(&ms[i], e0, e1);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    if (rc) return NAN;
+    qsort(ms, REPS, sizeof *ms, cmp_float);
+    return ms[REPS / 2] * 1000.0f / LOOP;
+}
+
+static void test_timing(void) {
+    const int64_t shapes[4][2] = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
+    const char *names[4] = {"qkv", "o", "gate+up", "down"};
+    const DType types[2] = {DT_Q4_K, DT_Q8_0};
+    const int Ts[2] = {512, 2048};
+    Lt L = {0};
+    L.ws_bytes = 32 << 20;
+    void *x = NULL, *y = NULL, *wbf = NULL;
+    int rc = cublasLtCreate(&L.lt) != 0 || cudaMalloc(&L.ws, L.ws_bytes) || cudaMalloc(&x, 2048 * 14336 * 2) ||
+             cudaMalloc(&y, (size_t)2048 * 28672 * 2) || cudaMalloc(&wbf, (size_t)28672 * 4096 * 2);
+    CHECK(!rc, "timing setup failed");
+    if (rc) return;
+    uint16_t *xh = malloc(2048 * 14336 * 2);
+    for (int64_t i = 0; i < 2048 * 14336; i++) xh[i] = fp32_to_bf16(frand());
+    cudaMemcpy(x, xh, 2048 * 14336 * 2, cudaMemcpyHostToDevice);
+    free(xh);
+    printf("# timing, bf16 x and y: us per GEMM (TFLOP/s); dequantize + cuBLASLt is the route quant_gemm replaces\n");
+    printf("# %-5s %-8s %5s | %-15s | %-15s | %-15s | %-15s\n", "type", "matrix", "T", "dequant+Lt", "(Lt alone)",
+           "fused bn 128", "fused bn 256");
+    for (int ti = 0; ti < 2; ti++)
+        for (int k = 0; k < 2; k++) {
+            double tot[4] = {0}, flops_tot = 0;
+            for (int s = 0; s < 4; s++) {
+                Mat M;
+                if (mat_build(&M, types[k], shapes[s][0], shapes[s][1])) continue;
+                Run r = {&M, &L, x, y, wbf, Ts[ti], 0};
+                float us[4];
+                for (r.route = 0; r.route < 4; r.route++) us[r.route] = time_us(&r);
+                double flops = 2.0 * Ts[ti] * shapes[s][0] * shapes[s][1];
+                double u[4] = {us[0] + us[1], us[1], us[2], us[3]};
+                printf("# %-5s %-8s %5d |", dtype_info(types[k])->name, names[s], Ts[ti]);
+                for (int i = 0; i < 4; i++) printf(" %7.1f (%4.0f) |", u[i], flops / (u[i] * 1e-6) * 1e-12);
+                printf("\n");
+                for (int i = 0; i < 4; i++) tot[i] += u[i];
+                flops_tot += flops;
+                mat_free(&M);
+            }
+            printf("# %-5s %-8s %5d |", dtype_info(types[k])->name, "layer", Ts[ti]);
+            for (int i = 0; i < 4; i++) printf(" %7.1f (%4.0f) |", tot[i], flops_tot / (tot[i] * 1e-6) * 1e-12);
+            printf("\n");
+        }
+    CHECK(cudaGetLastError() == cudaSuccess, "timing launches failed");
+    cudaFree(x); cudaFree(y); cudaFree(wbf); cudaFree(L.ws);
+    cublasLtDestroy(L.lt);
+}
+
+int main(int argc, char **argv) {
+    int dev_count = 0;
+    if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
+        printf("not ok - no CUDA device\n");
+        return 1;
+    }
+    bool quick = argc > 1 && !strcmp(argv[1], "--quick");
+    if (argc == 7 && !strcmp(argv[1], "--time")) { /* one GEMM, for a profiler: --time TYPE ROWS COLS T BN */
+        DType t = !strcasecmp(argv[2], "Q4_K") ? DT_Q4_K : !strcasecmp(argv[2], "Q8_0") ? DT_Q8_0 : DT_COUNT;
+        int64_t rows = atoll(argv[3]), cols = atoll(argv[4]);
+        int T = atoi(argv[5]), bn = atoi(argv[6]);
+        Mat M;
+        void *x = NULL, *y = NULL;
+        int rc = t == DT_COUNT || T <= 0 || mat_build(&M, t, rows, cols) || cudaMalloc(&x, (size_t)T * cols * 2) ||
+                 cudaMalloc(&y, (size_t)T * rows * 2);
+        Run r = {&M, NULL, x, y, NULL, T, bn == 256 ? 3 : 2};
+        float us = rc ? NAN : time_us(&r);
+        printf("# %s %lldx%lld T=%d bn=%d: %.1f us, %.0f TFLOP/s\n", argv[2], (long long)rows, (long long)cols, T, bn,
+               us, 2.0 * T * rows * cols / (us * 1e-6) * 1e-12);
+        CHECK(!rc && isfinite(us), "--time %s %s %s %s %s failed", argv[2], argv[3], argv[4], argv[5], argv[6]);
+        TEST_EXIT();
+    }
+    RUN(test_refused);
+    RUN(test_quant_gemm);
+    if (!quick) RUN(test_timing);
+    TEST_EXIT();
+}
