@@ -55,7 +55,9 @@ template <int Q, int NH> static __host__ __device__ constexpr int qm_smem_bytes(
     return qm_stages<Q, NH>() * qm_stage_bytes<Q, NH>() + 1024; /* + alignment of the base to 1024 */
 }
 
-/* ---- wgmma (PTX ISA 8.0, sm_90a) ---- */
+/* ---- wgmma (PTX ISA 8.0, sm_90a); everything down to the kernel is device
+ * code of the sm_90a target only ---- */
+#if QM_WGMMA
 
 /* Shared-memory matrix descriptor of a K-major bf16 tile with rows of 128
  * bytes, 128-byte swizzle: start address, stride between 8-row groups 1024. */
@@ -63,7 +65,6 @@ static __device__ __forceinline__ uint64_t qm_desc(uint32_t saddr) {
     return (uint64_t)((saddr >> 4) & 0x3fff) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
 }
 
-#if QM_WGMMA
 static __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 static __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N> static __device__ __forceinline__ void wg_wait() {
@@ -98,7 +99,6 @@ static __device__ __forceinline__ void wg_mma_rs(float (&d)[64], const uint32_t 
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(add));
 }
-#endif
 
 /* 4-byte global -> shared copy (the Q8_0 scale pair of a stage row) */
 static __device__ __forceinline__ void cp_async4(uint32_t dst, const void *src) {
@@ -269,7 +269,6 @@ static __device__ __forceinline__ void qm_frags(uint32_t (&a)[4][4], const uint8
 
 /* ---- the kernel ---- */
 
-#if QM_WGMMA
 /* tells the compiler the registers are in use up to here: a wgmma reads its
  * A registers after it is issued, until a wait says it is done */
 static __device__ __forceinline__ void wg_hold_a(uint32_t (&a)[4][4]) {
