@@ -152,6 +152,10 @@ for t in q8_0 q4_0 q4_k q5_k q6_k; do
     quant_files+=("$QDIR/l8-tiny-$t.gguf")
 done
 run_check quant_forward_tiny "$BIN/test_quant_forward" "${quant_files[@]}"
+# the same files' prefill through the fused GEMM (CLLM_QUANT_GEMM=1, quant_gemm.cu;
+# opt-in): the 2-layer 8B shapes are the ones it takes (Q8_0, Q4_K, rows % 128)
+run_check quant_forward_tiny_fused env CLLM_QUANT_GEMM=1 "$BIN/test_quant_forward" "$QDIR/l8-tiny-q8_0.gguf" \
+    "$QDIR/l8-tiny-q4_k.gguf"
 # The batch-invariant mode: every row's logits bitwise equal alone and in
 # any batch (Llama and Gemma-2 shapes, a Q4_K model, MoE), the GEMM alone,
 # and the default mode shown to differ (tests/gpu/test_batch_invariant.c).

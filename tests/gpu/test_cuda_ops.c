@@ -314,6 +314,11 @@ static void test_bad_quant_gemv_env(void) {
         unsetenv("CLLM_DEQ_AHEAD");
         CHECK(!be && strstr(err.msg, "CLLM_DEQ_AHEAD '4'"), "CLLM_DEQ_AHEAD=4: '%s'", be ? "accepted" : err.msg);
         if (be) be->destroy(be);
+        setenv("CLLM_QUANT_GEMM", "2", 1);
+        be = backend_cuda_create_opts(&r.c, &r.w, &o, NULL, &err);
+        unsetenv("CLLM_QUANT_GEMM");
+        CHECK(!be && strstr(err.msg, "CLLM_QUANT_GEMM '2'"), "CLLM_QUANT_GEMM=2: '%s'", be ? "accepted" : err.msg);
+        if (be) be->destroy(be);
     }
     rig_close(&r);
 }
