@@ -6,7 +6,9 @@
 #define CLLM_TESTS_GPU_QUANT_MATS_H
 
 #include <cuda_runtime.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,6 +88,34 @@ static int mat_build(Mat *M, DType t, int64_t rows, int64_t cols) {
 static void mat_free(Mat *M) {
     free(M->native);
     cudaFree(M->dev);
+}
+
+/* the rows a check looks at: all of a small matrix (up to max), else the
+ * first and last 8 and a random spread */
+static int quant_check_rows(int64_t rows, int64_t *out, int max) {
+    if (rows <= max) {
+        for (int64_t r = 0; r < rows; r++) out[r] = r;
+        return (int)rows;
+    }
+    int n = 0;
+    for (int64_t r = 0; r < 8; r++) out[n++] = r;
+    for (int64_t r = rows - 8; r < rows; r++) out[n++] = r;
+    while (n < max) out[n++] = (int64_t)(rnd64() % (uint64_t)rows);
+    return n;
+}
+
+/* qsort order of floats (timing medians) */
+static int quant_cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* whether a CUDA device is there (else a "not ok" line for the test count) */
+static bool quant_have_device(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) return true;
+    printf("not ok - no CUDA device\n");
+    return false;
 }
 
 #endif

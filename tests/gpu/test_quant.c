@@ -44,19 +44,6 @@
 #define COPY_BW 4.26e12 /* ANCHORS.md: H200 device copy, bytes/s */
 #define MAX_CHECK_ROWS 384
 
-/* the rows a check looks at: all of a small matrix, a spread of a big one */
-static int check_rows(int64_t rows, int64_t *out) {
-    if (rows <= MAX_CHECK_ROWS) {
-        for (int64_t r = 0; r < rows; r++) out[r] = r;
-        return (int)rows;
-    }
-    int n = 0;
-    for (int64_t r = 0; r < 8; r++) out[n++] = r;
-    for (int64_t r = rows - 8; r < rows; r++) out[n++] = r;
-    while (n < MAX_CHECK_ROWS) out[n++] = (int64_t)(rnd64() % (uint64_t)rows);
-    return n;
-}
-
 /* x as version 4 multiplies it: rounded to two int8 terms per group of 32
  * values with kernels/quant_mma.h's rounding. */
 static void round_x_int8(float *x, int64_t n) {
@@ -134,7 +121,7 @@ static double gemv_case(Mat *M, int T, int V, int R, bool x_f32, bool y_f32, boo
 /* GEMV cases for one matrix; Ts: the row counts to try. */
 static void gemv_checks(Mat *M, const int *Ts, int nT, const int *Rs, int nR) {
     int64_t *rows_chk = malloc(MAX_CHECK_ROWS * sizeof *rows_chk);
-    int n_chk = check_rows(M->rows, rows_chk);
+    int n_chk = quant_check_rows(M->rows, rows_chk, MAX_CHECK_ROWS);
     const DTypeInfo *info = dtype_info(M->type);
     int64_t row_bytes = (int64_t)dtype_row_bytes(M->type, M->cols);
     float *w = malloc((size_t)n_chk * M->cols * sizeof *w);
@@ -598,11 +585,6 @@ static void test_add_out(void) {
 
 /* ---- timing ---- */
 
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
-
 typedef int (*LaunchFn)(Mat *copies, int i, void *ctx);
 
 /* One sample = LOOP back-to-back launches between two events, so the host's
@@ -624,7 +606,7 @@ static float median_us(Mat *copies, LaunchFn fn, void *ctx) {
     }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
-    qsort(ms, REPS, sizeof *ms, cmp_float);
+    qsort(ms, REPS, sizeof *ms, quant_cmp_float);
     return ms[REPS / 2] * 1000.0f / LOOP;
 }
 
@@ -713,11 +695,7 @@ static void test_timing(void) {
 }
 
 int main(int argc, char **argv) {
-    int dev_count = 0;
-    if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
-        printf("not ok - no CUDA device\n");
-        return 1;
-    }
+    if (!quant_have_device()) return 1;
     bool quick = argc > 1 && !strcmp(argv[1], "--quick");
     if (argc == 7 && !strcmp(argv[1], "--time")) { /* one case, for a profiler: --time TYPE ROWS COLS VERSION T */
         DType t = DT_COUNT;

@@ -31,19 +31,6 @@
 
 #define GUARD 4096 /* bytes after y that must stay untouched */
 
-/* rows the check looks at: all of a small matrix, the ends and a spread of a big one */
-static int pick_rows(int64_t rows, int64_t *out, int max) {
-    if (rows <= max) {
-        for (int64_t r = 0; r < rows; r++) out[r] = r;
-        return (int)rows;
-    }
-    int n = 0;
-    for (int64_t r = 0; r < 8; r++) out[n++] = r;
-    for (int64_t r = rows - 8; r < rows; r++) out[n++] = r;
-    while (n < max) out[n++] = (int64_t)(rnd64() % (uint64_t)rows);
-    return n;
-}
-
 typedef struct {
     int64_t rows_chk[256];
     int n_chk;
@@ -51,7 +38,7 @@ typedef struct {
 } Ref;
 
 static void ref_build(Ref *R, const Mat *M) {
-    R->n_chk = pick_rows(M->rows, R->rows_chk, 256);
+    R->n_chk = quant_check_rows(M->rows, R->rows_chk, 256);
     R->w = malloc((size_t)R->n_chk * M->cols * sizeof *R->w);
     int64_t row_bytes = (int64_t)dtype_row_bytes(M->type, M->cols);
     for (int j = 0; j < R->n_chk; j++) {
@@ -225,11 +212,6 @@ static int run_once(Run *r) {
     }
 }
 
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* us per launch: the median of 7 samples of 10 back-to-back launches */
 static float time_us(Run *r) {
     enum { REPS = 7, LOOP = 10 };
@@ -248,7 +230,7 @@ static float time_us(Run *r) {
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     if (rc) return NAN;
-    qsort(ms, REPS, sizeof *ms, cmp_float);
+    qsort(ms, REPS, sizeof *ms, quant_cmp_float);
     return ms[REPS / 2] * 1000.0f / LOOP;
 }
 
@@ -299,11 +281,7 @@ static void test_timing(void) {
 }
 
 int main(int argc, char **argv) {
-    int dev_count = 0;
-    if (cudaGetDeviceCount(&dev_count) != cudaSuccess || dev_count == 0) {
-        printf("not ok - no CUDA device\n");
-        return 1;
-    }
+    if (!quant_have_device()) return 1;
     bool quick = argc > 1 && !strcmp(argv[1], "--quick");
     if (argc == 7 && !strcmp(argv[1], "--time")) { /* one GEMM, for a profiler: --time TYPE ROWS COLS T BN */
         DType t = !strcasecmp(argv[2], "Q4_K") ? DT_Q4_K : !strcasecmp(argv[2], "Q8_0") ? DT_Q8_0 : DT_COUNT;
