@@ -294,7 +294,7 @@ static const QuantMatrix *qnext_of(const CudaBackend *cb, const QuantMatrix *W) 
 
 /* The same for a quantized W: quant_gemv up to 8 rows (reads each block
  * once); above, quant_gemm where it takes W (q_fused: tiles dequantized in
- * registers for wgmma); else W is dequantized to the bf16 scratch in chunks of rows and
+ * shared memory for wgmma); else W is dequantized to the bf16 scratch in chunks of rows and
  * each chunk's columns of y come from cuBLASLt (no host sync, no
  * allocation: graph-capturable either way). The batch-invariant mode takes
  * the dequantizing route at every T, with gemm_bi: quant_gemv's sums (fp32

@@ -118,7 +118,7 @@ int quant_gemv_x8_glu(const QuantMatrix *W, const void *x, const QxNorm *n, void
 
 /* The prefill GEMM on quantized weights (quant_gemm.cu, Hopper wgmma):
  * y[T][rows] (bf16, or fp32 when y_f32) = x[T][cols] bf16 @ W^T, W's tiles
- * dequantized in registers to quant_dequant_bf16's values (so the result is
+ * dequantized in shared memory to quant_dequant_bf16's values (so the result is
  * dequantize + a bf16 GEMM up to the order of fp32 sums); no bias. Q4_K
  * (cols % 256 == 0) and Q8_0 (cols % 64 == 0), rows % 128 == 0
  * (quant_gemm_supported), in an sm_90a build on a compute-capability 9.0

@@ -332,13 +332,15 @@ static int qm_launch(const QuantMatrix *W, const void *x, int T, void *y, bool y
     return 0;
 }
 
-/* tokens per block: 256 where that still makes two tiles per SM */
+/* tokens per block: 256 from about two thirds of a tile per SM (measured at
+ * 512 tokens: qkv's 96 tiles of 256 beat 192 of 128, 306 vs 207 TFLOP/s; o's
+ * 64 lose to 128, 208 vs 268), else 128 */
 static int qm_pick_bn(const QuantMatrix *W, int T, Err *err) {
     int dev = 0, sms = 0;
     CUDA_CHECK(cudaGetDevice(&dev), err);
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), err);
     int64_t tiles256 = (int64_t)((T + 255) / 256) * (W->rows / QM_BM);
-    return tiles256 >= 2 * sms ? 256 : 128;
+    return 3 * tiles256 >= 2 * sms ? 256 : 128;
 }
 
 int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int bn, cudaStream_t s,
