@@ -124,13 +124,12 @@ int quant_gemv_x8_glu(const QuantMatrix *W, const void *x, const QxNorm *n, void
  * (quant_gemm_supported), in an sm_90a build on a compute-capability 9.0
  * GPU (quant_gemm_available: a device query, so callers keep the answer).
  * x 16-byte aligned, T >= 1. quant_gemm_variant picks the tokens per block
- * (bn 128 or 256; 0 = the default by tile count) and the warpgroups that
- * dequantize W (makers 1 or 2; 0 = the default). */
+ * (128 or 256; 0 = the default by tile count). */
 bool quant_gemm_available(void);
 bool quant_gemm_supported(DType t, int64_t rows, int64_t cols);
 int quant_gemm(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, cudaStream_t s, Err *err);
-int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int bn, int makers,
-                       cudaStream_t s, Err *err);
+int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int bn, cudaStream_t s,
+                       Err *err);
 
 /* dst [n_rows][cols] bf16 = rows row0 .. row0+n_rows-1 of W, bit-exact with
  * dequantize_row (kernels/dtype.c) followed by round-to-nearest-even bf16. */

@@ -9,15 +9,14 @@
  * shared memory, where wgmma reads them, so the quantized bytes are the only
  * weight traffic and no scratch exists.
  *
- * Block: 128 rows of W by BN = 128 x NH tokens of x, in stages of 64 values
- * of k. MK "maker" warpgroups (1 or 2) make the stages: x's [BN][64] tile by
- * cp.async, D stages ahead, and W's [128][64] tile as bf16 (a thread a row, or
- * with two makers a thread half a row, its raw bytes loaded a stage ahead),
- * both in the 128-byte-swizzled K-major layout of wgmma's descriptors. Two
- * "multiplier" warpgroups multiply 64 W rows each (wgmma m64n128k16, both
- * operands from shared memory, fp32 accumulators in registers); with two
- * makers and 256 tokens, setmaxnreg moves registers from the makers to the
- * multipliers' accumulators. Named barriers hand stages over (full / empty). The W values
+ * Block: 384 threads, 128 rows of W by BN = 128 x NH tokens of x, in stages
+ * of 64 values of k, both tiles in the 128-byte-swizzled K-major layout of
+ * wgmma's descriptors. Warpgroup 0, the "maker", dequantizes W's [128][64]
+ * tile of each stage to bf16 (a thread a row, its raw bytes loaded a stage
+ * ahead). Warpgroups 1 and 2, the "multipliers", copy x's [BN][64] tiles by
+ * cp.async S - 1 stages ahead and multiply 64 W rows each (wgmma m64n128k16,
+ * both operands from shared memory, fp32 accumulators in registers). Named
+ * barriers hand stages over (full / empty). The W values
  * are quant_dequant_bf16's exactly (the same correctly rounded fp32
  * operations, then bf16), so this GEMM differs from dequantize + cuBLASLt
  * only in the order of the fp32 sums. */
@@ -38,13 +37,7 @@
 #endif
 
 #define QM_BM 128 /* W rows a block */
-/* threads of a block with MK maker warpgroups and the two multipliers */
-#define QM_THREADS(MK) (128 * ((MK) + 2))
-/* registers a thread with two makers and 256 tokens (512 threads, 128 each at
- * launch): the multipliers' 128 accumulators need more, the makers less */
-#define QM_MAKER_REGS 88
-#define QM_MULT_REGS 168
-#define QM_MAKERS_DEFAULT 1
+#define QM_THREADS 384 /* warpgroup 0 dequantizes W, 1 and 2 copy x and multiply (64 W rows each) */
 #define QM_SMEM_MAX (200 * 1024)
 
 /* a stage: x's tile (128 NH tokens x 64 values) and W's (128 rows x 64
@@ -104,17 +97,17 @@ static __device__ __forceinline__ void wg_mma_ss(float (&d)[64], uint64_t da, ui
         : "l"(da), "l"(db), "r"(add));
 }
 
-/* Named barriers between the warpgroups, all N threads of the block: stage s
- * is full (barrier 1 + s: the makers arrive, the multipliers wait) or empty
- * again (1 + S + s: the reverse). 0 is __syncthreads'. */
+/* Named barriers of N threads: stage s is full (barrier 1 + s, all threads:
+ * the maker and the multipliers' copies are done) or empty again (1 + S + s:
+ * the multipliers arrive, the maker waits); 1 + 2S is the multipliers' own.
+ * 0 is __syncthreads'. */
 template <int N> static __device__ __forceinline__ void bar_sync(int id) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(N) : "memory");
 }
 template <int N> static __device__ __forceinline__ void bar_arrive(int id) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(N) : "memory");
 }
-template <int R> static __device__ __forceinline__ void regs_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R)); }
-template <int R> static __device__ __forceinline__ void regs_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R)); }
+
 /* the maker's shared-memory writes (generic proxy) before wgmma reads them (async proxy) */
 static __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
@@ -136,19 +129,16 @@ static __device__ __forceinline__ void qm_copy_x(uint8_t *st, const __nv_bfloat1
     }
 }
 
-/* A thread's bytes of one stage of a W row, loaded a stage ahead: both
- * halves of the row's 64 values (HF = 2) or half h0 (HF = 1; values 32 h0 ..
- * 32 h0 + 31 of the stage's swizzle order: Q4_K nibble h0, Q8_0 block h0). */
+/* A W row's bytes of one stage (64 values), loaded a stage ahead. */
 typedef struct {
-    uint4 q[4]; /* Q4_K: q[0..1] the 32 code bytes (chunk kt % 4 of block kt / 4), q[2] the header; Q8_0: 32 HF codes */
-    uint32_t d; /* Q8_0: the HF blocks' fp16 scales */
+    uint4 q[4]; /* Q4_K: q[0..1] the 32 code bytes (chunk kt % 4 of block kt / 4), q[2] the header; Q8_0: 64 codes */
+    uint32_t d; /* Q8_0: the two blocks' fp16 scales */
 } QmRaw;
 
-template <int Q, int HF>
-static __device__ __forceinline__ QmRaw qm_load_raw(const uint8_t *qs, const uint8_t *sc, int64_t row, int nb, int kt,
-                                                    int h0) {
+template <int Q>
+static __device__ __forceinline__ QmRaw qm_load_raw(const uint8_t *qs, const uint8_t *sc, int64_t row, int nb, int kt) {
     QmRaw r;
-    r.q[2] = r.q[3] = make_uint4(0, 0, 0, 0);
+    r.q[3] = make_uint4(0, 0, 0, 0);
     if (Q == DT_Q4_K) {
         const uint8_t *blk = qs + ((size_t)row * nb + (kt >> 2)) * 144;
         r.q[0] = __ldg((const uint4 *)(blk + 16 + (kt & 3) * 32));
@@ -156,11 +146,11 @@ static __device__ __forceinline__ QmRaw qm_load_raw(const uint8_t *qs, const uin
         r.q[2] = __ldg((const uint4 *)blk);
         r.d = 0;
     } else {
-        const size_t b = (size_t)row * nb + 2 * kt + h0;
+        const size_t b = (size_t)row * nb + 2 * kt;
         const uint4 *p = (const uint4 *)(qs + b * 32);
 #pragma unroll
-        for (int k = 0; k < 2 * HF; k++) r.q[k] = __ldg(p + k);
-        r.d = HF == 2 ? __ldg((const uint32_t *)(sc + b * 2)) : __ldg((const unsigned short *)(sc + b * 2));
+        for (int k = 0; k < 4; k++) r.q[k] = __ldg(p + k);
+        r.d = __ldg((const uint32_t *)(sc + b * 2));
     }
     return r;
 }
@@ -198,21 +188,20 @@ static __device__ __forceinline__ uint32_t bf16_pair(float a, float b) {
     return *(uint32_t *)&p;
 }
 
-/* Row `row` of the stage's W tile, halves h0 .. h0 + HF - 1 (32 values,
- * chunks 4h .. 4h + 3, each): quant_dequant_bf16's values (Q4_K: dl * q is
+/* Row `row` of the stage's W tile, in halves h = 0, 1 (32 values, chunks
+ * 4h .. 4h + 3): quant_dequant_bf16's values (Q4_K: dl * q is
  * exact in fp32, so one fused multiply-add rounds as its multiply-then-add
  * does; Q8_0: d * q), 8 to a 16-byte chunk, chunk c at c ^ (row % 8). Q4_K
  * half h is nibble h of the 32 code bytes (sub-block 2 (kt % 4) + h of the
  * block); Q8_0 half h is block 2 kt + h. */
-template <int Q, int HF>
-static __device__ __forceinline__ void qm_dequant_row(uint8_t *wt, int row, const QmRaw &r, int kt, int h0) {
+template <int Q>
+static __device__ __forceinline__ void qm_dequant_row(uint8_t *wt, int row, const QmRaw &r, int kt) {
     uint8_t *dst = wt + row * 128;
 #pragma unroll
-    for (int hh = 0; hh < HF; hh++) {
-        const int h = h0 + hh;
+    for (int h = 0; h < 2; h++) {
         float mul, add = 0.0f;
         if (Q == DT_Q4_K) q4k_scale(r.q[2], 2 * (kt & 3) + h, &mul, &add);
-        else mul = qm_half(hh ? r.d >> 16 : r.d & 0xffff);
+        else mul = qm_half(h ? r.d >> 16 : r.d & 0xffff);
         /* a code at bits s.. of a word becomes the float 2^23 + q 2^s with one
          * masked OR (then 2^23 is subtracted exactly), and the scale times
          * 2^-s takes it back: (mul 2^-s)(q 2^s) is the exact product mul q, so
@@ -235,7 +224,7 @@ static __device__ __forceinline__ void qm_dequant_row(uint8_t *wt, int row, cons
             if (Q == DT_Q4_K) { /* values 8 cc .. +7 of the half: bytes 8 cc .. +7, nibble h */
                 w[0] = qm_word(r.q[cc >> 1], 2 * (cc & 1)), w[1] = qm_word(r.q[cc >> 1], 2 * (cc & 1) + 1);
             } else { /* values 8 cc .. +7 of block h: its code bytes 8 cc .. +7 */
-                const uint4 q = r.q[2 * hh + (cc >> 1)];
+                const uint4 q = r.q[2 * h + (cc >> 1)];
                 w[0] = qm_word(q, 2 * (cc & 1)) ^ flip, w[1] = qm_word(q, 2 * (cc & 1) + 1) ^ flip;
             }
 #pragma unroll
@@ -251,38 +240,23 @@ static __device__ __forceinline__ void qm_dequant_row(uint8_t *wt, int row, cons
     }
 }
 
-/* The makers (MK warpgroups, thread i): W's raw bytes two stages ahead in
- * registers, each stage's W tile dequantized (row i % 128, both halves with
- * one maker, half i / 128 with two) into its buffer once the multipliers have
- * released it, then "full". x is not theirs: the multipliers copy it, so a
- * maker's loop is the dequantization alone and can run up to S - 1 stages
- * ahead of the tensor cores. */
-template <int Q, int NH, int MK>
-static __device__ __forceinline__ void qm_make_stage(uint8_t *smem, const QmRaw &r, int kt, int row, int h0) {
-    constexpr int S = qm_stages<NH>(), SB = qm_stage_bytes<NH>(), N = QM_THREADS(MK);
-    if (kt >= S) bar_sync<N>(1 + S + kt % S); /* the multipliers are done with stage kt - S */
-    qm_dequant_row<Q, 3 - MK>(smem + (kt % S) * SB + 128 * NH * 128, row, r, kt, h0);
-    fence_proxy_async();
-    bar_arrive<N>(1 + kt % S);
-}
-
-template <int Q, int NH, int MK>
+/* The maker (warpgroup 0, thread i): W's raw bytes one stage ahead in
+ * registers, each stage's W tile dequantized (row i) into its buffer once the
+ * multipliers have released it, then "full". x is not its work: the
+ * multipliers copy it, so the maker's loop is the dequantization alone and
+ * runs up to S - 1 stages ahead of the tensor cores. */
+template <int Q, int NH>
 static __device__ __forceinline__ void qm_make(uint8_t *smem, const uint8_t *qs, const uint8_t *sc, int K, int m0, int KT) {
-    constexpr int HF = 3 - MK;
-    const int i = threadIdx.x, nb = K / quant_block_elems(Q), row = m0 + (i & 127), h0 = MK == 2 ? i >> 7 : 0;
-    /* two register sets, each loaded two stages before its use: a stage's
-     * dequantization alone is shorter than a DRAM round trip (the loop is
-     * unrolled by two so no copy of a set waits on its load) */
-    QmRaw a = qm_load_raw<Q, HF>(qs, sc, row, nb, 0, h0), b = a, r;
-    if (KT > 1) b = qm_load_raw<Q, HF>(qs, sc, row, nb, 1, h0);
-    for (int kt = 0; kt < KT; kt += 2) {
-        r = a;
-        if (kt + 2 < KT) a = qm_load_raw<Q, HF>(qs, sc, row, nb, kt + 2, h0);
-        qm_make_stage<Q, NH, MK>(smem, r, kt, i & 127, h0);
-        if (kt + 1 >= KT) break;
-        r = b;
-        if (kt + 3 < KT) b = qm_load_raw<Q, HF>(qs, sc, row, nb, kt + 3, h0);
-        qm_make_stage<Q, NH, MK>(smem, r, kt + 1, i & 127, h0);
+    constexpr int S = qm_stages<NH>(), SB = qm_stage_bytes<NH>();
+    const int i = threadIdx.x, nb = K / quant_block_elems(Q);
+    QmRaw next = qm_load_raw<Q>(qs, sc, m0 + i, nb, 0);
+    for (int kt = 0; kt < KT; kt++) {
+        if (kt >= S) bar_sync<QM_THREADS>(1 + S + kt % S); /* the multipliers are done with stage kt - S */
+        QmRaw r = next;
+        if (kt + 1 < KT) next = qm_load_raw<Q>(qs, sc, m0 + i, nb, kt + 1);
+        qm_dequant_row<Q>(smem + (kt % S) * SB + 128 * NH * 128, i, r, kt);
+        fence_proxy_async();
+        bar_arrive<QM_THREADS>(1 + kt % S);
     }
 }
 
@@ -290,11 +264,11 @@ static __device__ __forceinline__ void qm_make(uint8_t *smem, const uint8_t *qs,
  * stage's x tile, which they copy themselves by cp.async into each buffer
  * as soon as both warpgroups' products of its last stage are done (barrier
  * 1 + 2S between the two), S - 1 stages ahead. */
-template <int NH, int MK>
+template <int NH>
 static __device__ __forceinline__ void qm_multiply(float (&acc)[NH][64], uint8_t *smem, const __nv_bfloat16 *x, int T,
                                                    int K, int n0, int wg, int KT) {
-    constexpr int S = qm_stages<NH>(), SB = qm_stage_bytes<NH>(), N = QM_THREADS(MK);
-    const int j = threadIdx.x - 128 * MK;
+    constexpr int S = qm_stages<NH>(), SB = qm_stage_bytes<NH>(), N = QM_THREADS;
+    const int j = threadIdx.x - 128;
     const uint64_t d0 = qm_desc(smem_u32(smem));
 #pragma unroll
     for (int d = 0; d < S; d++) {
@@ -304,7 +278,7 @@ static __device__ __forceinline__ void qm_multiply(float (&acc)[NH][64], uint8_t
     for (int kt = 0; kt < KT; kt++) {
         cp_async_wait<S - 2>(); /* this thread's copies of stage kt (the newest group is stage kt + S - 2) */
         fence_proxy_async();
-        bar_sync<N>(1 + kt % S); /* every copy of x and the makers' W tile of stage kt */
+        bar_sync<N>(1 + kt % S); /* every copy of x and the maker's W tile of stage kt */
         const uint32_t xs = (kt % S) * SB, ws = xs + 128 * NH * 128 + wg * 64 * 128;
         wg_fence();
 #pragma unroll
@@ -332,24 +306,21 @@ static __device__ __forceinline__ void qm_multiply(float (&acc)[NH][64], uint8_t
 
 /* ---- the kernel ---- */
 
-template <int Q, int NH, int MK>
-__global__ void __launch_bounds__(QM_THREADS(MK), 1)
+template <int Q, int NH>
+__global__ void __launch_bounds__(QM_THREADS, 1)
 kernel_quant_gemm(void *y, bool y_f32, const __nv_bfloat16 *x, const uint8_t *qs, const uint8_t *sc, int T, int M,
                   int K) {
 #if QM_WGMMA
     extern __shared__ uint8_t qm_smem_raw[];
     uint8_t *smem = qm_smem_raw + ((1024 - (smem_u32(qm_smem_raw) & 1023)) & 1023);
     const int n0 = blockIdx.x * 128 * NH, m0 = blockIdx.y * QM_BM, KT = K / 64;
-    const int wg = threadIdx.x / 128 - MK; /* < 0: a maker */
-    constexpr bool shift_regs = MK == 2 && NH == 2;
+    const int wg = threadIdx.x / 128 - 1; /* < 0: the maker */
     if (wg < 0) {
-        if (shift_regs) regs_dec<QM_MAKER_REGS>();
-        qm_make<Q, NH, MK>(smem, qs, sc, K, m0, KT);
+        qm_make<Q, NH>(smem, qs, sc, K, m0, KT);
         return;
     }
-    if (shift_regs) regs_inc<QM_MULT_REGS>();
     float acc[NH][64]; /* written first by the wgmma of kt = 0, j = 0 (add = 0) */
-    qm_multiply<NH, MK>(acc, smem, x, T, K, n0, wg, KT);
+    qm_multiply<NH>(acc, smem, x, T, K, n0, wg, KT);
 
     /* acc[h][4c + e]: W row wrow (e < 2) or wrow + 8, token n0 + 128h + 8c + 2t + e % 2 */
     const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -374,7 +345,7 @@ kernel_quant_gemm(void *y, bool y_f32, const __nv_bfloat16 *x, const uint8_t *qs
 bool quant_gemm_available(void) {
     /* the kernel has a body only in an sm_90a build, and only that build's code runs on the device */
     cudaFuncAttributes fa;
-    if (cudaFuncGetAttributes(&fa, kernel_quant_gemm<DT_Q4_K, 1, 1>) != cudaSuccess) {
+    if (cudaFuncGetAttributes(&fa, kernel_quant_gemm<DT_Q4_K, 1>) != cudaSuccess) {
         (void)cudaGetLastError();
         return false;
     }
@@ -386,12 +357,12 @@ bool quant_gemm_supported(DType t, int64_t rows, int64_t cols) {
     return rows > 0 && cols > 0 && rows % QM_BM == 0 && rows <= 65535LL * QM_BM && cols % (t == DT_Q4_K ? 256 : 64) == 0 && cols <= (1 << 30);
 }
 
-template <int Q, int NH, int MK>
+template <int Q, int NH>
 static int qm_launch(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, cudaStream_t s, Err *err) {
     const int smem = qm_smem_bytes<NH>();
-    CUDA_CHECK(cudaFuncSetAttribute(kernel_quant_gemm<Q, NH, MK>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), err);
+    CUDA_CHECK(cudaFuncSetAttribute(kernel_quant_gemm<Q, NH>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), err);
     dim3 grid((unsigned)((T + 128 * NH - 1) / (128 * NH)), (unsigned)(W->rows / QM_BM));
-    kernel_quant_gemm<Q, NH, MK><<<grid, QM_THREADS(MK), smem, s>>>(y, y_f32, (const __nv_bfloat16 *)x,
+    kernel_quant_gemm<Q, NH><<<grid, QM_THREADS, smem, s>>>(y, y_f32, (const __nv_bfloat16 *)x,
                                                             (const uint8_t *)W->qs, (const uint8_t *)W->sc, T,
                                                             (int)W->rows, (int)W->cols);
     CUDA_CHECK(cudaGetLastError(), err);
@@ -409,17 +380,8 @@ static int qm_pick_bn(const QuantMatrix *W, int T, Err *err) {
     return 3 * tiles256 >= 2 * sms ? 256 : 128;
 }
 
-/* the launch of one type for the block shape picked */
-template <int Q>
-static int qm_launch_type(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int bn, int makers,
-                          cudaStream_t s, Err *err) {
-    if (makers == 1)
-        return bn == 128 ? qm_launch<Q, 1, 1>(W, x, T, y, y_f32, s, err) : qm_launch<Q, 2, 1>(W, x, T, y, y_f32, s, err);
-    return bn == 128 ? qm_launch<Q, 1, 2>(W, x, T, y, y_f32, s, err) : qm_launch<Q, 2, 2>(W, x, T, y, y_f32, s, err);
-}
-
-int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int bn, int makers,
-                       cudaStream_t s, Err *err) {
+int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int bn, cudaStream_t s,
+                       Err *err) {
     if (!quant_gemm_supported(W->type, W->rows, W->cols))
         return err_set(err, "quant_gemm: %s [%lld][%lld] not supported (Q4_K or Q8_0, rows a multiple of 128)",
                        dtype_info(W->type)->name, (long long)W->rows, (long long)W->cols);
@@ -428,12 +390,11 @@ int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool
     if ((uintptr_t)x % 16 || (W->cols * 2) % 16) return err_set(err, "quant_gemm: x must be 16-byte aligned");
     if (bn == 0 && (bn = qm_pick_bn(W, T, err)) < 0) return -1;
     if (bn != 128 && bn != 256) return err_set(err, "quant_gemm: tokens per block %d (128 or 256)", bn);
-    if (makers == 0) makers = QM_MAKERS_DEFAULT;
-    if (makers != 1 && makers != 2) return err_set(err, "quant_gemm: maker warpgroups %d (1 or 2)", makers);
-    if (W->type == DT_Q4_K) return qm_launch_type<DT_Q4_K>(W, x, T, y, y_f32, bn, makers, s, err);
-    return qm_launch_type<DT_Q8_0>(W, x, T, y, y_f32, bn, makers, s, err);
+    if (W->type == DT_Q4_K)
+        return bn == 128 ? qm_launch<DT_Q4_K, 1>(W, x, T, y, y_f32, s, err) : qm_launch<DT_Q4_K, 2>(W, x, T, y, y_f32, s, err);
+    return bn == 128 ? qm_launch<DT_Q8_0, 1>(W, x, T, y, y_f32, s, err) : qm_launch<DT_Q8_0, 2>(W, x, T, y, y_f32, s, err);
 }
 
 int quant_gemm(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, cudaStream_t s, Err *err) {
-    return quant_gemm_variant(W, x, T, y, y_f32, 0, 0, s, err);
+    return quant_gemm_variant(W, x, T, y, y_f32, 0, s, err);
 }
