@@ -108,14 +108,15 @@ template <int N> static __device__ __forceinline__ void bar_arrive(int id) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(N) : "memory");
 }
 
-/* the maker's shared-memory writes (generic proxy) before wgmma reads them (async proxy) */
+/* shared-memory writes of threads (generic proxy: the maker's stores, the
+ * multipliers' cp.async) before wgmma reads them (async proxy) */
 static __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-/* ---- the maker: x by cp.async, W dequantized by one thread a row ---- */
+/* ---- the stage's tiles: x by cp.async (the multipliers), W dequantized by one thread a row (the maker) ---- */
 
 /* x's tile of stage kt: chunk c of token row n goes to chunk c ^ (n % 8) of
- * its 128-byte row (the swizzle); maker thread i of MT takes chunk i % 8 of
- * rows i / 8 + (MT / 8) r */
+ * its 128-byte row (the swizzle); thread i of the MT copying threads takes
+ * chunk i % 8 of rows i / 8 + (MT / 8) r */
 template <int NH, int MT>
 static __device__ __forceinline__ void qm_copy_x(uint8_t *st, const __nv_bfloat16 *x, int T, int K, int n0, int kt,
                                                  int i) {
