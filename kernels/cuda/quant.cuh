@@ -118,18 +118,20 @@ int quant_gemv_x8_glu(const QuantMatrix *W, const void *x, const QxNorm *n, void
 
 /* The prefill GEMM on quantized weights (quant_gemm.cu, Hopper wgmma):
  * y[T][rows] (bf16, or fp32 when y_f32) = x[T][cols] bf16 @ W^T, W's tiles
- * dequantized in shared memory to quant_dequant_bf16's values (so the result is
+ * dequantized to quant_dequant_bf16's values (so the result is
  * dequantize + a bf16 GEMM up to the order of fp32 sums); no bias. Q4_K
  * (cols % 256 == 0) and Q8_0 (cols % 64 == 0), rows % 128 == 0
  * (quant_gemm_supported), in an sm_90a build on a compute-capability 9.0
  * GPU (quant_gemm_available: a device query, so callers keep the answer).
  * x 16-byte aligned, T >= 1. quant_gemm_variant picks the tokens per block
- * (128 or 256; 0 = the default by tile count). */
+ * (128 or 256; 0 = the default by tile count) and the kernel (3: a maker
+ * warpgroup dequantizes into shared memory; 4: each thread its wgmma A
+ * fragments in registers; 0 = the default). */
 bool quant_gemm_available(void);
 bool quant_gemm_supported(DType t, int64_t rows, int64_t cols);
 int quant_gemm(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, cudaStream_t s, Err *err);
-int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int bn, cudaStream_t s,
-                       Err *err);
+int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int bn, int ver,
+                       cudaStream_t s, Err *err);
 
 /* dst [n_rows][cols] bf16 = rows row0 .. row0+n_rows-1 of W, bit-exact with
  * dequantize_row (kernels/dtype.c) followed by round-to-nearest-even bf16. */

@@ -51,6 +51,19 @@ template <int NH> static __host__ __device__ constexpr int qm_smem_bytes() {
     return qm_stages<NH>() * qm_stage_bytes<NH>() + 1024; /* + alignment of the base to 1024 */
 }
 
+/* v4 (below): a stage is x's tile and W raw bytes a block: 128 rows of 48 (Q4_K) or 64 + 4 (Q8_0) */
+template <int Q> static __host__ __device__ constexpr int qr_w_bytes() { return Q == DT_Q4_K ? QM_BM * 48 : QM_BM * 68; }
+template <int Q, int NH> static __host__ __device__ constexpr int qr_stage_bytes() {
+    return 128 * NH * 128 + ((qr_w_bytes<Q>() + 1023) & ~1023); /* x's tile first: keeps the 1024-byte atoms */
+}
+#define QR_SMEM_MAX (227 * 1024 - 1024)
+template <int Q, int NH> static __host__ __device__ constexpr int qr_stages() {
+    return QR_SMEM_MAX / qr_stage_bytes<Q, NH>() > 8 ? 8 : QR_SMEM_MAX / qr_stage_bytes<Q, NH>();
+}
+template <int Q, int NH> static __host__ __device__ constexpr int qr_smem_bytes() {
+    return qr_stages<Q, NH>() * qr_stage_bytes<Q, NH>() + 1024;
+}
+
 /* ---- wgmma (PTX ISA 8.0, sm_90a); everything down to the kernel is device
  * code of the sm_90a target only ---- */
 #if QM_WGMMA
@@ -303,6 +316,206 @@ static __device__ __forceinline__ void qm_multiply(float (&acc)[NH][64], uint8_t
 #pragma unroll
     for (int h = 0; h < NH; h++) wg_hold(acc[h]);
 }
+
+/* ---- v4: W's fragments dequantized in the multiplying threads' registers ----
+ *
+ * 256 threads, two warpgroups of 64 W rows each; no maker. Every stage both
+ * copy x's tile and W's raw bytes (Q4_K: the 32 code bytes of the stage and
+ * the block's 16-byte header, 48 bytes a row; Q8_0: 64 codes a row, 16-byte
+ * chunks swizzled by (row / 2) % 4 so the fragment reads below do not
+ * conflict, and the two blocks' fp16 scales) by cp.async S - 2 stages ahead.
+ * Each thread then reads the bytes of its fragment of A (wgmma m64nNk16,
+ * A from registers: rows g and g + 8 of its warp's 16, k = 2t, 2t + 1,
+ * 2t + 8, 2t + 9 of each k16 step), dequantizes them with the same exact fp32
+ * operations as v3's maker and quant_dequant_bf16, and issues the wgmma. W's
+ * bf16 tile is never written to shared memory, so no maker, no full/empty
+ * handshake: one barrier a stage. */
+
+static __device__ __forceinline__ void wg_mma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t db, int add) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+        "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+        "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63},"
+        " {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(add));
+}
+
+/* ((a ^ c) & b) | (c & ~b) in one LOP3: with b the byte's mask and c the
+ * magic exponent plus the byte's sign bit, a Q8_0 code's float 2^23 + q + 128 */
+static __device__ __forceinline__ uint32_t qm_flip_or(uint32_t a, uint32_t k, uint32_t m) {
+    uint32_t d;
+    asm("lop3.b32 %0, %1, %2, %3, 0x6A;" : "=r"(d) : "r"(a), "r"(k), "r"(m));
+    return d;
+}
+
+/* Stage kt's x tile and W raw bytes into buffer st (thread j of 256). */
+template <int Q, int NH>
+static __device__ __forceinline__ void qr_copy(uint8_t *st, const __nv_bfloat16 *x, const uint8_t *qs,
+                                               const uint8_t *sc, int T, int K, int n0, int m0, int kt, int j) {
+    qm_copy_x<NH, 256>(st, x, T, K, n0, kt, j);
+    uint8_t *w = st + 128 * NH * 128;
+    const int nb = K / quant_block_elems(Q);
+    if (Q == DT_Q4_K) { /* 3 chunks a row: codes 0-15, 16-31, the header; chunks j and j + 256 */
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int i = j + 256 * u, row = i / 3, part = i - 3 * row;
+            if (u == 1 && i >= 3 * QM_BM) break;
+            const uint8_t *blk = qs + ((size_t)(m0 + row) * nb + (kt >> 2)) * 144;
+            cp_async16(smem_u32(w + row * 48 + part * 16), part < 2 ? blk + 16 + (kt & 3) * 32 + part * 16 : blk, true);
+        }
+    } else { /* 4 chunks a row, chunk c at c ^ ((row / 2) % 4); then the 128 rows' scale pairs */
+#pragma unroll
+        for (int i = j; i < 4 * QM_BM; i += 256) {
+            const int row = i >> 2, c = i & 3;
+            cp_async16(smem_u32(w + row * 64 + ((c ^ ((row >> 1) & 3)) << 4)),
+                       qs + ((size_t)(m0 + row) * nb + 2 * kt) * 32 + c * 16, true);
+        }
+        if (j < QM_BM) cp_async4(smem_u32(w + QM_BM * 64 + j * 4), sc + ((size_t)(m0 + j) * nb + 2 * kt) * 2);
+    }
+}
+
+/* This thread's A fragments of the stage, a[k] for k16 step k: registers 0, 1
+ * rows g, g + 8 at k = 2t, 2t + 1; 2, 3 the same rows at 2t + 8, 2t + 9
+ * (wgmma's A layout, each warp 16 rows). w: the stage's raw bytes, row0:
+ * the block row of g. Q4_K: the stage's 64 values are the low nibbles of its
+ * 32 code bytes (sub-block 2 (kt % 4)), then the high ones (+ 1), so bytes
+ * 16p + 8e + 2t, +1 give step p's (low) and p + 2's (high) pair e. Q8_0:
+ * step k is chunk k of the row (block k / 2), pair e its bytes 8e + 2t, +1. */
+template <int Q>
+static __device__ __forceinline__ void qr_frags(uint32_t (&a)[4][4], const uint8_t *w, int row0, int t, int kt) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row0 + 8 * r;
+        if (Q == DT_Q4_K) {
+            const uint8_t *rw = w + row * 48;
+            const uint4 h = *(const uint4 *)(rw + 32);
+            float dl[2], nml[2], m_lo[2], m_hi[2];
+#pragma unroll
+            for (int n = 0; n < 2; n++) { /* nibble n: code q at bit 4n (byte 0) and 8 + 4n (byte 1) */
+                q4k_scale(h, 2 * (kt & 3) + n, &dl[n], &nml[n]);
+                m_lo[n] = __fmul_rn(dl[n], n ? 0.0625f : 1.0f), m_hi[n] = __fmul_rn(dl[n], n ? 1.0f / 4096 : 1.0f / 256);
+            }
+#pragma unroll
+            for (int p = 0; p < 2; p++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const uint32_t u = *(const uint16_t *)(rw + 16 * p + 8 * e + 2 * t);
+#pragma unroll
+                    for (int n = 0; n < 2; n++) {
+                        const float lo = __fsub_rn(__uint_as_float(qm_and_or(u, 0xfu << 4 * n, 0x4b000000u)), QM_MAGIC);
+                        const float hi = __fsub_rn(__uint_as_float(qm_and_or(u, 0xf00u << 4 * n, 0x4b000000u)), QM_MAGIC);
+                        a[p + 2 * n][r + 2 * e] = bf16_pair(__fmaf_rn(m_lo[n], lo, nml[n]), __fmaf_rn(m_hi[n], hi, nml[n]));
+                    }
+                }
+        } else {
+            const uint8_t *rw = w + row * 64;
+            const uint32_t dd = *(const uint32_t *)(w + QM_BM * 64 + row * 4);
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const float d = qm_half(k & 2 ? dd >> 16 : dd & 0xffff), d_hi = __fmul_rn(d, 1.0f / 256);
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const uint32_t u = *(const uint16_t *)(rw + ((k ^ ((row >> 1) & 3)) << 4) + 8 * e + 2 * t);
+                    const float lo = __fsub_rn(__uint_as_float(qm_flip_or(u, 0xffu, 0x4b000080u)), QM_MAGIC + 128.0f);
+                    const float hi = __fsub_rn(__uint_as_float(qm_flip_or(u, 0xff00u, 0x4b008000u)), QM_MAGIC + 32768.0f);
+                    a[k][r + 2 * e] = bf16_pair(__fmul_rn(d, lo), __fmul_rn(d_hi, hi));
+                }
+            }
+        }
+    }
+}
+
+/* keeps A registers live (unchanged) up to here */
+static __device__ __forceinline__ void qr_hold(uint32_t (&a)[4][4]) {
+#pragma unroll
+    for (int k = 0; k < 4; k++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) asm volatile("" : "+r"(a[k][i])::"memory");
+}
+
+/* Both warpgroups copy every stage (S - 2 ahead: the buffer refilled at
+ * stage kt is kt - 2's, whose products each thread's wg_wait<1> of stage
+ * kt - 1 saw finished before the barrier), then multiply their 64 rows. */
+template <int Q, int NH>
+static __device__ __forceinline__ void qr_multiply(float (&acc)[NH][64], uint8_t *smem, const __nv_bfloat16 *x,
+                                                   const uint8_t *qs, const uint8_t *sc, int T, int K, int n0,
+                                                   int m0, int KT) {
+    constexpr int S = qr_stages<Q, NH>(), SB = qr_stage_bytes<Q, NH>();
+    const int j = threadIdx.x, wg = j >> 7, warp = (j >> 5) & 3, lane = j & 31;
+    const int row0 = 64 * wg + 16 * warp + (lane >> 2), t = lane & 3;
+    const uint64_t d0 = qm_desc(smem_u32(smem));
+#pragma unroll
+    for (int d = 0; d < S - 2; d++) {
+        if (d < KT) qr_copy<Q, NH>(smem + d * SB, x, qs, sc, T, K, n0, m0, d, j);
+        cp_async_commit();
+    }
+    /* a[kt % 2]: wgmma reads its A registers after issue, until its group is
+     * waited for, and ptxas does not know it (a Q8_0 loop that reused one set
+     * failed test_quant_gemm): two sets, each held live until the wait that
+     * covers its stage. Q4_K also takes kt % 4 (its sub-blocks) as a constant. */
+    constexpr int U = Q == DT_Q4_K ? 4 : 2;
+    uint32_t a[2][4][4];
+    for (int k0 = 0; k0 < KT; k0 += U)
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int kt = k0 + u;
+            if (U == 2 && kt >= KT) break; /* Q8_0: KT may be odd */
+            cp_async_wait<S - 3>(); /* this thread's copies of stage kt */
+            fence_proxy_async();
+            __syncthreads(); /* everyone's copies of kt; every product of kt - 2 done */
+            const uint32_t xs = (kt % S) * SB;
+            qr_frags<Q>(a[u & 1], smem + xs + 128 * NH * 128, row0, t, U == 4 ? u : kt);
+            wg_fence();
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+#pragma unroll
+                for (int h = 0; h < NH; h++)
+                    wg_mma_rs(acc[h], a[u & 1][k], qm_desc_at(d0, xs + h * 128 * 128 + 32 * k), kt | k);
+            wg_commit();
+            const int s = kt + S - 2; /* into kt - 2's buffer, while the tensor cores work */
+            if (s < KT) qr_copy<Q, NH>(smem + (s % S) * SB, x, qs, sc, T, K, n0, m0, s, j);
+            cp_async_commit();
+            wg_wait<1>();
+            qr_hold(a[(u + 1) & 1]); /* stage kt - 1's registers: free only from here */
+        }
+    wg_wait<0>();
+    qr_hold(a[0]);
+    qr_hold(a[1]);
+#pragma unroll
+    for (int h = 0; h < NH; h++) wg_hold(acc[h]);
+}
+
+/* A warpgroup's accumulators to y: acc[h][4c + e] is W row m0 + 16 warp + g
+ * (e < 2) or + 8, token n0 + 128h + 8c + 2t + e % 2; tokens from T not stored */
+template <int NH>
+static __device__ __forceinline__ void qm_store(void *y, bool y_f32, const float (&acc)[NH][64], int T, int M, int n0,
+                                                int m0) {
+    const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int mA = m0 + 16 * warp + g;
+#pragma unroll
+    for (int h = 0; h < NH; h++)
+#pragma unroll
+        for (int c = 0; c < 16; c++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int n = n0 + 128 * h + 8 * c + 2 * t + (e & 1), m = mA + (e >> 1) * 8;
+                if (n >= T) continue;
+                size_t o = (size_t)n * M + m;
+                if (y_f32) ((float *)y)[o] = acc[h][4 * c + e];
+                else ((__nv_bfloat16 *)y)[o] = __float2bfloat16_rn(acc[h][4 * c + e]);
+            }
+}
 #endif
 
 /* ---- the kernel ---- */
@@ -322,22 +535,21 @@ kernel_quant_gemm(void *y, bool y_f32, const __nv_bfloat16 *x, const uint8_t *qs
     }
     float acc[NH][64]; /* written first by the wgmma of kt = 0, j = 0 (add = 0) */
     qm_multiply<NH>(acc, smem, x, T, K, n0, wg, KT);
+    qm_store<NH>(y, y_f32, acc, T, M, n0, m0 + 64 * wg);
+#endif
+}
 
-    /* acc[h][4c + e]: W row wrow (e < 2) or wrow + 8, token n0 + 128h + 8c + 2t + e % 2 */
-    const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int mA = m0 + 64 * wg + 16 * warp + g;
-#pragma unroll
-    for (int h = 0; h < NH; h++)
-#pragma unroll
-        for (int c = 0; c < 16; c++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int n = n0 + 128 * h + 8 * c + 2 * t + (e & 1), m = mA + (e >> 1) * 8;
-                if (n >= T) continue;
-                size_t o = (size_t)n * M + m;
-                if (y_f32) ((float *)y)[o] = acc[h][4 * c + e];
-                else ((__nv_bfloat16 *)y)[o] = __float2bfloat16_rn(acc[h][4 * c + e]);
-            }
+template <int Q, int NH>
+__global__ void __launch_bounds__(256, 1)
+kernel_quant_gemm_rs(void *y, bool y_f32, const __nv_bfloat16 *x, const uint8_t *qs, const uint8_t *sc, int T, int M,
+                     int K) {
+#if QM_WGMMA
+    extern __shared__ uint8_t qm_smem_raw[];
+    uint8_t *smem = qm_smem_raw + ((1024 - (smem_u32(qm_smem_raw) & 1023)) & 1023);
+    const int n0 = blockIdx.x * 128 * NH, m0 = blockIdx.y * QM_BM;
+    float acc[NH][64]; /* written first by the wgmma of kt = 0, k = 0 (add = 0) */
+    qr_multiply<Q, NH>(acc, smem, x, qs, sc, T, K, n0, m0, K / 64);
+    qm_store<NH>(y, y_f32, acc, T, M, n0, m0 + 64 * (threadIdx.x >> 7 & 1));
 #endif
 }
 
@@ -359,13 +571,15 @@ bool quant_gemm_supported(DType t, int64_t rows, int64_t cols) {
 }
 
 template <int Q, int NH>
-static int qm_launch(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, cudaStream_t s, Err *err) {
-    const int smem = qm_smem_bytes<NH>();
-    CUDA_CHECK(cudaFuncSetAttribute(kernel_quant_gemm<Q, NH>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), err);
+static int qm_launch(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int ver, cudaStream_t s,
+                     Err *err) {
+    const int smem = ver == 3 ? qm_smem_bytes<NH>() : qr_smem_bytes<Q, NH>();
+    void (*kern)(void *, bool, const __nv_bfloat16 *, const uint8_t *, const uint8_t *, int, int, int) =
+        ver == 3 ? kernel_quant_gemm<Q, NH> : kernel_quant_gemm_rs<Q, NH>;
+    CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), err);
     dim3 grid((unsigned)((T + 128 * NH - 1) / (128 * NH)), (unsigned)(W->rows / QM_BM));
-    kernel_quant_gemm<Q, NH><<<grid, QM_THREADS, smem, s>>>(y, y_f32, (const __nv_bfloat16 *)x,
-                                                            (const uint8_t *)W->qs, (const uint8_t *)W->sc, T,
-                                                            (int)W->rows, (int)W->cols);
+    kern<<<grid, ver == 3 ? QM_THREADS : 256, smem, s>>>(y, y_f32, (const __nv_bfloat16 *)x, (const uint8_t *)W->qs,
+                                                        (const uint8_t *)W->sc, T, (int)W->rows, (int)W->cols);
     CUDA_CHECK(cudaGetLastError(), err);
     return 0;
 }
@@ -381,8 +595,8 @@ static int qm_pick_bn(const QuantMatrix *W, int T, Err *err) {
     return 3 * tiles256 >= 2 * sms ? 256 : 128;
 }
 
-int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int bn, cudaStream_t s,
-                       Err *err) {
+int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int bn, int ver,
+                       cudaStream_t s, Err *err) {
     if (!quant_gemm_supported(W->type, W->rows, W->cols))
         return err_set(err, "quant_gemm: %s [%lld][%lld] not supported (Q4_K or Q8_0, rows a multiple of 128)",
                        dtype_info(W->type)->name, (long long)W->rows, (long long)W->cols);
@@ -391,11 +605,15 @@ int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool
     if ((uintptr_t)x % 16 || (W->cols * 2) % 16) return err_set(err, "quant_gemm: x must be 16-byte aligned");
     if (bn == 0 && (bn = qm_pick_bn(W, T, err)) < 0) return -1;
     if (bn != 128 && bn != 256) return err_set(err, "quant_gemm: tokens per block %d (128 or 256)", bn);
+    if (ver == 0) ver = 3; /* v4 measured no faster at 256 tokens a block (kernels/NOTES.md) */
+    if (ver != 3 && ver != 4) return err_set(err, "quant_gemm: version %d (3 or 4)", ver);
     if (W->type == DT_Q4_K)
-        return bn == 128 ? qm_launch<DT_Q4_K, 1>(W, x, T, y, y_f32, s, err) : qm_launch<DT_Q4_K, 2>(W, x, T, y, y_f32, s, err);
-    return bn == 128 ? qm_launch<DT_Q8_0, 1>(W, x, T, y, y_f32, s, err) : qm_launch<DT_Q8_0, 2>(W, x, T, y, y_f32, s, err);
+        return bn == 128 ? qm_launch<DT_Q4_K, 1>(W, x, T, y, y_f32, ver, s, err)
+                         : qm_launch<DT_Q4_K, 2>(W, x, T, y, y_f32, ver, s, err);
+    return bn == 128 ? qm_launch<DT_Q8_0, 1>(W, x, T, y, y_f32, ver, s, err)
+                     : qm_launch<DT_Q8_0, 2>(W, x, T, y, y_f32, ver, s, err);
 }
 
 int quant_gemm(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, cudaStream_t s, Err *err) {
-    return quant_gemm_variant(W, x, T, y, y_f32, 0, s, err);
+    return quant_gemm_variant(W, x, T, y, y_f32, 0, 0, s, err);
 }

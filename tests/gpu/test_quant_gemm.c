@@ -4,7 +4,8 @@
  *
  *   - Q4_K and Q8_0 matrices of random GGUF blocks (quant_mats.h) times
  *     random bf16 x, T = 9 .. 512 rows (tails of the 128- and 256-token
- *     tiles), 128 and 256 tokens per block, bf16 and fp32 y. Reference:
+ *     tiles), 128 and 256 tokens per block, bf16 and fp32 y, both kernels
+ *     (v3: a maker warpgroup; v4: A fragments in registers). Reference:
  *     kernels/dtype.c dequantize_row, rounded to bf16 (the kernel's A
  *     operand is quant_dequant_bf16's value), products summed in double.
  *     Every checked element: |y - ref| <= 1e-4 * sum |w x| (+ half a bf16
@@ -12,10 +13,10 @@
  *     and a misplaced k or row moves an element by ~1e-2 of that sum.
  *     y is NaN-poisoned before each launch and every element must be
  *     written; a guard after y must stay untouched (tails not stored).
- *   - refusals: types and shapes it does not take, a bad tile size.
+ *   - refusals: types and shapes it does not take, a bad tile size or version.
  *   - timing (printed, never asserted; not with --quick): the four GEMMs of
- *     a Llama-3-8B layer at 512 and 2048 tokens, fused (128 and 256 tokens
- *     a block) against the route it replaces (dequantize to bf16, then
+ *     a Llama-3-8B layer at 512 and 2048 tokens, fused (v3 and v4, 128 and
+ *     256 tokens a block) against the route it replaces (dequantize to bf16, then
  *     cuBLASLt), as TFLOP/s; ANCHORS.md: cuBLAS bf16 at 711 TFLOP/s. */
 #include <cublasLt.h>
 #include <math.h>
@@ -49,7 +50,7 @@ static void ref_build(Ref *R, const Mat *M) {
 }
 
 /* One launch; returns the worst |y - ref| / sum |w x| (INFINITY on a failure). */
-static double gemm_case(const Mat *M, const Ref *R, int T, int bn, bool y_f32) {
+static double gemm_case(const Mat *M, const Ref *R, int T, int bn, int ver, bool y_f32) {
     Err err = {{0}};
     int64_t rows = M->rows, cols = M->cols;
     const char *name = dtype_info(M->type)->name;
@@ -61,10 +62,10 @@ static double gemm_case(const Mat *M, const Ref *R, int T, int bn, bool y_f32) {
     int rc = cudaMalloc(&dx, (size_t)T * cols * 2) || cudaMalloc(&dy, ysz + GUARD);
     rc = rc || cudaMemcpy(dx, xb, (size_t)T * cols * 2, cudaMemcpyHostToDevice);
     rc = rc || cudaMemset(dy, 0xff, ysz) || cudaMemset((uint8_t *)dy + ysz, 0x5a, GUARD); /* NaN poison, guard */
-    rc = rc || quant_gemm_variant(&M->m, dx, T, dy, y_f32, bn, 0, &err);
+    rc = rc || quant_gemm_variant(&M->m, dx, T, dy, y_f32, bn, ver, 0, &err);
     rc = rc || cudaDeviceSynchronize() || cudaMemcpy(y, dy, ysz + GUARD, cudaMemcpyDeviceToHost);
-    CHECK(!rc, "%s [%lld][%lld] T=%d bn=%d: launch failed: %s (cuda %d)", name, (long long)rows, (long long)cols, T,
-          bn, err.msg, rc);
+    CHECK(!rc, "%s [%lld][%lld] T=%d bn=%d v%d: launch failed: %s (cuda %d)", name, (long long)rows, (long long)cols,
+          T, bn, ver, err.msg, rc);
     double worst = rc ? INFINITY : 0;
     int64_t unwritten = 0, guard_hit = 0, over = 0;
     for (int64_t i = 0; !rc && i < T * rows; i++)
@@ -83,18 +84,19 @@ static double gemm_case(const Mat *M, const Ref *R, int T, int bn, bool y_f32) {
             double v = y_f32 ? ((float *)y)[i] : bf16_to_fp32(((uint16_t *)y)[i]);
             double d = fabs(v - ref), tol = 1e-4 * abs_sum + (y_f32 ? 0 : fabs(ref) / 256) + 1e-30;
             if (!(d <= tol) && over++ < 3)
-                printf("  %s [%lld][%lld] T=%d bn=%d: y[%d][%lld] = %.7g, reference %.7g (sum |w x| %.4g)\n", name,
-                       (long long)rows, (long long)cols, T, bn, t, (long long)R->rows_chk[j], v, ref, abs_sum);
+                printf("  %s [%lld][%lld] T=%d bn=%d v%d: y[%d][%lld] = %.7g, reference %.7g (sum |w x| %.4g)\n",
+                       name, (long long)rows, (long long)cols, T, bn, ver, t, (long long)R->rows_chk[j], v, ref,
+                       abs_sum);
             double e = abs_sum > 0 ? d / abs_sum : d;
             if (!(e <= worst)) worst = e; /* a NaN sticks */
         }
     }
-    CHECK(unwritten == 0, "%s [%lld][%lld] T=%d bn=%d: %lld outputs not written", name, (long long)rows,
-          (long long)cols, T, bn, (long long)unwritten);
-    CHECK(guard_hit == 0, "%s [%lld][%lld] T=%d bn=%d: %lld bytes written past y", name, (long long)rows,
-          (long long)cols, T, bn, (long long)guard_hit);
-    CHECK(over == 0, "%s [%lld][%lld] T=%d bn=%d y %s: %lld elements over the bound", name, (long long)rows,
-          (long long)cols, T, bn, y_f32 ? "f32" : "bf16", (long long)over);
+    CHECK(unwritten == 0, "%s [%lld][%lld] T=%d bn=%d v%d: %lld outputs not written", name, (long long)rows,
+          (long long)cols, T, bn, ver, (long long)unwritten);
+    CHECK(guard_hit == 0, "%s [%lld][%lld] T=%d bn=%d v%d: %lld bytes written past y", name, (long long)rows,
+          (long long)cols, T, bn, ver, (long long)guard_hit);
+    CHECK(over == 0, "%s [%lld][%lld] T=%d bn=%d v%d y %s: %lld elements over the bound", name, (long long)rows,
+          (long long)cols, T, bn, ver, y_f32 ? "f32" : "bf16", (long long)over);
     free(xb); free(y);
     cudaFree(dx); cudaFree(dy);
     return worst;
@@ -122,17 +124,18 @@ static void test_quant_gemm(void) {
         if (mat_build(&M, sh->type, sh->rows, sh->cols)) continue;
         Ref R;
         ref_build(&R, &M);
-        double worst = 0;
+        double worst[2] = {0, 0};
         int n = 0;
-        for (int i = 0; i < 5 && sh->Ts[i]; i++)
-            for (int bn = 128; bn <= 256; bn *= 2) {
-                bool y_f32 = (i + bn / 128) % 2;
-                double e = gemm_case(&M, &R, sh->Ts[i], bn, y_f32);
-                if (y_f32 && !(e <= worst)) worst = e; /* bf16 y: its own rounding dominates */
-                n++;
-            }
-        printf("# quant_gemm %-5s [%5lld][%5lld] %d cases, worst fp32 |y - ref| / sum |w x| %.2e\n",
-               dtype_info(sh->type)->name, (long long)sh->rows, (long long)sh->cols, n, worst);
+        for (int ver = 3; ver <= 4; ver++)
+            for (int i = 0; i < 5 && sh->Ts[i]; i++)
+                for (int bn = 128; bn <= 256; bn *= 2) {
+                    bool y_f32 = (i + bn / 128) % 2;
+                    double e = gemm_case(&M, &R, sh->Ts[i], bn, ver, y_f32);
+                    if (y_f32 && !(e <= worst[ver - 3])) worst[ver - 3] = e; /* bf16 y: its own rounding dominates */
+                    n++;
+                }
+        printf("# quant_gemm %-5s [%5lld][%5lld] %d cases, worst fp32 |y - ref| / sum |w x| v3 %.2e v4 %.2e\n",
+               dtype_info(sh->type)->name, (long long)sh->rows, (long long)sh->cols, n, worst[0], worst[1]);
         free(R.w);
         mat_free(&M);
     }
@@ -154,8 +157,10 @@ static void test_refused(void) {
     cudaMalloc(&dx, 64 * 256 * 2);
     cudaMalloc(&dy, 64 * 128 * 4);
     err.msg[0] = 0;
-    CHECK(quant_gemm_variant(&M.m, dx, 64, dy, true, 192, 0, &err) != 0 && strstr(err.msg, "192"), "bn 192: '%s'",
+    CHECK(quant_gemm_variant(&M.m, dx, 64, dy, true, 192, 0, 0, &err) != 0 && strstr(err.msg, "192"), "bn 192: '%s'",
           err.msg);
+    CHECK(quant_gemm_variant(&M.m, dx, 64, dy, true, 128, 5, 0, &err) != 0 && strstr(err.msg, "version 5"),
+          "version 5: '%s'", err.msg);
     CHECK(quant_gemm(&M.m, dx, 0, dy, true, 0, &err) == 0, "T = 0 must be a no-op");
     CHECK(quant_gemm(&M.m, (char *)dx + 2, 4, dy, true, 0, &err) != 0, "unaligned x taken");
     cudaFree(dx); cudaFree(dy);
@@ -199,7 +204,7 @@ typedef struct {
     const Mat *M;
     Lt *L;
     void *x, *y, *wbf;
-    int T, route; /* 0: dequantize alone, 1: cuBLASLt alone, 2: fused bn 128, 3: fused bn 256 */
+    int T, route; /* 0: dequantize alone, 1: cuBLASLt alone, 2 / 3: v3 bn 128 / 256, 4 / 5: v4 */
 } Run;
 
 static int run_once(Run *r) {
@@ -208,7 +213,7 @@ static int run_once(Run *r) {
     switch (r->route) {
     case 0: return quant_dequant_bf16(W, 0, W->rows, r->wbf, 0, &err);
     case 1: return lt_gemm(r->L, r->y, r->x, r->wbf, (int)W->rows, r->T, (int)W->cols);
-    default: return quant_gemm_variant(W, r->x, r->T, r->y, false, r->route == 2 ? 128 : 256, 0, &err);
+    default: return quant_gemm_variant(W, r->x, r->T, r->y, false, r->route % 2 ? 256 : 128, r->route < 4 ? 3 : 4, 0, &err);
     }
 }
 
@@ -251,28 +256,28 @@ static void test_timing(void) {
     cudaMemcpy(x, xh, 2048 * 14336 * 2, cudaMemcpyHostToDevice);
     free(xh);
     printf("# timing, bf16 x and y: us per GEMM (TFLOP/s); dequantize + cuBLASLt is the route quant_gemm replaces\n");
-    printf("# %-5s %-8s %5s | %-15s | %-15s | %-15s | %-15s\n", "type", "matrix", "T", "dequant+Lt", "(Lt alone)",
-           "fused bn 128", "fused bn 256");
+    printf("# %-5s %-8s %5s | %-15s | %-15s | %-15s | %-15s | %-15s | %-15s\n", "type", "matrix", "T", "dequant+Lt",
+           "(Lt alone)", "v3 bn 128", "v3 bn 256", "v4 bn 128", "v4 bn 256");
     for (int ti = 0; ti < 2; ti++)
         for (int k = 0; k < 2; k++) {
-            double tot[4] = {0}, flops_tot = 0;
+            double tot[6] = {0}, flops_tot = 0;
             for (int s = 0; s < 4; s++) {
                 Mat M;
                 if (mat_build(&M, types[k], shapes[s][0], shapes[s][1])) continue;
                 Run r = {&M, &L, x, y, wbf, Ts[ti], 0};
-                float us[4];
-                for (r.route = 0; r.route < 4; r.route++) us[r.route] = time_us(&r);
+                float us[6];
+                for (r.route = 0; r.route < 6; r.route++) us[r.route] = time_us(&r);
                 double flops = 2.0 * Ts[ti] * shapes[s][0] * shapes[s][1];
-                double u[4] = {us[0] + us[1], us[1], us[2], us[3]};
+                double u[6] = {us[0] + us[1], us[1], us[2], us[3], us[4], us[5]};
                 printf("# %-5s %-8s %5d |", dtype_info(types[k])->name, names[s], Ts[ti]);
-                for (int i = 0; i < 4; i++) printf(" %7.1f (%4.0f) |", u[i], flops / (u[i] * 1e-6) * 1e-12);
+                for (int i = 0; i < 6; i++) printf(" %7.1f (%4.0f) |", u[i], flops / (u[i] * 1e-6) * 1e-12);
                 printf("\n");
-                for (int i = 0; i < 4; i++) tot[i] += u[i];
+                for (int i = 0; i < 6; i++) tot[i] += u[i];
                 flops_tot += flops;
                 mat_free(&M);
             }
             printf("# %-5s %-8s %5d |", dtype_info(types[k])->name, "layer", Ts[ti]);
-            for (int i = 0; i < 4; i++) printf(" %7.1f (%4.0f) |", tot[i], flops_tot / (tot[i] * 1e-6) * 1e-12);
+            for (int i = 0; i < 6; i++) printf(" %7.1f (%4.0f) |", tot[i], flops_tot / (tot[i] * 1e-6) * 1e-12);
             printf("\n");
         }
     CHECK(cudaGetLastError() == cudaSuccess, "timing launches failed");
@@ -283,15 +288,15 @@ static void test_timing(void) {
 int main(int argc, char **argv) {
     if (!quant_have_device()) return 1;
     bool quick = argc > 1 && !strcmp(argv[1], "--quick");
-    if (argc == 7 && !strcmp(argv[1], "--time")) { /* one GEMM, for a profiler: --time TYPE ROWS COLS T BN */
+    if (argc >= 7 && !strcmp(argv[1], "--time")) { /* one GEMM, for a profiler: --time TYPE ROWS COLS T BN [VER] */
         DType t = !strcasecmp(argv[2], "Q4_K") ? DT_Q4_K : !strcasecmp(argv[2], "Q8_0") ? DT_Q8_0 : DT_COUNT;
         int64_t rows = atoll(argv[3]), cols = atoll(argv[4]);
-        int T = atoi(argv[5]), bn = atoi(argv[6]);
+        int T = atoi(argv[5]), bn = atoi(argv[6]), ver = argc > 7 ? atoi(argv[7]) : 4;
         Mat M;
         void *x = NULL, *y = NULL;
         int rc = t == DT_COUNT || T <= 0 || mat_build(&M, t, rows, cols) || cudaMalloc(&x, (size_t)T * cols * 2) ||
                  cudaMalloc(&y, (size_t)T * rows * 2);
-        Run r = {&M, NULL, x, y, NULL, T, bn == 256 ? 3 : 2};
+        Run r = {&M, NULL, x, y, NULL, T, (ver == 3 ? 2 : 4) + (bn == 256)};
         float us = rc ? NAN : time_us(&r);
         printf("# %s %lldx%lld T=%d bn=%d: %.1f us, %.0f TFLOP/s\n", argv[2], (long long)rows, (long long)cols, T, bn,
                us, 2.0 * T * rows * cols / (us * 1e-6) * 1e-12);
