@@ -22,7 +22,9 @@
  * only in the order of the fp32 sums. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda.h>
 #include <cuda_runtime.h>
+#include <cudaTypedefs.h>
 #include <stdint.h>
 
 #include "kernels/cuda/cuda_check.h"
@@ -51,17 +53,20 @@ template <int NH> static __host__ __device__ constexpr int qm_smem_bytes() {
     return qm_stages<NH>() * qm_stage_bytes<NH>() + 1024; /* + alignment of the base to 1024 */
 }
 
-/* v4 (below): a stage is x's tile and W raw bytes a block: 128 rows of 48 (Q4_K) or 64 + 4 (Q8_0) */
-template <int Q> static __host__ __device__ constexpr int qr_w_bytes() { return Q == DT_Q4_K ? QM_BM * 48 : QM_BM * 68; }
+/* v4 (below): a stage is x's tile and W's raw bytes, 128 rows of 32 codes +
+ * 16 header bytes (Q4_K) or 64 codes + 16 scale bytes (Q8_0) */
+#define QR_THREADS 256 /* two warpgroups; thread 0 also issues the loads */
+template <int Q> static __host__ __device__ constexpr int qr_codes_bytes() { return Q == DT_Q4_K ? QM_BM * 32 : QM_BM * 64; }
+template <int Q> static __host__ __device__ constexpr int qr_w_bytes() { return qr_codes_bytes<Q>() + QM_BM * 16; }
 template <int Q, int NH> static __host__ __device__ constexpr int qr_stage_bytes() {
     return 128 * NH * 128 + ((qr_w_bytes<Q>() + 1023) & ~1023); /* x's tile first: keeps the 1024-byte atoms */
 }
-#define QR_SMEM_MAX (227 * 1024 - 1024)
+#define QR_SMEM_MAX (227 * 1024 - 1024 - 256) /* less the alignment and the mbarriers */
 template <int Q, int NH> static __host__ __device__ constexpr int qr_stages() {
     return QR_SMEM_MAX / qr_stage_bytes<Q, NH>() > 8 ? 8 : QR_SMEM_MAX / qr_stage_bytes<Q, NH>();
 }
 template <int Q, int NH> static __host__ __device__ constexpr int qr_smem_bytes() {
-    return qr_stages<Q, NH>() * qr_stage_bytes<Q, NH>() + 1024;
+    return qr_stages<Q, NH>() * qr_stage_bytes<Q, NH>() + 16 * qr_stages<Q, NH>() + 1024;
 }
 
 /* ---- wgmma (PTX ISA 8.0, sm_90a); everything down to the kernel is device
@@ -319,17 +324,19 @@ static __device__ __forceinline__ void qm_multiply(float (&acc)[NH][64], uint8_t
 
 /* ---- v4: W's fragments dequantized in the multiplying threads' registers ----
  *
- * 256 threads, two warpgroups of 64 W rows each; no maker. Every stage both
- * copy x's tile and W's raw bytes (Q4_K: the 32 code bytes of the stage and
- * the block's 16-byte header, 48 bytes a row; Q8_0: 64 codes a row, 16-byte
- * chunks swizzled by (row / 2) % 4 so the fragment reads below do not
- * conflict, and the two blocks' fp16 scales) by cp.async S - 2 stages ahead.
- * Each thread then reads the bytes of its fragment of A (wgmma m64nNk16,
- * A from registers: rows g and g + 8 of its warp's 16, k = 2t, 2t + 1,
- * 2t + 8, 2t + 9 of each k16 step), dequantizes them with the same exact fp32
- * operations as v3's maker and quant_dequant_bf16, and issues the wgmma. W's
- * bf16 tile is never written to shared memory, so no maker, no full/empty
- * handshake: one barrier a stage. */
+ * 256 threads: two warpgroups of 64 W rows each. Thread 0 also loads each
+ * stage by TMA (x's tile in wgmma's 128-byte
+ * swizzle; Q4_K: the stage's 32 code bytes a row and the block's 16-byte
+ * header; Q8_0: 64 codes a row, 16-byte chunks swizzled by (row / 2) % 4 so
+ * the fragment reads below do not conflict, and 16 scale bytes a row of which
+ * the stage's are 4 (kt % 4) ..), S - 1 stages ahead, on mbarriers (full:
+ * the bytes landed; empty: all 256 threads are done with it).
+ * Each multiplying thread reads the bytes of its fragment of A (wgmma
+ * m64nNk16, A from registers: rows g and g + 8 of its warp's 16, k = 2t,
+ * 2t + 1, 2t + 8, 2t + 9 of each k16 step), dequantizes them with the same
+ * exact fp32 operations as v3's maker and quant_dequant_bf16, and issues the
+ * wgmma. No bf16 W tile in shared memory, no copy instructions and no block
+ * barrier in the multipliers' loop. */
 
 static __device__ __forceinline__ void wg_mma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t db, int add) {
     asm volatile(
@@ -359,29 +366,52 @@ static __device__ __forceinline__ uint32_t qm_flip_or(uint32_t a, uint32_t k, ui
     return d;
 }
 
-/* Stage kt's x tile and W raw bytes into buffer st (thread j of 256). */
+/* mbarriers (PTX ISA 7.8, sm_90) and the TMA tile load */
+static __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+static __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+static __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+/* until completion number n of the barrier (counted from 0) has happened: parity n % 2 */
+static __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+static __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+                 "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar)
+                 : "memory");
+}
+
+/* Stage kt's loads into buffer b (thread 0), its byte count announced on
+ * b's full barrier. x: box {64 values, 128 NH tokens} at (64 kt, n0); Q4_K
+ * codes {32, 128} at block kt / 4's bytes 16 + 32 (kt % 4), headers {16, 128}
+ * at its byte 0; Q8_0 codes {64, 128} at 64 kt, scales {16, 128} at byte
+ * 16 (kt / 4) of the row's (4 stages' scales: a box's inner start must be
+ * 16-byte aligned, and one at 4 kt faulted; past the row: zeros). */
 template <int Q, int NH>
-static __device__ __forceinline__ void qr_copy(uint8_t *st, const __nv_bfloat16 *x, const uint8_t *qs,
-                                               const uint8_t *sc, int T, int K, int n0, int m0, int kt, int j) {
-    qm_copy_x<NH, 256>(st, x, T, K, n0, kt, j);
-    uint8_t *w = st + 128 * NH * 128;
-    const int nb = K / quant_block_elems(Q);
-    if (Q == DT_Q4_K) { /* 3 chunks a row: codes 0-15, 16-31, the header; chunks j and j + 256 */
-#pragma unroll
-        for (int u = 0; u < 2; u++) {
-            const int i = j + 256 * u, row = i / 3, part = i - 3 * row;
-            if (u == 1 && i >= 3 * QM_BM) break;
-            const uint8_t *blk = qs + ((size_t)(m0 + row) * nb + (kt >> 2)) * 144;
-            cp_async16(smem_u32(w + row * 48 + part * 16), part < 2 ? blk + 16 + (kt & 3) * 32 + part * 16 : blk, true);
-        }
-    } else { /* 4 chunks a row, chunk c at c ^ ((row / 2) % 4); then the 128 rows' scale pairs */
-#pragma unroll
-        for (int i = j; i < 4 * QM_BM; i += 256) {
-            const int row = i >> 2, c = i & 3;
-            cp_async16(smem_u32(w + row * 64 + ((c ^ ((row >> 1) & 3)) << 4)),
-                       qs + ((size_t)(m0 + row) * nb + 2 * kt) * 32 + c * 16, true);
-        }
-        if (j < QM_BM) cp_async4(smem_u32(w + QM_BM * 64 + j * 4), sc + ((size_t)(m0 + j) * nb + 2 * kt) * 2);
+static __device__ __forceinline__ void qr_load(uint8_t *smem, const CUtensorMap *tx, const CUtensorMap *tw,
+                                               const CUtensorMap *tw2, int n0, int m0, int kt, int b) {
+    constexpr int S = qr_stages<Q, NH>(), SB = qr_stage_bytes<Q, NH>();
+    const uint32_t full = smem_u32(smem) + S * SB + 8 * b, st = smem_u32(smem) + b * SB, w = st + 128 * NH * 128;
+    mbar_expect_tx(full, 128 * NH * 128 + qr_w_bytes<Q>());
+    tma_load_2d(st, tx, kt * 64, n0, full);
+    if (Q == DT_Q4_K) {
+        tma_load_2d(w, tw, (kt >> 2) * 144 + 16 + (kt & 3) * 32, m0, full);
+        tma_load_2d(w + qr_codes_bytes<Q>(), tw2, (kt >> 2) * 144, m0, full);
+    } else {
+        tma_load_2d(w, tw, kt * 64, m0, full);
+        tma_load_2d(w + qr_codes_bytes<Q>(), tw2, (kt >> 2) * 16, m0, full); /* starts 16-byte aligned */
     }
 }
 
@@ -398,8 +428,8 @@ static __device__ __forceinline__ void qr_frags(uint32_t (&a)[4][4], const uint8
     for (int r = 0; r < 2; r++) {
         const int row = row0 + 8 * r;
         if (Q == DT_Q4_K) {
-            const uint8_t *rw = w + row * 48;
-            const uint4 h = *(const uint4 *)(rw + 32);
+            const uint8_t *rw = w + row * 32;
+            const uint4 h = *(const uint4 *)(w + qr_codes_bytes<Q>() + row * 16);
             float dl[2], nml[2], m_lo[2], m_hi[2];
 #pragma unroll
             for (int n = 0; n < 2; n++) { /* nibble n: code q at bit 4n (byte 0) and 8 + 4n (byte 1) */
@@ -420,7 +450,7 @@ static __device__ __forceinline__ void qr_frags(uint32_t (&a)[4][4], const uint8
                 }
         } else {
             const uint8_t *rw = w + row * 64;
-            const uint32_t dd = *(const uint32_t *)(w + QM_BM * 64 + row * 4);
+            const uint32_t dd = *(const uint32_t *)(w + qr_codes_bytes<Q>() + row * 16 + 4 * (kt & 3));
 #pragma unroll
             for (int k = 0; k < 4; k++) {
                 const float d = qm_half(k & 2 ? dd >> 16 : dd & 0xffff), d_hi = __fmul_rn(d, 1.0f / 256);
@@ -441,53 +471,53 @@ static __device__ __forceinline__ void qr_hold(uint32_t (&a)[4][4]) {
 #pragma unroll
     for (int k = 0; k < 4; k++)
 #pragma unroll
-        for (int i = 0; i < 4; i++) asm volatile("" : "+r"(a[k][i])::"memory");
+        for (int i = 0; i < 4; i++) asm volatile("" ::"r"(a[k][i]) : "memory");
 }
 
-/* Both warpgroups copy every stage (S - 2 ahead: the buffer refilled at
- * stage kt is kt - 2's, whose products each thread's wg_wait<1> of stage
- * kt - 1 saw finished before the barrier), then multiply their 64 rows. */
+/* Thread j of 256: wait for stage kt's bytes, multiply, and release kt - 1's
+ * buffer once the wait for its products is over; thread 0 then refills it
+ * with stage kt - 1 + S when all 256 have (S - 1 stages ahead). */
 template <int Q, int NH>
-static __device__ __forceinline__ void qr_multiply(float (&acc)[NH][64], uint8_t *smem, const __nv_bfloat16 *x,
-                                                   const uint8_t *qs, const uint8_t *sc, int T, int K, int n0,
-                                                   int m0, int KT) {
+static __device__ __forceinline__ void qr_multiply(float (&acc)[NH][64], uint8_t *smem, const CUtensorMap *tx,
+                                                   const CUtensorMap *tw, const CUtensorMap *tw2, int n0, int m0,
+                                                   int KT) {
     constexpr int S = qr_stages<Q, NH>(), SB = qr_stage_bytes<Q, NH>();
     const int j = threadIdx.x, wg = j >> 7, warp = (j >> 5) & 3, lane = j & 31;
     const int row0 = 64 * wg + 16 * warp + (lane >> 2), t = lane & 3;
+    const uint32_t bars = smem_u32(smem) + S * SB;
     const uint64_t d0 = qm_desc(smem_u32(smem));
-#pragma unroll
-    for (int d = 0; d < S - 2; d++) {
-        if (d < KT) qr_copy<Q, NH>(smem + d * SB, x, qs, sc, T, K, n0, m0, d, j);
-        cp_async_commit();
-    }
     /* a[kt % 2]: wgmma reads its A registers after issue, until its group is
      * waited for, and ptxas does not know it (a Q8_0 loop that reused one set
      * failed test_quant_gemm): two sets, each held live until the wait that
      * covers its stage. Q4_K also takes kt % 4 (its sub-blocks) as a constant. */
     constexpr int U = Q == DT_Q4_K ? 4 : 2;
     uint32_t a[2][4][4];
+    int b = 0, n = 0, prev = 0, np = 0; /* stage kt's buffer and its use count, kt - 1's */
     for (int k0 = 0; k0 < KT; k0 += U)
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int kt = k0 + u;
-            if (U == 2 && kt >= KT) break; /* Q8_0: KT may be odd */
-            cp_async_wait<S - 3>(); /* this thread's copies of stage kt */
-            fence_proxy_async();
-            __syncthreads(); /* everyone's copies of kt; every product of kt - 2 done */
-            const uint32_t xs = (kt % S) * SB;
-            qr_frags<Q>(a[u & 1], smem + xs + 128 * NH * 128, row0, t, U == 4 ? u : kt);
+            if (Q != DT_Q4_K && kt >= KT) break; /* Q8_0: KT need not be a multiple of 4 */
+            mbar_wait(bars + 8 * b, n & 1);
+            qr_frags<Q>(a[u & 1], smem + b * SB + 128 * NH * 128, row0, t, Q == DT_Q4_K ? u : kt & 3);
+            const uint64_t dx = qm_desc_at(d0, b * SB);
             wg_fence();
 #pragma unroll
             for (int k = 0; k < 4; k++)
 #pragma unroll
-                for (int h = 0; h < NH; h++)
-                    wg_mma_rs(acc[h], a[u & 1][k], qm_desc_at(d0, xs + h * 128 * 128 + 32 * k), kt | k);
+                for (int h = 0; h < NH; h++) wg_mma_rs(acc[h], a[u & 1][k], qm_desc_at(dx, h * 128 * 128 + 32 * k), kt | k);
             wg_commit();
-            const int s = kt + S - 2; /* into kt - 2's buffer, while the tensor cores work */
-            if (s < KT) qr_copy<Q, NH>(smem + (s % S) * SB, x, qs, sc, T, K, n0, m0, s, j);
-            cp_async_commit();
             wg_wait<1>();
             qr_hold(a[(u + 1) & 1]); /* stage kt - 1's registers: free only from here */
+            if (kt > 0) {
+                mbar_arrive(bars + 8 * (S + prev));
+                if (j == 0 && kt - 1 + S < KT) {
+                    mbar_wait(bars + 8 * (S + prev), np & 1);
+                    qr_load<Q, NH>(smem, tx, tw, tw2, n0, m0, kt - 1 + S, prev);
+                }
+            }
+            prev = b, np = n;
+            if (++b == S) b = 0, n++;
         }
     wg_wait<0>();
     qr_hold(a[0]);
@@ -540,16 +570,26 @@ kernel_quant_gemm(void *y, bool y_f32, const __nv_bfloat16 *x, const uint8_t *qs
 }
 
 template <int Q, int NH>
-__global__ void __launch_bounds__(256, 1)
-kernel_quant_gemm_rs(void *y, bool y_f32, const __nv_bfloat16 *x, const uint8_t *qs, const uint8_t *sc, int T, int M,
-                     int K) {
+__global__ void __launch_bounds__(QR_THREADS, 1)
+kernel_quant_gemm_rs(void *y, bool y_f32, const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw,
+                     const __grid_constant__ CUtensorMap tw2, int T, int M, int K) {
 #if QM_WGMMA
+    constexpr int S = qr_stages<Q, NH>(), SB = qr_stage_bytes<Q, NH>();
     extern __shared__ uint8_t qm_smem_raw[];
     uint8_t *smem = qm_smem_raw + ((1024 - (smem_u32(qm_smem_raw) & 1023)) & 1023);
-    const int n0 = blockIdx.x * 128 * NH, m0 = blockIdx.y * QM_BM;
+    const int n0 = blockIdx.x * 128 * NH, m0 = blockIdx.y * QM_BM, KT = K / 64;
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < S; i++) {
+            mbar_init(smem_u32(smem) + S * SB + 8 * i, 1);         /* full: thread 0's expect_tx */
+            mbar_init(smem_u32(smem) + S * SB + 8 * (S + i), 256); /* empty: every thread */
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        for (int kt = 0; kt < S && kt < KT; kt++) qr_load<Q, NH>(smem, &tx, &tw, &tw2, n0, m0, kt, kt);
+    }
+    __syncthreads();
     float acc[NH][64]; /* written first by the wgmma of kt = 0, k = 0 (add = 0) */
-    qr_multiply<Q, NH>(acc, smem, x, qs, sc, T, K, n0, m0, K / 64);
-    qm_store<NH>(y, y_f32, acc, T, M, n0, m0 + 64 * (threadIdx.x >> 7 & 1));
+    qr_multiply<Q, NH>(acc, smem, &tx, &tw, &tw2, n0, m0, KT);
+    qm_store<NH>(y, y_f32, acc, T, M, n0, m0 + 64 * (threadIdx.x >> 7));
 #endif
 }
 
@@ -571,17 +611,63 @@ bool quant_gemm_supported(DType t, int64_t rows, int64_t cols) {
 }
 
 template <int Q, int NH>
-static int qm_launch(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int ver, cudaStream_t s,
-                     Err *err) {
-    const int smem = ver == 3 ? qm_smem_bytes<NH>() : qr_smem_bytes<Q, NH>();
-    void (*kern)(void *, bool, const __nv_bfloat16 *, const uint8_t *, const uint8_t *, int, int, int) =
-        ver == 3 ? kernel_quant_gemm<Q, NH> : kernel_quant_gemm_rs<Q, NH>;
-    CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), err);
+static int qm_launch_v3(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, cudaStream_t s, Err *err) {
+    const int smem = qm_smem_bytes<NH>();
+    CUDA_CHECK(cudaFuncSetAttribute(kernel_quant_gemm<Q, NH>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), err);
     dim3 grid((unsigned)((T + 128 * NH - 1) / (128 * NH)), (unsigned)(W->rows / QM_BM));
-    kern<<<grid, ver == 3 ? QM_THREADS : 256, smem, s>>>(y, y_f32, (const __nv_bfloat16 *)x, (const uint8_t *)W->qs,
-                                                        (const uint8_t *)W->sc, T, (int)W->rows, (int)W->cols);
+    kernel_quant_gemm<Q, NH><<<grid, QM_THREADS, smem, s>>>(y, y_f32, (const __nv_bfloat16 *)x, (const uint8_t *)W->qs,
+                                                            (const uint8_t *)W->sc, T, (int)W->rows, (int)W->cols);
     CUDA_CHECK(cudaGetLastError(), err);
     return 0;
+}
+
+/* A 2D tensor map: dims {inner, outer} of dt, rows `stride` bytes apart, box {bi, bo}. */
+static int qr_map(PFN_cuTensorMapEncodeTiled_v12000 enc, CUtensorMap *m, CUtensorMapDataType dt, const void *base,
+                  uint64_t inner, uint64_t outer, uint64_t stride, uint32_t bi, uint32_t bo, CUtensorMapSwizzle sw,
+                  const char *what, Err *err) {
+    cuuint64_t dims[2] = {inner, outer}, strides[1] = {stride};
+    cuuint32_t box[2] = {bi, bo}, es[2] = {1, 1};
+    CUresult r = enc(m, dt, 2, (void *)base, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE, sw,
+                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) return err_set(err, "quant_gemm: tensor map of %s: CUresult %d", what, (int)r);
+    return 0;
+}
+
+template <int Q, int NH>
+static int qm_launch_v4(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, cudaStream_t s, Err *err) {
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult q;
+    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q), err);
+    if (!fn || q != cudaDriverEntryPointSuccess) return err_set(err, "quant_gemm: the driver has no cuTensorMapEncodeTiled");
+    PFN_cuTensorMapEncodeTiled_v12000 enc = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+    const uint64_t K = (uint64_t)W->cols, rows = (uint64_t)W->rows, nb = K / quant_block_elems(Q);
+    CUtensorMap tx, tw, tw2;
+    if (qr_map(enc, &tx, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, x, K, (uint64_t)T, K * 2, 64, 128 * NH,
+               CU_TENSOR_MAP_SWIZZLE_128B, "x", err))
+        return -1;
+    if (Q == DT_Q4_K) {
+        if (qr_map(enc, &tw, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->qs, nb * 144, rows, nb * 144, 32, QM_BM,
+                   CU_TENSOR_MAP_SWIZZLE_NONE, "W codes", err) ||
+            qr_map(enc, &tw2, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->qs, nb * 144, rows, nb * 144, 16, QM_BM,
+                   CU_TENSOR_MAP_SWIZZLE_NONE, "W headers", err))
+            return -1;
+    } else if (qr_map(enc, &tw, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->qs, nb * 32, rows, nb * 32, 64, QM_BM,
+                      CU_TENSOR_MAP_SWIZZLE_64B, "W codes", err) ||
+               qr_map(enc, &tw2, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->sc, nb * 2, rows, nb * 2, 16, QM_BM,
+                      CU_TENSOR_MAP_SWIZZLE_NONE, "W scales", err))
+        return -1;
+    const int smem = qr_smem_bytes<Q, NH>();
+    CUDA_CHECK(cudaFuncSetAttribute(kernel_quant_gemm_rs<Q, NH>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), err);
+    dim3 grid((unsigned)((T + 128 * NH - 1) / (128 * NH)), (unsigned)(W->rows / QM_BM));
+    kernel_quant_gemm_rs<Q, NH><<<grid, QR_THREADS, smem, s>>>(y, y_f32, tx, tw, tw2, T, (int)W->rows, (int)W->cols);
+    CUDA_CHECK(cudaGetLastError(), err);
+    return 0;
+}
+
+template <int Q, int NH>
+static int qm_launch(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int ver, cudaStream_t s,
+                     Err *err) {
+    return ver == 3 ? qm_launch_v3<Q, NH>(W, x, T, y, y_f32, s, err) : qm_launch_v4<Q, NH>(W, x, T, y, y_f32, s, err);
 }
 
 /* tokens per block: 256 from about two thirds of a tile per SM (measured at
@@ -605,8 +691,10 @@ int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool
     if ((uintptr_t)x % 16 || (W->cols * 2) % 16) return err_set(err, "quant_gemm: x must be 16-byte aligned");
     if (bn == 0 && (bn = qm_pick_bn(W, T, err)) < 0) return -1;
     if (bn != 128 && bn != 256) return err_set(err, "quant_gemm: tokens per block %d (128 or 256)", bn);
-    if (ver == 0) ver = 3; /* v4 measured no faster at 256 tokens a block (kernels/NOTES.md) */
+    if (ver == 0) ver = W->type == DT_Q8_0 && W->cols % 256 ? 3 : 4; /* v4 where its TMA loads take W */
     if (ver != 3 && ver != 4) return err_set(err, "quant_gemm: version %d (3 or 4)", ver);
+    if (ver == 4 && W->type == DT_Q8_0 && W->cols % 256) /* its scales' rows must be 16-byte multiples for TMA */
+        return err_set(err, "quant_gemm: version 4 takes Q8_0 with cols a multiple of 256, not %lld", (long long)W->cols);
     if (W->type == DT_Q4_K)
         return bn == 128 ? qm_launch<DT_Q4_K, 1>(W, x, T, y, y_f32, ver, s, err)
                          : qm_launch<DT_Q4_K, 2>(W, x, T, y, y_f32, ver, s, err);
