@@ -5,10 +5,13 @@
  * Why: the other prefill route dequantizes each matrix to a bf16 scratch and
  * runs cuBLASLt on it: 16 GB of bf16 written and read back per 512-token step
  * of an 8B model, ~5 ms of a ~17.5 ms step (kernels/NOTES.md), and up to two
- * 256 MiB scratch buffers. Here each block dequantizes its W tiles into
- * shared memory, where wgmma reads them, so the quantized bytes are the only
- * weight traffic and no scratch exists.
+ * 256 MiB scratch buffers. Here each block dequantizes its W tiles on chip,
+ * where wgmma reads them, so the quantized bytes are the only weight traffic
+ * and no scratch exists.
  *
+ * Two kernels. v4 (the default; below the v3 code): each multiplying thread
+ * dequantizes its own wgmma A fragment in registers, the stages come by TMA;
+ * see its section. v3 (Q8_0 with cols % 256 != 0, and by version):
  * Block: 384 threads, 128 rows of W by BN = 128 x NH tokens of x, in stages
  * of 64 values of k, both tiles in the 128-byte-swizzled K-major layout of
  * wgmma's descriptors. Warpgroup 0, the "maker", dequantizes W's [128][64]
