@@ -259,7 +259,7 @@ static void block_q3_k(const uint8_t *b, float *y) {
 /* Q4_K/Q5_K: 8 sub-blocks of 32, each with a 6-bit scale and a 6-bit min in
  * 12 bytes: for k < 4, scale = sc[k] & 63, min = sc[k+4] & 63; for k >= 4,
  * scale = (sc[k+4] & 15) | (sc[k-4] >> 6) << 4, min = (sc[k+4] >> 4) | (sc[k] >> 6) << 4. */
-static void k_scale_min(const uint8_t *sc, int k, int *scale, int *min) {
+void kquant_scale_min(const uint8_t *sc, int k, int *scale, int *min) {
     if (k < 4) {
         *scale = sc[k] & 63;
         *min = sc[k + 4] & 63;
@@ -276,7 +276,7 @@ static void block_q45_k(const uint8_t *b, float *y, const uint8_t *qh) {
     const uint8_t *sc = b + 4, *qs = qh ? b + 48 : b + 16;
     for (int k = 0; k < 8; k++) {
         int scale, min;
-        k_scale_min(sc, k, &scale, &min);
+        kquant_scale_min(sc, k, &scale, &min);
         float dl = d * (float)scale, ml = dmin * (float)min;
         for (int l = 0; l < 32; l++) {
             int i = k * 32 + l;

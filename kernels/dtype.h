@@ -60,6 +60,10 @@ bool dtype_gpu_keeps_blocks(DType t);
  * The CPU reference of every quantized format. */
 void dequantize_row(DType t, const void *src, float *dst, int64_t n);
 
+/* Q4_K / Q5_K: sub-block k's (0..7) 6-bit scale and min from the block's 12
+ * packed scale bytes (GGUF's get_scale_min_k4 layout). */
+void kquant_scale_min(const uint8_t *scales12, int k, int *scale, int *min);
+
 /* Scalar conversions used everywhere. */
 float fp16_to_fp32(uint16_t h);
 uint16_t fp32_to_fp16(float f);

@@ -82,6 +82,12 @@ extern "C" { /* C headers of the engine: C linkage */
  * bandwidth too, and a copy made ahead competes with them (H200, 8B Q8_0, batch-16 decode 5% slower
  * with it; prefill 512 6% faster: kernels/NOTES.md "dequantize ahead"). */
 #define DEQ_AHEAD_MIN_T 128
+/* The rows of a step whose quantized GEMMs run fused by default (quant_gemm v5; H200, 8B, Q4_K / Q8_0
+ * prefill tok/s fused vs dequantize + cuBLASLt: 128 rows 10.2k vs 11.9k, 256 21.5k vs 20.6k, 512 30.5k vs
+ * 27.8k, 1024 34.5k vs 33.8k, 2048 33.6k vs 35.1k: kernels/NOTES.md "v5") */
+#define QGEMM_FUSED_MIN_T 192
+#define QGEMM_FUSED_MAX_T 1536
+enum { QGEMM_NEVER, QGEMM_AUTO, QGEMM_ALWAYS };
 #define DEQ_AHEAD_BUFFERS 2 /* the matrix a GEMM reads and the next (3: no faster, measured) */
 #define DEQ_MAX_BYTES ((size_t)DEQ_MAX_MB << 20) /* bf16 scratch of quantized GEMMs above 8 rows; larger matrices go in row chunks */
 #define LAYER_REFS ((int)(sizeof(LayerWeights) / sizeof(WeightRef)))
@@ -115,9 +121,11 @@ typedef struct {
     bool bf16_weights;           /* every matrix as bf16, quantized ones too (CudaOptions) */
     bool bi;                     /* batch-invariant mode (CudaOptions.batch_invariant) */
     int qgemv_version;           /* quant_gemv_variant's version: 0 (default) or CLLM_QUANT_GEMV=1..5 (benchmarks) */
-    bool qgemm_fused;            /* quantized GEMMs above 8 rows through quant_gemm where it takes W: CLLM_QUANT_GEMM=1
-                                    (no bf16 scratch for those; slower than dequantize + cuBLASLt so far: NOTES),
-                                    an sm_90a build on a 9.0 GPU, not the batch-invariant mode */
+    int qgemm_mode;              /* quantized GEMMs above 8 rows through quant_gemm where it takes W: QGEMM_AUTO (steps
+                                    of QGEMM_FUSED_MIN_T .. MAX_T rows; the default), QGEMM_ALWAYS (CLLM_QUANT_GEMM=1,
+                                    3, 4, 5) or QGEMM_NEVER (=0; also without an sm_90a build on a 9.0 GPU, and in
+                                    the batch-invariant mode) */
+    int qgemm_version;           /* quant_gemm_variant's version: 0 (default), or CLLM_QUANT_GEMM=3..5 (benchmarks) */
     bool rope_apart;             /* CLLM_ROPE_ATTENTION=0: rope_kv_write and attention as two launches at decode
                                     too (the checks compare the two, the benchmarks time them) */
     QuantMatrix *qm;             /* [n_layers * LAYER_REFS + 1] quantized matrices (slot of each WeightRef; last: LM head) */
@@ -281,9 +289,13 @@ static void qgemv(CudaBackend *cb, const bf16 *x, const QuantMatrix *W, const Ge
     if (quant_gemv_parts(W, x, out, T, v, cb->stream, &e)) quant_fail(cb, &e);
 }
 
-/* Whether GEMMs of more than 8 rows on W run fused (quant_gemm), not dequantized + cuBLASLt. */
-static bool q_fused(const CudaBackend *cb, const QuantMatrix *W) {
-    return cb->qgemm_fused && quant_gemm_supported(W->type, W->rows, W->cols);
+/* Whether a GEMM of T > 8 rows on W runs fused (quant_gemm), not dequantized + cuBLASLt; T = 0:
+ * whether every such GEMM on W does (then W needs no bf16 scratch and is never dequantized ahead). */
+static bool q_fused(const CudaBackend *cb, const QuantMatrix *W, int T) {
+    bool at_T = cb->qgemm_mode == QGEMM_ALWAYS ||
+                (cb->qgemm_mode == QGEMM_AUTO && T >= QGEMM_FUSED_MIN_T && T <= QGEMM_FUSED_MAX_T);
+    bool v3_ok = cb->qgemm_mode == QGEMM_ALWAYS && cb->qgemm_version < 4; /* by default only where v5 takes W */
+    return at_T && quant_gemm_supported(W->type, W->rows, W->cols) && (v3_ok || quant_gemm_tma_takes(W->type, W->cols));
 }
 
 /* The quantized matrix a step multiplies after W (order_quant), or NULL. */
@@ -307,8 +319,8 @@ static void qgemm(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const Qua
         qgemv(cb, x, W, &out, T);
         return;
     }
-    if (q_fused(cb, W)) {
-        if (quant_gemm(W, x, T, y, y_f32, cb->stream, &e)) quant_fail(cb, &e);
+    if (q_fused(cb, W, T)) {
+        if (quant_gemm_variant(W, x, T, y, y_f32, 0, cb->qgemm_version, cb->stream, &e)) quant_fail(cb, &e);
         else if (bias) cuda_add_bias(y, y_f32, bias, T, (int)W->rows, cb->stream);
         return;
     }
@@ -317,7 +329,11 @@ static void qgemm(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const Qua
     if (chunk < 1) { err_set(&e, "cuda: no dequantization scratch for a %lld-wide matrix", (long long)W->cols); quant_fail(cb, &e); return; }
     size_t ysz = y_f32 ? sizeof(float) : sizeof(bf16);
     const QuantMatrix *next[DEQ_AHEAD_MAX - 1] = {NULL};
-    for (int k = 0; k < DEQ_AHEAD_MAX - 1; k++) next[k] = qnext_of(cb, k ? next[k - 1] : W);
+    for (int k = 0; k < DEQ_AHEAD_MAX - 1; k++) { /* the next ones this step dequantizes */
+        next[k] = qnext_of(cb, k ? next[k - 1] : W);
+        for (int hop = 0; next[k] && q_fused(cb, next[k], T) && hop < 2 * LAYER_REFS; hop++) next[k] = qnext_of(cb, next[k]);
+        if (next[k] && q_fused(cb, next[k], T)) next[k] = NULL;
+    }
     for (int64_t r0 = 0; r0 < W->rows && !cb->failed; r0 += chunk) {
         int64_t nr = W->rows - r0 < chunk ? W->rows - r0 : chunk;
         const bf16 *Wd = (const bf16 *)deq_ahead_get(&cb->deq, W, r0, nr, cb->stream, &e);
@@ -494,7 +510,7 @@ static int upload_quant(CudaBackend *cb, Staging *stg, const WeightRef *const *s
     }
     if (quant_repack(slot, cb->qnative, cb->stream, err)) return -1;
     int64_t deq = rows * cols; /* the bf16 scratch serves only matrices quant_gemm does not take */
-    if (!q_fused(cb, slot) && deq > cb->deq_elems) cb->deq_elems = deq;
+    if (!q_fused(cb, slot, 0) && deq > cb->deq_elems) cb->deq_elems = deq;
     return 0;
 }
 
@@ -561,7 +577,7 @@ static int order_quant(CudaBackend *cb, int n_layers, Err *err) {
         const LayerWeights *lw = &cb->w.layers[l];
         const WeightRef *order[7] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w_gate, &lw->w_up, &lw->w_down};
         for (int i = 0; i < 7; i++) {
-            if (!is_quant(order[i]) || q_fused(cb, qm_of(order[i])) || qm_of(order[i]) == prev) continue;
+            if (!is_quant(order[i]) || q_fused(cb, qm_of(order[i]), 0) || qm_of(order[i]) == prev) continue;
             if (prev) cb->qnext[prev - cb->qm] = qm_of(order[i]);
             prev = qm_of(order[i]);
         }
@@ -1412,11 +1428,18 @@ extern "C" Backend *backend_cuda_create_opts(const ModelConfig *c, const ModelWe
     int rc = 0;
     if (qv && *qv && cb->qgemv_version == 0) rc = err_set(err, "CLLM_QUANT_GEMV '%s': not 1, 2, 3, 4 or 5", qv);
     if (rc == 0 && da && *da && !da_ok) rc = err_set(err, "CLLM_DEQ_AHEAD '%s': not 0, 1, 2 or 3", da);
-    const char *qg = getenv("CLLM_QUANT_GEMM"); /* 1: prefill of quantized weights by quant_gemm (default 0) */
-    if (rc == 0 && qg && strcmp(qg, "0") && strcmp(qg, "1")) rc = err_set(err, "CLLM_QUANT_GEMM '%s': not 0 or 1", qg);
+    /* quantized GEMMs of > 8 rows by quant_gemm: unset, by the step's rows; 0 never; 1 always;
+     * 3, 4, 5 always, by that version of it (benchmarks, checks) */
+    const char *qg = getenv("CLLM_QUANT_GEMM");
+    bool qg_on = qg && qg[0] && strchr("1345", qg[0]) && !qg[1];
+    if (rc == 0 && qg && *qg && !qg_on && strcmp(qg, "0"))
+        rc = err_set(err, "CLLM_QUANT_GEMM '%s': not 0, 1, 3, 4 or 5", qg);
+    cb->qgemm_version = qg_on && qg[0] != '1' ? qg[0] - '0' : 0;
     cudaError_t e = rc ? cudaSuccess : cudaSetDevice(o->device);
     if (e != cudaSuccess) rc = err_set(err, "cuda: cannot use device %d: %s", o->device, cudaGetErrorString(e));
-    cb->qgemm_fused = rc == 0 && !cb->bi && qg && !strcmp(qg, "1") && quant_gemm_available();
+    cb->qgemm_mode = rc || cb->bi || (qg && !strcmp(qg, "0")) || !quant_gemm_available() ? QGEMM_NEVER
+                     : qg_on                                                               ? QGEMM_ALWAYS
+                                                                                           : QGEMM_AUTO;
     if (rc == 0 && o->block_size <= 0) rc = err_set(err, "cuda: block size %d", o->block_size);
     int least = 0, greatest = 0; /* the step's stream above dequant_ahead's side stream */
     if (rc == 0 && (e = cudaDeviceGetStreamPriorityRange(&least, &greatest)) != cudaSuccess)

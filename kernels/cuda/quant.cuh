@@ -118,17 +118,22 @@ int quant_gemv_x8_glu(const QuantMatrix *W, const void *x, const QxNorm *n, void
 
 /* The prefill GEMM on quantized weights (quant_gemm.cu, Hopper wgmma):
  * y[T][rows] (bf16, or fp32 when y_f32) = x[T][cols] bf16 @ W^T, W's tiles
- * dequantized to quant_dequant_bf16's values (so the result is
- * dequantize + a bf16 GEMM up to the order of fp32 sums); no bias. Q4_K
+ * dequantized to bf16 in registers or shared memory (v3 and v4: to
+ * quant_dequant_bf16's values, so the result is dequantize + a bf16 GEMM up
+ * to the order of fp32 sums; v5: within ~2^-8 of them); no bias. Q4_K
  * (cols % 256 == 0) and Q8_0 (cols % 64 == 0), rows % 128 == 0
  * (quant_gemm_supported), in an sm_90a build on a compute-capability 9.0
  * GPU (quant_gemm_available: a device query, so callers keep the answer).
  * x 16-byte aligned, T >= 1. quant_gemm_variant picks the tokens per block
  * (128 or 256; 0 = the default by tile count) and the kernel (3: a maker
  * warpgroup dequantizes into shared memory; 4: each thread its wgmma A
- * fragments in registers; 0 = the default). */
+ * fragments in registers; 5: 4 with bf16x2 dequantization arithmetic, its
+ * values within ~2^-8 of quant_dequant_bf16's, not equal; 0 = the default:
+ * 5 where it takes W, else 3).
+ * 4 and 5 take W where quant_gemm_tma_takes (Q8_0: cols % 256 == 0). */
 bool quant_gemm_available(void);
 bool quant_gemm_supported(DType t, int64_t rows, int64_t cols);
+bool quant_gemm_tma_takes(DType t, int64_t cols);
 int quant_gemm(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, cudaStream_t s, Err *err);
 int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int bn, int ver,
                        cudaStream_t s, Err *err);

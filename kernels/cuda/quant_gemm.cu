@@ -65,8 +65,10 @@ template <int Q, int NH> static __host__ __device__ constexpr int qr_stage_bytes
     return 128 * NH * 128 + ((qr_w_bytes<Q>() + 1023) & ~1023); /* x's tile first: keeps the 1024-byte atoms */
 }
 #define QR_SMEM_MAX (227 * 1024 - 1024 - 256) /* less the alignment and the mbarriers */
+/* a multiple of 4 (the multipliers' loop takes S stages a turn, so buffers,
+ * descriptors and kt % 4 are constants), at most 8 */
 template <int Q, int NH> static __host__ __device__ constexpr int qr_stages() {
-    return QR_SMEM_MAX / qr_stage_bytes<Q, NH>() > 8 ? 8 : QR_SMEM_MAX / qr_stage_bytes<Q, NH>();
+    return QR_SMEM_MAX / qr_stage_bytes<Q, NH>() >= 8 ? 8 : QR_SMEM_MAX / qr_stage_bytes<Q, NH>() / 4 * 4;
 }
 template <int Q, int NH> static __host__ __device__ constexpr int qr_smem_bytes() {
     return qr_stages<Q, NH>() * qr_stage_bytes<Q, NH>() + 16 * qr_stages<Q, NH>() + 1024;
@@ -343,14 +345,16 @@ static __device__ __forceinline__ void qm_multiply(float (&acc)[NH][64], uint8_t
  * wgmma. No bf16 W tile in shared memory, no copy instructions and no block
  * barrier in the multipliers' loop. */
 
-static __device__ __forceinline__ void wg_mma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t db, int add) {
+/* B's descriptor from its low word (qm_desc's, + offset / 16): the high
+ * word is a constant, so the per-wgmma additions stay 32-bit */
+static __device__ __forceinline__ void wg_mma_rs(float (&d)[64], const uint32_t (&a)[4], uint32_t db_lo, int add) {
     asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "{\n.reg .pred p;\n.reg .b64 db;\nsetp.ne.b32 p, %69, 0;\nmov.b64 db, {%68, %70};\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
         QM_ACC_OPERANDS
-        " {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
+        " {%64,%65,%66,%67}, db, p, 1, 1, 0;\n}\n"
         : QM_ACC_CONSTRAINTS(d)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(add));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(db_lo), "r"(add), "r"((uint32_t)(qm_desc(0) >> 32)));
 }
 
 /* ((a ^ c) & b) | (c & ~b) in one LOP3: with b the byte's mask and c the
@@ -410,6 +414,85 @@ static __device__ __forceinline__ void qr_load(uint8_t *smem, const CUtensorMap 
     }
 }
 
+/* bf16x2 arithmetic (sm_90), round to nearest even */
+static __device__ __forceinline__ uint32_t bf2_sub(uint32_t a, uint32_t b) {
+    uint32_t d;
+    asm("sub.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+static __device__ __forceinline__ uint32_t bf2_mul(uint32_t a, uint32_t b) {
+    uint32_t d;
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+static __device__ __forceinline__ uint32_t bf2_fma(uint32_t a, uint32_t b, uint32_t c) {
+    uint32_t d;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+#define QR_BF16_128 0x43004300u /* bf16 128.0 twice: OR a 7-bit q into the mantissa and it reads 128 + q */
+
+/* Q4_K sub-block j's 6-bit scale and min (kernels/dtype.c kquant_scale_min)
+ * as the bf16 pair (128 + scale, 128 + min): header bytes gathered into the
+ * two halves by PRMTs, masked and OR-ed onto 128.0 by LOP3s (j is a
+ * compile-time constant) */
+static __device__ __forceinline__ uint32_t q4k_scale_min_bf16x2(uint4 h, int j) {
+    if (j < 4) /* scale = sc[j] & 63 (h.y byte j), min = sc[j + 4] & 63 (h.z byte j) */
+        return qm_and_or(__byte_perm(h.y, h.z, 0x1100 * (4 + j) + 0x11 * j), 0x003f003fu, QR_BF16_128);
+    const int i = j - 4; /* sc[j + 4] = h.w byte i, sc[j - 4] = h.y byte i, sc[j] = h.z byte i */
+    const uint32_t b = __byte_perm(h.w, 0, 0x1111 * i), hi = __byte_perm(h.y, h.z, 0x1100 * (4 + i) + 0x11 * i);
+    /* scale = (sc[j + 4] & 15) | (sc[j - 4] >> 6) << 4, min = (sc[j + 4] >> 4) | (sc[j] >> 6) << 4 */
+    return qm_and_or(hi >> 2, 0x00300030u, qm_and_or(b >> 4, 0x000f0000u, qm_and_or(b, 0xfu, QR_BF16_128)));
+}
+
+/* v5's fragments of row `row` (r = 0: g, 1: g + 8): the codes' byte pair
+ * (k = 2t, 2t + 1) spread to the two halves by one PRMT, 128 + q made by one
+ * LOP3 and q by an exact bf16x2 subtraction; then Q4_K fma(q, s, c) with s =
+ * bf16(scale bf16(d)), c = bf16(min bf16(-dmin)) (the scale and min of both
+ * sub-blocks made the same way, as pairs), Q8_0 q bf16(d); rounded once
+ * each (2 and 2.5 instructions a value instead of v4's 3.5; values within
+ * ~2^-8 of v4's, which are quant_dequant_bf16's). A Q8_0 code is L - 128 s
+ * (L its low 7 bits, s its sign bit): (128 + L) - (128 + 128 s), exact. */
+template <int Q>
+static __device__ __forceinline__ void qr_frags_bf16x2(uint32_t (&a)[4][4], const uint8_t *w, int row, int r, int t,
+                                                       int kt) {
+    if (Q == DT_Q4_K) {
+        const uint8_t *rw = w + row * 32;
+        const uint4 h = *(const uint4 *)(w + qr_codes_bytes<Q>() + row * 16);
+        const float2 dmin = __half22float2(*(const __half2 *)&h.x);
+        const uint32_t dm = bf16_pair(dmin.x, -dmin.y);
+        uint32_t s2[2], c2[2];
+#pragma unroll
+        for (int n = 0; n < 2; n++) {
+            const uint32_t sm = bf2_mul(bf2_sub(q4k_scale_min_bf16x2(h, 2 * (kt & 3) + n), QR_BF16_128), dm);
+            s2[n] = __byte_perm(sm, 0, 0x1010), c2[n] = __byte_perm(sm, 0, 0x3232);
+        }
+#pragma unroll
+        for (int p = 0; p < 2; p++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const uint32_t v = __byte_perm(*(const uint16_t *)(rw + 16 * p + 8 * e + 2 * t), 0, 0x4140), vh = v >> 4;
+                a[p][r + 2 * e] = bf2_fma(bf2_sub(qm_and_or(v, 0x000f000fu, QR_BF16_128), QR_BF16_128), s2[0], c2[0]);
+                a[p + 2][r + 2 * e] = bf2_fma(bf2_sub(qm_and_or(vh, 0x000f000fu, QR_BF16_128), QR_BF16_128), s2[1], c2[1]);
+            }
+    } else {
+        const uint8_t *rw = w + row * 64;
+        const uint32_t dd = *(const uint32_t *)(w + qr_codes_bytes<Q>() + row * 16 + 4 * (kt & 3));
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const float d = qm_half(k & 2 ? dd >> 16 : dd & 0xffff);
+            const uint32_t d2 = bf16_pair(d, d);
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const uint32_t u = *(const uint16_t *)(rw + ((k ^ ((row >> 1) & 3)) << 4) + 8 * e + 2 * t);
+                const uint32_t v = __byte_perm(u, 0, 0x4140);
+                a[k][r + 2 * e] = bf2_mul(bf2_sub(qm_and_or(v, 0x007f007fu, QR_BF16_128), qm_and_or(v, 0x00800080u, QR_BF16_128)), d2);
+            }
+        }
+    }
+}
+
 /* This thread's A fragments of the stage, a[k] for k16 step k: registers 0, 1
  * rows g, g + 8 at k = 2t, 2t + 1; 2, 3 the same rows at 2t + 8, 2t + 9
  * (wgmma's A layout, each warp 16 rows). w: the stage's raw bytes, row0:
@@ -417,12 +500,14 @@ static __device__ __forceinline__ void qr_load(uint8_t *smem, const CUtensorMap 
  * 32 code bytes (sub-block 2 (kt % 4)), then the high ones (+ 1), so bytes
  * 16p + 8e + 2t, +1 give step p's (low) and p + 2's (high) pair e. Q8_0:
  * step k is chunk k of the row (block k / 2), pair e its bytes 8e + 2t, +1. */
-template <int Q>
+template <int Q, bool PK>
 static __device__ __forceinline__ void qr_frags(uint32_t (&a)[4][4], const uint8_t *w, int row0, int t, int kt) {
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int row = row0 + 8 * r;
-        if (Q == DT_Q4_K) {
+        if (PK) {
+            qr_frags_bf16x2<Q>(a, w, row, r, t, kt);
+        } else if (Q == DT_Q4_K) {
             const uint8_t *rw = w + row * 32;
             const uint4 h = *(const uint4 *)(w + qr_codes_bytes<Q>() + row * 16);
             float dl[2], nml[2], m_lo[2], m_hi[2];
@@ -471,8 +556,11 @@ static __device__ __forceinline__ void qr_hold(uint32_t (&a)[4][4]) {
 
 /* Thread j of 256: wait for stage kt's bytes, multiply, and release kt - 1's
  * buffer once the wait for its products is over; thread 0 then refills it
- * with stage kt - 1 + S when all 256 have (S - 1 stages ahead). */
-template <int Q, int NH>
+ * with stage kt - 1 + S when all 256 have (S - 1 stages ahead). A turn of
+ * the loop is 4 stages (KT is a multiple of 4: cols % 256 == 0) in buffers
+ * q .. q + 3, q = 4 (turn % (S / 4)): kt % 4 and the offsets of every
+ * descriptor and barrier from q's are constants. */
+template <int Q, int NH, bool PK>
 static __device__ __forceinline__ void qr_multiply(float (&acc)[NH][64], uint8_t *smem, const CUtensorMap *tx,
                                                    const CUtensorMap *tw, const CUtensorMap *tw2, int n0, int m0,
                                                    int KT) {
@@ -480,40 +568,41 @@ static __device__ __forceinline__ void qr_multiply(float (&acc)[NH][64], uint8_t
     const int j = threadIdx.x, wg = j >> 7, warp = (j >> 5) & 3, lane = j & 31;
     const int row0 = 64 * wg + 16 * warp + (lane >> 2), t = lane & 3;
     const uint32_t bars = smem_u32(smem) + S * SB;
-    const uint64_t d0 = qm_desc(smem_u32(smem));
+    const uint32_t d0 = (uint32_t)qm_desc(smem_u32(smem));
     /* a[kt % 2]: wgmma reads its A registers after issue, until its group is
      * waited for, and ptxas does not know it (a Q8_0 loop that reused one set
      * failed test_quant_gemm): two sets, each held live until the wait that
-     * covers its stage. Q4_K also takes kt % 4 (its sub-blocks) as a constant. */
-    constexpr int U = Q == DT_Q4_K ? 4 : 2;
+     * covers its stage. */
     uint32_t a[2][4][4];
-    int b = 0, n = 0, prev = 0, np = 0; /* stage kt's buffer and its use count, kt - 1's */
-    for (int k0 = 0; k0 < KT; k0 += U)
+    constexpr int G = S / 4; /* turns a buffer's use count advances by one */
+    static_assert(S % 4 == 0, "buffers in fours");
+    for (int k0 = 0, turn = 0; k0 < KT; k0 += 4, turn++) {
+        const int q = 4 * (turn % G), n = turn / G;                 /* buffers q + u, their use count */
+        const int qp = q ? q - 4 : S - 4, np = q ? n : n - 1;        /* the turn before's */
 #pragma unroll
-        for (int u = 0; u < U; u++) {
+        for (int u = 0; u < 4; u++) {
             const int kt = k0 + u;
-            if (Q != DT_Q4_K && kt >= KT) break; /* Q8_0: KT need not be a multiple of 4 */
-            mbar_wait(bars + 8 * b, n & 1);
-            qr_frags<Q>(a[u & 1], smem + b * SB + 128 * NH * 128, row0, t, Q == DT_Q4_K ? u : kt & 3);
-            const uint64_t dx = qm_desc_at(d0, b * SB);
+            mbar_wait(bars + 8 * (q + u), n & 1);
+            qr_frags<Q, PK>(a[u & 1], smem + (q + u) * SB + 128 * NH * 128, row0, t, u);
             wg_fence();
 #pragma unroll
             for (int k = 0; k < 4; k++)
 #pragma unroll
-                for (int h = 0; h < NH; h++) wg_mma_rs(acc[h], a[u & 1][k], qm_desc_at(dx, h * 128 * 128 + 32 * k), kt | k);
+                for (int h = 0; h < NH; h++)
+                    wg_mma_rs(acc[h], a[u & 1][k], d0 + (((q + u) * SB + h * 128 * 128 + 32 * k) >> 4), kt | k);
             wg_commit();
             wg_wait<1>();
             qr_hold(a[(u + 1) & 1]); /* stage kt - 1's registers: free only from here */
             if (kt > 0) {
+                const int prev = u ? q + u - 1 : qp + 3, pn = u ? n : np; /* kt - 1's buffer and use count */
                 mbar_arrive(bars + 8 * (S + prev));
                 if (j == 0 && kt - 1 + S < KT) {
-                    mbar_wait(bars + 8 * (S + prev), np & 1);
+                    mbar_wait(bars + 8 * (S + prev), pn & 1);
                     qr_load<Q, NH>(smem, tx, tw, tw2, n0, m0, kt - 1 + S, prev);
                 }
             }
-            prev = b, np = n;
-            if (++b == S) b = 0, n++;
         }
+    }
     wg_wait<0>();
     qr_hold(a[0]);
     qr_hold(a[1]);
@@ -541,6 +630,40 @@ static __device__ __forceinline__ void qm_store(void *y, bool y_f32, const float
                 else ((__nv_bfloat16 *)y)[o] = __float2bfloat16_rn(acc[h][4 * c + e]);
             }
 }
+
+/* v4's bf16 y: the block's [128 NH tokens][128 rows] tile through shared
+ * memory (the stage buffers, free once every thread is past the loop), so
+ * y's rows go out in 16-byte stores (qm_store's 2-byte ones scatter over
+ * half-used sectors). stmatrix .trans takes each 8 x 8 accumulator block
+ * (rows g, tokens 2t, 2t + 1) and stores it as 8 token rows of 8 W rows;
+ * token rows are QR_Y_STRIDE bytes apart (16 of padding: the 8 rows of one
+ * stmatrix phase fall on distinct banks). */
+#define QR_Y_STRIDE (128 * 2 + 16)
+template <int NH>
+static __device__ __forceinline__ void qr_store_bf16(__nv_bfloat16 *y, const float (&acc)[NH][64], uint8_t *smem, int T,
+                                                     int M, int n0, int m0) {
+    const int j = threadIdx.x, lane = j & 31, i = lane >> 3, r = lane & 7;
+    const int m = 64 * (j >> 7) + 16 * ((j >> 5) & 3) + 8 * (i & 1); /* lane's matrix: W rows m .. m + 7 */
+    __syncthreads(); /* every warpgroup's wgmma done with the stages */
+#pragma unroll
+    for (int h = 0; h < NH; h++)
+#pragma unroll
+        for (int c = 0; c < 16; c += 2) {
+            const int tok = 128 * h + 8 * (c + (i >> 1)) + r;
+            const uint32_t addr = smem_u32(smem + tok * QR_Y_STRIDE + 2 * m);
+            asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+                         "r"(bf16_pair(acc[h][4 * c], acc[h][4 * c + 1])), "r"(bf16_pair(acc[h][4 * c + 2], acc[h][4 * c + 3])),
+                         "r"(bf16_pair(acc[h][4 * c + 4], acc[h][4 * c + 5])), "r"(bf16_pair(acc[h][4 * c + 6], acc[h][4 * c + 7]))
+                         : "memory");
+        }
+    __syncthreads();
+#pragma unroll 4
+    for (int k = j; k < 128 * NH * 16; k += QR_THREADS) { /* 16 chunks of 16 bytes a token row */
+        const int tok = k >> 4, ch = k & 15;
+        if (n0 + tok < T)
+            *(uint4 *)(y + (size_t)(n0 + tok) * M + m0 + 8 * ch) = *(const uint4 *)(smem + tok * QR_Y_STRIDE + 16 * ch);
+    }
+}
 #endif
 
 /* ---- the kernel ---- */
@@ -564,7 +687,7 @@ kernel_quant_gemm(void *y, bool y_f32, const __nv_bfloat16 *x, const uint8_t *qs
 #endif
 }
 
-template <int Q, int NH>
+template <int Q, int NH, bool PK>
 __global__ void __launch_bounds__(QR_THREADS, 1)
 kernel_quant_gemm_rs(void *y, bool y_f32, const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw,
                      const __grid_constant__ CUtensorMap tw2, int T, int M, int K) {
@@ -583,8 +706,10 @@ kernel_quant_gemm_rs(void *y, bool y_f32, const __grid_constant__ CUtensorMap tx
     }
     __syncthreads();
     float acc[NH][64]; /* written first by the wgmma of kt = 0, k = 0 (add = 0) */
-    qr_multiply<Q, NH>(acc, smem, &tx, &tw, &tw2, n0, m0, KT);
-    qm_store<NH>(y, y_f32, acc, T, M, n0, m0 + 64 * (threadIdx.x >> 7));
+    qr_multiply<Q, NH, PK>(acc, smem, &tx, &tw, &tw2, n0, m0, KT);
+    static_assert(128 * NH * QR_Y_STRIDE <= S * SB, "y's tile in the stage buffers");
+    if (y_f32 || (uintptr_t)y % 16) qm_store<NH>(y, y_f32, acc, T, M, n0, m0 + 64 * (threadIdx.x >> 7));
+    else qr_store_bf16<NH>((__nv_bfloat16 *)y, acc, smem, T, M, n0, m0);
 #endif
 }
 
@@ -599,6 +724,9 @@ bool quant_gemm_available(void) {
     }
     return fa.binaryVersion == 90 && fa.ptxVersion >= 90;
 }
+
+/* v4 / v5 load W by TMA: a Q8_0 scale plane's rows (cols / 16 bytes) must be 16-byte multiples */
+bool quant_gemm_tma_takes(DType t, int64_t cols) { return t == DT_Q4_K || cols % 256 == 0; }
 
 bool quant_gemm_supported(DType t, int64_t rows, int64_t cols) {
     if (t != DT_Q4_K && t != DT_Q8_0) return false;
@@ -628,7 +756,7 @@ static int qr_map(PFN_cuTensorMapEncodeTiled_v12000 enc, CUtensorMap *m, CUtenso
     return 0;
 }
 
-template <int Q, int NH>
+template <int Q, int NH, bool PK>
 static int qm_launch_v4(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, cudaStream_t s, Err *err) {
     void *fn = NULL;
     cudaDriverEntryPointQueryResult q;
@@ -652,9 +780,9 @@ static int qm_launch_v4(const QuantMatrix *W, const void *x, int T, void *y, boo
                       CU_TENSOR_MAP_SWIZZLE_NONE, "W scales", err))
         return -1;
     const int smem = qr_smem_bytes<Q, NH>();
-    CUDA_CHECK(cudaFuncSetAttribute(kernel_quant_gemm_rs<Q, NH>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), err);
+    CUDA_CHECK(cudaFuncSetAttribute(kernel_quant_gemm_rs<Q, NH, PK>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), err);
     dim3 grid((unsigned)((T + 128 * NH - 1) / (128 * NH)), (unsigned)(W->rows / QM_BM));
-    kernel_quant_gemm_rs<Q, NH><<<grid, QR_THREADS, smem, s>>>(y, y_f32, tx, tw, tw2, T, (int)W->rows, (int)W->cols);
+    kernel_quant_gemm_rs<Q, NH, PK><<<grid, QR_THREADS, smem, s>>>(y, y_f32, tx, tw, tw2, T, (int)W->rows, (int)W->cols);
     CUDA_CHECK(cudaGetLastError(), err);
     return 0;
 }
@@ -662,7 +790,9 @@ static int qm_launch_v4(const QuantMatrix *W, const void *x, int T, void *y, boo
 template <int Q, int NH>
 static int qm_launch(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int ver, cudaStream_t s,
                      Err *err) {
-    return ver == 3 ? qm_launch_v3<Q, NH>(W, x, T, y, y_f32, s, err) : qm_launch_v4<Q, NH>(W, x, T, y, y_f32, s, err);
+    return ver == 3   ? qm_launch_v3<Q, NH>(W, x, T, y, y_f32, s, err)
+           : ver == 4 ? qm_launch_v4<Q, NH, false>(W, x, T, y, y_f32, s, err)
+                      : qm_launch_v4<Q, NH, true>(W, x, T, y, y_f32, s, err);
 }
 
 /* tokens per block: 256 from about two thirds of a tile per SM (measured at
@@ -686,10 +816,12 @@ int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool
     if ((uintptr_t)x % 16 || (W->cols * 2) % 16) return err_set(err, "quant_gemm: x must be 16-byte aligned");
     if (bn == 0 && (bn = qm_pick_bn(W, T, err)) < 0) return -1;
     if (bn != 128 && bn != 256) return err_set(err, "quant_gemm: tokens per block %d (128 or 256)", bn);
-    if (ver == 0) ver = W->type == DT_Q8_0 && W->cols % 256 ? 3 : 4; /* v4 where its TMA loads take W */
-    if (ver != 3 && ver != 4) return err_set(err, "quant_gemm: version %d (3 or 4)", ver);
-    if (ver == 4 && W->type == DT_Q8_0 && W->cols % 256) /* its scales' rows must be 16-byte multiples for TMA */
-        return err_set(err, "quant_gemm: version 4 takes Q8_0 with cols a multiple of 256, not %lld", (long long)W->cols);
+    const bool tma = quant_gemm_tma_takes(W->type, W->cols);
+    if (ver == 0) ver = tma ? 5 : 3;
+    if (ver < 3 || ver > 5) return err_set(err, "quant_gemm: version %d (3, 4 or 5)", ver);
+    if (ver >= 4 && !tma)
+        return err_set(err, "quant_gemm: version %d takes Q8_0 with cols a multiple of 256, not %lld", ver,
+                       (long long)W->cols);
     if (W->type == DT_Q4_K)
         return bn == 128 ? qm_launch<DT_Q4_K, 1>(W, x, T, y, y_f32, ver, s, err)
                          : qm_launch<DT_Q4_K, 2>(W, x, T, y, y_f32, ver, s, err);

@@ -4,16 +4,20 @@
  *
  *   - Q4_K and Q8_0 matrices of random GGUF blocks (quant_mats.h) times
  *     random bf16 x, T = 9 .. 512 rows (tails of the 128- and 256-token
- *     tiles), 128 and 256 tokens per block, bf16 and fp32 y, both kernels
+ *     tiles), 128 and 256 tokens per block, bf16 and fp32 y, every kernel
  *     (v3: a maker warpgroup; v4: A fragments in registers, TMA loads;
- *     Q8_0 only with cols % 256 == 0). Reference:
- *     kernels/dtype.c dequantize_row, rounded to bf16 (the kernel's A
- *     operand is quant_dequant_bf16's value), products summed in double.
+ *     v5: v4 with bf16x2 arithmetic; v4 and v5 take Q8_0 only with cols %
+ *     256 == 0). Reference for v3 / v4: kernels/dtype.c dequantize_row,
+ *     rounded to bf16 (their A operand is quant_dequant_bf16's value); for
+ *     v5 the same block fields through v5's bf16 operations, each rounding
+ *     emulated exactly (ref_v5_row); products summed in double.
  *     Every checked element: |y - ref| <= 1e-4 * sum |w x| (+ half a bf16
  *     step of |ref| for bf16 y): the kernel's error is fp32 summation only,
  *     and a misplaced k or row moves an element by ~1e-2 of that sum.
  *     y is NaN-poisoned before each launch and every element must be
- *     written; a guard after y must stay untouched (tails not stored).
+ *     written; a guard after y must stay untouched (tails not stored); a
+ *     few cases with y 2 bytes off 16-byte alignment (v4 / v5 store bf16 y
+ *     through shared memory in 16-byte pieces, an unaligned y as v3 does).
  *   - refusals: types and shapes it does not take, a bad tile size or version.
  *   - timing (printed, never asserted; not with --quick): the four GEMMs of
  *     a Llama-3-8B layer at 512 and 2048 tokens, fused (v3 and v4, 128 and
@@ -36,31 +40,72 @@
 typedef struct {
     int64_t rows_chk[256];
     int n_chk;
-    float *w; /* [n_chk][cols]: the checked rows, dequantized and rounded to bf16 */
+    float *w; /* [n_chk][cols]: the checked rows as the kernel's A operand holds them */
 } Ref;
 
-static void ref_build(Ref *R, const Mat *M) {
+/* v exact in a double, rounded to bf16 once (nearest, ties to even; bf16
+ * keeps 8 significant bits, subnormal steps of 2^-133) */
+static float bf16_round(double v) {
+    if (v == 0 || !isfinite(v)) return (float)v;
+    int e;
+    frexp(v, &e);
+    int sh = e - 8 < -133 ? -133 : e - 8;
+    return (float)ldexp(nearbyint(ldexp(v, -sh)), sh);
+}
+
+/* A row as v5 makes its values (quant_gemm.cu qr_frags_bf16x2): Q8_0
+ * bf16(q bf16(d)); Q4_K fma(q, s, c) rounded once (a 4-bit q times an 8-bit
+ * s plus an 8-bit c: exact in a double), s = bf16(scale bf16(d)), c =
+ * bf16(min bf16(-dmin)). */
+static void ref_v5_row(DType t, const uint8_t *b, float *w, int64_t cols) {
+    for (int64_t i0 = 0; i0 < cols; i0 += t == DT_Q4_K ? 256 : 32) {
+        if (t == DT_Q8_0) {
+            float d = bf16_round(fp16_to_fp32((uint16_t)(b[0] | b[1] << 8)));
+            for (int i = 0; i < 32; i++) w[i0 + i] = bf16_round((double)(int8_t)b[2 + i] * d);
+            b += 34;
+            continue;
+        }
+        double d = bf16_round(fp16_to_fp32((uint16_t)(b[0] | b[1] << 8)));
+        double nmin = bf16_round(-fp16_to_fp32((uint16_t)(b[2] | b[3] << 8)));
+        for (int k = 0; k < 8; k++) {
+            int sc, m;
+            kquant_scale_min(b + 4, k, &sc, &m);
+            double s = bf16_round(sc * d), c = bf16_round(m * nmin);
+            for (int l = 0; l < 32; l++)
+                w[i0 + 32 * k + l] = bf16_round(((b[16 + 32 * (k / 2) + l] >> 4 * (k % 2)) & 15) * s + c);
+        }
+        b += 144;
+    }
+}
+
+static void ref_build(Ref *R, const Mat *M, bool v5) {
     R->n_chk = quant_check_rows(M->rows, R->rows_chk, 256);
     R->w = malloc((size_t)R->n_chk * M->cols * sizeof *R->w);
     int64_t row_bytes = (int64_t)dtype_row_bytes(M->type, M->cols);
     for (int j = 0; j < R->n_chk; j++) {
         float *w = R->w + (int64_t)j * M->cols;
-        dequantize_row(M->type, M->native + R->rows_chk[j] * row_bytes, w, M->cols);
+        const uint8_t *row = M->native + R->rows_chk[j] * row_bytes;
+        if (v5) {
+            ref_v5_row(M->type, row, w, M->cols);
+            continue;
+        }
+        dequantize_row(M->type, row, w, M->cols);
         for (int64_t c = 0; c < M->cols; c++) w[c] = bf16_to_fp32(fp32_to_bf16(w[c]));
     }
 }
 
 /* One launch; returns the worst |y - ref| / sum |w x| (INFINITY on a failure). */
-static double gemm_case(const Mat *M, const Ref *R, int T, int bn, int ver, bool y_f32) {
+static double gemm_case(const Mat *M, const Ref *R, int T, int bn, int ver, bool y_f32, int y_shift) {
     Err err = {{0}};
     int64_t rows = M->rows, cols = M->cols;
     const char *name = dtype_info(M->type)->name;
     uint16_t *xb = malloc((size_t)T * cols * 2);
     for (int64_t i = 0; i < T * cols; i++) xb[i] = fp32_to_bf16(frand());
     size_t ysz = (size_t)T * rows * (y_f32 ? 4 : 2);
-    void *dx = NULL, *dy = NULL;
+    void *dx = NULL, *dy0 = NULL;
     uint8_t *y = malloc(ysz + GUARD);
-    int rc = cudaMalloc(&dx, (size_t)T * cols * 2) || cudaMalloc(&dy, ysz + GUARD);
+    int rc = cudaMalloc(&dx, (size_t)T * cols * 2) || cudaMalloc(&dy0, ysz + GUARD + 16);
+    void *dy = (uint8_t *)dy0 + y_shift; /* y_shift 2: y not 16-byte aligned (v4 / v5 then store as v3) */
     rc = rc || cudaMemcpy(dx, xb, (size_t)T * cols * 2, cudaMemcpyHostToDevice);
     rc = rc || cudaMemset(dy, 0xff, ysz) || cudaMemset((uint8_t *)dy + ysz, 0x5a, GUARD); /* NaN poison, guard */
     rc = rc || quant_gemm_variant(&M->m, dx, T, dy, y_f32, bn, ver, 0, &err);
@@ -99,7 +144,7 @@ static double gemm_case(const Mat *M, const Ref *R, int T, int bn, int ver, bool
     CHECK(over == 0, "%s [%lld][%lld] T=%d bn=%d v%d y %s: %lld elements over the bound", name, (long long)rows,
           (long long)cols, T, bn, ver, y_f32 ? "f32" : "bf16", (long long)over);
     free(xb); free(y);
-    cudaFree(dx); cudaFree(dy);
+    cudaFree(dx); cudaFree(dy0);
     return worst;
 }
 
@@ -123,21 +168,24 @@ static void test_quant_gemm(void) {
         const Shape *sh = &shapes[s];
         Mat M;
         if (mat_build(&M, sh->type, sh->rows, sh->cols)) continue;
-        Ref R;
-        ref_build(&R, &M);
-        double worst[2] = {0, 0};
+        Ref R[2]; /* v3 / v4, v5 */
+        ref_build(&R[0], &M, false);
+        ref_build(&R[1], &M, true);
+        double worst[3] = {0, 0, 0};
         int n = 0;
-        for (int ver = 3; ver <= 4; ver++)
-            for (int i = 0; i < 5 && sh->Ts[i] && !(ver == 4 && sh->type == DT_Q8_0 && sh->cols % 256); i++)
+        for (int ver = 3; ver <= 5; ver++)
+            for (int i = 0; i < 5 && sh->Ts[i] && (ver == 3 || quant_gemm_tma_takes(sh->type, sh->cols)); i++)
                 for (int bn = 128; bn <= 256; bn *= 2) {
                     bool y_f32 = (i + bn / 128) % 2;
-                    double e = gemm_case(&M, &R, sh->Ts[i], bn, ver, y_f32);
+                    int shift = !y_f32 && i == 1 && sh->rows <= 384 ? 2 : 0;
+                    double e = gemm_case(&M, &R[ver == 5], sh->Ts[i], bn, ver, y_f32, shift);
                     if (y_f32 && !(e <= worst[ver - 3])) worst[ver - 3] = e; /* bf16 y: its own rounding dominates */
                     n++;
                 }
-        printf("# quant_gemm %-5s [%5lld][%5lld] %d cases, worst fp32 |y - ref| / sum |w x| v3 %.2e v4 %.2e\n",
-               dtype_info(sh->type)->name, (long long)sh->rows, (long long)sh->cols, n, worst[0], worst[1]);
-        free(R.w);
+        printf("# quant_gemm %-5s [%5lld][%5lld] %d cases, worst fp32 |y - ref| / sum |w x| v3 %.2e v4 %.2e v5 %.2e\n",
+               dtype_info(sh->type)->name, (long long)sh->rows, (long long)sh->cols, n, worst[0], worst[1], worst[2]);
+        free(R[0].w);
+        free(R[1].w);
         mat_free(&M);
     }
 }
@@ -160,14 +208,18 @@ static void test_refused(void) {
     err.msg[0] = 0;
     CHECK(quant_gemm_variant(&M.m, dx, 64, dy, true, 192, 0, 0, &err) != 0 && strstr(err.msg, "192"), "bn 192: '%s'",
           err.msg);
-    CHECK(quant_gemm_variant(&M.m, dx, 64, dy, true, 128, 5, 0, &err) != 0 && strstr(err.msg, "version 5"),
-          "version 5: '%s'", err.msg);
+    CHECK(quant_gemm_variant(&M.m, dx, 64, dy, true, 128, 6, 0, &err) != 0 && strstr(err.msg, "version 6"),
+          "version 6: '%s'", err.msg);
     CHECK(quant_gemm(&M.m, dx, 0, dy, true, 0, &err) == 0, "T = 0 must be a no-op");
     mat_free(&M);
     if (mat_build(&M, DT_Q8_0, 128, 576)) return;
     err.msg[0] = 0; /* v4 loads Q8_0 scales by TMA: rows of cols / 16 bytes, a multiple of 16 */
-    CHECK(quant_gemm_variant(&M.m, dx, 4, dy, true, 128, 4, 0, &err) != 0 && strstr(err.msg, "576"),
-          "v4 Q8_0 cols 576: '%s'", err.msg);
+    CHECK(!quant_gemm_tma_takes(DT_Q8_0, 576) && quant_gemm_tma_takes(DT_Q8_0, 512), "quant_gemm_tma_takes");
+    for (int ver = 4; ver <= 5; ver++) {
+        err.msg[0] = 0;
+        CHECK(quant_gemm_variant(&M.m, dx, 4, dy, true, 128, ver, 0, &err) != 0 && strstr(err.msg, "576"),
+              "v%d Q8_0 cols 576: '%s'", ver, err.msg);
+    }
     CHECK(quant_gemm(&M.m, (char *)dx + 2, 4, dy, true, 0, &err) != 0, "unaligned x taken");
     cudaFree(dx); cudaFree(dy);
     mat_free(&M);
@@ -210,7 +262,7 @@ typedef struct {
     const Mat *M;
     Lt *L;
     void *x, *y, *wbf;
-    int T, route; /* 0: dequantize alone, 1: cuBLASLt alone, 2 / 3: v3 bn 128 / 256, 4 / 5: v4 */
+    int T, route; /* 0: dequantize alone, 1: cuBLASLt alone, 2 / 3: v3 bn 128 / 256, 4 / 5: v4, 6 / 7: v5 */
 } Run;
 
 static int run_once(Run *r) {
@@ -219,7 +271,7 @@ static int run_once(Run *r) {
     switch (r->route) {
     case 0: return quant_dequant_bf16(W, 0, W->rows, r->wbf, 0, &err);
     case 1: return lt_gemm(r->L, r->y, r->x, r->wbf, (int)W->rows, r->T, (int)W->cols);
-    default: return quant_gemm_variant(W, r->x, r->T, r->y, false, r->route % 2 ? 256 : 128, r->route < 4 ? 3 : 4, 0, &err);
+    default: return quant_gemm_variant(W, r->x, r->T, r->y, false, r->route % 2 ? 256 : 128, 2 + r->route / 2, 0, &err);
     }
 }
 
@@ -246,6 +298,7 @@ static float time_us(Run *r) {
 }
 
 static void test_timing(void) {
+    enum { NR = 8 }; /* Run.route */
     const int64_t shapes[4][2] = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
     const char *names[4] = {"qkv", "o", "gate+up", "down"};
     const DType types[2] = {DT_Q4_K, DT_Q8_0};
@@ -262,28 +315,28 @@ static void test_timing(void) {
     cudaMemcpy(x, xh, 2048 * 14336 * 2, cudaMemcpyHostToDevice);
     free(xh);
     printf("# timing, bf16 x and y: us per GEMM (TFLOP/s); dequantize + cuBLASLt is the route quant_gemm replaces\n");
-    printf("# %-5s %-8s %5s | %-15s | %-15s | %-15s | %-15s | %-15s | %-15s\n", "type", "matrix", "T", "dequant+Lt",
-           "(Lt alone)", "v3 bn 128", "v3 bn 256", "v4 bn 128", "v4 bn 256");
+    printf("# %-5s %-8s %5s | %-15s | %-15s | %-15s | %-15s | %-15s | %-15s | %-15s | %-15s\n", "type", "matrix", "T",
+           "dequant+Lt", "(Lt alone)", "v3 bn 128", "v3 bn 256", "v4 bn 128", "v4 bn 256", "v5 bn 128", "v5 bn 256");
     for (int ti = 0; ti < 2; ti++)
         for (int k = 0; k < 2; k++) {
-            double tot[6] = {0}, flops_tot = 0;
+            double tot[NR] = {0}, flops_tot = 0;
             for (int s = 0; s < 4; s++) {
                 Mat M;
                 if (mat_build(&M, types[k], shapes[s][0], shapes[s][1])) continue;
                 Run r = {&M, &L, x, y, wbf, Ts[ti], 0};
-                float us[6];
-                for (r.route = 0; r.route < 6; r.route++) us[r.route] = time_us(&r);
+                double u[NR];
+                for (r.route = 0; r.route < NR; r.route++) u[r.route] = time_us(&r);
+                u[0] += u[1]; /* dequantize + cuBLASLt */
                 double flops = 2.0 * Ts[ti] * shapes[s][0] * shapes[s][1];
-                double u[6] = {us[0] + us[1], us[1], us[2], us[3], us[4], us[5]};
                 printf("# %-5s %-8s %5d |", dtype_info(types[k])->name, names[s], Ts[ti]);
-                for (int i = 0; i < 6; i++) printf(" %7.1f (%4.0f) |", u[i], flops / (u[i] * 1e-6) * 1e-12);
+                for (int i = 0; i < NR; i++) printf(" %7.1f (%4.0f) |", u[i], flops / (u[i] * 1e-6) * 1e-12);
                 printf("\n");
-                for (int i = 0; i < 6; i++) tot[i] += u[i];
+                for (int i = 0; i < NR; i++) tot[i] += u[i];
                 flops_tot += flops;
                 mat_free(&M);
             }
             printf("# %-5s %-8s %5d |", dtype_info(types[k])->name, "layer", Ts[ti]);
-            for (int i = 0; i < 6; i++) printf(" %7.1f (%4.0f) |", tot[i], flops_tot / (tot[i] * 1e-6) * 1e-12);
+            for (int i = 0; i < NR; i++) printf(" %7.1f (%4.0f) |", tot[i], flops_tot / (tot[i] * 1e-6) * 1e-12);
             printf("\n");
         }
     CHECK(cudaGetLastError() == cudaSuccess, "timing launches failed");
@@ -300,9 +353,9 @@ int main(int argc, char **argv) {
         int T = atoi(argv[5]), bn = atoi(argv[6]), ver = argc > 7 ? atoi(argv[7]) : 4;
         Mat M;
         void *x = NULL, *y = NULL;
-        int rc = t == DT_COUNT || T <= 0 || mat_build(&M, t, rows, cols) || cudaMalloc(&x, (size_t)T * cols * 2) ||
+        int rc = t == DT_COUNT || T <= 0 || ver < 3 || ver > 5 || mat_build(&M, t, rows, cols) || cudaMalloc(&x, (size_t)T * cols * 2) ||
                  cudaMalloc(&y, (size_t)T * rows * 2);
-        Run r = {&M, NULL, x, y, NULL, T, (ver == 3 ? 2 : 4) + (bn == 256)};
+        Run r = {&M, NULL, x, y, NULL, T, 2 * (ver - 2) + (bn == 256)};
         float us = rc ? NAN : time_us(&r);
         printf("# %s %lldx%lld T=%d bn=%d: %.1f us, %.0f TFLOP/s\n", argv[2], (long long)rows, (long long)cols, T, bn,
                us, 2.0 * T * rows * cols / (us * 1e-6) * 1e-12);
