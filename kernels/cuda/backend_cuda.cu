@@ -82,10 +82,11 @@ extern "C" { /* C headers of the engine: C linkage */
  * bandwidth too, and a copy made ahead competes with them (H200, 8B Q8_0, batch-16 decode 5% slower
  * with it; prefill 512 6% faster: kernels/NOTES.md "dequantize ahead"). */
 #define DEQ_AHEAD_MIN_T 128
-/* The rows of a step whose quantized GEMMs run fused by default (quant_gemm v5; H200, 8B, Q4_K / Q8_0
- * prefill tok/s fused vs dequantize + cuBLASLt: 128 rows 10.2k vs 11.9k, 256 21.5k vs 20.6k, 512 30.5k vs
- * 27.8k, 1024 34.5k vs 33.8k, 2048 33.6k vs 35.1k: kernels/NOTES.md "v5") */
-#define QGEMM_FUSED_MIN_T 192
+/* The rows of a step whose quantized GEMMs run fused by default (quant_gemm v5, K split over the SMs
+ * where a GEMM has few tiles; H200, 8B Q4_K prefill tok/s fused vs dequantize + cuBLASLt: 64 rows 6.4k vs
+ * 5.9k, 128 13.5k vs 11.8k, 512 30.4k vs 27.2k, 1024 34.3k vs 33.7k, 2048 33.6k vs 35.1k; batch-16 decode
+ * 1,267 vs 1,415 tok/s, batch 64 4,540 vs 4,648 (Q8_0 4,894 vs 4,634): kernels/NOTES.md "v5") */
+#define QGEMM_FUSED_MIN_T 64
 #define QGEMM_FUSED_MAX_T 1536
 enum { QGEMM_NEVER, QGEMM_AUTO, QGEMM_ALWAYS };
 #define DEQ_AHEAD_BUFFERS 2 /* the matrix a GEMM reads and the next (3: no faster, measured) */
@@ -133,6 +134,7 @@ typedef struct {
     void *qnative;               /* upload only: a matrix's file bytes before repacking */
     size_t qnative_cap;
     DeqAhead deq;                /* bf16 copies of quantized matrices for GEMMs of more than 8 rows */
+    QuantGemmWork qwork;         /* quant_gemm's split-K partials and counters (zeroed once; qgemm_mode != NEVER) */
     int64_t deq_elems;
     int deq_bufs;                /* dequantization buffers: DEQ_AHEAD_BUFFERS, or CLLM_DEQ_AHEAD=1..3 (0: 1) */
     const QuantMatrix **qnext;   /* [n_layers * LAYER_REFS + 1] the quantized matrix a step multiplies after each slot's */
@@ -320,7 +322,7 @@ static void qgemm(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const Qua
         return;
     }
     if (q_fused(cb, W, T)) {
-        if (quant_gemm_variant(W, x, T, y, y_f32, 0, cb->qgemm_version, cb->stream, &e)) quant_fail(cb, &e);
+        if (quant_gemm_variant(W, x, T, y, y_f32, 0, cb->qgemm_version, 0, &cb->qwork, cb->stream, &e)) quant_fail(cb, &e);
         else if (bias) cuda_add_bias(y, y_f32, bias, T, (int)W->rows, cb->stream);
         return;
     }
@@ -1223,7 +1225,7 @@ static void cuda_destroy(Backend *be) {
     for (int i = 0; i < cb->n_bufs; i++) cudaFree(cb->bufs[i].ptr);
     void *dev[] = {cb->d_ids, cb->d_pos, cb->d_seq, cb->d_tables, cb->d_slot, cb->d_rows, cb->scratch, cb->router,
                    cb->moe_w, cb->moe_acc, cb->moe_idx, cb->moe_rows, cb->moe_act, cb->moe_out, cb->workspace,
-                   cb->d_inv_freq, cb->kv_pool, cb->d_meta, cb->work.part, cb->qnative};
+                   cb->d_inv_freq, cb->kv_pool, cb->d_meta, cb->work.part, cb->qnative, cb->qwork.buf};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
     void *pinned[] = {cb->h_ids, cb->h_pos, cb->h_seq, cb->h_slot, cb->h_rows, cb->h_tables, cb->h_router, cb->h_w,
                       cb->h_idx, cb->h_meta};
@@ -1449,6 +1451,14 @@ extern "C" Backend *backend_cuda_create_opts(const ModelConfig *c, const ModelWe
     if (rc == 0 && cublasLtCreate(&cb->lt) != CUBLAS_STATUS_SUCCESS) rc = err_set(err, "cuBLASLt: cannot initialize");
     if (rc == 0 && (e = cudaMalloc(&cb->workspace, cb->workspace_bytes)) != cudaSuccess)
         rc = err_set(err, "cuda: workspace: %s", cudaGetErrorString(e));
+    if (rc == 0 && cb->qgemm_mode != QGEMM_NEVER) {
+        int sms = 0;
+        cb->qwork.bytes = (e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, o->device)) == cudaSuccess
+                              ? quant_gemm_work_bytes(sms) : 0;
+        if (e == cudaSuccess && (e = cudaMalloc(&cb->qwork.buf, cb->qwork.bytes)) == cudaSuccess)
+            e = cudaMemset(cb->qwork.buf, 0, cb->qwork.bytes);
+        if (e != cudaSuccess) rc = err_set(err, "cuda: quant_gemm work space: %s", cudaGetErrorString(e));
+    }
     if (rc == 0) rc = upload_model(cb, c, host, load_gbps, err);
     if (rc == 0) rc = cuda_alloc_step(cb, c, host, err);
     if (rc == 0) rc = attn_alloc_work(cb, c, o, err);

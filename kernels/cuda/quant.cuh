@@ -130,13 +130,25 @@ int quant_gemv_x8_glu(const QuantMatrix *W, const void *x, const QxNorm *n, void
  * fragments in registers; 5: 4 with bf16x2 dequantization arithmetic, its
  * values within ~2^-8 of quant_dequant_bf16's, not equal; 0 = the default:
  * 5 where it takes W, else 3).
- * 4 and 5 take W where quant_gemm_tma_takes (Q8_0: cols % 256 == 0). */
+ * 4 and 5 take W where quant_gemm_tma_takes (Q8_0: cols % 256 == 0).
+ * Split K (4 and 5 at 128 tokens a block): `splits` blocks share a tile's
+ * K, each adds its fp32 partial sums into `work` and the tile's last adds
+ * them all in split order (deterministic); 0 = as many as fill one wave of
+ * blocks where work is given (a GEMM of few tiles: small batches), else 1.
+ * work: quant_gemm_work_bytes(SM count) bytes, zeroed once before the first
+ * use (its counters go back to 0 after each launch), one launch at a time. */
+typedef struct {
+    void *buf;
+    size_t bytes;
+} QuantGemmWork;
 bool quant_gemm_available(void);
 bool quant_gemm_supported(DType t, int64_t rows, int64_t cols);
 bool quant_gemm_tma_takes(DType t, int64_t cols);
-int quant_gemm(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, cudaStream_t s, Err *err);
-int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int bn, int ver,
-                       cudaStream_t s, Err *err);
+size_t quant_gemm_work_bytes(int sms);
+int quant_gemm(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, const QuantGemmWork *work,
+               cudaStream_t s, Err *err);
+int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int bn, int ver, int splits,
+                       const QuantGemmWork *work, cudaStream_t s, Err *err);
 
 /* dst [n_rows][cols] bf16 = rows row0 .. row0+n_rows-1 of W, bit-exact with
  * dequantize_row (kernels/dtype.c) followed by round-to-nearest-even bf16. */

@@ -556,14 +556,15 @@ static __device__ __forceinline__ void qr_hold(uint32_t (&a)[4][4]) {
 
 /* Thread j of 256: wait for stage kt's bytes, multiply, and release kt - 1's
  * buffer once the wait for its products is over; thread 0 then refills it
- * with stage kt - 1 + S when all 256 have (S - 1 stages ahead). A turn of
- * the loop is 4 stages (KT is a multiple of 4: cols % 256 == 0) in buffers
+ * with stage kt - 1 + S when all 256 have (S - 1 stages ahead). Stages kt0
+ * .. kt1 - 1 (the block's split of K). A turn of the loop is 4 stages (kt0
+ * and kt1 are multiples of 4: cols % 256 == 0) in buffers
  * q .. q + 3, q = 4 (turn % (S / 4)): kt % 4 and the offsets of every
  * descriptor and barrier from q's are constants. */
 template <int Q, int NH, bool PK>
 static __device__ __forceinline__ void qr_multiply(float (&acc)[NH][64], uint8_t *smem, const CUtensorMap *tx,
                                                    const CUtensorMap *tw, const CUtensorMap *tw2, int n0, int m0,
-                                                   int KT) {
+                                                   int kt0, int kt1) {
     constexpr int S = qr_stages<Q, NH>(), SB = qr_stage_bytes<Q, NH>();
     const int j = threadIdx.x, wg = j >> 7, warp = (j >> 5) & 3, lane = j & 31;
     const int row0 = 64 * wg + 16 * warp + (lane >> 2), t = lane & 3;
@@ -576,7 +577,7 @@ static __device__ __forceinline__ void qr_multiply(float (&acc)[NH][64], uint8_t
     uint32_t a[2][4][4];
     constexpr int G = S / 4; /* turns a buffer's use count advances by one */
     static_assert(S % 4 == 0, "buffers in fours");
-    for (int k0 = 0, turn = 0; k0 < KT; k0 += 4, turn++) {
+    for (int k0 = kt0, turn = 0; k0 < kt1; k0 += 4, turn++) {
         const int q = 4 * (turn % G), n = turn / G;                 /* buffers q + u, their use count */
         const int qp = q ? q - 4 : S - 4, np = q ? n : n - 1;        /* the turn before's */
 #pragma unroll
@@ -589,14 +590,14 @@ static __device__ __forceinline__ void qr_multiply(float (&acc)[NH][64], uint8_t
             for (int k = 0; k < 4; k++)
 #pragma unroll
                 for (int h = 0; h < NH; h++)
-                    wg_mma_rs(acc[h], a[u & 1][k], d0 + (((q + u) * SB + h * 128 * 128 + 32 * k) >> 4), kt | k);
+                    wg_mma_rs(acc[h], a[u & 1][k], d0 + (((q + u) * SB + h * 128 * 128 + 32 * k) >> 4), (kt - kt0) | k);
             wg_commit();
             wg_wait<1>();
             qr_hold(a[(u + 1) & 1]); /* stage kt - 1's registers: free only from here */
-            if (kt > 0) {
+            if (kt > kt0) {
                 const int prev = u ? q + u - 1 : qp + 3, pn = u ? n : np; /* kt - 1's buffer and use count */
                 mbar_arrive(bars + 8 * (S + prev));
-                if (j == 0 && kt - 1 + S < KT) {
+                if (j == 0 && kt - 1 + S < kt1) {
                     mbar_wait(bars + 8 * (S + prev), pn & 1);
                     qr_load<Q, NH>(smem, tx, tw, tw2, n0, m0, kt - 1 + S, prev);
                 }
@@ -666,6 +667,41 @@ static __device__ __forceinline__ void qr_store_bf16(__nv_bfloat16 *y, const flo
 }
 #endif
 
+/* Split K (blockIdx.z of gridDim.z splits): the block's fp32 accumulators
+ * to its place in `part` (tile t's split z at (t splits + z) 128 128 NH
+ * floats, thread j's float4 i at i 256 + j: coalesced), then the last split
+ * of the tile to count itself in (a counter per tile, back to 0 after it)
+ * adds every split's partial in split order: the same sums whichever
+ * arrives last. Returns whether this block holds the tile's sums. */
+template <int NH>
+static __device__ bool qr_split_reduce(float (&acc)[NH][64], float *part, unsigned *count, int tile) {
+    const int j = threadIdx.x, splits = gridDim.z;
+    float4 *mine = (float4 *)part + ((size_t)tile * splits + blockIdx.z) * (32 * 128 * NH);
+#pragma unroll
+    for (int h = 0; h < NH; h++)
+#pragma unroll
+        for (int i = 0; i < 16; i++)
+            __stcg(mine + (16 * h + i) * QR_THREADS + j,
+                   make_float4(acc[h][4 * i], acc[h][4 * i + 1], acc[h][4 * i + 2], acc[h][4 * i + 3]));
+    __threadfence();
+    if (!__syncthreads_or(j == 0 && atomicAdd(count + tile, 1u) == (unsigned)splits - 1)) return false;
+    __threadfence(); /* the other splits' partials, visible once their counts are */
+    const float4 *all = (const float4 *)part + (size_t)tile * splits * (32 * 128 * NH);
+#pragma unroll
+    for (int h = 0; h < NH; h++)
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            float4 v = __ldcg(all + (16 * h + i) * QR_THREADS + j);
+            for (int z = 1; z < splits; z++) {
+                const float4 w = __ldcg(all + (size_t)z * (32 * 128 * NH) + (16 * h + i) * QR_THREADS + j);
+                v.x += w.x, v.y += w.y, v.z += w.z, v.w += w.w;
+            }
+            acc[h][4 * i] = v.x, acc[h][4 * i + 1] = v.y, acc[h][4 * i + 2] = v.z, acc[h][4 * i + 3] = v.w;
+        }
+    if (j == 0) count[tile] = 0;
+    return true;
+}
+
 /* ---- the kernel ---- */
 
 template <int Q, int NH>
@@ -690,23 +726,25 @@ kernel_quant_gemm(void *y, bool y_f32, const __nv_bfloat16 *x, const uint8_t *qs
 template <int Q, int NH, bool PK>
 __global__ void __launch_bounds__(QR_THREADS, 1)
 kernel_quant_gemm_rs(void *y, bool y_f32, const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw,
-                     const __grid_constant__ CUtensorMap tw2, int T, int M, int K) {
+                     const __grid_constant__ CUtensorMap tw2, int T, int M, int K, float *part, unsigned *count) {
 #if QM_WGMMA
     constexpr int S = qr_stages<Q, NH>(), SB = qr_stage_bytes<Q, NH>();
     extern __shared__ uint8_t qm_smem_raw[];
     uint8_t *smem = qm_smem_raw + ((1024 - (smem_u32(qm_smem_raw) & 1023)) & 1023);
-    const int n0 = blockIdx.x * 128 * NH, m0 = blockIdx.y * QM_BM, KT = K / 64;
+    const int n0 = blockIdx.x * 128 * NH, m0 = blockIdx.y * QM_BM, turns = K / 256; /* turns of 4 stages */
+    const int kt0 = 4 * (blockIdx.z * turns / gridDim.z), kt1 = 4 * ((blockIdx.z + 1) * turns / gridDim.z);
     if (threadIdx.x == 0) {
         for (int i = 0; i < S; i++) {
             mbar_init(smem_u32(smem) + S * SB + 8 * i, 1);         /* full: thread 0's expect_tx */
             mbar_init(smem_u32(smem) + S * SB + 8 * (S + i), 256); /* empty: every thread */
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        for (int kt = 0; kt < S && kt < KT; kt++) qr_load<Q, NH>(smem, &tx, &tw, &tw2, n0, m0, kt, kt);
+        for (int kt = kt0; kt < kt0 + S && kt < kt1; kt++) qr_load<Q, NH>(smem, &tx, &tw, &tw2, n0, m0, kt, kt - kt0);
     }
     __syncthreads();
-    float acc[NH][64]; /* written first by the wgmma of kt = 0, k = 0 (add = 0) */
-    qr_multiply<Q, NH, PK>(acc, smem, &tx, &tw, &tw2, n0, m0, KT);
+    float acc[NH][64]; /* written first by the wgmma of kt = kt0, k = 0 (add = 0) */
+    qr_multiply<Q, NH, PK>(acc, smem, &tx, &tw, &tw2, n0, m0, kt0, kt1);
+    if (gridDim.z > 1 && !qr_split_reduce<NH>(acc, part, count, blockIdx.y * gridDim.x + blockIdx.x)) return;
     static_assert(128 * NH * QR_Y_STRIDE <= S * SB, "y's tile in the stage buffers");
     if (y_f32 || (uintptr_t)y % 16) qm_store<NH>(y, y_f32, acc, T, M, n0, m0 + 64 * (threadIdx.x >> 7));
     else qr_store_bf16<NH>((__nv_bfloat16 *)y, acc, smem, T, M, n0, m0);
@@ -756,8 +794,16 @@ static int qr_map(PFN_cuTensorMapEncodeTiled_v12000 enc, CUtensorMap *m, CUtenso
     return 0;
 }
 
+/* A launch of v4 / v5: splits of K, their partials and tile counters (split K only) */
+typedef struct {
+    int splits;
+    float *part;
+    unsigned *count;
+} QrSplit;
+
 template <int Q, int NH, bool PK>
-static int qm_launch_v4(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, cudaStream_t s, Err *err) {
+static int qm_launch_v4(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, const QrSplit *sp,
+                        cudaStream_t s, Err *err) {
     void *fn = NULL;
     cudaDriverEntryPointQueryResult q;
     CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q), err);
@@ -781,40 +827,59 @@ static int qm_launch_v4(const QuantMatrix *W, const void *x, int T, void *y, boo
         return -1;
     const int smem = qr_smem_bytes<Q, NH>();
     CUDA_CHECK(cudaFuncSetAttribute(kernel_quant_gemm_rs<Q, NH, PK>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), err);
-    dim3 grid((unsigned)((T + 128 * NH - 1) / (128 * NH)), (unsigned)(W->rows / QM_BM));
-    kernel_quant_gemm_rs<Q, NH, PK><<<grid, QR_THREADS, smem, s>>>(y, y_f32, tx, tw, tw2, T, (int)W->rows, (int)W->cols);
+    dim3 grid((unsigned)((T + 128 * NH - 1) / (128 * NH)), (unsigned)(W->rows / QM_BM), (unsigned)sp->splits);
+    kernel_quant_gemm_rs<Q, NH, PK><<<grid, QR_THREADS, smem, s>>>(y, y_f32, tx, tw, tw2, T, (int)W->rows, (int)W->cols,
+                                                                   sp->part, sp->count);
     CUDA_CHECK(cudaGetLastError(), err);
     return 0;
 }
 
 template <int Q, int NH>
-static int qm_launch(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int ver, cudaStream_t s,
-                     Err *err) {
+static int qm_launch(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int ver, const QrSplit *sp,
+                     cudaStream_t s, Err *err) {
     return ver == 3   ? qm_launch_v3<Q, NH>(W, x, T, y, y_f32, s, err)
-           : ver == 4 ? qm_launch_v4<Q, NH, false>(W, x, T, y, y_f32, s, err)
-                      : qm_launch_v4<Q, NH, true>(W, x, T, y, y_f32, s, err);
+           : ver == 4 ? qm_launch_v4<Q, NH, false>(W, x, T, y, y_f32, sp, s, err)
+                      : qm_launch_v4<Q, NH, true>(W, x, T, y, y_f32, sp, s, err);
+}
+
+static int qm_sm_count(Err *err) {
+    int dev = 0, sms = 0;
+    CUDA_CHECK(cudaGetDevice(&dev), err);
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), err);
+    return sms;
 }
 
 /* tokens per block: 256 from about two thirds of a tile per SM (measured at
  * 512 tokens: qkv's 96 tiles of 256 beat 192 of 128, 306 vs 207 TFLOP/s; o's
  * 64 lose to 128, 208 vs 268), else 128 */
-static int qm_pick_bn(const QuantMatrix *W, int T, Err *err) {
-    int dev = 0, sms = 0;
-    CUDA_CHECK(cudaGetDevice(&dev), err);
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), err);
+static int qm_pick_bn(const QuantMatrix *W, int T, int sms) {
     int64_t tiles256 = (int64_t)((T + 255) / 256) * (W->rows / QM_BM);
     return 3 * tiles256 >= 2 * sms ? 256 : 128;
 }
 
-int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int bn, int ver,
-                       cudaStream_t s, Err *err) {
+/* the counters' bytes of a split launch over `tiles` tiles, 256-aligned */
+static size_t qm_count_bytes(int64_t tiles) { return (size_t)(tiles * 4 + 255) / 256 * 256; }
+
+size_t quant_gemm_work_bytes(int sms) { return qm_count_bytes(sms) + (size_t)sms * 128 * 128 * sizeof(float); }
+
+/* Splits of K: as many as fit beside the tiles in one wave of blocks (one a
+ * SM), so a GEMM of few tiles (a small batch) still streams W on every SM;
+ * at most one a turn of 4 stages, and 16. */
+static int qm_pick_splits(int64_t tiles, int turns, int sms) {
+    int64_t z = sms / tiles;
+    return (int)(z < 1 ? 1 : z > 16 ? (turns < 16 ? turns : 16) : z > turns ? turns : z);
+}
+int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int bn, int ver, int splits,
+                       const QuantGemmWork *work, cudaStream_t s, Err *err) {
     if (!quant_gemm_supported(W->type, W->rows, W->cols))
         return err_set(err, "quant_gemm: %s [%lld][%lld] not supported (Q4_K or Q8_0, rows a multiple of 128)",
                        dtype_info(W->type)->name, (long long)W->rows, (long long)W->cols);
     if (!quant_gemm_available()) return err_set(err, "quant_gemm: needs an sm_90a build on a compute-capability 9.0 GPU");
     if (T <= 0) return T == 0 ? 0 : err_set(err, "quant_gemm: T = %d", T);
     if ((uintptr_t)x % 16 || (W->cols * 2) % 16) return err_set(err, "quant_gemm: x must be 16-byte aligned");
-    if (bn == 0 && (bn = qm_pick_bn(W, T, err)) < 0) return -1;
+    const int sms = qm_sm_count(err);
+    if (sms <= 0) return -1;
+    if (bn == 0) bn = qm_pick_bn(W, T, sms);
     if (bn != 128 && bn != 256) return err_set(err, "quant_gemm: tokens per block %d (128 or 256)", bn);
     const bool tma = quant_gemm_tma_takes(W->type, W->cols);
     if (ver == 0) ver = tma ? 5 : 3;
@@ -822,13 +887,29 @@ int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool
     if (ver >= 4 && !tma)
         return err_set(err, "quant_gemm: version %d takes Q8_0 with cols a multiple of 256, not %lld", ver,
                        (long long)W->cols);
+    const int64_t tiles = (int64_t)((T + bn - 1) / bn) * (W->rows / QM_BM);
+    const int turns = (int)(W->cols / 256);
+    if (splits == 0) splits = work && ver >= 4 && bn == 128 ? qm_pick_splits(tiles, turns, sms) : 1;
+    QrSplit sp = {splits, NULL, NULL};
+    if (splits < 1 || (splits > 1 && (ver < 4 || bn != 128 || splits > turns)))
+        return err_set(err, "quant_gemm: %d splits of K (v4 / v5 at 128 tokens a block, at most cols / 256 = %d)",
+                       splits, turns);
+    if (splits > 1) {
+        size_t need = qm_count_bytes(tiles) + (size_t)(tiles * splits) * 128 * 128 * sizeof(float);
+        if (!work || !work->buf || work->bytes < need)
+            return err_set(err, "quant_gemm: %d splits of %lld tiles need %zu bytes of work space, not %zu", splits,
+                           (long long)tiles, need, work ? work->bytes : 0);
+        sp.count = (unsigned *)work->buf;
+        sp.part = (float *)((char *)work->buf + qm_count_bytes(tiles));
+    }
     if (W->type == DT_Q4_K)
-        return bn == 128 ? qm_launch<DT_Q4_K, 1>(W, x, T, y, y_f32, ver, s, err)
-                         : qm_launch<DT_Q4_K, 2>(W, x, T, y, y_f32, ver, s, err);
-    return bn == 128 ? qm_launch<DT_Q8_0, 1>(W, x, T, y, y_f32, ver, s, err)
-                     : qm_launch<DT_Q8_0, 2>(W, x, T, y, y_f32, ver, s, err);
+        return bn == 128 ? qm_launch<DT_Q4_K, 1>(W, x, T, y, y_f32, ver, &sp, s, err)
+                         : qm_launch<DT_Q4_K, 2>(W, x, T, y, y_f32, ver, &sp, s, err);
+    return bn == 128 ? qm_launch<DT_Q8_0, 1>(W, x, T, y, y_f32, ver, &sp, s, err)
+                     : qm_launch<DT_Q8_0, 2>(W, x, T, y, y_f32, ver, &sp, s, err);
 }
 
-int quant_gemm(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, cudaStream_t s, Err *err) {
-    return quant_gemm_variant(W, x, T, y, y_f32, 0, 0, s, err);
+int quant_gemm(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, const QuantGemmWork *work,
+               cudaStream_t s, Err *err) {
+    return quant_gemm_variant(W, x, T, y, y_f32, 0, 0, 0, work, s, err);
 }

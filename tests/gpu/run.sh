@@ -153,7 +153,7 @@ for t in q8_0 q4_0 q4_k q5_k q6_k; do
 done
 run_check quant_forward_tiny "$BIN/test_quant_forward" "${quant_files[@]}"
 # the same files with every GEMM of > 8 rows through the fused GEMM (CLLM_QUANT_GEMM=1,
-# quant_gemm.cu; by default only steps of 192..1536 rows): the 2-layer 8B shapes are
+# quant_gemm.cu; by default only steps of 64..1536 rows): the 2-layer 8B shapes are
 # the ones it takes (Q8_0, Q4_K, rows % 128)
 run_check quant_forward_tiny_fused env CLLM_QUANT_GEMM=1 "$BIN/test_quant_forward" "$QDIR/l8-tiny-q8_0.gguf" \
     "$QDIR/l8-tiny-q4_k.gguf"

@@ -18,7 +18,12 @@
  *     written; a guard after y must stay untouched (tails not stored); a
  *     few cases with y 2 bytes off 16-byte alignment (v4 / v5 store bf16 y
  *     through shared memory in 16-byte pieces, an unaligned y as v3 does).
- *   - refusals: types and shapes it does not take, a bad tile size or version.
+ *     v4 / v5 at 128 tokens a block split K as quant_gemm picks for the
+ *     shape (up to one split a turn of 4 stages on the small ones), or in 3
+ *     uneven splits, all cases through one work space (a counter left
+ *     non-zero would break the next case's reduction).
+ *   - refusals: types and shapes it does not take, a bad tile size, version
+ *     or split count, a missing or short work space.
  *   - timing (printed, never asserted; not with --quick): the four GEMMs of
  *     a Llama-3-8B layer at 512 and 2048 tokens, fused (v3 and v4, 128 and
  *     256 tokens a block) against the route it replaces (dequantize to bf16, then
@@ -95,7 +100,8 @@ static void ref_build(Ref *R, const Mat *M, bool v5) {
 }
 
 /* One launch; returns the worst |y - ref| / sum |w x| (INFINITY on a failure). */
-static double gemm_case(const Mat *M, const Ref *R, int T, int bn, int ver, bool y_f32, int y_shift) {
+static double gemm_case(const Mat *M, const Ref *R, int T, int bn, int ver, bool y_f32, int y_shift, int splits,
+                        const QuantGemmWork *work) {
     Err err = {{0}};
     int64_t rows = M->rows, cols = M->cols;
     const char *name = dtype_info(M->type)->name;
@@ -108,10 +114,10 @@ static double gemm_case(const Mat *M, const Ref *R, int T, int bn, int ver, bool
     void *dy = (uint8_t *)dy0 + y_shift; /* y_shift 2: y not 16-byte aligned (v4 / v5 then store as v3) */
     rc = rc || cudaMemcpy(dx, xb, (size_t)T * cols * 2, cudaMemcpyHostToDevice);
     rc = rc || cudaMemset(dy, 0xff, ysz) || cudaMemset((uint8_t *)dy + ysz, 0x5a, GUARD); /* NaN poison, guard */
-    rc = rc || quant_gemm_variant(&M->m, dx, T, dy, y_f32, bn, ver, 0, &err);
+    rc = rc || quant_gemm_variant(&M->m, dx, T, dy, y_f32, bn, ver, splits, work, 0, &err);
     rc = rc || cudaDeviceSynchronize() || cudaMemcpy(y, dy, ysz + GUARD, cudaMemcpyDeviceToHost);
-    CHECK(!rc, "%s [%lld][%lld] T=%d bn=%d v%d: launch failed: %s (cuda %d)", name, (long long)rows, (long long)cols,
-          T, bn, ver, err.msg, rc);
+    CHECK(!rc, "%s [%lld][%lld] T=%d bn=%d v%d splits %d: launch failed: %s (cuda %d)", name, (long long)rows,
+          (long long)cols, T, bn, ver, splits, err.msg, rc);
     double worst = rc ? INFINITY : 0;
     int64_t unwritten = 0, guard_hit = 0, over = 0;
     for (int64_t i = 0; !rc && i < T * rows; i++)
@@ -141,8 +147,8 @@ static double gemm_case(const Mat *M, const Ref *R, int T, int bn, int ver, bool
           (long long)cols, T, bn, ver, (long long)unwritten);
     CHECK(guard_hit == 0, "%s [%lld][%lld] T=%d bn=%d v%d: %lld bytes written past y", name, (long long)rows,
           (long long)cols, T, bn, ver, (long long)guard_hit);
-    CHECK(over == 0, "%s [%lld][%lld] T=%d bn=%d v%d y %s: %lld elements over the bound", name, (long long)rows,
-          (long long)cols, T, bn, ver, y_f32 ? "f32" : "bf16", (long long)over);
+    CHECK(over == 0, "%s [%lld][%lld] T=%d bn=%d v%d splits %d y %s: %lld elements over the bound", name,
+          (long long)rows, (long long)cols, T, bn, ver, splits, y_f32 ? "f32" : "bf16", (long long)over);
     free(xb); free(y);
     cudaFree(dx); cudaFree(dy0);
     return worst;
@@ -157,6 +163,11 @@ typedef struct {
 static void test_quant_gemm(void) {
     CHECK(quant_gemm_available(), "quant_gemm not available: an sm_90a build on a compute-capability 9.0 GPU?");
     if (!quant_gemm_available()) return;
+    /* split K: one work space for every case (its counters must come back to 0 after each) */
+    int sms = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    QuantGemmWork work = {NULL, quant_gemm_work_bytes(sms)};
+    CHECK(cudaMalloc(&work.buf, work.bytes) == 0 && cudaMemset(work.buf, 0, work.bytes) == 0, "work space");
     const Shape shapes[] = {
         {DT_Q8_0, 128, 64, {9, 100, 128, 129, 300}},   {DT_Q8_0, 256, 576, {17, 127, 256, 257, 0}},
         {DT_Q8_0, 384, 1024, {64, 200, 0}},            {DT_Q8_0, 4096, 4096, {512, 0}},
@@ -173,12 +184,16 @@ static void test_quant_gemm(void) {
         ref_build(&R[1], &M, true);
         double worst[3] = {0, 0, 0};
         int n = 0;
+        int turns = (int)(sh->cols / 256);
         for (int ver = 3; ver <= 5; ver++)
             for (int i = 0; i < 5 && sh->Ts[i] && (ver == 3 || quant_gemm_tma_takes(sh->type, sh->cols)); i++)
                 for (int bn = 128; bn <= 256; bn *= 2) {
                     bool y_f32 = (i + bn / 128) % 2;
                     int shift = !y_f32 && i == 1 && sh->rows <= 384 ? 2 : 0;
-                    double e = gemm_case(&M, &R[ver == 5], sh->Ts[i], bn, ver, y_f32, shift);
+                    /* v4 / v5 at 128 tokens a block: K split as quant_gemm picks (0), and by 3 where
+                     * that is uneven over the turns */
+                    int splits = ver >= 4 && bn == 128 ? (i == 1 && turns > 3 ? 3 : 0) : 1;
+                    double e = gemm_case(&M, &R[ver == 5], sh->Ts[i], bn, ver, y_f32, shift, splits, &work);
                     if (y_f32 && !(e <= worst[ver - 3])) worst[ver - 3] = e; /* bf16 y: its own rounding dominates */
                     n++;
                 }
@@ -188,6 +203,7 @@ static void test_quant_gemm(void) {
         free(R[1].w);
         mat_free(&M);
     }
+    cudaFree(work.buf);
 }
 
 static void test_refused(void) {
@@ -199,28 +215,40 @@ static void test_refused(void) {
     CHECK(quant_gemm_supported(DT_Q8_0, 128, 64) && quant_gemm_supported(DT_Q4_K, 4096, 14336), "shapes refused");
     Mat M;
     if (mat_build(&M, DT_Q4_0, 128, 256)) return;
-    CHECK(quant_gemm(&M.m, NULL, 4, NULL, false, 0, &err) != 0 && strstr(err.msg, "Q4_0"), "Q4_0: '%s'", err.msg);
+    CHECK(quant_gemm(&M.m, NULL, 4, NULL, false, NULL, 0, &err) != 0 && strstr(err.msg, "Q4_0"), "Q4_0: '%s'", err.msg);
     mat_free(&M);
     if (mat_build(&M, DT_Q4_K, 128, 256)) return;
     void *dx = NULL, *dy = NULL;
     cudaMalloc(&dx, 64 * 256 * 2);
     cudaMalloc(&dy, 64 * 128 * 4);
     err.msg[0] = 0;
-    CHECK(quant_gemm_variant(&M.m, dx, 64, dy, true, 192, 0, 0, &err) != 0 && strstr(err.msg, "192"), "bn 192: '%s'",
+    CHECK(quant_gemm_variant(&M.m, dx, 64, dy, true, 192, 0, 0, NULL, 0, &err) != 0 && strstr(err.msg, "192"), "bn 192: '%s'",
           err.msg);
-    CHECK(quant_gemm_variant(&M.m, dx, 64, dy, true, 128, 6, 0, &err) != 0 && strstr(err.msg, "version 6"),
+    CHECK(quant_gemm_variant(&M.m, dx, 64, dy, true, 128, 6, 0, NULL, 0, &err) != 0 && strstr(err.msg, "version 6"),
           "version 6: '%s'", err.msg);
-    CHECK(quant_gemm(&M.m, dx, 0, dy, true, 0, &err) == 0, "T = 0 must be a no-op");
+    CHECK(quant_gemm(&M.m, dx, 0, dy, true, NULL, 0, &err) == 0, "T = 0 must be a no-op");
+    mat_free(&M);
+    if (mat_build(&M, DT_Q4_K, 128, 1024)) return; /* 4 turns of K */
+    QuantGemmWork small = {dx, 1000};
+    const struct { int bn, ver, splits; const QuantGemmWork *w; const char *what; } bad[] = {
+        {128, 5, 2, NULL, "work space"}, {128, 5, 2, &small, "work space"}, {128, 3, 2, NULL, "2 splits"},
+        {256, 5, 2, NULL, "2 splits"},   {128, 5, 5, NULL, "5 splits"},     {128, 5, -1, NULL, "-1 splits"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err.msg[0] = 0;
+        CHECK(quant_gemm_variant(&M.m, dx, 64, dy, true, bad[i].bn, bad[i].ver, bad[i].splits, bad[i].w, 0, &err) != 0 &&
+                  strstr(err.msg, bad[i].what),
+              "bn %d v%d %d splits: '%s'", bad[i].bn, bad[i].ver, bad[i].splits, err.msg);
+    }
     mat_free(&M);
     if (mat_build(&M, DT_Q8_0, 128, 576)) return;
     err.msg[0] = 0; /* v4 loads Q8_0 scales by TMA: rows of cols / 16 bytes, a multiple of 16 */
     CHECK(!quant_gemm_tma_takes(DT_Q8_0, 576) && quant_gemm_tma_takes(DT_Q8_0, 512), "quant_gemm_tma_takes");
     for (int ver = 4; ver <= 5; ver++) {
         err.msg[0] = 0;
-        CHECK(quant_gemm_variant(&M.m, dx, 4, dy, true, 128, ver, 0, &err) != 0 && strstr(err.msg, "576"),
+        CHECK(quant_gemm_variant(&M.m, dx, 4, dy, true, 128, ver, 0, NULL, 0, &err) != 0 && strstr(err.msg, "576"),
               "v%d Q8_0 cols 576: '%s'", ver, err.msg);
     }
-    CHECK(quant_gemm(&M.m, (char *)dx + 2, 4, dy, true, 0, &err) != 0, "unaligned x taken");
+    CHECK(quant_gemm(&M.m, (char *)dx + 2, 4, dy, true, NULL, 0, &err) != 0, "unaligned x taken");
     cudaFree(dx); cudaFree(dy);
     mat_free(&M);
 }
@@ -271,7 +299,9 @@ static int run_once(Run *r) {
     switch (r->route) {
     case 0: return quant_dequant_bf16(W, 0, W->rows, r->wbf, 0, &err);
     case 1: return lt_gemm(r->L, r->y, r->x, r->wbf, (int)W->rows, r->T, (int)W->cols);
-    default: return quant_gemm_variant(W, r->x, r->T, r->y, false, r->route % 2 ? 256 : 128, 2 + r->route / 2, 0, &err);
+    default:
+        return quant_gemm_variant(W, r->x, r->T, r->y, false, r->route % 2 ? 256 : 128, 2 + r->route / 2, 1, NULL, 0,
+                                  &err);
     }
 }
 
