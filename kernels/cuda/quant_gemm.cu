@@ -9,9 +9,11 @@
  * where wgmma reads them, so the quantized bytes are the only weight traffic
  * and no scratch exists.
  *
- * Two kernels. v4 (the default; below the v3 code): each multiplying thread
- * dequantizes its own wgmma A fragment in registers, the stages come by TMA;
- * see its section. v3 (Q8_0 with cols % 256 != 0, and by version):
+ * Two kernels. v4 / v5 (v5 the default; below the v3 code): each multiplying
+ * thread dequantizes its own wgmma A fragment in registers (v4 with v3's
+ * exact fp32 operations, v5 with bf16x2 ones), the stages come by TMA, and K
+ * may be split over blocks for GEMMs of few tiles; see its section. v3
+ * (Q8_0 with cols % 256 != 0, and by version):
  * Block: 384 threads, 128 rows of W by BN = 128 x NH tokens of x, in stages
  * of 64 values of k, both tiles in the 128-byte-swizzled K-major layout of
  * wgmma's descriptors. Warpgroup 0, the "maker", dequantizes W's [128][64]
@@ -19,10 +21,10 @@
  * ahead). Warpgroups 1 and 2, the "multipliers", copy x's [BN][64] tiles by
  * cp.async S - 1 stages ahead and multiply 64 W rows each (wgmma m64n128k16,
  * both operands from shared memory, fp32 accumulators in registers). Named
- * barriers hand stages over (full / empty). The W values
+ * barriers hand stages over (full / empty). v3's and v4's W values
  * are quant_dequant_bf16's exactly (the same correctly rounded fp32
- * operations, then bf16), so this GEMM differs from dequantize + cuBLASLt
- * only in the order of the fp32 sums. */
+ * operations, then bf16), so they differ from dequantize + cuBLASLt only in
+ * the order of the fp32 sums; v5's are within ~2^-8 of them. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda.h>
@@ -460,8 +462,8 @@ static __device__ __forceinline__ void qr_frags_bf16x2(uint32_t (&a)[4][4], cons
     if (Q == DT_Q4_K) {
         const uint8_t *rw = w + row * 32;
         const uint4 h = *(const uint4 *)(w + qr_codes_bytes<Q>() + row * 16);
-        const float2 dmin = __half22float2(*(const __half2 *)&h.x);
-        const uint32_t dm = bf16_pair(dmin.x, -dmin.y);
+        const float2 d_dmin = __half22float2(*(const __half2 *)&h.x);
+        const uint32_t dm = bf16_pair(d_dmin.x, -d_dmin.y);
         uint32_t s2[2], c2[2];
 #pragma unroll
         for (int n = 0; n < 2; n++) {
@@ -632,7 +634,7 @@ static __device__ __forceinline__ void qm_store(void *y, bool y_f32, const float
             }
 }
 
-/* v4's bf16 y: the block's [128 NH tokens][128 rows] tile through shared
+/* v4 / v5's bf16 y: the block's [128 NH tokens][128 rows] tile through shared
  * memory (the stage buffers, free once every thread is past the loop), so
  * y's rows go out in 16-byte stores (qm_store's 2-byte ones scatter over
  * half-used sectors). stmatrix .trans takes each 8 x 8 accumulator block
