@@ -306,6 +306,14 @@ static const QuantMatrix *qnext_of(const CudaBackend *cb, const QuantMatrix *W) 
     return W && slot < n_slots ? cb->qnext[slot] : NULL;
 }
 
+/* The next matrix after W that a step of T rows dequantizes (the ones it runs fused are passed
+ * over, a layer's worth at most), or NULL. */
+static const QuantMatrix *qnext_dequantized(const CudaBackend *cb, const QuantMatrix *W, int T) {
+    for (int hop = 0; hop < LAYER_REFS; hop++)
+        if (!(W = qnext_of(cb, W)) || !q_fused(cb, W, T)) return W;
+    return NULL;
+}
+
 /* The same for a quantized W: quant_gemv up to 8 rows (reads each block
  * once); above, quant_gemm where it takes W (q_fused: tiles dequantized in
  * shared memory for wgmma); else W is dequantized to the bf16 scratch in chunks of rows and
@@ -331,11 +339,7 @@ static void qgemm(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const Qua
     if (chunk < 1) { err_set(&e, "cuda: no dequantization scratch for a %lld-wide matrix", (long long)W->cols); quant_fail(cb, &e); return; }
     size_t ysz = y_f32 ? sizeof(float) : sizeof(bf16);
     const QuantMatrix *next[DEQ_AHEAD_MAX - 1] = {NULL};
-    for (int k = 0; k < DEQ_AHEAD_MAX - 1; k++) { /* the next ones this step dequantizes */
-        next[k] = qnext_of(cb, k ? next[k - 1] : W);
-        for (int hop = 0; next[k] && q_fused(cb, next[k], T) && hop < 2 * LAYER_REFS; hop++) next[k] = qnext_of(cb, next[k]);
-        if (next[k] && q_fused(cb, next[k], T)) next[k] = NULL;
-    }
+    for (int k = 0; k < DEQ_AHEAD_MAX - 1; k++) next[k] = qnext_dequantized(cb, k ? next[k - 1] : W, T);
     for (int64_t r0 = 0; r0 < W->rows && !cb->failed; r0 += chunk) {
         int64_t nr = W->rows - r0 < chunk ? W->rows - r0 : chunk;
         const bf16 *Wd = (const bf16 *)deq_ahead_get(&cb->deq, W, r0, nr, cb->stream, &e);
