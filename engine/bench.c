@@ -1,6 +1,7 @@
 /* bench.c — `cllm bench` (see bench.h): times whole forward steps through the
- * engine with a monotonic clock. Every step ends reading logits back, which
- * waits for the device, so a step's time is the device's time for it. */
+ * engine with a monotonic clock. Every step ends waiting for its result (the
+ * logits read back, or at batch > 1 the tokens drawn on the device as the
+ * scheduler draws them), so a step's time is the device's time for it. */
 #include "engine/bench.h"
 
 #include <errno.h>
@@ -132,7 +133,10 @@ typedef struct {
     KVDtype kv_dtype;        /* of the cache (bytes a decode step reads) */
     uint64_t rng;
     int32_t *ids;            /* [max tokens of one feed] */
-    float *logits;           /* [batch][vocab] (batch > 1) */
+    float *logits;           /* [batch][vocab] (batch > 1, no device sampling) */
+    Sampler greedy;          /* batch > 1 with device sampling: every row's sampler */
+    Sampler **samplers;      /* [batch], all &greedy; NULL: logits read back */
+    int32_t *drawn;          /* [batch] */
     double load_s;
     PrefillResult prefill[BENCH_MAX_LIST];
     DecodeResult decode[BENCH_MAX_LIST];
@@ -210,7 +214,16 @@ static int bench_decode_step(Bench *bn, Sequence *seqs, int n, Err *err) {
         tables[i] = s->bt.blocks;
     }
     AttnBatch b = {n, pos, rows, slots, n, tables, e->block_size};
-    if (engine_forward(e, ids, &b, rows, n, bn->logits, err)) return -1;
+    /* as a batch run pays for a step: greedy draws on the device, only the
+     * tokens come back (reading 64 x 128k fp32 logits would be a third of a
+     * quantized 8B step) */
+    if (engine_forward(e, ids, &b, rows, n, bn->samplers ? NULL : bn->logits, err)) return -1;
+    if (bn->samplers) {
+        Backend *be = e->be;
+        int rc = be->sample(be, e->fw.logits, n, bn->samplers, bn->drawn, err);
+        if (rc < 0) return -1;
+        if (rc > 0) return err_set(err, "bench: the device sampler refused %d greedy rows", n);
+    }
     for (int i = 0; i < n; i++) seqs[i].n_cached++;
     return 0;
 }
@@ -364,6 +377,26 @@ static int bench_run(Bench *bn, Err *err) {
     return 0;
 }
 
+/* Greedy draws on the device for batched decode steps, as the scheduler's. */
+static int bench_device_sampling(Bench *bn, int vocab, Err *err) {
+    SamplerParams greedy = sampler_params_default();
+    greedy.temperature = 0;
+    int n = bn->b->batch;
+    Sampler **rows = malloc((size_t)n * sizeof *rows);
+    bn->drawn = malloc((size_t)n * sizeof *bn->drawn);
+    if (!rows || !bn->drawn) {
+        free(rows);
+        return err_set(err, "out of memory");
+    }
+    if (sampler_init(&bn->greedy, &greedy, vocab, err)) {
+        free(rows);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) rows[i] = &bn->greedy;
+    bn->samplers = rows; /* set last: bench_main frees greedy where it is set */
+    return 0;
+}
+
 int bench_main(const RunOptions *o_in, const BenchOptions *b) {
     Bench *bn = calloc(1, sizeof *bn);
     if (!bn) { fprintf(stderr, "cllm bench: out of memory\n"); return 1; }
@@ -396,6 +429,7 @@ int bench_main(const RunOptions *o_in, const BenchOptions *b) {
     bn->ids = malloc((size_t)o.prefill_chunk * sizeof *bn->ids);
     bn->logits = malloc((size_t)b->batch * vocab * sizeof *bn->logits);
     if (!bn->ids || !bn->logits) rc = err_set(&err, "out of memory");
+    if (rc == 0 && b->batch > 1 && bn->rt.engine.be->sample) rc = bench_device_sampling(bn, vocab, &err);
     if (rc == 0) rc = bench_run(bn, &err);
     if (rc == 0) print_table(bn);
     if (json) {
@@ -405,6 +439,9 @@ int bench_main(const RunOptions *o_in, const BenchOptions *b) {
     if (rc) fprintf(stderr, "cllm bench: %s\n", err.msg);
     free(bn->ids);
     free(bn->logits);
+    if (bn->samplers) sampler_free(&bn->greedy);
+    free(bn->samplers);
+    free(bn->drawn);
     runtime_close(&bn->rt);
     free(bn);
     return rc ? 1 : 0;
