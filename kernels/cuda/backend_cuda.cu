@@ -53,6 +53,7 @@
 #include <time.h>
 
 #include <cublasLt.h>
+#include <cuda_profiler_api.h>
 
 extern "C" { /* C headers of the engine: C linkage */
 #include "attention/attn_meta.h"
@@ -83,10 +84,11 @@ extern "C" { /* C headers of the engine: C linkage */
  * with it; prefill 512 6% faster: kernels/NOTES.md "dequantize ahead"). */
 #define DEQ_AHEAD_MIN_T 128
 /* The rows of a step whose quantized GEMMs run fused by default (quant_gemm v5, K split over the SMs
- * where a GEMM has few tiles; H200, 8B Q4_K prefill tok/s fused vs dequantize + cuBLASLt: 64 rows 6.4k vs
- * 5.9k, 128 13.5k vs 11.8k, 512 30.4k vs 27.2k, 1024 34.3k vs 33.7k, 2048 33.6k vs 35.1k; batch-16 decode
- * 1,267 vs 1,415 tok/s, batch 64 4,540 vs 4,648 (Q8_0 4,894 vs 4,634): kernels/NOTES.md "v5") */
-#define QGEMM_FUSED_MIN_T 64
+ * where a GEMM has few tiles): every step above the GEMVs' 8 rows up to 1536. H200, 8B Q4_K tok/s fused vs
+ * dequantize + cuBLASLt: batch-16 decode 2,067 vs 1,497, batch 32 4,064 vs 2,889, prefill 32 4,373 vs 2,987
+ * (since 128-token tiles at T <= 128); 512 30.4k vs 27.2k, 1024 34.3k vs 33.7k, 2048 33.6k vs 35.1k
+ * (kernels/NOTES.md "v5", "small steps") */
+#define QGEMM_FUSED_MIN_T 9
 #define QGEMM_FUSED_MAX_T 1536
 enum { QGEMM_NEVER, QGEMM_AUTO, QGEMM_ALWAYS };
 #define DEQ_AHEAD_BUFFERS 2 /* the matrix a GEMM reads and the next (3: no faster, measured) */
@@ -127,6 +129,10 @@ typedef struct {
                                     3, 4, 5) or QGEMM_NEVER (=0; also without an sm_90a build on a 9.0 GPU, and in
                                     the batch-invariant mode) */
     int qgemm_version;           /* quant_gemm_variant's version: 0 (default), or CLLM_QUANT_GEMM=3..5 (benchmarks) */
+    int prof_first, prof_count;  /* CLLM_PROFILE_STEPS=FIRST,COUNT: the profiler (ncu --profile-from-start off) records
+                                    steps FIRST .. FIRST + COUNT - 1 only (0-based: a benchmark's batched decode steps
+                                    without the prefills before them) */
+    int64_t steps;               /* steps begun */
     bool rope_apart;             /* CLLM_ROPE_ATTENTION=0: rope_kv_write and attention as two launches at decode
                                     too (the checks compare the two, the benchmarks time them) */
     QuantMatrix *qm;             /* [n_layers * LAYER_REFS + 1] quantized matrices (slot of each WeightRef; last: LM head) */
@@ -757,6 +763,10 @@ static int cuda_be_begin_step(Backend *be, const int32_t *ids, const AttnBatch *
     if (T > cb->max_tokens || b->n_seqs > cb->max_seqs || b->n_seqs < 1)
         return err_set(err, "cuda: step of %d tokens / %d sequences exceeds %d / %d", T, b->n_seqs, cb->max_tokens,
                        cb->max_seqs);
+    if (cb->prof_count > 0 && cb->steps == cb->prof_first) op_fail(cb, cudaProfilerStart(), "profiler start");
+    if (cb->prof_count > 0 && cb->steps == (int64_t)cb->prof_first + cb->prof_count)
+        op_fail(cb, cudaProfilerStop(), "profiler stop");
+    cb->steps++;
     cb->bucket = step_bucket(cb, b, n_logits);
     if (deq_ahead_begin_step(&cb->deq, cb->stream, err)) return -1;
     int Tp = cb->bucket >= 0 ? BUCKET_ROWS[cb->bucket] : T, np = cb->bucket >= 0 ? Tp : n_logits;
@@ -1429,10 +1439,14 @@ extern "C" Backend *backend_cuda_create_opts(const ModelConfig *c, const ModelWe
     const char *da = getenv("CLLM_DEQ_AHEAD"); /* buffers, for benchmarks: 0 or 1 (nothing ahead), 2, 3 */
     bool da_ok = da && da[0] >= '0' && da[0] <= '0' + DEQ_AHEAD_MAX && !da[1];
     cb->deq_bufs = da_ok ? (da[0] == '0' ? 1 : da[0] - '0') : DEQ_AHEAD_BUFFERS;
+    const char *ps = getenv("CLLM_PROFILE_STEPS");
+    if (ps && (sscanf(ps, "%d,%d", &cb->prof_first, &cb->prof_count) != 2 || cb->prof_first < 0 || cb->prof_count < 1))
+        cb->prof_count = -1;
     cb->bucket = -1;
     cb->workspace_bytes = (size_t)32 << 20;
     int rc = 0;
     if (qv && *qv && cb->qgemv_version == 0) rc = err_set(err, "CLLM_QUANT_GEMV '%s': not 1, 2, 3, 4 or 5", qv);
+    if (rc == 0 && cb->prof_count < 0) rc = err_set(err, "CLLM_PROFILE_STEPS '%s': not FIRST,COUNT (0-based)", ps);
     if (rc == 0 && da && *da && !da_ok) rc = err_set(err, "CLLM_DEQ_AHEAD '%s': not 0, 1, 2 or 3", da);
     /* quantized GEMMs of > 8 rows by quant_gemm: unset, by the step's rows; 0 never; 1 always;
      * 3, 4, 5 always, by that version of it (benchmarks, checks) */

@@ -689,16 +689,20 @@ static __device__ bool qr_split_reduce(float (&acc)[NH][64], float *part, unsign
     if (!__syncthreads_or(j == 0 && atomicAdd(count + tile, 1u) == (unsigned)splits - 1)) return false;
     __threadfence(); /* the other splits' partials, visible once their counts are */
     const float4 *all = (const float4 *)part + (size_t)tile * splits * (32 * 128 * NH);
+    /* a split's 16 loads a thread issued together, then added in split
+     * order: about one L2 round trip a split, not one a float4 */
 #pragma unroll
     for (int h = 0; h < NH; h++)
+        for (int z = 0; z < splits; z++) {
+            float4 w[16];
 #pragma unroll
-        for (int i = 0; i < 16; i++) {
-            float4 v = __ldcg(all + (16 * h + i) * QR_THREADS + j);
-            for (int z = 1; z < splits; z++) {
-                const float4 w = __ldcg(all + (size_t)z * (32 * 128 * NH) + (16 * h + i) * QR_THREADS + j);
-                v.x += w.x, v.y += w.y, v.z += w.z, v.w += w.w;
+            for (int i = 0; i < 16; i++) w[i] = __ldcg(all + (size_t)z * (32 * 128 * NH) + (16 * h + i) * QR_THREADS + j);
+#pragma unroll
+            for (int i = 0; i < 16; i++) {
+                float *a = &acc[h][4 * i];
+                if (z == 0) a[0] = w[i].x, a[1] = w[i].y, a[2] = w[i].z, a[3] = w[i].w;
+                else a[0] += w[i].x, a[1] += w[i].y, a[2] += w[i].z, a[3] += w[i].w;
             }
-            acc[h][4 * i] = v.x, acc[h][4 * i + 1] = v.y, acc[h][4 * i + 2] = v.z, acc[h][4 * i + 3] = v.w;
         }
     if (j == 0) count[tile] = 0;
     return true;
@@ -855,6 +859,7 @@ static int qm_sm_count(Err *err) {
  * 512 tokens: qkv's 96 tiles of 256 beat 192 of 128, 306 vs 207 TFLOP/s; o's
  * 64 lose to 128, 208 vs 268), else 128 */
 static int qm_pick_bn(const QuantMatrix *W, int T, int sms) {
+    if (T <= 128) return 128; /* one tile of tokens either way: 256 only doubles the multiplications */
     int64_t tiles256 = (int64_t)((T + 255) / 256) * (W->rows / QM_BM);
     return 3 * tiles256 >= 2 * sms ? 256 : 128;
 }
