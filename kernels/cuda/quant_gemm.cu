@@ -63,17 +63,21 @@ template <int NH> static __host__ __device__ constexpr int qm_smem_bytes() {
 #define QR_THREADS 256 /* two warpgroups; thread 0 also issues the loads */
 template <int Q> static __host__ __device__ constexpr int qr_codes_bytes() { return Q == DT_Q4_K ? QM_BM * 32 : QM_BM * 64; }
 template <int Q> static __host__ __device__ constexpr int qr_w_bytes() { return qr_codes_bytes<Q>() + QM_BM * 16; }
-template <int Q, int NH> static __host__ __device__ constexpr int qr_stage_bytes() {
-    return 128 * NH * 128 + ((qr_w_bytes<Q>() + 1023) & ~1023); /* x's tile first: keeps the 1024-byte atoms */
+/* BN tokens a block: 16, 32, 64, 128 (one wgmma of n = BN a k16 step) or
+ * 256 (two of n = 128); x's tile is BN rows of 128 bytes */
+template <int BN> static __host__ __device__ constexpr int qr_halves() { return BN > 128 ? 2 : 1; }
+template <int BN> static __host__ __device__ constexpr int qr_wn() { return BN > 128 ? 128 : BN; }
+template <int Q, int BN> static __host__ __device__ constexpr int qr_stage_bytes() {
+    return BN * 128 + ((qr_w_bytes<Q>() + 1023) & ~1023); /* x's tile first: keeps the 1024-byte atoms */
 }
 #define QR_SMEM_MAX (227 * 1024 - 1024 - 256) /* less the alignment and the mbarriers */
 /* a multiple of 4 (the multipliers' loop takes S stages a turn, so buffers,
  * descriptors and kt % 4 are constants), at most 8 */
-template <int Q, int NH> static __host__ __device__ constexpr int qr_stages() {
-    return QR_SMEM_MAX / qr_stage_bytes<Q, NH>() >= 8 ? 8 : QR_SMEM_MAX / qr_stage_bytes<Q, NH>() / 4 * 4;
+template <int Q, int BN> static __host__ __device__ constexpr int qr_stages() {
+    return QR_SMEM_MAX / qr_stage_bytes<Q, BN>() >= 8 ? 8 : QR_SMEM_MAX / qr_stage_bytes<Q, BN>() / 4 * 4;
 }
-template <int Q, int NH> static __host__ __device__ constexpr int qr_smem_bytes() {
-    return qr_stages<Q, NH>() * qr_stage_bytes<Q, NH>() + 16 * qr_stages<Q, NH>() + 1024;
+template <int Q, int BN> static __host__ __device__ constexpr int qr_smem_bytes() {
+    return qr_stages<Q, BN>() * qr_stage_bytes<Q, BN>() + 16 * qr_stages<Q, BN>() + 1024;
 }
 
 /* ---- wgmma (PTX ISA 8.0, sm_90a); everything down to the kernel is device
@@ -95,9 +99,9 @@ template <int N> static __device__ __forceinline__ void wg_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 /* keeps the compiler from moving accumulator reads above the last wait */
-static __device__ __forceinline__ void wg_hold(float (&d)[64]) {
+template <int NA> static __device__ __forceinline__ void wg_hold(float (&d)[NA]) {
 #pragma unroll
-    for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
+    for (int i = 0; i < NA; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 /* the 64 fp32 accumulators of an m64n128 wgmma: operands %0-%63 of the asm */
@@ -348,15 +352,42 @@ static __device__ __forceinline__ void qm_multiply(float (&acc)[NH][64], uint8_t
  * barrier in the multipliers' loop. */
 
 /* B's descriptor from its low word (qm_desc's, + offset / 16): the high
- * word is a constant, so the per-wgmma additions stay 32-bit */
-static __device__ __forceinline__ void wg_mma_rs(float (&d)[64], const uint32_t (&a)[4], uint32_t db_lo, int add) {
-    asm volatile(
-        "{\n.reg .pred p;\n.reg .b64 db;\nsetp.ne.b32 p, %69, 0;\nmov.b64 db, {%68, %70};\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-        QM_ACC_OPERANDS
-        " {%64,%65,%66,%67}, db, p, 1, 1, 0;\n}\n"
-        : QM_ACC_CONSTRAINTS(d)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(db_lo), "r"(add), "r"((uint32_t)(qm_desc(0) >> 32)));
+ * word is a constant, so the per-wgmma additions stay 32-bit; m64nNk16 with
+ * N = 2 NA (NA accumulators a thread) */
+template <int NA>
+static __device__ __forceinline__ void wg_mma_rs(float (&d)[NA], const uint32_t (&a)[4], uint32_t db_lo, int add) {
+    const uint32_t hi = (uint32_t)(qm_desc(0) >> 32);
+    if constexpr (NA == 64) {
+        asm volatile(
+            "{\n.reg .pred p;\n.reg .b64 db;\nsetp.ne.b32 p, %69, 0;\nmov.b64 db, {%68, %70};\n"
+            "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+            QM_ACC_OPERANDS
+            " {%64,%65,%66,%67}, db, p, 1, 1, 0;\n}\n"
+            : QM_ACC_CONSTRAINTS(d)
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(db_lo), "r"(add), "r"(hi));
+    } else if constexpr (NA == 32) {
+        asm volatile(
+            "{\n.reg .pred p;\n.reg .b64 db;\nsetp.ne.b32 p, %37, 0;\nmov.b64 db, {%36, %38};\n"
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, db, p, 1, 1, 0;\n}\n"
+            : QM_ACC8(d, 0), QM_ACC8(d, 8), QM_ACC8(d, 16), QM_ACC8(d, 24)
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(db_lo), "r"(add), "r"(hi));
+    } else if constexpr (NA == 16) {
+        asm volatile(
+            "{\n.reg .pred p;\n.reg .b64 db;\nsetp.ne.b32 p, %21, 0;\nmov.b64 db, {%20, %22};\n"
+            "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, db, p, 1, 1, 0;\n}\n"
+            : QM_ACC8(d, 0), QM_ACC8(d, 8)
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(db_lo), "r"(add), "r"(hi));
+    } else {
+        static_assert(NA == 8, "m64n16, n32, n64 or n128");
+        asm volatile(
+            "{\n.reg .pred p;\n.reg .b64 db;\nsetp.ne.b32 p, %13, 0;\nmov.b64 db, {%12, %14};\n"
+            "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+            "{%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, db, p, 1, 1, 0;\n}\n"
+            : QM_ACC8(d, 0)
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(db_lo), "r"(add), "r"(hi));
+    }
 }
 
 /* ((a ^ c) & b) | (c & ~b) in one LOP3: with b the byte's mask and c the
@@ -395,17 +426,17 @@ static __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorM
 }
 
 /* Stage kt's loads into buffer b (thread 0), its byte count announced on
- * b's full barrier. x: box {64 values, 128 NH tokens} at (64 kt, n0); Q4_K
+ * b's full barrier. x: box {64 values, BN tokens} at (64 kt, n0); Q4_K
  * codes {32, 128} at block kt / 4's bytes 16 + 32 (kt % 4), headers {16, 128}
  * at its byte 0; Q8_0 codes {64, 128} at 64 kt, scales {16, 128} at byte
  * 16 (kt / 4) of the row's (4 stages' scales: a box's inner start must be
  * 16-byte aligned, and one at 4 kt faulted; past the row: zeros). */
-template <int Q, int NH>
+template <int Q, int BN>
 static __device__ __forceinline__ void qr_load(uint8_t *smem, const CUtensorMap *tx, const CUtensorMap *tw,
                                                const CUtensorMap *tw2, int n0, int m0, int kt, int b) {
-    constexpr int S = qr_stages<Q, NH>(), SB = qr_stage_bytes<Q, NH>();
-    const uint32_t full = smem_u32(smem) + S * SB + 8 * b, st = smem_u32(smem) + b * SB, w = st + 128 * NH * 128;
-    mbar_expect_tx(full, 128 * NH * 128 + qr_w_bytes<Q>());
+    constexpr int S = qr_stages<Q, BN>(), SB = qr_stage_bytes<Q, BN>();
+    const uint32_t full = smem_u32(smem) + S * SB + 8 * b, st = smem_u32(smem) + b * SB, w = st + BN * 128;
+    mbar_expect_tx(full, BN * 128 + qr_w_bytes<Q>());
     tma_load_2d(st, tx, kt * 64, n0, full);
     if (Q == DT_Q4_K) {
         tma_load_2d(w, tw, (kt >> 2) * 144 + 16 + (kt & 3) * 32, m0, full);
@@ -563,11 +594,11 @@ static __device__ __forceinline__ void qr_hold(uint32_t (&a)[4][4]) {
  * and kt1 are multiples of 4: cols % 256 == 0) in buffers
  * q .. q + 3, q = 4 (turn % (S / 4)): kt % 4 and the offsets of every
  * descriptor and barrier from q's are constants. */
-template <int Q, int NH, bool PK>
-static __device__ __forceinline__ void qr_multiply(float (&acc)[NH][64], uint8_t *smem, const CUtensorMap *tx,
-                                                   const CUtensorMap *tw, const CUtensorMap *tw2, int n0, int m0,
-                                                   int kt0, int kt1) {
-    constexpr int S = qr_stages<Q, NH>(), SB = qr_stage_bytes<Q, NH>();
+template <int Q, int BN, bool PK>
+static __device__ __forceinline__ void qr_multiply(float (&acc)[qr_halves<BN>()][qr_wn<BN>() / 2], uint8_t *smem,
+                                                   const CUtensorMap *tx, const CUtensorMap *tw, const CUtensorMap *tw2,
+                                                   int n0, int m0, int kt0, int kt1) {
+    constexpr int S = qr_stages<Q, BN>(), SB = qr_stage_bytes<Q, BN>(), NH = qr_halves<BN>(), WN = qr_wn<BN>();
     const int j = threadIdx.x, wg = j >> 7, warp = (j >> 5) & 3, lane = j & 31;
     const int row0 = 64 * wg + 16 * warp + (lane >> 2), t = lane & 3;
     const uint32_t bars = smem_u32(smem) + S * SB;
@@ -586,13 +617,13 @@ static __device__ __forceinline__ void qr_multiply(float (&acc)[NH][64], uint8_t
         for (int u = 0; u < 4; u++) {
             const int kt = k0 + u;
             mbar_wait(bars + 8 * (q + u), n & 1);
-            qr_frags<Q, PK>(a[u & 1], smem + (q + u) * SB + 128 * NH * 128, row0, t, u);
+            qr_frags<Q, PK>(a[u & 1], smem + (q + u) * SB + BN * 128, row0, t, u);
             wg_fence();
 #pragma unroll
             for (int k = 0; k < 4; k++)
 #pragma unroll
                 for (int h = 0; h < NH; h++)
-                    wg_mma_rs(acc[h], a[u & 1][k], d0 + (((q + u) * SB + h * 128 * 128 + 32 * k) >> 4), (kt - kt0) | k);
+                    wg_mma_rs(acc[h], a[u & 1][k], d0 + (((q + u) * SB + h * WN * 128 + 32 * k) >> 4), (kt - kt0) | k);
             wg_commit();
             wg_wait<1>();
             qr_hold(a[(u + 1) & 1]); /* stage kt - 1's registers: free only from here */
@@ -601,7 +632,7 @@ static __device__ __forceinline__ void qr_multiply(float (&acc)[NH][64], uint8_t
                 mbar_arrive(bars + 8 * (S + prev));
                 if (j == 0 && kt - 1 + S < kt1) {
                     mbar_wait(bars + 8 * (S + prev), pn & 1);
-                    qr_load<Q, NH>(smem, tx, tw, tw2, n0, m0, kt - 1 + S, prev);
+                    qr_load<Q, BN>(smem, tx, tw, tw2, n0, m0, kt - 1 + S, prev);
                 }
             }
         }
@@ -614,19 +645,20 @@ static __device__ __forceinline__ void qr_multiply(float (&acc)[NH][64], uint8_t
 }
 
 /* A warpgroup's accumulators to y: acc[h][4c + e] is W row m0 + 16 warp + g
- * (e < 2) or + 8, token n0 + 128h + 8c + 2t + e % 2; tokens from T not stored */
-template <int NH>
-static __device__ __forceinline__ void qm_store(void *y, bool y_f32, const float (&acc)[NH][64], int T, int M, int n0,
+ * (e < 2) or + 8, token n0 + 2 NA h + 8c + 2t + e % 2 (NA accumulators a
+ * wgmma: n = 2 NA tokens); tokens from T not stored */
+template <int NH, int NA>
+static __device__ __forceinline__ void qm_store(void *y, bool y_f32, const float (&acc)[NH][NA], int T, int M, int n0,
                                                 int m0) {
     const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int mA = m0 + 16 * warp + g;
 #pragma unroll
     for (int h = 0; h < NH; h++)
 #pragma unroll
-        for (int c = 0; c < 16; c++)
+        for (int c = 0; c < NA / 4; c++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                int n = n0 + 128 * h + 8 * c + 2 * t + (e & 1), m = mA + (e >> 1) * 8;
+                int n = n0 + 2 * NA * h + 8 * c + 2 * t + (e & 1), m = mA + (e >> 1) * 8;
                 if (n >= T) continue;
                 size_t o = (size_t)n * M + m;
                 if (y_f32) ((float *)y)[o] = acc[h][4 * c + e];
@@ -634,25 +666,26 @@ static __device__ __forceinline__ void qm_store(void *y, bool y_f32, const float
             }
 }
 
-/* v4 / v5's bf16 y: the block's [128 NH tokens][128 rows] tile through shared
- * memory (the stage buffers, free once every thread is past the loop), so
- * y's rows go out in 16-byte stores (qm_store's 2-byte ones scatter over
- * half-used sectors). stmatrix .trans takes each 8 x 8 accumulator block
- * (rows g, tokens 2t, 2t + 1) and stores it as 8 token rows of 8 W rows;
- * token rows are QR_Y_STRIDE bytes apart (16 of padding: the 8 rows of one
- * stmatrix phase fall on distinct banks). */
+/* v4 / v5's bf16 y: the block's [2 NA NH tokens][128 rows] tile through
+ * shared memory (the stage buffers, free once every thread is past the
+ * loop), so y's rows go out in 16-byte stores (qm_store's 2-byte ones
+ * scatter over half-used sectors). stmatrix .trans takes each 8 x 8
+ * accumulator block (rows g, tokens 2t, 2t + 1) and stores it as 8 token rows
+ * of 8 W rows; token rows are QR_Y_STRIDE bytes apart (16 of padding: the 8
+ * rows of one stmatrix phase fall on distinct banks). */
 #define QR_Y_STRIDE (128 * 2 + 16)
-template <int NH>
-static __device__ __forceinline__ void qr_store_bf16(__nv_bfloat16 *y, const float (&acc)[NH][64], uint8_t *smem, int T,
+template <int NH, int NA>
+static __device__ __forceinline__ void qr_store_bf16(__nv_bfloat16 *y, const float (&acc)[NH][NA], uint8_t *smem, int T,
                                                      int M, int n0, int m0) {
     const int j = threadIdx.x, lane = j & 31, i = lane >> 3, r = lane & 7;
     const int m = 64 * (j >> 7) + 16 * ((j >> 5) & 3) + 8 * (i & 1); /* lane's matrix: W rows m .. m + 7 */
+    static_assert(NA % 8 == 0, "stmatrix x4 takes two 8-token groups");
     __syncthreads(); /* every warpgroup's wgmma done with the stages */
 #pragma unroll
     for (int h = 0; h < NH; h++)
 #pragma unroll
-        for (int c = 0; c < 16; c += 2) {
-            const int tok = 128 * h + 8 * (c + (i >> 1)) + r;
+        for (int c = 0; c < NA / 4; c += 2) {
+            const int tok = 2 * NA * h + 8 * (c + (i >> 1)) + r;
             const uint32_t addr = smem_u32(smem + tok * QR_Y_STRIDE + 2 * m);
             asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
                          "r"(bf16_pair(acc[h][4 * c], acc[h][4 * c + 1])), "r"(bf16_pair(acc[h][4 * c + 2], acc[h][4 * c + 3])),
@@ -661,7 +694,7 @@ static __device__ __forceinline__ void qr_store_bf16(__nv_bfloat16 *y, const flo
         }
     __syncthreads();
 #pragma unroll 4
-    for (int k = j; k < 128 * NH * 16; k += QR_THREADS) { /* 16 chunks of 16 bytes a token row */
+    for (int k = j; k < 2 * NA * NH * 16; k += QR_THREADS) { /* 16 chunks of 16 bytes a token row */
         const int tok = k >> 4, ch = k & 15;
         if (n0 + tok < T)
             *(uint4 *)(y + (size_t)(n0 + tok) * M + m0 + 8 * ch) = *(const uint4 *)(smem + tok * QR_Y_STRIDE + 16 * ch);
@@ -670,35 +703,38 @@ static __device__ __forceinline__ void qr_store_bf16(__nv_bfloat16 *y, const flo
 #endif
 
 /* Split K (blockIdx.z of gridDim.z splits): the block's fp32 accumulators
- * to its place in `part` (tile t's split z at (t splits + z) 128 128 NH
- * floats, thread j's float4 i at i 256 + j: coalesced), then the last split
- * of the tile to count itself in (a counter per tile, back to 0 after it)
- * adds every split's partial in split order: the same sums whichever
- * arrives last. Returns whether this block holds the tile's sums. */
-template <int NH>
-static __device__ bool qr_split_reduce(float (&acc)[NH][64], float *part, unsigned *count, int tile) {
+ * to its place in `part` (tile t's split z at (t splits + z) 256 PF float4s,
+ * PF = NH NA / 4 a thread, thread j's float4 i at i 256 + j: coalesced), then
+ * the last split of the tile to count itself in (a counter per tile, back to
+ * 0 after it) adds every split's partial in split order: the same sums
+ * whichever arrives last (tokens past T too: skipping them cost the loop 70
+ * registers). Returns whether this block holds the tile's sums. */
+template <int NH, int NA>
+static __device__ bool qr_split_reduce(float (&acc)[NH][NA], float *part, unsigned *count, int tile) {
+    constexpr int PF = NH * NA / 4, C = NA / 4;
     const int j = threadIdx.x, splits = gridDim.z;
-    float4 *mine = (float4 *)part + ((size_t)tile * splits + blockIdx.z) * (32 * 128 * NH);
+    float4 *mine = (float4 *)part + ((size_t)tile * splits + blockIdx.z) * (PF * QR_THREADS);
 #pragma unroll
     for (int h = 0; h < NH; h++)
 #pragma unroll
-        for (int i = 0; i < 16; i++)
-            __stcg(mine + (16 * h + i) * QR_THREADS + j,
-                   make_float4(acc[h][4 * i], acc[h][4 * i + 1], acc[h][4 * i + 2], acc[h][4 * i + 3]));
+        for (int i = 0; i < C; i++)
+            __stcg(mine + (C * h + i) * QR_THREADS + j,
+                       make_float4(acc[h][4 * i], acc[h][4 * i + 1], acc[h][4 * i + 2], acc[h][4 * i + 3]));
     __threadfence();
     if (!__syncthreads_or(j == 0 && atomicAdd(count + tile, 1u) == (unsigned)splits - 1)) return false;
     __threadfence(); /* the other splits' partials, visible once their counts are */
-    const float4 *all = (const float4 *)part + (size_t)tile * splits * (32 * 128 * NH);
-    /* a split's 16 loads a thread issued together, then added in split
-     * order: about one L2 round trip a split, not one a float4 */
+    const float4 *all = (const float4 *)part + (size_t)tile * splits * (PF * QR_THREADS);
+    /* a split's loads issued together, then added in split order: about one
+     * L2 round trip a split, not one a float4 */
 #pragma unroll
     for (int h = 0; h < NH; h++)
         for (int z = 0; z < splits; z++) {
-            float4 w[16];
+            float4 w[C];
 #pragma unroll
-            for (int i = 0; i < 16; i++) w[i] = __ldcg(all + (size_t)z * (32 * 128 * NH) + (16 * h + i) * QR_THREADS + j);
+            for (int i = 0; i < C; i++)
+                w[i] = __ldcg(all + (size_t)z * (PF * QR_THREADS) + (C * h + i) * QR_THREADS + j);
 #pragma unroll
-            for (int i = 0; i < 16; i++) {
+            for (int i = 0; i < C; i++) {
                 float *a = &acc[h][4 * i];
                 if (z == 0) a[0] = w[i].x, a[1] = w[i].y, a[2] = w[i].z, a[3] = w[i].w;
                 else a[0] += w[i].x, a[1] += w[i].y, a[2] += w[i].z, a[3] += w[i].w;
@@ -725,19 +761,19 @@ kernel_quant_gemm(void *y, bool y_f32, const __nv_bfloat16 *x, const uint8_t *qs
     }
     float acc[NH][64]; /* written first by the wgmma of kt = 0, j = 0 (add = 0) */
     qm_multiply<NH>(acc, smem, x, T, K, n0, wg, KT);
-    qm_store<NH>(y, y_f32, acc, T, M, n0, m0 + 64 * wg);
+    qm_store<NH, 64>(y, y_f32, acc, T, M, n0, m0 + 64 * wg);
 #endif
 }
 
-template <int Q, int NH, bool PK>
+template <int Q, int BN, bool PK>
 __global__ void __launch_bounds__(QR_THREADS, 1)
 kernel_quant_gemm_rs(void *y, bool y_f32, const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw,
                      const __grid_constant__ CUtensorMap tw2, int T, int M, int K, float *part, unsigned *count) {
 #if QM_WGMMA
-    constexpr int S = qr_stages<Q, NH>(), SB = qr_stage_bytes<Q, NH>();
+    constexpr int S = qr_stages<Q, BN>(), SB = qr_stage_bytes<Q, BN>(), NH = qr_halves<BN>(), NA = qr_wn<BN>() / 2;
     extern __shared__ uint8_t qm_smem_raw[];
     uint8_t *smem = qm_smem_raw + ((1024 - (smem_u32(qm_smem_raw) & 1023)) & 1023);
-    const int n0 = blockIdx.x * 128 * NH, m0 = blockIdx.y * QM_BM, turns = K / 256; /* turns of 4 stages */
+    const int n0 = blockIdx.x * BN, m0 = blockIdx.y * QM_BM, turns = K / 256; /* turns of 4 stages */
     const int kt0 = 4 * (blockIdx.z * turns / gridDim.z), kt1 = 4 * ((blockIdx.z + 1) * turns / gridDim.z);
     if (threadIdx.x == 0) {
         for (int i = 0; i < S; i++) {
@@ -745,15 +781,15 @@ kernel_quant_gemm_rs(void *y, bool y_f32, const __grid_constant__ CUtensorMap tx
             mbar_init(smem_u32(smem) + S * SB + 8 * (S + i), 256); /* empty: every thread */
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        for (int kt = kt0; kt < kt0 + S && kt < kt1; kt++) qr_load<Q, NH>(smem, &tx, &tw, &tw2, n0, m0, kt, kt - kt0);
+        for (int kt = kt0; kt < kt0 + S && kt < kt1; kt++) qr_load<Q, BN>(smem, &tx, &tw, &tw2, n0, m0, kt, kt - kt0);
     }
     __syncthreads();
-    float acc[NH][64]; /* written first by the wgmma of kt = kt0, k = 0 (add = 0) */
-    qr_multiply<Q, NH, PK>(acc, smem, &tx, &tw, &tw2, n0, m0, kt0, kt1);
-    if (gridDim.z > 1 && !qr_split_reduce<NH>(acc, part, count, blockIdx.y * gridDim.x + blockIdx.x)) return;
-    static_assert(128 * NH * QR_Y_STRIDE <= S * SB, "y's tile in the stage buffers");
-    if (y_f32 || (uintptr_t)y % 16) qm_store<NH>(y, y_f32, acc, T, M, n0, m0 + 64 * (threadIdx.x >> 7));
-    else qr_store_bf16<NH>((__nv_bfloat16 *)y, acc, smem, T, M, n0, m0);
+    float acc[NH][NA]; /* written first by the wgmma of kt = kt0, k = 0 (add = 0) */
+    qr_multiply<Q, BN, PK>(acc, smem, &tx, &tw, &tw2, n0, m0, kt0, kt1);
+    if (gridDim.z > 1 && !qr_split_reduce<NH, NA>(acc, part, count, blockIdx.y * gridDim.x + blockIdx.x)) return;
+    static_assert(BN * QR_Y_STRIDE <= S * SB, "y's tile in the stage buffers");
+    if (y_f32 || (uintptr_t)y % 16) qm_store<NH, NA>(y, y_f32, acc, T, M, n0, m0 + 64 * (threadIdx.x >> 7));
+    else qr_store_bf16<NH, NA>((__nv_bfloat16 *)y, acc, smem, T, M, n0, m0);
 #endif
 }
 
@@ -807,7 +843,7 @@ typedef struct {
     unsigned *count;
 } QrSplit;
 
-template <int Q, int NH, bool PK>
+template <int Q, int BN, bool PK>
 static int qm_launch_v4(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, const QrSplit *sp,
                         cudaStream_t s, Err *err) {
     void *fn = NULL;
@@ -817,7 +853,7 @@ static int qm_launch_v4(const QuantMatrix *W, const void *x, int T, void *y, boo
     PFN_cuTensorMapEncodeTiled_v12000 enc = (PFN_cuTensorMapEncodeTiled_v12000)fn;
     const uint64_t K = (uint64_t)W->cols, rows = (uint64_t)W->rows, nb = K / quant_block_elems(Q);
     CUtensorMap tx, tw, tw2;
-    if (qr_map(enc, &tx, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, x, K, (uint64_t)T, K * 2, 64, 128 * NH,
+    if (qr_map(enc, &tx, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, x, K, (uint64_t)T, K * 2, 64, BN,
                CU_TENSOR_MAP_SWIZZLE_128B, "x", err))
         return -1;
     if (Q == DT_Q4_K) {
@@ -831,21 +867,37 @@ static int qm_launch_v4(const QuantMatrix *W, const void *x, int T, void *y, boo
                qr_map(enc, &tw2, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->sc, nb * 2, rows, nb * 2, 16, QM_BM,
                       CU_TENSOR_MAP_SWIZZLE_NONE, "W scales", err))
         return -1;
-    const int smem = qr_smem_bytes<Q, NH>();
-    CUDA_CHECK(cudaFuncSetAttribute(kernel_quant_gemm_rs<Q, NH, PK>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), err);
-    dim3 grid((unsigned)((T + 128 * NH - 1) / (128 * NH)), (unsigned)(W->rows / QM_BM), (unsigned)sp->splits);
-    kernel_quant_gemm_rs<Q, NH, PK><<<grid, QR_THREADS, smem, s>>>(y, y_f32, tx, tw, tw2, T, (int)W->rows, (int)W->cols,
+    const int smem = qr_smem_bytes<Q, BN>();
+    CUDA_CHECK(cudaFuncSetAttribute(kernel_quant_gemm_rs<Q, BN, PK>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), err);
+    dim3 grid((unsigned)((T + BN - 1) / BN), (unsigned)(W->rows / QM_BM), (unsigned)sp->splits);
+    kernel_quant_gemm_rs<Q, BN, PK><<<grid, QR_THREADS, smem, s>>>(y, y_f32, tx, tw, tw2, T, (int)W->rows, (int)W->cols,
                                                                    sp->part, sp->count);
     CUDA_CHECK(cudaGetLastError(), err);
     return 0;
 }
 
-template <int Q, int NH>
+/* v3 takes 128 or 256 tokens a block, v4 / v5 16 to 256 */
+template <int Q, int BN>
 static int qm_launch(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int ver, const QrSplit *sp,
                      cudaStream_t s, Err *err) {
-    return ver == 3   ? qm_launch_v3<Q, NH>(W, x, T, y, y_f32, s, err)
-           : ver == 4 ? qm_launch_v4<Q, NH, false>(W, x, T, y, y_f32, sp, s, err)
-                      : qm_launch_v4<Q, NH, true>(W, x, T, y, y_f32, sp, s, err);
+    if (ver == 3) {
+        if constexpr (BN >= 128) return qm_launch_v3<Q, BN / 128>(W, x, T, y, y_f32, s, err);
+        return err_set(err, "quant_gemm: version 3 takes 128 or 256 tokens a block, not %d", BN);
+    }
+    return ver == 4 ? qm_launch_v4<Q, BN, false>(W, x, T, y, y_f32, sp, s, err)
+                    : qm_launch_v4<Q, BN, true>(W, x, T, y, y_f32, sp, s, err);
+}
+
+template <int Q>
+static int qm_launch_bn(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int bn, int ver,
+                        const QrSplit *sp, cudaStream_t s, Err *err) {
+    switch (bn) {
+    case 16: return qm_launch<Q, 16>(W, x, T, y, y_f32, ver, sp, s, err);
+    case 32: return qm_launch<Q, 32>(W, x, T, y, y_f32, ver, sp, s, err);
+    case 64: return qm_launch<Q, 64>(W, x, T, y, y_f32, ver, sp, s, err);
+    case 128: return qm_launch<Q, 128>(W, x, T, y, y_f32, ver, sp, s, err);
+    default: return qm_launch<Q, 256>(W, x, T, y, y_f32, ver, sp, s, err);
+    }
 }
 
 static int qm_sm_count(Err *err) {
@@ -855,11 +907,14 @@ static int qm_sm_count(Err *err) {
     return sms;
 }
 
-/* tokens per block: 256 from about two thirds of a tile per SM (measured at
- * 512 tokens: qkv's 96 tiles of 256 beat 192 of 128, 306 vs 207 TFLOP/s; o's
- * 64 lose to 128, 208 vs 268), else 128 */
-static int qm_pick_bn(const QuantMatrix *W, int T, int sms) {
-    if (T <= 128) return 128; /* one tile of tokens either way: 256 only doubles the multiplications */
+/* tokens per block: up to 128 tokens the least of 16, 32, 64, 128 that
+ * holds them (v4 / v5: a W tile is dequantized once whatever the block's
+ * tokens, and wider blocks only add multiplications of padding); above, 256
+ * from about two thirds of a tile per SM (measured at 512 tokens: qkv's 96
+ * tiles of 256 beat 192 of 128, 306 vs 207 TFLOP/s; o's 64 lose to 128, 208
+ * vs 268), else 128 */
+static int qm_pick_bn(const QuantMatrix *W, int T, int sms, int ver) {
+    if (T <= 128) return ver == 3 || T > 64 ? 128 : T > 32 ? 64 : T > 16 ? 32 : 16;
     int64_t tiles256 = (int64_t)((T + 255) / 256) * (W->rows / QM_BM);
     return 3 * tiles256 >= 2 * sms ? 256 : 128;
 }
@@ -886,34 +941,32 @@ int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool
     if ((uintptr_t)x % 16 || (W->cols * 2) % 16) return err_set(err, "quant_gemm: x must be 16-byte aligned");
     const int sms = qm_sm_count(err);
     if (sms <= 0) return -1;
-    if (bn == 0) bn = qm_pick_bn(W, T, sms);
-    if (bn != 128 && bn != 256) return err_set(err, "quant_gemm: tokens per block %d (128 or 256)", bn);
     const bool tma = quant_gemm_tma_takes(W->type, W->cols);
     if (ver == 0) ver = tma ? 5 : 3;
     if (ver < 3 || ver > 5) return err_set(err, "quant_gemm: version %d (3, 4 or 5)", ver);
     if (ver >= 4 && !tma)
         return err_set(err, "quant_gemm: version %d takes Q8_0 with cols a multiple of 256, not %lld", ver,
                        (long long)W->cols);
+    if (bn == 0) bn = qm_pick_bn(W, T, sms, ver);
+    if (ver == 3 ? bn != 128 && bn != 256 : bn != 16 && bn != 32 && bn != 64 && bn != 128 && bn != 256)
+        return err_set(err, "quant_gemm: tokens per block %d (v3: 128 or 256; v4, v5: 16, 32, 64, 128 or 256)", bn);
     const int64_t tiles = (int64_t)((T + bn - 1) / bn) * (W->rows / QM_BM);
     const int turns = (int)(W->cols / 256);
-    if (splits == 0) splits = work && ver >= 4 && bn == 128 ? qm_pick_splits(tiles, turns, sms) : 1;
+    if (splits == 0) splits = work && ver >= 4 && bn <= 128 ? qm_pick_splits(tiles, turns, sms) : 1;
     QrSplit sp = {splits, NULL, NULL};
-    if (splits < 1 || (splits > 1 && (ver < 4 || bn != 128 || splits > turns)))
-        return err_set(err, "quant_gemm: %d splits of K (v4 / v5 at 128 tokens a block, at most cols / 256 = %d)",
+    if (splits < 1 || (splits > 1 && (ver < 4 || bn > 128 || splits > turns)))
+        return err_set(err, "quant_gemm: %d splits of K (v4 / v5 at up to 128 tokens a block, at most cols / 256 = %d)",
                        splits, turns);
     if (splits > 1) {
-        size_t need = qm_count_bytes(tiles) + (size_t)(tiles * splits) * 128 * 128 * sizeof(float);
+        size_t need = qm_count_bytes(tiles) + (size_t)(tiles * splits) * 128 * bn * sizeof(float);
         if (!work || !work->buf || work->bytes < need)
             return err_set(err, "quant_gemm: %d splits of %lld tiles need %zu bytes of work space, not %zu", splits,
                            (long long)tiles, need, work ? work->bytes : 0);
         sp.count = (unsigned *)work->buf;
         sp.part = (float *)((char *)work->buf + qm_count_bytes(tiles));
     }
-    if (W->type == DT_Q4_K)
-        return bn == 128 ? qm_launch<DT_Q4_K, 1>(W, x, T, y, y_f32, ver, &sp, s, err)
-                         : qm_launch<DT_Q4_K, 2>(W, x, T, y, y_f32, ver, &sp, s, err);
-    return bn == 128 ? qm_launch<DT_Q8_0, 1>(W, x, T, y, y_f32, ver, &sp, s, err)
-                     : qm_launch<DT_Q8_0, 2>(W, x, T, y, y_f32, ver, &sp, s, err);
+    return W->type == DT_Q4_K ? qm_launch_bn<DT_Q4_K>(W, x, T, y, y_f32, bn, ver, &sp, s, err)
+                              : qm_launch_bn<DT_Q8_0>(W, x, T, y, y_f32, bn, ver, &sp, s, err);
 }
 
 int quant_gemm(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, const QuantGemmWork *work,

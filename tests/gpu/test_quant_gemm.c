@@ -3,8 +3,8 @@
  * against the CPU: run on a GPU machine by tests/gpu/run.sh; never in CI.
  *
  *   - Q4_K and Q8_0 matrices of random GGUF blocks (quant_mats.h) times
- *     random bf16 x, T = 9 .. 512 rows (tails of the 128- and 256-token
- *     tiles), 128 and 256 tokens per block, bf16 and fp32 y, every kernel
+ *     random bf16 x, T = 9 .. 512 rows (tails of the tiles), 16, 32, 64,
+ *     128 and 256 tokens per block (v3: 128, 256), bf16 and fp32 y, every kernel
  *     (v3: a maker warpgroup; v4: A fragments in registers, TMA loads;
  *     v5: v4 with bf16x2 arithmetic; v4 and v5 take Q8_0 only with cols %
  *     256 == 0). Reference for v3 / v4: kernels/dtype.c dequantize_row,
@@ -18,7 +18,7 @@
  *     written; a guard after y must stay untouched (tails not stored); a
  *     few cases with y 2 bytes off 16-byte alignment (v4 / v5 store bf16 y
  *     through shared memory in 16-byte pieces, an unaligned y as v3 does).
- *     v4 / v5 at 128 tokens a block split K as quant_gemm picks for the
+ *     v4 / v5 at up to 128 tokens a block split K as quant_gemm picks for the
  *     shape (up to one split a turn of 4 stages on the small ones), or in 3
  *     uneven splits, all cases through one work space (a counter left
  *     non-zero would break the next case's reduction).
@@ -187,12 +187,13 @@ static void test_quant_gemm(void) {
         int turns = (int)(sh->cols / 256);
         for (int ver = 3; ver <= 5; ver++)
             for (int i = 0; i < 5 && sh->Ts[i] && (ver == 3 || quant_gemm_tma_takes(sh->type, sh->cols)); i++)
-                for (int bn = 128; bn <= 256; bn *= 2) {
-                    bool y_f32 = (i + bn / 128) % 2;
+                for (int b = ver == 3 ? 3 : 0; b < 5; b++) { /* tokens a block: v3 128, 256; v4 / v5 16 .. 256 */
+                    int bn = 16 << b;
+                    bool y_f32 = (i + b) % 2;
                     int shift = !y_f32 && i == 1 && sh->rows <= 384 ? 2 : 0;
-                    /* v4 / v5 at 128 tokens a block: K split as quant_gemm picks (0), and by 3 where
-                     * that is uneven over the turns */
-                    int splits = ver >= 4 && bn == 128 ? (i == 1 && turns > 3 ? 3 : 0) : 1;
+                    /* v4 / v5 at up to 128 tokens a block: K split as quant_gemm picks (0), and by 3
+                     * where that is uneven over the turns */
+                    int splits = ver >= 4 && bn <= 128 ? (i == 1 && turns > 3 ? 3 : 0) : 1;
                     double e = gemm_case(&M, &R[ver == 5], sh->Ts[i], bn, ver, y_f32, shift, splits, &work);
                     if (y_f32 && !(e <= worst[ver - 3])) worst[ver - 3] = e; /* bf16 y: its own rounding dominates */
                     n++;
@@ -232,7 +233,8 @@ static void test_refused(void) {
     QuantGemmWork small = {dx, 1000};
     const struct { int bn, ver, splits; const QuantGemmWork *w; const char *what; } bad[] = {
         {128, 5, 2, NULL, "work space"}, {128, 5, 2, &small, "work space"}, {128, 3, 2, NULL, "2 splits"},
-        {256, 5, 2, NULL, "2 splits"},   {128, 5, 5, NULL, "5 splits"},     {128, 5, -1, NULL, "-1 splits"}};
+        {256, 5, 2, NULL, "2 splits"},   {128, 5, 5, NULL, "5 splits"},     {128, 5, -1, NULL, "-1 splits"},
+        {64, 3, 1, NULL, "tokens per block 64"}, {48, 5, 1, NULL, "tokens per block 48"}, {32, 5, 2, &small, "work space"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err.msg[0] = 0;
         CHECK(quant_gemm_variant(&M.m, dx, 64, dy, true, bad[i].bn, bad[i].ver, bad[i].splits, bad[i].w, 0, &err) != 0 &&
