@@ -919,18 +919,23 @@ static int qm_pick_bn(const QuantMatrix *W, int T, int sms, int ver) {
     return 3 * tiles256 >= 2 * sms ? 256 : 128;
 }
 
-/* the counters' bytes of a split launch over `tiles` tiles, 256-aligned */
-static size_t qm_count_bytes(int64_t tiles) { return (size_t)(tiles * 4 + 255) / 256 * 256; }
+/* The work space: a counter for each of up to 4 sms tiles (a split launch
+ * has at most half a wave of blocks, and an SM holds at most 8), then the
+ * partials. A fixed counter region: one sized by each launch's tiles let a
+ * larger launch count on the partials a smaller one left. */
+static size_t qm_count_bytes(int sms) { return (size_t)(4 * sms * 4 + 255) / 256 * 256; }
 
 size_t quant_gemm_work_bytes(int sms) { return qm_count_bytes(sms) + (size_t)sms * 128 * 128 * sizeof(float); }
 
 /* Splits of K: as many as fit beside the tiles in one wave of blocks (one a
  * SM), so a GEMM of few tiles (a small batch) still streams W on every SM;
- * at most one a turn of 4 stages, and 16. */
+ * at most one a turn of 4 stages, and 16. (A wave of all the blocks an SM
+ * holds at once, three of 16 tokens, was no faster: kernels/NOTES.md.) */
 static int qm_pick_splits(int64_t tiles, int turns, int sms) {
     int64_t z = sms / tiles;
     return (int)(z < 1 ? 1 : z > 16 ? (turns < 16 ? turns : 16) : z > turns ? turns : z);
 }
+
 int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int bn, int ver, int splits,
                        const QuantGemmWork *work, cudaStream_t s, Err *err) {
     if (!quant_gemm_supported(W->type, W->rows, W->cols))
@@ -952,18 +957,22 @@ int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool
         return err_set(err, "quant_gemm: tokens per block %d (v3: 128 or 256; v4, v5: 16, 32, 64, 128 or 256)", bn);
     const int64_t tiles = (int64_t)((T + bn - 1) / bn) * (W->rows / QM_BM);
     const int turns = (int)(W->cols / 256);
+    /* at most a wave of blocks, tiles x splits <= sms: the work space holds their partials */
     if (splits == 0) splits = work && ver >= 4 && bn <= 128 ? qm_pick_splits(tiles, turns, sms) : 1;
     QrSplit sp = {splits, NULL, NULL};
     if (splits < 1 || (splits > 1 && (ver < 4 || bn > 128 || splits > turns)))
         return err_set(err, "quant_gemm: %d splits of K (v4 / v5 at up to 128 tokens a block, at most cols / 256 = %d)",
                        splits, turns);
+    if (splits > 1 && tiles > 4 * sms)
+        return err_set(err, "quant_gemm: %d splits of %lld tiles (at most %d tiles split)", splits, (long long)tiles,
+                       4 * sms);
     if (splits > 1) {
-        size_t need = qm_count_bytes(tiles) + (size_t)(tiles * splits) * 128 * bn * sizeof(float);
+        size_t need = qm_count_bytes(sms) + (size_t)(tiles * splits) * 128 * bn * sizeof(float);
         if (!work || !work->buf || work->bytes < need)
             return err_set(err, "quant_gemm: %d splits of %lld tiles need %zu bytes of work space, not %zu", splits,
                            (long long)tiles, need, work ? work->bytes : 0);
         sp.count = (unsigned *)work->buf;
-        sp.part = (float *)((char *)work->buf + qm_count_bytes(tiles));
+        sp.part = (float *)((char *)work->buf + qm_count_bytes(sms));
     }
     return W->type == DT_Q4_K ? qm_launch_bn<DT_Q4_K>(W, x, T, y, y_f32, bn, ver, &sp, s, err)
                               : qm_launch_bn<DT_Q8_0>(W, x, T, y, y_f32, bn, ver, &sp, s, err);
