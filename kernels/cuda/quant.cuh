@@ -125,13 +125,15 @@ int quant_gemv_x8_glu(const QuantMatrix *W, const void *x, const QxNorm *n, void
  * (quant_gemm_supported), in an sm_90a build on a compute-capability 9.0
  * GPU (quant_gemm_available: a device query, so callers keep the answer).
  * x 16-byte aligned, T >= 1. quant_gemm_variant picks the tokens per block
- * (128 or 256; 0 = the default by tile count) and the kernel (3: a maker
+ * (v3: 128 or 256; v4, v5: 16, 32, 64, 128 or 256; 0 = the default: the
+ * least of 16 .. 128 that holds T up to 128 rows, above by tile count) and
+ * the kernel (3: a maker
  * warpgroup dequantizes into shared memory; 4: each thread its wgmma A
  * fragments in registers; 5: 4 with bf16x2 dequantization arithmetic, its
  * values within ~2^-8 of quant_dequant_bf16's, not equal; 0 = the default:
  * 5 where it takes W, else 3).
  * 4 and 5 take W where quant_gemm_tma_takes (Q8_0: cols % 256 == 0).
- * Split K (4 and 5 at 128 tokens a block): `splits` blocks share a tile's
+ * Split K (4 and 5 at up to 128 tokens a block): `splits` blocks share a tile's
  * K, each adds its fp32 partial sums into `work` and the tile's last adds
  * them all in split order (deterministic); 0 = as many as fill one wave of
  * blocks where work is given (a GEMM of few tiles: small batches), else 1.
