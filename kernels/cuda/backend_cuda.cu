@@ -85,9 +85,8 @@ extern "C" { /* C headers of the engine: C linkage */
 #define DEQ_AHEAD_MIN_T 128
 /* The rows of a step whose quantized GEMMs run fused by default (quant_gemm v5, K split over the SMs
  * where a GEMM has few tiles): every step above the GEMVs' 8 rows up to 1536. H200, 8B Q4_K tok/s fused vs
- * dequantize + cuBLASLt: batch-16 decode 2,067 vs 1,497, batch 32 4,064 vs 2,889, prefill 32 4,373 vs 2,987
- * (since 128-token tiles at T <= 128); 512 30.4k vs 27.2k, 1024 34.3k vs 33.7k, 2048 33.6k vs 35.1k
- * (kernels/NOTES.md "v5", "small steps") */
+ * dequantize + cuBLASLt: batch-16 decode 3,238 vs 1,497, prefill 16 3,506 vs 1,508 (16-128-token tiles by
+ * T: kernels/NOTES.md "small steps"); 512 30.4k vs 27.2k, 1024 34.3k vs 33.7k, 2048 33.6k vs 35.1k ("v5") */
 #define QGEMM_FUSED_MIN_T 9
 #define QGEMM_FUSED_MAX_T 1536
 enum { QGEMM_NEVER, QGEMM_AUTO, QGEMM_ALWAYS };
