@@ -427,9 +427,10 @@ int bench_main(const RunOptions *o_in, const BenchOptions *b) {
     }
     int vocab = bn->rt.model.cfg.vocab;
     bn->ids = malloc((size_t)o.prefill_chunk * sizeof *bn->ids);
-    bn->logits = malloc((size_t)b->batch * vocab * sizeof *bn->logits);
-    if (!bn->ids || !bn->logits) rc = err_set(&err, "out of memory");
+    if (!bn->ids) rc = err_set(&err, "out of memory");
     if (rc == 0 && b->batch > 1 && bn->rt.engine.be->sample) rc = bench_device_sampling(bn, vocab, &err);
+    if (rc == 0 && !bn->samplers && !(bn->logits = malloc((size_t)b->batch * vocab * sizeof *bn->logits)))
+        rc = err_set(&err, "out of memory");
     if (rc == 0) rc = bench_run(bn, &err);
     if (rc == 0) print_table(bn);
     if (json) {

@@ -919,8 +919,8 @@ static int qm_pick_bn(const QuantMatrix *W, int T, int sms, int ver) {
     return 3 * tiles256 >= 2 * sms ? 256 : 128;
 }
 
-/* The work space: a counter for each of up to 4 sms tiles (a split launch
- * has at most half a wave of blocks, and an SM holds at most 8), then the
+/* The work space: a counter for each of up to 4 sms tiles (quant_gemm's own
+ * splits take at most sms / 2; asked-for ones are checked), then the
  * partials. A fixed counter region: one sized by each launch's tiles let a
  * larger launch count on the partials a smaller one left. */
 static size_t qm_count_bytes(int sms) { return (size_t)(4 * sms * 4 + 255) / 256 * 256; }

@@ -241,6 +241,9 @@ static void test_refused(void) {
                   strstr(err.msg, bad[i].what),
               "bn %d v%d %d splits: '%s'", bad[i].bn, bad[i].ver, bad[i].splits, err.msg);
     }
+    err.msg[0] = 0; /* more split tiles than the work space has counters for (refused before any launch or read of x) */
+    CHECK(quant_gemm_variant(&M.m, dx, 20000, dy, true, 16, 5, 2, &small, 0, &err) != 0 && strstr(err.msg, "tiles split"),
+          "20000 rows in 16-token tiles, 2 splits: '%s'", err.msg);
     mat_free(&M);
     if (mat_build(&M, DT_Q8_0, 128, 576)) return;
     err.msg[0] = 0; /* v4 loads Q8_0 scales by TMA: rows of cols / 16 bytes, a multiple of 16 */
