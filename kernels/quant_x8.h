@@ -25,7 +25,9 @@
  * are sub-block 2j, values 64j + m, high nibbles sub-block 2j + 1, values
  * 64j + 32 + m), the block's 16-byte header read by the block's 4 lanes.
  * The high nibbles are used in place (word & 0xf0f0f0f0 = 16 q as unsigned
- * bytes), the 16 taken out of the scale. Q8_0: one 32-value block.
+ * bytes), the 16 taken out of the scale. Q5_K: as Q4_K, with the block's
+ * 32 qh bytes read by its 4 lanes (qx_q5k_chunk). Q8_0: one 32-value block.
+ * Q6_K: a quarter of a block (qx_q6k_quarter), 4 lanes a block as for Q4_K.
  *
  * The int8 planes of x are stored so that each 16-byte load of a warp is
  * 512 contiguous bytes: a lane's values are K 16-byte pieces (Q4_K K = 4:
@@ -63,11 +65,19 @@ QM_FN int qx_dp4a(uint32_t a, uint32_t b, int c, bool a_signed) {
 #define QX_TILE_VALUES 2048 /* the largest tile (K = 4); planes are padded to it */
 
 /* x values per lane and step (pieces of 16 = K) of weight type t; 0: none */
-QM_FN int qx_pieces(int t) { return t == DT_Q4_K ? 4 : t == DT_Q8_0 ? 2 : 0; }
+QM_FN int qx_pieces(int t) { return t == DT_Q4_K || t == DT_Q5_K || t == DT_Q6_K ? 4 : t == DT_Q8_0 ? 2 : 0; }
 
-/* Byte offset in a plane row of x value i under tiles of K pieces. */
-QM_FN int64_t qx_x_offset(int K, int64_t i) {
+/* Byte offset in a plane row of x value i for weight type t: tiles of K
+ * pieces a lane. Q6_K: the lane of quarter j = 2h + c of a block takes the
+ * pieces 8h + c + 2k (k = 0..3, its codes' values: qx_q6k_quarter), so a
+ * block's 16 pieces are first reordered to lane-major (piece r -> 4j + k). */
+QM_FN int64_t qx_x_offset(int t, int64_t i) {
+    const int K = qx_pieces(t);
     int64_t n = i >> 4, tile = n / (32 * K), w = n % (32 * K);
+    if (t == DT_Q6_K) {
+        const int r = (int)(w & 15);
+        w = (w & ~(int64_t)15) | (4 * (2 * (r >> 3) + (r & 1)) + ((r >> 1) & 3));
+    }
     return tile * (512 * K) + 16 * (32 * (w % K) + w / K) + (i & 15);
 }
 
@@ -124,6 +134,30 @@ QM_FN float qx_q4k_chunk(const uint32_t q[8], const uint32_t hdr[4], int j, cons
     return lo_part + hi_part - (mn[0] * sx[0] + mn[1] * sx[1]);
 }
 
+/* A lane's Q5_K chunk j (as qx_q4k_chunk, the header laid out alike): the
+ * fifth bit of each code is bit 2j (low nibbles) or 2j + 1 (high) of
+ * qh[l] (hb: the block's 32 qh bytes, 8 words, in l order, as q's). Codes
+ * go to dp4a as unsigned bytes 0..31 (the high nibbles shifted down, so no
+ * factor 16 in the scale). |sum| <= 32 * 31 * (128 * 127 + 64) < 2^24. */
+QM_FN float qx_q5k_chunk(const uint32_t q[8], const uint32_t hb[8], const uint32_t hdr[4], int j,
+                         const uint32_t x1[16], const uint32_t x2[16], const float dxs[2], const float sx[2]) {
+    int a1 = 0, a2 = 0, b1 = 0, b2 = 0;
+    for (int i = 0; i < 8; i++) {
+        const uint32_t h = hb[i] >> (2 * j);
+        const uint32_t lo = (q[i] & 0x0f0f0f0fu) | ((h & 0x01010101u) << 4);
+        const uint32_t hi = ((q[i] >> 4) & 0x0f0f0f0fu) | ((h & 0x02020202u) << 3);
+        a1 = qx_dp4a(lo, x1[i], a1, false);
+        a2 = qx_dp4a(lo, x2[i], a2, false);
+        b1 = qx_dp4a(hi, x1[8 + i], b1, false);
+        b2 = qx_dp4a(hi, x2[8 + i], b2, false);
+    }
+    float mul[2], mn[2];
+    qx_q4k_scales(hdr, j, mul, mn);
+    const float lo_part = (dxs[0] * mul[0]) * (float)(128 * a1 + a2);
+    const float hi_part = (dxs[1] * mul[1]) * (float)(128 * b1 + b2);
+    return lo_part + hi_part - (mn[0] * sx[0] + mn[1] * sx[1]);
+}
+
 /* A lane's Q8_0 block: q its 32 int8 codes (8 words), d its scale; x1, x2
  * the int8 terms of its 32 x values, dxs their group's. */
 QM_FN float qx_q8_block(const uint32_t q[8], float d, const uint32_t x1[8], const uint32_t x2[8], float dxs) {
@@ -133,6 +167,37 @@ QM_FN float qx_q8_block(const uint32_t q[8], float d, const uint32_t x1[8], cons
         a2 = qx_dp4a(q[i], x2[i], a2, true);
     }
     return (d * dxs) * (float)(128 * a1 + a2);
+}
+
+/* A lane's Q6_K quarter j = 2h + c of a block (value = d sc (q - 32), q =
+ * 4 bits of ql | 2 bits of qh << 4, 16 values a scale): a = ql[64h + 16c ..
+ * + 15], b = ql[64h + 32 + 16c ..], hb = qh[32h + 16c ..] (4 words each);
+ * sc8 = scales[8h .. 8h + 7] (2 words). Piece k (k = 0..3) is the values
+ * 128h + 32k + 16c + m: low nibbles of a, b (k = 0, 1), high nibbles of a, b
+ * (k = 2, 3), qh bits 2k, 2k + 1; scale sc[8h + c + 2k]. A code byte is made
+ * as 4 (q - 32) in signed int8: the nibble in bits 2..5, the two qh bits in
+ * bits 6..7 with the top one flipped (q ^ 32 is q - 32 in 6-bit two's
+ * complement), so dp4a takes it as it is and no sum of x is needed.
+ * x1, x2: the int8 terms of the 4 pieces (4 words each, piece k at 4k);
+ * dxs: the groups' of the pieces (group 4h + k of the block).
+ * |sum| per piece <= 16 * 128 * (128 * 127 + 64) < 2^26. */
+QM_FN float qx_q6k_quarter(const uint32_t a[4], const uint32_t b[4], const uint32_t hb[4], const uint32_t sc8[2],
+                           int c, float d, const uint32_t x1[16], const uint32_t x2[16], const float dxs[4]) {
+    float acc = 0.f;
+    for (int k = 0; k < 4; k++) {
+        int s1 = 0, s2 = 0;
+        for (int i = 0; i < 4; i++) {
+            const uint32_t ql = k & 1 ? b[i] : a[i], hf = hb[i] ^ 0xaaaaaaaau;
+            const uint32_t lo = k < 2 ? ql << 2 : ql >> 2;                       /* nibble at bits 2..5 */
+            const uint32_t hi = (hf & (0x03030303u << 2 * k)) << (6 - 2 * k);     /* bits 2k, 2k+1 at 6..7 */
+            const uint32_t code = (lo & 0x3c3c3c3cu) | hi;
+            s1 = qx_dp4a(code, x1[4 * k + i], s1, true);
+            s2 = qx_dp4a(code, x2[4 * k + i], s2, true);
+        }
+        const int sc = (int)(int8_t)(uint8_t)(sc8[k >> 1] >> (8 * (c + 2 * (k & 1))));
+        acc += (dxs[k] * (float)sc) * (float)(128 * s1 + s2);
+    }
+    return 0.25f * d * acc;
 }
 
 #endif

@@ -5,9 +5,9 @@
  * x is rounded group by group with qx_round_group (what qx_round_block
  * stores) and laid out in the tiled order (qx_x_offset: each value lands
  * once, inside the padded plane), then each row's product is replayed lane by lane as the kernel
- * walks it (Q4_K: lane 4 s + j takes chunk j of blocks s, s + 8, ...; Q8_0:
- * lane L takes blocks L, L + 32, ...), through emulated dp4a, and the 32
- * lane sums added. The reference is dequantize_row (kernels/dtype.c) times
+ * walks it (Q4_K, Q5_K: lane 4 s + j takes chunk j of blocks s, s + 8, ...;
+ * Q6_K likewise quarter j; Q8_0: lane L takes blocks L, L + 32, ...), through
+ * emulated dp4a, and the 32 lane sums added. The reference is dequantize_row (kernels/dtype.c) times
  * the rounded x in double: the error must be fp32 rounding only (1e-5).
  * Against the unrounded x the error is what the two int8 terms cost
  * (bounded by 2e-4). Controls that must fail: the high-nibble x words taken
@@ -41,18 +41,17 @@ static uint32_t word_at(const void *p) {
 }
 
 /* x rounded: the planes the kernel reads, the int8 terms in the tiled order
- * of K pieces per lane (qx_x_offset) */
+ * of weight type t (qx_x_offset) */
 typedef struct {
     int64_t cols;
-    int K;
     int8_t *q1, *q2;
     float *dxs, *sx;
     float *xr; /* the rounded values, for the reference */
 } RoundedX;
 
-static void round_x(const float *x, int64_t cols, int K, RoundedX *r) {
+static void round_x(const float *x, int64_t cols, DType t, RoundedX *r) {
     int64_t padded = (cols + QX_TILE_VALUES - 1) / QX_TILE_VALUES * QX_TILE_VALUES;
-    r->cols = cols, r->K = K;
+    r->cols = cols;
     r->q1 = calloc(padded, 1), r->q2 = calloc(padded, 1);
     r->dxs = malloc(cols / 32 * sizeof(float)), r->sx = malloc(cols / 32 * sizeof(float));
     r->xr = malloc(cols * sizeof(float));
@@ -61,7 +60,7 @@ static void round_x(const float *x, int64_t cols, int K, RoundedX *r) {
         qx_round_group(x + 32 * g, q1, q2, &r->dxs[g], &r->sx[g]);
         for (int i = 0; i < 32; i++) {
             r->xr[32 * g + i] = qm_i8_value(q1[i], q2[i], 128.f * r->dxs[g]);
-            int64_t o = qx_x_offset(K, 32 * g + i);
+            int64_t o = qx_x_offset(t, 32 * g + i);
             CHECK(o >= 0 && o < padded && r->q1[o] == 0 && r->q2[o] == 0, "value %lld: offset %lld taken twice or outside",
                   (long long)(32 * g + i), (long long)o);
             r->q1[o] = q1[i], r->q2[o] = q2[i];
@@ -125,6 +124,31 @@ static double q4k_row(const uint8_t *blk, int nsb, const RoundedX *x, Faults f) 
     return s;
 }
 
+/* one Q5_K row (blocks of 176 bytes: header, qh[32], qs[128]), lanes as q4k_row */
+static double q5k_row(const uint8_t *blk, int nsb, const RoundedX *x, Faults f) {
+    float lane_acc[32] = {0};
+    for (int L = 0; L < 32; L++) {
+        int j = L & 3, sl = L >> 2;
+        for (int b = sl; b < nsb; b += 8) {
+            const uint8_t *p = blk + (size_t)b * 176;
+            uint32_t hdr[4], q[8], hb[8], x1[16], x2[16];
+            for (int i = 0; i < 4; i++) hdr[i] = word_at(p + 4 * i);
+            for (int i = 0; i < 8; i++) q[i] = word_at(p + 48 + 32 * j + 4 * i), hb[i] = word_at(p + 16 + 4 * i);
+            int64_t c = (int64_t)b * 256 + 64 * j, tile = (int64_t)(b / 8) * QX_TILE_VALUES;
+            for (int i = 0; i < 16; i++) {
+                int k = f.hi_from_lo && i >= 8 ? i - 8 : i;
+                int64_t o = tile + 16 * (32 * (k / 4) + L) + 4 * (k % 4);
+                x1[i] = word_at(x->q1 + o), x2[i] = word_at(x->q2 + o);
+            }
+            float dxs[2] = {x->dxs[c / 32], x->dxs[c / 32 + 1]}, sx[2] = {x->sx[c / 32], x->sx[c / 32 + 1]};
+            lane_acc[L] += qx_q5k_chunk(q, hb, hdr, f.wrong_scales ? j ^ 1 : j, x1, x2, dxs, sx);
+        }
+    }
+    double s = 0;
+    for (int L = 0; L < 32; L++) s += lane_acc[L];
+    return s;
+}
+
 static double q8_row(const uint8_t *blk, int nb, const RoundedX *x) {
     float lane_acc[32] = {0};
     for (int L = 0; L < 32; L++)
@@ -142,6 +166,38 @@ static double q8_row(const uint8_t *blk, int nb, const RoundedX *x) {
     return s;
 }
 
+/* one Q6_K row (native blocks of 210 bytes: ql, qh, scales, d): lane 4 s + j
+ * takes quarter j (h = j / 2, c = j % 2) of blocks s, s + 8, ...; its x
+ * pieces k at position 32 k + L of the block's tile (the kernel's loads) */
+static double q6k_row(const uint8_t *blk, int nsb, const RoundedX *x, Faults f) {
+    float lane_acc[32] = {0};
+    for (int L = 0; L < 32; L++) {
+        int j = L & 3, h = j >> 1, c = j & 1, sl = L >> 2;
+        for (int b = sl; b < nsb; b += 8) {
+            const uint8_t *p = blk + (size_t)b * 210;
+            uint32_t a[4], bq[4], hb[4], sc8[2], x1[16], x2[16];
+            for (int i = 0; i < 4; i++) {
+                a[i] = word_at(p + 64 * h + 16 * c + 4 * i), bq[i] = word_at(p + 64 * h + 32 + 16 * c + 4 * i);
+                hb[i] = word_at(p + 128 + 32 * h + 16 * c + 4 * i);
+            }
+            sc8[0] = word_at(p + 192 + 8 * h), sc8[1] = word_at(p + 196 + 8 * h);
+            int64_t tile = (int64_t)(b / 8) * QX_TILE_VALUES;
+            for (int i = 0; i < 16; i++) {
+                int k = f.hi_from_lo && i >= 8 ? i - 8 : i;
+                int64_t o = tile + 16 * (32 * (k / 4) + L) + 4 * (k % 4);
+                x1[i] = word_at(x->q1 + o), x2[i] = word_at(x->q2 + o);
+            }
+            float dxs[4];
+            for (int k = 0; k < 4; k++) dxs[k] = x->dxs[8 * b + 4 * h + k];
+            float d = fp16_to_fp32((uint16_t)(p[208] | p[209] << 8));
+            lane_acc[L] += qx_q6k_quarter(a, bq, hb, sc8, f.wrong_scales ? c ^ 1 : c, d, x1, x2, dxs);
+        }
+    }
+    double s = 0;
+    for (int L = 0; L < 32; L++) s += lane_acc[L];
+    return s;
+}
+
 /* Relative errors over `rows` random rows of type t: against dequantize_row
  * times the rounded x (*e_round) and times x itself (*e_exact). */
 static void run_case(DType t, int rows, int64_t cols, Faults f, double *e_round, double *e_exact) {
@@ -153,19 +209,22 @@ static void run_case(DType t, int rows, int64_t cols, Faults f, double *e_round,
     for (int64_t b = 0; b < nb * rows; b++) {
         uint8_t *p = w + b * info->block_bytes;
         if (t == DT_Q8_0) put_half(p, 0.001f * frand());
+        else if (t == DT_Q6_K) put_half(p + 208, 0.0002f * frand());
         else put_half(p, 0.0005f * (1.1f + frand())), put_half(p + 2, 0.001f * (1.1f + frand()));
     }
     float *x = malloc(cols * sizeof *x), *wr = malloc(cols * sizeof *wr);
     for (int64_t c = 0; c < cols; c++) x[c] = bf16_to_fp32(fp32_to_bf16(frand() * (c % 97 == 0 ? 20.f : 1.f)));
     RoundedX xr;
-    round_x(x, cols, qx_pieces(t), &xr);
+    round_x(x, cols, t, &xr);
     double n1 = 0, n2 = 0, den = 0;
     for (int r = 0; r < rows; r++) {
         const uint8_t *row = w + rb * r;
         dequantize_row(t, row, wr, cols);
         double ref = 0, ref_x = 0;
         for (int64_t c = 0; c < cols; c++) ref += (double)wr[c] * xr.xr[c], ref_x += (double)wr[c] * x[c];
-        double v = t == DT_Q4_K ? q4k_row(row, (int)nb, &xr, f) : q8_row(row, (int)nb, &xr);
+        double v = t == DT_Q4_K ? q4k_row(row, (int)nb, &xr, f)
+                   : t == DT_Q5_K ? q5k_row(row, (int)nb, &xr, f)
+                   : t == DT_Q6_K ? q6k_row(row, (int)nb, &xr, f) : q8_row(row, (int)nb, &xr);
         n1 += (v - ref) * (v - ref), n2 += (v - ref_x) * (v - ref_x), den += ref * ref;
     }
     *e_round = sqrt(n1 / den), *e_exact = sqrt(n2 / den);
@@ -176,8 +235,9 @@ static void run_case(DType t, int rows, int64_t cols, Faults f, double *e_round,
 static void test_products(void) {
     const int64_t widths[] = {256, 2304, 4096, 14336};
     const Faults ok = {false, false};
-    for (int k = 0; k < 2; k++) {
-        DType t = k ? DT_Q8_0 : DT_Q4_K;
+    const DType types[4] = {DT_Q4_K, DT_Q8_0, DT_Q6_K, DT_Q5_K};
+    for (int k = 0; k < 4; k++) {
+        DType t = types[k];
         for (int i = 0; i < 4; i++) {
             double er, ex;
             run_case(t, 12, widths[i], ok, &er, &ex);
@@ -195,6 +255,12 @@ static void test_controls(void) {
     CHECK(er > 1e-2, "high nibbles with the low half's x: rel err only %.3g", er);
     run_case(DT_Q4_K, 8, 2304, (Faults){false, true}, &er, &ex);
     CHECK(er > 1e-2, "the neighbouring chunk's scales: rel err only %.3g", er);
+    run_case(DT_Q5_K, 8, 2304, (Faults){false, true}, &er, &ex);
+    CHECK(er > 1e-2, "Q5_K with the neighbouring chunk's scales and qh bits: rel err only %.3g", er);
+    run_case(DT_Q6_K, 8, 2304, (Faults){true, false}, &er, &ex);
+    CHECK(er > 1e-2, "Q6_K pieces 2, 3 with pieces 0, 1's x: rel err only %.3g", er);
+    run_case(DT_Q6_K, 8, 2304, (Faults){false, true}, &er, &ex);
+    CHECK(er > 1e-2, "Q6_K with the other quarter's scales: rel err only %.3g", er);
 }
 
 int main(void) {

@@ -504,7 +504,8 @@ static int launch_gemv_t(const GemvArgs &a, int T, int version, int R, cudaStrea
 }
 
 bool quant_gemv_picks_x8(const QuantMatrix *W, int T) {
-    return T == 1 && quant_gemv_x8_supported(W->type, W->cols) && (W->type == DT_Q4_K || W->rows >= 16384);
+    return T == 1 && quant_gemv_x8_supported(W->type, W->cols) &&
+           (W->type != DT_Q8_0 || W->rows >= 16384);
 }
 
 /* quant_gemv_variant with the output as a GemvOut (quant.cuh). */

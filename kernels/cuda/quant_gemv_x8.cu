@@ -3,7 +3,7 @@
  * row sums integer dot products (dp4a) of the codes with those terms; the
  * lane arithmetic is kernels/quant_x8.h (replayed on the CPU by
  * tests/test_quant_x8.c). The weights are the split layout of quant.cuh
- * (Q4_K blocks whole, Q8_0 codes and scales in two planes).
+ * (Q4_K and Q5_K blocks whole, Q8_0 and Q6_K codes and scales in two planes).
  *
  * One block of QX_THREADS per SM (a persistent grid): the rounding is
  * repeated per block, so few big blocks keep it cheap (~0.4 us for 14336
@@ -118,7 +118,7 @@ static __device__ __forceinline__ uint4 qx_x8(const __nv_bfloat16 *xg, const QxN
  * load), the 4 threads of a group of 32 agree on its max by two shuffles.
  * The loop's condition is the same for a whole warp (the shuffles need every
  * lane); a group's 4 lanes are all in range or all out. */
-static __device__ void qx_round_block(const __nv_bfloat16 *x, const QxNorm &n, float inv, int64_t cols, int K,
+static __device__ void qx_round_block(const __nv_bfloat16 *x, const QxNorm &n, float inv, int64_t cols, int t,
                                       const QxPlanes &p) {
     const int lane = threadIdx.x & 31;
     const int64_t n8 = cols / 8;
@@ -130,7 +130,7 @@ static __device__ void qx_round_block(const __nv_bfloat16 *x, const QxNorm &n, f
         float dx;
         const int s = x8_round_lane8(w, a, b, &dx);
         if (!in) continue;
-        const int64_t o = qx_x_offset(K, 8 * c8);
+        const int64_t o = qx_x_offset(t, 8 * c8);
         *(uint2 *)(p.q1 + o) = make_uint2(qm_i8_pack(a[0], a[1], a[2], a[3]), qm_i8_pack(a[4], a[5], a[6], a[7]));
         *(uint2 *)(p.q2 + o) = make_uint2(qm_i8_pack(b[0], b[1], b[2], b[3]), qm_i8_pack(b[4], b[5], b[6], b[7]));
         if ((c8 & 3) == 0) {
@@ -153,12 +153,26 @@ static __device__ __forceinline__ QxItem qx_next(QxItem it, int steps, int warps
     return it;
 }
 
+/* The lane's 4 pieces of x (64 values, 4 words a piece) of a step's tile,
+ * for the types of 4 pieces a lane (Q4_K, Q6_K). */
+static __device__ __forceinline__ void qx_x_pieces4(const QxPlanes &x, int step, int lane, uint32_t x1[16],
+                                                    uint32_t x2[16]) {
+    const int64_t tile = (int64_t)step * QX_TILE_VALUES;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const uint4 a = *(const uint4 *)(x.q1 + tile + 16 * (32 * k + lane));
+        const uint4 c = *(const uint4 *)(x.q2 + tile + 16 * (32 * k + lane));
+        x1[4 * k] = a.x, x1[4 * k + 1] = a.y, x1[4 * k + 2] = a.z, x1[4 * k + 3] = a.w;
+        x2[4 * k] = c.x, x2[4 * k + 1] = c.y, x2[4 * k + 2] = c.z, x2[4 * k + 3] = c.w;
+    }
+}
+
 typedef struct {
     uint4 h, a, b;
 } Q4kLoad;
 
 static __device__ __forceinline__ int qx_steps(const Q4kLoad &, int nblk) { return (nblk + 7) / 8; }
-static __device__ __forceinline__ int qx_k(const Q4kLoad &) { return qx_pieces(DT_Q4_K); }
+static __device__ __forceinline__ int qx_type(const Q4kLoad &) { return DT_Q4_K; }
 
 static __device__ __forceinline__ void qx_load(Q4kLoad &L, const QxWeights &W, QxItem it, int lane) {
     const int b = 8 * it.step + (lane >> 2), j = lane & 3;
@@ -174,19 +188,83 @@ static __device__ __forceinline__ float qx_compute(const Q4kLoad &L, const QxPla
     const int b = 8 * step + (lane >> 2), j = lane & 3;
     if (b >= W.nblk) return 0.f;
     uint32_t x1[16], x2[16];
-    const int64_t tile = (int64_t)step * QX_TILE_VALUES;
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const uint4 a = *(const uint4 *)(x.q1 + tile + 16 * (32 * k + lane));
-        const uint4 c = *(const uint4 *)(x.q2 + tile + 16 * (32 * k + lane));
-        x1[4 * k] = a.x, x1[4 * k + 1] = a.y, x1[4 * k + 2] = a.z, x1[4 * k + 3] = a.w;
-        x2[4 * k] = c.x, x2[4 * k + 1] = c.y, x2[4 * k + 2] = c.z, x2[4 * k + 3] = c.w;
-    }
+    qx_x_pieces4(x, step, lane, x1, x2);
     const float2 d2 = *(const float2 *)(x.dxs + 8 * b + 2 * j), s2 = *(const float2 *)(x.sx + 8 * b + 2 * j);
     const float dxs[2] = {d2.x, d2.y}, sx[2] = {s2.x, s2.y};
     const uint32_t q[8] = {L.a.x, L.a.y, L.a.z, L.a.w, L.b.x, L.b.y, L.b.z, L.b.w};
     const uint32_t hdr[4] = {L.h.x, L.h.y, L.h.z, L.h.w};
     return qx_q4k_chunk(q, hdr, j, x1, x2, dxs, sx);
+}
+
+/* Q5_K: as Q4_K (a step is 8 blocks, lane = 4 block + chunk j), and each
+ * lane reads its block's 32 qh bytes too (the block's 4 lanes, one line). */
+typedef struct {
+    uint4 h, a, b, ha, hb;
+} Q5kLoad;
+
+static __device__ __forceinline__ int qx_steps(const Q5kLoad &, int nblk) { return (nblk + 7) / 8; }
+static __device__ __forceinline__ int qx_type(const Q5kLoad &) { return DT_Q5_K; }
+
+static __device__ __forceinline__ void qx_load(Q5kLoad &L, const QxWeights &W, QxItem it, int lane) {
+    const int b = 8 * it.step + (lane >> 2), j = lane & 3;
+    if (b >= W.nblk) return;
+    const uint8_t *p = W.qs + ((int64_t)it.row * W.nblk + b) * 176;
+    L.h = ld_stream(p);
+    L.ha = ld_stream(p + 16);
+    L.hb = ld_stream(p + 32);
+    L.a = ld_stream(p + 48 + 32 * j);
+    L.b = ld_stream(p + 64 + 32 * j);
+}
+
+static __device__ __forceinline__ float qx_compute(const Q5kLoad &L, const QxPlanes &x, const QxWeights &W, int step,
+                                                   int lane) {
+    const int b = 8 * step + (lane >> 2), j = lane & 3;
+    if (b >= W.nblk) return 0.f;
+    uint32_t x1[16], x2[16];
+    qx_x_pieces4(x, step, lane, x1, x2);
+    const float2 d2 = *(const float2 *)(x.dxs + 8 * b + 2 * j), s2 = *(const float2 *)(x.sx + 8 * b + 2 * j);
+    const float dxs[2] = {d2.x, d2.y}, sx[2] = {s2.x, s2.y};
+    const uint32_t q[8] = {L.a.x, L.a.y, L.a.z, L.a.w, L.b.x, L.b.y, L.b.z, L.b.w};
+    const uint32_t hb[8] = {L.ha.x, L.ha.y, L.ha.z, L.ha.w, L.hb.x, L.hb.y, L.hb.z, L.hb.w};
+    const uint32_t hdr[4] = {L.h.x, L.h.y, L.h.z, L.h.w};
+    return qx_q5k_chunk(q, hb, hdr, j, x1, x2, dxs, sx);
+}
+
+/* Q6_K: a step is 8 blocks (one x tile); lane = 4 (block of the step) +
+ * quarter j = 2h + c (qx_q6k_quarter): 48 bytes of codes, the half's 8
+ * scales, d from the scale plane. */
+typedef struct {
+    uint4 a, b, h;
+    uint2 s;
+    unsigned short d;
+} Q6kLoad;
+
+static __device__ __forceinline__ int qx_steps(const Q6kLoad &, int nblk) { return (nblk + 7) / 8; }
+static __device__ __forceinline__ int qx_type(const Q6kLoad &) { return DT_Q6_K; }
+
+static __device__ __forceinline__ void qx_load(Q6kLoad &L, const QxWeights &W, QxItem it, int lane) {
+    const int b = 8 * it.step + (lane >> 2), h = (lane >> 1) & 1, c = lane & 1;
+    if (b >= W.nblk) return;
+    const int64_t blk = (int64_t)it.row * W.nblk + b;
+    const uint8_t *p = W.qs + blk * 208;
+    L.a = ld_stream(p + 64 * h + 16 * c);
+    L.b = ld_stream(p + 64 * h + 32 + 16 * c);
+    L.h = ld_stream(p + 128 + 32 * h + 16 * c);
+    L.s = __ldg((const uint2 *)(p + 192 + 8 * h));
+    L.d = __ldg(W.sc + blk);
+}
+
+static __device__ __forceinline__ float qx_compute(const Q6kLoad &L, const QxPlanes &x, const QxWeights &W, int step,
+                                                   int lane) {
+    const int b = 8 * step + (lane >> 2), h = (lane >> 1) & 1;
+    if (b >= W.nblk) return 0.f;
+    uint32_t x1[16], x2[16];
+    qx_x_pieces4(x, step, lane, x1, x2);
+    const float4 d4 = *(const float4 *)(x.dxs + 8 * b + 4 * h);
+    const float dxs[4] = {d4.x, d4.y, d4.z, d4.w};
+    const uint32_t a[4] = {L.a.x, L.a.y, L.a.z, L.a.w}, bq[4] = {L.b.x, L.b.y, L.b.z, L.b.w};
+    const uint32_t hb[4] = {L.h.x, L.h.y, L.h.z, L.h.w}, sc8[2] = {L.s.x, L.s.y};
+    return qx_q6k_quarter(a, bq, hb, sc8, lane & 1, qm_half(L.d), x1, x2, dxs);
 }
 
 /* Q8_0: a step is 32 blocks (one x tile); lane = block of the step. */
@@ -196,7 +274,7 @@ typedef struct {
 } Q8Load;
 
 static __device__ __forceinline__ int qx_steps(const Q8Load &, int nblk) { return (nblk + 31) / 32; }
-static __device__ __forceinline__ int qx_k(const Q8Load &) { return qx_pieces(DT_Q8_0); }
+static __device__ __forceinline__ int qx_type(const Q8Load &) { return DT_Q8_0; }
 
 static __device__ __forceinline__ void qx_load(Q8Load &L, const QxWeights &W, QxItem it, int lane) {
     const int b = 32 * it.step + lane;
@@ -211,7 +289,7 @@ static __device__ __forceinline__ float qx_compute(const Q8Load &L, const QxPlan
                                                    int lane) {
     const int b = 32 * step + lane;
     if (b >= W.nblk) return 0.f;
-    const int64_t tile = (int64_t)step * 512 * qx_k(L); /* 32 lanes x K pieces of 16 */
+    const int64_t tile = (int64_t)step * 512 * qx_pieces(DT_Q8_0); /* 32 lanes x K pieces of 16 */
     const uint4 a0 = *(const uint4 *)(x.q1 + tile + 16 * lane), a1 = *(const uint4 *)(x.q1 + tile + 16 * (32 + lane));
     const uint4 c0 = *(const uint4 *)(x.q2 + tile + 16 * lane), c1 = *(const uint4 *)(x.q2 + tile + 16 * (32 + lane));
     const uint32_t x1[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
@@ -246,7 +324,7 @@ __global__ void __launch_bounds__(QX_THREADS) kernel_gemv_x8(QxWeights W, const 
     pdl_wait();
     const QxPlanes x = qx_planes(qx_smem, cols);
     const float inv = nrm.x ? qx_norm_inv(nrm.x, cols, nrm.eps, red) : 0.f;
-    qx_round_block(xg, nrm, inv, cols, qx_k(cur), x);
+    qx_round_block(xg, nrm, inv, cols, qx_type(cur), x);
     __syncthreads();
     pdl_launch_dependents();
     float acc = 0.f;
@@ -301,12 +379,13 @@ static int qx_launch(const QxWeights &W, const void *x, const QxNorm &n, int64_t
 }
 
 bool quant_gemv_x8_supported(DType t, int64_t cols) {
-    return cols <= QX_MAX_COLS && ((t == DT_Q4_K && cols % 256 == 0) || (t == DT_Q8_0 && cols % 32 == 0));
+    const bool k_type = t == DT_Q4_K || t == DT_Q5_K || t == DT_Q6_K;
+    return cols <= QX_MAX_COLS && ((k_type && cols % 256 == 0) || (t == DT_Q8_0 && cols % 32 == 0));
 }
 
 static int qx_check(const QuantMatrix *W, const void *x, const QxNorm *n, int T, Err *err) {
     if (!quant_gemv_x8_supported(W->type, W->cols))
-        return err_set(err, "quant_gemv v5: %s with %lld columns (Q4_K, Q8_0 up to %d columns)",
+        return err_set(err, "quant_gemv v5: %s with %lld columns (Q4_K, Q5_K, Q6_K, Q8_0 up to %d columns)",
                        dtype_info(W->type)->name, (long long)W->cols, QX_MAX_COLS);
     if (T != 1) return err_set(err, "quant_gemv v5: %d rows of x (one row only)", T);
     if (n && (!n->x || !n->w || (uintptr_t)n->x % 16 || (uintptr_t)n->w % 16))
@@ -332,8 +411,11 @@ int quant_gemv_x8(const QuantMatrix *W, const void *x, const QxNorm *n, const Ge
     if (qx_check(W, x, n, T, err)) return -1;
     const QxWeights w = qx_weights(W, W->rows);
     const QxGlu none = {NULL, NULL, NULL, ACT_SILU, 0.f};
-    return W->type == DT_Q4_K ? qx_launch<Q4kLoad, false>(w, x, qx_norm_of(n), W->cols, *out, none, s, err)
-                              : qx_launch<Q8Load, false>(w, x, qx_norm_of(n), W->cols, *out, none, s, err);
+    const QxNorm nn = qx_norm_of(n);
+    if (W->type == DT_Q4_K) return qx_launch<Q4kLoad, false>(w, x, nn, W->cols, *out, none, s, err);
+    if (W->type == DT_Q5_K) return qx_launch<Q5kLoad, false>(w, x, nn, W->cols, *out, none, s, err);
+    if (W->type == DT_Q6_K) return qx_launch<Q6kLoad, false>(w, x, nn, W->cols, *out, none, s, err);
+    return qx_launch<Q8Load, false>(w, x, nn, W->cols, *out, none, s, err);
 }
 
 int quant_gemv_x8_glu(const QuantMatrix *W, const void *x, const QxNorm *n, void *out, const float *bg,
@@ -343,6 +425,9 @@ int quant_gemv_x8_glu(const QuantMatrix *W, const void *x, const QxNorm *n, void
     const QxWeights w = qx_weights(W, W->rows / 2);
     const QxGlu glu = {(__nv_bfloat16 *)out, bg, bu, act, limit};
     const GemvOut none = gemv_out_one(NULL, false, NULL, 0);
-    return W->type == DT_Q4_K ? qx_launch<Q4kLoad, true>(w, x, qx_norm_of(n), W->cols, none, glu, s, err)
-                              : qx_launch<Q8Load, true>(w, x, qx_norm_of(n), W->cols, none, glu, s, err);
+    const QxNorm nn = qx_norm_of(n);
+    if (W->type == DT_Q4_K) return qx_launch<Q4kLoad, true>(w, x, nn, W->cols, none, glu, s, err);
+    if (W->type == DT_Q5_K) return qx_launch<Q5kLoad, true>(w, x, nn, W->cols, none, glu, s, err);
+    if (W->type == DT_Q6_K) return qx_launch<Q6kLoad, true>(w, x, nn, W->cols, none, glu, s, err);
+    return qx_launch<Q8Load, true>(w, x, nn, W->cols, none, glu, s, err);
 }

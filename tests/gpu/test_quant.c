@@ -366,9 +366,9 @@ static void test_refused(void) {
  * [T][n_i] bf16 with its own bias (none for the middle one): every version
  * that takes the type, T = 1 and 3, against the dequantized rows. */
 static void test_parts(void) {
-    const DType types[] = {DT_Q4_K, DT_Q8_0, DT_Q4_0};
+    const DType types[] = {DT_Q4_K, DT_Q8_0, DT_Q4_0, DT_Q6_K, DT_Q5_K};
     const int64_t end[3] = {384, 512, 640}, cols = 1536;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 5; i++) {
         Mat M;
         if (mat_build(&M, types[i], end[2], cols)) continue;
         float *w = malloc((size_t)end[2] * cols * sizeof *w), *x = malloc(3 * cols * sizeof *x);
@@ -424,12 +424,12 @@ static void test_parts(void) {
  * dequantize_row times the rounded x, then cpu_glu; y is bf16 (tolerance
  * 1e-2 of the norm) and NaN-poisoned first. */
 static void test_glu(void) {
-    const DType types[] = {DT_Q4_K, DT_Q8_0};
+    const DType types[] = {DT_Q4_K, DT_Q8_0, DT_Q6_K, DT_Q5_K};
     const int64_t shapes[2][2] = {{700, 2304}, {9001, 512}}; /* F, cols; the second: several rows per warp pair */
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 8; i++) {
         Mat M;
-        const int64_t F = shapes[i / 2][0], cols = shapes[i / 2][1];
-        if (mat_build(&M, types[i % 2], 2 * F, cols)) continue;
+        const int64_t F = shapes[i / 4][0], cols = shapes[i / 4][1];
+        if (mat_build(&M, types[i % 4], 2 * F, cols)) continue;
         float *w = malloc((size_t)2 * F * cols * sizeof *w), *x = malloc(cols * sizeof *x), *b = malloc(2 * F * sizeof *b);
         float *g = malloc(F * sizeof *g), *u = malloc(F * sizeof *u), *ref = malloc(F * sizeof *ref);
         uint16_t *xb = malloc(cols * 2), *y = malloc(F * 2);
@@ -482,9 +482,9 @@ static void test_glu(void) {
  * times the dequantized rows; outputs NaN-poisoned first. The norm offset
  * (Gemma's 1 + w) and a residual of large magnitude are both exercised. */
 static void test_norm_x8(void) {
-    const DType types[] = {DT_Q4_K, DT_Q8_0};
+    const DType types[] = {DT_Q4_K, DT_Q8_0, DT_Q6_K, DT_Q5_K};
     const int64_t F = 700, cols = 2304;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 4; i++) {
         Mat M;
         if (mat_build(&M, types[i], 2 * F, cols)) continue;
         float *w = malloc((size_t)2 * F * cols * sizeof *w), *res = malloc(cols * sizeof *res), *g = malloc(cols * 4);
@@ -688,9 +688,10 @@ static void test_timing(void) {
            "T=8 us   GB/s  %", "dequant->bf16 us GB/s %");
     for (int i = 0; i < N_TYPES; i++) time_shape(TYPES[i], 4096, 14336, true, x, y, dst);
     const int64_t shapes[][2] = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {128256, 4096}};
-    const DType both[2] = {DT_Q4_K, DT_Q8_0};
+    /* Q6_K: the LM head and some matrices of Q4_K_M files; Q5_K: Q5_K_M's */
+    const DType both[4] = {DT_Q4_K, DT_Q8_0, DT_Q6_K, DT_Q5_K};
     for (int i = 0; i < 4; i++)
-        for (int k = 0; k < 2; k++) time_shape(both[k], shapes[i][0], shapes[i][1], false, x, y, dst);
+        for (int k = 0; k < 4; k++) time_shape(both[k], shapes[i][0], shapes[i][1], false, x, y, dst);
     cudaFree(x); cudaFree(y); cudaFree(dst);
 }
 
