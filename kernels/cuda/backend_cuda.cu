@@ -87,9 +87,12 @@ extern "C" { /* C headers of the engine: C linkage */
  * where a GEMM has few tiles): every step above the GEMVs' 8 rows up to 1536. H200, 8B Q4_K tok/s fused vs
  * dequantize + cuBLASLt: batch-16 decode 3,238 vs 1,497, prefill 16 3,506 vs 1,508 (16-128-token tiles by
  * T: kernels/NOTES.md "small steps"); 512 30.4k vs 27.2k, 1024 34.3k vs 33.7k, 2048 33.6k vs 35.1k ("v5") */
-#define QGEMM_FUSED_MIN_T 9
 #define QGEMM_FUSED_MAX_T 1536
 enum { QGEMM_NEVER, QGEMM_AUTO, QGEMM_ALWAYS };
+/* bf16 weights: the GEMV kernels up to this many rows, cuBLASLt above (GEMV_MAX_T is what they take).
+ * H200, 8B bf16 decode tok/s, GEMV vs cuBLASLt: batch 2 426 vs 428, batch 4 761 vs 849, batch 8 1,052 vs
+ * 1,667 (the GEMV re-reads x per weight load: kernels/NOTES.md "bf16 matrix-vector products"). */
+#define BF16_GEMV_MAX_T 2
 #define DEQ_AHEAD_BUFFERS 2 /* the matrix a GEMM reads and the next (3: no faster, measured) */
 #define DEQ_MAX_BYTES ((size_t)DEQ_MAX_MB << 20) /* bf16 scratch of quantized GEMMs above 8 rows; larger matrices go in row chunks */
 #define LAYER_REFS ((int)(sizeof(LayerWeights) / sizeof(WeightRef)))
@@ -123,8 +126,12 @@ typedef struct {
     bool bf16_weights;           /* every matrix as bf16, quantized ones too (CudaOptions) */
     bool bi;                     /* batch-invariant mode (CudaOptions.batch_invariant) */
     int qgemv_version;           /* quant_gemv_variant's version: 0 (default) or CLLM_QUANT_GEMV=1..5 (benchmarks) */
+    int qgemv_max_t;             /* quantized weights: steps of up to this many rows by quant_gemv (QUANT_GEMV_MAX_T;
+                                    CLLM_QUANT_GEMV_MAX_T=1..8 for benchmarks), larger ones by qgemm's other routes */
+    int gemv_max_t;              /* bf16 weights: steps of up to this many rows by the GEMV kernels, larger ones by
+                                    cuBLASLt (BF16_GEMV_MAX_T; CLLM_GEMV_MAX_T=1..8 for benchmarks) */
     int qgemm_mode;              /* quantized GEMMs above 8 rows through quant_gemm where it takes W: QGEMM_AUTO (steps
-                                    of QGEMM_FUSED_MIN_T .. MAX_T rows; the default), QGEMM_ALWAYS (CLLM_QUANT_GEMM=1,
+                                    above the GEMVs' rows up to QGEMM_FUSED_MAX_T; the default), QGEMM_ALWAYS (CLLM_QUANT_GEMM=1,
                                     3, 4, 5) or QGEMM_NEVER (=0; also without an sm_90a build on a 9.0 GPU, and in
                                     the batch-invariant mode) */
     int qgemm_version;           /* quant_gemm_variant's version: 0 (default), or CLLM_QUANT_GEMM=3..5 (benchmarks) */
@@ -275,7 +282,7 @@ static void gemm(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const bf16
                  int K) {
     if (cb->failed || T <= 0) return;
     if (cb->bi) { gemm_bi(cb, y, y_f32, x, W, bias, M, T, K, M); return; }
-    if (T <= GEMV_MAX_T) { cuda_gemv(y, y_f32, W, x, bias, M, K, T, cb->stream); return; }
+    if (T <= cb->gemv_max_t) { cuda_gemv(y, y_f32, W, x, bias, M, K, T, cb->stream); return; }
     gemm_lt(cb, y, y_f32, x, W, M, T, K, M);
     if (bias && !cb->failed) cuda_add_bias(y, y_f32, bias, T, M, cb->stream);
 }
@@ -300,7 +307,7 @@ static void qgemv(CudaBackend *cb, const bf16 *x, const QuantMatrix *W, const Ge
  * whether every such GEMM on W does (then W needs no bf16 scratch and is never dequantized ahead). */
 static bool q_fused(const CudaBackend *cb, const QuantMatrix *W, int T) {
     bool at_T = cb->qgemm_mode == QGEMM_ALWAYS ||
-                (cb->qgemm_mode == QGEMM_AUTO && T >= QGEMM_FUSED_MIN_T && T <= QGEMM_FUSED_MAX_T);
+                (cb->qgemm_mode == QGEMM_AUTO && T > cb->qgemv_max_t && T <= QGEMM_FUSED_MAX_T);
     bool v3_ok = cb->qgemm_mode == QGEMM_ALWAYS && cb->qgemm_version < 4; /* by default only where v5 takes W */
     return at_T && quant_gemm_supported(W->type, W->rows, W->cols) && (v3_ok || quant_gemm_tma_takes(W->type, W->cols));
 }
@@ -329,7 +336,7 @@ static const QuantMatrix *qnext_dequantized(const CudaBackend *cb, const QuantMa
 static void qgemm(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const QuantMatrix *W, const float *bias, int T) {
     if (cb->failed || T <= 0) return;
     Err e = {};
-    if (T <= QUANT_GEMV_MAX_T && !cb->bi) {
+    if (T <= cb->qgemv_max_t && !cb->bi) {
         GemvOut out = gemv_out_one(y, y_f32, bias, W->rows);
         qgemv(cb, x, W, &out, T);
         return;
@@ -871,7 +878,7 @@ static void cuda_be_qkv(Backend *be, void *q, void *k, void *v, const void *x, c
     bool qcat = is_quant(&lw->wq) && lw->wk.data == lw->wq.data && lw->wv.data == lw->wq.data;
     bool bcat = !is_quant(&lw->wq) && !is_quant(&lw->wk) && !is_quant(&lw->wv) && Wk == Wq + (int64_t)nq * K &&
                 Wv == Wk + (int64_t)nk * K;
-    bool gemv = T <= (qcat ? QUANT_GEMV_MAX_T : GEMV_MAX_T) && !cb->bi;
+    bool gemv = T <= (qcat ? cb->qgemv_max_t : cb->gemv_max_t) && !cb->bi;
     if (cb->failed || T <= 0) return;
     if ((qcat || bcat) && gemv) { /* the matrix-vector kernels store q, k, v (+ biases) themselves */
         GemvOut out = qkv_out(q, k, v, lw);
@@ -968,7 +975,7 @@ static void cuda_be_gate_up(Backend *be, void *out, const void *x, const LayerWe
         wgemm(cb, g, false, (const bf16 *)x, &lw->w_gate, mat, NULL, T);
         wgemm(cb, u, false, (const bf16 *)x, &lw->w_up, mat, NULL, T);
         cuda_glu((bf16 *)out, g, u, F, bg, bu, T, F, act, limit, cb->stream);
-    } else if (Wu == Wg + (int64_t)F * K && T <= GEMV_MAX_T && !cb->bi) {
+    } else if (Wu == Wg + (int64_t)F * K && T <= cb->gemv_max_t && !cb->bi) {
         cuda_gemv_glu((bf16 *)out, Wg, (const bf16 *)x, bg, bu, F, K, T, act, limit, cb->stream);
     } else if (Wu == Wg + (int64_t)F * K) {
         gemm(cb, cb->scratch, false, (const bf16 *)x, Wg, NULL, 2 * F, T, K);
@@ -1038,7 +1045,7 @@ static void cuda_be_norm_gate_up(Backend *be, const AddNorm *n, void *out, const
 static bool cuda_be_matmul_add(Backend *be, void *x, const void *in, const WeightRef *w, int mat,
                                const WeightRef *bias, int T) {
     CudaBackend *cb = cb_of(be);
-    if (!is_quant(w) || T < 1 || T > QUANT_GEMV_MAX_T || cb->bi) return false;
+    if (!is_quant(w) || T < 1 || T > cb->qgemv_max_t || cb->bi) return false;
     GemvOut out = gemv_out_one(x, true, vec_of(bias, mat), w->rows);
     out.add = true;
     if (!cb->failed) qgemv(cb, (const bf16 *)in, qm_of(w), &out, T);
@@ -1433,6 +1440,10 @@ extern "C" Backend *backend_cuda_create_opts(const ModelConfig *c, const ModelWe
     cb->bi = o->batch_invariant;
     const char *qv = getenv("CLLM_QUANT_GEMV"); /* compare kernel versions on a whole model without a rebuild */
     cb->qgemv_version = qv && qv[0] >= '1' && qv[0] <= '5' && !qv[1] ? qv[0] - '0' : 0;
+    const char *gm = getenv("CLLM_GEMV_MAX_T");
+    cb->gemv_max_t = gm && gm[0] >= '1' && gm[0] <= '0' + GEMV_MAX_T && !gm[1] ? gm[0] - '0' : BF16_GEMV_MAX_T;
+    const char *qm = getenv("CLLM_QUANT_GEMV_MAX_T");
+    cb->qgemv_max_t = qm && qm[0] >= '1' && qm[0] <= '0' + QUANT_GEMV_MAX_T && !qm[1] ? qm[0] - '0' : QUANT_GEMV_MAX_T;
     const char *ra = getenv("CLLM_ROPE_ATTENTION");
     cb->rope_apart = ra && !strcmp(ra, "0");
     const char *da = getenv("CLLM_DEQ_AHEAD"); /* buffers, for benchmarks: 0 or 1 (nothing ahead), 2, 3 */
@@ -1445,6 +1456,10 @@ extern "C" Backend *backend_cuda_create_opts(const ModelConfig *c, const ModelWe
     cb->workspace_bytes = (size_t)32 << 20;
     int rc = 0;
     if (qv && *qv && cb->qgemv_version == 0) rc = err_set(err, "CLLM_QUANT_GEMV '%s': not 1, 2, 3, 4 or 5", qv);
+    if (rc == 0 && gm && *gm && cb->gemv_max_t != gm[0] - '0')
+        rc = err_set(err, "CLLM_GEMV_MAX_T '%s': not 1 .. %d", gm, GEMV_MAX_T);
+    if (rc == 0 && qm && *qm && cb->qgemv_max_t != qm[0] - '0')
+        rc = err_set(err, "CLLM_QUANT_GEMV_MAX_T '%s': not 1 .. %d", qm, QUANT_GEMV_MAX_T);
     if (rc == 0 && cb->prof_count < 0) rc = err_set(err, "CLLM_PROFILE_STEPS '%s': not FIRST,COUNT (0-based)", ps);
     if (rc == 0 && da && *da && !da_ok) rc = err_set(err, "CLLM_DEQ_AHEAD '%s': not 0, 1, 2 or 3", da);
     /* quantized GEMMs of > 8 rows by quant_gemm: unset, by the step's rows; 0 never; 1 always;
