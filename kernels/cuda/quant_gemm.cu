@@ -1,6 +1,6 @@
 /* quant_gemm.cu — the prefill GEMM on quantized weights, for Hopper (sm_90a):
  * y[T][rows] = x[T][cols] @ W^T with W kept in its GGUF blocks (quant.cuh's
- * split layout), Q4_K and Q8_0.
+ * split layout), Q4_K and Q8_0 (v3, v4, v5), Q6_K (v5).
  *
  * Why: the other prefill route dequantizes each matrix to a bf16 scratch and
  * runs cuBLASLt on it: 16 GB of bf16 written and read back per 512-token step
@@ -59,9 +59,12 @@ template <int NH> static __host__ __device__ constexpr int qm_smem_bytes() {
 }
 
 /* v4 (below): a stage is x's tile and W's raw bytes, 128 rows of 32 codes +
- * 16 header bytes (Q4_K) or 64 codes + 16 scale bytes (Q8_0) */
+ * 16 header bytes (Q4_K) or 64 codes + 16 scale bytes (Q8_0); v5 Q6_K: 64
+ * ql bytes, then 32 qh bytes, then the block's 16 scales (d by plain loads) */
 #define QR_THREADS 256 /* two warpgroups; thread 0 also issues the loads */
-template <int Q> static __host__ __device__ constexpr int qr_codes_bytes() { return Q == DT_Q4_K ? QM_BM * 32 : QM_BM * 64; }
+template <int Q> static __host__ __device__ constexpr int qr_codes_bytes() {
+    return Q == DT_Q4_K ? QM_BM * 32 : Q == DT_Q6_K ? QM_BM * 96 : QM_BM * 64;
+}
 template <int Q> static __host__ __device__ constexpr int qr_w_bytes() { return qr_codes_bytes<Q>() + QM_BM * 16; }
 /* BN tokens a block: 16, 32, 64, 128 (one wgmma of n = BN a k16 step) or
  * 256 (two of n = 128); x's tile is BN rows of 128 bytes */
@@ -430,10 +433,13 @@ static __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorM
  * codes {32, 128} at block kt / 4's bytes 16 + 32 (kt % 4), headers {16, 128}
  * at its byte 0; Q8_0 codes {64, 128} at 64 kt, scales {16, 128} at byte
  * 16 (kt / 4) of the row's (4 stages' scales: a box's inner start must be
- * 16-byte aligned, and one at 4 kt faulted; past the row: zeros). */
+ * 16-byte aligned, and one at 4 kt faulted; past the row: zeros); Q6_K (v5)
+ * ql {64, 128} (64-byte swizzle), qh {32, 128} (32-byte swizzle), scales
+ * {16, 128} of half kt / 2 % 2 of block kt / 4. */
 template <int Q, int BN>
 static __device__ __forceinline__ void qr_load(uint8_t *smem, const CUtensorMap *tx, const CUtensorMap *tw,
-                                               const CUtensorMap *tw2, int n0, int m0, int kt, int b) {
+                                               const CUtensorMap *tw2, const CUtensorMap *tw3, int n0, int m0, int kt,
+                                               int b) {
     constexpr int S = qr_stages<Q, BN>(), SB = qr_stage_bytes<Q, BN>();
     const uint32_t full = smem_u32(smem) + S * SB + 8 * b, st = smem_u32(smem) + b * SB, w = st + BN * 128;
     mbar_expect_tx(full, BN * 128 + qr_w_bytes<Q>());
@@ -441,6 +447,11 @@ static __device__ __forceinline__ void qr_load(uint8_t *smem, const CUtensorMap 
     if (Q == DT_Q4_K) {
         tma_load_2d(w, tw, (kt >> 2) * 144 + 16 + (kt & 3) * 32, m0, full);
         tma_load_2d(w + qr_codes_bytes<Q>(), tw2, (kt >> 2) * 144, m0, full);
+    } else if (Q == DT_Q6_K) { /* half h = kt / 2 % 2 of block kt / 4: ql[64h ..], qh[32h ..], all 16 scales */
+        const int blk = (kt >> 2) * 208, h = (kt >> 1) & 1;
+        tma_load_2d(w, tw, blk + 64 * h, m0, full);
+        tma_load_2d(w + QM_BM * 64, tw3, blk + 128 + 32 * h, m0, full);
+        tma_load_2d(w + qr_codes_bytes<Q>(), tw2, blk + 192, m0, full);
     } else {
         tma_load_2d(w, tw, kt * 64, m0, full);
         tma_load_2d(w + qr_codes_bytes<Q>(), tw2, (kt >> 2) * 16, m0, full); /* starts 16-byte aligned */
@@ -487,6 +498,42 @@ static __device__ __forceinline__ uint32_t q4k_scale_min_bf16x2(uint4 h, int j) 
  * each (2 and 2.5 instructions a value instead of v4's 3.5; values within
  * ~2^-8 of v4's, which are quant_dequant_bf16's). A Q8_0 code is L - 128 s
  * (L its low 7 bits, s its sign bit): (128 + L) - (128 + 128 s), exact. */
+#define QR_BF16_160 0x43204320u /* bf16 160.0 twice: (128 + q) - 160 = q - 32, a Q6_K code */
+
+/* Q6_K (v5 only): stage kt is half h = kt / 2 % 2 of its block, nibble n =
+ * kt % 2 of ql[64h ..] (k16 step p: bytes 16p + 8e + 2t, +1, in the 64-byte
+ * swizzle), the qh bits 2(2n + p / 2), + 1 of qh[32h + 16 (p % 2) ..] (32-byte
+ * swizzle), scale sc[8h + 4n + p]; 128 + q made by two LOP3s, q - 32 by an
+ * exact bf16x2 subtraction, times s = bf16(sc bf16(d)) (sc exact in bf16 as
+ * Q8_0's codes are), rounded once. */
+static __device__ __forceinline__ void q6k_frags_bf16x2(uint32_t (&a)[4][4], const uint8_t *w, int row, int r, int t,
+                                                        int kt, float d) {
+    const int n = kt & 1, h = (kt >> 1) & 1;
+    const uint32_t sw = *(const uint32_t *)(w + qr_codes_bytes<DT_Q6_K>() + row * 16 + 8 * h + 4 * n);
+    const uint32_t d2 = bf16_pair(d, d);
+    uint32_t s2[2]; /* steps (0, 1), (2, 3): (sc, sc') * bf16(d) */
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const uint32_t v = __byte_perm(sw, 0, i ? 0x4342 : 0x4140);
+        s2[i] = bf2_mul(bf2_sub(qm_and_or(v, 0x007f007fu, QR_BF16_128), qm_and_or(v, 0x00800080u, QR_BF16_128)), d2);
+    }
+    const uint8_t *ql = w + row * 64, *qh = w + QM_BM * 64 + row * 32;
+#pragma unroll
+    for (int p = 0; p < 4; p++) {
+        const uint32_t s = __byte_perm(s2[p >> 1], 0, p & 1 ? 0x3232 : 0x1010);
+        const int k = 2 * n + (p >> 1); /* qh bits 2k, 2k + 1 */
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            uint32_t v = __byte_perm(*(const uint16_t *)(ql + ((p ^ ((row >> 1) & 3)) << 4) + 8 * e + 2 * t), 0, 0x4140);
+            uint32_t hv = __byte_perm(*(const uint16_t *)(qh + (((p & 1) ^ ((row >> 2) & 1)) << 4) + 8 * e + 2 * t), 0, 0x4140);
+            if (n) v >>= 4;
+            hv = k < 2 ? hv << (4 - 2 * k) : hv >> (2 * k - 4);
+            const uint32_t code = qm_and_or(v, 0x000f000fu, qm_and_or(hv, 0x00300030u, QR_BF16_128));
+            a[p][r + 2 * e] = bf2_mul(bf2_sub(code, QR_BF16_160), s);
+        }
+    }
+}
+
 template <int Q>
 static __device__ __forceinline__ void qr_frags_bf16x2(uint32_t (&a)[4][4], const uint8_t *w, int row, int r, int t,
                                                        int kt) {
@@ -534,11 +581,14 @@ static __device__ __forceinline__ void qr_frags_bf16x2(uint32_t (&a)[4][4], cons
  * 16p + 8e + 2t, +1 give step p's (low) and p + 2's (high) pair e. Q8_0:
  * step k is chunk k of the row (block k / 2), pair e its bytes 8e + 2t, +1. */
 template <int Q, bool PK>
-static __device__ __forceinline__ void qr_frags(uint32_t (&a)[4][4], const uint8_t *w, int row0, int t, int kt) {
+static __device__ __forceinline__ void qr_frags(uint32_t (&a)[4][4], const uint8_t *w, int row0, int t, int kt,
+                                                const float (&d6)[2]) {
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int row = row0 + 8 * r;
-        if (PK) {
+        if constexpr (Q == DT_Q6_K) {
+            q6k_frags_bf16x2(a, w, row, r, t, kt, d6[r]);
+        } else if (PK) {
             qr_frags_bf16x2<Q>(a, w, row, r, t, kt);
         } else if (Q == DT_Q4_K) {
             const uint8_t *rw = w + row * 32;
@@ -594,10 +644,17 @@ static __device__ __forceinline__ void qr_hold(uint32_t (&a)[4][4]) {
  * and kt1 are multiples of 4: cols % 256 == 0) in buffers
  * q .. q + 3, q = 4 (turn % (S / 4)): kt % 4 and the offsets of every
  * descriptor and barrier from q's are constants. */
+/* Q6_K's d of rows row, row + 8 (of the block's) in block b, as floats */
+static __device__ __forceinline__ void q6k_d(float (&d)[2], const unsigned short *dq, int nb, int row, int b) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) d[r] = qm_half(__ldg(dq + (int64_t)(row + 8 * r) * nb + b));
+}
+
 template <int Q, int BN, bool PK>
 static __device__ __forceinline__ void qr_multiply(float (&acc)[qr_halves<BN>()][qr_wn<BN>() / 2], uint8_t *smem,
                                                    const CUtensorMap *tx, const CUtensorMap *tw, const CUtensorMap *tw2,
-                                                   int n0, int m0, int kt0, int kt1) {
+                                                   const CUtensorMap *tw3, const unsigned short *dq, int nb, int n0,
+                                                   int m0, int kt0, int kt1) {
     constexpr int S = qr_stages<Q, BN>(), SB = qr_stage_bytes<Q, BN>(), NH = qr_halves<BN>(), WN = qr_wn<BN>();
     const int j = threadIdx.x, wg = j >> 7, warp = (j >> 5) & 3, lane = j & 31;
     const int row0 = 64 * wg + 16 * warp + (lane >> 2), t = lane & 3;
@@ -610,14 +667,17 @@ static __device__ __forceinline__ void qr_multiply(float (&acc)[qr_halves<BN>()]
     uint32_t a[2][4][4];
     constexpr int G = S / 4; /* turns a buffer's use count advances by one */
     static_assert(S % 4 == 0, "buffers in fours");
+    float d6[2] = {0.f, 0.f}, d6_next[2] = {0.f, 0.f}; /* Q6_K: the turn's block's d, the next turn's (a turn ahead) */
+    if (Q == DT_Q6_K) q6k_d(d6, dq, nb, m0 + row0, kt0 >> 2);
     for (int k0 = kt0, turn = 0; k0 < kt1; k0 += 4, turn++) {
         const int q = 4 * (turn % G), n = turn / G;                 /* buffers q + u, their use count */
         const int qp = q ? q - 4 : S - 4, np = q ? n : n - 1;        /* the turn before's */
+        if (Q == DT_Q6_K && k0 + 4 < kt1) q6k_d(d6_next, dq, nb, m0 + row0, (k0 >> 2) + 1);
 #pragma unroll
         for (int u = 0; u < 4; u++) {
             const int kt = k0 + u;
             mbar_wait(bars + 8 * (q + u), n & 1);
-            qr_frags<Q, PK>(a[u & 1], smem + (q + u) * SB + BN * 128, row0, t, u);
+            qr_frags<Q, PK>(a[u & 1], smem + (q + u) * SB + BN * 128, row0, t, u, d6);
             wg_fence();
 #pragma unroll
             for (int k = 0; k < 4; k++)
@@ -632,10 +692,11 @@ static __device__ __forceinline__ void qr_multiply(float (&acc)[qr_halves<BN>()]
                 mbar_arrive(bars + 8 * (S + prev));
                 if (j == 0 && kt - 1 + S < kt1) {
                     mbar_wait(bars + 8 * (S + prev), pn & 1);
-                    qr_load<Q, BN>(smem, tx, tw, tw2, n0, m0, kt - 1 + S, prev);
+                    qr_load<Q, BN>(smem, tx, tw, tw2, tw3, n0, m0, kt - 1 + S, prev);
                 }
             }
         }
+        d6[0] = d6_next[0], d6[1] = d6_next[1];
     }
     wg_wait<0>();
     qr_hold(a[0]);
@@ -768,7 +829,8 @@ kernel_quant_gemm(void *y, bool y_f32, const __nv_bfloat16 *x, const uint8_t *qs
 template <int Q, int BN, bool PK>
 __global__ void __launch_bounds__(QR_THREADS, 1)
 kernel_quant_gemm_rs(void *y, bool y_f32, const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw,
-                     const __grid_constant__ CUtensorMap tw2, int T, int M, int K, float *part, unsigned *count) {
+                     const __grid_constant__ CUtensorMap tw2, const __grid_constant__ CUtensorMap tw3,
+                     const unsigned short *dq, int T, int M, int K, float *part, unsigned *count) {
 #if QM_WGMMA
     constexpr int S = qr_stages<Q, BN>(), SB = qr_stage_bytes<Q, BN>(), NH = qr_halves<BN>(), NA = qr_wn<BN>() / 2;
     extern __shared__ uint8_t qm_smem_raw[];
@@ -781,11 +843,11 @@ kernel_quant_gemm_rs(void *y, bool y_f32, const __grid_constant__ CUtensorMap tx
             mbar_init(smem_u32(smem) + S * SB + 8 * (S + i), 256); /* empty: every thread */
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        for (int kt = kt0; kt < kt0 + S && kt < kt1; kt++) qr_load<Q, BN>(smem, &tx, &tw, &tw2, n0, m0, kt, kt - kt0);
+        for (int kt = kt0; kt < kt0 + S && kt < kt1; kt++) qr_load<Q, BN>(smem, &tx, &tw, &tw2, &tw3, n0, m0, kt, kt - kt0);
     }
     __syncthreads();
     float acc[NH][NA]; /* written first by the wgmma of kt = kt0, k = 0 (add = 0) */
-    qr_multiply<Q, BN, PK>(acc, smem, &tx, &tw, &tw2, n0, m0, kt0, kt1);
+    qr_multiply<Q, BN, PK>(acc, smem, &tx, &tw, &tw2, &tw3, dq, K / 256, n0, m0, kt0, kt1);
     if (gridDim.z > 1 && !qr_split_reduce<NH, NA>(acc, part, count, blockIdx.y * gridDim.x + blockIdx.x)) return;
     static_assert(BN * QR_Y_STRIDE <= S * SB, "y's tile in the stage buffers");
     if (y_f32 || (uintptr_t)y % 16) qm_store<NH, NA>(y, y_f32, acc, T, M, n0, m0 + 64 * (threadIdx.x >> 7));
@@ -806,12 +868,15 @@ bool quant_gemm_available(void) {
 }
 
 /* v4 / v5 load W by TMA: a Q8_0 scale plane's rows (cols / 16 bytes) must be 16-byte multiples */
-bool quant_gemm_tma_takes(DType t, int64_t cols) { return t == DT_Q4_K || cols % 256 == 0; }
+bool quant_gemm_tma_takes(DType t, int64_t cols) { return t != DT_Q8_0 || cols % 256 == 0; }
 
 bool quant_gemm_supported(DType t, int64_t rows, int64_t cols) {
-    if (t != DT_Q4_K && t != DT_Q8_0) return false;
-    return rows > 0 && cols > 0 && rows % QM_BM == 0 && rows <= 65535LL * QM_BM && cols % (t == DT_Q4_K ? 256 : 64) == 0 && cols <= (1 << 30);
+    if (t != DT_Q4_K && t != DT_Q8_0 && t != DT_Q6_K) return false;
+    return rows > 0 && cols > 0 && rows % QM_BM == 0 && rows <= 65535LL * QM_BM && cols % (t == DT_Q8_0 ? 64 : 256) == 0 &&
+           cols <= (1 << 30);
 }
+
+bool quant_gemm_version_takes(DType t, int ver) { return ver == 0 || ver == 5 || (t != DT_Q6_K && ver >= 3 && ver <= 4); }
 
 template <int Q, int NH>
 static int qm_launch_v3(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, cudaStream_t s, Err *err) {
@@ -852,11 +917,19 @@ static int qm_launch_v4(const QuantMatrix *W, const void *x, int T, void *y, boo
     if (!fn || q != cudaDriverEntryPointSuccess) return err_set(err, "quant_gemm: the driver has no cuTensorMapEncodeTiled");
     PFN_cuTensorMapEncodeTiled_v12000 enc = (PFN_cuTensorMapEncodeTiled_v12000)fn;
     const uint64_t K = (uint64_t)W->cols, rows = (uint64_t)W->rows, nb = K / quant_block_elems(Q);
-    CUtensorMap tx, tw, tw2;
+    CUtensorMap tx, tw, tw2, tw3;
     if (qr_map(enc, &tx, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, x, K, (uint64_t)T, K * 2, 64, BN,
                CU_TENSOR_MAP_SWIZZLE_128B, "x", err))
         return -1;
-    if (Q == DT_Q4_K) {
+    if (Q == DT_Q6_K) {
+        if (qr_map(enc, &tw, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->qs, nb * 208, rows, nb * 208, 64, QM_BM,
+                   CU_TENSOR_MAP_SWIZZLE_64B, "W ql", err) ||
+            qr_map(enc, &tw3, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->qs, nb * 208, rows, nb * 208, 32, QM_BM,
+                   CU_TENSOR_MAP_SWIZZLE_32B, "W qh", err) ||
+            qr_map(enc, &tw2, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->qs, nb * 208, rows, nb * 208, 16, QM_BM,
+                   CU_TENSOR_MAP_SWIZZLE_NONE, "W scales", err))
+            return -1;
+    } else if (Q == DT_Q4_K) {
         if (qr_map(enc, &tw, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->qs, nb * 144, rows, nb * 144, 32, QM_BM,
                    CU_TENSOR_MAP_SWIZZLE_NONE, "W codes", err) ||
             qr_map(enc, &tw2, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->qs, nb * 144, rows, nb * 144, 16, QM_BM,
@@ -867,11 +940,13 @@ static int qm_launch_v4(const QuantMatrix *W, const void *x, int T, void *y, boo
                qr_map(enc, &tw2, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->sc, nb * 2, rows, nb * 2, 16, QM_BM,
                       CU_TENSOR_MAP_SWIZZLE_NONE, "W scales", err))
         return -1;
+    if (Q != DT_Q6_K) tw3 = tw2; /* unused */
     const int smem = qr_smem_bytes<Q, BN>();
     CUDA_CHECK(cudaFuncSetAttribute(kernel_quant_gemm_rs<Q, BN, PK>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), err);
     dim3 grid((unsigned)((T + BN - 1) / BN), (unsigned)(W->rows / QM_BM), (unsigned)sp->splits);
-    kernel_quant_gemm_rs<Q, BN, PK><<<grid, QR_THREADS, smem, s>>>(y, y_f32, tx, tw, tw2, T, (int)W->rows, (int)W->cols,
-                                                                   sp->part, sp->count);
+    kernel_quant_gemm_rs<Q, BN, PK><<<grid, QR_THREADS, smem, s>>>(y, y_f32, tx, tw, tw2, tw3,
+                                                                   (const unsigned short *)W->sc, T, (int)W->rows,
+                                                                   (int)W->cols, sp->part, sp->count);
     CUDA_CHECK(cudaGetLastError(), err);
     return 0;
 }
@@ -880,12 +955,16 @@ static int qm_launch_v4(const QuantMatrix *W, const void *x, int T, void *y, boo
 template <int Q, int BN>
 static int qm_launch(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int ver, const QrSplit *sp,
                      cudaStream_t s, Err *err) {
-    if (ver == 3) {
-        if constexpr (BN >= 128) return qm_launch_v3<Q, BN / 128>(W, x, T, y, y_f32, s, err);
-        return err_set(err, "quant_gemm: version 3 takes 128 or 256 tokens a block, not %d", BN);
+    if constexpr (Q == DT_Q6_K) { /* v5 only (quant_gemm_variant checks) */
+        return qm_launch_v4<Q, BN, true>(W, x, T, y, y_f32, sp, s, err);
+    } else {
+        if (ver == 3) {
+            if constexpr (BN >= 128) return qm_launch_v3<Q, BN / 128>(W, x, T, y, y_f32, s, err);
+            return err_set(err, "quant_gemm: version 3 takes 128 or 256 tokens a block, not %d", BN);
+        }
+        return ver == 4 ? qm_launch_v4<Q, BN, false>(W, x, T, y, y_f32, sp, s, err)
+                        : qm_launch_v4<Q, BN, true>(W, x, T, y, y_f32, sp, s, err);
     }
-    return ver == 4 ? qm_launch_v4<Q, BN, false>(W, x, T, y, y_f32, sp, s, err)
-                    : qm_launch_v4<Q, BN, true>(W, x, T, y, y_f32, sp, s, err);
 }
 
 template <int Q>
@@ -939,7 +1018,7 @@ static int qm_pick_splits(int64_t tiles, int turns, int sms) {
 int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int bn, int ver, int splits,
                        const QuantGemmWork *work, cudaStream_t s, Err *err) {
     if (!quant_gemm_supported(W->type, W->rows, W->cols))
-        return err_set(err, "quant_gemm: %s [%lld][%lld] not supported (Q4_K or Q8_0, rows a multiple of 128)",
+        return err_set(err, "quant_gemm: %s [%lld][%lld] not supported (Q4_K, Q6_K or Q8_0, rows a multiple of 128)",
                        dtype_info(W->type)->name, (long long)W->rows, (long long)W->cols);
     if (!quant_gemm_available()) return err_set(err, "quant_gemm: needs an sm_90a build on a compute-capability 9.0 GPU");
     if (T <= 0) return T == 0 ? 0 : err_set(err, "quant_gemm: T = %d", T);
@@ -949,6 +1028,8 @@ int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool
     const bool tma = quant_gemm_tma_takes(W->type, W->cols);
     if (ver == 0) ver = tma ? 5 : 3;
     if (ver < 3 || ver > 5) return err_set(err, "quant_gemm: version %d (3, 4 or 5)", ver);
+    if (!quant_gemm_version_takes(W->type, ver))
+        return err_set(err, "quant_gemm: version %d does not take %s (5 only)", ver, dtype_info(W->type)->name);
     if (ver >= 4 && !tma)
         return err_set(err, "quant_gemm: version %d takes Q8_0 with cols a multiple of 256, not %lld", ver,
                        (long long)W->cols);
@@ -974,8 +1055,9 @@ int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool
         sp.count = (unsigned *)work->buf;
         sp.part = (float *)((char *)work->buf + qm_count_bytes(sms));
     }
-    return W->type == DT_Q4_K ? qm_launch_bn<DT_Q4_K>(W, x, T, y, y_f32, bn, ver, &sp, s, err)
-                              : qm_launch_bn<DT_Q8_0>(W, x, T, y, y_f32, bn, ver, &sp, s, err);
+    if (W->type == DT_Q4_K) return qm_launch_bn<DT_Q4_K>(W, x, T, y, y_f32, bn, ver, &sp, s, err);
+    if (W->type == DT_Q6_K) return qm_launch_bn<DT_Q6_K>(W, x, T, y, y_f32, bn, ver, &sp, s, err);
+    return qm_launch_bn<DT_Q8_0>(W, x, T, y, y_f32, bn, ver, &sp, s, err);
 }
 
 int quant_gemm(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, const QuantGemmWork *work,

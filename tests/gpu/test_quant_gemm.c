@@ -10,7 +10,8 @@
  *     256 == 0). Reference for v3 / v4: kernels/dtype.c dequantize_row,
  *     rounded to bf16 (their A operand is quant_dequant_bf16's value); for
  *     v5 the same block fields through v5's bf16 operations, each rounding
- *     emulated exactly (ref_v5_row); products summed in double.
+ *     emulated exactly (ref_v5_row); products summed in double. Q6_K: v5
+ *     only (v3 / v4 refuse it).
  *     Every checked element: |y - ref| <= 1e-4 * sum |w x| (+ half a bf16
  *     step of |ref| for bf16 y): the kernel's error is fp32 summation only,
  *     and a misplaced k or row moves an element by ~1e-2 of that sum.
@@ -63,7 +64,18 @@ static float bf16_round(double v) {
  * s plus an 8-bit c: exact in a double), s = bf16(scale bf16(d)), c =
  * bf16(min bf16(-dmin)). */
 static void ref_v5_row(DType t, const uint8_t *b, float *w, int64_t cols) {
-    for (int64_t i0 = 0; i0 < cols; i0 += t == DT_Q4_K ? 256 : 32) {
+    for (int64_t i0 = 0; i0 < cols; i0 += t == DT_Q8_0 ? 32 : 256) {
+        if (t == DT_Q6_K) { /* (q - 32) s rounded once, s = bf16(sc bf16(d)) */
+            double d = bf16_round(fp16_to_fp32((uint16_t)(b[208] | b[209] << 8)));
+            for (int i = 0; i < 256; i++) {
+                int h = i / 128, j = (i / 32) % 4, l = i % 32;
+                int lo = (b[h * 64 + (j % 2) * 32 + l] >> (4 * (j / 2))) & 15, hi = (b[128 + h * 32 + l] >> (2 * j)) & 3;
+                double s = bf16_round((int8_t)b[192 + i / 16] * d);
+                w[i0 + i] = bf16_round(((lo | hi << 4) - 32) * s);
+            }
+            b += 210;
+            continue;
+        }
         if (t == DT_Q8_0) {
             float d = bf16_round(fp16_to_fp32((uint16_t)(b[0] | b[1] << 8)));
             for (int i = 0; i < 32; i++) w[i0 + i] = bf16_round((double)(int8_t)b[2 + i] * d);
@@ -174,6 +186,8 @@ static void test_quant_gemm(void) {
         {DT_Q4_K, 128, 256, {9, 100, 128, 129, 300}},  {DT_Q4_K, 256, 512, {17, 127, 256, 257, 0}},
         {DT_Q4_K, 384, 1280, {64, 200, 0}},            {DT_Q4_K, 1024, 14336, {200, 0}},
         {DT_Q4_K, 4096, 4096, {512, 0}},
+        {DT_Q6_K, 128, 256, {9, 100, 128, 129, 300}},  {DT_Q6_K, 256, 512, {17, 127, 256, 257, 0}},
+        {DT_Q6_K, 384, 1280, {64, 200, 0}},            {DT_Q6_K, 4096, 4096, {512, 0}},
     };
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const Shape *sh = &shapes[s];
@@ -186,7 +200,8 @@ static void test_quant_gemm(void) {
         int n = 0;
         int turns = (int)(sh->cols / 256);
         for (int ver = 3; ver <= 5; ver++)
-            for (int i = 0; i < 5 && sh->Ts[i] && (ver == 3 || quant_gemm_tma_takes(sh->type, sh->cols)); i++)
+            for (int i = 0; i < 5 && sh->Ts[i] && quant_gemm_version_takes(sh->type, ver) &&
+                            (ver == 3 || quant_gemm_tma_takes(sh->type, sh->cols)); i++)
                 for (int b = ver == 3 ? 3 : 0; b < 5; b++) { /* tokens a block: v3 128, 256; v4 / v5 16 .. 256 */
                     int bn = 16 << b;
                     bool y_f32 = (i + b) % 2;
@@ -214,6 +229,9 @@ static void test_refused(void) {
     CHECK(!quant_gemm_supported(DT_Q4_K, 128, 128), "Q4_K cols 128 taken");
     CHECK(!quant_gemm_supported(DT_Q8_0, 128, 32), "Q8_0 cols 32 taken");
     CHECK(quant_gemm_supported(DT_Q8_0, 128, 64) && quant_gemm_supported(DT_Q4_K, 4096, 14336), "shapes refused");
+    CHECK(quant_gemm_supported(DT_Q6_K, 128, 256) && !quant_gemm_supported(DT_Q6_K, 128, 192), "Q6_K shapes");
+    CHECK(!quant_gemm_version_takes(DT_Q6_K, 3) && !quant_gemm_version_takes(DT_Q6_K, 4) &&
+              quant_gemm_version_takes(DT_Q6_K, 5) && quant_gemm_version_takes(DT_Q8_0, 3), "quant_gemm_version_takes");
     Mat M;
     if (mat_build(&M, DT_Q4_0, 128, 256)) return;
     CHECK(quant_gemm(&M.m, NULL, 4, NULL, false, NULL, 0, &err) != 0 && strstr(err.msg, "Q4_0"), "Q4_0: '%s'", err.msg);
@@ -254,6 +272,13 @@ static void test_refused(void) {
               "v%d Q8_0 cols 576: '%s'", ver, err.msg);
     }
     CHECK(quant_gemm(&M.m, (char *)dx + 2, 4, dy, true, NULL, 0, &err) != 0, "unaligned x taken");
+    mat_free(&M);
+    if (mat_build(&M, DT_Q6_K, 128, 256)) return;
+    for (int ver = 3; ver <= 4; ver++) {
+        err.msg[0] = 0;
+        CHECK(quant_gemm_variant(&M.m, dx, 4, dy, true, 128, ver, 1, NULL, 0, &err) != 0 && strstr(err.msg, "Q6_K"),
+              "v%d Q6_K: '%s'", ver, err.msg);
+    }
     cudaFree(dx); cudaFree(dy);
     mat_free(&M);
 }
