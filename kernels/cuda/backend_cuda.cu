@@ -88,9 +88,10 @@ extern "C" { /* C headers of the engine: C linkage */
  * dequantize + cuBLASLt: batch-16 decode 3,238 vs 1,497, prefill 16 3,506 vs 1,508 (16-128-token tiles by
  * T: kernels/NOTES.md "small steps"); 512 30.4k vs 27.2k, 1024 34.3k vs 33.7k, 2048 33.6k vs 35.1k ("v5") */
 #define QGEMM_FUSED_MAX_T 1536
-/* Q6_K's fused dequantization costs ~2x Q4_K's a value: 8B Q6_K tok/s fused vs dequantize + cuBLASLt,
- * prefill 16 2,429 vs 1,535, 64 9,017 vs 5,980, 512 25,338 vs 28,704; batch-16 decode 2,511 vs 1,569 */
-#define QGEMM_FUSED_MAX_T_Q6K 256
+/* Q5_K's and Q6_K's fused dequantization costs ~2x Q4_K's a value: 8B Q6_K tok/s fused vs dequantize +
+ * cuBLASLt, prefill 16 2,429 vs 1,535, 64 9,017 vs 5,980, 128 15,787 vs 11,860, 256 22,237 vs 20,742, 384
+ * 19,866 vs 24,382, 512 25,338 vs 28,704; batch-16 decode 2,511 vs 1,569 */
+#define QGEMM_FUSED_MAX_T_K56 256
 enum { QGEMM_NEVER, QGEMM_AUTO, QGEMM_ALWAYS };
 /* bf16 weights: the GEMV kernels up to this many rows, cuBLASLt above (GEMV_MAX_T is what they take).
  * H200, 8B bf16 decode tok/s, GEMV vs cuBLASLt: batch 2 426 vs 428, batch 4 761 vs 849, batch 8 1,052 vs
@@ -311,7 +312,7 @@ static void qgemv(CudaBackend *cb, const bf16 *x, const QuantMatrix *W, const Ge
 static bool q_fused(const CudaBackend *cb, const QuantMatrix *W, int T) {
     bool at_T = cb->qgemm_mode == QGEMM_ALWAYS ||
                 (cb->qgemm_mode == QGEMM_AUTO && T > cb->qgemv_max_t &&
-                 T <= (W->type == DT_Q6_K ? QGEMM_FUSED_MAX_T_Q6K : QGEMM_FUSED_MAX_T));
+                 T <= (W->type == DT_Q5_K || W->type == DT_Q6_K ? QGEMM_FUSED_MAX_T_K56 : QGEMM_FUSED_MAX_T));
     bool v3_ok = cb->qgemm_mode == QGEMM_ALWAYS && cb->qgemm_version < 4; /* by default only where v5 takes W */
     return at_T && quant_gemm_supported(W->type, W->rows, W->cols) && (v3_ok || quant_gemm_tma_takes(W->type, W->cols)) &&
            quant_gemm_version_takes(W->type, cb->qgemm_version);

@@ -133,8 +133,8 @@ int quant_gemv_x8_glu(const QuantMatrix *W, const void *x, const QxNorm *n, void
  * fragments in registers; 5: 4 with bf16x2 dequantization arithmetic, its
  * values within ~2^-8 of quant_dequant_bf16's, not equal; 0 = the default:
  * 5 where it takes W, else 3).
- * 4 and 5 take W where quant_gemm_tma_takes (Q8_0: cols % 256 == 0). Q6_K
- * (cols % 256 == 0) by 5 only.
+ * 4 and 5 take W where quant_gemm_tma_takes (Q8_0: cols % 256 == 0). Q5_K
+ * and Q6_K (cols % 256 == 0) by 5 only.
  * Split K (4 and 5 at up to 128 tokens a block): `splits` blocks share a tile's
  * K, each adds its fp32 partial sums into `work` and the tile's last adds
  * them all in split order (deterministic); 0 = as many as fill one wave of
@@ -148,7 +148,7 @@ typedef struct {
 bool quant_gemm_available(void);
 bool quant_gemm_supported(DType t, int64_t rows, int64_t cols);
 bool quant_gemm_tma_takes(DType t, int64_t cols);
-/* whether version ver (0 = the default) takes type t: Q6_K only by 5 */
+/* whether version ver (0 = the default) takes type t: Q5_K, Q6_K only by 5 */
 bool quant_gemm_version_takes(DType t, int ver);
 size_t quant_gemm_work_bytes(int sms);
 int quant_gemm(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, const QuantGemmWork *work,

@@ -1,6 +1,6 @@
 /* quant_gemm.cu — the prefill GEMM on quantized weights, for Hopper (sm_90a):
  * y[T][rows] = x[T][cols] @ W^T with W kept in its GGUF blocks (quant.cuh's
- * split layout), Q4_K and Q8_0 (v3, v4, v5), Q6_K (v5).
+ * split layout), Q4_K and Q8_0 (v3, v4, v5), Q5_K and Q6_K (v5).
  *
  * Why: the other prefill route dequantizes each matrix to a bf16 scratch and
  * runs cuBLASLt on it: 16 GB of bf16 written and read back per 512-token step
@@ -60,10 +60,11 @@ template <int NH> static __host__ __device__ constexpr int qm_smem_bytes() {
 
 /* v4 (below): a stage is x's tile and W's raw bytes, 128 rows of 32 codes +
  * 16 header bytes (Q4_K) or 64 codes + 16 scale bytes (Q8_0); v5 Q6_K: 64
- * ql bytes, then 32 qh bytes, then the block's 16 scales (d by plain loads) */
+ * ql bytes, then 32 qh bytes, then the block's 16 scales (d by plain loads);
+ * v5 Q5_K: Q4_K's 32 codes, the block's 32 qh bytes, then its header */
 #define QR_THREADS 256 /* two warpgroups; thread 0 also issues the loads */
 template <int Q> static __host__ __device__ constexpr int qr_codes_bytes() {
-    return Q == DT_Q4_K ? QM_BM * 32 : Q == DT_Q6_K ? QM_BM * 96 : QM_BM * 64;
+    return Q == DT_Q4_K ? QM_BM * 32 : Q == DT_Q6_K ? QM_BM * 96 : QM_BM * 64; /* Q5_K: 32 codes + 32 qh */
 }
 template <int Q> static __host__ __device__ constexpr int qr_w_bytes() { return qr_codes_bytes<Q>() + QM_BM * 16; }
 /* BN tokens a block: 16, 32, 64, 128 (one wgmma of n = BN a k16 step) or
@@ -447,6 +448,10 @@ static __device__ __forceinline__ void qr_load(uint8_t *smem, const CUtensorMap 
     if (Q == DT_Q4_K) {
         tma_load_2d(w, tw, (kt >> 2) * 144 + 16 + (kt & 3) * 32, m0, full);
         tma_load_2d(w + qr_codes_bytes<Q>(), tw2, (kt >> 2) * 144, m0, full);
+    } else if (Q == DT_Q5_K) {
+        tma_load_2d(w, tw, (kt >> 2) * 176 + 48 + (kt & 3) * 32, m0, full);
+        tma_load_2d(w + QM_BM * 32, tw3, (kt >> 2) * 176 + 16, m0, full);
+        tma_load_2d(w + qr_codes_bytes<Q>(), tw2, (kt >> 2) * 176, m0, full);
     } else if (Q == DT_Q6_K) { /* half h = kt / 2 % 2 of block kt / 4: ql[64h ..], qh[32h ..], all 16 scales */
         const int blk = (kt >> 2) * 208, h = (kt >> 1) & 1;
         tma_load_2d(w, tw, blk + 64 * h, m0, full);
@@ -537,7 +542,7 @@ static __device__ __forceinline__ void q6k_frags_bf16x2(uint32_t (&a)[4][4], con
 template <int Q>
 static __device__ __forceinline__ void qr_frags_bf16x2(uint32_t (&a)[4][4], const uint8_t *w, int row, int r, int t,
                                                        int kt) {
-    if (Q == DT_Q4_K) {
+    if (Q == DT_Q4_K || Q == DT_Q5_K) {
         const uint8_t *rw = w + row * 32;
         const uint4 h = *(const uint4 *)(w + qr_codes_bytes<Q>() + row * 16);
         const float2 d_dmin = __half22float2(*(const __half2 *)&h.x);
@@ -553,8 +558,15 @@ static __device__ __forceinline__ void qr_frags_bf16x2(uint32_t (&a)[4][4], cons
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const uint32_t v = __byte_perm(*(const uint16_t *)(rw + 16 * p + 8 * e + 2 * t), 0, 0x4140), vh = v >> 4;
-                a[p][r + 2 * e] = bf2_fma(bf2_sub(qm_and_or(v, 0x000f000fu, QR_BF16_128), QR_BF16_128), s2[0], c2[0]);
-                a[p + 2][r + 2 * e] = bf2_fma(bf2_sub(qm_and_or(vh, 0x000f000fu, QR_BF16_128), QR_BF16_128), s2[1], c2[1]);
+                uint32_t lo = QR_BF16_128, hi = QR_BF16_128;
+                if (Q == DT_Q5_K) { /* the fifth bits: qh[l] bits 2j (low nibbles), 2j + 1 (high), j = kt % 4 */
+                    const int j = kt & 3, off = ((p ^ ((row >> 2) & 1)) << 4) + 8 * e + 2 * t; /* 32-byte swizzle */
+                    const uint32_t b = __byte_perm(*(const uint16_t *)(w + QM_BM * 32 + row * 32 + off), 0, 0x4140);
+                    lo = qm_and_or(2 * j <= 4 ? b << (4 - 2 * j) : b >> (2 * j - 4), 0x00100010u, lo);
+                    hi = qm_and_or(2 * j + 1 <= 4 ? b << (3 - 2 * j) : b >> (2 * j - 3), 0x00100010u, hi);
+                }
+                a[p][r + 2 * e] = bf2_fma(bf2_sub(qm_and_or(v, 0x000f000fu, lo), QR_BF16_128), s2[0], c2[0]);
+                a[p + 2][r + 2 * e] = bf2_fma(bf2_sub(qm_and_or(vh, 0x000f000fu, hi), QR_BF16_128), s2[1], c2[1]);
             }
     } else {
         const uint8_t *rw = w + row * 64;
@@ -871,12 +883,14 @@ bool quant_gemm_available(void) {
 bool quant_gemm_tma_takes(DType t, int64_t cols) { return t != DT_Q8_0 || cols % 256 == 0; }
 
 bool quant_gemm_supported(DType t, int64_t rows, int64_t cols) {
-    if (t != DT_Q4_K && t != DT_Q8_0 && t != DT_Q6_K) return false;
+    if (t != DT_Q4_K && t != DT_Q8_0 && t != DT_Q5_K && t != DT_Q6_K) return false;
     return rows > 0 && cols > 0 && rows % QM_BM == 0 && rows <= 65535LL * QM_BM && cols % (t == DT_Q8_0 ? 64 : 256) == 0 &&
            cols <= (1 << 30);
 }
 
-bool quant_gemm_version_takes(DType t, int ver) { return ver == 0 || ver == 5 || (t != DT_Q6_K && ver >= 3 && ver <= 4); }
+bool quant_gemm_version_takes(DType t, int ver) {
+    return ver == 0 || ver == 5 || ((t == DT_Q4_K || t == DT_Q8_0) && ver >= 3 && ver <= 4);
+}
 
 template <int Q, int NH>
 static int qm_launch_v3(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, cudaStream_t s, Err *err) {
@@ -921,7 +935,15 @@ static int qm_launch_v4(const QuantMatrix *W, const void *x, int T, void *y, boo
     if (qr_map(enc, &tx, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, x, K, (uint64_t)T, K * 2, 64, BN,
                CU_TENSOR_MAP_SWIZZLE_128B, "x", err))
         return -1;
-    if (Q == DT_Q6_K) {
+    if (Q == DT_Q5_K) {
+        if (qr_map(enc, &tw, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->qs, nb * 176, rows, nb * 176, 32, QM_BM,
+                   CU_TENSOR_MAP_SWIZZLE_NONE, "W codes", err) ||
+            qr_map(enc, &tw3, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->qs, nb * 176, rows, nb * 176, 32, QM_BM,
+                   CU_TENSOR_MAP_SWIZZLE_32B, "W qh", err) ||
+            qr_map(enc, &tw2, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->qs, nb * 176, rows, nb * 176, 16, QM_BM,
+                   CU_TENSOR_MAP_SWIZZLE_NONE, "W headers", err))
+            return -1;
+    } else if (Q == DT_Q6_K) {
         if (qr_map(enc, &tw, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->qs, nb * 208, rows, nb * 208, 64, QM_BM,
                    CU_TENSOR_MAP_SWIZZLE_64B, "W ql", err) ||
             qr_map(enc, &tw3, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->qs, nb * 208, rows, nb * 208, 32, QM_BM,
@@ -940,7 +962,7 @@ static int qm_launch_v4(const QuantMatrix *W, const void *x, int T, void *y, boo
                qr_map(enc, &tw2, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->sc, nb * 2, rows, nb * 2, 16, QM_BM,
                       CU_TENSOR_MAP_SWIZZLE_NONE, "W scales", err))
         return -1;
-    if (Q != DT_Q6_K) tw3 = tw2; /* unused */
+    if (Q != DT_Q5_K && Q != DT_Q6_K) tw3 = tw2; /* unused */
     const int smem = qr_smem_bytes<Q, BN>();
     CUDA_CHECK(cudaFuncSetAttribute(kernel_quant_gemm_rs<Q, BN, PK>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), err);
     dim3 grid((unsigned)((T + BN - 1) / BN), (unsigned)(W->rows / QM_BM), (unsigned)sp->splits);
@@ -955,7 +977,7 @@ static int qm_launch_v4(const QuantMatrix *W, const void *x, int T, void *y, boo
 template <int Q, int BN>
 static int qm_launch(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int ver, const QrSplit *sp,
                      cudaStream_t s, Err *err) {
-    if constexpr (Q == DT_Q6_K) { /* v5 only (quant_gemm_variant checks) */
+    if constexpr (Q == DT_Q5_K || Q == DT_Q6_K) { /* v5 only (quant_gemm_variant checks) */
         return qm_launch_v4<Q, BN, true>(W, x, T, y, y_f32, sp, s, err);
     } else {
         if (ver == 3) {
@@ -1018,7 +1040,7 @@ static int qm_pick_splits(int64_t tiles, int turns, int sms) {
 int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int bn, int ver, int splits,
                        const QuantGemmWork *work, cudaStream_t s, Err *err) {
     if (!quant_gemm_supported(W->type, W->rows, W->cols))
-        return err_set(err, "quant_gemm: %s [%lld][%lld] not supported (Q4_K, Q6_K or Q8_0, rows a multiple of 128)",
+        return err_set(err, "quant_gemm: %s [%lld][%lld] not supported (Q4_K, Q5_K, Q6_K or Q8_0, rows a multiple of 128)",
                        dtype_info(W->type)->name, (long long)W->rows, (long long)W->cols);
     if (!quant_gemm_available()) return err_set(err, "quant_gemm: needs an sm_90a build on a compute-capability 9.0 GPU");
     if (T <= 0) return T == 0 ? 0 : err_set(err, "quant_gemm: T = %d", T);
@@ -1056,6 +1078,7 @@ int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool
         sp.part = (float *)((char *)work->buf + qm_count_bytes(sms));
     }
     if (W->type == DT_Q4_K) return qm_launch_bn<DT_Q4_K>(W, x, T, y, y_f32, bn, ver, &sp, s, err);
+    if (W->type == DT_Q5_K) return qm_launch_bn<DT_Q5_K>(W, x, T, y, y_f32, bn, ver, &sp, s, err);
     if (W->type == DT_Q6_K) return qm_launch_bn<DT_Q6_K>(W, x, T, y, y_f32, bn, ver, &sp, s, err);
     return qm_launch_bn<DT_Q8_0>(W, x, T, y, y_f32, bn, ver, &sp, s, err);
 }

@@ -10,8 +10,8 @@
  *     256 == 0). Reference for v3 / v4: kernels/dtype.c dequantize_row,
  *     rounded to bf16 (their A operand is quant_dequant_bf16's value); for
  *     v5 the same block fields through v5's bf16 operations, each rounding
- *     emulated exactly (ref_v5_row); products summed in double. Q6_K: v5
- *     only (v3 / v4 refuse it).
+ *     emulated exactly (ref_v5_row); products summed in double. Q5_K, Q6_K:
+ *     v5 only (v3 / v4 refuse them).
  *     Every checked element: |y - ref| <= 1e-4 * sum |w x| (+ half a bf16
  *     step of |ref| for bf16 y): the kernel's error is fp32 summation only,
  *     and a misplaced k or row moves an element by ~1e-2 of that sum.
@@ -84,14 +84,18 @@ static void ref_v5_row(DType t, const uint8_t *b, float *w, int64_t cols) {
         }
         double d = bf16_round(fp16_to_fp32((uint16_t)(b[0] | b[1] << 8)));
         double nmin = bf16_round(-fp16_to_fp32((uint16_t)(b[2] | b[3] << 8)));
+        const bool q5 = t == DT_Q5_K; /* Q5_K: qh[32] before the codes, the fifth bit k of qh[l] */
         for (int k = 0; k < 8; k++) {
             int sc, m;
             kquant_scale_min(b + 4, k, &sc, &m);
             double s = bf16_round(sc * d), c = bf16_round(m * nmin);
-            for (int l = 0; l < 32; l++)
-                w[i0 + 32 * k + l] = bf16_round(((b[16 + 32 * (k / 2) + l] >> 4 * (k % 2)) & 15) * s + c);
+            for (int l = 0; l < 32; l++) {
+                int q = (b[(q5 ? 48 : 16) + 32 * (k / 2) + l] >> 4 * (k % 2)) & 15;
+                if (q5) q |= ((b[16 + l] >> k) & 1) << 4;
+                w[i0 + 32 * k + l] = bf16_round(q * s + c);
+            }
         }
-        b += 144;
+        b += q5 ? 176 : 144;
     }
 }
 
@@ -188,6 +192,8 @@ static void test_quant_gemm(void) {
         {DT_Q4_K, 4096, 4096, {512, 0}},
         {DT_Q6_K, 128, 256, {9, 100, 128, 129, 300}},  {DT_Q6_K, 256, 512, {17, 127, 256, 257, 0}},
         {DT_Q6_K, 384, 1280, {64, 200, 0}},            {DT_Q6_K, 4096, 4096, {512, 0}},
+        {DT_Q5_K, 128, 256, {9, 100, 128, 129, 300}},  {DT_Q5_K, 256, 512, {17, 127, 256, 257, 0}},
+        {DT_Q5_K, 384, 1280, {64, 200, 0}},            {DT_Q5_K, 4096, 4096, {512, 0}},
     };
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const Shape *sh = &shapes[s];
@@ -231,6 +237,7 @@ static void test_refused(void) {
     CHECK(quant_gemm_supported(DT_Q8_0, 128, 64) && quant_gemm_supported(DT_Q4_K, 4096, 14336), "shapes refused");
     CHECK(quant_gemm_supported(DT_Q6_K, 128, 256) && !quant_gemm_supported(DT_Q6_K, 128, 192), "Q6_K shapes");
     CHECK(!quant_gemm_version_takes(DT_Q6_K, 3) && !quant_gemm_version_takes(DT_Q6_K, 4) &&
+              !quant_gemm_version_takes(DT_Q5_K, 4) && quant_gemm_supported(DT_Q5_K, 128, 512) &&
               quant_gemm_version_takes(DT_Q6_K, 5) && quant_gemm_version_takes(DT_Q8_0, 3), "quant_gemm_version_takes");
     Mat M;
     if (mat_build(&M, DT_Q4_0, 128, 256)) return;
@@ -273,14 +280,18 @@ static void test_refused(void) {
     }
     CHECK(quant_gemm(&M.m, (char *)dx + 2, 4, dy, true, NULL, 0, &err) != 0, "unaligned x taken");
     mat_free(&M);
-    if (mat_build(&M, DT_Q6_K, 128, 256)) return;
-    for (int ver = 3; ver <= 4; ver++) {
-        err.msg[0] = 0;
-        CHECK(quant_gemm_variant(&M.m, dx, 4, dy, true, 128, ver, 1, NULL, 0, &err) != 0 && strstr(err.msg, "Q6_K"),
-              "v%d Q6_K: '%s'", ver, err.msg);
+    for (int k = 0; k < 2; k++) {
+        const DType t = k ? DT_Q5_K : DT_Q6_K;
+        if (mat_build(&M, t, 128, 256)) break;
+        for (int ver = 3; ver <= 4; ver++) {
+            err.msg[0] = 0;
+            CHECK(quant_gemm_variant(&M.m, dx, 4, dy, true, 128, ver, 1, NULL, 0, &err) != 0 &&
+                      strstr(err.msg, dtype_info(t)->name),
+                  "v%d %s: '%s'", ver, dtype_info(t)->name, err.msg);
+        }
+        mat_free(&M);
     }
     cudaFree(dx); cudaFree(dy);
-    mat_free(&M);
 }
 
 /* ---- timing: fused against dequantize + cuBLASLt ---- */
