@@ -130,8 +130,9 @@ typedef struct {
     bool bf16_weights;           /* every matrix as bf16, quantized ones too (CudaOptions) */
     bool bi;                     /* batch-invariant mode (CudaOptions.batch_invariant) */
     int qgemv_version;           /* quant_gemv_variant's version: 0 (default) or CLLM_QUANT_GEMV=1..5 (benchmarks) */
-    int qgemv_max_t;             /* quantized weights: steps of up to this many rows by quant_gemv (QUANT_GEMV_MAX_T;
-                                    CLLM_QUANT_GEMV_MAX_T=1..8 for benchmarks), larger ones by qgemm's other routes */
+    int qgemv_max_t;             /* quantized weights: steps of up to this many rows by quant_gemv, larger ones by
+                                    qgemm's other routes: CLLM_QUANT_GEMV_MAX_T=1..8 (benchmarks), 0 = by type
+                                    (qgemv_rows) */
     int gemv_max_t;              /* bf16 weights: steps of up to this many rows by the GEMV kernels, larger ones by
                                     cuBLASLt (BF16_GEMV_MAX_T; CLLM_GEMV_MAX_T=1..8 for benchmarks) */
     int qgemm_mode;              /* quantized GEMMs above 8 rows through quant_gemm where it takes W: QGEMM_AUTO (steps
@@ -307,15 +308,30 @@ static void qgemv(CudaBackend *cb, const bf16 *x, const QuantMatrix *W, const Ge
     if (quant_gemv_parts(W, x, out, T, v, cb->stream, &e)) quant_fail(cb, &e);
 }
 
-/* Whether a GEMM of T > 8 rows on W runs fused (quant_gemm), not dequantized + cuBLASLt; T = 0:
- * whether every such GEMM on W does (then W needs no bf16 scratch and is never dequantized ahead). */
+/* Whether quant_gemm (v5 by default) takes W in this backend. */
+static bool q_fusable(const CudaBackend *cb, const QuantMatrix *W) {
+    bool v3_ok = cb->qgemm_mode == QGEMM_ALWAYS && cb->qgemm_version < 4; /* by default only where v5 takes W */
+    return cb->qgemm_mode != QGEMM_NEVER && quant_gemm_supported(W->type, W->rows, W->cols) &&
+           (v3_ok || quant_gemm_tma_takes(W->type, W->cols)) && quant_gemm_version_takes(W->type, cb->qgemm_version);
+}
+
+/* The rows up to which W goes through quant_gemv: QUANT_GEMV_MAX_T, but 1 for Q5_K and 2 for Q6_K where
+ * quant_gemm takes W (their GEMV above one row is the scalar v2: H200, 8B, batch 2 / 4 / 8 decode tok/s,
+ * GEMV vs fused, Q5_K 308 / 466 / 568 vs 345 / 694 / 1,376, Q6_K 393 / 538 / 685 vs 320 / 639 / 1,270);
+ * CLLM_QUANT_GEMV_MAX_T sets it for every type. */
+static int qgemv_rows(const CudaBackend *cb, const QuantMatrix *W) {
+    if (cb->qgemv_max_t) return cb->qgemv_max_t;
+    if ((W->type == DT_Q5_K || W->type == DT_Q6_K) && q_fusable(cb, W)) return W->type == DT_Q5_K ? 1 : 2;
+    return QUANT_GEMV_MAX_T;
+}
+
+/* Whether a GEMM of more rows than qgemv_rows on W runs fused (quant_gemm), not dequantized + cuBLASLt;
+ * T = 0: whether every such GEMM on W does (then W needs no bf16 scratch and is never dequantized ahead). */
 static bool q_fused(const CudaBackend *cb, const QuantMatrix *W, int T) {
     bool at_T = cb->qgemm_mode == QGEMM_ALWAYS ||
-                (cb->qgemm_mode == QGEMM_AUTO && T > cb->qgemv_max_t &&
+                (cb->qgemm_mode == QGEMM_AUTO && T > qgemv_rows(cb, W) &&
                  T <= (W->type == DT_Q5_K || W->type == DT_Q6_K ? QGEMM_FUSED_MAX_T_K56 : QGEMM_FUSED_MAX_T));
-    bool v3_ok = cb->qgemm_mode == QGEMM_ALWAYS && cb->qgemm_version < 4; /* by default only where v5 takes W */
-    return at_T && quant_gemm_supported(W->type, W->rows, W->cols) && (v3_ok || quant_gemm_tma_takes(W->type, W->cols)) &&
-           quant_gemm_version_takes(W->type, cb->qgemm_version);
+    return at_T && q_fusable(cb, W);
 }
 
 /* The quantized matrix a step multiplies after W (order_quant), or NULL. */
@@ -342,7 +358,7 @@ static const QuantMatrix *qnext_dequantized(const CudaBackend *cb, const QuantMa
 static void qgemm(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const QuantMatrix *W, const float *bias, int T) {
     if (cb->failed || T <= 0) return;
     Err e = {};
-    if (T <= cb->qgemv_max_t && !cb->bi) {
+    if (T <= qgemv_rows(cb, W) && !cb->bi) {
         GemvOut out = gemv_out_one(y, y_f32, bias, W->rows);
         qgemv(cb, x, W, &out, T);
         return;
@@ -884,7 +900,7 @@ static void cuda_be_qkv(Backend *be, void *q, void *k, void *v, const void *x, c
     bool qcat = is_quant(&lw->wq) && lw->wk.data == lw->wq.data && lw->wv.data == lw->wq.data;
     bool bcat = !is_quant(&lw->wq) && !is_quant(&lw->wk) && !is_quant(&lw->wv) && Wk == Wq + (int64_t)nq * K &&
                 Wv == Wk + (int64_t)nk * K;
-    bool gemv = T <= (qcat ? cb->qgemv_max_t : cb->gemv_max_t) && !cb->bi;
+    bool gemv = T <= (qcat ? qgemv_rows(cb, qm_of(&lw->wq)) : cb->gemv_max_t) && !cb->bi;
     if (cb->failed || T <= 0) return;
     if ((qcat || bcat) && gemv) { /* the matrix-vector kernels store q, k, v (+ biases) themselves */
         GemvOut out = qkv_out(q, k, v, lw);
@@ -1051,7 +1067,7 @@ static void cuda_be_norm_gate_up(Backend *be, const AddNorm *n, void *out, const
 static bool cuda_be_matmul_add(Backend *be, void *x, const void *in, const WeightRef *w, int mat,
                                const WeightRef *bias, int T) {
     CudaBackend *cb = cb_of(be);
-    if (!is_quant(w) || T < 1 || T > cb->qgemv_max_t || cb->bi) return false;
+    if (!is_quant(w) || T < 1 || T > qgemv_rows(cb, qm_of(w)) || cb->bi) return false;
     GemvOut out = gemv_out_one(x, true, vec_of(bias, mat), w->rows);
     out.add = true;
     if (!cb->failed) qgemv(cb, (const bf16 *)in, qm_of(w), &out, T);
@@ -1449,7 +1465,7 @@ extern "C" Backend *backend_cuda_create_opts(const ModelConfig *c, const ModelWe
     const char *gm = getenv("CLLM_GEMV_MAX_T");
     cb->gemv_max_t = gm && gm[0] >= '1' && gm[0] <= '0' + GEMV_MAX_T && !gm[1] ? gm[0] - '0' : BF16_GEMV_MAX_T;
     const char *qm = getenv("CLLM_QUANT_GEMV_MAX_T");
-    cb->qgemv_max_t = qm && qm[0] >= '1' && qm[0] <= '0' + QUANT_GEMV_MAX_T && !qm[1] ? qm[0] - '0' : QUANT_GEMV_MAX_T;
+    cb->qgemv_max_t = qm && qm[0] >= '1' && qm[0] <= '0' + QUANT_GEMV_MAX_T && !qm[1] ? qm[0] - '0' : 0;
     const char *ra = getenv("CLLM_ROPE_ATTENTION");
     cb->rope_apart = ra && !strcmp(ra, "0");
     const char *da = getenv("CLLM_DEQ_AHEAD"); /* buffers, for benchmarks: 0 or 1 (nothing ahead), 2, 3 */
@@ -1464,7 +1480,7 @@ extern "C" Backend *backend_cuda_create_opts(const ModelConfig *c, const ModelWe
     if (qv && *qv && cb->qgemv_version == 0) rc = err_set(err, "CLLM_QUANT_GEMV '%s': not 1, 2, 3, 4 or 5", qv);
     if (rc == 0 && gm && *gm && cb->gemv_max_t != gm[0] - '0')
         rc = err_set(err, "CLLM_GEMV_MAX_T '%s': not 1 .. %d", gm, GEMV_MAX_T);
-    if (rc == 0 && qm && *qm && cb->qgemv_max_t != qm[0] - '0')
+    if (rc == 0 && qm && *qm && cb->qgemv_max_t == 0)
         rc = err_set(err, "CLLM_QUANT_GEMV_MAX_T '%s': not 1 .. %d", qm, QUANT_GEMV_MAX_T);
     if (rc == 0 && cb->prof_count < 0) rc = err_set(err, "CLLM_PROFILE_STEPS '%s': not FIRST,COUNT (0-based)", ps);
     if (rc == 0 && da && *da && !da_ok) rc = err_set(err, "CLLM_DEQ_AHEAD '%s': not 0, 1, 2 or 3", da);
