@@ -17,7 +17,7 @@
  * logits fp32, the KV cache bf16 or (--kv-dtype fp8) e4m3 codes with an
  * fp32 scale per (token, KV head): per layer K codes | V codes | K scales |
  * V scales, each 256-byte aligned in one pool, sized by the same memory
- * budget (about twice the tokens). GEMMs of up to GEMV_MAX_T rows (decode) go
+ * budget (about twice the tokens). GEMMs of up to BF16_GEMV_MAX_T rows (decode) go
  * to our matrix-vector kernels (gemv.cu), larger ones through cuBLASLt (bf16
  * in, fp32 accumulate, bf16 or fp32 out; the algorithm chosen once per shape,
  * one fixed workspace).
