@@ -226,6 +226,59 @@ static void test_quantize_k_rows(void) {
     unlink(out);
 }
 
+/* The _M mix over 8 layers: more_bits takes layers 0, 3, 6, 7 (first and last
+ * eighth, every third between), so attn_v / ffn_down there and the LM head
+ * are Q6_K, everything else the base type; file_type 15 / 17. The expected
+ * layers are llama.cpp's use_more_bits, written out by hand. */
+static void test_quantize_k_m(void) {
+    char in[] = "/tmp/cllm_test_qmin_XXXXXX", out[] = "/tmp/cllm_test_qmout_XXXXXX";
+    int fd = mkstemp(in);
+    if (fd >= 0) close(fd);
+    fd = mkstemp(out);
+    if (fd >= 0) close(fd);
+    GGUFKV kv[2] = {{(char *)"general.architecture", {GGUF_STRING, {.str = {"llama", 5}}}},
+                    {(char *)"general.alignment", {GGUF_UINT32, {.u = 64}}}};
+    const char *names[] = {"blk.0.attn_v.weight", "blk.0.attn_q.weight", "blk.3.ffn_down.weight",
+                           "blk.5.ffn_down.weight", "blk.5.attn_v.weight", "blk.6.attn_v.weight",
+                           "blk.7.ffn_down.weight", "blk.7.attn_k.weight", "output.weight", "blk.1.attn_norm.weight"};
+    const bool q6[] = {true, false, true, false, false, true, true, false, true, false};
+    enum { N = 10 };
+    GGUFOutTensor t[N];
+    for (int i = 0; i < N; i++)
+        t[i] = (GGUFOutTensor){names[i], i == N - 1 ? 1 : 2, {256, i == N - 1 ? 1u : 4u, 1, 1}, DT_F32};
+    Err err = {{0}};
+    int rc = gguf_write(in, kv, 2, t, N, 64, fill_random, NULL, &err);
+    CHECK(rc == 0, "gguf_write: %s", err.msg);
+    const DType bases[] = {DT_Q4_K, DT_Q5_K};
+    for (int k = 0; rc == 0 && k < 2; k++) {
+        int r = quantize_model_mix(in, out, bases[k], true, NULL, &err);
+        CHECK(r == 0, "quantize %s_M: %s", dtype_info(bases[k])->name, err.msg);
+        GGUFFile f;
+        if (r || gguf_open(&f, out, &err)) continue;
+        for (int i = 0; i < N; i++) {
+            const GGUFTensor *g = gguf_find_tensor(&f, names[i]);
+            DType want = i == N - 1 ? DT_F32 : q6[i] ? DT_Q6_K : bases[k];
+            CHECK(g && g->type == want, "%s_M: %s is %s, not %s", dtype_info(bases[k])->name, names[i],
+                  g ? dtype_info(g->type)->name : "missing", dtype_info(want)->name);
+        }
+        uint64_t ft = 0;
+        CHECK(gguf_get_u64(&f, "general.file_type", &ft) == 0 && ft == (k ? 17u : 15u), "file_type %llu",
+              (unsigned long long)ft);
+        gguf_close(&f);
+    }
+    DType ty;
+    bool k_m;
+    CHECK(quantize_parse_recipe("Q4_K_M", &ty, &k_m) == 0 && ty == DT_Q4_K && k_m, "q4_k_m");
+    CHECK(quantize_parse_recipe("q5_k_m", &ty, &k_m) == 0 && ty == DT_Q5_K && k_m, "q5_k_m");
+    CHECK(quantize_parse_recipe("q6_k", &ty, &k_m) == 0 && ty == DT_Q6_K && !k_m, "q6_k");
+    CHECK(quantize_parse_recipe("q8_0_m", &ty, &k_m) == -1 && quantize_parse_recipe("q4_k_mm", &ty, &k_m) == -1,
+          "bad mixes accepted");
+    CHECK(quantize_model_mix(in, out, DT_Q8_0, true, NULL, &err) == -1 && strstr(err.msg, "_M"), "Q8_0_M: %s",
+          err.msg);
+    unlink(in);
+    unlink(out);
+}
+
 static void test_refusals(void) {
     float x[64] = {0};
     uint8_t buf[256];
@@ -247,6 +300,7 @@ static void test_refusals(void) {
 
 int main(void) {
     RUN(test_matches_gguf_package);
+    RUN(test_quantize_k_m);
     RUN(test_k_quants_round_trip);
     RUN(test_quantize_tiny_llama);
     RUN(test_quantize_k_rows);

@@ -503,18 +503,25 @@ static int upload_weight(CudaBackend *cb, Staging *stg, const WeightRef *hw, Wei
     return 0;
 }
 
-/* Matrices that are uploaded back to back (one GEMM for all): Wq|Wk|Wv and
- * Wgate|Wup when each is one plain matrix of the same input width. */
-static bool can_concat(const WeightRef *const *m, int n) {
-    for (int i = 0; i < n; i++)
-        if (!m[i]->data || m[i]->n_mats != 1 || m[i]->rows <= 1 || m[i]->cols != m[0]->cols) return false;
-    return true;
-}
-
 /* Whether a host matrix stays in its blocks on the device (expert stacks,
  * vectors and the embedding table never do). */
 static bool keep_quant(bool bf16_weights, const WeightRef *w) {
     return !bf16_weights && w->data && w->n_mats == 1 && w->rows > 1 && quant_type_supported(w->type);
+}
+
+/* Matrices that are uploaded back to back (one GEMM for all): Wq|Wk|Wv and
+ * Wgate|Wup when each is one plain matrix of the same input width, and all
+ * stay in blocks of one type or all become bf16. A mixed group (Q4_K_M
+ * files: Wv in Q6_K in about half the layers) is uploaded matrix by matrix,
+ * each kept quantized: concatenated it would have to be bf16 (3.5x the
+ * bytes of Q4_K, read every decode step). */
+static bool can_concat(bool bf16_weights, const WeightRef *const *m, int n) {
+    for (int i = 0; i < n; i++) {
+        if (!m[i]->data || m[i]->n_mats != 1 || m[i]->rows <= 1 || m[i]->cols != m[0]->cols) return false;
+        bool q = keep_quant(bf16_weights, m[i]), q0 = keep_quant(bf16_weights, m[0]);
+        if (q != q0 || (q && m[i]->type != m[0]->type)) return false;
+    }
+    return true;
 }
 
 /* Uploads n quantized matrices of one type and width as one repacked
@@ -554,11 +561,10 @@ static int upload_quant(CudaBackend *cb, Staging *stg, const WeightRef *const *s
     return 0;
 }
 
+/* n matrices that can_concat: one quantized matrix, or one bf16 buffer */
 static int upload_concat(CudaBackend *cb, Staging *stg, const WeightRef *const *src, WeightRef *const *dst, int n,
                          QuantMatrix *slot, Err *err) {
-    bool same_type = true;
-    for (int i = 0; i < n; i++) same_type &= keep_quant(cb->bf16_weights, src[i]) && src[i]->type == src[0]->type;
-    if (same_type) return upload_quant(cb, stg, src, dst, n, slot, err);
+    if (keep_quant(cb->bf16_weights, src[0])) return upload_quant(cb, stg, src, dst, n, slot, err);
     int64_t rows = 0;
     for (int i = 0; i < n; i++) rows += src[i]->rows;
     char *base;
@@ -580,7 +586,7 @@ static int upload_layer(CudaBackend *cb, Staging *stg, const LayerWeights *h, La
     WeightRef *dqkv[3] = {&d->wq, &d->wk, &d->wv}, *dgu[2] = {&d->w_gate, &d->w_up};
     const WeightRef *src = (const WeightRef *)h;
     WeightRef *dst = (WeightRef *)d;
-    bool cat_qkv = can_concat(qkv, 3), cat_gu = can_concat(gu, 2);
+    bool cat_qkv = can_concat(cb->bf16_weights, qkv, 3), cat_gu = can_concat(cb->bf16_weights, gu, 2);
     if (cat_qkv && upload_concat(cb, stg, qkv, dqkv, 3, &slots[&h->wq - src], err)) return -1;
     if (cat_gu && upload_concat(cb, stg, gu, dgu, 2, &slots[&h->w_gate - src], err)) return -1;
     for (int i = 0; i < LAYER_REFS; i++) {
