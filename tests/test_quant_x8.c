@@ -6,7 +6,7 @@
  * stores) and laid out in the tiled order (qx_x_offset: each value lands
  * once, inside the padded plane), then each row's product is replayed lane by lane as the kernel
  * walks it (Q4_K, Q5_K: lane 4 s + j takes chunk j of blocks s, s + 8, ...;
- * Q6_K likewise quarter j; Q8_0: lane L takes blocks L, L + 32, ...), through
+ * Q6_K likewise quarter j; Q8_0, Q4_0, Q4_1: lane L takes blocks L, L + 32, ...), through
  * emulated dp4a, and the 32 lane sums added. The reference is dequantize_row (kernels/dtype.c) times
  * the rounded x in double: the error must be fp32 rounding only (1e-5).
  * Against the unrounded x the error is what the two int8 terms cost
@@ -198,6 +198,29 @@ static double q6k_row(const uint8_t *blk, int nsb, const RoundedX *x, Faults f) 
     return s;
 }
 
+/* one Q4_0 / Q4_1 row (native blocks of 18 / 20 bytes: d (, m), 16 code
+ * bytes), lanes as q8_row */
+static double q4_row(DType t, const uint8_t *blk, int nb, const RoundedX *x) {
+    const int bb = t == DT_Q4_1 ? 20 : 18, h = bb - 16;
+    float lane_acc[32] = {0};
+    for (int L = 0; L < 32; L++)
+        for (int b = L; b < nb; b += 32) {
+            const uint8_t *p = blk + (size_t)b * bb;
+            uint32_t q[4], x1[8], x2[8];
+            for (int i = 0; i < 8; i++) {
+                int64_t o = (int64_t)(b / 32) * 1024 + 16 * (32 * (i / 4) + L) + 4 * (i % 4); /* the kernel's loads */
+                x1[i] = word_at(x->q1 + o), x2[i] = word_at(x->q2 + o);
+            }
+            for (int i = 0; i < 4; i++) q[i] = word_at(p + h + 4 * i);
+            float d = fp16_to_fp32((uint16_t)(p[0] | p[1] << 8));
+            float m = t == DT_Q4_1 ? fp16_to_fp32((uint16_t)(p[2] | p[3] << 8)) : -8.f * d;
+            lane_acc[L] += qx_q4_block(q, d, m, x1, x2, x->dxs[b], x->sx[b]);
+        }
+    double s = 0;
+    for (int L = 0; L < 32; L++) s += lane_acc[L];
+    return s;
+}
+
 /* Relative errors over `rows` random rows of type t: against dequantize_row
  * times the rounded x (*e_round) and times x itself (*e_exact). */
 static void run_case(DType t, int rows, int64_t cols, Faults f, double *e_round, double *e_exact) {
@@ -208,7 +231,7 @@ static void run_case(DType t, int rows, int64_t cols, Faults f, double *e_round,
     int64_t nb = cols / info->block_elems;
     for (int64_t b = 0; b < nb * rows; b++) {
         uint8_t *p = w + b * info->block_bytes;
-        if (t == DT_Q8_0) put_half(p, 0.001f * frand());
+        if (t == DT_Q8_0 || t == DT_Q4_0) put_half(p, 0.001f * frand());
         else if (t == DT_Q6_K) put_half(p + 208, 0.0002f * frand());
         else put_half(p, 0.0005f * (1.1f + frand())), put_half(p + 2, 0.001f * (1.1f + frand()));
     }
@@ -224,7 +247,8 @@ static void run_case(DType t, int rows, int64_t cols, Faults f, double *e_round,
         for (int64_t c = 0; c < cols; c++) ref += (double)wr[c] * xr.xr[c], ref_x += (double)wr[c] * x[c];
         double v = t == DT_Q4_K ? q4k_row(row, (int)nb, &xr, f)
                    : t == DT_Q5_K ? q5k_row(row, (int)nb, &xr, f)
-                   : t == DT_Q6_K ? q6k_row(row, (int)nb, &xr, f) : q8_row(row, (int)nb, &xr);
+                   : t == DT_Q6_K ? q6k_row(row, (int)nb, &xr, f)
+                   : t == DT_Q4_0 || t == DT_Q4_1 ? q4_row(t, row, (int)nb, &xr) : q8_row(row, (int)nb, &xr);
         n1 += (v - ref) * (v - ref), n2 += (v - ref_x) * (v - ref_x), den += ref * ref;
     }
     *e_round = sqrt(n1 / den), *e_exact = sqrt(n2 / den);
@@ -235,8 +259,8 @@ static void run_case(DType t, int rows, int64_t cols, Faults f, double *e_round,
 static void test_products(void) {
     const int64_t widths[] = {256, 2304, 4096, 14336};
     const Faults ok = {false, false};
-    const DType types[4] = {DT_Q4_K, DT_Q8_0, DT_Q6_K, DT_Q5_K};
-    for (int k = 0; k < 4; k++) {
+    const DType types[6] = {DT_Q4_K, DT_Q8_0, DT_Q6_K, DT_Q5_K, DT_Q4_0, DT_Q4_1};
+    for (int k = 0; k < 6; k++) {
         DType t = types[k];
         for (int i = 0; i < 4; i++) {
             double er, ex;

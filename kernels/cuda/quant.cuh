@@ -96,7 +96,7 @@ int quant_gemv_mma(const QuantMatrix *W, const void *x, const GemvOut *out, int 
  * two int8 terms per group of 32 values in shared memory, then integer dot
  * products (dp4a) of the weight codes with those terms; the result is
  * dequantize_row(W) times the rounded x (~15 bits, finer than bf16) up to
- * fp32 rounding. Q4_K, Q5_K, Q6_K and Q8_0, one bf16 x row (the batch-1
+ * fp32 rounding. Q4_0, Q4_1, Q4_K, Q5_K, Q6_K and Q8_0, one bf16 x row (the batch-1
  * decode GEMV). */
 bool quant_gemv_x8_supported(DType t, int64_t cols);
 /* Whether the default (version 0) takes version 5 for W and T rows of bf16 x. */

@@ -3,7 +3,7 @@
  * row sums integer dot products (dp4a) of the codes with those terms; the
  * lane arithmetic is kernels/quant_x8.h (replayed on the CPU by
  * tests/test_quant_x8.c). The weights are the split layout of quant.cuh
- * (Q4_K and Q5_K blocks whole, Q8_0 and Q6_K codes and scales in two planes).
+ * (Q4_K and Q5_K blocks whole, Q8_0, Q4_0, Q4_1 and Q6_K codes and scales in two planes).
  *
  * One block of QX_THREADS per SM (a persistent grid): the rounding is
  * repeated per block, so few big blocks keep it cheap (~0.4 us for 14336
@@ -267,6 +267,40 @@ static __device__ __forceinline__ float qx_compute(const Q6kLoad &L, const QxPla
     return qx_q6k_quarter(a, bq, hb, sc8, lane & 1, qm_half(L.d), x1, x2, dxs);
 }
 
+/* Q4_0 / Q4_1 (Q): as Q8_0, a lane a block: 16 code bytes and the scale
+ * plane's d (and m). */
+template <int Q> struct Q4Load {
+    uint4 a;
+    uint32_t s;
+};
+
+template <int Q> static __device__ __forceinline__ int qx_steps(const Q4Load<Q> &, int nblk) { return (nblk + 31) / 32; }
+template <int Q> static __device__ __forceinline__ int qx_type(const Q4Load<Q> &) { return Q; }
+
+template <int Q>
+static __device__ __forceinline__ void qx_load(Q4Load<Q> &L, const QxWeights &W, QxItem it, int lane) {
+    const int b = 32 * it.step + lane;
+    if (b >= W.nblk) return;
+    const int64_t blk = (int64_t)it.row * W.nblk + b;
+    L.a = ld_stream(W.qs + blk * 16);
+    L.s = Q == DT_Q4_1 ? __ldg((const uint32_t *)W.sc + blk) : (uint32_t)__ldg(W.sc + blk);
+}
+
+template <int Q>
+static __device__ __forceinline__ float qx_compute(const Q4Load<Q> &L, const QxPlanes &x, const QxWeights &W, int step,
+                                                   int lane) {
+    const int b = 32 * step + lane;
+    if (b >= W.nblk) return 0.f;
+    const int64_t tile = (int64_t)step * 512 * qx_pieces(Q);
+    const uint4 a0 = *(const uint4 *)(x.q1 + tile + 16 * lane), a1 = *(const uint4 *)(x.q1 + tile + 16 * (32 + lane));
+    const uint4 c0 = *(const uint4 *)(x.q2 + tile + 16 * lane), c1 = *(const uint4 *)(x.q2 + tile + 16 * (32 + lane));
+    const uint32_t x1[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+    const uint32_t x2[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+    const uint32_t q[4] = {L.a.x, L.a.y, L.a.z, L.a.w};
+    const float d = qm_half(L.s & 0xffffu), m = Q == DT_Q4_1 ? qm_half(L.s >> 16) : -8.f * d;
+    return qx_q4_block(q, d, m, x1, x2, x.dxs[b], x.sx[b]);
+}
+
 /* Q8_0: a step is 32 blocks (one x tile); lane = block of the step. */
 typedef struct {
     uint4 a, b;
@@ -379,13 +413,13 @@ static int qx_launch(const QxWeights &W, const void *x, const QxNorm &n, int64_t
 }
 
 bool quant_gemv_x8_supported(DType t, int64_t cols) {
-    const bool k_type = t == DT_Q4_K || t == DT_Q5_K || t == DT_Q6_K;
-    return cols <= QX_MAX_COLS && ((k_type && cols % 256 == 0) || (t == DT_Q8_0 && cols % 32 == 0));
+    const bool k_type = t == DT_Q4_K || t == DT_Q5_K || t == DT_Q6_K, small = t == DT_Q8_0 || t == DT_Q4_0 || t == DT_Q4_1;
+    return cols <= QX_MAX_COLS && ((k_type && cols % 256 == 0) || (small && cols % 32 == 0));
 }
 
 static int qx_check(const QuantMatrix *W, const void *x, const QxNorm *n, int T, Err *err) {
     if (!quant_gemv_x8_supported(W->type, W->cols))
-        return err_set(err, "quant_gemv v5: %s with %lld columns (Q4_K, Q5_K, Q6_K, Q8_0 up to %d columns)",
+        return err_set(err, "quant_gemv v5: %s with %lld columns (Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, Q8_0 up to %d columns)",
                        dtype_info(W->type)->name, (long long)W->cols, QX_MAX_COLS);
     if (T != 1) return err_set(err, "quant_gemv v5: %d rows of x (one row only)", T);
     if (n && (!n->x || !n->w || (uintptr_t)n->x % 16 || (uintptr_t)n->w % 16))
@@ -413,6 +447,8 @@ int quant_gemv_x8(const QuantMatrix *W, const void *x, const QxNorm *n, const Ge
     const QxGlu none = {NULL, NULL, NULL, ACT_SILU, 0.f};
     const QxNorm nn = qx_norm_of(n);
     if (W->type == DT_Q4_K) return qx_launch<Q4kLoad, false>(w, x, nn, W->cols, *out, none, s, err);
+    if (W->type == DT_Q4_0) return qx_launch<Q4Load<DT_Q4_0>, false>(w, x, nn, W->cols, *out, none, s, err);
+    if (W->type == DT_Q4_1) return qx_launch<Q4Load<DT_Q4_1>, false>(w, x, nn, W->cols, *out, none, s, err);
     if (W->type == DT_Q5_K) return qx_launch<Q5kLoad, false>(w, x, nn, W->cols, *out, none, s, err);
     if (W->type == DT_Q6_K) return qx_launch<Q6kLoad, false>(w, x, nn, W->cols, *out, none, s, err);
     return qx_launch<Q8Load, false>(w, x, nn, W->cols, *out, none, s, err);
@@ -427,6 +463,8 @@ int quant_gemv_x8_glu(const QuantMatrix *W, const void *x, const QxNorm *n, void
     const GemvOut none = gemv_out_one(NULL, false, NULL, 0);
     const QxNorm nn = qx_norm_of(n);
     if (W->type == DT_Q4_K) return qx_launch<Q4kLoad, true>(w, x, nn, W->cols, none, glu, s, err);
+    if (W->type == DT_Q4_0) return qx_launch<Q4Load<DT_Q4_0>, true>(w, x, nn, W->cols, none, glu, s, err);
+    if (W->type == DT_Q4_1) return qx_launch<Q4Load<DT_Q4_1>, true>(w, x, nn, W->cols, none, glu, s, err);
     if (W->type == DT_Q5_K) return qx_launch<Q5kLoad, true>(w, x, nn, W->cols, none, glu, s, err);
     if (W->type == DT_Q6_K) return qx_launch<Q6kLoad, true>(w, x, nn, W->cols, none, glu, s, err);
     return qx_launch<Q8Load, true>(w, x, nn, W->cols, none, glu, s, err);

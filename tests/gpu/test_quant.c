@@ -345,12 +345,13 @@ static void test_refused(void) {
     QuantMatrix q40 = {DT_Q4_0, 16, 4096, NULL, NULL};
     GemvOut none = {{NULL}, {NULL}, {0}, false, false};
     CHECK(quant_gemv_mma(&q40, NULL, &none, 1, false, 0, &err) == -1 && strstr(err.msg, "v3"), "'%s'", err.msg);
-    /* version 5: Q4_K / Q8_0, one x row, x rounded for this width */
+    /* version 5: every type the GPU keeps in blocks, one x row, x rounded for this width */
     CHECK(quant_gemv_x8_supported(DT_Q4_K, 4096) && quant_gemv_x8_supported(DT_Q8_0, 96) &&
-              !quant_gemv_x8_supported(DT_Q4_0, 4096) && !quant_gemv_x8_supported(DT_Q4_K, 288),
+              quant_gemv_x8_supported(DT_Q4_0, 4096) && quant_gemv_x8_supported(DT_Q4_1, 96) &&
+              !quant_gemv_x8_supported(DT_Q5_0, 4096) && !quant_gemv_x8_supported(DT_Q4_K, 288),
           "v5 type / column list");
-    QuantMatrix q4k = {DT_Q4_K, 16, 4096, NULL, NULL};
-    CHECK(quant_gemv_x8(&q40, NULL, NULL, &none, 1, 0, &err) == -1 && strstr(err.msg, "v5"), "'%s'", err.msg);
+    QuantMatrix q4k = {DT_Q4_K, 16, 4096, NULL, NULL}, q50 = {DT_Q5_0, 16, 4096, NULL, NULL};
+    CHECK(quant_gemv_x8(&q50, NULL, NULL, &none, 1, 0, &err) == -1 && strstr(err.msg, "v5"), "'%s'", err.msg);
     CHECK(quant_gemv_x8(&q4k, NULL, NULL, &none, 2, 0, &err) == -1 && strstr(err.msg, "one row"), "'%s'", err.msg);
     CHECK(quant_gemv_variant(&q4k, NULL, true, NULL, false, NULL, 1, 5, 0, 0, &err) == -1 && strstr(err.msg, "bf16"),
           "'%s'", err.msg);
@@ -424,12 +425,12 @@ static void test_parts(void) {
  * dequantize_row times the rounded x, then cpu_glu; y is bf16 (tolerance
  * 1e-2 of the norm) and NaN-poisoned first. */
 static void test_glu(void) {
-    const DType types[] = {DT_Q4_K, DT_Q8_0, DT_Q6_K, DT_Q5_K};
+    const DType types[] = {DT_Q4_K, DT_Q8_0, DT_Q6_K, DT_Q5_K, DT_Q4_0};
     const int64_t shapes[2][2] = {{700, 2304}, {9001, 512}}; /* F, cols; the second: several rows per warp pair */
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < 10; i++) {
         Mat M;
-        const int64_t F = shapes[i / 4][0], cols = shapes[i / 4][1];
-        if (mat_build(&M, types[i % 4], 2 * F, cols)) continue;
+        const int64_t F = shapes[i / 5][0], cols = shapes[i / 5][1];
+        if (mat_build(&M, types[i % 5], 2 * F, cols)) continue;
         float *w = malloc((size_t)2 * F * cols * sizeof *w), *x = malloc(cols * sizeof *x), *b = malloc(2 * F * sizeof *b);
         float *g = malloc(F * sizeof *g), *u = malloc(F * sizeof *u), *ref = malloc(F * sizeof *ref);
         uint16_t *xb = malloc(cols * 2), *y = malloc(F * 2);
@@ -482,9 +483,9 @@ static void test_glu(void) {
  * times the dequantized rows; outputs NaN-poisoned first. The norm offset
  * (Gemma's 1 + w) and a residual of large magnitude are both exercised. */
 static void test_norm_x8(void) {
-    const DType types[] = {DT_Q4_K, DT_Q8_0, DT_Q6_K, DT_Q5_K};
+    const DType types[] = {DT_Q4_K, DT_Q8_0, DT_Q6_K, DT_Q5_K, DT_Q4_1};
     const int64_t F = 700, cols = 2304;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 5; i++) {
         Mat M;
         if (mat_build(&M, types[i], 2 * F, cols)) continue;
         float *w = malloc((size_t)2 * F * cols * sizeof *w), *res = malloc(cols * sizeof *res), *g = malloc(cols * 4);
@@ -689,9 +690,9 @@ static void test_timing(void) {
     for (int i = 0; i < N_TYPES; i++) time_shape(TYPES[i], 4096, 14336, true, x, y, dst);
     const int64_t shapes[][2] = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {128256, 4096}};
     /* Q6_K: the LM head and some matrices of Q4_K_M files; Q5_K: Q5_K_M's */
-    const DType both[4] = {DT_Q4_K, DT_Q8_0, DT_Q6_K, DT_Q5_K};
+    const DType both[5] = {DT_Q4_K, DT_Q8_0, DT_Q6_K, DT_Q5_K, DT_Q4_0};
     for (int i = 0; i < 4; i++)
-        for (int k = 0; k < 4; k++) time_shape(both[k], shapes[i][0], shapes[i][1], false, x, y, dst);
+        for (int k = 0; k < 5; k++) time_shape(both[k], shapes[i][0], shapes[i][1], false, x, y, dst);
     cudaFree(x); cudaFree(y); cudaFree(dst);
 }
 
