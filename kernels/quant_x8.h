@@ -116,6 +116,16 @@ QM_FN void qx_q4k_scales(const uint32_t hdr[4], int j, float mul[2], float mn[2]
     mn[1] = dmin * (float)((m >> (sh + 8)) & 0xffu);
 }
 
+/* The chunk's value from its two sub-blocks' integer sums lo, hi (the high
+ * one's codes scaled by hi_scale as dp4a saw them): scales, x scales, mins. */
+QM_FN float qx_k_chunk_sum(const uint32_t hdr[4], int j, int lo, int hi, float hi_scale, const float dxs[2],
+                           const float sx[2]) {
+    float mul[2], mn[2];
+    qx_q4k_scales(hdr, j, mul, mn);
+    const float lo_part = (dxs[0] * mul[0]) * (float)lo, hi_part = (dxs[1] * mul[1] * hi_scale) * (float)hi;
+    return lo_part + hi_part - (mn[0] * sx[0] + mn[1] * sx[1]);
+}
+
 /* A lane's Q4_K chunk j: q the chunk's 32 bytes (8 words), hdr the block's
  * header; x1, x2 the int8 terms of x at values 64j .. 64j + 63 of the block
  * (16 words each, in value order); dxs, sx of groups 2j and 2j + 1.
@@ -130,11 +140,7 @@ QM_FN float qx_q4k_chunk(const uint32_t q[8], const uint32_t hdr[4], int j, cons
         b1 = qx_dp4a(hi, x1[8 + i], b1, false);
         b2 = qx_dp4a(hi, x2[8 + i], b2, false);
     }
-    float mul[2], mn[2];
-    qx_q4k_scales(hdr, j, mul, mn);
-    float lo_part = (dxs[0] * mul[0]) * (float)(128 * a1 + a2);
-    float hi_part = (dxs[1] * mul[1] * 0.0625f) * (float)(128 * b1 + b2);
-    return lo_part + hi_part - (mn[0] * sx[0] + mn[1] * sx[1]);
+    return qx_k_chunk_sum(hdr, j, 128 * a1 + a2, 128 * b1 + b2, 0.0625f, dxs, sx);
 }
 
 /* A lane's Q5_K chunk j (as qx_q4k_chunk, the header laid out alike): the
@@ -154,11 +160,7 @@ QM_FN float qx_q5k_chunk(const uint32_t q[8], const uint32_t hb[8], const uint32
         b1 = qx_dp4a(hi, x1[8 + i], b1, false);
         b2 = qx_dp4a(hi, x2[8 + i], b2, false);
     }
-    float mul[2], mn[2];
-    qx_q4k_scales(hdr, j, mul, mn);
-    const float lo_part = (dxs[0] * mul[0]) * (float)(128 * a1 + a2);
-    const float hi_part = (dxs[1] * mul[1]) * (float)(128 * b1 + b2);
-    return lo_part + hi_part - (mn[0] * sx[0] + mn[1] * sx[1]);
+    return qx_k_chunk_sum(hdr, j, 128 * a1 + a2, 128 * b1 + b2, 1.f, dxs, sx);
 }
 
 /* A lane's Q4_0 / Q4_1 block: q its 16 code bytes (4 words; value j is the

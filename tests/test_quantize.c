@@ -201,20 +201,26 @@ static int fill_random(void *ctx, uint64_t i, void *dst, uint64_t nbytes, Err *e
     return 0;
 }
 
-/* 256-wide rows (a K type applies), a 96-wide matrix (falls back to Q8_0),
- * a 3-D tensor and a vector */
-static void test_quantize_k_rows(void) {
-    char in[] = "/tmp/cllm_test_qin_XXXXXX", out[] = "/tmp/cllm_test_qout_XXXXXX";
+/* Two fresh temporary file names (the files made empty) and the two kv
+ * pairs of a minimal llama GGUF. */
+static GGUFKV tiny_kv[2] = {{(char *)"general.architecture", {GGUF_STRING, {.str = {"llama", 5}}}},
+                            {(char *)"general.alignment", {GGUF_UINT32, {.u = 64}}}};
+static void temp_pair(char *in, char *out) {
     int fd = mkstemp(in);
     if (fd >= 0) close(fd);
     fd = mkstemp(out);
     if (fd >= 0) close(fd);
-    GGUFKV kv[2] = {{(char *)"general.architecture", {GGUF_STRING, {.str = {"llama", 5}}}},
-                    {(char *)"general.alignment", {GGUF_UINT32, {.u = 64}}}};
+}
+
+/* 256-wide rows (a K type applies), a 96-wide matrix (falls back to Q8_0),
+ * a 3-D tensor and a vector */
+static void test_quantize_k_rows(void) {
+    char in[] = "/tmp/cllm_test_qin_XXXXXX", out[] = "/tmp/cllm_test_qout_XXXXXX";
+    temp_pair(in, out);
     GGUFOutTensor t[4] = {{"a.weight", 2, {512, 6, 1, 1}, DT_F32}, {"b.weight", 2, {96, 5, 1, 1}, DT_F32},
                           {"c.weight", 3, {256, 3, 2, 1}, DT_F32}, {"n.weight", 1, {512, 1, 1, 1}, DT_F32}};
     Err err = {{0}};
-    int rc = gguf_write(in, kv, 2, t, 4, 64, fill_random, NULL, &err);
+    int rc = gguf_write(in, tiny_kv, 2, t, 4, 64, fill_random, NULL, &err);
     CHECK(rc == 0, "gguf_write: %s", err.msg);
     const DType types[] = {DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_Q4_0};
     for (int k = 0; rc == 0 && k < 4; k++) {
@@ -232,12 +238,7 @@ static void test_quantize_k_rows(void) {
  * layers are llama.cpp's use_more_bits, written out by hand. */
 static void test_quantize_k_m(void) {
     char in[] = "/tmp/cllm_test_qmin_XXXXXX", out[] = "/tmp/cllm_test_qmout_XXXXXX";
-    int fd = mkstemp(in);
-    if (fd >= 0) close(fd);
-    fd = mkstemp(out);
-    if (fd >= 0) close(fd);
-    GGUFKV kv[2] = {{(char *)"general.architecture", {GGUF_STRING, {.str = {"llama", 5}}}},
-                    {(char *)"general.alignment", {GGUF_UINT32, {.u = 64}}}};
+    temp_pair(in, out);
     const char *names[] = {"blk.0.attn_v.weight", "blk.0.attn_q.weight", "blk.3.ffn_down.weight",
                            "blk.5.ffn_down.weight", "blk.5.attn_v.weight", "blk.6.attn_v.weight",
                            "blk.7.ffn_down.weight", "blk.7.attn_k.weight", "output.weight", "blk.1.attn_norm.weight"};
@@ -247,7 +248,7 @@ static void test_quantize_k_m(void) {
     for (int i = 0; i < N; i++)
         t[i] = (GGUFOutTensor){names[i], i == N - 1 ? 1 : 2, {256, i == N - 1 ? 1u : 4u, 1, 1}, DT_F32};
     Err err = {{0}};
-    int rc = gguf_write(in, kv, 2, t, N, 64, fill_random, NULL, &err);
+    int rc = gguf_write(in, tiny_kv, 2, t, N, 64, fill_random, NULL, &err);
     CHECK(rc == 0, "gguf_write: %s", err.msg);
     const DType bases[] = {DT_Q4_K, DT_Q5_K};
     for (int k = 0; rc == 0 && k < 2; k++) {

@@ -167,6 +167,18 @@ static __device__ __forceinline__ void qx_x_pieces4(const QxPlanes &x, int step,
     }
 }
 
+/* x for a Q4_K / Q5_K lane: chunk j of block b's 64 values, groups 2j, 2j + 1 */
+typedef struct {
+    uint32_t x1[16], x2[16];
+    float dxs[2], sx[2];
+} QxChunkX;
+
+static __device__ __forceinline__ void qx_chunk_x(QxChunkX &c, const QxPlanes &x, int step, int lane, int b, int j) {
+    qx_x_pieces4(x, step, lane, c.x1, c.x2);
+    const float2 d2 = *(const float2 *)(x.dxs + 8 * b + 2 * j), s2 = *(const float2 *)(x.sx + 8 * b + 2 * j);
+    c.dxs[0] = d2.x, c.dxs[1] = d2.y, c.sx[0] = s2.x, c.sx[1] = s2.y;
+}
+
 typedef struct {
     uint4 h, a, b;
 } Q4kLoad;
@@ -187,13 +199,11 @@ static __device__ __forceinline__ float qx_compute(const Q4kLoad &L, const QxPla
                                                    int lane) {
     const int b = 8 * step + (lane >> 2), j = lane & 3;
     if (b >= W.nblk) return 0.f;
-    uint32_t x1[16], x2[16];
-    qx_x_pieces4(x, step, lane, x1, x2);
-    const float2 d2 = *(const float2 *)(x.dxs + 8 * b + 2 * j), s2 = *(const float2 *)(x.sx + 8 * b + 2 * j);
-    const float dxs[2] = {d2.x, d2.y}, sx[2] = {s2.x, s2.y};
+    QxChunkX cx;
+    qx_chunk_x(cx, x, step, lane, b, j);
     const uint32_t q[8] = {L.a.x, L.a.y, L.a.z, L.a.w, L.b.x, L.b.y, L.b.z, L.b.w};
     const uint32_t hdr[4] = {L.h.x, L.h.y, L.h.z, L.h.w};
-    return qx_q4k_chunk(q, hdr, j, x1, x2, dxs, sx);
+    return qx_q4k_chunk(q, hdr, j, cx.x1, cx.x2, cx.dxs, cx.sx);
 }
 
 /* Q5_K: as Q4_K (a step is 8 blocks, lane = 4 block + chunk j), and each
@@ -220,14 +230,12 @@ static __device__ __forceinline__ float qx_compute(const Q5kLoad &L, const QxPla
                                                    int lane) {
     const int b = 8 * step + (lane >> 2), j = lane & 3;
     if (b >= W.nblk) return 0.f;
-    uint32_t x1[16], x2[16];
-    qx_x_pieces4(x, step, lane, x1, x2);
-    const float2 d2 = *(const float2 *)(x.dxs + 8 * b + 2 * j), s2 = *(const float2 *)(x.sx + 8 * b + 2 * j);
-    const float dxs[2] = {d2.x, d2.y}, sx[2] = {s2.x, s2.y};
+    QxChunkX cx;
+    qx_chunk_x(cx, x, step, lane, b, j);
     const uint32_t q[8] = {L.a.x, L.a.y, L.a.z, L.a.w, L.b.x, L.b.y, L.b.z, L.b.w};
     const uint32_t hb[8] = {L.ha.x, L.ha.y, L.ha.z, L.ha.w, L.hb.x, L.hb.y, L.hb.z, L.hb.w};
     const uint32_t hdr[4] = {L.h.x, L.h.y, L.h.z, L.h.w};
-    return qx_q5k_chunk(q, hb, hdr, j, x1, x2, dxs, sx);
+    return qx_q5k_chunk(q, hb, hdr, j, cx.x1, cx.x2, cx.dxs, cx.sx);
 }
 
 /* Q6_K: a step is 8 blocks (one x tile); lane = 4 (block of the step) +
