@@ -84,7 +84,7 @@ extern "C" { /* C headers of the engine: C linkage */
  * with it; prefill 512 6% faster: kernels/NOTES.md "dequantize ahead"). */
 #define DEQ_AHEAD_MIN_T 128
 /* The rows of a step whose quantized GEMMs run fused by default (quant_gemm v5, K split over the SMs
- * where a GEMM has few tiles): every step above the GEMVs' 8 rows up to 1536. H200, 8B Q4_K tok/s fused vs
+ * where a GEMM has few tiles): every step above the GEMVs' rows (qgemv_rows) up to 1536. H200, 8B Q4_K tok/s fused vs
  * dequantize + cuBLASLt: batch-16 decode 3,238 vs 1,497, prefill 16 3,506 vs 1,508 (16-128-token tiles by
  * T: kernels/NOTES.md "small steps"); 512 30.4k vs 27.2k, 1024 34.3k vs 33.7k, 2048 33.6k vs 35.1k ("v5") */
 #define QGEMM_FUSED_MAX_T 1536
