@@ -60,6 +60,12 @@ expect_exit "info --dummy-weights= exits 2" 2 $CLLM info "$TMP/dq" --dummy-weigh
 expect_exit "info --tensors=1 exits 2" 2 $CLLM info "$TMP/dq" --dummy-weights --tensors=1
 expect_grep "info --tensors=1: takes no value" "$TMP/err" "tensors takes no value"
 
+# cllm quantize: the _M mixes by name (which layers get Q6_K: tests/test_quantize.c), a bad type named
+expect_exit "quantize --type q4_k_m" 0 $CLLM quantize tests/fixtures/tiny/llama.gguf "$TMP/qm.gguf" --type q4_k_m
+expect_grep "quantize q4_k_m: names the mix" "$TMP/out" "tensors to Q4_K_M"
+expect_exit "quantize --type q3_k_m exits 2" 2 $CLLM quantize tests/fixtures/tiny/llama.gguf "$TMP/qx.gguf" --type q3_k_m
+expect_grep "quantize q3_k_m: type named, mixes listed" "$TMP/err" "'q3_k_m' .*q4_k_m q5_k_m"
+
 printf 'not a model at all' > "$TMP/junk.gguf"
 expect_exit "info: junk file exits 2" 2 $CLLM info "$TMP/junk.gguf"
 expect_grep "info: junk file named" "$TMP/err" "junk.gguf"
