@@ -649,6 +649,12 @@ static __device__ __forceinline__ void qr_hold(uint32_t (&a)[4][4]) {
         for (int i = 0; i < 4; i++) asm volatile("" ::"r"(a[k][i]) : "memory");
 }
 
+/* Q6_K's d of rows row, row + 8 (of the block's) in block b, as floats */
+static __device__ __forceinline__ void q6k_d(float (&d)[2], const unsigned short *dq, int nb, int row, int b) {
+#pragma unroll
+    for (int r = 0; r < 2; r++) d[r] = qm_half(__ldg(dq + (int64_t)(row + 8 * r) * nb + b));
+}
+
 /* Thread j of 256: wait for stage kt's bytes, multiply, and release kt - 1's
  * buffer once the wait for its products is over; thread 0 then refills it
  * with stage kt - 1 + S when all 256 have (S - 1 stages ahead). Stages kt0
@@ -656,12 +662,6 @@ static __device__ __forceinline__ void qr_hold(uint32_t (&a)[4][4]) {
  * and kt1 are multiples of 4: cols % 256 == 0) in buffers
  * q .. q + 3, q = 4 (turn % (S / 4)): kt % 4 and the offsets of every
  * descriptor and barrier from q's are constants. */
-/* Q6_K's d of rows row, row + 8 (of the block's) in block b, as floats */
-static __device__ __forceinline__ void q6k_d(float (&d)[2], const unsigned short *dq, int nb, int row, int b) {
-#pragma unroll
-    for (int r = 0; r < 2; r++) d[r] = qm_half(__ldg(dq + (int64_t)(row + 8 * r) * nb + b));
-}
-
 template <int Q, int BN, bool PK>
 static __device__ __forceinline__ void qr_multiply(float (&acc)[qr_halves<BN>()][qr_wn<BN>() / 2], uint8_t *smem,
                                                    const CUtensorMap *tx, const CUtensorMap *tw, const CUtensorMap *tw2,
