@@ -154,8 +154,7 @@ void fp8_quantize_row(const float *x, int n, uint8_t *codes, float *scale) {
 }
 
 void fp8_dequantize_row(const uint8_t *codes, int n, float scale, float *y) {
-    /* rounded to bf16 like the GPU's tensor-core tiles, so both backends attend over the same values */
-    for (int i = 0; i < n; i++) y[i] = bf16_to_fp32(fp32_to_bf16(e4m3_to_fp32(codes[i]) * scale));
+    for (int i = 0; i < n; i++) y[i] = e4m3_to_fp32(codes[i]) * scale;
 }
 
 const char *kv_dtype_name(KVDtype t) { return t == KV_DTYPE_FP8 ? "fp8" : "bf16"; }

@@ -85,11 +85,9 @@ float e4m3_to_fp32(uint8_t c); /* exact */
  * (NaNs ignored), code_i = fp32_to_e4m3(x_i / scale), both divisions in
  * fp32; a row of zeros (and nans) gets scale 0 and zero (nan) codes; a nan
  * stays a nan; an infinite amax makes every code 0 or nan. Read back as
- * bf16(e4m3_to_fp32(code_i) * scale) (the fp32 product rounded to nearest
- * even bf16: the values the GPU's tensor cores take, so the CPU and CUDA
- * backends attend over identical keys and values): relative error <= 2^-4
- * for values at or above 2^-6 * scale, absolute <= 2^-10 * scale below,
- * plus 2^-9 of the value for the bf16 rounding. */
+ * e4m3_to_fp32(code_i) * scale, exact in fp32 (the GPU's attention kernels
+ * multiply exact codes by the scales in fp32 too): relative error <= 2^-4 for values at or
+ * above 2^-6 * scale, absolute <= 2^-10 * scale below. */
 void fp8_quantize_row(const float *x, int n, uint8_t *codes, float *scale);
 void fp8_dequantize_row(const uint8_t *codes, int n, float scale, float *y);
 

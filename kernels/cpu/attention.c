@@ -15,8 +15,8 @@
  * so it counts in the denominator only, under the same max subtraction, and a
  * sink larger than every score cannot overflow exp. Work is spread over
  * rows x heads. An fp8 cache is read through kv_key / kv_value: each key and
- * value dequantized (bf16(code x scale), the GPU kernels' values) before it
- * is used, so the math is the fp32 path's on the values the cache holds.
+ * value dequantized to fp32 (code x scale) before it is used, so the math
+ * is the fp32 path's on the values the cache holds.
  */
 #include <math.h>
 #include <stdlib.h>

@@ -8,8 +8,7 @@
  *   K      [n_blocks][block_size][n_kv_heads][head_dim_k]  (one layer; fp8: e4m3 bytes)
  *   V      [n_blocks][block_size][n_kv_heads][head_dim_v]
  *   Ks, Vs fp8 only: fp32 [n_blocks][block_size][n_kv_heads], the scale of
- *          each head vector (value = bf16(e4m3 code x scale): fp8_quantize_row,
- *          fp8_dequantize_row)
+ *          each head vector (value = e4m3 code x scale: fp8_quantize_row)
  *   sinks  fp32 [n_heads] on the device, or NULL
  * block_size: a power of two (16, 32, 64, ...).
  *

@@ -2,7 +2,7 @@
  * attention kernels (attention_prefill.cu, attention_decode.cu): the kernel
  * parameter block, tensor-core fragments (mma.sync m16n8k16 bf16 -> fp32
  * and cp.async come from tensor_core.cuh; ldmatrix here), and the paged K/V
- * tile loaders (bf16, and fp8 with its conversion to bf16 in shared memory).
+ * tile loaders (bf16, and fp8), and the fp8 cache's exact-code arithmetic.
  *
  * Fragment layouts (PTX ISA, m16n8k16): lane = 4 * g + t (g = lane / 4,
  * t = lane % 4). A 16x16 row-major: a0 (row g, cols 2t, 2t+1), a1 (row g+8),
@@ -14,11 +14,20 @@
  * Shared-memory tiles are [rows][HD + 8] bf16: the 16-byte pad shifts each
  * row by 4 banks, so the 8 rows an ldmatrix phase reads hit 8 different
  * 16-byte bank groups for every head size used (64, 80, 96, 128, 256).
+ *
+ * fp8 cache (both kernels): the tensor cores take the e4m3 codes exactly, as
+ * f16 (cvt.rn.f16x2.e4m3x2), and the scales go where they cost one multiply
+ * per key instead of one per value: a key's scale times the score, a
+ * value's scale into P (relative to a running per-warp reference, so P
+ * stays in [0, 1] for its f16 form). Q goes to f16 times a power of two
+ * per row (q_rows_to_f16). So a cached value is exactly code x scale, as on
+ * the CPU (fp8_dequantize_row), with no rounding of the product.
  */
 #ifndef CLLM_ATTENTION_COMMON_CUH
 #define CLLM_ATTENTION_COMMON_CUH
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <stdint.h>
 
@@ -78,6 +87,29 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t *>(&v);
 }
+__device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+__device__ __forceinline__ void ldsm_x2(uint32_t addr, uint32_t &r0, uint32_t &r1) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x2_t(uint32_t addr, uint32_t &r0, uint32_t &r1) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(addr));
+}
+
+/* Two e4m3 codes (the low 16 bits of w) as f16x2, exactly; the higher byte
+ * goes to the higher half. */
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t w) {
+    uint32_t r;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(r) : "h"((unsigned short)(w & 0xffffu)));
+    return r;
+}
+
+/* Row stride in bytes of an fp8 tile in shared memory: an odd number of
+ * 16-byte units, so the 8 rows of an ldmatrix phase hit 8 different bank
+ * groups (80: 5 units as is; 64, 96, 128, 256: one unit of pad). */
+__host__ __device__ constexpr int fp8_row_stride(int hd) { return (hd / 16) % 2 ? hd : hd + 16; }
 
 /* Max / sum over the 4 lanes of a quad (the lanes that share a C row). */
 __device__ __forceinline__ float quad_max(float x) {
@@ -96,6 +128,17 @@ template <bool CAP> __device__ __forceinline__ float attn_logit(float s, const A
      * (which tile a row's key lands on depends on how the prompt was chunked) */
     if (CAP) return __fmul_rn(p.cap_out, tanhf(__fmul_rn(s, p.cap_in)));
     return __fmul_rn(s, p.scale_log2);
+}
+
+/* fp8 cache: raw q' . code -> logit, with the key's scale sk and the row's
+ * factor rf = the query row's q_rows_to_f16 factor x (cap_in, or
+ * scale_log2): two multiplies, the same ones on every tile. */
+template <bool CAP> __device__ __forceinline__ float attn_logit_fp8(float s, float sk, float rf, const AttnKParams &p) {
+    const float x = __fmul_rn(__fmul_rn(s, sk), rf);
+    return CAP ? __fmul_rn(p.cap_out, tanhf(x)) : x;
+}
+template <bool CAP> __device__ __forceinline__ float attn_row_factor_fp8(float qsc, const AttnKParams &p) {
+    return qsc * (CAP ? p.cap_in : p.scale_log2);
 }
 
 /* Starts copying keys [n0, n0 + BN) of KV head kvh into a [BN][HD + 8]
@@ -122,11 +165,11 @@ __device__ __forceinline__ void load_kv_tile(bf16 *sm, const bf16 *cache, const 
 }
 
 /* fp8 cache: starts copying the e4m3 bytes of keys [n0, n0 + BN) of KV head
- * kvh into a [BN][HD] byte tile (16-byte chunks; rows are contiguous, so a
- * warp's chunks are too) and their scales into sc[BN] (4-byte copies: the
+ * kvh into a [BN][RS] byte tile (16-byte chunks; a row's chunks are
+ * contiguous in the cache) and their scales into sc[BN] (4-byte copies: the
  * scales of one head are n_kv_heads floats apart). Keys outside [lo, hi)
  * become code 0 with scale 0. */
-template <int HD, int BN, int NT>
+template <int HD, int BN, int NT, int RS = HD>
 __device__ __forceinline__ void load_kv_tile_fp8(uint8_t *sm, float *sc, const uint8_t *cache, const float *scales,
                                                  const int32_t *tab, const AttnKParams &p, int kvh, int n0, int lo,
                                                  int hi) {
@@ -140,7 +183,7 @@ __device__ __forceinline__ void load_kv_tile_fp8(uint8_t *sm, float *sc, const u
             int64_t slot = ((int64_t)tab[j >> p.block_shift] << p.block_shift) + (j & bmask);
             src = cache + (slot * p.n_kv_heads + kvh) * HD + c * 16;
         }
-        cp_async16(smem_u32(sm + r * HD + c * 16), src, ok);
+        cp_async16(smem_u32(sm + r * RS + c * 16), src, ok);
     }
     for (int r = (int)threadIdx.x; r < BN; r += NT) {
         int j = n0 + r;
@@ -152,26 +195,86 @@ __device__ __forceinline__ void load_kv_tile_fp8(uint8_t *sm, float *sc, const u
     }
 }
 
-/* The landed fp8 tile as bf16, [BN][HD + 8] like a bf16 tile, each value
- * code x its key's scale (exact to fp32, then rounded once to bf16): the
- * tensor-core code after it is the bf16 path's. 8 codes per step: one
- * 8-byte shared load, cvt e4m3x2 -> f16x2 (exact), and one 16-byte store. */
+/* The landed fp8 tile's codes as f16, [BN][HD + 8] like a bf16 tile
+ * (exact; the scales stay apart: see the top of this file). 8 codes per
+ * step: one 8-byte shared load, four cvt e4m3x2 -> f16x2, one 16-byte store. */
 template <int HD, int BN, int NT>
-__device__ __forceinline__ void convert_kv_tile_fp8(bf16 *dst, const uint8_t *src, const float *sc) {
+__device__ __forceinline__ void convert_kv_tile_fp8(__half *dst, const uint8_t *src) {
     constexpr int CH = HD / 8;
     for (int i = (int)threadIdx.x; i < BN * CH; i += NT) {
         int r = i / CH, c = i % CH;
         uint2 codes = *reinterpret_cast<const uint2 *>(src + r * HD + c * 8);
-        float s = sc[r];
-        uint32_t w[2] = {codes.x, codes.y}, out[4];
-#pragma unroll
-        for (int h = 0; h < 4; h++) {
-            __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w[h >> 1] >> (16 * (h & 1))), __NV_E4M3);
-            float2 f = __half22float2(*reinterpret_cast<__half2 *>(&hr));
-            out[h] = pack_bf16(f.x * s, f.y * s);
-        }
-        *reinterpret_cast<uint4 *>(dst + r * (HD + 8) + c * 8) = make_uint4(out[0], out[1], out[2], out[3]);
+        *reinterpret_cast<uint4 *>(dst + r * (HD + 8) + c * 8) =
+            make_uint4(e4m3x2_to_f16x2(codes.x), e4m3x2_to_f16x2(codes.x >> 16), e4m3x2_to_f16x2(codes.y),
+                       e4m3x2_to_f16x2(codes.y >> 16));
     }
+}
+
+/* Rows [0, R) of a [R][HD + 8] bf16 tile (the queries) to f16 in place,
+ * row r times 2^(14 - e_r) with amax_r < 2^e_r (so every value stays in
+ * f16's range, the largest in [2^13, 2^14), and a bf16 value down to 2^-27
+ * of the row's largest stays exact); qsc[r] = 2^(e_r - 14) undoes it on the
+ * scores. PERM: within each 16 values, 4t..4t+3 go to 2t, 2t + 1, 2t + 8,
+ * 2t + 9, the order in which decode's fp8 K fragments hold the dimensions
+ * (attention_decode.cu). 8 lanes a row, each owning whole chunks of 16, so
+ * no lane writes what another reads. R * 8 must be a multiple of NT. */
+template <int HD, int R, int NT, bool PERM> __device__ void q_rows_to_f16(bf16 *sq, float *qsc) {
+    constexpr int CH = HD / 16;
+    static_assert((R * 8) % NT == 0, "every lane of a warp takes the same number of rows");
+    const int l8 = threadIdx.x & 7;
+    /* 16 bf16 of a row as floats, two 16-byte loads */
+    auto load16 = [](const bf16 *src, float (&x)[16]) {
+        const uint4 u[2] = {reinterpret_cast<const uint4 *>(src)[0], reinterpret_cast<const uint4 *>(src)[1]};
+        const uint32_t *w = reinterpret_cast<const uint32_t *>(u);
+#pragma unroll
+        for (int i = 0; i < 8; i++) x[2 * i] = __uint_as_float(w[i] << 16), x[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    };
+    for (int r = threadIdx.x >> 3; r < R; r += NT / 8) {
+        bf16 *row = sq + r * (HD + 8);
+        float amax = 0.f, x[16]; /* fmaxf drops a nan: the nan itself still goes through below */
+        for (int c = l8; c < CH; c += 8) {
+            load16(row + 16 * c, x);
+#pragma unroll
+            for (int i = 0; i < 16; i++) amax = fmaxf(amax, fabsf(x[i]));
+        }
+#pragma unroll
+        for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        int e;
+        frexpf(amax, &e);
+        e = amax <= 3.0e38f ? max(-100, min(100, e)) : 0; /* an inf row stays inf */
+        const float f = __int_as_float((127 + 14 - e) << 23);
+        for (int c = l8; c < CH; c += 8) {
+            load16(row + 16 * c, x);
+#pragma unroll
+            for (int i = 0; i < 16; i++) x[i] *= f;
+            uint32_t w[8];
+#pragma unroll
+            for (int t = 0; t < 4; t++) {
+                if (PERM) w[t] = pack_f16(x[4 * t], x[4 * t + 1]), w[4 + t] = pack_f16(x[4 * t + 2], x[4 * t + 3]);
+                else w[2 * t] = pack_f16(x[4 * t], x[4 * t + 1]), w[2 * t + 1] = pack_f16(x[4 * t + 2], x[4 * t + 3]);
+            }
+            uint4 *dst = reinterpret_cast<uint4 *>(row + 16 * c);
+            dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
+            dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
+        }
+        if (l8 == 0) qsc[r] = __int_as_float((127 + e - 14) << 23);
+    }
+}
+
+/* fp8 cache, P.V: the warp's reference for its values' scales, vref, is the
+ * largest scale seen so far (uniform over the warp: every mma of the warp
+ * sums over the same keys). Given the largest scale among this lane's keys
+ * of the tile (the keys of its P fragments; the 4 lanes of a quad hold all
+ * the warp's keys), raises vref to the tile's largest and returns 1 / vref;
+ * *rescale gets old vref / new vref, the factor for O. P's entries go in as
+ * p x scale / vref <= 1, and O x vref is the output's numerator. */
+__device__ __forceinline__ float fp8_v_ref(float m, float &vref, float *rescale) {
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+    const float nv = fmaxf(vref, m), inv = nv > 0.f ? 1.f / nv : 0.f;
+    *rescale = nv > 0.f ? vref * inv : 1.f;
+    vref = nv;
+    return inv;
 }
 
 __device__ __forceinline__ float to_f32(float x) { return x; }

@@ -25,11 +25,15 @@
  * loads are issued before pdl_wait, while the qkv product still runs.
  *
  * fp8 cache (FP8 = true): the ring holds the tiles' e4m3 bytes and scales
- * (half the bytes of bf16, so a stage is half the size and the ring one
- * stage deeper); once a tile has landed the block converts it to one bf16
- * tile (attention_common.cuh convert_kv_tile_fp8) and the math below runs
- * on that unchanged. Decode is bound by the bytes read, so the conversion
- * (~2 instructions per value) hides under the loads of the next stages.
+ * (half the bytes of bf16: at head size <= 128 the 3-stage ring takes ~64 KB,
+ * so 3 blocks share an SM; 5 stages at 256), and each warp reads its 16 keys straight from the ring: ldmatrix on the
+ * bytes (an 8x8 b16 matrix is 8 keys x 16 codes), cvt e4m3x2 -> f16x2 in
+ * registers, f16 tensor-core products on the exact codes, the scales applied
+ * per key (attention_common.cuh). K's fragment holds a lane's dimensions
+ * 4t..4t+3 of each 16, so Q is permuted to match (q_rows_to_f16); V's
+ * transposed fragment holds 2 keys x 2 dimensions, one byte permute splits
+ * them into two n-tiles, so O's columns come out permuted and are put back
+ * at the merge. No block-wide conversion pass, no extra barrier.
  */
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/attention_common.cuh"
@@ -115,13 +119,13 @@ static __device__ void decode_rope_rows(const AttnKParams &p, bf16 *sQ, float *b
 /* Rope mode: the new key and value (nkv, from decode_rope_rows) into row r
  * of the landed tile (bf16: K and V tiles; fp8: the stage's codes and
  * scales, before their conversion); the loads left that row out. */
-template <int HDK, int HDV, bool FP8, int NT>
+template <int HDK, int HDV, bool FP8, int NT, int RSK, int RSV>
 static __device__ void decode_put_new(const unsigned char *nkv, bf16 *kt, bf16 *vt, uint8_t *k8, uint8_t *v8,
                                       float *ks, float *vs, int r) {
     const float *scales = (const float *)(nkv + HDK + HDV);
     if (FP8) {
-        for (int i = threadIdx.x; i < HDK; i += NT) k8[r * HDK + i] = nkv[i];
-        for (int i = threadIdx.x; i < HDV; i += NT) v8[r * HDV + i] = nkv[HDK + i];
+        for (int i = threadIdx.x; i < HDK; i += NT) k8[r * RSK + i] = nkv[i];
+        for (int i = threadIdx.x; i < HDV; i += NT) v8[r * RSV + i] = nkv[HDK + i];
         if (threadIdx.x == 0) ks[r] = scales[0], vs[r] = scales[1];
     } else {
         for (int i = threadIdx.x; i < HDK; i += NT) kt[r * (HDK + 8) + i] = ((const bf16 *)nkv)[i];
@@ -171,21 +175,78 @@ static __device__ void decode_merge_splits(const AttnKParams &p, int row, int d,
     }
 }
 
+/* fp8: S += Q K^T for this warp's 16 keys, straight from the stage's e4m3
+ * bytes ([BN][RSK]). ldmatrix x4 reads keys 0-7 and 8-15 of two 16-code
+ * chunks; lane (g, t) gets codes 4t..4t+3 of key g in one word, whose two
+ * halves are the B fragment's two registers: they stand for dimensions
+ * 2t, 2t + 1, 2t + 8, 2t + 9 of the product, so Q was permuted to match.
+ * s gets q . code (no scales yet). */
+template <int HDK, int RSK, bool QREG>
+static __device__ __forceinline__ void decode_scores_fp8(float (&s)[2][4], const uint32_t (*qf)[4], uint32_t q_addr,
+                                                         const uint8_t *k8, int warp, int lane) {
+    constexpr int CH = HDK / 16;
+    const uint32_t k_addr = smem_u32(k8 + (warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * RSK + (lane >> 4) * 16);
+    auto q_frag = [&](int c, uint32_t(&a)[4]) {
+        if (QREG) a[0] = qf[c][0], a[1] = qf[c][1], a[2] = qf[c][2], a[3] = qf[c][3];
+        else ldsm_x4(q_addr + c * 32, a[0], a[1], a[2], a[3]);
+    };
+#pragma unroll
+    for (int c = 0; c < CH; c += 2) {
+        uint32_t w[4], a[4];
+        if (c + 1 < CH) ldsm_x4(k_addr + c * 16, w[0], w[1], w[2], w[3]);
+        else ldsm_x2(k_addr + c * 16, w[0], w[1]); /* head size 80: the last chunk alone */
+#pragma unroll
+        for (int h = 0; h < (c + 1 < CH ? 2 : 1); h++) {
+            q_frag(c + h, a);
+            mma_f16(s[0], a, e4m3x2_to_f16x2(w[2 * h]), e4m3x2_to_f16x2(w[2 * h] >> 16));
+            mma_f16(s[1], a, e4m3x2_to_f16x2(w[2 * h + 1]), e4m3x2_to_f16x2(w[2 * h + 1] >> 16));
+        }
+    }
+}
+
+/* fp8: O += P V from the stage's e4m3 value bytes ([BN][RSV]). ldmatrix
+ * .trans on the bytes gives lane (g, t) keys 2t, 2t + 1 x dimensions 2g,
+ * 2g + 1 of a 16-code chunk; a byte permute makes that two B registers, one
+ * for dimension 2g (n-tile 2c) and one for 2g + 1 (n-tile 2c + 1). So column
+ * j of o[2c + e] is dimension 16c + 2j + e (the merge puts it back). */
+template <int HDV, int RSV>
+static __device__ __forceinline__ void decode_pv_fp8(float (&o)[HDV / 8][4], const uint32_t (&a)[4], const uint8_t *v8,
+                                                     int warp, int lane) {
+    constexpr int CH = HDV / 16;
+    const uint32_t v_addr = smem_u32(v8 + (warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * RSV + (lane >> 4) * 16);
+#pragma unroll
+    for (int c = 0; c < CH; c += 2) {
+        uint32_t w[4];
+        if (c + 1 < CH) ldsm_x4_t(v_addr + c * 16, w[0], w[1], w[2], w[3]);
+        else ldsm_x2_t(v_addr + c * 16, w[0], w[1]);
+#pragma unroll
+        for (int h = 0; h < (c + 1 < CH ? 2 : 1); h++) {
+            const uint32_t lo = __byte_perm(w[2 * h], 0, 0x3120), hi = __byte_perm(w[2 * h + 1], 0, 0x3120);
+            mma_f16(o[2 * (c + h)], a, e4m3x2_to_f16x2(lo), e4m3x2_to_f16x2(hi));
+            mma_f16(o[2 * (c + h) + 1], a, e4m3x2_to_f16x2(lo >> 16), e4m3x2_to_f16x2(hi >> 16));
+        }
+    }
+}
+
 template <int HDK, int HDV, bool FP8> struct DecodeShape {
     static constexpr int BN = ATTN_DECODE_TILE_N, NW = 4, NT = 32 * NW;
     static constexpr bool BIG = HDK > 128 || HDV > 128;
-    static constexpr int STAGES = FP8 ? (BIG ? 3 : 4) : (BIG ? 2 : 3);
+    /* fp8 at <= 128: 3 stages (~64 KB) let 3 blocks share an SM (12 warps to
+     * hide the per-tile chain: the kernel is issue-latency bound there); at
+     * 256 one block fits, so its ring is deeper */
+    static constexpr int STAGES = FP8 ? (BIG ? 5 : 3) : (BIG ? 2 : 3);
     static constexpr int SK = HDK + 8, SV = HDV + 8;
+    static constexpr int RSK = fp8_row_stride(HDK), RSV = fp8_row_stride(HDV); /* fp8 stage rows, bytes */
     static constexpr bool Q_IN_REGS = HDK <= 128;
     /* a ring stage: bf16 K|V tiles, or e4m3 K|V bytes and their 2 x BN scales */
-    static constexpr int STAGE = FP8 ? BN * (HDK + HDV) + 2 * BN * 4 : BN * (SK + SV) * 2;
-    static constexpr int TILE = FP8 ? BN * (SK + SV) * 2 : 0; /* fp8: the converted bf16 K|V tile */
-    static constexpr int RING = STAGES * STAGE + TILE;
+    static constexpr int STAGE = FP8 ? BN * (RSK + RSV) + 2 * BN * 4 : BN * (SK + SV) * 2;
+    static constexpr int RING = STAGES * STAGE;
     static constexpr int MERGE = NW * 16 * (HDV + 2) * 4; /* per-warp O, m, l; reuses the ring */
     /* rope: a warp's fp32 head buffer each, then the new key and value (fp8: codes, then 2 scales) */
     static constexpr int NEW_KV = FP8 ? HDK + HDV + 16 : (HDK + HDV) * 2;
     static constexpr int ROPE = NW * HDK * 4 + NEW_KV;
-    static constexpr int SMEM = 16 * SK * 2 + ROPE + (RING > MERGE ? RING : MERGE);
+    static constexpr int QSC = 16 * 4; /* fp8: the queries' row factors (q_rows_to_f16) */
+    static constexpr int SMEM = 16 * SK * 2 + QSC + ROPE + (RING > MERGE ? RING : MERGE);
     static_assert(NEW_KV % 16 == 0, "the ring keeps 16-byte alignment");
     static_assert(BN == 16 * NW, "one warp per 16 keys of a tile");
     static_assert(STAGE % 16 == 0, "stages keep 16-byte alignment");
@@ -197,7 +258,8 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
     constexpr int BN = S::BN, NT = S::NT, SK = S::SK, SV = S::SV, ST = S::STAGES;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *sQ = (bf16 *)smem;
-    float *rope_buf = (float *)(sQ + 16 * SK);               /* rope mode: S::NW x HDK */
+    float *qsc = (float *)(sQ + 16 * SK);                     /* fp8: 16 row factors of Q */
+    float *rope_buf = qsc + 16;                               /* rope mode: S::NW x HDK */
     unsigned char *nkv = (unsigned char *)(rope_buf + S::NW * HDK); /* rope mode: the new key and value */
     unsigned char *ring = nkv + S::NEW_KV;
 
@@ -217,21 +279,20 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
     const int hi_load = p.rope ? pos : hi;           /* rope mode: the new key comes from decode_rope_rows */
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tg = lane & 3;
-    /* bf16: stage st's K and V tiles; fp8: the converted tile (one for all stages) */
-    bf16 *tile = (bf16 *)(ring + ST * S::STAGE);
-    auto kbuf = [&](int st) { return FP8 ? tile : (bf16 *)(ring + st * S::STAGE); };
-    auto vbuf = [&](int st) { return FP8 ? tile + BN * SK : (bf16 *)(ring + st * S::STAGE) + BN * SK; };
-    /* fp8 stage st: K bytes | V bytes | K scales | V scales */
+    /* bf16: stage st's K and V tiles */
+    auto kbuf = [&](int st) { return (bf16 *)(ring + st * S::STAGE); };
+    auto vbuf = [&](int st) { return (bf16 *)(ring + st * S::STAGE) + BN * SK; };
+    /* fp8 stage st: K bytes | V bytes ([BN][RSK], [BN][RSV]) | K scales | V scales */
     auto k8 = [&](int st) { return (uint8_t *)(ring + st * S::STAGE); };
-    auto v8 = [&](int st) { return k8(st) + BN * HDK; };
-    auto ks = [&](int st) { return (float *)(v8(st) + BN * HDV); };
+    auto v8 = [&](int st) { return k8(st) + BN * S::RSK; };
+    auto ks = [&](int st) { return (float *)(v8(st) + BN * S::RSV); };
     auto vs = [&](int st) { return ks(st) + BN; };
     auto load_stage = [&](int st, int t) {
         if (FP8) {
-            load_kv_tile_fp8<HDK, BN, NT>(k8(st), ks(st), (const uint8_t *)p.k, p.k_scale, tab, p, kvh, t * BN, lo,
-                                          hi_load);
-            load_kv_tile_fp8<HDV, BN, NT>(v8(st), vs(st), (const uint8_t *)p.v, p.v_scale, tab, p, kvh, t * BN, lo,
-                                          hi_load);
+            load_kv_tile_fp8<HDK, BN, NT, S::RSK>(k8(st), ks(st), (const uint8_t *)p.k, p.k_scale, tab, p, kvh,
+                                                  t * BN, lo, hi_load);
+            load_kv_tile_fp8<HDV, BN, NT, S::RSV>(v8(st), vs(st), (const uint8_t *)p.v, p.v_scale, tab, p, kvh,
+                                                  t * BN, lo, hi_load);
         } else {
             load_kv_tile<HDK, BN, NT>(kbuf(st), (const bf16 *)p.k, tab, p, kvh, t * BN, lo, hi_load);
             load_kv_tile<HDV, BN, NT>(vbuf(st), (const bf16 *)p.v, tab, p, kvh, t * BN, lo, hi_load);
@@ -263,6 +324,7 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
 #pragma unroll
     for (int i = 0; i < HDV / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     float mx[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+    float qr[2] = {1.f, 1.f}, vref = 0.f; /* fp8: rows g, g + 8's logit factors; the warp's value-scale reference */
     const uint32_t q_addr = smem_u32(sQ + (lane & 15) * SK + (lane >> 4) * 8);
 
     for (int t = ts; t < te; t++) {
@@ -272,13 +334,14 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
         if (t + ST - 1 < te) load_stage((t + ST - 1 - ts) % ST, t + ST - 1);
         cp_async_commit();
         if (has_new && t == t_new) {
-            decode_put_new<HDK, HDV, FP8, NT>(nkv, kbuf(st), vbuf(st), k8(st), v8(st), ks(st), vs(st), pos - t * BN);
+            decode_put_new<HDK, HDV, FP8, NT, S::RSK, S::RSV>(nkv, kbuf(st), vbuf(st), k8(st), v8(st), ks(st), vs(st),
+                                                              pos - t * BN);
             __syncthreads();
         }
-        if (FP8) { /* every thread is past tile t - 1's math (the barrier above): the bf16 tile is free */
-            convert_kv_tile_fp8<HDK, BN, NT>(tile, k8(st), ks(st));
-            convert_kv_tile_fp8<HDV, BN, NT>(tile + BN * SK, v8(st), vs(st));
+        if (FP8 && t == ts) { /* Q has landed (the barrier above): to f16, in K's fragment order */
+            q_rows_to_f16<HDK, 16, NT, true>(sQ, qsc);
             __syncthreads();
+            qr[0] = attn_row_factor_fp8<CAP>(qsc[g], p), qr[1] = attn_row_factor_fp8<CAP>(qsc[g + 8], p);
         }
         if (S::Q_IN_REGS && t == ts) {
 #pragma unroll
@@ -288,10 +351,19 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
 
         /* S (16 heads x this warp's 16 keys) */
         float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+        float2 sck[2], scv[2]; /* fp8: the scales of this lane's keys 2tg, 2tg + 1 and 8 + 2tg, 9 + 2tg */
+        if (FP8) {
+            decode_scores_fp8<HDK, S::RSK, S::Q_IN_REGS>(s, qf, q_addr, k8(st), warp, lane);
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                sck[i] = *reinterpret_cast<const float2 *>(ks(st) + warp * 16 + i * 8 + 2 * tg);
+                scv[i] = *reinterpret_cast<const float2 *>(vs(st) + warp * 16 + i * 8 + 2 * tg);
+            }
+        }
         const uint32_t k_addr =
             smem_u32(kbuf(st) + (warp * 16 + (lane & 7) + ((lane >> 4) << 3)) * SK + ((lane >> 3) & 1) * 8);
 #pragma unroll
-        for (int kk = 0; kk < HDK / 16; kk++) {
+        for (int kk = 0; kk < (FP8 ? 0 : HDK / 16); kk++) {
             uint32_t a[4];
             if (S::Q_IN_REGS) {
                 a[0] = qf[S::Q_IN_REGS ? kk : 0][0], a[1] = qf[S::Q_IN_REGS ? kk : 0][1];
@@ -305,12 +377,17 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
             mma_bf16(s[1], a, b2, b3);
         }
         float tmax[2] = {-INFINITY, -INFINITY};
+        /* fp8: only a tile across lo or hi can hold a key outside [lo, hi) (bf16 keeps its one select) */
+        const bool edge = !FP8 || t * BN < lo || (t + 1) * BN > hi;
 #pragma unroll
         for (int i = 0; i < 2; i++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int j = t * BN + warp * 16 + i * 8 + 2 * tg + (e & 1);
-                float x = j >= lo && j < hi ? attn_logit<CAP>(s[i][e], p) : -INFINITY;
+                float x = !edge || (j >= lo && j < hi)
+                              ? (FP8 ? attn_logit_fp8<CAP>(s[i][e], e & 1 ? sck[i].y : sck[i].x, qr[e >> 1], p)
+                                     : attn_logit<CAP>(s[i][e], p))
+                              : -INFINITY;
                 s[i][e] = x;
                 tmax[e >> 1] = fmaxf(tmax[e >> 1], x);
             }
@@ -330,12 +407,36 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
                 s[i][e] = exp2f(s[i][e] - base[e >> 1]);
                 l[e >> 1] += s[i][e];
             }
-        uint32_t a[4] = {pack_bf16(s[0][0], s[0][1]), pack_bf16(s[0][2], s[0][3]), pack_bf16(s[1][0], s[1][1]),
-                         pack_bf16(s[1][2], s[1][3])};
+        if (FP8) { /* P x value scale / vref, O rescaled to the new vref with alpha */
+            float rescale;
+            const float inv = fp8_v_ref(fmaxf(fmaxf(scv[0].x, scv[0].y), fmaxf(scv[1].x, scv[1].y)), vref, &rescale);
+            alpha[0] *= rescale, alpha[1] *= rescale;
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                s[i][0] *= scv[i].x * inv, s[i][1] *= scv[i].y * inv;
+                s[i][2] *= scv[i].x * inv, s[i][3] *= scv[i].y * inv;
+            }
+        }
+        uint32_t a[4];
+        if (FP8) {
+            a[0] = pack_f16(s[0][0], s[0][1]), a[1] = pack_f16(s[0][2], s[0][3]);
+            a[2] = pack_f16(s[1][0], s[1][1]), a[3] = pack_f16(s[1][2], s[1][3]);
+        } else {
+            a[0] = pack_bf16(s[0][0], s[0][1]), a[1] = pack_bf16(s[0][2], s[0][3]);
+            a[2] = pack_bf16(s[1][0], s[1][1]), a[3] = pack_bf16(s[1][2], s[1][3]);
+        }
+        /* fp8: once the running max and vref settle, alpha stays 1: skip the
+         * HDV / 2 multiplies (warp-uniform). bf16 rescales in the loop below. */
+        if (FP8 && __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+            for (int i = 0; i < HDV / 8; i++)
+                o[i][0] *= alpha[0], o[i][1] *= alpha[0], o[i][2] *= alpha[1], o[i][3] *= alpha[1];
+        }
+        if (FP8) decode_pv_fp8<HDV, S::RSV>(o, a, v8(st), warp, lane);
         const uint32_t v_addr =
             smem_u32(vbuf(st) + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * SV + (lane >> 4) * 8);
 #pragma unroll
-        for (int nn = 0; nn < HDV / 16; nn++) {
+        for (int nn = 0; nn < (FP8 ? 0 : HDV / 16); nn++) {
             o[2 * nn][0] *= alpha[0], o[2 * nn][1] *= alpha[0], o[2 * nn][2] *= alpha[1], o[2 * nn][3] *= alpha[1];
             o[2 * nn + 1][0] *= alpha[0], o[2 * nn + 1][1] *= alpha[0];
             o[2 * nn + 1][2] *= alpha[1], o[2 * nn + 1][3] *= alpha[1];
@@ -357,10 +458,12 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
         float sum = quad_sum(l[r]);
         if (tg == 0) mml[(warp * 16 + hr) * 2] = mx[r], mml[(warp * 16 + hr) * 2 + 1] = sum;
 #pragma unroll
-        for (int i = 0; i < HDV / 8; i++) {
-            mo[(warp * 16 + hr) * HDV + i * 8 + 2 * tg] = o[i][2 * r];
-            mo[(warp * 16 + hr) * HDV + i * 8 + 2 * tg + 1] = o[i][2 * r + 1];
-        }
+        for (int i = 0; i < HDV / 8; i++)
+#pragma unroll
+            for (int b = 0; b < 2; b++) { /* fp8: column 2tg + b of n-tile i is dimension decode_pv_fp8 names */
+                const int c = FP8 ? (i >> 1) * 16 + 4 * tg + 2 * b + (i & 1) : i * 8 + 2 * tg + b;
+                mo[(warp * 16 + hr) * HDV + c] = FP8 ? o[i][2 * r + b] * vref : o[i][2 * r + b];
+            }
     }
     __syncthreads();
     for (int i = threadIdx.x; i < nh * HDV; i += NT) {

@@ -18,9 +18,11 @@
  * edge.
  *
  * fp8 cache (FP8 = true): the two cp.async stages hold e4m3 bytes and
- * scales; each landed tile is converted once into a single bf16 K/V tile
- * (attention_common.cuh convert_kv_tile_fp8) while the next one streams in,
- * and the tensor-core code runs on that unchanged.
+ * scales; each landed tile's codes are converted once, exactly, into a
+ * single f16 K/V tile (attention_common.cuh convert_kv_tile_fp8) while the
+ * next one streams in. The products run in f16 on those codes and on Q in
+ * f16 (q_rows_to_f16); the key scales multiply the scores and the value
+ * scales go into P (fp8_v_ref), as in decode.
  */
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/attention_common.cuh"
@@ -40,7 +42,7 @@ template <int HDK, int HDV, bool FP8> struct PrefillShape {
     /* bf16: Q, then two stages of K and V tiles; fp8: Q, one bf16 K and V
      * tile, then two stages of e4m3 K|V bytes and 2 x BN scales */
     static constexpr int STAGE8 = BN * (HDK + HDV) + 2 * BN * 4;
-    static constexpr int SMEM = FP8 ? (BM * SK + BN * SK + BN * SV) * 2 + 2 * STAGE8
+    static constexpr int SMEM = FP8 ? (BM * SK + BN * SK + BN * SV) * 2 + 2 * STAGE8 + BM * 4 /* Q's row factors */
                                     : (BM * SK + 2 * BN * SK + 2 * BN * SV) * 2;
     static_assert(BM == ATTN_TILE_M, "the metadata's tile height is the kernel's");
     static_assert(STAGE8 % 16 == 0, "fp8 stages keep 16-byte alignment");
@@ -51,9 +53,10 @@ __global__ void __launch_bounds__(PrefillShape<HDK, HDV, FP8>::NT) attn_prefill_
     using S = PrefillShape<HDK, HDV, FP8>;
     constexpr int BM = S::BM, BN = S::BN, NT = S::NT, SK = S::SK, SV = S::SV, MT = S::MT;
     extern __shared__ __align__(16) unsigned char smem[];
-    /* fp8: sK, sV are the one converted tile (stage offsets below are 0) */
+    /* fp8: sK, sV are the one converted tile of f16 codes (stage offsets below are 0) */
     bf16 *sQ = (bf16 *)smem, *sK = sQ + BM * SK, *sV = sK + (FP8 ? 1 : 2) * BN * SK;
     uint8_t *stage8 = (uint8_t *)(sV + (FP8 ? 1 : 2) * BN * SV);
+    float *qsc = (float *)(stage8 + 2 * S::STAGE8); /* fp8: Q's row factors */
     const int h = blockIdx.y, kvh = h / p.group;
     const int32_t *tile = p.meta + p.off_tiles + 2 * blockIdx.x;
     const int32_t *run = p.meta + p.off_prefill + 4 * tile[0];
@@ -96,19 +99,28 @@ __global__ void __launch_bounds__(PrefillShape<HDK, HDV, FP8>::NT) attn_prefill_
     float mx[MT][2], l[MT][2];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) mx[mt][0] = mx[mt][1] = sink, l[mt][0] = l[mt][1] = l0;
+    float qr[MT][2], vref = 0.f; /* fp8: rows' logit factors (attn_row_factor_fp8); the warp's value-scale reference */
     const uint32_t q_addr = smem_u32(sQ + (wrow + (lane & 15)) * SK + (lane >> 4) * 8);
 
     for (int t = t_begin; t < t_end; t++) {
         const int buf = FP8 ? 0 : (t - t_begin) & 1; /* the bf16 tile the math reads */
+        const int b8 = (t - t_begin) & 1;             /* fp8: the stage of tile t (codes converted, scales read) */
         if (FP8) {
-            /* tile t landed; every thread is past tile t - 1 (its stage and the bf16 tile are free) */
-            const int b8 = (t - t_begin) & 1;
+            /* tile t landed; every thread is past tile t - 1 (its stage and the f16 tile are free) */
             cp_async_wait<0>();
             __syncthreads();
             if (t + 1 < t_end) load_stage(b8 ^ 1, t + 1);
             cp_async_commit();
-            convert_kv_tile_fp8<HDK, BN, NT>(sK, k8(b8), ks(b8));
-            convert_kv_tile_fp8<HDV, BN, NT>(sV, v8(b8), vs(b8));
+            convert_kv_tile_fp8<HDK, BN, NT>((__half *)sK, k8(b8));
+            convert_kv_tile_fp8<HDV, BN, NT>((__half *)sV, v8(b8));
+            if (t == t_begin) { /* Q has landed (the barrier above): to f16 */
+                q_rows_to_f16<HDK, BM, NT, false>(sQ, qsc);
+                __syncthreads();
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int r = 0; r < 2; r++) qr[mt][r] = attn_row_factor_fp8<CAP>(qsc[wrow + mt * 16 + g + 8 * r], p);
+            }
         } else if (t + 1 < t_end) {
             load_stage(buf ^ 1, t + 1);
             cp_async_commit();
@@ -137,10 +149,25 @@ __global__ void __launch_bounds__(PrefillShape<HDK, HDV, FP8>::NT) attn_prefill_
                 ldsm_x4(k_addr + (nn * 16 * SK + kk * 16) * 2, b0, b1, b2, b3);
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    mma_bf16(s[mt][2 * nn], a[mt], b0, b1);
-                    mma_bf16(s[mt][2 * nn + 1], a[mt], b2, b3);
+                    if (FP8) {
+                        mma_f16(s[mt][2 * nn], a[mt], b0, b1);
+                        mma_f16(s[mt][2 * nn + 1], a[mt], b2, b3);
+                    } else {
+                        mma_bf16(s[mt][2 * nn], a[mt], b0, b1);
+                        mma_bf16(s[mt][2 * nn + 1], a[mt], b2, b3);
+                    }
                 }
             }
+        }
+        float vfac = 1.f, vinv = 1.f; /* fp8: O's rescale to the new vref, 1 / vref */
+        if (FP8) {
+            float vmax = 0.f;
+#pragma unroll
+            for (int i = 0; i < BN / 8; i++) {
+                const float2 sv = *reinterpret_cast<const float2 *>(vs(b8) + i * 8 + 2 * tg);
+                vmax = fmaxf(vmax, fmaxf(sv.x, sv.y));
+            }
+            vinv = fp8_v_ref(vmax, vref, &vfac);
         }
 
         /* logits, masks, online softmax (rows g and g + 8 of each m-tile) */
@@ -153,7 +180,13 @@ __global__ void __launch_bounds__(PrefillShape<HDK, HDV, FP8>::NT) attn_prefill_
             for (int i = 0; i < BN / 8; i++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    float x = attn_logit<CAP>(s[mt][i][e], p);
+                    float x;
+                    if (FP8) { /* the key's scale and the row's factor (the same two multiplies on every tile) */
+                        const float sk = ks(b8)[i * 8 + 2 * tg + (e & 1)];
+                        x = attn_logit_fp8<CAP>(s[mt][i][e], sk, qr[mt][e >> 1], p);
+                    } else {
+                        x = attn_logit<CAP>(s[mt][i][e], p);
+                    }
                     if (edge) {
                         int j = t * BN + i * 8 + 2 * tg + (e & 1), qp = e < 2 ? qpos0 : qpos1;
                         if (j > qp || (WIN && qp - j >= p.window)) x = -INFINITY;
@@ -178,6 +211,8 @@ __global__ void __launch_bounds__(PrefillShape<HDK, HDV, FP8>::NT) attn_prefill_
                     l[mt][e >> 1] += s[mt][i][e];
                 }
 #pragma unroll
+            alpha[0] *= vfac, alpha[1] *= vfac; /* fp8: O to the new value-scale reference too */
+#pragma unroll
             for (int i = 0; i < HDV / 8; i++)
                 o[mt][i][0] *= alpha[0], o[mt][i][1] *= alpha[0], o[mt][i][2] *= alpha[1], o[mt][i][3] *= alpha[1];
         }
@@ -190,10 +225,20 @@ __global__ void __launch_bounds__(PrefillShape<HDK, HDV, FP8>::NT) attn_prefill_
             uint32_t a[MT][4];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
-                a[mt][0] = pack_bf16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-                a[mt][1] = pack_bf16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-                a[mt][2] = pack_bf16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-                a[mt][3] = pack_bf16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+                if (FP8) { /* p x value scale / vref: columns 2tg, 2tg + 1 of n-tiles 2kk and 2kk + 1 */
+                    const float2 v0 = *reinterpret_cast<const float2 *>(vs(b8) + kk * 16 + 2 * tg);
+                    const float2 v1 = *reinterpret_cast<const float2 *>(vs(b8) + kk * 16 + 8 + 2 * tg);
+                    const float r0 = v0.x * vinv, r1 = v0.y * vinv, r2 = v1.x * vinv, r3 = v1.y * vinv;
+                    a[mt][0] = pack_f16(s[mt][2 * kk][0] * r0, s[mt][2 * kk][1] * r1);
+                    a[mt][1] = pack_f16(s[mt][2 * kk][2] * r0, s[mt][2 * kk][3] * r1);
+                    a[mt][2] = pack_f16(s[mt][2 * kk + 1][0] * r2, s[mt][2 * kk + 1][1] * r3);
+                    a[mt][3] = pack_f16(s[mt][2 * kk + 1][2] * r2, s[mt][2 * kk + 1][3] * r3);
+                } else {
+                    a[mt][0] = pack_bf16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                    a[mt][1] = pack_bf16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                    a[mt][2] = pack_bf16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                    a[mt][3] = pack_bf16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+                }
             }
 #pragma unroll
             for (int nn = 0; nn < HDV / 16; nn++) {
@@ -201,8 +246,13 @@ __global__ void __launch_bounds__(PrefillShape<HDK, HDV, FP8>::NT) attn_prefill_
                 ldsm_x4_t(v_addr + (kk * 16 * SV + nn * 16) * 2, b0, b1, b2, b3);
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    mma_bf16(o[mt][2 * nn], a[mt], b0, b1);
-                    mma_bf16(o[mt][2 * nn + 1], a[mt], b2, b3);
+                    if (FP8) {
+                        mma_f16(o[mt][2 * nn], a[mt], b0, b1);
+                        mma_f16(o[mt][2 * nn + 1], a[mt], b2, b3);
+                    } else {
+                        mma_bf16(o[mt][2 * nn], a[mt], b0, b1);
+                        mma_bf16(o[mt][2 * nn + 1], a[mt], b2, b3);
+                    }
                 }
             }
         }
@@ -215,7 +265,7 @@ __global__ void __launch_bounds__(PrefillShape<HDK, HDV, FP8>::NT) attn_prefill_
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             float sum = quad_sum(l[mt][r]);
-            float inv = sum > 0.f ? 1.f / sum : 0.f;
+            float inv = sum > 0.f ? (FP8 ? vref : 1.f) / sum : 0.f; /* fp8: O x vref is the numerator */
             int row = wrow + mt * 16 + g + 8 * r;
             if (row >= rows) continue;
             bf16 *dst = p.out + ((int64_t)(q_start + m0 + row) * p.n_heads + h) * HDV + 2 * tg;

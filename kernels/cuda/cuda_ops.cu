@@ -252,12 +252,11 @@ __global__ void kernel_rope_kv_write(bf16 *q, bf16 *k, const bf16 *v, KVLayerDev
 #define ATT_TILE 128
 
 /* Element i of a cache array: bf16, or e4m3 code x the scale of its head
- * vector rounded to bf16 (scales != NULL), exactly the host's
- * fp8_dequantize_row and the tensor-core kernels' tiles. */
+ * vector (scales != NULL), exactly the host's e4m3_to_fp32(code) * scale. */
 static __device__ __forceinline__ float kv_elem(const void *base, const float *scales, int64_t i, int64_t head_vec) {
     if (!scales) return __bfloat162float(((const bf16 *)base)[i]);
     __half_raw h = __nv_cvt_fp8_to_halfraw(((const uint8_t *)base)[i], __NV_E4M3);
-    return __bfloat162float(__float2bfloat16_rn(__half2float(__half(h)) * scales[head_vec]));
+    return __half2float(__half(h)) * scales[head_vec];
 }
 
 /* One block per (query row, head): keys in tiles of ATT_TILE, one key per
