@@ -210,7 +210,6 @@ __global__ void __launch_bounds__(PrefillShape<HDK, HDV, FP8>::NT) attn_prefill_
                     s[mt][i][e] = exp2f(s[mt][i][e] - base[e >> 1]);
                     l[mt][e >> 1] += s[mt][i][e];
                 }
-#pragma unroll
             alpha[0] *= vfac, alpha[1] *= vfac; /* fp8: O to the new value-scale reference too */
 #pragma unroll
             for (int i = 0; i < HDV / 8; i++)
