@@ -149,13 +149,8 @@ __global__ void __launch_bounds__(PrefillShape<HDK, HDV, FP8>::NT) attn_prefill_
                 ldsm_x4(k_addr + (nn * 16 * SK + kk * 16) * 2, b0, b1, b2, b3);
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    if (FP8) {
-                        mma_f16(s[mt][2 * nn], a[mt], b0, b1);
-                        mma_f16(s[mt][2 * nn + 1], a[mt], b2, b3);
-                    } else {
-                        mma_bf16(s[mt][2 * nn], a[mt], b0, b1);
-                        mma_bf16(s[mt][2 * nn + 1], a[mt], b2, b3);
-                    }
+                    mma_16816<FP8>(s[mt][2 * nn], a[mt], b0, b1);
+                    mma_16816<FP8>(s[mt][2 * nn + 1], a[mt], b2, b3);
                 }
             }
         }
@@ -245,13 +240,8 @@ __global__ void __launch_bounds__(PrefillShape<HDK, HDV, FP8>::NT) attn_prefill_
                 ldsm_x4_t(v_addr + (kk * 16 * SV + nn * 16) * 2, b0, b1, b2, b3);
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    if (FP8) {
-                        mma_f16(o[mt][2 * nn], a[mt], b0, b1);
-                        mma_f16(o[mt][2 * nn + 1], a[mt], b2, b3);
-                    } else {
-                        mma_bf16(o[mt][2 * nn], a[mt], b0, b1);
-                        mma_bf16(o[mt][2 * nn + 1], a[mt], b2, b3);
-                    }
+                    mma_16816<FP8>(o[mt][2 * nn], a[mt], b0, b1);
+                    mma_16816<FP8>(o[mt][2 * nn + 1], a[mt], b2, b3);
                 }
             }
         }
