@@ -59,35 +59,52 @@ static __device__ __forceinline__ float decode_finish_one(const AttnKParams &p, 
     return e * o * (sum > 0.f ? 1.f / sum : 0.f);
 }
 
-/* Rope mode: the block's query heads, qk-normed and roped as
- * kernel_rope_kv_write does it, into sQ (rows past nh zeroed); where the
- * block's split holds the row's new key (has_new), that key roped and its
- * value into nkv (bf16, or fp8 codes then the two scales) for the last tile,
- * and (store) into the cache. */
-template <int HDK, int HDV, bool FP8, int NW>
+/* Rope mode, right after pdl_wait (every thread): the block's query rows as
+ * the qkv product wrote them into sQ (rows past nh zeroed) and, where the
+ * block's split holds the row's new key (has_new), that key and its value
+ * into nkv's raw area: one round of 16-byte loads for all of them, so the
+ * rows wait for one L2 trip instead of one per warp's turn. */
+template <int HDK, int HDV, int NT, int RAW>
+static __device__ void decode_stage_rows(const AttnKParams &p, bf16 *sQ, unsigned char *nkv, int row, int kvh, int h0,
+                                         int nh, bool has_new) {
+    constexpr int CK = HDK / 8, CV = HDV / 8; /* 16-byte chunks of a head vector */
+    const bf16 *q = p.q + ((int64_t)row * p.n_heads + h0) * HDK;
+    for (int i = threadIdx.x; i < 16 * CK; i += NT) {
+        const int hr = i / CK, c = i % CK;
+        *(uint4 *)(sQ + hr * (HDK + 8) + 8 * c) = hr < nh ? *(const uint4 *)(q + hr * HDK + 8 * c) : make_uint4(0, 0, 0, 0);
+    }
+    if (!has_new) return;
+    const bf16 *k = p.k_new + ((int64_t)row * p.n_kv_heads + kvh) * HDK;
+    const bf16 *v = p.v_new + ((int64_t)row * p.n_kv_heads + kvh) * HDV;
+    bf16 *raw = (bf16 *)(nkv + RAW);
+    for (int i = threadIdx.x; i < CK + CV; i += NT)
+        *(uint4 *)(raw + 8 * i) = i < CK ? *(const uint4 *)(k + 8 * i) : *(const uint4 *)(v + 8 * (i - CK));
+}
+
+/* Rope mode, after decode_stage_rows and a barrier: the query rows in sQ
+ * qk-normed and roped in place as kernel_rope_kv_write does it (cs: the
+ * lane's cos and sin of this position); where has_new, the new key roped and
+ * its value into nkv (bf16, or fp8 codes then the two scales) for the last
+ * tile, and (store) into the cache. */
+template <int HDK, int HDV, bool FP8, int NW, int RAW>
 static __device__ void decode_rope_rows(const AttnKParams &p, bf16 *sQ, float *buf, unsigned char *nkv, int row,
-                                        int kvh, int h0, int nh, int pos, bool has_new, bool store) {
+                                        int kvh, int nh, bool has_new, bool store, const RopeLaneCS &cs) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     buf += warp * HDK;
-    for (int hr = warp; hr < 16; hr += NW) {
-        bf16 *dst = sQ + hr * (HDK + 8);
-        if (hr >= nh) {
-            for (int i = lane; i < HDK; i += 32) dst[i] = __float2bfloat16(0.f);
-            continue;
-        }
-        const bf16 *src = p.q + ((int64_t)row * p.n_heads + h0 + hr) * HDK;
-        for (int i = lane; i < HDK; i += 32) buf[i] = __bfloat162float(src[i]);
-        warp_norm_rope(buf, HDK, p.q_norm, p.qk_eps, p.qk_offset, (float)pos, p.freqs);
-        for (int i = lane; i < HDK; i += 32) dst[i] = __float2bfloat16(buf[i]);
+    for (int hr = warp; hr < nh; hr += NW) {
+        bf16 *qr = sQ + hr * (HDK + 8);
+        for (int i = lane; i < HDK; i += 32) buf[i] = __bfloat162float(qr[i]);
+        warp_norm_rope_cs(buf, HDK, p.q_norm, p.qk_eps, p.qk_offset, cs, p.freqs);
+        for (int i = lane; i < HDK; i += 32) qr[i] = __float2bfloat16(buf[i]);
         __syncwarp(); /* buf is the next head's */
     }
     if (!has_new || warp > 1) return;
     const int64_t at = store ? p.slot[row] * p.n_kv_heads + kvh : 0;
+    const bf16 *raw = (const bf16 *)(nkv + RAW);
     float *scales = (float *)(nkv + HDK + HDV);
     if (warp == 0) { /* the new key */
-        const bf16 *src = p.k_new + ((int64_t)row * p.n_kv_heads + kvh) * HDK;
-        for (int i = lane; i < HDK; i += 32) buf[i] = __bfloat162float(src[i]);
-        warp_norm_rope(buf, HDK, p.k_norm, p.qk_eps, p.qk_offset, (float)pos, p.freqs);
+        for (int i = lane; i < HDK; i += 32) buf[i] = __bfloat162float(raw[i]);
+        warp_norm_rope_cs(buf, HDK, p.k_norm, p.qk_eps, p.qk_offset, cs, p.freqs);
         if (FP8) {
             warp_quantize_fp8(buf, HDK, nkv, scales);
             __syncwarp();
@@ -101,7 +118,7 @@ static __device__ void decode_rope_rows(const AttnKParams &p, bf16 *sQ, float *b
             }
         }
     } else { /* the new value, as it is */
-        const bf16 *src = p.v_new + ((int64_t)row * p.n_kv_heads + kvh) * HDV;
+        const bf16 *src = raw + HDK;
         if (FP8) {
             warp_quantize_fp8(src, HDV, nkv + HDK, scales + 1);
             __syncwarp();
@@ -241,13 +258,18 @@ template <int HDK, int HDV, bool FP8> struct DecodeShape {
     /* a ring stage: bf16 K|V tiles, or e4m3 K|V bytes and their 2 x BN scales */
     static constexpr int STAGE = FP8 ? BN * (RSK + RSV) + 2 * BN * 4 : BN * (SK + SV) * 2;
     static constexpr int RING = STAGES * STAGE;
-    static constexpr int MERGE = NW * 16 * (HDV + 2) * 4; /* per-warp O, m, l; reuses the ring */
-    /* rope: a warp's fp32 head buffer each, then the new key and value (fp8: codes, then 2 scales) */
-    static constexpr int NEW_KV = FP8 ? HDK + HDV + 16 : (HDK + HDV) * 2;
+    /* per-warp O (rows MS floats: HDV + 8 puts the 8-byte stores of a half-warp's 4 rows x 4 lanes on
+     * distinct banks; HDV alone was an 8-way conflict on every store), m, l; reuses the ring */
+    static constexpr int MS = HDV + 8;
+    static constexpr int MERGE = NW * 16 * (MS + 2) * 4;
+    /* rope: a warp's fp32 head buffer each, then the new key and value (fp8: codes, then 2 scales),
+     * then (from RAW) the two as the qkv product wrote them (bf16) */
+    static constexpr int RAW = FP8 ? HDK + HDV + 16 : (HDK + HDV) * 2;
+    static constexpr int NEW_KV = RAW + (HDK + HDV) * 2;
     static constexpr int ROPE = NW * HDK * 4 + NEW_KV;
     static constexpr int QSC = 16 * 4; /* fp8: the queries' row factors (q_rows_to_f16) */
     static constexpr int SMEM = 16 * SK * 2 + QSC + ROPE + (RING > MERGE ? RING : MERGE);
-    static_assert(NEW_KV % 16 == 0, "the ring keeps 16-byte alignment");
+    static_assert(RAW % 16 == 0 && NEW_KV % 16 == 0, "16-byte stores into nkv; the ring keeps 16-byte alignment");
     static_assert(BN == 16 * NW, "one warp per 16 keys of a tile");
     static_assert(STAGE % 16 == 0, "stages keep 16-byte alignment");
 };
@@ -307,16 +329,20 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
         pdl_wait();
         load_rows<HDK, 16, NT>(sQ, p.q + ((int64_t)row * p.n_heads + h0) * HDK, HDK, nh);
     }
+    /* all ST stages: the one the loop's first turn would fill is free too */
 #pragma unroll
-    for (int st = 0; st < ST - 1; st++) {
+    for (int st = 0; st < ST; st++) {
         if (ts + st < te) load_stage(st, ts + st);
         cp_async_commit(); /* empty groups keep the wait counts uniform */
     }
     if (p.rope) { /* the cached keys are in flight; now the qkv product's rows */
-        pdl_wait();
+        const RopeLaneCS cs = rope_lane_cs((float)pos, p.freqs); /* the position's alone: before the wait */
         const int64_t slot = p.slot[row];
         const bool store = has_new && grp == 0 && slot >= 0 && slot < p.n_slots;
-        decode_rope_rows<HDK, HDV, FP8, S::NW>(p, sQ, rope_buf, nkv, row, kvh, h0, nh, pos, has_new, store);
+        pdl_wait();
+        decode_stage_rows<HDK, HDV, NT, S::RAW>(p, sQ, nkv, row, kvh, h0, nh, has_new);
+        __syncthreads();
+        decode_rope_rows<HDK, HDV, FP8, S::NW, S::RAW>(p, sQ, rope_buf, nkv, row, kvh, nh, has_new, store, cs);
     }
 
     uint32_t qf[S::Q_IN_REGS ? HDK / 16 : 1][4];
@@ -329,10 +355,10 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
 
     for (int t = ts; t < te; t++) {
         const int st = (t - ts) % ST;
-        cp_async_wait<ST - 2>();
+        cp_async_wait<ST - 1>();
         __syncthreads(); /* tile t landed for all threads; stage of t - 1 is free */
-        if (t + ST - 1 < te) load_stage((t + ST - 1 - ts) % ST, t + ST - 1);
-        cp_async_commit();
+        if (t > ts && t + ST - 1 < te) load_stage((t - 1 - ts) % ST, t + ST - 1);
+        cp_async_commit(); /* the first turn's group is empty: the first ST tiles were loaded up front */
         if (has_new && t == t_new) {
             decode_put_new<HDK, HDV, FP8, NT, S::RSK, S::RSV>(nkv, kbuf(st), vbuf(st), k8(st), v8(st), ks(st), vs(st),
                                                               pos - t * BN);
@@ -450,20 +476,27 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
     /* merge the 4 warps' states through shared memory (the ring is free now) */
     cp_async_wait<0>();
     __syncthreads();
-    float *mo = (float *)ring;                    /* [4][16][HDV] */
-    float *mml = mo + 4 * 16 * HDV;               /* [4][16][2] */
+    constexpr int MS = S::MS;                     /* mo's row stride: float2 stores of a warp spread over the banks */
+    float *mo = (float *)ring;                    /* [4][16][MS] */
+    float *mml = mo + 4 * 16 * MS;                /* [4][16][2] */
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         int hr = g + 8 * r;
         float sum = quad_sum(l[r]);
         if (tg == 0) mml[(warp * 16 + hr) * 2] = mx[r], mml[(warp * 16 + hr) * 2 + 1] = sum;
+        float *mrow = mo + (warp * 16 + hr) * MS;
 #pragma unroll
-        for (int i = 0; i < HDV / 8; i++)
-#pragma unroll
-            for (int b = 0; b < 2; b++) { /* fp8: column 2tg + b of n-tile i is dimension decode_pv_fp8 names */
-                const int c = FP8 ? (i >> 1) * 16 + 4 * tg + 2 * b + (i & 1) : i * 8 + 2 * tg + b;
-                mo[(warp * 16 + hr) * HDV + c] = FP8 ? o[i][2 * r + b] * vref : o[i][2 * r + b];
+        for (int i = 0; i < HDV / 8; i++) {
+            if (!FP8) { /* columns 2tg, 2tg + 1 of n-tile i */
+                *(float2 *)(mrow + i * 8 + 2 * tg) = make_float2(o[i][2 * r], o[i][2 * r + 1]);
+                continue;
             }
+            if (i & 1) continue;
+#pragma unroll
+            for (int b = 0; b < 2; b++) /* column 2tg + b of n-tiles i, i + 1: dimensions decode_pv_fp8 names */
+                *(float2 *)(mrow + (i >> 1) * 16 + 4 * tg + 2 * b) =
+                    make_float2(o[i][2 * r + b] * vref, o[i + 1][2 * r + b] * vref);
+        }
     }
     __syncthreads();
     for (int i = threadIdx.x; i < nh * HDV; i += NT) {
@@ -475,7 +508,7 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
 #pragma unroll
         for (int w = 0; w < 4; w++) {
             float f = exp2f(mml[(w * 16 + hr) * 2] - base);
-            acc += f * mo[(w * 16 + hr) * HDV + c];
+            acc += f * mo[(w * 16 + hr) * MS + c];
             sum += f * mml[(w * 16 + hr) * 2 + 1];
         }
         if (ns == 1) { /* the whole key range: finish here */
