@@ -135,8 +135,9 @@ run_check chat_tiny_gpu sh -c "$BIN/cllm chat -m tests/fixtures/tiny/llama.gguf 
 # (test_quant_forward: teacher-forced top-1 agreement >= 99%). The tiny
 # fixtures are F32 and 64 wide (K types fall back to Q8_0 there: Q8_0 and
 # Q4_0/Q4_1); a Llama-3-8B-shaped random model (bench/make_model.py --gguf)
-# at 2 layers (512 wide: every K type) and whole (Q8_0 and Q4_K, 16 GB of
-# BF16 made first; QUANT_8B=0 skips it).
+# at 2 layers (512 wide: every K type, and the Q4_K_M mix, whose layer 1 has
+# Wv in Q6_K beside Q4_K Wq and Wk: a mixed group, three products) and whole
+# (Q8_0 and Q4_K, 16 GB of BF16 made first; QUANT_8B=0 skips it).
 QDIR=$MODELS/quant
 mkdir -p "$QDIR"
 quant_files=()
@@ -147,7 +148,7 @@ for a in llama mistral qwen2 qwen3 gemma2 gemma3 gpt-oss; do
     done
 done
 [ -f "$QDIR/l8-tiny-bf16.gguf" ] || python3 bench/make_model.py llama3-8b "$QDIR/l8-tiny-bf16.gguf" --gguf --tiny > "$OUT/make-l8-tiny.log" 2>&1
-for t in q8_0 q4_0 q4_k q5_k q6_k; do
+for t in q8_0 q4_0 q4_k q5_k q6_k q4_k_m; do
     [ -f "$QDIR/l8-tiny-$t.gguf" ] || "$BIN/cllm" quantize "$QDIR/l8-tiny-bf16.gguf" "$QDIR/l8-tiny-$t.gguf" --type $t > /dev/null
     quant_files+=("$QDIR/l8-tiny-$t.gguf")
 done
