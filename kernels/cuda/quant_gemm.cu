@@ -794,7 +794,12 @@ static __device__ bool qr_split_reduce(float (&acc)[NH][NA], float *part, unsign
             __stcg(mine + (C * h + i) * QR_THREADS + j,
                        make_float4(acc[h][4 * i], acc[h][4 * i + 1], acc[h][4 * i + 2], acc[h][4 * i + 3]));
     __threadfence();
-    if (!__syncthreads_or(j == 0 && atomicAdd(count + tile, 1u) == (unsigned)splits - 1)) return false;
+    /* every thread's partial stored and fenced before thread 0 counts the block in: counting inside the
+     * __syncthreads_or (as before) let it do so before the other threads had stored, so a last split
+     * could read stale partials (the tail-split branch's 16-token tiles hit it; kernels/NOTES.md) */
+    __syncthreads();
+    const bool last = j == 0 && atomicAdd(count + tile, 1u) == (unsigned)splits - 1;
+    if (!__syncthreads_or(last)) return false;
     __threadfence(); /* the other splits' partials, visible once their counts are */
     const float4 *all = (const float4 *)part + (size_t)tile * splits * (PF * QR_THREADS);
     /* a split's loads issued together, then added in split order: about one
