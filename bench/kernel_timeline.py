@@ -2,6 +2,8 @@
 """bench/kernel_timeline.py — where the time of one graphed step goes, from the
 kernel timeline bench/kernel_timeline.c wrote:
     bench/kernel_timeline.py T.tsv [--steps N] [--graph G] [--list]
+    bench/kernel_timeline.py T.tsv --all      (every kernel, graphed or not:
+        count, busy time and its share by name, e.g. a prefill run)
 Takes the last N replays (default 8) of a graph (default: the one replayed
 most), and for each kernel of a step prints, averaged over the replays:
   run   end - start as CUPTI saw it (a kernel launched early by PDL starts
@@ -51,11 +53,30 @@ def replays(kernels, graph):
     return steps
 
 
+def summarize_all(kernels):
+    """Every kernel by name: launches, summed durations (overlaps counted twice), share."""
+    groups = defaultdict(lambda: [0, 0.0])
+    for k in kernels:
+        g = groups[short_name(k["name"])]
+        g[0] += 1
+        g[1] += (k["end"] - k["start"]) / 1e3
+    total = sum(g[1] for g in groups.values())
+    span = (max(k["end"] for k in kernels) - min(k["start"] for k in kernels)) / 1e3
+    print(f"{len(kernels)} kernels, {total:.1f} us of kernel time over a {span:.1f} us span")
+    print(f"{'kernel':44} {'n':>6} {'us':>10} {'us/n':>8} {'%':>5}")
+    for name, (n, us) in sorted(groups.items(), key=lambda kv: -kv[1][1]):
+        print(f"{name:44} {n:6d} {us:10.1f} {us / n:8.2f} {100 * us / total:5.1f}")
+
+
 def main():
     args = sys.argv[1:]
     path = args[0]
     n_steps = int(args[args.index("--steps") + 1]) if "--steps" in args else 8
     kernels = load(path)
+    if not kernels:
+        sys.exit(f"{path}: no kernels")
+    if "--all" in args:
+        return summarize_all(kernels)
     graphs = defaultdict(int)
     for k in kernels:
         if k["graph"]:
