@@ -3,6 +3,9 @@
 # build made elsewhere (./build.sh, then carry build/gpu). Prints a short
 # table last.
 #   tests/gpu/run.sh [BIN_DIR]   (default build/gpu)
+# Environment: QUANT_8B=0 skips the whole-8B quantized rows; CHECKS_ONLY / CHECKS_SKIP
+# (names of rows, space-separated) split the suite over calls (the slow rows: sampling
+# ~120 s, quant_gemm ~210 s of a ~500 s suite on the H200).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${1:-build/gpu}
