@@ -84,7 +84,7 @@ def main():
     if not graphs:
         sys.exit(f"{path}: no kernel ran inside a graph")
     graph = int(args[args.index("--graph") + 1]) if "--graph" in args else max(graphs, key=graphs.get)
-    steps = [s for s in replays(kernels, graph)][-n_steps:]
+    steps = replays(kernels, graph)[-n_steps:]
     shape = len(steps[-1])
     steps = [s for s in steps if len(s) == shape]
     per_pos = [defaultdict(float) for _ in range(shape)]

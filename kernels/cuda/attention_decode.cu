@@ -271,6 +271,7 @@ template <int HDK, int HDV, bool FP8> struct DecodeShape {
     static constexpr int SMEM = 16 * SK * 2 + QSC + ROPE + (RING > MERGE ? RING : MERGE);
     static_assert(RAW % 16 == 0 && NEW_KV % 16 == 0, "16-byte stores into nkv; the ring keeps 16-byte alignment");
     static_assert(BN == 16 * NW, "one warp per 16 keys of a tile");
+    static_assert(HDK / 2 <= 32 * ROPE_LANE_PAIRS, "rope_lane_cs holds a lane's pairs of head sizes up to 256");
     static_assert(STAGE % 16 == 0, "stages keep 16-byte alignment");
 };
 
