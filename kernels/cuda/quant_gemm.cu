@@ -775,7 +775,7 @@ static __device__ __forceinline__ void qr_store_bf16(__nv_bfloat16 *y, const flo
 }
 #endif
 
-/* Split K (blockIdx.z of gridDim.z splits): the block's fp32 accumulators
+/* Split K (split of splits; t: the tile among the split ones): the block's fp32 accumulators
  * to its place in `part` (tile t's split z at (t splits + z) 256 PF float4s,
  * PF = NH NA / 4 a thread, thread j's float4 i at i 256 + j: coalesced), then
  * the last split of the tile to count itself in (a counter per tile, back to
@@ -783,10 +783,11 @@ static __device__ __forceinline__ void qr_store_bf16(__nv_bfloat16 *y, const flo
  * whichever arrives last (tokens past T too: skipping them cost the loop 70
  * registers). Returns whether this block holds the tile's sums. */
 template <int NH, int NA>
-static __device__ bool qr_split_reduce(float (&acc)[NH][NA], float *part, unsigned *count, int tile) {
+static __device__ bool qr_split_reduce(float (&acc)[NH][NA], float *part, unsigned *count, int tile, int split,
+                                       int splits) {
     constexpr int PF = NH * NA / 4, C = NA / 4;
-    const int j = threadIdx.x, splits = gridDim.z;
-    float4 *mine = (float4 *)part + ((size_t)tile * splits + blockIdx.z) * (PF * QR_THREADS);
+    const int j = threadIdx.x;
+    float4 *mine = (float4 *)part + ((size_t)tile * splits + split) * (PF * QR_THREADS);
 #pragma unroll
     for (int h = 0; h < NH; h++)
 #pragma unroll
@@ -847,13 +848,17 @@ template <int Q, int BN, bool PK>
 __global__ void __launch_bounds__(QR_THREADS, 1)
 kernel_quant_gemm_rs(void *y, bool y_f32, const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw,
                      const __grid_constant__ CUtensorMap tw2, const __grid_constant__ CUtensorMap tw3,
-                     const unsigned short *dq, int T, int M, int K, float *part, unsigned *count) {
+                     const unsigned short *dq, int T, int M, int K, float *part, unsigned *count, int n_whole,
+                     int z) {
 #if QM_WGMMA
     constexpr int S = qr_stages<Q, BN>(), SB = qr_stage_bytes<Q, BN>(), NH = qr_halves<BN>(), NA = qr_wn<BN>() / 2;
     extern __shared__ uint8_t qm_smem_raw[];
     uint8_t *smem = qm_smem_raw + ((1024 - (smem_u32(qm_smem_raw) & 1023)) & 1023);
-    const int n0 = blockIdx.x * BN, m0 = blockIdx.y * QM_BM, turns = K / 256; /* turns of 4 stages */
-    const int kt0 = 4 * (blockIdx.z * turns / gridDim.z), kt1 = 4 * ((blockIdx.z + 1) * turns / gridDim.z);
+    /* blocks [0, n_whole): tiles whole; then z blocks a tile, each a split of K (QrSplit) */
+    const int b = blockIdx.x, whole = b < n_whole, gx = (T + BN - 1) / BN;
+    const int tile = whole ? b : n_whole + (b - n_whole) / z, split = whole ? 0 : (b - n_whole) % z, splits = whole ? 1 : z;
+    const int n0 = tile % gx * BN, m0 = tile / gx * QM_BM, turns = K / 256; /* turns of 4 stages */
+    const int kt0 = 4 * (split * turns / splits), kt1 = 4 * ((split + 1) * turns / splits);
     if (threadIdx.x == 0) {
         for (int i = 0; i < S; i++) {
             mbar_init(smem_u32(smem) + S * SB + 8 * i, 1);         /* full: thread 0's expect_tx */
@@ -865,7 +870,7 @@ kernel_quant_gemm_rs(void *y, bool y_f32, const __grid_constant__ CUtensorMap tx
     __syncthreads();
     float acc[NH][NA]; /* written first by the wgmma of kt = kt0, k = 0 (add = 0) */
     qr_multiply<Q, BN, PK>(acc, smem, &tx, &tw, &tw2, &tw3, dq, K / 256, n0, m0, kt0, kt1);
-    if (gridDim.z > 1 && !qr_split_reduce<NH, NA>(acc, part, count, blockIdx.y * gridDim.x + blockIdx.x)) return;
+    if (splits > 1 && !qr_split_reduce<NH, NA>(acc, part, count, tile - n_whole, split, splits)) return;
     static_assert(BN * QR_Y_STRIDE <= S * SB, "y's tile in the stage buffers");
     if (y_f32 || (uintptr_t)y % 16) qm_store<NH, NA>(y, y_f32, acc, T, M, n0, m0 + 64 * (threadIdx.x >> 7));
     else qr_store_bf16<NH, NA>((__nv_bfloat16 *)y, acc, smem, T, M, n0, m0);
@@ -920,9 +925,11 @@ static int qr_map(PFN_cuTensorMapEncodeTiled_v12000 enc, CUtensorMap *m, CUtenso
     return 0;
 }
 
-/* A launch of v4 / v5: splits of K, their partials and tile counters (split K only) */
+/* A launch of v4 / v5: the first n_whole tiles whole, every later one in
+ * `splits` splits of K; their partials and tile counters (split K only) */
 typedef struct {
     int splits;
+    int64_t n_whole;
     float *part;
     unsigned *count;
 } QrSplit;
@@ -970,10 +977,11 @@ static int qm_launch_v4(const QuantMatrix *W, const void *x, int T, void *y, boo
     if (Q != DT_Q5_K && Q != DT_Q6_K) tw3 = tw2; /* unused */
     const int smem = qr_smem_bytes<Q, BN>();
     CUDA_CHECK(cudaFuncSetAttribute(kernel_quant_gemm_rs<Q, BN, PK>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), err);
-    dim3 grid((unsigned)((T + BN - 1) / BN), (unsigned)(W->rows / QM_BM), (unsigned)sp->splits);
-    kernel_quant_gemm_rs<Q, BN, PK><<<grid, QR_THREADS, smem, s>>>(y, y_f32, tx, tw, tw2, tw3,
-                                                                   (const unsigned short *)W->sc, T, (int)W->rows,
-                                                                   (int)W->cols, sp->part, sp->count);
+    const int64_t tiles = (int64_t)((T + BN - 1) / BN) * (W->rows / QM_BM);
+    const int64_t blocks = sp->n_whole + (tiles - sp->n_whole) * sp->splits;
+    kernel_quant_gemm_rs<Q, BN, PK><<<(unsigned)blocks, QR_THREADS, smem, s>>>(
+        y, y_f32, tx, tw, tw2, tw3, (const unsigned short *)W->sc, T, (int)W->rows, (int)W->cols, sp->part, sp->count,
+        (int)sp->n_whole, sp->splits);
     CUDA_CHECK(cudaGetLastError(), err);
     return 0;
 }
@@ -1031,7 +1039,8 @@ static int qm_pick_bn(const QuantMatrix *W, int T, int sms, int ver) {
  * larger launch count on the partials a smaller one left. */
 static size_t qm_count_bytes(int sms) { return (size_t)(4 * sms * 4 + 255) / 256 * 256; }
 
-size_t quant_gemm_work_bytes(int sms) { return qm_count_bytes(sms) + (size_t)sms * 128 * 128 * sizeof(float); }
+/* partials: at most sms split blocks a launch (a wave), of up to 128 x 256 values */
+size_t quant_gemm_work_bytes(int sms) { return qm_count_bytes(sms) + (size_t)sms * 128 * 256 * sizeof(float); }
 
 /* Splits of K: as many as fit beside the tiles in one wave of blocks (one a
  * SM), so a GEMM of few tiles (a small batch) still streams W on every SM;
@@ -1065,17 +1074,27 @@ int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool
         return err_set(err, "quant_gemm: tokens per block %d (v3: 128 or 256; v4, v5: 16, 32, 64, 128 or 256)", bn);
     const int64_t tiles = (int64_t)((T + bn - 1) / bn) * (W->rows / QM_BM);
     const int turns = (int)(W->cols / 256);
-    /* at most a wave of blocks, tiles x splits <= sms: the work space holds their partials */
-    if (splits == 0) splits = work && ver >= 4 && bn <= 128 ? qm_pick_splits(tiles, turns, sms) : 1;
-    QrSplit sp = {splits, NULL, NULL};
-    if (splits < 1 || (splits > 1 && (ver < 4 || bn > 128 || splits > turns)))
+    /* Split K where a wave of blocks is not full: a GEMM of fewer tiles than SMs (up to 128 tokens a
+     * block) splits every tile; one of more tiles splits the last, partial wave's (tiles % sms) so
+     * that its blocks fill the SMs (gate+up at 512 tokens: 448 tiles of 256, 3 waves and 52 tiles
+     * that left 60% of the SMs idle for a whole tile's time, now 104 blocks of half a tile). At most a
+     * wave of split blocks, tiles x splits <= sms: the work space holds their partials. */
+    int64_t n_whole = 0;
+    if (splits == 0) {
+        const bool few = tiles < sms && bn <= 128, tail = tiles > sms && tiles % sms;
+        splits = work && ver >= 4 && (few || tail) ? qm_pick_splits(few ? tiles : tiles % sms, turns, sms) : 1;
+        n_whole = splits > 1 && tail ? tiles - tiles % sms : n_whole;
+    }
+    if (splits == 1) n_whole = tiles;
+    QrSplit sp = {splits, n_whole, NULL, NULL};
+    if (splits < 1 || (splits > 1 && n_whole == 0 && (ver < 4 || bn > 128 || splits > turns)))
         return err_set(err, "quant_gemm: %d splits of K (v4 / v5 at up to 128 tokens a block, at most cols / 256 = %d)",
                        splits, turns);
-    if (splits > 1 && tiles > 4 * sms)
+    if (splits > 1 && tiles - n_whole > 4 * sms)
         return err_set(err, "quant_gemm: %d splits of %lld tiles (at most %d tiles split)", splits, (long long)tiles,
                        4 * sms);
     if (splits > 1) {
-        size_t need = qm_count_bytes(sms) + (size_t)(tiles * splits) * 128 * bn * sizeof(float);
+        size_t need = qm_count_bytes(sms) + (size_t)((tiles - n_whole) * splits) * 128 * bn * sizeof(float);
         if (!work || !work->buf || work->bytes < need)
             return err_set(err, "quant_gemm: %d splits of %lld tiles need %zu bytes of work space, not %zu", splits,
                            (long long)tiles, need, work ? work->bytes : 0);

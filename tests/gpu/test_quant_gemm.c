@@ -187,16 +187,19 @@ static void test_quant_gemm(void) {
     const Shape shapes[] = {
         {DT_Q8_0, 128, 64, {9, 100, 128, 129, 300}},   {DT_Q8_0, 256, 576, {17, 127, 256, 257, 0}},
         {DT_Q8_0, 384, 1024, {64, 200, 0}},            {DT_Q8_0, 4096, 4096, {512, 0}},
+        {DT_Q8_0, 8192, 1024, {600, 0}},
         {DT_Q4_K, 128, 256, {9, 100, 128, 129, 300}},  {DT_Q4_K, 256, 512, {17, 127, 256, 257, 0}},
         {DT_Q4_K, 384, 1280, {64, 200, 0}},            {DT_Q4_K, 1024, 14336, {200, 0}},
-        {DT_Q4_K, 4096, 4096, {512, 0}},
+        {DT_Q4_K, 4096, 4096, {512, 0}},               {DT_Q4_K, 8192, 1024, {600, 0}},
         {DT_Q6_K, 128, 256, {9, 100, 128, 129, 300}},  {DT_Q6_K, 256, 512, {17, 127, 256, 257, 0}},
         {DT_Q6_K, 384, 1280, {64, 200, 0}},            {DT_Q6_K, 4096, 4096, {512, 0}},
         {DT_Q5_K, 128, 256, {9, 100, 128, 129, 300}},  {DT_Q5_K, 256, 512, {17, 127, 256, 257, 0}},
         {DT_Q5_K, 384, 1280, {64, 200, 0}},            {DT_Q5_K, 4096, 4096, {512, 0}},
     };
+    const char *only = getenv("CLLM_QGEMM_ROWS"); /* a quick look at one shape's rows: CLLM_QGEMM_ROWS=8192 */
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const Shape *sh = &shapes[s];
+        if (only && sh->rows != atoll(only)) continue;
         Mat M;
         if (mat_build(&M, sh->type, sh->rows, sh->cols)) continue;
         Ref R[2]; /* v3 / v4, v5 */
@@ -212,9 +215,11 @@ static void test_quant_gemm(void) {
                     int bn = 16 << b;
                     bool y_f32 = (i + b) % 2;
                     int shift = !y_f32 && i == 1 && sh->rows <= 384 ? 2 : 0;
-                    /* v4 / v5 at up to 128 tokens a block: K split as quant_gemm picks (0), and by 3
-                     * where that is uneven over the turns */
-                    int splits = ver >= 4 && bn <= 128 ? (i == 1 && turns > 3 ? 3 : 0) : 1;
+                    /* v4 / v5: K split as quant_gemm picks (0: every tile of a GEMM of fewer tiles than
+                     * SMs, or, at 132 SMs, the tiles of the last partial wave: 8192 rows at T = 600 split
+                     * 60 of 192 tiles of 256 tokens in 2, 28 of 1216 of 32 in 4), and at up to 128
+                     * tokens a block by 3 where that is uneven over the turns */
+                    int splits = ver >= 4 ? (bn <= 128 && i == 1 && turns > 3 ? 3 : 0) : 1;
                     double e = gemm_case(&M, &R[ver == 5], sh->Ts[i], bn, ver, y_f32, shift, splits, &work);
                     if (y_f32 && !(e <= worst[ver - 3])) worst[ver - 3] = e; /* bf16 y: its own rounding dominates */
                     n++;
