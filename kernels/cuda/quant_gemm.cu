@@ -775,8 +775,8 @@ static __device__ __forceinline__ void qr_store_bf16(__nv_bfloat16 *y, const flo
 }
 #endif
 
-/* Split K (split of splits; t: the tile among the split ones): the block's fp32 accumulators
- * to its place in `part` (tile t's split z at (t splits + z) 256 PF float4s,
+/* Split K (`split` of `splits`; `tile`: the tile among the split ones): the block's fp32
+ * accumulators to its place in `part` (at (tile splits + split) 256 PF float4s,
  * PF = NH NA / 4 a thread, thread j's float4 i at i 256 + j: coalesced), then
  * the last split of the tile to count itself in (a counter per tile, back to
  * 0 after it) adds every split's partial in split order: the same sums
@@ -1091,13 +1091,13 @@ int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool
         return err_set(err, "quant_gemm: %d splits of K (v4 / v5 at up to 128 tokens a block, at most cols / 256 = %d)",
                        splits, turns);
     if (splits > 1 && tiles - n_whole > 4 * sms)
-        return err_set(err, "quant_gemm: %d splits of %lld tiles (at most %d tiles split)", splits, (long long)tiles,
-                       4 * sms);
+        return err_set(err, "quant_gemm: %d splits of %lld tiles (at most %d tiles split)", splits,
+                       (long long)(tiles - n_whole), 4 * sms);
     if (splits > 1) {
         size_t need = qm_count_bytes(sms) + (size_t)((tiles - n_whole) * splits) * 128 * bn * sizeof(float);
         if (!work || !work->buf || work->bytes < need)
             return err_set(err, "quant_gemm: %d splits of %lld tiles need %zu bytes of work space, not %zu", splits,
-                           (long long)tiles, need, work ? work->bytes : 0);
+                           (long long)(tiles - n_whole), need, work ? work->bytes : 0);
         sp.count = (unsigned *)work->buf;
         sp.part = (float *)((char *)work->buf + qm_count_bytes(sms));
     }
