@@ -1025,12 +1025,19 @@ static int qm_sm_count(Err *err) {
  * holds them (v4 / v5: a W tile is dequantized once whatever the block's
  * tokens, and wider blocks only add multiplications of padding); above, 256
  * from about two thirds of a tile per SM (measured at 512 tokens: qkv's 96
- * tiles of 256 beat 192 of 128, 306 vs 207 TFLOP/s; o's 64 lose to 128, 208
- * vs 268), else 128 */
-static int qm_pick_bn(const QuantMatrix *W, int T, int sms, int ver) {
+ * tiles of 256 beat 192 of 128, 306 vs 207 TFLOP/s), and 256 where K can be
+ * split (v4 / v5 with a work space) into at least two blocks a tile and 256-token
+ * tiles hold no more padding than 128-token ones: a tile of 256 dequantizes W once
+ * for twice the tokens (H200, Q4_K, us, 128 vs 256 split sms / tiles ways: down
+ * 4096 x 14336 at 192 / 256 / 512 tokens 64.8 / 64.5 / 117.0 vs 51.5 / 51.6 / 86.4;
+ * o 4096 x 4096 24.2 / 24.1 / 37.3 vs 25.6 / 24.1 / 33.7; at 320 tokens, 384 slots
+ * against 512, o 36.4 vs 46.2). Else 128. */
+static int qm_pick_bn(const QuantMatrix *W, int T, int sms, int ver, bool can_split) {
     if (T <= 128) return ver == 3 || T > 64 ? 128 : T > 32 ? 64 : T > 16 ? 32 : 16;
     int64_t tiles256 = (int64_t)((T + 255) / 256) * (W->rows / QM_BM);
-    return 3 * tiles256 >= 2 * sms ? 256 : 128;
+    if (3 * tiles256 >= 2 * sms) return 256;
+    const bool same_slots = (T + 255) / 256 * 256 == (T + 127) / 128 * 128;
+    return can_split && ver >= 4 && same_slots && 2 * tiles256 <= sms ? 256 : 128;
 }
 
 /* The work space: a counter for each of up to 4 sms tiles (quant_gemm's own
@@ -1069,27 +1076,26 @@ int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool
     if (ver >= 4 && !tma)
         return err_set(err, "quant_gemm: version %d takes Q8_0 with cols a multiple of 256, not %lld", ver,
                        (long long)W->cols);
-    if (bn == 0) bn = qm_pick_bn(W, T, sms, ver);
+    if (bn == 0) bn = qm_pick_bn(W, T, sms, ver, work && work->buf);
     if (ver == 3 ? bn != 128 && bn != 256 : bn != 16 && bn != 32 && bn != 64 && bn != 128 && bn != 256)
         return err_set(err, "quant_gemm: tokens per block %d (v3: 128 or 256; v4, v5: 16, 32, 64, 128 or 256)", bn);
     const int64_t tiles = (int64_t)((T + bn - 1) / bn) * (W->rows / QM_BM);
     const int turns = (int)(W->cols / 256);
     /* Split K where a wave of blocks is not full: a GEMM of fewer tiles than SMs (up to 128 tokens a
-     * block) splits every tile; one of more tiles splits the last, partial wave's (tiles % sms) so
+     * block, or 256 where two splits a tile fit in a wave) splits every tile; one of more tiles splits the last, partial wave's (tiles % sms) so
      * that its blocks fill the SMs (gate+up at 512 tokens: 448 tiles of 256, 3 waves and 52 tiles
      * that left 60% of the SMs idle for a whole tile's time, now 104 blocks of half a tile). At most a
      * wave of split blocks, tiles x splits <= sms: the work space holds their partials. */
     int64_t n_whole = 0;
     if (splits == 0) {
-        const bool few = tiles < sms && bn <= 128, tail = tiles > sms && tiles % sms;
+        const bool few = tiles < sms && (bn <= 128 || 2 * tiles <= sms), tail = tiles > sms && tiles % sms;
         splits = work && ver >= 4 && (few || tail) ? qm_pick_splits(few ? tiles : tiles % sms, turns, sms) : 1;
         n_whole = splits > 1 && tail ? tiles - tiles % sms : n_whole;
     }
     if (splits == 1) n_whole = tiles;
     QrSplit sp = {splits, n_whole, NULL, NULL};
-    if (splits < 1 || (splits > 1 && n_whole == 0 && (ver < 4 || bn > 128 || splits > turns)))
-        return err_set(err, "quant_gemm: %d splits of K (v4 / v5 at up to 128 tokens a block, at most cols / 256 = %d)",
-                       splits, turns);
+    if (splits < 1 || (splits > 1 && n_whole == 0 && (ver < 4 || splits > turns)))
+        return err_set(err, "quant_gemm: %d splits of K (v4 / v5, at most cols / 256 = %d)", splits, turns);
     if (splits > 1 && tiles - n_whole > 4 * sms)
         return err_set(err, "quant_gemm: %d splits of %lld tiles (at most %d tiles split)", splits,
                        (long long)(tiles - n_whole), 4 * sms);

@@ -19,10 +19,10 @@
  *     written; a guard after y must stay untouched (tails not stored); a
  *     few cases with y 2 bytes off 16-byte alignment (v4 / v5 store bf16 y
  *     through shared memory in 16-byte pieces, an unaligned y as v3 does).
- *     v4 / v5 at up to 128 tokens a block split K as quant_gemm picks for the
- *     shape (up to one split a turn of 4 stages on the small ones), or in 3
- *     uneven splits, all cases through one work space (a counter left
- *     non-zero would break the next case's reduction).
+ *     v4 / v5 split K as quant_gemm picks for the shape (up to one split a
+ *     turn of 4 stages on the small ones; 256-token tiles where two splits a
+ *     tile fit in a wave), or in 3 uneven splits, all cases through one work
+ *     space (a counter left non-zero would break the next case's reduction).
  *   - refusals: types and shapes it does not take, a bad tile size, version
  *     or split count, a missing or short work space.
  *   - timing (printed, never asserted; not with --quick): the four GEMMs of
@@ -217,9 +217,9 @@ static void test_quant_gemm(void) {
                     int shift = !y_f32 && i == 1 && sh->rows <= 384 ? 2 : 0;
                     /* v4 / v5: K split as quant_gemm picks (0: every tile of a GEMM of fewer tiles than
                      * SMs, or, at 132 SMs, the tiles of the last partial wave: 8192 rows at T = 600 split
-                     * 60 of 192 tiles of 256 tokens in 2, 28 of 1216 of 32 in 4), and at up to 128
-                     * tokens a block by 3 where that is uneven over the turns */
-                    int splits = ver >= 4 ? (bn <= 128 && i == 1 && turns > 3 ? 3 : 0) : 1;
+                     * 60 of 192 tiles of 256 tokens in 2, 28 of 1216 of 32 in 4), and by 3 where that
+                     * is uneven over the turns */
+                    int splits = ver >= 4 ? (i == 1 && turns > 3 ? 3 : 0) : 1;
                     double e = gemm_case(&M, &R[ver == 5], sh->Ts[i], bn, ver, y_f32, shift, splits, &work);
                     if (y_f32 && !(e <= worst[ver - 3])) worst[ver - 3] = e; /* bf16 y: its own rounding dominates */
                     n++;
@@ -263,7 +263,7 @@ static void test_refused(void) {
     QuantGemmWork small = {dx, 1000};
     const struct { int bn, ver, splits; const QuantGemmWork *w; const char *what; } bad[] = {
         {128, 5, 2, NULL, "work space"}, {128, 5, 2, &small, "work space"}, {128, 3, 2, NULL, "2 splits"},
-        {256, 5, 2, NULL, "2 splits"},   {128, 5, 5, NULL, "5 splits"},     {128, 5, -1, NULL, "-1 splits"},
+        {256, 5, 2, NULL, "work space"}, {128, 5, 5, NULL, "5 splits"},     {128, 5, -1, NULL, "-1 splits"},
         {64, 3, 1, NULL, "tokens per block 64"}, {48, 5, 1, NULL, "tokens per block 48"}, {32, 5, 2, &small, "work space"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err.msg[0] = 0;
@@ -423,7 +423,8 @@ static void test_timing(void) {
 int main(int argc, char **argv) {
     if (!quant_have_device()) return 1;
     bool quick = argc > 1 && !strcmp(argv[1], "--quick");
-    if (argc >= 7 && !strcmp(argv[1], "--time")) { /* one GEMM, for a profiler: --time TYPE ROWS COLS T BN [VER] */
+    /* one GEMM, for a profiler: --time TYPE ROWS COLS T BN [VER [SPLITS]] (SPLITS: through a work space, 0 = quant_gemm's pick) */
+    if (argc >= 7 && !strcmp(argv[1], "--time")) {
         DType t = !strcasecmp(argv[2], "Q4_K") ? DT_Q4_K : !strcasecmp(argv[2], "Q8_0") ? DT_Q8_0 : DT_COUNT;
         int64_t rows = atoll(argv[3]), cols = atoll(argv[4]);
         int T = atoi(argv[5]), bn = atoi(argv[6]), ver = argc > 7 ? atoi(argv[7]) : 4;
@@ -433,6 +434,27 @@ int main(int argc, char **argv) {
                  cudaMalloc(&y, (size_t)T * rows * 2);
         Run r = {&M, NULL, x, y, NULL, T, 2 * (ver - 2) + (bn == 256)};
         float us = rc ? NAN : time_us(&r);
+        if (argc > 8) { /* SPLITS (0: quant_gemm's pick) with a 64 MB work space: split K timed */
+            QuantGemmWork w = {NULL, (size_t)64 << 20};
+            rc = rc || cudaMalloc(&w.buf, w.bytes) || cudaMemset(w.buf, 0, w.bytes);
+            Err e = {{0}};
+            int sp = atoi(argv[8]);
+            cudaEvent_t e0, e1;
+            cudaEventCreate(&e0), cudaEventCreate(&e1);
+            float best = 1e30f;
+            for (int rep = 0; rep < 7 && !rc; rep++) {
+                float ms = 0;
+                cudaEventRecord(e0, 0);
+                for (int k = 0; k < 10; k++) rc |= quant_gemm_variant(&M.m, x, T, y, false, bn, ver, sp, &w, 0, &e);
+                cudaEventRecord(e1, 0);
+                cudaEventSynchronize(e1);
+                cudaEventElapsedTime(&ms, e0, e1);
+                if (rep > 0 && ms * 100.f < best) best = ms * 100.f;
+            }
+            if (rc) printf("# split %d: %s\n", sp, e.msg);
+            us = rc ? NAN : best;
+            cudaFree(w.buf);
+        }
         printf("# %s %lldx%lld T=%d bn=%d: %.1f us, %.0f TFLOP/s\n", argv[2], (long long)rows, (long long)cols, T, bn,
                us, 2.0 * T * rows * cols / (us * 1e-6) * 1e-12);
         CHECK(!rc && isfinite(us), "--time %s %s %s %s %s failed", argv[2], argv[3], argv[4], argv[5], argv[6]);
