@@ -1031,13 +1031,15 @@ static int qm_sm_count(Err *err) {
  * for twice the tokens (H200, Q4_K, us, 128 vs 256 split sms / tiles ways: down
  * 4096 x 14336 at 192 / 256 / 512 tokens 64.8 / 64.5 / 117.0 vs 51.5 / 51.6 / 86.4;
  * o 4096 x 4096 24.2 / 24.1 / 37.3 vs 25.6 / 24.1 / 33.7; at 320 tokens, 384 slots
- * against 512, o 36.4 vs 46.2). Else 128. */
+ * against 512, o 36.4 vs 46.2); with K of 8192 or more also at up to 4/3 the slots
+ * (down at 384 tokens 116.8 vs 99.6, at 320 a tie). Else 128. */
 static int qm_pick_bn(const QuantMatrix *W, int T, int sms, int ver, bool can_split) {
     if (T <= 128) return ver == 3 || T > 64 ? 128 : T > 32 ? 64 : T > 16 ? 32 : 16;
     int64_t tiles256 = (int64_t)((T + 255) / 256) * (W->rows / QM_BM);
     if (3 * tiles256 >= 2 * sms) return 256;
-    const bool same_slots = (T + 255) / 256 * 256 == (T + 127) / 128 * 128;
-    return can_split && ver >= 4 && same_slots && 2 * tiles256 <= sms ? 256 : 128;
+    const int slots256 = (T + 255) / 256 * 256, slots128 = (T + 127) / 128 * 128;
+    const bool padding_ok = slots256 == slots128 || (W->cols >= 8192 && 3 * slots256 <= 4 * slots128);
+    return can_split && ver >= 4 && padding_ok && 2 * tiles256 <= sms ? 256 : 128;
 }
 
 /* The work space: a counter for each of up to 4 sms tiles (quant_gemm's own
