@@ -719,10 +719,10 @@ static __device__ __forceinline__ void qr_multiply(float (&acc)[qr_halves<BN>()]
 
 /* A warpgroup's accumulators to y: acc[h][4c + e] is W row m0 + 16 warp + g
  * (e < 2) or + 8, token n0 + 2 NA h + 8c + 2t + e % 2 (NA accumulators a
- * wgmma: n = 2 NA tokens); tokens from T not stored */
+ * wgmma: n = 2 NA tokens); only tokens in [lo, T) stored */
 template <int NH, int NA>
 static __device__ __forceinline__ void qm_store(void *y, bool y_f32, const float (&acc)[NH][NA], int T, int M, int n0,
-                                                int m0) {
+                                                int lo, int m0) {
     const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int mA = m0 + 16 * warp + g;
 #pragma unroll
@@ -732,7 +732,7 @@ static __device__ __forceinline__ void qm_store(void *y, bool y_f32, const float
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int n = n0 + 2 * NA * h + 8 * c + 2 * t + (e & 1), m = mA + (e >> 1) * 8;
-                if (n >= T) continue;
+                if (n < lo || n >= T) continue;
                 size_t o = (size_t)n * M + m;
                 if (y_f32) ((float *)y)[o] = acc[h][4 * c + e];
                 else ((__nv_bfloat16 *)y)[o] = __float2bfloat16_rn(acc[h][4 * c + e]);
@@ -749,7 +749,7 @@ static __device__ __forceinline__ void qm_store(void *y, bool y_f32, const float
 #define QR_Y_STRIDE (128 * 2 + 16)
 template <int NH, int NA>
 static __device__ __forceinline__ void qr_store_bf16(__nv_bfloat16 *y, const float (&acc)[NH][NA], uint8_t *smem, int T,
-                                                     int M, int n0, int m0) {
+                                                     int M, int n0, int lo, int m0) {
     const int j = threadIdx.x, lane = j & 31, i = lane >> 3, r = lane & 7;
     const int m = 64 * (j >> 7) + 16 * ((j >> 5) & 3) + 8 * (i & 1); /* lane's matrix: W rows m .. m + 7 */
     static_assert(NA % 8 == 0, "stmatrix x4 takes two 8-token groups");
@@ -769,7 +769,7 @@ static __device__ __forceinline__ void qr_store_bf16(__nv_bfloat16 *y, const flo
 #pragma unroll 4
     for (int k = j; k < 2 * NA * NH * 16; k += QR_THREADS) { /* 16 chunks of 16 bytes a token row */
         const int tok = k >> 4, ch = k & 15;
-        if (n0 + tok < T)
+        if (n0 + tok >= lo && n0 + tok < T)
             *(uint4 *)(y + (size_t)(n0 + tok) * M + m0 + 8 * ch) = *(const uint4 *)(smem + tok * QR_Y_STRIDE + 16 * ch);
     }
 }
@@ -840,7 +840,7 @@ kernel_quant_gemm(void *y, bool y_f32, const __nv_bfloat16 *x, const uint8_t *qs
     }
     float acc[NH][64]; /* written first by the wgmma of kt = 0, j = 0 (add = 0) */
     qm_multiply<NH>(acc, smem, x, T, K, n0, wg, KT);
-    qm_store<NH, 64>(y, y_f32, acc, T, M, n0, m0 + 64 * wg);
+    qm_store<NH, 64>(y, y_f32, acc, T, M, n0, n0, m0 + 64 * wg);
 #endif
 }
 
@@ -858,6 +858,10 @@ kernel_quant_gemm_rs(void *y, bool y_f32, const __grid_constant__ CUtensorMap tx
     const int b = blockIdx.x, whole = b < n_whole, gx = (T + BN - 1) / BN;
     const int tile = whole ? b : n_whole + (b - n_whole) / z, split = whole ? 0 : (b - n_whole) % z, splits = whole ? 1 : z;
     const int n0 = tile % gx * BN, m0 = tile / gx * QM_BM, turns = K / 256; /* turns of 4 stages */
+    /* x's box: the last token tile's ends at T where T >= BN, over tokens of the tile before it (computed
+     * again, not stored): a box past T is filled out of bounds by the TMA unit, and that is slow (gate+up
+     * at T = 257 in 256-token tiles 304 us, with the rows past T in bounds 176: kernels/NOTES.md) */
+    const int nx = n0 + BN > T && T >= BN ? T - BN : n0;
     const int kt0 = 4 * (split * turns / splits), kt1 = 4 * ((split + 1) * turns / splits);
     if (threadIdx.x == 0) {
         for (int i = 0; i < S; i++) {
@@ -865,15 +869,15 @@ kernel_quant_gemm_rs(void *y, bool y_f32, const __grid_constant__ CUtensorMap tx
             mbar_init(smem_u32(smem) + S * SB + 8 * (S + i), 256); /* empty: every thread */
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        for (int kt = kt0; kt < kt0 + S && kt < kt1; kt++) qr_load<Q, BN>(smem, &tx, &tw, &tw2, &tw3, n0, m0, kt, kt - kt0);
+        for (int kt = kt0; kt < kt0 + S && kt < kt1; kt++) qr_load<Q, BN>(smem, &tx, &tw, &tw2, &tw3, nx, m0, kt, kt - kt0);
     }
     __syncthreads();
     float acc[NH][NA]; /* written first by the wgmma of kt = kt0, k = 0 (add = 0) */
-    qr_multiply<Q, BN, PK>(acc, smem, &tx, &tw, &tw2, &tw3, dq, K / 256, n0, m0, kt0, kt1);
+    qr_multiply<Q, BN, PK>(acc, smem, &tx, &tw, &tw2, &tw3, dq, K / 256, nx, m0, kt0, kt1);
     if (splits > 1 && !qr_split_reduce<NH, NA>(acc, part, count, tile - n_whole, split, splits)) return;
     static_assert(BN * QR_Y_STRIDE <= S * SB, "y's tile in the stage buffers");
-    if (y_f32 || (uintptr_t)y % 16) qm_store<NH, NA>(y, y_f32, acc, T, M, n0, m0 + 64 * (threadIdx.x >> 7));
-    else qr_store_bf16<NH, NA>((__nv_bfloat16 *)y, acc, smem, T, M, n0, m0);
+    if (y_f32 || (uintptr_t)y % 16) qm_store<NH, NA>(y, y_f32, acc, T, M, nx, n0, m0 + 64 * (threadIdx.x >> 7));
+    else qr_store_bf16<NH, NA>((__nv_bfloat16 *)y, acc, smem, T, M, nx, n0, m0);
 #endif
 }
 
