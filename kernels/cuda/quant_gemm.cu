@@ -1088,8 +1088,8 @@ int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool
     const int64_t tiles = (int64_t)((T + bn - 1) / bn) * (W->rows / QM_BM);
     const int turns = (int)(W->cols / 256);
     /* Split K where a wave of blocks is not full: a GEMM of fewer tiles than SMs (up to 128 tokens a
-     * block, or 256 where two splits a tile fit in a wave) splits every tile; one of more tiles splits the last, partial wave's (tiles % sms) so
-     * that its blocks fill the SMs (gate+up at 512 tokens: 448 tiles of 256, 3 waves and 52 tiles
+     * block, or 256 where two splits a tile fit in a wave) splits every tile; one of more tiles splits
+     * the last, partial wave's (tiles % sms) so that its blocks fill the SMs (gate+up at 512 tokens: 448 tiles of 256, 3 waves and 52 tiles
      * that left 60% of the SMs idle for a whole tile's time, now 104 blocks of half a tile). At most a
      * wave of split blocks, tiles x splits <= sms: the work space holds their partials. */
     int64_t n_whole = 0;

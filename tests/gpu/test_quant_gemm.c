@@ -337,6 +337,8 @@ typedef struct {
     Lt *L;
     void *x, *y, *wbf;
     int T, route; /* 0: dequantize alone, 1: cuBLASLt alone, 2 / 3: v3 bn 128 / 256, 4 / 5: v4, 6 / 7: v5 */
+    int splits;   /* quant_gemm_variant's (0 without a work space: none) */
+    const QuantGemmWork *work;
 } Run;
 
 static int run_once(Run *r) {
@@ -346,8 +348,8 @@ static int run_once(Run *r) {
     case 0: return quant_dequant_bf16(W, 0, W->rows, r->wbf, 0, &err);
     case 1: return lt_gemm(r->L, r->y, r->x, r->wbf, (int)W->rows, r->T, (int)W->cols);
     default:
-        return quant_gemm_variant(W, r->x, r->T, r->y, false, r->route % 2 ? 256 : 128, 2 + r->route / 2, 1, NULL, 0,
-                                  &err);
+        return quant_gemm_variant(W, r->x, r->T, r->y, false, r->route % 2 ? 256 : 128, 2 + r->route / 2, r->splits,
+                                  r->work, 0, &err);
     }
 }
 
@@ -399,7 +401,7 @@ static void test_timing(void) {
             for (int s = 0; s < 4; s++) {
                 Mat M;
                 if (mat_build(&M, types[k], shapes[s][0], shapes[s][1])) continue;
-                Run r = {&M, &L, x, y, wbf, Ts[ti], 0};
+                Run r = {&M, &L, x, y, wbf, Ts[ti], 0, 0, NULL};
                 double u[NR];
                 for (r.route = 0; r.route < NR; r.route++) u[r.route] = time_us(&r);
                 u[0] += u[1]; /* dequantize + cuBLASLt */
@@ -432,29 +434,11 @@ int main(int argc, char **argv) {
         void *x = NULL, *y = NULL;
         int rc = t == DT_COUNT || T <= 0 || ver < 3 || ver > 5 || mat_build(&M, t, rows, cols) || cudaMalloc(&x, (size_t)T * cols * 2) ||
                  cudaMalloc(&y, (size_t)T * rows * 2);
-        Run r = {&M, NULL, x, y, NULL, T, 2 * (ver - 2) + (bn == 256)};
+        QuantGemmWork w = {NULL, (size_t)64 << 20}; /* SPLITS: a work space for any split of these shapes */
+        if (argc > 8) rc = rc || cudaMalloc(&w.buf, w.bytes) || cudaMemset(w.buf, 0, w.bytes);
+        Run r = {&M, NULL, x, y, NULL, T, 2 * (ver - 2) + (bn == 256), argc > 8 ? atoi(argv[8]) : 0, argc > 8 ? &w : NULL};
         float us = rc ? NAN : time_us(&r);
-        if (argc > 8) { /* SPLITS (0: quant_gemm's pick) with a 64 MB work space: split K timed */
-            QuantGemmWork w = {NULL, (size_t)64 << 20};
-            rc = rc || cudaMalloc(&w.buf, w.bytes) || cudaMemset(w.buf, 0, w.bytes);
-            Err e = {{0}};
-            int sp = atoi(argv[8]);
-            cudaEvent_t e0, e1;
-            cudaEventCreate(&e0), cudaEventCreate(&e1);
-            float best = 1e30f;
-            for (int rep = 0; rep < 7 && !rc; rep++) {
-                float ms = 0;
-                cudaEventRecord(e0, 0);
-                for (int k = 0; k < 10; k++) rc |= quant_gemm_variant(&M.m, x, T, y, false, bn, ver, sp, &w, 0, &e);
-                cudaEventRecord(e1, 0);
-                cudaEventSynchronize(e1);
-                cudaEventElapsedTime(&ms, e0, e1);
-                if (rep > 0 && ms * 100.f < best) best = ms * 100.f;
-            }
-            if (rc) printf("# split %d: %s\n", sp, e.msg);
-            us = rc ? NAN : best;
-            cudaFree(w.buf);
-        }
+        cudaFree(w.buf);
         printf("# %s %lldx%lld T=%d bn=%d: %.1f us, %.0f TFLOP/s\n", argv[2], (long long)rows, (long long)cols, T, bn,
                us, 2.0 * T * rows * cols / (us * 1e-6) * 1e-12);
         CHECK(!rc && isfinite(us), "--time %s %s %s %s %s failed", argv[2], argv[3], argv[4], argv[5], argv[6]);
