@@ -430,7 +430,9 @@ static __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorM
 }
 
 /* Stage kt's loads into buffer b (thread 0), its byte count announced on
- * b's full barrier. x: box {64 values, BN tokens} at (64 kt, n0); Q4_K
+ * b's full barrier. x: box {64 values, xrows tokens} at (64 kt, n0) (xrows = BN,
+ * or T where a launch's one token tile is shorter: rows past T stay stale and
+ * feed only tokens that are not stored); Q4_K
  * codes {32, 128} at block kt / 4's bytes 16 + 32 (kt % 4), headers {16, 128}
  * at its byte 0; Q8_0 codes {64, 128} at 64 kt, scales {16, 128} at byte
  * 16 (kt / 4) of the row's (4 stages' scales: a box's inner start must be
@@ -439,11 +441,11 @@ static __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorM
  * {16, 128} of half kt / 2 % 2 of block kt / 4. */
 template <int Q, int BN>
 static __device__ __forceinline__ void qr_load(uint8_t *smem, const CUtensorMap *tx, const CUtensorMap *tw,
-                                               const CUtensorMap *tw2, const CUtensorMap *tw3, int n0, int m0, int kt,
-                                               int b) {
+                                               const CUtensorMap *tw2, const CUtensorMap *tw3, int n0, int xrows, int m0,
+                                               int kt, int b) {
     constexpr int S = qr_stages<Q, BN>(), SB = qr_stage_bytes<Q, BN>();
     const uint32_t full = smem_u32(smem) + S * SB + 8 * b, st = smem_u32(smem) + b * SB, w = st + BN * 128;
-    mbar_expect_tx(full, BN * 128 + qr_w_bytes<Q>());
+    mbar_expect_tx(full, xrows * 128 + qr_w_bytes<Q>());
     tma_load_2d(st, tx, kt * 64, n0, full);
     if (Q == DT_Q4_K) {
         tma_load_2d(w, tw, (kt >> 2) * 144 + 16 + (kt & 3) * 32, m0, full);
@@ -666,7 +668,7 @@ template <int Q, int BN, bool PK>
 static __device__ __forceinline__ void qr_multiply(float (&acc)[qr_halves<BN>()][qr_wn<BN>() / 2], uint8_t *smem,
                                                    const CUtensorMap *tx, const CUtensorMap *tw, const CUtensorMap *tw2,
                                                    const CUtensorMap *tw3, const unsigned short *dq, int nb, int n0,
-                                                   int m0, int kt0, int kt1) {
+                                                   int xrows, int m0, int kt0, int kt1) {
     constexpr int S = qr_stages<Q, BN>(), SB = qr_stage_bytes<Q, BN>(), NH = qr_halves<BN>(), WN = qr_wn<BN>();
     const int j = threadIdx.x, wg = j >> 7, warp = (j >> 5) & 3, lane = j & 31;
     const int row0 = 64 * wg + 16 * warp + (lane >> 2), t = lane & 3;
@@ -704,7 +706,7 @@ static __device__ __forceinline__ void qr_multiply(float (&acc)[qr_halves<BN>()]
                 mbar_arrive(bars + 8 * (S + prev));
                 if (j == 0 && kt - 1 + S < kt1) {
                     mbar_wait(bars + 8 * (S + prev), pn & 1);
-                    qr_load<Q, BN>(smem, tx, tw, tw2, tw3, n0, m0, kt - 1 + S, prev);
+                    qr_load<Q, BN>(smem, tx, tw, tw2, tw3, n0, xrows, m0, kt - 1 + S, prev);
                 }
             }
         }
@@ -861,7 +863,7 @@ kernel_quant_gemm_rs(void *y, bool y_f32, const __grid_constant__ CUtensorMap tx
     /* x's box: the last token tile's ends at T where T >= BN, over tokens of the tile before it (computed
      * again, not stored): a box past T is filled out of bounds by the TMA unit, and that is slow (gate+up
      * at T = 257 in 256-token tiles 304 us, with the rows past T in bounds 176: kernels/NOTES.md) */
-    const int nx = n0 + BN > T && T >= BN ? T - BN : n0;
+    const int nx = n0 + BN > T && T >= BN ? T - BN : n0, xrows = T < BN ? T : BN;
     const int kt0 = 4 * (split * turns / splits), kt1 = 4 * ((split + 1) * turns / splits);
     if (threadIdx.x == 0) {
         for (int i = 0; i < S; i++) {
@@ -869,11 +871,11 @@ kernel_quant_gemm_rs(void *y, bool y_f32, const __grid_constant__ CUtensorMap tx
             mbar_init(smem_u32(smem) + S * SB + 8 * (S + i), 256); /* empty: every thread */
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        for (int kt = kt0; kt < kt0 + S && kt < kt1; kt++) qr_load<Q, BN>(smem, &tx, &tw, &tw2, &tw3, nx, m0, kt, kt - kt0);
+        for (int kt = kt0; kt < kt0 + S && kt < kt1; kt++) qr_load<Q, BN>(smem, &tx, &tw, &tw2, &tw3, nx, xrows, m0, kt, kt - kt0);
     }
     __syncthreads();
     float acc[NH][NA]; /* written first by the wgmma of kt = kt0, k = 0 (add = 0) */
-    qr_multiply<Q, BN, PK>(acc, smem, &tx, &tw, &tw2, &tw3, dq, K / 256, nx, m0, kt0, kt1);
+    qr_multiply<Q, BN, PK>(acc, smem, &tx, &tw, &tw2, &tw3, dq, K / 256, nx, xrows, m0, kt0, kt1);
     if (splits > 1 && !qr_split_reduce<NH, NA>(acc, part, count, tile - n_whole, split, splits)) return;
     static_assert(BN * QR_Y_STRIDE <= S * SB, "y's tile in the stage buffers");
     if (y_f32 || (uintptr_t)y % 16) qm_store<NH, NA>(y, y_f32, acc, T, M, nx, n0, m0 + 64 * (threadIdx.x >> 7));
@@ -948,7 +950,8 @@ static int qm_launch_v4(const QuantMatrix *W, const void *x, int T, void *y, boo
     PFN_cuTensorMapEncodeTiled_v12000 enc = (PFN_cuTensorMapEncodeTiled_v12000)fn;
     const uint64_t K = (uint64_t)W->cols, rows = (uint64_t)W->rows, nb = K / quant_block_elems(Q);
     CUtensorMap tx, tw, tw2, tw3;
-    if (qr_map(enc, &tx, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, x, K, (uint64_t)T, K * 2, 64, BN,
+    /* a token tile shorter than BN (T < BN): a box of T rows, not one past the end of x (slow: kernel_quant_gemm_rs) */
+    if (qr_map(enc, &tx, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, x, K, (uint64_t)T, K * 2, 64, T < BN ? T : BN,
                CU_TENSOR_MAP_SWIZZLE_128B, "x", err))
         return -1;
     if (Q == DT_Q5_K) {

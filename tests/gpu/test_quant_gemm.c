@@ -337,6 +337,7 @@ typedef struct {
     Lt *L;
     void *x, *y, *wbf;
     int T, route; /* 0: dequantize alone, 1: cuBLASLt alone, 2 / 3: v3 bn 128 / 256, 4 / 5: v4, 6 / 7: v5 */
+    int bn;       /* tokens a block for routes 2-7 (0: the route's 128 / 256) */
     int splits;   /* quant_gemm_variant's (0 without a work space: none) */
     const QuantGemmWork *work;
 } Run;
@@ -348,8 +349,8 @@ static int run_once(Run *r) {
     case 0: return quant_dequant_bf16(W, 0, W->rows, r->wbf, 0, &err);
     case 1: return lt_gemm(r->L, r->y, r->x, r->wbf, (int)W->rows, r->T, (int)W->cols);
     default:
-        return quant_gemm_variant(W, r->x, r->T, r->y, false, r->route % 2 ? 256 : 128, 2 + r->route / 2, r->splits,
-                                  r->work, 0, &err);
+        return quant_gemm_variant(W, r->x, r->T, r->y, false, r->bn ? r->bn : r->route % 2 ? 256 : 128, 2 + r->route / 2,
+                                  r->splits, r->work, 0, &err);
     }
 }
 
@@ -401,7 +402,7 @@ static void test_timing(void) {
             for (int s = 0; s < 4; s++) {
                 Mat M;
                 if (mat_build(&M, types[k], shapes[s][0], shapes[s][1])) continue;
-                Run r = {&M, &L, x, y, wbf, Ts[ti], 0, 0, NULL};
+                Run r = {&M, &L, x, y, wbf, Ts[ti], 0, 0, 0, NULL};
                 double u[NR];
                 for (r.route = 0; r.route < NR; r.route++) u[r.route] = time_us(&r);
                 u[0] += u[1]; /* dequantize + cuBLASLt */
@@ -436,7 +437,7 @@ int main(int argc, char **argv) {
                  cudaMalloc(&y, (size_t)T * rows * 2);
         QuantGemmWork w = {NULL, (size_t)64 << 20}; /* SPLITS: a work space for any split of these shapes */
         if (argc > 8) rc = rc || cudaMalloc(&w.buf, w.bytes) || cudaMemset(w.buf, 0, w.bytes);
-        Run r = {&M, NULL, x, y, NULL, T, 2 * (ver - 2) + (bn == 256), argc > 8 ? atoi(argv[8]) : 0, argc > 8 ? &w : NULL};
+        Run r = {&M, NULL, x, y, NULL, T, 2 * (ver - 2), bn, argc > 8 ? atoi(argv[8]) : 0, argc > 8 ? &w : NULL};
         float us = rc ? NAN : time_us(&r);
         cudaFree(w.buf);
         printf("# %s %lldx%lld T=%d bn=%d: %.1f us, %.0f TFLOP/s\n", argv[2], (long long)rows, (long long)cols, T, bn,
