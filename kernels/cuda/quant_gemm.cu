@@ -80,6 +80,10 @@ template <int Q, int BN> static __host__ __device__ constexpr int qr_stage_bytes
 template <int Q, int BN> static __host__ __device__ constexpr int qr_stages() {
     return QR_SMEM_MAX / qr_stage_bytes<Q, BN>() >= 8 ? 8 : QR_SMEM_MAX / qr_stage_bytes<Q, BN>() / 4 * 4;
 }
+/* the rows of x's box: BN, or T where a launch's one token tile is shorter (the tensor map's box and
+ * each stage's expected bytes must agree) */
+template <int BN> static __host__ __device__ int qr_x_rows(int T) { return T < BN ? T : BN; }
+
 template <int Q, int BN> static __host__ __device__ constexpr int qr_smem_bytes() {
     return qr_stages<Q, BN>() * qr_stage_bytes<Q, BN>() + 16 * qr_stages<Q, BN>() + 1024;
 }
@@ -863,7 +867,7 @@ kernel_quant_gemm_rs(void *y, bool y_f32, const __grid_constant__ CUtensorMap tx
     /* x's box: the last token tile's ends at T where T >= BN, over tokens of the tile before it (computed
      * again, not stored): a box past T is filled out of bounds by the TMA unit, and that is slow (gate+up
      * at T = 257 in 256-token tiles 304 us, with the rows past T in bounds 176: kernels/NOTES.md) */
-    const int nx = n0 + BN > T && T >= BN ? T - BN : n0, xrows = T < BN ? T : BN;
+    const int nx = n0 + BN > T && T >= BN ? T - BN : n0, xrows = qr_x_rows<BN>(T);
     const int kt0 = 4 * (split * turns / splits), kt1 = 4 * ((split + 1) * turns / splits);
     if (threadIdx.x == 0) {
         for (int i = 0; i < S; i++) {
@@ -951,7 +955,7 @@ static int qm_launch_v4(const QuantMatrix *W, const void *x, int T, void *y, boo
     const uint64_t K = (uint64_t)W->cols, rows = (uint64_t)W->rows, nb = K / quant_block_elems(Q);
     CUtensorMap tx, tw, tw2, tw3;
     /* a token tile shorter than BN (T < BN): a box of T rows, not one past the end of x (slow: kernel_quant_gemm_rs) */
-    if (qr_map(enc, &tx, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, x, K, (uint64_t)T, K * 2, 64, T < BN ? T : BN,
+    if (qr_map(enc, &tx, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, x, K, (uint64_t)T, K * 2, 64, (uint32_t)qr_x_rows<BN>(T),
                CU_TENSOR_MAP_SWIZZLE_128B, "x", err))
         return -1;
     if (Q == DT_Q5_K) {
