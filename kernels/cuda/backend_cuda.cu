@@ -387,6 +387,15 @@ static void qgemm(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const Qua
     if (bias && !cb->failed && !cb->bi) cuda_add_bias(y, y_f32, bias, T, (int)W->rows, cb->stream);
 }
 
+/* The fused GEMM with an epilogue that stores its output in parts or gated (quant_gemm_epi) where it runs
+ * W at T rows and takes e; false: the caller runs the GEMM and the split or GLU kernel. */
+static bool qgemm_epi(CudaBackend *cb, const bf16 *x, const QuantMatrix *W, const QuantGemmEpi *e, int T) {
+    if (cb->failed || T <= qgemv_rows(cb, W) || !q_fused(cb, W, T) || cb->qgemm_version == 3 || !quant_gemm_epi_takes(W, e)) return false;
+    Err err = {};
+    if (quant_gemm_epi(W, x, T, e, 0, cb->qgemm_version, 0, &cb->qwork, cb->stream, &err)) quant_fail(cb, &err);
+    return true;
+}
+
 static bool is_quant(const WeightRef *w) { return w->data && quant_type_supported(w->type); }
 static const QuantMatrix *qm_of(const WeightRef *w) { return (const QuantMatrix *)w->data; }
 
@@ -913,6 +922,9 @@ static void cuda_be_qkv(Backend *be, void *q, void *k, void *v, const void *x, c
         if (qcat) qgemv(cb, (const bf16 *)x, qm_of(&lw->wq), &out, T);
         else cuda_gemv_parts(&out, Wq, (const bf16 *)x, nq + nk + nv, K, T, cb->stream);
     } else if (qcat || bcat) {
+        GemvOut out = qkv_out(q, k, v, lw);
+        QuantGemmEpi epi = {&out, false, NULL, NULL, NULL, ACT_SILU, 0.0f};
+        if (qcat && qgemm_epi(cb, (const bf16 *)x, qm_of(&lw->wq), &epi, T)) return; /* stores q, k, v itself */
         if (qcat) qgemm(cb, cb->scratch, false, (const bf16 *)x, qm_of(&lw->wq), NULL, T);
         else gemm(cb, cb->scratch, false, (const bf16 *)x, Wq, NULL, nq + nk + nv, T, K);
         cuda_split_qkv((bf16 *)q, (bf16 *)k, (bf16 *)v, cb->scratch, vec_of(&lw->bq, 0), vec_of(&lw->bk, 0),
@@ -995,7 +1007,9 @@ static void cuda_be_gate_up(Backend *be, void *out, const void *x, const LayerWe
     if (glu_x8_matrix(cb, lw, T)) {
         Err e = {}; /* one row: the dp4a GEMV with the activation fused (no GLU kernel) */
         if (quant_gemv_x8_glu(qgu, x, NULL, out, bg, bu, act, limit, cb->stream, &e)) quant_fail(cb, &e);
-    } else if (qgu) { /* one repacked Wgate|Wup */
+    } else if (qgu) { /* one repacked Wgate|Wup: the GLU in the fused GEMM's epilogue, or its kernel after */
+        QuantGemmEpi epi = {NULL, true, out, bg, bu, act, limit};
+        if (qgemm_epi(cb, (const bf16 *)x, qgu, &epi, T)) return;
         qgemm(cb, cb->scratch, false, (const bf16 *)x, qgu, NULL, T);
         cuda_glu((bf16 *)out, cb->scratch, cb->scratch + F, 2 * F, bg, bu, T, F, act, limit, cb->stream);
     } else if (anyq) {

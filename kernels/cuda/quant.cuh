@@ -156,6 +156,24 @@ int quant_gemm(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, 
 int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int bn, int ver, int splits,
                        const QuantGemmWork *work, cudaStream_t s, Err *err);
 
+/* The fused GEMM with its epilogue storing more than y (v4 / v5; bf16 outputs, 16-byte aligned): with
+ * parts (GemvOut of Wq|Wk|Wv: three parts, each end a multiple of 8, with biases; not f32 or add), y's rows
+ * in their parts plus bias, as the QKV split kernel makes them; with glu (W = Wgate|Wup, 2F rows), out
+ * [T][F] = act(x Wgate^T + bg, x Wup^T + bu) of the bf16-rounded products, as the GLU kernel makes them. Either
+ * saves a kernel that reads and writes the GEMM's output again at prefill. bn, ver, splits as in
+ * quant_gemm_variant (0: the defaults); quant_gemm_epi_takes says whether W and e can go this way. */
+typedef struct {
+    const GemvOut *parts;
+    bool glu;
+    void *out; /* glu's [T][F] */
+    const float *bg, *bu;
+    Activation act;
+    float limit;
+} QuantGemmEpi;
+bool quant_gemm_epi_takes(const QuantMatrix *W, const QuantGemmEpi *e);
+int quant_gemm_epi(const QuantMatrix *W, const void *x, int T, const QuantGemmEpi *e, int bn, int ver, int splits,
+                   const QuantGemmWork *work, cudaStream_t s, Err *err);
+
 /* dst [n_rows][cols] bf16 = rows row0 .. row0+n_rows-1 of W, bit-exact with
  * dequantize_row (kernels/dtype.c) followed by round-to-nearest-even bf16. */
 int quant_dequant_bf16(const QuantMatrix *W, int64_t row0, int64_t n_rows, void *dst, cudaStream_t s, Err *err);

@@ -33,6 +33,7 @@
 #include <stdint.h>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_ops.cuh" /* act_glu */
 #include "kernels/cuda/quant.cuh"
 #include "kernels/cuda/quant_layout.cuh"
 #include "kernels/cuda/tensor_core.cuh"
@@ -83,6 +84,19 @@ template <int Q, int BN> static __host__ __device__ constexpr int qr_stages() {
 /* the rows of x's box: BN, or T where a launch's one token tile is shorter (the tensor map's box and
  * each stage's expected bytes must agree) */
 template <int BN> static __host__ __device__ int qr_x_rows(int T) { return T < BN ? T : BN; }
+
+/* v4 / v5's epilogue beyond plain y (quant_gemm_epi): with parts, y's rows in GemvOut's three parts with
+ * biases (end[2] = rows); with glu_f > 0, W = Wgate|Wup of 2 glu_f rows, whose tile i multiplies gate rows
+ * 64 i .. (warpgroup 0) and up rows glu_f + 64 i .. (warpgroup 1), and out = y[0] [T][glu_f] gets act(gate +
+ * bg, up + bu). Replaces the QKV split and GLU kernels (a read and a write of y each) at prefill. */
+typedef struct {
+    void *y[3];
+    const float *bias[3];
+    int end[3];
+    int parts, glu_f, act;
+    const float *bg, *bu;
+    float limit;
+} QrEpi;
 
 template <int Q, int BN> static __host__ __device__ constexpr int qr_smem_bytes() {
     return qr_stages<Q, BN>() * qr_stage_bytes<Q, BN>() + 16 * qr_stages<Q, BN>() + 1024;
@@ -443,29 +457,37 @@ static __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorM
  * 16-byte aligned, and one at 4 kt faulted; past the row: zeros); Q6_K (v5)
  * ql {64, 128} (64-byte swizzle), qh {32, 128} (32-byte swizzle), scales
  * {16, 128} of half kt / 2 % 2 of block kt / 4. */
+/* A plane of W's stage: one box of 128 rows at m0, or with two (a gated pair:
+ * the tensor maps' boxes are 64 rows) 64 rows at m0 and 64 at m1 */
+static __device__ __forceinline__ void qr_load_w(uint32_t dst, const CUtensorMap *map, int c0, int m0, int m1, bool two,
+                                                 int row_bytes, uint32_t bar) {
+    tma_load_2d(dst, map, c0, m0, bar);
+    if (two) tma_load_2d(dst + 64 * row_bytes, map, c0, m1, bar);
+}
+
 template <int Q, int BN>
 static __device__ __forceinline__ void qr_load(uint8_t *smem, const CUtensorMap *tx, const CUtensorMap *tw,
                                                const CUtensorMap *tw2, const CUtensorMap *tw3, int n0, int xrows, int m0,
-                                               int kt, int b) {
+                                               int m1, bool two, int kt, int b) {
     constexpr int S = qr_stages<Q, BN>(), SB = qr_stage_bytes<Q, BN>();
     const uint32_t full = smem_u32(smem) + S * SB + 8 * b, st = smem_u32(smem) + b * SB, w = st + BN * 128;
     mbar_expect_tx(full, xrows * 128 + qr_w_bytes<Q>());
     tma_load_2d(st, tx, kt * 64, n0, full);
     if (Q == DT_Q4_K) {
-        tma_load_2d(w, tw, (kt >> 2) * 144 + 16 + (kt & 3) * 32, m0, full);
-        tma_load_2d(w + qr_codes_bytes<Q>(), tw2, (kt >> 2) * 144, m0, full);
+        qr_load_w(w, tw, (kt >> 2) * 144 + 16 + (kt & 3) * 32, m0, m1, two, 32, full);
+        qr_load_w(w + qr_codes_bytes<Q>(), tw2, (kt >> 2) * 144, m0, m1, two, 16, full);
     } else if (Q == DT_Q5_K) {
-        tma_load_2d(w, tw, (kt >> 2) * 176 + 48 + (kt & 3) * 32, m0, full);
-        tma_load_2d(w + QM_BM * 32, tw3, (kt >> 2) * 176 + 16, m0, full);
-        tma_load_2d(w + qr_codes_bytes<Q>(), tw2, (kt >> 2) * 176, m0, full);
+        qr_load_w(w, tw, (kt >> 2) * 176 + 48 + (kt & 3) * 32, m0, m1, two, 32, full);
+        qr_load_w(w + QM_BM * 32, tw3, (kt >> 2) * 176 + 16, m0, m1, two, 32, full);
+        qr_load_w(w + qr_codes_bytes<Q>(), tw2, (kt >> 2) * 176, m0, m1, two, 16, full);
     } else if (Q == DT_Q6_K) { /* half h = kt / 2 % 2 of block kt / 4: ql[64h ..], qh[32h ..], all 16 scales */
         const int blk = (kt >> 2) * 208, h = (kt >> 1) & 1;
-        tma_load_2d(w, tw, blk + 64 * h, m0, full);
-        tma_load_2d(w + QM_BM * 64, tw3, blk + 128 + 32 * h, m0, full);
-        tma_load_2d(w + qr_codes_bytes<Q>(), tw2, blk + 192, m0, full);
+        qr_load_w(w, tw, blk + 64 * h, m0, m1, two, 64, full);
+        qr_load_w(w + QM_BM * 64, tw3, blk + 128 + 32 * h, m0, m1, two, 32, full);
+        qr_load_w(w + qr_codes_bytes<Q>(), tw2, blk + 192, m0, m1, two, 16, full);
     } else {
-        tma_load_2d(w, tw, kt * 64, m0, full);
-        tma_load_2d(w + qr_codes_bytes<Q>(), tw2, (kt >> 2) * 16, m0, full); /* starts 16-byte aligned */
+        qr_load_w(w, tw, kt * 64, m0, m1, two, 64, full);
+        qr_load_w(w + qr_codes_bytes<Q>(), tw2, (kt >> 2) * 16, m0, m1, two, 16, full); /* starts 16-byte aligned */
     }
 }
 
@@ -672,10 +694,11 @@ template <int Q, int BN, bool PK>
 static __device__ __forceinline__ void qr_multiply(float (&acc)[qr_halves<BN>()][qr_wn<BN>() / 2], uint8_t *smem,
                                                    const CUtensorMap *tx, const CUtensorMap *tw, const CUtensorMap *tw2,
                                                    const CUtensorMap *tw3, const unsigned short *dq, int nb, int n0,
-                                                   int xrows, int m0, int kt0, int kt1) {
+                                                   int xrows, int m0, int m1, bool two, int kt0, int kt1) {
     constexpr int S = qr_stages<Q, BN>(), SB = qr_stage_bytes<Q, BN>(), NH = qr_halves<BN>(), WN = qr_wn<BN>();
     const int j = threadIdx.x, wg = j >> 7, warp = (j >> 5) & 3, lane = j & 31;
     const int row0 = 64 * wg + 16 * warp + (lane >> 2), t = lane & 3;
+    const int wrow = (wg ? m1 - 64 : m0) + row0; /* the thread's row of W (Q6_K's d) */
     const uint32_t bars = smem_u32(smem) + S * SB;
     const uint32_t d0 = (uint32_t)qm_desc(smem_u32(smem));
     /* a[kt % 2]: wgmma reads its A registers after issue, until its group is
@@ -686,11 +709,11 @@ static __device__ __forceinline__ void qr_multiply(float (&acc)[qr_halves<BN>()]
     constexpr int G = S / 4; /* turns a buffer's use count advances by one */
     static_assert(S % 4 == 0, "buffers in fours");
     float d6[2] = {0.f, 0.f}, d6_next[2] = {0.f, 0.f}; /* Q6_K: the turn's block's d, the next turn's (a turn ahead) */
-    if (Q == DT_Q6_K) q6k_d(d6, dq, nb, m0 + row0, kt0 >> 2);
+    if (Q == DT_Q6_K) q6k_d(d6, dq, nb, wrow, kt0 >> 2);
     for (int k0 = kt0, turn = 0; k0 < kt1; k0 += 4, turn++) {
         const int q = 4 * (turn % G), n = turn / G;                 /* buffers q + u, their use count */
         const int qp = q ? q - 4 : S - 4, np = q ? n : n - 1;        /* the turn before's */
-        if (Q == DT_Q6_K && k0 + 4 < kt1) q6k_d(d6_next, dq, nb, m0 + row0, (k0 >> 2) + 1);
+        if (Q == DT_Q6_K && k0 + 4 < kt1) q6k_d(d6_next, dq, nb, wrow, (k0 >> 2) + 1);
 #pragma unroll
         for (int u = 0; u < 4; u++) {
             const int kt = k0 + u;
@@ -710,7 +733,7 @@ static __device__ __forceinline__ void qr_multiply(float (&acc)[qr_halves<BN>()]
                 mbar_arrive(bars + 8 * (S + prev));
                 if (j == 0 && kt - 1 + S < kt1) {
                     mbar_wait(bars + 8 * (S + prev), pn & 1);
-                    qr_load<Q, BN>(smem, tx, tw, tw2, tw3, n0, xrows, m0, kt - 1 + S, prev);
+                    qr_load<Q, BN>(smem, tx, tw, tw2, tw3, n0, xrows, m0, m1, two, kt - 1 + S, prev);
                 }
             }
         }
@@ -754,8 +777,7 @@ static __device__ __forceinline__ void qm_store(void *y, bool y_f32, const float
  * rows of one stmatrix phase fall on distinct banks). */
 #define QR_Y_STRIDE (128 * 2 + 16)
 template <int NH, int NA>
-static __device__ __forceinline__ void qr_store_bf16(__nv_bfloat16 *y, const float (&acc)[NH][NA], uint8_t *smem, int T,
-                                                     int M, int n0, int lo, int m0) {
+static __device__ __forceinline__ void qr_stage_y(const float (&acc)[NH][NA], uint8_t *smem) {
     const int j = threadIdx.x, lane = j & 31, i = lane >> 3, r = lane & 7;
     const int m = 64 * (j >> 7) + 16 * ((j >> 5) & 3) + 8 * (i & 1); /* lane's matrix: W rows m .. m + 7 */
     static_assert(NA % 8 == 0, "stmatrix x4 takes two 8-token groups");
@@ -772,11 +794,67 @@ static __device__ __forceinline__ void qr_store_bf16(__nv_bfloat16 *y, const flo
                          : "memory");
         }
     __syncthreads();
+}
+
+template <int NH, int NA>
+static __device__ __forceinline__ void qr_store_bf16(__nv_bfloat16 *y, const float (&acc)[NH][NA], uint8_t *smem, int T,
+                                                     int M, int n0, int lo, int m0) {
+    qr_stage_y<NH, NA>(acc, smem);
 #pragma unroll 4
-    for (int k = j; k < 2 * NA * NH * 16; k += QR_THREADS) { /* 16 chunks of 16 bytes a token row */
+    for (int k = threadIdx.x; k < 2 * NA * NH * 16; k += QR_THREADS) { /* 16 chunks of 16 bytes a token row */
         const int tok = k >> 4, ch = k & 15;
         if (n0 + tok >= lo && n0 + tok < T)
             *(uint4 *)(y + (size_t)(n0 + tok) * M + m0 + 8 * ch) = *(const uint4 *)(smem + tok * QR_Y_STRIDE + 16 * ch);
+    }
+}
+
+/* y's rows in parts (Wq|Wk|Wv: q, k, v, each with its bias; the split kernel's values): a 16-byte chunk is
+ * 8 rows of one part (the parts' ends are multiples of 8, quant_gemm_epi checks) */
+template <int NH, int NA>
+static __device__ __forceinline__ void qr_store_parts(const QrEpi &e, const float (&acc)[NH][NA], uint8_t *smem, int T,
+                                                      int n0, int lo, int m0) {
+    qr_stage_y<NH, NA>(acc, smem);
+#pragma unroll 2
+    for (int k = threadIdx.x; k < 2 * NA * NH * 16; k += QR_THREADS) {
+        const int tok = k >> 4, ch = k & 15, row = m0 + 8 * ch;
+        if (n0 + tok < lo || n0 + tok >= T) continue;
+        const bool in0 = row < e.end[0], in1 = !in0 && row < e.end[1]; /* selects, not an index: see gemv_out.cuh */
+        __nv_bfloat16 *y = (__nv_bfloat16 *)(in0 ? e.y[0] : in1 ? e.y[1] : e.y[2]);
+        const float *b = in0 ? e.bias[0] : in1 ? e.bias[1] : e.bias[2];
+        const int r0 = in0 ? 0 : in1 ? e.end[0] : e.end[1], n = (in0 ? e.end[0] : in1 ? e.end[1] : e.end[2]) - r0;
+        uint4 v = *(const uint4 *)(smem + tok * QR_Y_STRIDE + 16 * ch);
+        if (b) {
+            __nv_bfloat16 *ve = (__nv_bfloat16 *)&v;
+#pragma unroll
+            for (int c = 0; c < 8; c++) ve[c] = __float2bfloat16(__bfloat162float(ve[c]) + b[row - r0 + c]);
+        }
+        *(uint4 *)(y + (size_t)(n0 + tok) * n + row - r0) = v;
+    }
+}
+
+/* A gated pair's tile (warpgroup 0: gate rows f0 .., 1: up rows glu_f + f0 ..): out[t][f0 ..] =
+ * act(gate + bg, up + bu) of the bf16 products, as the GLU kernel computes it */
+template <int NH, int NA>
+static __device__ __forceinline__ void qr_store_glu(const QrEpi &e, const float (&acc)[NH][NA], uint8_t *smem, int T,
+                                                    int n0, int lo, int f0) {
+    qr_stage_y<NH, NA>(acc, smem);
+#pragma unroll 2
+    for (int k = threadIdx.x; k < 2 * NA * NH * 8; k += QR_THREADS) { /* 8 chunks of 8 gate and 8 up values a token */
+        const int tok = k >> 3, ch = k & 7, f = f0 + 8 * ch;
+        if (n0 + tok < lo || n0 + tok >= T) continue;
+        const uint4 gv = *(const uint4 *)(smem + tok * QR_Y_STRIDE + 16 * ch);
+        const uint4 uv = *(const uint4 *)(smem + tok * QR_Y_STRIDE + 128 + 16 * ch);
+        const __nv_bfloat16 *ge = (const __nv_bfloat16 *)&gv, *ue = (const __nv_bfloat16 *)&uv;
+        uint4 o;
+        __nv_bfloat16 *oe = (__nv_bfloat16 *)&o;
+#pragma unroll
+        for (int c = 0; c < 8; c++) {
+            float g = __bfloat162float(ge[c]), u = __bfloat162float(ue[c]);
+            if (e.bg) g += e.bg[f + c];
+            if (e.bu) u += e.bu[f + c];
+            oe[c] = __float2bfloat16(act_glu(g, u, (Activation)e.act, e.limit));
+        }
+        *(uint4 *)((__nv_bfloat16 *)e.y[0] + (size_t)(n0 + tok) * e.glu_f + f) = o;
     }
 }
 #endif
@@ -855,7 +933,7 @@ __global__ void __launch_bounds__(QR_THREADS, 1)
 kernel_quant_gemm_rs(void *y, bool y_f32, const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw,
                      const __grid_constant__ CUtensorMap tw2, const __grid_constant__ CUtensorMap tw3,
                      const unsigned short *dq, int T, int M, int K, float *part, unsigned *count, int n_whole,
-                     int z) {
+                     int z, const QrEpi epi) {
 #if QM_WGMMA
     constexpr int S = qr_stages<Q, BN>(), SB = qr_stage_bytes<Q, BN>(), NH = qr_halves<BN>(), NA = qr_wn<BN>() / 2;
     extern __shared__ uint8_t qm_smem_raw[];
@@ -863,7 +941,9 @@ kernel_quant_gemm_rs(void *y, bool y_f32, const __grid_constant__ CUtensorMap tx
     /* blocks [0, n_whole): tiles whole; then z blocks a tile, each a split of K (QrSplit) */
     const int b = blockIdx.x, whole = b < n_whole, gx = (T + BN - 1) / BN;
     const int tile = whole ? b : n_whole + (b - n_whole) / z, split = whole ? 0 : (b - n_whole) % z, splits = whole ? 1 : z;
-    const int n0 = tile % gx * BN, m0 = tile / gx * QM_BM, turns = K / 256; /* turns of 4 stages */
+    const int n0 = tile % gx * BN, turns = K / 256; /* turns of 4 stages */
+    const bool two = epi.glu_f > 0; /* a gated pair: 64 gate rows from m0, the 64 up rows from m1 */
+    const int m0 = two ? tile / gx * 64 : tile / gx * QM_BM, m1 = two ? epi.glu_f + m0 : m0 + 64;
     /* x's box: the last token tile's ends at T where T >= BN, over tokens of the tile before it (computed
      * again, not stored): a box past T is filled out of bounds by the TMA unit, and that is slow (gate+up
      * at T = 257 in 256-token tiles 304 us, with the rows past T in bounds 176: kernels/NOTES.md) */
@@ -875,14 +955,16 @@ kernel_quant_gemm_rs(void *y, bool y_f32, const __grid_constant__ CUtensorMap tx
             mbar_init(smem_u32(smem) + S * SB + 8 * (S + i), 256); /* empty: every thread */
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        for (int kt = kt0; kt < kt0 + S && kt < kt1; kt++) qr_load<Q, BN>(smem, &tx, &tw, &tw2, &tw3, nx, xrows, m0, kt, kt - kt0);
+        for (int kt = kt0; kt < kt0 + S && kt < kt1; kt++) qr_load<Q, BN>(smem, &tx, &tw, &tw2, &tw3, nx, xrows, m0, m1, two, kt, kt - kt0);
     }
     __syncthreads();
     float acc[NH][NA]; /* written first by the wgmma of kt = kt0, k = 0 (add = 0) */
-    qr_multiply<Q, BN, PK>(acc, smem, &tx, &tw, &tw2, &tw3, dq, K / 256, nx, xrows, m0, kt0, kt1);
+    qr_multiply<Q, BN, PK>(acc, smem, &tx, &tw, &tw2, &tw3, dq, K / 256, nx, xrows, m0, m1, two, kt0, kt1);
     if (splits > 1 && !qr_split_reduce<NH, NA>(acc, part, count, tile - n_whole, split, splits)) return;
     static_assert(BN * QR_Y_STRIDE <= S * SB, "y's tile in the stage buffers");
-    if (y_f32 || (uintptr_t)y % 16) qm_store<NH, NA>(y, y_f32, acc, T, M, nx, n0, m0 + 64 * (threadIdx.x >> 7));
+    if (two) qr_store_glu<NH, NA>(epi, acc, smem, T, nx, n0, m0);
+    else if (epi.parts) qr_store_parts<NH, NA>(epi, acc, smem, T, nx, n0, m0);
+    else if (y_f32 || (uintptr_t)y % 16) qm_store<NH, NA>(y, y_f32, acc, T, M, nx, n0, m0 + 64 * (threadIdx.x >> 7));
     else qr_store_bf16<NH, NA>((__nv_bfloat16 *)y, acc, smem, T, M, nx, n0, m0);
 #endif
 }
@@ -946,43 +1028,44 @@ typedef struct {
 
 template <int Q, int BN, bool PK>
 static int qm_launch_v4(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, const QrSplit *sp,
-                        cudaStream_t s, Err *err) {
+                        const QrEpi *epi, cudaStream_t s, Err *err) {
     void *fn = NULL;
     cudaDriverEntryPointQueryResult q;
     CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q), err);
     if (!fn || q != cudaDriverEntryPointSuccess) return err_set(err, "quant_gemm: the driver has no cuTensorMapEncodeTiled");
     PFN_cuTensorMapEncodeTiled_v12000 enc = (PFN_cuTensorMapEncodeTiled_v12000)fn;
     const uint64_t K = (uint64_t)W->cols, rows = (uint64_t)W->rows, nb = K / quant_block_elems(Q);
+    const uint32_t bm = epi->glu_f ? 64 : QM_BM; /* a gated pair's W rows come in two boxes of 64 */
     CUtensorMap tx, tw, tw2, tw3;
     /* a token tile shorter than BN (T < BN): a box of T rows, not one past the end of x (slow: kernel_quant_gemm_rs) */
     if (qr_map(enc, &tx, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, x, K, (uint64_t)T, K * 2, 64, (uint32_t)qr_x_rows<BN>(T),
                CU_TENSOR_MAP_SWIZZLE_128B, "x", err))
         return -1;
     if (Q == DT_Q5_K) {
-        if (qr_map(enc, &tw, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->qs, nb * 176, rows, nb * 176, 32, QM_BM,
+        if (qr_map(enc, &tw, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->qs, nb * 176, rows, nb * 176, 32, bm,
                    CU_TENSOR_MAP_SWIZZLE_NONE, "W codes", err) ||
-            qr_map(enc, &tw3, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->qs, nb * 176, rows, nb * 176, 32, QM_BM,
+            qr_map(enc, &tw3, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->qs, nb * 176, rows, nb * 176, 32, bm,
                    CU_TENSOR_MAP_SWIZZLE_32B, "W qh", err) ||
-            qr_map(enc, &tw2, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->qs, nb * 176, rows, nb * 176, 16, QM_BM,
+            qr_map(enc, &tw2, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->qs, nb * 176, rows, nb * 176, 16, bm,
                    CU_TENSOR_MAP_SWIZZLE_NONE, "W headers", err))
             return -1;
     } else if (Q == DT_Q6_K) {
-        if (qr_map(enc, &tw, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->qs, nb * 208, rows, nb * 208, 64, QM_BM,
+        if (qr_map(enc, &tw, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->qs, nb * 208, rows, nb * 208, 64, bm,
                    CU_TENSOR_MAP_SWIZZLE_64B, "W ql", err) ||
-            qr_map(enc, &tw3, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->qs, nb * 208, rows, nb * 208, 32, QM_BM,
+            qr_map(enc, &tw3, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->qs, nb * 208, rows, nb * 208, 32, bm,
                    CU_TENSOR_MAP_SWIZZLE_32B, "W qh", err) ||
-            qr_map(enc, &tw2, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->qs, nb * 208, rows, nb * 208, 16, QM_BM,
+            qr_map(enc, &tw2, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->qs, nb * 208, rows, nb * 208, 16, bm,
                    CU_TENSOR_MAP_SWIZZLE_NONE, "W scales", err))
             return -1;
     } else if (Q == DT_Q4_K) {
-        if (qr_map(enc, &tw, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->qs, nb * 144, rows, nb * 144, 32, QM_BM,
+        if (qr_map(enc, &tw, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->qs, nb * 144, rows, nb * 144, 32, bm,
                    CU_TENSOR_MAP_SWIZZLE_NONE, "W codes", err) ||
-            qr_map(enc, &tw2, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->qs, nb * 144, rows, nb * 144, 16, QM_BM,
+            qr_map(enc, &tw2, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->qs, nb * 144, rows, nb * 144, 16, bm,
                    CU_TENSOR_MAP_SWIZZLE_NONE, "W headers", err))
             return -1;
-    } else if (qr_map(enc, &tw, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->qs, nb * 32, rows, nb * 32, 64, QM_BM,
+    } else if (qr_map(enc, &tw, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->qs, nb * 32, rows, nb * 32, 64, bm,
                       CU_TENSOR_MAP_SWIZZLE_64B, "W codes", err) ||
-               qr_map(enc, &tw2, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->sc, nb * 2, rows, nb * 2, 16, QM_BM,
+               qr_map(enc, &tw2, CU_TENSOR_MAP_DATA_TYPE_UINT8, W->sc, nb * 2, rows, nb * 2, 16, bm,
                       CU_TENSOR_MAP_SWIZZLE_NONE, "W scales", err))
         return -1;
     if (Q != DT_Q5_K && Q != DT_Q6_K) tw3 = tw2; /* unused */
@@ -992,7 +1075,7 @@ static int qm_launch_v4(const QuantMatrix *W, const void *x, int T, void *y, boo
     const int64_t blocks = sp->n_whole + (tiles - sp->n_whole) * sp->splits;
     kernel_quant_gemm_rs<Q, BN, PK><<<(unsigned)blocks, QR_THREADS, smem, s>>>(
         y, y_f32, tx, tw, tw2, tw3, (const unsigned short *)W->sc, T, (int)W->rows, (int)W->cols, sp->part, sp->count,
-        (int)sp->n_whole, sp->splits);
+        (int)sp->n_whole, sp->splits, *epi);
     CUDA_CHECK(cudaGetLastError(), err);
     return 0;
 }
@@ -1000,28 +1083,28 @@ static int qm_launch_v4(const QuantMatrix *W, const void *x, int T, void *y, boo
 /* v3 takes 128 or 256 tokens a block, v4 / v5 16 to 256 */
 template <int Q, int BN>
 static int qm_launch(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int ver, const QrSplit *sp,
-                     cudaStream_t s, Err *err) {
+                     const QrEpi *epi, cudaStream_t s, Err *err) {
     if constexpr (Q == DT_Q5_K || Q == DT_Q6_K) { /* v5 only (quant_gemm_variant checks) */
-        return qm_launch_v4<Q, BN, true>(W, x, T, y, y_f32, sp, s, err);
+        return qm_launch_v4<Q, BN, true>(W, x, T, y, y_f32, sp, epi, s, err);
     } else {
         if (ver == 3) {
             if constexpr (BN >= 128) return qm_launch_v3<Q, BN / 128>(W, x, T, y, y_f32, s, err);
             return err_set(err, "quant_gemm: version 3 takes 128 or 256 tokens a block, not %d", BN);
         }
-        return ver == 4 ? qm_launch_v4<Q, BN, false>(W, x, T, y, y_f32, sp, s, err)
-                        : qm_launch_v4<Q, BN, true>(W, x, T, y, y_f32, sp, s, err);
+        return ver == 4 ? qm_launch_v4<Q, BN, false>(W, x, T, y, y_f32, sp, epi, s, err)
+                        : qm_launch_v4<Q, BN, true>(W, x, T, y, y_f32, sp, epi, s, err);
     }
 }
 
 template <int Q>
 static int qm_launch_bn(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int bn, int ver,
-                        const QrSplit *sp, cudaStream_t s, Err *err) {
+                        const QrSplit *sp, const QrEpi *epi, cudaStream_t s, Err *err) {
     switch (bn) {
-    case 16: return qm_launch<Q, 16>(W, x, T, y, y_f32, ver, sp, s, err);
-    case 32: return qm_launch<Q, 32>(W, x, T, y, y_f32, ver, sp, s, err);
-    case 64: return qm_launch<Q, 64>(W, x, T, y, y_f32, ver, sp, s, err);
-    case 128: return qm_launch<Q, 128>(W, x, T, y, y_f32, ver, sp, s, err);
-    default: return qm_launch<Q, 256>(W, x, T, y, y_f32, ver, sp, s, err);
+    case 16: return qm_launch<Q, 16>(W, x, T, y, y_f32, ver, sp, epi, s, err);
+    case 32: return qm_launch<Q, 32>(W, x, T, y, y_f32, ver, sp, epi, s, err);
+    case 64: return qm_launch<Q, 64>(W, x, T, y, y_f32, ver, sp, epi, s, err);
+    case 128: return qm_launch<Q, 128>(W, x, T, y, y_f32, ver, sp, epi, s, err);
+    default: return qm_launch<Q, 256>(W, x, T, y, y_f32, ver, sp, epi, s, err);
     }
 }
 
@@ -1071,8 +1154,8 @@ static int qm_pick_splits(int64_t tiles, int turns, int sms) {
     return (int)(z < 1 ? 1 : z > 16 ? (turns < 16 ? turns : 16) : z > turns ? turns : z);
 }
 
-int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int bn, int ver, int splits,
-                       const QuantGemmWork *work, cudaStream_t s, Err *err) {
+static int qm_run(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int bn, int ver, int splits,
+                  const QrEpi *epi, const QuantGemmWork *work, cudaStream_t s, Err *err) {
     if (!quant_gemm_supported(W->type, W->rows, W->cols))
         return err_set(err, "quant_gemm: %s [%lld][%lld] not supported (Q4_K, Q5_K, Q6_K or Q8_0, rows a multiple of 128)",
                        dtype_info(W->type)->name, (long long)W->rows, (long long)W->cols);
@@ -1089,6 +1172,8 @@ int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool
     if (ver >= 4 && !tma)
         return err_set(err, "quant_gemm: version %d takes Q8_0 with cols a multiple of 256, not %lld", ver,
                        (long long)W->cols);
+    if ((epi->parts || epi->glu_f) && ver < 4)
+        return err_set(err, "quant_gemm: the parts and GLU epilogues are version 4 and 5's, not %d's", ver);
     if (bn == 0) bn = qm_pick_bn(W, T, sms, ver, work && work->buf);
     if (ver == 3 ? bn != 128 && bn != 256 : bn != 16 && bn != 32 && bn != 64 && bn != 128 && bn != 256)
         return err_set(err, "quant_gemm: tokens per block %d (v3: 128 or 256; v4, v5: 16, 32, 64, 128 or 256)", bn);
@@ -1120,10 +1205,60 @@ int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool
         sp.count = (unsigned *)work->buf;
         sp.part = (float *)((char *)work->buf + qm_count_bytes(sms));
     }
-    if (W->type == DT_Q4_K) return qm_launch_bn<DT_Q4_K>(W, x, T, y, y_f32, bn, ver, &sp, s, err);
-    if (W->type == DT_Q5_K) return qm_launch_bn<DT_Q5_K>(W, x, T, y, y_f32, bn, ver, &sp, s, err);
-    if (W->type == DT_Q6_K) return qm_launch_bn<DT_Q6_K>(W, x, T, y, y_f32, bn, ver, &sp, s, err);
-    return qm_launch_bn<DT_Q8_0>(W, x, T, y, y_f32, bn, ver, &sp, s, err);
+    if (W->type == DT_Q4_K) return qm_launch_bn<DT_Q4_K>(W, x, T, y, y_f32, bn, ver, &sp, epi, s, err);
+    if (W->type == DT_Q5_K) return qm_launch_bn<DT_Q5_K>(W, x, T, y, y_f32, bn, ver, &sp, epi, s, err);
+    if (W->type == DT_Q6_K) return qm_launch_bn<DT_Q6_K>(W, x, T, y, y_f32, bn, ver, &sp, epi, s, err);
+    return qm_launch_bn<DT_Q8_0>(W, x, T, y, y_f32, bn, ver, &sp, epi, s, err);
+}
+
+int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int bn, int ver, int splits,
+                       const QuantGemmWork *work, cudaStream_t s, Err *err) {
+    const QrEpi none = {};
+    return qm_run(W, x, T, y, y_f32, bn, ver, splits, &none, work, s, err);
+}
+
+/* The kernel's epilogue from the caller's: checked (16-byte stores of 8 rows of one part, or of a gated
+ * pair's 64 rows) */
+static int qm_epi_make(const QuantMatrix *W, const QuantGemmEpi *e, QrEpi *q, Err *err) {
+    *q = QrEpi{};
+    if (e->glu == (e->parts != NULL)) return err_set(err, "quant_gemm_epi: one of parts and glu");
+    if (e->glu) {
+        if (!e->out || (uintptr_t)e->out % 16 || W->rows % 128)
+            return err_set(err, "quant_gemm_epi: glu needs a 16-byte aligned out and rows a multiple of 128, not %lld",
+                           (long long)W->rows);
+        q->y[0] = e->out, q->glu_f = (int)(W->rows / 2), q->bg = e->bg, q->bu = e->bu, q->act = (int)e->act;
+        q->limit = e->limit;
+        return 0;
+    }
+    const GemvOut *o = e->parts;
+    int64_t r0 = 0;
+    for (int i = 0; i < 3; i++) {
+        if (o->end[i] < r0 || o->end[i] % 8 || (uintptr_t)o->y[i] % 16)
+            return err_set(err, "quant_gemm_epi: part %d ends at row %lld (a multiple of 8 from the last, y 16-byte "
+                                "aligned)", i, (long long)o->end[i]);
+        q->y[i] = o->y[i], q->bias[i] = o->bias[i], q->end[i] = (int)o->end[i], r0 = o->end[i];
+    }
+    if (o->end[2] != W->rows || o->f32 || o->add)
+        return err_set(err, "quant_gemm_epi: parts end at row %lld of %lld, bf16, not added", (long long)o->end[2],
+                       (long long)W->rows);
+    q->parts = 1;
+    return 0;
+}
+
+bool quant_gemm_epi_takes(const QuantMatrix *W, const QuantGemmEpi *e) {
+    Err err = {};
+    QrEpi q;
+    return quant_gemm_supported(W->type, W->rows, W->cols) && quant_gemm_tma_takes(W->type, W->cols) &&
+           qm_epi_make(W, e, &q, &err) == 0;
+}
+
+int quant_gemm_epi(const QuantMatrix *W, const void *x, int T, const QuantGemmEpi *e, int bn, int ver, int splits,
+                   const QuantGemmWork *work, cudaStream_t s, Err *err) {
+    QrEpi q;
+    if (qm_epi_make(W, e, &q, err)) return -1;
+    if (ver == 0 && !quant_gemm_tma_takes(W->type, W->cols))
+        return err_set(err, "quant_gemm_epi: Q8_0 with cols %lld (v3's, which has no epilogue)", (long long)W->cols);
+    return qm_run(W, x, T, q.glu_f ? e->out : q.y[0], false, bn, ver, splits, &q, work, s, err);
 }
 
 int quant_gemm(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, const QuantGemmWork *work,

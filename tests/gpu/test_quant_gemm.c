@@ -23,6 +23,9 @@
  *     turn of 4 stages on the small ones; 256-token tiles where two splits a
  *     tile fit in a wave), or in 3 uneven splits, all cases through one work
  *     space (a counter left non-zero would break the next case's reduction).
+ *   - the epilogues (quant_gemm_epi: q, k, v parts with biases; the gated
+ *     activation of Wgate|Wup) against the plain y of the same launch
+ *     finished on the host (test_epilogues).
  *   - refusals: types and shapes it does not take, a bad tile size, version
  *     or split count, a missing or short work space.
  *   - timing (printed, never asserted; not with --quick): the four GEMMs of
@@ -36,6 +39,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/quant.cuh"
 #include "kernels/dtype.h"
 #include "tests/gpu/quant_mats.h"
@@ -228,6 +232,141 @@ static void test_quant_gemm(void) {
                dtype_info(sh->type)->name, (long long)sh->rows, (long long)sh->cols, n, worst[0], worst[1], worst[2]);
         free(R[0].w);
         free(R[1].w);
+        mat_free(&M);
+    }
+    cudaFree(work.buf);
+}
+
+/* The epilogues of quant_gemm_epi against the plain y of the same launch shape, finished on the host as
+ * the QKV split and GLU kernels finish it. Parts: bit for bit (one fp32 add and one rounding, the same
+ * on both). GLU: within one bf16 step of the host's cpu_glu (the GPU's expf / tanhf differ from the
+ * host's in the last fp32 bits), plus 2^-20 |gate x up| for GELU's 1 + tanh, which cancels to ~1e-6 of it
+ * for gates below -3 (the last bits of tanhf then move the output by percents); where the default split of K takes the last partial wave's tiles, a
+ * gated pair's tiles are not the plain GEMM's tiles (their gate rows may be split where the plain ones
+ * are whole: other fp32 sums), so those cases get 2^-5 of the output's mean magnitude on top. Outputs
+ * NaN-poisoned (each must be written) with a guard after. */
+static int epi_fetch(void *h, const void *d, size_t n) {
+    return cudaDeviceSynchronize() || cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost);
+}
+
+static void epi_case(const Mat *M, int T, int bn, int splits, Activation act, bool bias, bool loose,
+                     const QuantGemmWork *work) {
+    Err err = {{0}};
+    const int64_t rows = M->rows, cols = M->cols, F = rows / 2;
+    const char *name = dtype_info(M->type)->name;
+    uint16_t *xb = malloc((size_t)T * cols * 2), *y = malloc((size_t)T * rows * 2);
+    uint16_t *h = malloc((size_t)T * rows * 2 + GUARD);
+    float *b = malloc((size_t)rows * 4), *g = malloc((size_t)T * F * 4), *u = malloc((size_t)T * F * 4);
+    float *o = malloc((size_t)T * F * 4);
+    for (int64_t i = 0; i < T * cols; i++) xb[i] = fp32_to_bf16(frand());
+    for (int64_t i = 0; i < rows; i++) b[i] = frand();
+    void *dx = NULL, *dy = NULL, *dh = NULL, *db = NULL;
+    int rc = cudaMalloc(&dx, (size_t)T * cols * 2) || cudaMalloc(&dy, (size_t)T * rows * 2) ||
+             cudaMalloc(&dh, (size_t)T * rows * 2 + GUARD) || cudaMalloc(&db, (size_t)rows * 4);
+    rc = rc || cudaMemcpy(dx, xb, (size_t)T * cols * 2, cudaMemcpyHostToDevice) ||
+         cudaMemcpy(db, b, (size_t)rows * 4, cudaMemcpyHostToDevice);
+    rc = rc || quant_gemm_variant(&M->m, dx, T, dy, false, bn, 5, splits, work, 0, &err) ||
+         epi_fetch(y, dy, (size_t)T * rows * 2);
+    /* gated: bg = b[0 .. F), bu = b[F .. 2F) */
+    const float *bg = bias ? (float *)db : NULL, *bu = bias ? (float *)db + F : NULL;
+    QuantGemmEpi ge = {NULL, true, dh, bg, bu, act, 7.0f};
+    rc = rc || cudaMemset(dh, 0xff, (size_t)T * F * 2) || cudaMemset((uint8_t *)dh + T * F * 2, 0x5a, GUARD);
+    rc = rc || quant_gemm_epi(&M->m, dx, T, &ge, bn, 5, splits, work, 0, &err) ||
+         epi_fetch(h, dh, (size_t)T * F * 2 + GUARD);
+    CHECK(!rc, "%s [%lld][%lld] T=%d bn=%d splits %d glu: %s (cuda %d)", name, (long long)rows, (long long)cols, T,
+          bn, splits, err.msg, rc);
+    double mean = 0;
+    int64_t bad = 0, guard_hit = 0;
+    for (int t = 0; !rc && t < T; t++)
+        for (int64_t i = 0; i < F; i++) {
+            g[t * F + i] = bf16_to_fp32(y[t * rows + i]) + (bias ? b[i] : 0.0f);
+            u[t * F + i] = bf16_to_fp32(y[t * rows + F + i]) + (bias ? b[F + i] : 0.0f);
+        }
+    if (!rc) cpu_glu(o, g, u, T * F, act, 7.0f);
+    for (int64_t i = 0; !rc && i < T * F; i++) mean += fabs(bf16_to_fp32(fp32_to_bf16(o[i]))) / (double)(T * F);
+    for (int64_t i = 0; !rc && i < T * F; i++) {
+        double r = bf16_to_fp32(fp32_to_bf16(o[i])), v = bf16_to_fp32(h[i]);
+        double tol = fabs(r) / 128 + (act == ACT_GELU_TANH ? 0x1p-20 * fabs((double)g[i] * u[i]) : 0) +
+                     (loose ? mean / 32 : 1e-30);
+        if (!(fabs(v - r) <= tol) && bad++ < 3)
+            printf("  %s [%lld][%lld] T=%d bn=%d splits %d act %d: out[%lld][%lld] = %.6g, host %.6g\n", name,
+                   (long long)rows, (long long)cols, T, bn, splits, (int)act, (long long)(i / F), (long long)(i % F), v, r);
+    }
+    for (size_t i = 0; !rc && i < GUARD; i++) guard_hit += ((uint8_t *)h)[T * F * 2 + i] != 0x5a;
+    CHECK(bad == 0 && guard_hit == 0, "%s [%lld][%lld] T=%d bn=%d splits %d glu: %lld outputs off, %lld guard bytes hit",
+          name, (long long)rows, (long long)cols, T, bn, splits, (long long)bad, (long long)guard_hit);
+    /* parts: ends multiples of 8 that cut tiles (rows 136 and 264 of a 384-row W), biases on parts 0 and 2 */
+    const int64_t e0 = rows / 3 / 8 * 8 + 8, e1 = 2 * rows / 3 / 8 * 8 + 8;
+    uint16_t *dp = dh, *hp = h;
+    GemvOut po = {{dp, dp + T * e0, dp + T * e1}, {bias ? (float *)db : NULL, NULL, bias ? (float *)db + e1 : NULL},
+                  {e0, e1, rows}, false, false};
+    QuantGemmEpi pe = {&po, false, NULL, NULL, NULL, ACT_SILU, 0.0f};
+    err.msg[0] = 0;
+    rc = rc || cudaMemset(dh, 0xff, (size_t)T * rows * 2) || cudaMemset((uint8_t *)dh + T * rows * 2, 0x5a, GUARD);
+    rc = rc || quant_gemm_epi(&M->m, dx, T, &pe, bn, 5, splits, work, 0, &err) ||
+         epi_fetch(h, dh, (size_t)T * rows * 2 + GUARD);
+    CHECK(!rc, "%s [%lld][%lld] T=%d parts: %s (cuda %d)", name, (long long)rows, (long long)cols, T, err.msg, rc);
+    bad = guard_hit = 0;
+    for (int t = 0; !rc && t < T; t++)
+        for (int64_t r = 0; r < rows; r++) {
+            int p = r < e0 ? 0 : r < e1 ? 1 : 2;
+            int64_t r0 = p == 0 ? 0 : p == 1 ? e0 : e1, n = (p == 0 ? e0 : p == 1 ? e1 : rows) - r0;
+            float v = bf16_to_fp32(y[t * rows + r]);
+            uint16_t want = bias && p != 1 ? fp32_to_bf16(v + b[r]) : y[t * rows + r];
+            uint16_t got = hp[T * r0 + t * n + r - r0];
+            if (got != want && bad++ < 3)
+                printf("  %s T=%d parts: part %d [%d][%lld] = %#x, want %#x\n", name, T, p, t, (long long)(r - r0), got, want);
+        }
+    for (size_t i = 0; !rc && i < GUARD; i++) guard_hit += ((uint8_t *)h)[T * rows * 2 + i] != 0x5a;
+    CHECK(bad == 0 && guard_hit == 0, "%s [%lld][%lld] T=%d bn=%d splits %d parts: %lld values differ, %lld guard bytes hit",
+          name, (long long)rows, (long long)cols, T, bn, splits, (long long)bad, (long long)guard_hit);
+    free(xb), free(y), free(h), free(b), free(g), free(u), free(o);
+    cudaFree(dx), cudaFree(dy), cudaFree(dh), cudaFree(db);
+}
+
+static void test_epilogues(void) {
+    if (!quant_gemm_available()) return;
+    int sms = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    QuantGemmWork work = {NULL, quant_gemm_work_bytes(sms)};
+    CHECK(cudaMalloc(&work.buf, work.bytes) == 0 && cudaMemset(work.buf, 0, work.bytes) == 0, "work space");
+    const struct { DType type; int64_t rows, cols; int T, bn, splits; } cases[] = {
+        {DT_Q4_K, 256, 512, 17, 0, 0},   {DT_Q4_K, 256, 512, 100, 128, 1}, {DT_Q4_K, 384, 1280, 257, 256, 0},
+        {DT_Q4_K, 384, 1280, 200, 64, 3}, {DT_Q8_0, 384, 1024, 64, 0, 0},   {DT_Q8_0, 256, 512, 129, 256, 1},
+        {DT_Q6_K, 256, 512, 129, 0, 0},   {DT_Q6_K, 384, 1280, 300, 128, 3}, {DT_Q5_K, 384, 1280, 200, 0, 0},
+        {DT_Q5_K, 256, 512, 33, 32, 1},   {DT_Q4_K, 4096, 4096, 512, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        Mat M;
+        if (mat_build(&M, cases[i].type, cases[i].rows, cases[i].cols)) continue;
+        epi_case(&M, cases[i].T, cases[i].bn, cases[i].splits, (Activation)(i % 3), i % 2 == 0, false, &work);
+        mat_free(&M);
+    }
+    /* gate+up-shaped with the last partial wave split (192 tiles of 256 on 132 SMs) */
+    Mat M;
+    if (mat_build(&M, DT_Q4_K, 8192, 1024) == 0) {
+        epi_case(&M, 600, 0, 0, ACT_SILU, false, sms < 192, &work);
+        mat_free(&M);
+    }
+    if (mat_build(&M, DT_Q4_K, 384, 1280) == 0) { /* refusals */
+        Err err = {{0}};
+        uint16_t *d = NULL;
+        cudaMalloc((void **)&d, 64 * 384 * 2 + 64);
+        GemvOut po = {{d, d + 8 * 100, d + 8 * 200}, {NULL, NULL, NULL}, {100, 200, 384}, false, false};
+        QuantGemmEpi pe = {&po, false, NULL, NULL, NULL, ACT_SILU, 0.0f}, both = {&po, true, d, NULL, NULL, ACT_SILU, 0};
+        QuantGemmEpi ge = {NULL, true, (char *)d + 2, NULL, NULL, ACT_SILU, 0.0f};
+        CHECK(!quant_gemm_epi_takes(&M.m, &pe) && quant_gemm_epi(&M.m, d, 8, &pe, 0, 0, 0, &work, 0, &err) != 0 &&
+                  strstr(err.msg, "part 0 ends at row 100"), "parts ending at 100: '%s'", err.msg);
+        err.msg[0] = 0;
+        CHECK(quant_gemm_epi(&M.m, d, 8, &both, 0, 0, 0, &work, 0, &err) != 0 && strstr(err.msg, "one of"), "both: '%s'", err.msg);
+        err.msg[0] = 0;
+        CHECK(!quant_gemm_epi_takes(&M.m, &ge) && quant_gemm_epi(&M.m, d, 8, &ge, 0, 0, 0, &work, 0, &err) != 0 &&
+                  strstr(err.msg, "aligned"), "unaligned glu out: '%s'", err.msg);
+        ge.out = d;
+        err.msg[0] = 0;
+        CHECK(quant_gemm_epi(&M.m, d, 8, &ge, 128, 3, 1, &work, 0, &err) != 0 && strstr(err.msg, "version"),
+              "v3 glu: '%s'", err.msg);
+        cudaFree(d);
         mat_free(&M);
     }
     cudaFree(work.buf);
@@ -447,6 +586,7 @@ int main(int argc, char **argv) {
     }
     RUN(test_refused);
     RUN(test_quant_gemm);
+    RUN(test_epilogues);
     if (!quick) RUN(test_timing);
     TEST_EXIT();
 }
