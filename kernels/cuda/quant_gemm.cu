@@ -78,8 +78,13 @@ template <int Q, int BN> static __host__ __device__ constexpr int qr_stage_bytes
 #define QR_SMEM_MAX (227 * 1024 - 1024 - 256) /* less the alignment and the mbarriers */
 /* a multiple of 4 (the multipliers' loop takes S stages a turn, so buffers,
  * descriptors and kt % 4 are constants), at most 8 */
-template <int Q, int BN> static __host__ __device__ constexpr int qr_stages() {
-    return QR_SMEM_MAX / qr_stage_bytes<Q, BN>() >= 8 ? 8 : QR_SMEM_MAX / qr_stage_bytes<Q, BN>() / 4 * 4;
+/* MB blocks an SM: 1, or 2 (64- and 128-token tiles of Q4_K and Q8_0: half the shared memory each, 128
+ * registers; quant_gemm takes it for launches of more tiles than SMs and no split of K) */
+#define QR_SMEM_MAX2 (112 * 1024 - 1024 - 256)
+template <int Q, int BN, int MB = 1> static __host__ __device__ constexpr int qr_stages() {
+    return (MB == 2 ? QR_SMEM_MAX2 : QR_SMEM_MAX) / qr_stage_bytes<Q, BN>() >= 8
+               ? 8
+               : (MB == 2 ? QR_SMEM_MAX2 : QR_SMEM_MAX) / qr_stage_bytes<Q, BN>() / 4 * 4;
 }
 /* the rows of x's box: BN, or T where a launch's one token tile is shorter (the tensor map's box and
  * each stage's expected bytes must agree) */
@@ -98,8 +103,8 @@ typedef struct {
     float limit;
 } QrEpi;
 
-template <int Q, int BN> static __host__ __device__ constexpr int qr_smem_bytes() {
-    return qr_stages<Q, BN>() * qr_stage_bytes<Q, BN>() + 16 * qr_stages<Q, BN>() + 1024;
+template <int Q, int BN, int MB = 1> static __host__ __device__ constexpr int qr_smem_bytes() {
+    return qr_stages<Q, BN, MB>() * qr_stage_bytes<Q, BN>() + 16 * qr_stages<Q, BN, MB>() + 1024;
 }
 
 /* ---- wgmma (PTX ISA 8.0, sm_90a); everything down to the kernel is device
@@ -465,11 +470,11 @@ static __device__ __forceinline__ void qr_load_w(uint32_t dst, const CUtensorMap
     if (two) tma_load_2d(dst + 64 * row_bytes, map, c0, m1, bar);
 }
 
-template <int Q, int BN>
+template <int Q, int BN, int MB>
 static __device__ __forceinline__ void qr_load(uint8_t *smem, const CUtensorMap *tx, const CUtensorMap *tw,
                                                const CUtensorMap *tw2, const CUtensorMap *tw3, int n0, int xrows, int m0,
                                                int m1, bool two, int kt, int b) {
-    constexpr int S = qr_stages<Q, BN>(), SB = qr_stage_bytes<Q, BN>();
+    constexpr int S = qr_stages<Q, BN, MB>(), SB = qr_stage_bytes<Q, BN>();
     const uint32_t full = smem_u32(smem) + S * SB + 8 * b, st = smem_u32(smem) + b * SB, w = st + BN * 128;
     mbar_expect_tx(full, xrows * 128 + qr_w_bytes<Q>());
     tma_load_2d(st, tx, kt * 64, n0, full);
@@ -690,12 +695,12 @@ static __device__ __forceinline__ void q6k_d(float (&d)[2], const unsigned short
  * and kt1 are multiples of 4: cols % 256 == 0) in buffers
  * q .. q + 3, q = 4 (turn % (S / 4)): kt % 4 and the offsets of every
  * descriptor and barrier from q's are constants. */
-template <int Q, int BN, bool PK>
+template <int Q, int BN, bool PK, int MB>
 static __device__ __forceinline__ void qr_multiply(float (&acc)[qr_halves<BN>()][qr_wn<BN>() / 2], uint8_t *smem,
                                                    const CUtensorMap *tx, const CUtensorMap *tw, const CUtensorMap *tw2,
                                                    const CUtensorMap *tw3, const unsigned short *dq, int nb, int n0,
                                                    int xrows, int m0, int m1, bool two, int kt0, int kt1) {
-    constexpr int S = qr_stages<Q, BN>(), SB = qr_stage_bytes<Q, BN>(), NH = qr_halves<BN>(), WN = qr_wn<BN>();
+    constexpr int S = qr_stages<Q, BN, MB>(), SB = qr_stage_bytes<Q, BN>(), NH = qr_halves<BN>(), WN = qr_wn<BN>();
     const int j = threadIdx.x, wg = j >> 7, warp = (j >> 5) & 3, lane = j & 31;
     const int row0 = 64 * wg + 16 * warp + (lane >> 2), t = lane & 3;
     const int wrow = (wg ? m1 - 64 : m0) + row0; /* the thread's row of W (Q6_K's d) */
@@ -733,7 +738,7 @@ static __device__ __forceinline__ void qr_multiply(float (&acc)[qr_halves<BN>()]
                 mbar_arrive(bars + 8 * (S + prev));
                 if (j == 0 && kt - 1 + S < kt1) {
                     mbar_wait(bars + 8 * (S + prev), pn & 1);
-                    qr_load<Q, BN>(smem, tx, tw, tw2, tw3, n0, xrows, m0, m1, two, kt - 1 + S, prev);
+                    qr_load<Q, BN, MB>(smem, tx, tw, tw2, tw3, n0, xrows, m0, m1, two, kt - 1 + S, prev);
                 }
             }
         }
@@ -928,14 +933,14 @@ kernel_quant_gemm(void *y, bool y_f32, const __nv_bfloat16 *x, const uint8_t *qs
 #endif
 }
 
-template <int Q, int BN, bool PK>
-__global__ void __launch_bounds__(QR_THREADS, 1)
+template <int Q, int BN, bool PK, int MB>
+__global__ void __launch_bounds__(QR_THREADS, MB)
 kernel_quant_gemm_rs(void *y, bool y_f32, const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw,
                      const __grid_constant__ CUtensorMap tw2, const __grid_constant__ CUtensorMap tw3,
                      const unsigned short *dq, int T, int M, int K, float *part, unsigned *count, int n_whole,
                      int z, const QrEpi epi) {
 #if QM_WGMMA
-    constexpr int S = qr_stages<Q, BN>(), SB = qr_stage_bytes<Q, BN>(), NH = qr_halves<BN>(), NA = qr_wn<BN>() / 2;
+    constexpr int S = qr_stages<Q, BN, MB>(), SB = qr_stage_bytes<Q, BN>(), NH = qr_halves<BN>(), NA = qr_wn<BN>() / 2;
     extern __shared__ uint8_t qm_smem_raw[];
     uint8_t *smem = qm_smem_raw + ((1024 - (smem_u32(qm_smem_raw) & 1023)) & 1023);
     /* blocks [0, n_whole): tiles whole; then z blocks a tile, each a split of K (QrSplit) */
@@ -955,11 +960,11 @@ kernel_quant_gemm_rs(void *y, bool y_f32, const __grid_constant__ CUtensorMap tx
             mbar_init(smem_u32(smem) + S * SB + 8 * (S + i), 256); /* empty: every thread */
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        for (int kt = kt0; kt < kt0 + S && kt < kt1; kt++) qr_load<Q, BN>(smem, &tx, &tw, &tw2, &tw3, nx, xrows, m0, m1, two, kt, kt - kt0);
+        for (int kt = kt0; kt < kt0 + S && kt < kt1; kt++) qr_load<Q, BN, MB>(smem, &tx, &tw, &tw2, &tw3, nx, xrows, m0, m1, two, kt, kt - kt0);
     }
     __syncthreads();
     float acc[NH][NA]; /* written first by the wgmma of kt = kt0, k = 0 (add = 0) */
-    qr_multiply<Q, BN, PK>(acc, smem, &tx, &tw, &tw2, &tw3, dq, K / 256, nx, xrows, m0, m1, two, kt0, kt1);
+    qr_multiply<Q, BN, PK, MB>(acc, smem, &tx, &tw, &tw2, &tw3, dq, K / 256, nx, xrows, m0, m1, two, kt0, kt1);
     if (splits > 1 && !qr_split_reduce<NH, NA>(acc, part, count, tile - n_whole, split, splits)) return;
     static_assert(BN * QR_Y_STRIDE <= S * SB, "y's tile in the stage buffers");
     if (two) qr_store_glu<NH, NA>(epi, acc, smem, T, nx, n0, m0);
@@ -1024,9 +1029,10 @@ typedef struct {
     int64_t n_whole;
     float *part;
     unsigned *count;
+    int mb; /* blocks an SM: 2 for quant_gemm's pick below, else 1 */
 } QrSplit;
 
-template <int Q, int BN, bool PK>
+template <int Q, int BN, bool PK, int MB>
 static int qm_launch_v4(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, const QrSplit *sp,
                         const QrEpi *epi, cudaStream_t s, Err *err) {
     void *fn = NULL;
@@ -1069,11 +1075,11 @@ static int qm_launch_v4(const QuantMatrix *W, const void *x, int T, void *y, boo
                       CU_TENSOR_MAP_SWIZZLE_NONE, "W scales", err))
         return -1;
     if (Q != DT_Q5_K && Q != DT_Q6_K) tw3 = tw2; /* unused */
-    const int smem = qr_smem_bytes<Q, BN>();
-    CUDA_CHECK(cudaFuncSetAttribute(kernel_quant_gemm_rs<Q, BN, PK>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), err);
+    const int smem = qr_smem_bytes<Q, BN, MB>();
+    CUDA_CHECK(cudaFuncSetAttribute(kernel_quant_gemm_rs<Q, BN, PK, MB>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), err);
     const int64_t tiles = (int64_t)((T + BN - 1) / BN) * (W->rows / QM_BM);
     const int64_t blocks = sp->n_whole + (tiles - sp->n_whole) * sp->splits;
-    kernel_quant_gemm_rs<Q, BN, PK><<<(unsigned)blocks, QR_THREADS, smem, s>>>(
+    kernel_quant_gemm_rs<Q, BN, PK, MB><<<(unsigned)blocks, QR_THREADS, smem, s>>>(
         y, y_f32, tx, tw, tw2, tw3, (const unsigned short *)W->sc, T, (int)W->rows, (int)W->cols, sp->part, sp->count,
         (int)sp->n_whole, sp->splits, *epi);
     CUDA_CHECK(cudaGetLastError(), err);
@@ -1085,14 +1091,18 @@ template <int Q, int BN>
 static int qm_launch(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int ver, const QrSplit *sp,
                      const QrEpi *epi, cudaStream_t s, Err *err) {
     if constexpr (Q == DT_Q5_K || Q == DT_Q6_K) { /* v5 only (quant_gemm_variant checks) */
-        return qm_launch_v4<Q, BN, true>(W, x, T, y, y_f32, sp, epi, s, err);
+        return qm_launch_v4<Q, BN, true, 1>(W, x, T, y, y_f32, sp, epi, s, err);
     } else {
         if (ver == 3) {
             if constexpr (BN >= 128) return qm_launch_v3<Q, BN / 128>(W, x, T, y, y_f32, s, err);
             return err_set(err, "quant_gemm: version 3 takes 128 or 256 tokens a block, not %d", BN);
         }
-        return ver == 4 ? qm_launch_v4<Q, BN, false>(W, x, T, y, y_f32, sp, epi, s, err)
-                        : qm_launch_v4<Q, BN, true>(W, x, T, y, y_f32, sp, epi, s, err);
+        if constexpr (BN == 64 || BN == 128)
+            if (sp->mb == 2)
+                return ver == 4 ? qm_launch_v4<Q, BN, false, 2>(W, x, T, y, y_f32, sp, epi, s, err)
+                                : qm_launch_v4<Q, BN, true, 2>(W, x, T, y, y_f32, sp, epi, s, err);
+        return ver == 4 ? qm_launch_v4<Q, BN, false, 1>(W, x, T, y, y_f32, sp, epi, s, err)
+                        : qm_launch_v4<Q, BN, true, 1>(W, x, T, y, y_f32, sp, epi, s, err);
     }
 }
 
@@ -1191,7 +1201,14 @@ static int qm_run(const QuantMatrix *W, const void *x, int T, void *y, bool y_f3
         n_whole = splits > 1 && tail ? tiles - tiles % sms : n_whole;
     }
     if (splits == 1) n_whole = tiles;
-    QrSplit sp = {splits, n_whole, NULL, NULL};
+    /* Two blocks an SM (4 stages, 128 registers) for 64- and 128-token tiles of Q4_K and Q8_0 where more
+     * tiles than SMs go unsplit: 4 warps a scheduler hide the fragment chains that bound one block (ncu:
+     * 0.31 issued a cycle, 0.39 of 2 warps eligible). H200, Q4_K, us, 1 vs 2 blocks: gate+up 28672 x 4096
+     * at 128 tokens 74.9 vs 64.7, at 512 in 128-token tiles 254 vs 228; with few tiles split over the SMs
+     * it lost (o at 128 tokens 17.2 vs 18.5, qkv at 384 52.9 vs 59.4), hence only here. */
+    const int mb = (bn == 64 || bn == 128) && ver >= 4 && (W->type == DT_Q4_K || W->type == DT_Q8_0) &&
+                           splits == 1 && tiles > sms ? 2 : 1;
+    QrSplit sp = {splits, n_whole, NULL, NULL, mb};
     if (splits < 1 || (splits > 1 && n_whole == 0 && (ver < 4 || splits > turns)))
         return err_set(err, "quant_gemm: %d splits of K (v4 / v5, at most cols / 256 = %d)", splits, turns);
     if (splits > 1 && tiles - n_whole > 4 * sms)
