@@ -1275,7 +1275,7 @@ int quant_gemm_epi(const QuantMatrix *W, const void *x, int T, const QuantGemmEp
     if (qm_epi_make(W, e, &q, err)) return -1;
     if (ver == 0 && !quant_gemm_tma_takes(W->type, W->cols))
         return err_set(err, "quant_gemm_epi: Q8_0 with cols %lld (v3's, which has no epilogue)", (long long)W->cols);
-    return qm_run(W, x, T, q.glu_f ? e->out : q.y[0], false, bn, ver, splits, &q, work, s, err);
+    return qm_run(W, x, T, q.y[0], false, bn, ver, splits, &q, work, s, err);
 }
 
 int quant_gemm(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, const QuantGemmWork *work,
