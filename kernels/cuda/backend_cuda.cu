@@ -390,7 +390,9 @@ static void qgemm(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const Qua
 /* The fused GEMM with an epilogue that stores its output in parts or gated (quant_gemm_epi) where it runs
  * W at T rows and takes e; false: the caller runs the GEMM and the split or GLU kernel. */
 static bool qgemm_epi(CudaBackend *cb, const bf16 *x, const QuantMatrix *W, const QuantGemmEpi *e, int T) {
-    if (cb->failed || T <= qgemv_rows(cb, W) || !q_fused(cb, W, T) || cb->qgemm_version == 3 || !quant_gemm_epi_takes(W, e)) return false;
+    if (cb->failed || T <= qgemv_rows(cb, W) || !q_fused(cb, W, T) || cb->qgemm_version == 3 ||
+        !quant_gemm_epi_takes(W, e))
+        return false;
     Err err = {};
     if (quant_gemm_epi(W, x, T, e, 0, cb->qgemm_version, 0, &cb->qwork, cb->stream, &err)) quant_fail(cb, &err);
     return true;

@@ -82,9 +82,8 @@ template <int Q, int BN> static __host__ __device__ constexpr int qr_stage_bytes
  * registers; quant_gemm takes it for launches of more tiles than SMs and no split of K) */
 #define QR_SMEM_MAX2 (112 * 1024 - 1024 - 256)
 template <int Q, int BN, int MB = 1> static __host__ __device__ constexpr int qr_stages() {
-    return (MB == 2 ? QR_SMEM_MAX2 : QR_SMEM_MAX) / qr_stage_bytes<Q, BN>() >= 8
-               ? 8
-               : (MB == 2 ? QR_SMEM_MAX2 : QR_SMEM_MAX) / qr_stage_bytes<Q, BN>() / 4 * 4;
+    constexpr int fit = (MB == 2 ? QR_SMEM_MAX2 : QR_SMEM_MAX) / qr_stage_bytes<Q, BN>();
+    return fit >= 8 ? 8 : fit / 4 * 4;
 }
 /* the rows of x's box: BN, or T where a launch's one token tile is shorter (the tensor map's box and
  * each stage's expected bytes must agree) */

@@ -300,7 +300,7 @@ static void epi_case(const Mat *M, int T, int bn, int splits, Activation act, bo
           name, (long long)rows, (long long)cols, T, bn, splits, (long long)bad, (long long)guard_hit);
     /* parts: ends multiples of 8 that cut tiles (rows 136 and 264 of a 384-row W), biases on parts 0 and 2 */
     const int64_t e0 = rows / 3 / 8 * 8 + 8, e1 = 2 * rows / 3 / 8 * 8 + 8;
-    uint16_t *dp = dh, *hp = h;
+    uint16_t *dp = dh;
     GemvOut po = {{dp, dp + T * e0, dp + T * e1}, {bias ? (float *)db : NULL, NULL, bias ? (float *)db + e1 : NULL},
                   {e0, e1, rows}, false, false};
     QuantGemmEpi pe = {&po, false, NULL, NULL, NULL, ACT_SILU, 0.0f};
@@ -316,7 +316,7 @@ static void epi_case(const Mat *M, int T, int bn, int splits, Activation act, bo
             int64_t r0 = p == 0 ? 0 : p == 1 ? e0 : e1, n = (p == 0 ? e0 : p == 1 ? e1 : rows) - r0;
             float v = bf16_to_fp32(y[t * rows + r]);
             uint16_t want = bias && p != 1 ? fp32_to_bf16(v + b[r]) : y[t * rows + r];
-            uint16_t got = hp[T * r0 + t * n + r - r0];
+            uint16_t got = h[T * r0 + t * n + r - r0];
             if (got != want && bad++ < 3)
                 printf("  %s T=%d parts: part %d [%d][%lld] = %#x, want %#x\n", name, T, p, t, (long long)(r - r0), got, want);
         }
