@@ -822,17 +822,14 @@ static __device__ __forceinline__ void qr_store_parts(const QrEpi &e, const floa
     for (int k = threadIdx.x; k < 2 * NA * NH * 16; k += QR_THREADS) {
         const int tok = k >> 4, ch = k & 15, row = m0 + 8 * ch;
         if (n0 + tok < lo || n0 + tok >= T) continue;
-        const bool in0 = row < e.end[0], in1 = !in0 && row < e.end[1]; /* selects, not an index: see gemv_out.cuh */
-        __nv_bfloat16 *y = (__nv_bfloat16 *)(in0 ? e.y[0] : in1 ? e.y[1] : e.y[2]);
-        const float *b = in0 ? e.bias[0] : in1 ? e.bias[1] : e.bias[2];
-        const int r0 = in0 ? 0 : in1 ? e.end[0] : e.end[1], n = (in0 ? e.end[0] : in1 ? e.end[1] : e.end[2]) - r0;
+        const GemvPart<int> p = gemv_part(e.y, e.bias, e.end, row);
         uint4 v = *(const uint4 *)(smem + tok * QR_Y_STRIDE + 16 * ch);
-        if (b) {
+        if (p.bias) {
             __nv_bfloat16 *ve = (__nv_bfloat16 *)&v;
 #pragma unroll
-            for (int c = 0; c < 8; c++) ve[c] = __float2bfloat16(__bfloat162float(ve[c]) + b[row - r0 + c]);
+            for (int c = 0; c < 8; c++) ve[c] = __float2bfloat16(__bfloat162float(ve[c]) + p.bias[p.r + c]);
         }
-        *(uint4 *)(y + (size_t)(n0 + tok) * n + row - r0) = v;
+        *(uint4 *)((__nv_bfloat16 *)p.y + (size_t)(n0 + tok) * p.n + p.r) = v;
     }
 }
 
