@@ -214,6 +214,24 @@ static int model_bind_layers(Model *m, Err *err) {
     return 0;
 }
 
+/* Dummy tensors of one type share their values, so an untied LM head of the
+ * embedding's type (Q8_0, bf16) would point at the embedding's data, which
+ * is how the backends and the benchmark tell a tied head (a Q8_0 8B model
+ * then decoded with a bf16 head, 1 GB read where the file has 0.56 GB):
+ * such a head gets values of its own. */
+static int dummy_head_apart(Model *m, Err *err) {
+    WeightRef *w = &m->w.output;
+    uint64_t bytes = (uint64_t)w->row_bytes * (uint64_t)w->rows * (uint64_t)w->n_mats;
+    void *d = malloc(bytes ? bytes : 1);
+    if (!d) return err_set(err, "%s: out of memory for %llu bytes of a dummy LM head", m->path, (unsigned long long)bytes);
+    if (model_own(m, d, err)) return -1;
+    memcpy(d, w->data, bytes);
+    w->data = d;
+    for (uint64_t i = 0; i < m->n_dummy; i++) /* its listing (model_tensor_at) too */
+        if (m->dummy_tensors[i].name == w->name) m->dummy_tensors[i].data = d;
+    return 0;
+}
+
 static int model_bind_globals(Model *m, Err *err) {
     const ModelConfig *c = &m->cfg;
     GlobalTensorNames g = tensor_names_global(c->source);
@@ -223,6 +241,7 @@ static int model_bind_globals(Model *m, Err *err) {
         model_bind(m, &m->w.output, g.output, 1, c->vocab, c->dim, !c->tied_embeddings, dummy_head_type(t), err))
         return -1;
     if (!m->w.output.data) m->w.output = m->w.tok_embd;
+    else if (m->dummy && m->w.output.data == m->w.tok_embd.data && dummy_head_apart(m, err)) return -1;
     if (g.rope_freqs && model_bind(m, &m->w.rope_freqs, g.rope_freqs, 1, 1, c->rope_dim / 2, false, DT_BF16, err))
         return -1;
     return 0;

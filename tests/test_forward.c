@@ -335,6 +335,10 @@ static void check_dummy_weights(const Model *m, DType want) {
     }
     CHECK(m->weight_bytes == bytes, "%s: weight_bytes %llu, the shapes give %llu", dtype_info(want)->name,
           (unsigned long long)m->weight_bytes, (unsigned long long)bytes);
+    /* the config's head is untied: the backends tell a tied head by its data being the embedding's, so a
+     * head of the embedding's type (Q8_0, bf16) must not share the dummy values' buffer with it */
+    CHECK(!c->tied_embeddings && m->w.output.data != m->w.tok_embd.data, "%s: the untied LM head reads as tied",
+          dtype_info(want)->name);
 }
 
 /* A few tokens through the CPU forward: every logit finite, not all equal. */
