@@ -480,13 +480,14 @@ static void test_decode_speed(void) {
     r.w.output_norm = vec(&r, C, 0.1f, 1);
     double bytes = 2.0 * ((double)c->n_layers * (5120.0 * C + 3.0 * F * C) + (double)V * C);
     int N = 256, warm = 16;
-    float *logits[2] = {malloc(V * sizeof(float)), malloc(V * sizeof(float))};
-    double tps[2] = {0, 0}, gbps = 0;
+    float *logits[4] = {malloc(V * sizeof(float)), malloc(V * sizeof(float)), malloc(V * sizeof(float)),
+                        malloc(V * sizeof(float))};
+    double tps[4] = {0, 0, 0, 0}, gbps = 0;
     int32_t table[64];
     for (int i = 0; i < 64; i++) table[i] = 63 - i;
-    for (int g = 0; g < 2; g++) {
+    for (int g = 0; g < 4; g++) { /* graphs off, on, off, on */
         Err err = {{0}};
-        CudaOptions o = {0, 16, 64, 0, 8, 0.9f, g == 0, false, false, false, KV_DTYPE_BF16};
+        CudaOptions o = {0, 16, 64, 0, 8, 0.9f, g % 2 == 0, false, false, false, KV_DTYPE_BF16};
         Backend *be = backend_cuda_create_opts(c, &r.w, &o, &gbps, &err);
         Forward fw;
         CHECK(be && forward_init(&fw, c, be, 8, &err) == 0, "%s", err.msg);
@@ -504,13 +505,19 @@ static void test_decode_speed(void) {
         forward_free(&fw);
         be->destroy(be);
     }
-    double md = 0, mx = 0;
+    double md = 0, mx = 0, d_off = 0, d_on = 0;
     for (int i = 0; i < V; i++) { md = fmax(md, fabs(logits[0][i] - logits[1][i])); mx = fmax(mx, fabs(logits[0][i])); }
+    for (int i = 0; i < V; i++) d_off = fmax(d_off, fabs(logits[0][i] - logits[2][i]));
+    for (int i = 0; i < V; i++) d_on = fmax(d_on, fabs(logits[1][i] - logits[3][i]));
+    /* each mode twice: whether a difference is graphs against issued launches or run to run (noticed in
+     * 2026-11: 0.002-0.005 of max |logit| run to run in both modes after 272 steps; cause not found) */
+    printf("# decode logits run to run: graphs off %.3g, on %.3g; off vs on %.3g (max |logit| %.3g)\n", d_off, d_on, md,
+           mx);
     CHECK(md <= 1e-3 * mx, "graph vs no graph logits differ by %.3g (max %.3g)", md, mx);
     printf("# decode synthetic %.2f GB bf16 (upload %.2f GB/s from fp32): graphs off %.0f tok/s (%.2f TB/s), "
            "on %.0f tok/s (%.2f TB/s); logits max diff %.2g\n", bytes / 1e9, gbps, tps[0], bytes * tps[0] / 1e12,
            tps[1], bytes * tps[1] / 1e12, md);
-    free(logits[0]); free(logits[1]);
+    for (int i = 0; i < 4; i++) free(logits[i]);
     rig_close(&r);
     free(layers);
 }
