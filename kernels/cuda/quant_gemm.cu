@@ -1224,9 +1224,31 @@ static int qm_run(const QuantMatrix *W, const void *x, int T, void *y, bool y_f3
     return qm_launch_bn<DT_Q8_0>(W, x, T, y, y_f32, bn, ver, &sp, epi, s, err);
 }
 
+/* qm_run with tokens per block and splits its own (bn = splits = 0). Where that takes 256-token tiles and
+ * the last T % 256 tokens are at most 128, those go in a launch of their own after the 256-token head (64-
+ * or 128-token tiles), instead of a whole 256-token tile of padding per row tile: y, the parts and the GLU
+ * output continue at token h. */
+static int qm_run_auto(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int ver, const QrEpi *epi,
+                       const QuantGemmWork *work, cudaStream_t s, Err *err) {
+    const int r = T % 256, h = T - r;
+    const bool v45 = (ver == 0 || ver >= 4) && quant_gemm_tma_takes(W->type, W->cols);
+    int sms = 0;
+    if (!v45 || T < 256 || r == 0 || r > 128 || !quant_gemm_supported(W->type, W->rows, W->cols) ||
+        (sms = qm_sm_count(err)) <= 0 || qm_pick_bn(W, T, sms, 5, work && work->buf) != 256)
+        return sms < 0 ? -1 : qm_run(W, x, T, y, y_f32, 0, ver, 0, epi, work, s, err);
+    if (qm_run(W, x, h, y, y_f32, 0, ver, 0, epi, work, s, err)) return -1;
+    QrEpi tail = *epi;
+    const int64_t width[3] = {epi->end[0], epi->end[1] - epi->end[0], epi->end[2] - epi->end[1]};
+    for (int i = 0; i < 3 && epi->parts; i++) tail.y[i] = (__nv_bfloat16 *)epi->y[i] + (int64_t)h * width[i];
+    if (epi->glu_f) tail.y[0] = (__nv_bfloat16 *)epi->y[0] + (int64_t)h * epi->glu_f;
+    void *yt = epi->parts || epi->glu_f ? tail.y[0] : (char *)y + (int64_t)h * W->rows * (y_f32 ? 4 : 2);
+    return qm_run(W, (const __nv_bfloat16 *)x + (int64_t)h * W->cols, r, yt, y_f32, 0, ver, 0, &tail, work, s, err);
+}
+
 int quant_gemm_variant(const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, int bn, int ver, int splits,
                        const QuantGemmWork *work, cudaStream_t s, Err *err) {
     const QrEpi none = {};
+    if (bn == 0 && splits == 0) return qm_run_auto(W, x, T, y, y_f32, ver, &none, work, s, err);
     return qm_run(W, x, T, y, y_f32, bn, ver, splits, &none, work, s, err);
 }
 
@@ -1271,6 +1293,7 @@ int quant_gemm_epi(const QuantMatrix *W, const void *x, int T, const QuantGemmEp
     if (qm_epi_make(W, e, &q, err)) return -1;
     if (ver == 0 && !quant_gemm_tma_takes(W->type, W->cols))
         return err_set(err, "quant_gemm_epi: Q8_0 with cols %lld (v3's, which has no epilogue)", (long long)W->cols);
+    if (bn == 0 && splits == 0) return qm_run_auto(W, x, T, q.y[0], false, ver, &q, work, s, err);
     return qm_run(W, x, T, q.y[0], false, bn, ver, splits, &q, work, s, err);
 }
 
