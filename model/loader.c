@@ -222,7 +222,7 @@ static int model_bind_layers(Model *m, Err *err) {
 static int dummy_head_apart(Model *m, Err *err) {
     WeightRef *w = &m->w.output;
     uint64_t bytes = (uint64_t)w->row_bytes * (uint64_t)w->rows * (uint64_t)w->n_mats;
-    void *d = malloc(bytes ? bytes : 1);
+    void *d = malloc(bytes);
     if (!d) return err_set(err, "%s: out of memory for %llu bytes of a dummy LM head", m->path, (unsigned long long)bytes);
     if (model_own(m, d, err)) return -1;
     memcpy(d, w->data, bytes);

@@ -1,6 +1,6 @@
 /* gemv_out.cuh — where the matrix-vector kernels (gemv.cu, quant_gemv.cu,
- * quant_gemv_mma.cu, quant_gemv_x8.cu; the fused GEMM's parts epilogue) store y[t][row] (+ bias): one [T][rows] array, or, for
- * a fused Q|K|V matrix, three: rows [0, end[0]) to y[0] as [T][end[0]],
+ * quant_gemv_mma.cu, quant_gemv_x8.cu) and the fused GEMM's parts epilogue
+ * store y[t][row] (+ bias): one [T][rows] array, or, for a fused Q|K|V matrix, three: rows [0, end[0]) to y[0] as [T][end[0]],
  * [end[0], end[1]) to y[1], [end[1], end[2]) to y[2], each part with its own
  * bias (NULL: none). Why: storing the parts directly replaces the QKV split
  * kernel, a launch per layer at decode. With add, the one output is the fp32
@@ -30,11 +30,12 @@ static inline GemvOut gemv_out_one(void *y, bool f32, const float *bias, int64_t
 #ifdef __CUDACC__
 #include <cuda_bf16.h>
 
-/* The part row falls in: its y and bias, the row's index in it and its width. Selects, not
- * an index: a run-time index into the kernel's arguments would make the
- * compiler copy the whole argument block to local memory (120 bytes of
- * stack per thread, read in the hot loops: measured 10-30% slower). E is
- * the type of the part ends (GemvOut's int64_t, the fused GEMM's int). */
+/* The part row falls in: its y and bias, the row's index in it and its
+ * width. Selects, not an index: a run-time index into the kernel's
+ * arguments would make the compiler copy the whole argument block to local
+ * memory (120 bytes of stack per thread, read in the hot loops: measured
+ * 10-30% slower). E: the type of the part ends (GemvOut's int64_t, the
+ * fused GEMM's int). */
 template <typename E> struct GemvPart {
     void *y;
     const float *bias;

@@ -1234,7 +1234,7 @@ static int qm_run_auto(const QuantMatrix *W, const void *x, int T, void *y, bool
     const bool v45 = (ver == 0 || ver >= 4) && quant_gemm_tma_takes(W->type, W->cols);
     int sms = 0;
     if (!v45 || T < 256 || r == 0 || r > 128 || !quant_gemm_supported(W->type, W->rows, W->cols) ||
-        (sms = qm_sm_count(err)) <= 0 || qm_pick_bn(W, T, sms, 5, work && work->buf) != 256)
+        (sms = qm_sm_count(err)) <= 0 || qm_pick_bn(W, T, sms, ver ? ver : 5, work && work->buf) != 256)
         return sms < 0 ? -1 : qm_run(W, x, T, y, y_f32, 0, ver, 0, epi, work, s, err);
     if (qm_run(W, x, h, y, y_f32, 0, ver, 0, epi, work, s, err)) return -1;
     QrEpi tail = *epi;

@@ -3,7 +3,7 @@
 # whose calls carry at most 64 MiB each (tracked files included), so the
 # run.sh rows that need them (cuda_forward_real, quant_forward_real,
 # batched_real_*, cuda_batch_real) can run there:
-#   here:  tests/gpu/model_parts.sh split [MB]   models/cache/*.gguf -> build/mp0, build/mp1, ...
+#   here:  tests/gpu/model_parts.sh split [MB]   the two models run.sh reads (models/cache) -> build/mp0, ...
 #          (one part per call: carry build/mp0 with the first call, build/mp1 with the next, ...;
 #          a warm machine keeps what earlier calls carried)
 #   there: tests/gpu/model_parts.sh join DIR     build/mp* -> DIR/NAME.gguf, each checked by

@@ -506,9 +506,12 @@ static void test_decode_speed(void) {
         be->destroy(be);
     }
     double md = 0, mx = 0, d_off = 0, d_on = 0;
-    for (int i = 0; i < V; i++) { md = fmax(md, fabs(logits[0][i] - logits[1][i])); mx = fmax(mx, fabs(logits[0][i])); }
-    for (int i = 0; i < V; i++) d_off = fmax(d_off, fabs(logits[0][i] - logits[2][i]));
-    for (int i = 0; i < V; i++) d_on = fmax(d_on, fabs(logits[1][i] - logits[3][i]));
+    for (int i = 0; i < V; i++) {
+        md = fmax(md, fabs(logits[0][i] - logits[1][i]));
+        mx = fmax(mx, fabs(logits[0][i]));
+        d_off = fmax(d_off, fabs(logits[0][i] - logits[2][i]));
+        d_on = fmax(d_on, fabs(logits[1][i] - logits[3][i]));
+    }
     /* each mode twice: whether a difference is graphs against issued launches or run to run (noticed in
      * 2026-11: 0.002-0.005 of max |logit| run to run in both modes after 272 steps; cause not found) */
     printf("# decode logits run to run: graphs off %.3g, on %.3g; off vs on %.3g (max |logit| %.3g)\n", d_off, d_on, md,
