@@ -273,6 +273,7 @@ template <int HDK, int HDV, bool FP8> struct DecodeShape {
     static_assert(BN == 16 * NW, "one warp per 16 keys of a tile");
     static_assert(HDK / 2 <= 32 * ROPE_LANE_PAIRS, "rope_lane_cs holds a lane's pairs of head sizes up to 256");
     static_assert(STAGE % 16 == 0, "stages keep 16-byte alignment");
+    static_assert(STAGES >= 2, "the key loop's waits count on a group past the tile it reads");
 };
 
 template <int HDK, int HDV, bool CAP, bool WIN, bool FP8>
@@ -356,10 +357,16 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
 
     for (int t = ts; t < te; t++) {
         const int st = (t - ts) % ST;
-        cp_async_wait<ST - 1>();
+        /* Tile ts + i is commit group i: the first ST are the up-front loads, and turn i >= 1 commits group
+         * ST + i - 1 (tile ts + i + ST - 1, or empty past te). So at turn i groups 0..i must have landed:
+         * at most ST - 1 pending at the first turn (ST groups committed), ST - 2 after (ST + i - 1). */
+        if (t == ts) cp_async_wait<ST - 1>();
+        else cp_async_wait<ST - 2>();
         __syncthreads(); /* tile t landed for all threads; stage of t - 1 is free */
-        if (t > ts && t + ST - 1 < te) load_stage((t - 1 - ts) % ST, t + ST - 1);
-        cp_async_commit(); /* the first turn's group is empty: the first ST tiles were loaded up front */
+        if (t > ts) {
+            if (t + ST - 1 < te) load_stage((t - 1 - ts) % ST, t + ST - 1);
+            cp_async_commit();
+        }
         if (has_new && t == t_new) {
             decode_put_new<HDK, HDV, FP8, NT, S::RSK, S::RSV>(nkv, kbuf(st), vbuf(st), k8(st), v8(st), ks(st), vs(st),
                                                               pos - t * BN);
