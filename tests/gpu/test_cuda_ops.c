@@ -454,9 +454,37 @@ static void test_gemv_rate(void) {
     }
 }
 
+/* One pass of test_decode_speed's decode: T = 1 steps at positions 0..n (the last logits into out, a
+ * checksum of each step's logits into sums[n]); returns the seconds of the steps from `warm` on. */
+static double decode_pass(Forward *fw, int V, int n, int warm, float *out, double *sums) {
+    int32_t table[64];
+    for (int i = 0; i < 64; i++) table[i] = 63 - i;
+    const int32_t *tables[1] = {table};
+    Err err = {{0}};
+    double t0 = 0;
+    for (int i = 0; i < n; i++) {
+        if (i == warm) t0 = now();
+        int32_t id = (i * 7919) % V, pos = i, seq = 0, row = 0;
+        int64_t slot = (int64_t)table[i / 16] * 16 + i % 16;
+        AttnBatch b = {1, &pos, &seq, &slot, 1, tables, 16};
+        if (forward_run(fw, &id, &b, &row, 1, out, &err)) { CHECK(0, "%s", err.msg); return 1; }
+        double cs = 0;
+        for (int v = 0; v < V; v++) cs += out[v] * (double)(1 + v % 7);
+        sums[i] = cs;
+    }
+    return now() - t0;
+}
+
+/* The first step whose checksums differ, or -1. */
+static int first_differing_step(const double *a, const double *b, int n) {
+    for (int i = 0; i < n; i++)
+        if (a[i] != b[i]) return i;
+    return -1;
+}
+
 /* Decode of a synthetic Llama-shaped model (C 2048, 16 layers, F 8192,
  * V 32000; every layer shares one set of host weights, each gets its own
- * device copy): T = 1 steps at positions 0..N, graphs off then on. */
+ * device copy): T = 1 steps at positions 0..N, graphs off, on, off, on, each backend twice. */
 static void test_decode_speed(void) {
     Rig r;
     memset(&r, 0, sizeof r);
@@ -484,38 +512,21 @@ static void test_decode_speed(void) {
                         malloc(V * sizeof(float))};
     float *again = malloc(V * sizeof(float));
     double tps[4] = {0, 0, 0, 0}, gbps = 0;
-    /* a checksum of each step's logits, each pass: where two passes first part */
-    double *sums = calloc((size_t)8 * (warm + N), sizeof(double));
-    int32_t table[64];
-    for (int i = 0; i < 64; i++) table[i] = 63 - i;
-    for (int g = 0; g < 4; g++) { /* graphs off, on, off, on */
+    /* each step's logits checksum, [backend][pass][step]: where two passes first part */
+    const int n = warm + N;
+    double *sums = calloc((size_t)8 * n, sizeof(double));
+    for (int g = 0; g < 4; g++) { /* graphs off, on, off, on; two passes each (the second repeats the first) */
         Err err = {{0}};
         CudaOptions o = {0, 16, 64, 0, 8, 0.9f, g % 2 == 0, false, false, false, KV_DTYPE_BF16};
         Backend *be = backend_cuda_create_opts(c, &r.w, &o, &gbps, &err);
         Forward fw;
         CHECK(be && forward_init(&fw, c, be, 8, &err) == 0, "%s", err.msg);
         if (!be) break;
-        for (int pass = 0; pass < 2; pass++) { /* the second pass repeats the first in the same backend */
-            float *out = pass ? again : logits[g];
-            double t0 = 0;
-            for (int i = 0; i < warm + N; i++) {
-                if (i == warm) t0 = now();
-                int32_t id = (i * 7919) % V, pos = i, seq = 0, row = 0;
-                int64_t slot = (int64_t)table[i / 16] * 16 + i % 16;
-                const int32_t *tables[1] = {table};
-                AttnBatch b = {1, &pos, &seq, &slot, 1, tables, 16};
-                if (forward_run(&fw, &id, &b, &row, 1, out, &err)) { CHECK(0, "%s", err.msg); break; }
-                double cs = 0;
-                for (int v = 0; v < V; v++) cs += out[v] * (double)(1 + v % 7);
-                sums[(size_t)(2 * g + pass) * (warm + N) + i] = cs;
-            }
-            if (pass == 0) tps[g] = N / (now() - t0);
-        }
+        tps[g] = N / decode_pass(&fw, V, n, warm, logits[g], sums + (size_t)2 * g * n);
+        decode_pass(&fw, V, n, warm, again, sums + (size_t)(2 * g + 1) * n);
         double dp = 0;
-        int first = -1;
         for (int i = 0; i < V; i++) dp = fmax(dp, fabs(logits[g][i] - again[i]));
-        for (int i = 0; i < warm + N && first < 0; i++)
-            if (sums[(size_t)(2 * g) * (warm + N) + i] != sums[(size_t)(2 * g + 1) * (warm + N) + i]) first = i;
+        int first = first_differing_step(sums + (size_t)2 * g * n, sums + (size_t)(2 * g + 1) * n, n);
         printf("# decode run %d (graphs %s): two passes in one backend differ by %.3g, first at step %d\n", g,
                g % 2 ? "on" : "off", dp, first);
         /* same kernels, same inputs: bit for bit (a split's key tile read before its copy landed differed
@@ -525,9 +536,7 @@ static void test_decode_speed(void) {
         be->destroy(be);
     }
     for (int g = 2; g < 4; g++) {
-        int first = -1;
-        for (int i = 0; i < warm + N && first < 0; i++)
-            if (sums[(size_t)(2 * (g - 2)) * (warm + N) + i] != sums[(size_t)(2 * g) * (warm + N) + i]) first = i;
+        int first = first_differing_step(sums + (size_t)2 * (g - 2) * n, sums + (size_t)2 * g * n, n);
         printf("# decode runs %d and %d (graphs %s, two backends): first step that differs %d\n", g - 2, g,
                g % 2 ? "on" : "off", first);
         CHECK(first < 0, "decode runs %d and %d differ from step %d", g - 2, g, first);
@@ -541,8 +550,7 @@ static void test_decode_speed(void) {
         d_off = fmax(d_off, fabs(logits[0][i] - logits[2][i]));
         d_on = fmax(d_on, fabs(logits[1][i] - logits[3][i]));
     }
-    /* each mode twice: whether a difference is graphs against issued launches or run to run (noticed in
-     * 2026-11: 0.002-0.005 of max |logit| run to run in both modes after 272 steps; cause not found) */
+    /* graphs against issued launches: the same kernels, but a captured step is one launch of them */
     printf("# decode logits run to run: graphs off %.3g, on %.3g; off vs on %.3g (max |logit| %.3g)\n", d_off, d_on, md,
            mx);
     CHECK(md <= 1e-3 * mx, "graph vs no graph logits differ by %.3g (max %.3g)", md, mx);
