@@ -23,6 +23,7 @@
  * cache write and attention, every head-size pair, both caches: the output,
  * the new keys in the cache, and no other slot touched.
  *   test_attention [--quick]   (--quick: a few cases, for compute-sanitizer)
+ *   test_attention --case N    (k_cases[N] alone, bf16 then fp8: racecheck's runs, ~100x slower)
  */
 #include <math.h>
 #include <stdlib.h>
@@ -386,11 +387,11 @@ static void test_unsupported(void) {
           strstr(err.msg, "decode rows alone"), "'%s'", err.msg);
 }
 
-static int g_quick;
+static int g_quick, g_case = -1;
 static void run_cases(void) {
     int n = (int)(sizeof k_cases / sizeof *k_cases);
     for (int i = 0; i < n; i++)
-        if (!g_quick || i == 1 || i == 6 || i == 17 || i == 19) run_case(&k_cases[i]);
+        if (g_case >= 0 ? i == g_case : !g_quick || i == 1 || i == 6 || i == 17 || i == 19 || i == 20) run_case(&k_cases[i]);
 }
 static void test_cases(void) { g_dtype = KV_DTYPE_BF16; run_cases(); }
 static void test_cases_fp8(void) { g_dtype = KV_DTYPE_FP8; run_cases(); g_dtype = KV_DTYPE_BF16; }
@@ -638,8 +639,16 @@ static void test_fp8_quantizer(void) {
 int main(int argc, char **argv) {
     Err err = {{0}};
     g_quick = argc > 1 && !strcmp(argv[1], "--quick");
+    if (argc > 2 && !strcmp(argv[1], "--case")) g_case = atoi(argv[2]);
+    if (g_case >= (int)(sizeof k_cases / sizeof *k_cases)) { printf("not ok - --case %d: no such case\n", g_case); return 1; }
     g_tp = thread_pool_create(0, &err);
     if (!g_tp) { printf("not ok - thread pool: %s\n", err.msg); return 1; }
+    if (g_case >= 0) {
+        RUN(test_cases);
+        RUN(test_cases_fp8);
+        thread_pool_destroy(g_tp);
+        TEST_EXIT();
+    }
     RUN(test_fp8_quantizer);
     RUN(test_cases);
     RUN(test_cases_fp8);
