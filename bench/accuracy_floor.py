@@ -5,7 +5,7 @@ Teacher-forced top-1 agreement over the first N tokens of a text, computed with
 transformers on the CPU from the GGUF's exact (dequantized, fp32) weights, so no
 cllm code is involved: it measures what a format costs, not how cllm implements it.
 
-    python3 bench/accuracy_floor.py kv      MODEL [--texts A,B] [--n 1000] [--variants K/V,...]
+    python3 bench/accuracy_floor.py kv      MODEL [--texts A,B] [--n 1000] [--variants K/V,...] [--window W]
     python3 bench/accuracy_floor.py weights MODEL [--texts A,B] [--n 1000]
 
 kv: every attention reads its keys and values rounded as a variant says (K/V:
@@ -14,7 +14,8 @@ kv: every attention reads its keys and values rounded as a variant says (K/V:
     int8v, int8 with a scale per token and KV head; int8c16, int8 with a scale
     per channel over each 16 tokens, KIVI's layout for K), everything else fp32.
     Each variant's argmax is compared with the bf16 cache's (bf16/bf16), which
-    is what the issue's FP8 check compares against.
+    is what the issue's FP8 check compares against. --window W: keys fewer than W
+    positions before the query read as bf16 (a recent window, KIVI's residual).
 weights: the matrices rounded to bf16 (what `--bf16-weights`, the reference path
     of the issue's 99% check, holds) against the exact weights, everything
     else fp32; with bf16 activations (the model run in bf16) for scale.
@@ -40,7 +41,8 @@ ROOT = Path(__file__).resolve().parent.parent
 TEXTS = {"readme": lambda: (ROOT / "README.md").read_text(),
          "notes": lambda: (ROOT / "kernels" / "NOTES.md").read_text()[60000:],
          "design": lambda: (ROOT.parent / "shared" / "DESIGN.md").read_text()}
-KV = {"k": "fp32", "v": "fp32"}   # the rounding the attention applies now
+KV = {"k": "fp32", "v": "fp32", "window": 0}   # the rounding the attention applies now; keys within
+                                                # `window` positions of the query read as bf16 instead
 
 
 def round_e4m3(x):
@@ -88,13 +90,20 @@ def attention_rounded(module, q, k, v, mask, scaling=None, dropout=0.0, softcap=
     n = q.shape[1] // k.shape[1]
     kr, vr = ROUND[KV["k"]](k), ROUND[KV["v"]](v)
     s = q @ repeat_kv(kr, n).transpose(-1, -2) * scaling
+    recent = None
+    if KV["window"] > 0:   # a recent window kept in bf16 (KIVI's residual): keys j with i - j < window
+        i = torch.arange(q.shape[2]).view(-1, 1)
+        recent = (i - torch.arange(k.shape[2]).view(1, -1)) < KV["window"]
+        kb, vr_b = ROUND["bf16"](k), ROUND["bf16"](v)
+        s = torch.where(recent, q @ repeat_kv(kb, n).transpose(-1, -2) * scaling, s)
     if softcap:
         s = softcap * torch.tanh(s / softcap)
     if mask is not None:
         m = mask[:, :, :, : k.shape[2]]
         s = s.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else s + m
     p = torch.softmax(s.float(), -1)
-    return (p @ repeat_kv(vr, n)).transpose(1, 2).contiguous(), None
+    o = p @ repeat_kv(vr, n) if recent is None else (p * ~recent) @ repeat_kv(vr, n) + (p * recent) @ repeat_kv(vr_b, n)
+    return o.transpose(1, 2).contiguous(), None
 
 
 AttentionInterface.register("rounded_kv", attention_rounded)
@@ -131,7 +140,7 @@ def self_check(path, model, tok):
     """The harness's attention (fp32 cache) must give eager attention's argmax everywhere."""
     _, _, eager = load(str(path), "eager")
     ids = text_ids(tok, path, "readme", 300)
-    KV.update(k="fp32", v="fp32")
+    KV.update(k="fp32", v="fp32", window=0)
     share = agree(top1(model, ids), top1(eager, ids))
     if share < 100.0:
         sys.exit(f"self-check failed: rounded_kv with an fp32 cache agrees with eager at {share:.2f}%")
@@ -142,11 +151,12 @@ def run_kv(args):
     self_check(path, model, tok)
     for t in args.texts:
         ids = text_ids(tok, path, t, args.n)
-        KV.update(k="bf16", v="bf16")
+        KV.update(k="bf16", v="bf16", window=0)
         ref = top1(model, ids)
         for var in args.variants:
             KV["k"], KV["v"] = var.split("/")
-            print(f"{path.stem} {t} ({len(ids)} positions) K {KV['k']} V {KV['v']}: "
+            KV["window"] = args.window
+            print(f"{path.stem} {t} ({len(ids)} positions) K {KV['k']} V {KV['v']} window {args.window}: "
                   f"{agree(top1(model, ids), ref):.2f}% of the bf16 cache's top-1", flush=True)
 
 
@@ -172,6 +182,7 @@ def main():
     ap.add_argument("model")
     ap.add_argument("--texts", default="readme,notes")
     ap.add_argument("--n", type=int, default=1000)
+    ap.add_argument("--window", type=int, default=0, help="kv: the last W positions before a query read as bf16")
     ap.add_argument("--variants", default="e4m3/e4m3,e4m3/bf16,bf16/e4m3,e2m5/bf16,int8v/bf16,int8c16/bf16,"
                                           "int8c16/e4m3,e2m5/e4m3")
     args = ap.parse_args()
