@@ -145,7 +145,7 @@ void scheduler_free(Scheduler *s) {
     free(s->logits);
     free(s->draw_req);
     free(s->drawn);
-    free((void *)s->draw_samplers);
+    free(s->draw_samplers);
     if (s->device_sampling) sampler_free(&s->idle);
     if (s->pool) thread_pool_destroy(s->pool);
     memset(s, 0, sizeof *s);
@@ -352,8 +352,7 @@ static void draw_rows(void *ctx, int64_t begin, int64_t end) {
  * cannot (a sampler beyond it): the logits are then copied here. */
 static int draw_on_device(Scheduler *s, int n, Err *err) {
     Backend *be = s->e->be;
-    Sampler **rows = (Sampler **)s->draw_samplers;
-    for (int i = 0; i < n; i++) rows[i] = s->draw_req[i] ? &s->draw_req[i]->sampler : &s->idle;
+    for (int i = 0; i < n; i++) s->draw_samplers[i] = s->draw_req[i] ? &s->draw_req[i]->sampler : &s->idle;
     int rc = be->sample(be, s->e->fw.logits, n, s->draw_samplers, s->drawn, err);
     if (rc < 0) return -1;
     if (rc == 0) {

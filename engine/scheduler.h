@@ -109,7 +109,7 @@ typedef struct {
     SchedRequest **draw_req;      /* [max_seqs] the request of each logits row (NULL: no draw) */
     int32_t *drawn;               /* [max_seqs] the token drawn for each row */
     bool device_sampling;         /* the backend draws; logits stay in its memory */
-    Sampler *const *draw_samplers;/* [max_seqs] each row's sampler for the backend (idle: rows not drawn) */
+    Sampler **draw_samplers;      /* [max_seqs] each row's sampler for the backend (idle: rows not drawn) */
     Sampler idle;                 /* greedy; stands in for rows that do not draw */
     struct ThreadPool *pool;      /* samples requests in parallel; NULL: on the caller */
     uint64_t next_order;
