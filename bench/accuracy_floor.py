@@ -20,7 +20,7 @@ weights: the matrices rounded to bf16 (what `--bf16-weights`, the reference path
     of the issue's 99% check, holds) against the exact weights, everything
     else fp32; with bf16 activations (the model run in bf16) for scale.
 
-MODEL is a name in models/cache (smollm2-135m-instruct, gemma3-270m) or a
+MODEL is a name in $CLLM_MODELS or models/cache (smollm2-135m-instruct, gemma3-270m) or a
 .gguf path. Texts: readme (README.md), notes (kernels/NOTES.md from 60,000
 characters on), design (../shared/DESIGN.md when present). The harness checks
 itself first: its attention with an fp32 cache must give the argmax of
@@ -30,14 +30,18 @@ Needs torch, transformers 5, gguf, accelerate (tests/fixtures/requirements.txt).
 About 10-30 s a variant and text on two cores.
 """
 import argparse
+import copy
 import sys
 from pathlib import Path
 
 import torch
-from transformers import AttentionInterface, AutoModelForCausalLM, AutoTokenizer
+from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
+from make_real_refs import gguf_add_bos, load_model  # noqa: E402  (the fixtures' loader and BOS rule)
+
 TEXTS = {"readme": lambda: (ROOT / "README.md").read_text(),
          "notes": lambda: (ROOT / "kernels" / "NOTES.md").read_text()[60000:],
          "design": lambda: (ROOT.parent / "shared" / "DESIGN.md").read_text()}
@@ -111,18 +115,14 @@ AttentionMaskInterface.register("rounded_kv", eager_mask)  # without it the mask
 
 
 def load(model, attn):
-    path = Path(model) if model.endswith(".gguf") else ROOT / "models" / "cache" / f"{model}.gguf"
-    if not path.is_file():
-        sys.exit(f"{path}: not found (models/fetch.sh NAME)")
-    tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    m = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32,
-                                             attn_implementation=attn)
-    return path, tok, m.eval()
+    """MODEL as a .gguf path or a name in models/cache."""
+    p = Path(model)
+    return load_model(p.stem, p.parent, attn) if model.endswith(".gguf") else load_model(model, attn=attn)
 
 
 def text_ids(tok, path, name, n):
     ids = tok(TEXTS[name](), add_special_tokens=False).input_ids
-    if "gemma" in path.name:   # the GGUF's tokenizer.ggml.add_bos_token (make_real_refs.gguf_add_bos)
+    if gguf_add_bos(path):
         ids = [tok.bos_token_id] + ids
     return ids[:n]
 
@@ -162,12 +162,12 @@ def run_kv(args):
 
 def run_weights(args):
     path, tok, model = load(args.model, "eager")
-    rounded = load(args.model, "eager")[2]
+    rounded = copy.deepcopy(model)
     with torch.no_grad():
         for name, p in rounded.named_parameters():
             if p.dim() == 2:    # the matrices (and the embedding); norms stay as they are
                 p.copy_(p.to(torch.bfloat16).float())
-    as_bf16 = load(args.model, "eager")[2].to(torch.bfloat16)
+    as_bf16 = copy.deepcopy(model).to(torch.bfloat16)
     for t in args.texts:
         ids = text_ids(tok, path, t, args.n)
         exact = top1(model, ids)
