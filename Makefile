@@ -1,10 +1,12 @@
 # Makefile — driven by build.sh (read that first). Every .c under the layer
 # folders is part of the engine; main.c is the command line; tests/test_*.c are
-# unit-test programs; kernels/cuda/*.cu are compiled only with CUDA=1.
-# -MMD -MP: each object depends on the headers it includes, so a one-file
-# change recompiles one file.
+# unit-test programs (linked with tests/ref/, the test-only reference code);
+# kernels/cuda/*.cu are compiled only with CUDA=1. Each configuration builds
+# in a folder of its own (build.sh: build/cpu, build/cuda, build/asan), so
+# any order of builds works. -MMD -MP: each object depends on the headers it
+# includes, so a one-file change recompiles one file.
 
-BUILD  ?= build
+BUILD  ?= build/cpu
 CUDA   ?= 0
 SAN    ?= 0
 CUDA_HOME ?= /usr/local/cuda
@@ -22,7 +24,7 @@ else
   CFLAGS  += -march=x86-64-v2
 endif
 
-LAYERS  = model attention kernels kernels/cpu parallel tokenizer engine
+LAYERS  = base formats tokenizer kernels kernels/cpu model engine parallel app
 SRCS    = $(foreach d,$(LAYERS),$(wildcard $(d)/*.c))
 OBJS    = $(SRCS:%.c=$(BUILD)/%.o)
 
@@ -39,6 +41,7 @@ ifeq ($(CUDA),1)
 endif
 
 TESTSRCS = $(wildcard tests/test_*.c)
+REFOBJS  = $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/ref/*.c))
 TESTBINS = $(TESTSRCS:tests/%.c=$(BUILD)/tests/%)
 ifeq ($(CUDA),1)
   # kernel and end-to-end checks that need a GPU (tests/gpu/run.sh runs them)
@@ -57,11 +60,11 @@ $(BUILD)/libcllm.a: $(OBJS) $(CUOBJS)
 $(BUILD)/cllm: $(BUILD)/main.o $(BUILD)/libcllm.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/tests/gpu/%: $(BUILD)/tests/gpu/%.o $(BUILD)/libcllm.a
+$(BUILD)/tests/gpu/%: $(BUILD)/tests/gpu/%.o $(REFOBJS) $(BUILD)/libcllm.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libcllm.a
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(REFOBJS) $(BUILD)/libcllm.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -75,4 +78,4 @@ $(BUILD)/%.o: %.cu
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
 .PHONY: all tests
--include $(OBJS:.o=.d) $(CUOBJS:.o=.d) $(BUILD)/main.d $(TESTBINS:=.d)
+-include $(OBJS:.o=.d) $(CUOBJS:.o=.d) $(BUILD)/main.d $(TESTBINS:=.d) $(REFOBJS:.o=.d)

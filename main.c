@@ -8,13 +8,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/batch.h"
-#include "engine/bench.h"
-#include "engine/quantize_cmd.h"
-#include "engine/chat.h"
-#include "engine/runtime.h"
+#include "app/batch.h"
+#include "app/bench.h"
+#include "app/quantize_cmd.h"
+#include "app/chat.h"
+#include "app/runtime.h"
 #include "model/dummy.h"
-#include "model/info.h"
+#include "app/info.h"
 #include "model/model.h"
 #include "parallel/stage_plan.h"
 #include "tokenizer/chat_template.h"

@@ -17,7 +17,7 @@
 
 #include <cuda_runtime.h>
 
-#include "attention/attn_meta.h"
+#include "kernels/attn_meta.h"
 #include "kernels/cuda/attention.cuh"
 
 #define BS 32

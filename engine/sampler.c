@@ -396,6 +396,16 @@ double sampler_uniform_peek(const Sampler *s) {
 
 void sampler_uniform_skip(Sampler *s) { (void)rng_uniform(s->rng); }
 
+int sampler_row(const Sampler *s, SampleRow *row, int32_t *ids, int32_t *counts, int cap) {
+    const SamplerParams *p = &s->p;
+    int n = sampler_penalty_window(s, ids, counts, cap);
+    *row = (SampleRow){.temperature = p->temperature, .top_k = p->top_k, .top_p = p->top_p, .min_p = p->min_p,
+                       .repetition_penalty = p->repetition_penalty, .presence_penalty = p->presence_penalty,
+                       .frequency_penalty = p->frequency_penalty, .pen_ids = ids, .pen_counts = counts,
+                       .n_pen = n <= cap ? n : 0, .uniform = sampler_uniform_peek(s)};
+    return n;
+}
+
 int sampler_penalty_window(const Sampler *s, int32_t *ids, int32_t *counts, int cap) {
     if (!s->penalize) return 0;
     for (int i = 0; i < s->n_distinct && i < cap; i++) {

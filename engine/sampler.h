@@ -16,7 +16,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "model/err.h"
+#include "base/err.h"
+#include "kernels/backend.h"
 
 typedef struct {
     float temperature;        /* 0 = greedy (argmax after penalties) */
@@ -89,5 +90,13 @@ void sampler_uniform_skip(Sampler *s);
  * writes min(n, cap) pairs and returns n, the number of distinct tokens
  * (0 when no penalty is active). */
 int sampler_penalty_window(const Sampler *s, int32_t *ids, int32_t *counts, int cap);
+
+/* The next draw of s as a backend's batched sampler takes it (kernels/
+ * backend.h SampleRow): its parameters, its penalty window written to
+ * ids / counts (cap entries there) and the uniform it would use. Returns
+ * the window's entries; more than cap: the row does not fit (nothing
+ * usable was written). After the backend drew, sampler_uniform_skip where
+ * it says the draw used the uniform, then sampler_accept the token. */
+int sampler_row(const Sampler *s, SampleRow *row, int32_t *ids, int32_t *counts, int cap);
 
 #endif

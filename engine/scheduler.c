@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cpu/cpu_ops.h" /* the thread pool that samples many requests at once */
+#include "base/clock.h"
+#include "base/thread_pool.h" /* samples many requests at once */
 
 static void request_release_blocks(Scheduler *s, SchedRequest *r);
 
@@ -92,8 +93,10 @@ int scheduler_init(Scheduler *s, Engine *e, const SchedOptions *o, Err *err) {
     if (e->be->sample && !s->o.host_sampling) {
         SamplerParams greedy = sampler_params_default();
         greedy.temperature = 0;
-        s->draw_samplers = calloc((size_t)S, sizeof *s->draw_samplers);
-        if (!s->draw_samplers || sampler_init(&s->idle, &greedy, e->model->cfg.vocab, err)) {
+        s->draw_rows = calloc((size_t)S, sizeof *s->draw_rows);
+        s->draw_used = calloc((size_t)S, sizeof *s->draw_used);
+        s->draw_pen = calloc((size_t)2 * SCHED_DRAW_PEN * S, sizeof *s->draw_pen);
+        if (!s->draw_rows || !s->draw_used || !s->draw_pen || sampler_init(&s->idle, &greedy, e->model->cfg.vocab, err)) {
             scheduler_free(s);
             return -1;
         }
@@ -145,7 +148,9 @@ void scheduler_free(Scheduler *s) {
     free(s->logits);
     free(s->draw_req);
     free(s->drawn);
-    free(s->draw_samplers);
+    free(s->draw_rows);
+    free(s->draw_used);
+    free(s->draw_pen);
     if (s->device_sampling) sampler_free(&s->idle);
     if (s->pool) thread_pool_destroy(s->pool);
     memset(s, 0, sizeof *s);
@@ -352,12 +357,22 @@ static void draw_rows(void *ctx, int64_t begin, int64_t end) {
  * cannot (a sampler beyond it): the logits are then copied here. */
 static int draw_on_device(Scheduler *s, int n, Err *err) {
     Backend *be = s->e->be;
-    for (int i = 0; i < n; i++) s->draw_samplers[i] = s->draw_req[i] ? &s->draw_req[i]->sampler : &s->idle;
-    int rc = be->sample(be, s->e->fw.logits, n, s->draw_samplers, s->drawn, err);
+    int cap = SCHED_DRAW_PEN * s->o.max_seqs, used = 0, rc = 0;
+    int32_t *ids = s->draw_pen, *counts = s->draw_pen + cap;
+    for (int i = 0; i < n && rc == 0; i++) {
+        const Sampler *sp = s->draw_req[i] ? &s->draw_req[i]->sampler : &s->idle;
+        int k = sampler_row(sp, &s->draw_rows[i], ids + used, counts + used, cap - used);
+        if (k > cap - used) rc = 1; /* the windows do not fit: this step draws on the host */
+        else used += k;
+    }
+    if (rc == 0) rc = be->sample(be, s->e->fw.logits, n, s->draw_rows, s->drawn, s->draw_used, err);
     if (rc < 0) return -1;
     if (rc == 0) {
-        for (int i = 0; i < n; i++)
-            if (s->draw_req[i]) sampler_accept(&s->draw_req[i]->sampler, s->drawn[i]);
+        for (int i = 0; i < n; i++) {
+            Sampler *sp = s->draw_req[i] ? &s->draw_req[i]->sampler : &s->idle;
+            if (s->draw_used[i]) sampler_uniform_skip(sp);
+            if (s->draw_req[i]) sampler_accept(sp, s->drawn[i]);
+        }
         return 0;
     }
     return be->read(be, s->logits, s->e->fw.logits, (int64_t)n * s->e->model->cfg.vocab, err) ? -1 : 1;

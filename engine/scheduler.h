@@ -33,9 +33,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "attention/block_manager.h"
+#include "engine/block_manager.h"
 #include "engine/engine.h"
-#include "engine/generate.h"
+#include "engine/request.h"
 #include "engine/stop.h"
 
 typedef struct {
@@ -45,6 +45,10 @@ typedef struct {
     int sample_threads;       /* threads drawing the tokens of a step; <= 0: one per core, 1: none */
     bool host_sampling;       /* draw on the host even where the backend samples (its logits copied here) */
 } SchedOptions;
+
+/* Penalty-window entries a step's rows may hand the backend's sampler, per
+ * row on average (beyond: that step is drawn on the host). */
+#define SCHED_DRAW_PEN 256
 
 typedef enum { REQ_WAITING, REQ_RUNNING, REQ_FINISHED } ReqState;
 
@@ -109,7 +113,9 @@ typedef struct {
     SchedRequest **draw_req;      /* [max_seqs] the request of each logits row (NULL: no draw) */
     int32_t *drawn;               /* [max_seqs] the token drawn for each row */
     bool device_sampling;         /* the backend draws; logits stay in its memory */
-    Sampler **draw_samplers;      /* [max_seqs] each row's sampler for the backend (idle: rows not drawn) */
+    SampleRow *draw_rows;         /* [max_seqs] each row's draw for the backend (idle: rows not drawn) */
+    bool *draw_used;              /* [max_seqs] whether the backend's draw used the row's uniform */
+    int32_t *draw_pen;            /* [2][SCHED_DRAW_PEN * max_seqs] the rows' penalty windows: ids, then counts */
     Sampler idle;                 /* greedy; stands in for rows that do not draw */
     struct ThreadPool *pool;      /* samples requests in parallel; NULL: on the caller */
     uint64_t next_order;

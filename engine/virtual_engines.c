@@ -5,11 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
+
 int vengines_init(VirtualEngines *g, Engine *e, const SchedOptions *o, int n_ve, Err *err) {
     memset(g, 0, sizeof *g);
     g->e = e;
-    g->n = n_ve > 0 ? n_ve : e->pp ? e->pp->plan.n_stages : 1;
-    if (g->n > STAGE_MAX) return err_set(err, "%d virtual engines; at most %d", g->n, STAGE_MAX);
+    g->n = n_ve > 0 ? n_ve : e->stages.n_stages > 0 ? e->stages.n_stages : 1;
+    if (g->n > FORWARD_MAX_STAGES) return err_set(err, "%d virtual engines; at most %d", g->n, FORWARD_MAX_STAGES);
     for (int k = 0; k < g->n; k++)
         if (scheduler_init(&g->ve[k], e, o, err)) {
             g->n = k;
@@ -60,10 +62,11 @@ static int launch_ready(VirtualEngines *g, Err *err) {
         s->peers_oldest = g->n > 1 ? peers_oldest(g, k) : UINT64_MAX;
         SchedBatch *b = &g->batch[k];
         if (scheduler_prepare(s, b) == 0) continue;
-        if (g->e->pp && pipeline_launch(g->e->pp, b->ids, &b->b, b->logit_rows, b->n_logits, b->logits_out, err))
+        const ForwardStages *st = &g->e->stages;
+        if (st->n_stages > 0 && st->launch(st->ctx, b->ids, &b->b, b->logit_rows, b->n_logits, b->logits_out, err))
             return -1;
         g->in_flight[k] = true;
-        g->fifo[(g->fifo_head + g->n_fifo++) % STAGE_MAX] = k;
+        g->fifo[(g->fifo_head + g->n_fifo++) % FORWARD_MAX_STAGES] = k;
     }
     g->next_prepare = (g->next_prepare + 1) % g->n;
     return 0;
@@ -73,8 +76,9 @@ static int launch_ready(VirtualEngines *g, Err *err) {
 static int finish_step(VirtualEngines *g, int k, Err *err) {
     double t0 = now_seconds();
     const SchedBatch *b = &g->batch[k];
-    int rc = g->e->pp ? pipeline_finish(g->e->pp, &g->e->fw, err)
-                      : engine_forward(g->e, b->ids, &b->b, b->logit_rows, b->n_logits, b->logits_out, err);
+    const ForwardStages *st = &g->e->stages;
+    int rc = st->n_stages > 0 ? st->finish(st->ctx, &g->e->fw, err)
+                              : engine_forward(g->e, b->ids, &b->b, b->logit_rows, b->n_logits, b->logits_out, err);
     g->ve[k].stats.forward_seconds = now_seconds() - t0;
     return rc;
 }
@@ -107,7 +111,7 @@ int vengines_step(VirtualEngines *g, Err *err) {
     int rc = launch_ready(g, err);
     if (rc == 0 && g->n_fifo > 0) {
         int k = g->fifo[g->fifo_head];
-        g->fifo_head = (g->fifo_head + 1) % STAGE_MAX;
+        g->fifo_head = (g->fifo_head + 1) % FORWARD_MAX_STAGES;
         g->n_fifo--;
         g->in_flight[k] = false;
         rc = finish_step(g, k, err) || scheduler_complete(&g->ve[k], err) ? -1 : 0;

@@ -29,12 +29,12 @@
 typedef struct {
     Engine *e;
     int n;                        /* virtual engines */
-    Scheduler ve[STAGE_MAX];
+    Scheduler ve[FORWARD_MAX_STAGES];
     BlockManager bm;              /* shared by all of them (n > 1) */
     uint64_t next_order;          /* submission numbers across all of them */
-    bool in_flight[STAGE_MAX];
-    SchedBatch batch[STAGE_MAX];  /* without a pipeline: the prepared step, run when it is completed */
-    int fifo[STAGE_MAX], fifo_head, n_fifo; /* engines with a step in flight, oldest first */
+    bool in_flight[FORWARD_MAX_STAGES];
+    SchedBatch batch[FORWARD_MAX_STAGES];  /* without a pipeline: the prepared step, run when it is completed */
+    int fifo[FORWARD_MAX_STAGES], fifo_head, n_fifo; /* engines with a step in flight, oldest first */
     int last;                     /* the engine whose step completed last (its stats are the step's) */
     int next_prepare;             /* round robin start of the next prepare */
     double busy_seconds;          /* wall time inside vengines_step */

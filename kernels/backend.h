@@ -1,11 +1,15 @@
 /* backend.h — the narrow interface between model/forward.c and the kernels.
  *
  * forward.c is written once against these ops; the CPU backend (fp32,
- * kernels/backend_cpu.c) and the CUDA backend implement them. Activation
- * buffers are opaque: the backend chooses their element type and memory from
- * their kind (BUF_ACT: host fp32 on the CPU, device bf16 on the GPU;
- * BUF_F32: fp32 everywhere); forward.c only passes them between ops. Weights
- * are WeightRefs whose data the backend prepared (backend->weights).
+ * kernels/cpu/backend_cpu.c) and the CUDA backend (kernels/cuda/) implement
+ * them, and backend_create (kernels/backend.c) picks one. Everything an op
+ * takes is defined at this level: the model's shape (ModelShape), its
+ * weights as WeightRefs (kernels/weights.h), a step's attention metadata
+ * (kernels/attn_batch.h) and plain parameters. Activation buffers are
+ * opaque: the backend chooses their element type and memory from their kind
+ * (BUF_ACT: host fp32 on the CPU, device bf16 on the GPU; BUF_F32: fp32
+ * everywhere); forward.c only passes them between ops. Weights are
+ * WeightRefs whose data the backend prepared (backend->weights).
  *
  * A step's host inputs (token ids, attention metadata, the rows that need
  * logits) are handed over once, to begin_step; the ops read the backend's
@@ -18,14 +22,18 @@
 #define CLLM_BACKEND_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
-#include "attention/attn_batch.h"
-#include "engine/sampler.h"
-#include "kernels/cpu/cpu_ops.h"
-#include "model/config.h"
-#include "model/err.h"
-#include "model/weights.h"
+#include "base/dtype.h"
+#include "base/err.h"
+#include "kernels/activation.h"
+#include "kernels/attn_batch.h"
+#include "kernels/weights.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* BUF_ACT: an activation read or written by GEMMs (bf16 on the GPU);
  * BUF_F32: kept in fp32 (the residual stream, the logits). */
@@ -49,12 +57,46 @@ typedef struct {
     float eps, offset;
 } AddNorm;
 
+/* What a backend needs to know of the model it runs: the sizes of its
+ * buffers and the constants of its ops (the model layer fills it from its
+ * config: model/config.h config_shape). */
+typedef struct {
+    int n_layers, dim, ffn_dim, vocab;
+    int n_heads, n_kv_heads;
+    int head_dim_k, head_dim_v;
+    int n_experts, n_experts_used; /* 0: a dense MLP */
+    float norm_eps, norm_offset;   /* RMSNorm: x / rms(x) * (w + norm_offset) */
+    int rope_dim;                  /* channels rotated per head */
+    bool rope_neox;                /* pairs (i, i + d/2), else (2i, 2i+1) */
+    const float *rope_inv_freq;    /* [n_layers][rope_dim/2], scaling included */
+    const float *rope_mscale;      /* [n_layers] multiplier of cos and sin */
+    float attn_scale, attn_softcap;
+    Activation act;                /* of the MLP (and the experts) */
+    float act_limit;               /* ACT_SWIGLU_OAI's clamp; 0: none */
+} ModelShape;
+
+/* One row of a batched draw, as the engine's sampler would make it
+ * (engine/sampler.h sampler_row): its parameters, its penalty window and
+ * the uniform in [0, 1) its generator gives the next draw. */
+typedef struct {
+    float temperature;             /* 0: greedy */
+    int top_k;
+    float top_p, min_p;
+    float repetition_penalty, presence_penalty, frequency_penalty;
+    const int32_t *pen_ids, *pen_counts; /* [n_pen] the window's distinct tokens and their counts */
+    int n_pen;
+    double uniform;
+} SampleRow;
+
 typedef struct Backend Backend;
 struct Backend {
     const char *name;                 /* "cpu", "cuda:0" */
     void *ctx;
+    int device;                       /* its GPU, or -1: the CPU */
     const ModelWeights *weights;      /* the model's weights as this backend reads them */
     int kv_block_size, kv_n_blocks;   /* the paged KV cache it holds */
+    uint64_t weight_bytes;            /* bytes its copy of the weights takes (0: it reads the caller's) */
+    double load_gbps;                 /* the rate they were uploaded at (0: none) */
 
     void *(*alloc)(Backend *be, int64_t n_elems, BufKind kind);   /* NULL on failure */
     void (*release)(Backend *be, void *buf);
@@ -107,7 +149,7 @@ struct Backend {
      * result added by the next add_rmsnorm). */
     bool (*matmul_add)(Backend *be, void *x, const void *in, const WeightRef *w, int mat, const WeightRef *bias, int T);
     /* out[T][C] = the mixture-of-experts MLP of x[T][C] (router, top-k, experts). */
-    void (*moe)(Backend *be, void *out, const void *x, const LayerWeights *lw, const ModelConfig *c, int T);
+    void (*moe)(Backend *be, void *out, const void *x, const LayerWeights *lw, int T);
     /* dst row i = src row logit_rows[i] of the step (ACT, C wide), i < n */
     void (*gather_rows)(Backend *be, void *dst, const void *src, int n, int C);
     /* logits[n][V] (F32) = x[n][C] (ACT) @ W^T, then soft-capped when cap > 0 */
@@ -117,11 +159,12 @@ struct Backend {
     int (*read)(Backend *be, float *host, const void *buf, int64_t n, Err *err);
     int (*write)(Backend *be, void *buf, const float *host, int64_t n, Err *err);
     /* Optional (NULL: none): draws tokens[i] from logits row i (F32, n rows,
-     * after the step was read) with samplers[i], as sampler_sample would, and
-     * advances each generator; the caller accepts the tokens. Returns 0, 1
-     * when these samplers are beyond it (nothing touched: sample on the
-     * host), or -1 with err. */
-    int (*sample)(Backend *be, void *logits, int n, Sampler *const *samplers, int32_t *tokens, Err *err);
+     * after the step was read) as rows[i] says, as the engine's sampler
+     * would; drew[i] tells whether the draw used rows[i].uniform (more than
+     * one candidate survived: the caller advances that generator). Returns 0,
+     * 1 when these rows are beyond it (nothing touched: sample on the host),
+     * or -1 with err. */
+    int (*sample)(Backend *be, void *logits, int n, const SampleRow *rows, int32_t *tokens, bool *drew, Err *err);
     /* Optional (NULL: a pipeline hands buffers over through host memory with
      * read and write): passes n elements of buf (kind) to the next pipeline
      * stage's backend / receives them from the previous one's, in the order
@@ -131,16 +174,55 @@ struct Backend {
     void (*destroy)(Backend *be);
 };
 
-/* The CPU backend for a loaded model: a thread pool (n_threads <= 0: one per
- * core) and a host KV cache of n_blocks blocks of block_size tokens, fp32
- * (backend_cpu_create) or of kv_dtype (KV_DTYPE_FP8: e4m3 + scales). */
-Backend *backend_cpu_create(const ModelConfig *c, const ModelWeights *w, int n_threads, int block_size,
-                            int n_blocks, Err *err);
-Backend *backend_cpu_create_kv(const ModelConfig *c, const ModelWeights *w, int n_threads, int block_size,
-                               int n_blocks, KVDtype kv_dtype, Err *err);
+/* How to make a backend (backend_create). */
+typedef struct {
+    int device;            /* GPU index; < 0: the CPU backend */
+    int threads;           /* CPU worker threads; <= 0: one per core */
+    int block_size;        /* tokens per KV block */
+    int n_blocks;          /* KV blocks; <= 0 (GPU): as many as fit in mem_util of its memory */
+    int max_seq_tokens;    /* longest sequence (block-table width); <= 0: n_blocks * block_size */
+    int max_tokens;        /* rows of one step */
+    float mem_util;        /* GPU: the share of its memory cllm may take; <= 0: 0.9 */
+    int64_t act_elems, f32_elems; /* GPU: the buffers the caller will alloc beside, by kind (forward_init's) */
+    KVDtype kv_dtype;      /* bf16 (fp32 on the CPU), or fp8 e4m3 with a scale per (token, KV head) */
+    bool bf16_weights;     /* GPU: every matrix as bf16, also those it could keep quantized */
+    bool batch_invariant;  /* GPU: each row's results independent of the other rows of its step */
+} BackendOptions;
 
-/* Rope tables of every layer, as both backends precompute them at creation:
- * inv_freq [n_layers][rope_dim/2] and mscale [n_layers]; freed by the caller. */
-int backend_rope_tables(const ModelConfig *c, const ModelWeights *w, float **inv_freq, float **mscale, Err *err);
+/* The backend o asks for, over shape and host weights w (both borrowed for
+ * its life). */
+Backend *backend_create(const ModelShape *shape, const ModelWeights *w, const BackendOptions *o, Err *err);
+
+/* GPUs this build can run on: 0 in a CPU-only build or with no GPU (*why,
+ * when given, then says which). */
+int backend_gpu_count(Err *why);
+/* "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 79.1 GiB)" */
+int backend_gpu_describe(int device, char *out, size_t cap, Err *err);
+
+/* Bytes GPU o->device would hold of w (quantized matrices kept quantized
+ * unless o->bf16_weights), and the tokens of KV cache of o->kv_dtype that
+ * fit beside them and the caller's buffers within o->mem_util of its memory
+ * (what backend_create would allocate). -1 with err without a GPU. */
+int backend_gpu_plan(const ModelShape *shape, const ModelWeights *w, const BackendOptions *o,
+                     uint64_t *weight_bytes, int64_t *kv_tokens, Err *err);
+
+/* Links between the backends of pipeline stages on distinct GPUs (NCCL),
+ * so their send_next / recv_prev pass hidden states device to device; a
+ * peer that stops answering for timeout_s makes the waiting stage fail, not
+ * hang. One process: backend_link_open over every stage's backend. One
+ * process per stage: the driver makes an id (backend_link_id), every rank
+ * joins with it. NULL with err where the backends cannot be linked (the
+ * stages then hand over through host memory). */
+#define BACKEND_LINK_ID_BYTES 128
+typedef struct BackendLinks BackendLinks;
+BackendLinks *backend_link_open(Backend *const *stages, int n, double timeout_s, Err *err);
+int backend_link_id(unsigned char id[BACKEND_LINK_ID_BYTES], Err *err);
+BackendLinks *backend_link_join(Backend *be, const unsigned char id[BACKEND_LINK_ID_BYTES], int rank, int n,
+                                double timeout_s, Err *err);
+void backend_link_close(BackendLinks *l);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -53,7 +53,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kernels/dtype.h"
+#include "base/dtype.h"
 
 #ifdef __CUDACC__
 #include <cuda_fp16.h>

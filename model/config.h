@@ -14,10 +14,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kernels/dtype.h"
-#include "model/err.h"
-#include "model/gguf.h"
-#include "model/json.h"
+#include "base/dtype.h"
+#include "base/err.h"
+#include "formats/gguf.h"
+#include "base/json.h"
 
 #define CONFIG_MAX_LAYERS 1024
 

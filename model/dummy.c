@@ -14,7 +14,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "model/quantize.h"
+#include "base/quantize.h"
 
 static const DType SUPPORTED[] = {DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q4_K, DT_Q5_K, DT_Q6_K};
 #define N_SUPPORTED (sizeof SUPPORTED / sizeof SUPPORTED[0])

@@ -19,8 +19,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kernels/dtype.h"
-#include "model/err.h"
+#include "base/dtype.h"
+#include "base/err.h"
 
 #define DUMMY_STD 0.02
 #define DUMMY_TYPE_NAMES "bf16, q8_0, q4_0, q4_1, q4_k, q5_k, q6_k"

@@ -23,9 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const Activation ACT_OF[] = {
-    [ACT_KIND_SILU] = ACT_SILU, [ACT_KIND_GELU_TANH] = ACT_GELU_TANH, [ACT_KIND_SWIGLU_OAI] = ACT_SWIGLU_OAI,
-};
+#include "model/shape.h"
 
 void forward_buffer_elems(const ModelConfig *c, int max_tokens, int64_t *act_elems, int64_t *f32_elems) {
     int64_t T = max_tokens, q = (int64_t)c->n_heads * c->head_dim_k, kv = (int64_t)c->n_kv_heads * c->head_dim_k;
@@ -127,16 +125,16 @@ static const void *forward_mlp_block(Forward *fw, int l, int T, const void *pend
     AddNorm n = forward_add_norm(fw, pending, &lw->ffn_norm);
     if (c->n_experts > 0) {
         forward_run_add_norm(fw, &n, T);
-        be->moe(be, fw->proj, fw->xn, lw, c, T);
+        be->moe(be, fw->proj, fw->xn, lw, T);
         if (lw->post_ffn_norm.data)
             be->rmsnorm(be, fw->proj, fw->proj, &lw->post_ffn_norm, T, c->dim, c->norm_eps, c->norm_offset);
         return fw->proj;
     }
     if (be->norm_gate_up) {
-        be->norm_gate_up(be, &n, fw->act, lw, T, ACT_OF[c->act], c->act_limit);
+        be->norm_gate_up(be, &n, fw->act, lw, T, config_activation(c), c->act_limit);
     } else {
         forward_run_add_norm(fw, &n, T);
-        be->gate_up(be, fw->act, fw->xn, lw, 0, T, ACT_OF[c->act], c->act_limit);
+        be->gate_up(be, fw->act, fw->xn, lw, 0, T, config_activation(c), c->act_limit);
     }
     return forward_out_proj(fw, fw->act, &lw->w_down, &lw->b_down, &lw->post_ffn_norm, may_add, T);
 }

@@ -2,13 +2,16 @@
 #ifndef CLLM_FORWARD_H
 #define CLLM_FORWARD_H
 
-#include "attention/attn_batch.h"
+#include "kernels/attn_batch.h"
 #include "kernels/backend.h"
 #include "model/config.h"
 
 /* Logits rows one step may ask for: a scheduler asks for one per sequence,
  * and [rows][vocab] fp32 is the largest activation (1 GB at 1024 x 262k). */
 #define FORWARD_MAX_LOGITS 1024
+
+/* Pipeline stages a model may be split into (ForwardStages below). */
+#define FORWARD_MAX_STAGES 64
 
 typedef struct {
     const ModelConfig *cfg;
@@ -51,5 +54,18 @@ int forward_run(Forward *fw, const int32_t *ids, const AttnBatch *batch, const i
 int forward_launch(Forward *fw, const int32_t *ids, const AttnBatch *batch, const int32_t *logit_rows, int n_logits,
                    Err *err);
 int forward_wait(Forward *fw, int n_logits, float *logits_out, Err *err);
+
+/* The stages a step passes before the last one's Forward when the model
+ * runs as a pipeline (parallel/pipeline.h makes one): launch sends a step in
+ * (forward_run's arguments, kept by pointer until finish; up to n_stages
+ * steps in flight), finish waits for the oldest step launched and runs it on
+ * `last`, the last stage's Forward. */
+typedef struct {
+    void *ctx;
+    int n_stages;
+    int (*launch)(void *ctx, const int32_t *ids, const AttnBatch *b, const int32_t *logit_rows, int n_logits,
+                  float *logits_out, Err *err);
+    int (*finish)(void *ctx, Forward *last, Err *err);
+} ForwardStages;
 
 #endif

@@ -320,6 +320,7 @@ static int model_load_as(Model *m, const char *path, int flags, DType dummy_type
     }
     if (rc == 0) rc = model_bind_globals(m, err);
     if (rc == 0) rc = model_bind_layers(m, err);
+    if (rc == 0) rc = model_shape_build(&m->shape, &m->cfg, &m->w.rope_freqs, err);
     if (rc) model_free(m);
     return rc;
 }
@@ -347,5 +348,6 @@ void model_free(Model *m) {
     free(m->dummy_tensors);
     free(m->w.layers);
     free(m->path);
+    model_shape_free(&m->shape);
     memset(m, 0, sizeof *m);
 }

@@ -11,16 +11,18 @@
 
 #include <stdbool.h>
 
+#include "formats/gguf.h"
+#include "formats/safetensors.h"
+#include "kernels/weights.h"
 #include "model/config.h"
-#include "model/gguf.h"
-#include "model/safetensors.h"
-#include "model/weights.h"
+#include "model/shape.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct {
     char *path;
     ModelConfig cfg;
     ModelWeights w;
+    ModelShape shape;          /* what a backend is told of it (rope tables owned) */
     Tokenizer *tok;            /* NULL when loaded with MODEL_LOAD_NO_TOKENIZER */
     bool is_gguf;
     GGUFFile gguf;

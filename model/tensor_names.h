@@ -6,7 +6,7 @@
 #include <stddef.h>
 
 #include "model/config.h"
-#include "model/weights.h"
+#include "kernels/weights.h"
 
 typedef enum { SHAPE_VEC_C, SHAPE_VEC_D, SHAPE_VEC_H, SHAPE_Q, SHAPE_K, SHAPE_V, SHAPE_O, SHAPE_BQ, SHAPE_BK,
                SHAPE_BV, SHAPE_GATE, SHAPE_DOWN, SHAPE_BGATE, SHAPE_ROUTER, SHAPE_VEC_E } TensorShape;

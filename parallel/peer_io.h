@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "model/err.h"
+#include "base/err.h"
 
 /* Exactly n bytes to / from fd; timeout_s <= 0: no deadline. */
 int peer_write(int fd, const void *buf, size_t n, double timeout_s, const char *peer, Err *err);

@@ -16,7 +16,7 @@ int pipeline_slice(Pipeline *p, const Model *m, const StagePlan *plan, Err *err)
     p->plan = *plan;
     p->dim = m->cfg.dim;
     for (int s = 0; s < plan->n_stages; s++)
-        if (stage_model_make(&p->sm[s], &m->cfg, &m->w, plan, s, err)) return -1;
+        if (stage_model_make(&p->sm[s], &m->cfg, &m->shape, &m->w, plan, s, err)) return -1;
     return 0;
 }
 
@@ -241,6 +241,17 @@ int pipeline_kv_blocks(const Pipeline *p) {
         if (fewest < 0 || k < fewest) fewest = k;
     }
     return fewest < 0 ? 0 : fewest;
+}
+
+static int stages_launch(void *ctx, const int32_t *ids, const AttnBatch *b, const int32_t *logit_rows, int n_logits,
+                         float *logits_out, Err *err) {
+    return pipeline_launch(ctx, ids, b, logit_rows, n_logits, logits_out, err);
+}
+
+static int stages_finish(void *ctx, Forward *last, Err *err) { return pipeline_finish(ctx, last, err); }
+
+ForwardStages pipeline_stages(Pipeline *p) {
+    return (ForwardStages){p, p->plan.n_stages, stages_launch, stages_finish};
 }
 
 void pipeline_free(Pipeline *p) {

@@ -78,6 +78,9 @@ struct Pipeline {
     pthread_mutex_t err_mu;
     bool failed;
     Err err;                      /* the first error of a stage thread */
+    BackendLinks *links;          /* the backends' links (pipeline_open), or NULL: host hand-over */
+    bool serving;                 /* one process per stage, not the driver: this one serves serve_stage */
+    int serve_fd, serve_stage, serve_chunk;
 };
 
 /* The slices of plan's stages (plan has at least 2). */
@@ -102,6 +105,8 @@ int pipeline_run(Pipeline *p, Forward *last, const int32_t *ids, const AttnBatch
                  int n_logits, float *logits_out, Err *err);
 /* Fewest KV blocks of any stage's backend (the engine's pool). */
 int pipeline_kv_blocks(const Pipeline *p);
+/* The stages before the last, as the engine drives them. */
+ForwardStages pipeline_stages(Pipeline *p);
 /* Stops the threads; frees the Forwards and the backends of every stage but the last. */
 void pipeline_free(Pipeline *p);
 

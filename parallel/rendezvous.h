@@ -11,7 +11,7 @@
 
 #include <stddef.h>
 
-#include "model/err.h"
+#include "base/err.h"
 
 #define RENDEZVOUS_MAX_BLOB 4096
 

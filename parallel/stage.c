@@ -3,8 +3,8 @@
 
 #include <string.h>
 
-int stage_model_make(StageModel *sm, const ModelConfig *c, const ModelWeights *w, const StagePlan *p, int s,
-                     Err *err) {
+int stage_model_make(StageModel *sm, const ModelConfig *c, const ModelShape *shape, const ModelWeights *w,
+                     const StagePlan *p, int s, Err *err) {
     memset(sm, 0, sizeof *sm);
     if (s < 0 || s >= p->n_stages) return err_set(err, "stage %d outside the plan's %d stages", s, p->n_stages);
     int first = p->first_layer[s], n = p->n_layers[s];
@@ -16,6 +16,10 @@ int stage_model_make(StageModel *sm, const ModelConfig *c, const ModelWeights *w
     memcpy(sm->cfg.layer_window, c->layer_window + first, (size_t)n * sizeof c->layer_window[0]);
     sm->w = *w;
     sm->w.layers = w->layers + first;
+    sm->shape = *shape;
+    sm->shape.n_layers = n;
+    sm->shape.rope_inv_freq += (size_t)first * (shape->rope_dim / 2);
+    sm->shape.rope_mscale += first;
     sm->first = s == 0;
     sm->last = s == p->n_stages - 1;
     sm->first_layer = first;

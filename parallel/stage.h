@@ -12,20 +12,22 @@
 
 #include <stdbool.h>
 
+#include "kernels/weights.h"
 #include "model/config.h"
-#include "model/weights.h"
+#include "model/shape.h"
 #include "parallel/stage_plan.h"
 
 typedef struct {
     ModelConfig cfg;          /* n_layers = the stage's; layer_window shifted */
     ModelWeights w;           /* layers point into the model's; absent parts have data NULL */
+    ModelShape shape;         /* the model's, for these layers (rope tables point into the model's) */
     bool first, last;
     int first_layer;          /* in the whole model */
 } StageModel;
 
-/* The slice of stage s (0 <= s < p->n_stages); views of c and w, which must
- * outlive it. */
-int stage_model_make(StageModel *sm, const ModelConfig *c, const ModelWeights *w, const StagePlan *p, int s,
-                     Err *err);
+/* The slice of stage s (0 <= s < p->n_stages); views of c, shape and w,
+ * which must outlive it. */
+int stage_model_make(StageModel *sm, const ModelConfig *c, const ModelShape *shape, const ModelWeights *w,
+                     const StagePlan *p, int s, Err *err);
 
 #endif

@@ -14,11 +14,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "base/err.h"
+#include "kernels/weights.h"
 #include "model/config.h"
-#include "model/err.h"
-#include "model/weights.h"
+#include "model/forward.h"
 
-#define STAGE_MAX 64
+#define STAGE_MAX FORWARD_MAX_STAGES
 
 typedef struct {
     int n_stages;

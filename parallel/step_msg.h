@@ -15,8 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "attention/attn_batch.h"
-#include "model/err.h"
+#include "kernels/attn_batch.h"
+#include "base/err.h"
 
 enum { STEP_MSG_STEP = 1, STEP_MSG_STOP = 2, STEP_MSG_HELLO = 3 };
 

@@ -24,6 +24,7 @@ count() { # label, output file, exit code
 
 echo "== build"
 ./build.sh > tests/out/build.log 2>&1 || { cat tests/out/build.log; echo "0 passed, 1 failed"; exit 1; }
+bin=$(./build.sh --print-dir)
 tail -1 tests/out/build.log
 ./build.sh --asan > tests/out/build-asan.log 2>&1 || { cat tests/out/build-asan.log; echo "0 passed, 1 failed"; exit 1; }
 tail -1 tests/out/build-asan.log
@@ -33,7 +34,7 @@ models/fetch.sh --quiet default gemma3-270m > tests/out/fetch.log 2>&1 || { cat 
 export CLLM_MODELS="$PWD/models/cache"
 
 echo "== unit tests"
-for t in build/tests/test_*; do
+for t in "$bin"/tests/test_*; do
     case $t in *.d|*.o) continue ;; esac  # make's dependency files and kept objects (incremental builds)
     name=$(basename "$t"); out=tests/out/$name.txt
     timeout 900 "$t" > "$out" 2>&1; count "$name" "$out" $?
@@ -46,6 +47,10 @@ for t in build/asan/tests/test_*; do
     name=$(basename "$t"); out=tests/out/asan-$name.txt
     CLLM_QUICK=1 timeout 900 "$t" > "$out" 2>&1; count "asan/$name" "$out" $?
 done
+
+echo "== layers"
+out=tests/out/layers.txt
+bash tests/layers.sh > "$out" 2>&1; count "layers" "$out" $?
 
 echo "== command line"
 for s in tests/cli/*.sh; do

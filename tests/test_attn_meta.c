@@ -1,6 +1,6 @@
 /* test_attn_meta.c — runs, tiles, decode rows, the flattened block table and
  * the validation of attention/attn_meta.c, on hand-built batches. */
-#include "attention/attn_meta.h"
+#include "kernels/attn_meta.h"
 #include "tests/test.h"
 
 /* seq 0: prefill rows at positions 0..N0-1 (two tiles); seq 1: one decode row

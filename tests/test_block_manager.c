@@ -5,7 +5,7 @@
  * the LRU list, exactly once). */
 #include <stdint.h>
 
-#include "attention/block_manager.h"
+#include "engine/block_manager.h"
 #include "tests/test.h"
 
 #define BS 4

@@ -5,7 +5,7 @@
  * the templates raise. */
 #include <time.h>
 
-#include "model/json.h"
+#include "base/json.h"
 #include "tests/test.h"
 #include "tokenizer/chat_template.h"
 

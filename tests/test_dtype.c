@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kernels/dtype.h"
+#include "base/dtype.h"
 #include "test.h"
 
 /* Bit-level views of a float, through a union (well defined in C11). */

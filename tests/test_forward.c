@@ -15,6 +15,8 @@
 #include "engine/engine.h"
 #include "model/dummy.h"
 #include "model/model.h"
+#include "tests/ref/ref_engine.h"
+#include "kernels/cpu/backend_cpu.h"
 #include "tests/test.h"
 
 #define TOL 1e-4
@@ -64,7 +66,7 @@ typedef struct {
 /* The backend and engine over the rig's loaded model. */
 static int rig_start(Rig *r, int block_size, KVDtype kv) {
     Err err = {{0}};
-    r->be = backend_cpu_create_kv(&r->m.cfg, &r->m.w, 2, block_size, 64, kv, &err);
+    r->be = backend_cpu_create(&r->m.shape, &r->m.w, 2, block_size, 64, kv, &err);
     if (!r->be || engine_init(&r->e, &r->m, r->be, 64 * block_size, 64, &err)) { printf("  %s\n", err.msg); return -1; }
     return 0;
 }
@@ -147,7 +149,7 @@ static double check_engine(Rig *r, const int32_t *ids, int T, const float *ref, 
         int n = T - done < chunk ? T - done : chunk;
         if (engine_feed(&r->e, &s, ids + done, n, &err)) { printf("  %s\n", err.msg); worst = INFINITY; break; }
         done += n;
-        double e = test_row_err(r->e.logits, ref + (size_t)(done - 1) * V, V);
+        double e = test_row_err(s.logits, ref + (size_t)(done - 1) * V, V);
         if (!(e <= worst)) worst = e;
     }
     sequence_release(&r->e, &s);
@@ -162,7 +164,7 @@ static void check_greedy(Rig *r, const JsonValue *ref, const int32_t *ids, int T
     CHECK(engine_feed(&r->e, &s, ids, T, &err) == 0, "%s", err.msg);
     for (size_t i = 0; i < json_len(want); i++) {
         int best = 0;
-        for (int v = 1; v < V; v++) if (r->e.logits[v] > r->e.logits[best]) best = v;
+        for (int v = 1; v < V; v++) if (s.logits[v] > s.logits[best]) best = v;
         int w = (int)json_at(want, i)->u.number.num;
         double margin = json_at(margins, i)->u.number.num;
         CHECK(best == w || margin < 1e-3, "greedy token %zu: got %d, want %d (margin %g)", i, best, w, margin);
@@ -350,8 +352,8 @@ static void check_dummy_forward(Rig *r, DType want) {
     CHECK(engine_feed(&r->e, &s, ids, 6, &err) == 0, "%s", err.msg);
     float lo = INFINITY, hi = -INFINITY;
     for (int v = 0; v < V; v++) {
-        bad += !isfinite(r->e.logits[v]);
-        lo = fminf(lo, r->e.logits[v]), hi = fmaxf(hi, r->e.logits[v]);
+        bad += !isfinite(s.logits[v]);
+        lo = fminf(lo, s.logits[v]), hi = fmaxf(hi, s.logits[v]);
     }
     CHECK(bad == 0 && hi > lo, "%s: %d of %d logits not finite, range [%g, %g]", dtype_info(want)->name, bad, V, lo, hi);
     sequence_release(&r->e, &s);

@@ -6,8 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/generate.h"
+#include "tests/ref/ref_engine.h"
 #include "model/model.h"
+#include "tests/ref/ref_engine.h"
+#include "kernels/cpu/backend_cpu.h"
 #include "tests/test.h"
 
 typedef struct {
@@ -22,7 +24,7 @@ static int rig_open(Rig *r, int ctx) {
     memset(r, 0, sizeof *r);
     snprintf(path, sizeof path, "%s/tiny/llama.gguf", test_fixture_dir());
     if (model_load(&r->m, path, 0, &err)) { printf("  %s\n", err.msg); return -1; }
-    r->be = backend_cpu_create(&r->m.cfg, &r->m.w, 2, 4, 64, &err);
+    r->be = backend_cpu_create(&r->m.shape, &r->m.w, 2, 4, 64, KV_DTYPE_BF16, &err);
     if (!r->be || engine_init(&r->e, &r->m, r->be, ctx, 7, &err)) { printf("  %s\n", err.msg); return -1; }
     return 0;
 }
@@ -135,14 +137,14 @@ static void test_truncate_reuses_prefix(void) {
     Sequence s = {0};
     CHECK(engine_feed(&r.e, &s, prompt, np, &err) == 0, "%s", err.msg);
     float *first = malloc(r.m.cfg.vocab * sizeof *first);
-    memcpy(first, r.e.logits, r.m.cfg.vocab * sizeof *first);
+    memcpy(first, s.logits, r.m.cfg.vocab * sizeof *first);
     int32_t junk[5] = {3, 4, 5, 6, 7};
     CHECK(engine_feed(&r.e, &s, junk, 5, &err) == 0, "%s", err.msg);
     sequence_truncate(&r.e, &s, np - 1); /* keep all but the last prompt token */
     CHECK(s.n_cached == np - 1 && s.bt.n_blocks == (np - 1 + 3) / 4, "cached %d, blocks %d", s.n_cached, s.bt.n_blocks);
     CHECK(engine_feed(&r.e, &s, prompt + np - 1, 1, &err) == 0, "%s", err.msg);
     double md = 0;
-    for (int v = 0; v < r.m.cfg.vocab; v++) md = fmax(md, fabs(r.e.logits[v] - first[v]));
+    for (int v = 0; v < r.m.cfg.vocab; v++) md = fmax(md, fabs(s.logits[v] - first[v]));
     CHECK(md < 1e-5, "logits after truncate + refeed differ by %g", md);
     sequence_release(&r.e, &s);
     CHECK(r.e.pool.n_free == r.e.pool.n_blocks, "blocks leaked");

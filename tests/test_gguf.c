@@ -15,9 +15,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kernels/dtype.h"
-#include "model/gguf.h"
-#include "model/json.h"
+#include "base/dtype.h"
+#include "formats/gguf.h"
+#include "base/json.h"
 #include "test.h"
 
 static bool quick(void) {

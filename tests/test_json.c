@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "model/json.h"
+#include "base/json.h"
 #include "tests/test.h"
 
 /* Parses text[0..len) from an exact-size heap copy. */

@@ -5,7 +5,8 @@
 #include <limits.h>
 #include <stdint.h>
 
-#include "attention/kv_cache.h"
+#include "engine/kv_blocks.h"
+#include "kernels/cpu/kv_cache_host.h"
 #include "tests/test.h"
 
 /* Every id of the pool is either free (once) or in exactly one table. */

@@ -4,7 +4,7 @@
  * pseudo-terminal whose output is replayed on a small terminal emulator.
  */
 #define _XOPEN_SOURCE 700
-#include "engine/line_edit.h"
+#include "app/line_edit.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -11,7 +11,7 @@
  * stages, and SmolLM2 in 3 (layers 10/10/10) when present. */
 #include <string.h>
 
-#include "kernels/backend.h"
+#include "kernels/cpu/backend_cpu.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "parallel/stage.h"
@@ -29,8 +29,8 @@ typedef struct {
 
 static int stage_open(Stage *st, const Model *m, const StagePlan *p, int s, Err *err) {
     memset(st, 0, sizeof *st);
-    if (stage_model_make(&st->sm, &m->cfg, &m->w, p, s, err)) return -1;
-    st->be = backend_cpu_create(&st->sm.cfg, &st->sm.w, 2, BLOCK, N_BLOCKS, err);
+    if (stage_model_make(&st->sm, &m->cfg, &m->shape, &m->w, p, s, err)) return -1;
+    st->be = backend_cpu_create(&st->sm.shape, &st->sm.w, 2, BLOCK, N_BLOCKS, KV_DTYPE_BF16, err);
     if (!st->be || forward_init(&st->fw, &st->sm.cfg, st->be, MAX_T, err)) return -1;
     st->fw.from_prev = !st->sm.first;
     st->fw.to_next = !st->sm.last;
@@ -66,7 +66,7 @@ static void check_split(const char *path, const int *counts, int n_stages) {
     StagePlan plan;
     Stage st[4];
     memset(st, 0, sizeof st);
-    Backend *whole = backend_cpu_create(c, &m.w, 2, BLOCK, N_BLOCKS, &err);
+    Backend *whole = backend_cpu_create(&m.shape, &m.w, 2, BLOCK, N_BLOCKS, KV_DTYPE_BF16, &err);
     Forward fw = {0};
     bool ok = whole && forward_init(&fw, c, whole, MAX_T, &err) == 0;
     ok = ok && (counts ? stage_plan_from_counts(&plan, c, &m.w, n_stages, counts, &err)
@@ -136,7 +136,7 @@ static void test_stage_slices(void) {
     int counts[2] = {1, m.cfg.n_layers - 1};
     CHECK(stage_plan_from_counts(&p, &m.cfg, &m.w, 2, counts, &err) == 0, "%s", err.msg);
     StageModel a, b;
-    CHECK(stage_model_make(&a, &m.cfg, &m.w, &p, 0, &err) == 0 && stage_model_make(&b, &m.cfg, &m.w, &p, 1, &err) == 0,
+    CHECK(stage_model_make(&a, &m.cfg, &m.shape, &m.w, &p, 0, &err) == 0 && stage_model_make(&b, &m.cfg, &m.shape, &m.w, &p, 1, &err) == 0,
           "%s", err.msg);
     CHECK(a.first && !a.last && a.w.tok_embd.data && !a.w.output.data && !a.w.output_norm.data, "stage 0 parts");
     bool tied = m.w.output.data == m.w.tok_embd.data;
@@ -146,7 +146,7 @@ static void test_stage_slices(void) {
     for (int l = 0; l < b.cfg.n_layers; l++)
         CHECK(b.cfg.layer_window[l] == m.cfg.layer_window[l + 1], "layer %d window %d vs %d", l, b.cfg.layer_window[l],
               m.cfg.layer_window[l + 1]);
-    CHECK(stage_model_make(&a, &m.cfg, &m.w, &p, 2, &err) == -1 && strstr(err.msg, "outside"), "'%s'", err.msg);
+    CHECK(stage_model_make(&a, &m.cfg, &m.shape, &m.w, &p, 2, &err) == -1 && strstr(err.msg, "outside"), "'%s'", err.msg);
     model_free(&m);
 }
 

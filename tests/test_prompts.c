@@ -15,8 +15,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "engine/prompts.h"
-#include "model/json.h"
+#include "app/prompts.h"
+#include "base/json.h"
 #include "tests/test.h"
 
 static char tmp_dir[64];

@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/dtype.h"
+#include "base/dtype.h"
 #include "kernels/quant_mma.h"
 #include "tests/test.h"
 

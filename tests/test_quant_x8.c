@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/dtype.h"
+#include "base/dtype.h"
 #include "kernels/quant_x8.h"
 #include "tests/test.h"
 

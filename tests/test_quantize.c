@@ -20,11 +20,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/quantize_cmd.h"
-#include "model/gguf.h"
-#include "model/gguf_write.h"
+#include "app/quantize_cmd.h"
+#include "formats/gguf.h"
+#include "formats/gguf_write.h"
 #include "model/model.h"
-#include "model/quantize.h"
+#include "base/quantize.h"
 #include "tests/test.h"
 
 #define ROWS 8

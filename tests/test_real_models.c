@@ -22,6 +22,8 @@
 
 #include "engine/engine.h"
 #include "model/model.h"
+#include "tests/ref/ref_engine.h"
+#include "kernels/cpu/backend_cpu.h"
 #include "tests/test.h"
 
 static int argmax(const float *x, int n) {
@@ -127,7 +129,7 @@ static int teacher_forced_pair(Engine *a, Engine *b, const int32_t *ids, int T, 
  * fp8 KV cache against the fp32 one (see the top of the file). */
 static void check_fp8_kv(const Model *m, Engine *e32, const JsonValue *ref, const int32_t *ids, int T) {
     Err err = {{0}};
-    Backend *be = backend_cpu_create_kv(&m->cfg, &m->w, 0, 16, 40, KV_DTYPE_FP8, &err);
+    Backend *be = backend_cpu_create(&m->shape, &m->w, 0, 16, 40, KV_DTYPE_FP8, &err);
     Engine e8;
     int ok = be && engine_init(&e8, m, be, 600, 64, &err) == 0;
     CHECK(ok, "%s", err.msg);
@@ -174,7 +176,7 @@ static void check_reference(const char *ref_path) {
         json_free(doc);
         return;
     }
-    Backend *be = backend_cpu_create(&m.cfg, &m.w, 0, 16, 40, &err);
+    Backend *be = backend_cpu_create(&m.shape, &m.w, 0, 16, 40, KV_DTYPE_BF16, &err);
     Engine e;
     CHECK(be && engine_init(&e, &m, be, 600, 64, &err) == 0, "%s", err.msg);
 
@@ -203,7 +205,7 @@ static void check_reference(const char *ref_path) {
         int same = 0;
         if (engine_feed(&e, &s, pids, n, &err) == 0) {
             for (; same < G; same++) {
-                int32_t tok = argmax(e.logits, m.cfg.vocab);
+                int32_t tok = argmax(s.logits, m.cfg.vocab);
                 if (tok != (int32_t)json_at(want, same)->u.number.num) break;
                 if (engine_feed(&e, &s, &tok, 1, &err)) break;
             }

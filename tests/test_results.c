@@ -14,8 +14,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "engine/results.h"
-#include "model/json.h"
+#include "app/results.h"
+#include "base/json.h"
 #include "tests/test.h"
 
 static char tmp_dir[64];

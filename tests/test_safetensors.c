@@ -13,9 +13,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "kernels/dtype.h"
-#include "model/json.h"
-#include "model/safetensors.h"
+#include "base/dtype.h"
+#include "base/json.h"
+#include "formats/safetensors.h"
 #include "tests/test.h"
 
 static char tmp_dir[] = "/tmp/cllm-st-XXXXXX";

@@ -14,6 +14,8 @@
 
 #include "engine/virtual_engines.h"
 #include "model/model.h"
+#include "tests/ref/ref_engine.h"
+#include "kernels/cpu/backend_cpu.h"
 #include "tests/test.h"
 
 #define BS 4
@@ -30,7 +32,7 @@ static int rig_open(Rig *r, const char *arch, int n_blocks, int ctx, int max_chu
     memset(r, 0, sizeof *r);
     snprintf(path, sizeof path, "%s/tiny/%s.gguf", test_fixture_dir(), arch);
     if (model_load(&r->m, path, 0, &err)) { printf("  %s\n", err.msg); return -1; }
-    r->be = backend_cpu_create(&r->m.cfg, &r->m.w, 2, BS, n_blocks, &err);
+    r->be = backend_cpu_create(&r->m.shape, &r->m.w, 2, BS, n_blocks, KV_DTYPE_BF16, &err);
     if (!r->be || engine_init(&r->e, &r->m, r->be, ctx, max_chunk, &err)) { printf("  %s\n", err.msg); return -1; }
     return 0;
 }
@@ -128,7 +130,7 @@ typedef struct {
     int64_t preemptions, hits;
     int max_blocks_one;  /* most blocks any running request held */
     int max_blocks_used; /* most blocks in use at once (all engines) */
-    int max_held[STAGE_MAX]; /* most blocks each virtual engine's requests held at once */
+    int max_held[FORWARD_MAX_STAGES]; /* most blocks each virtual engine's requests held at once */
 } Watch;
 
 static void watch_step(const VirtualEngines *g, Watch *w) {

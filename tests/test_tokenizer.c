@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "model/gguf.h"
+#include "formats/gguf.h"
 #include "tokenizer/tok_internal.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"

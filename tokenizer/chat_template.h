@@ -35,7 +35,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "model/err.h"
+#include "base/err.h"
 #include "tokenizer/tokenizer.h"
 
 typedef enum {

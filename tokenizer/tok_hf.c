@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/json.h"
+#include "base/json.h"
 #include "tokenizer/tok_internal.h"
 
 #define MAX_VOCAB (1 << 24)

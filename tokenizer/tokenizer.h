@@ -22,8 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/err.h"
-#include "model/gguf.h"
+#include "base/err.h"
+#include "formats/gguf.h"
 
 typedef enum { TOK_BPE_BYTES, TOK_SPM } TokenizerKind;
 

@@ -13,18 +13,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "attention/attn_batch.h"
-#include "attention/kv_cache.h"
-#include "kernels/dtype.h"
-#include "model/err.h"
+#include "kernels/attn_batch.h"
+#include "kernels/activation.h"
+#include "kernels/cpu/kv_cache_host.h"
+#include "base/dtype.h"
+#include "base/err.h"
+#include "base/thread_pool.h"
 
-/* A fixed pool of worker threads; cpu_parallel_for runs fn(ctx, i) for i in
- * [0, n) split in contiguous chunks over the workers and the caller. */
-typedef struct ThreadPool ThreadPool;
-ThreadPool *thread_pool_create(int n_threads, Err *err); /* n_threads <= 0: one per core */
-void thread_pool_destroy(ThreadPool *tp);
-int thread_pool_size(const ThreadPool *tp);
-void cpu_parallel_for(ThreadPool *tp, int64_t n, void (*fn)(void *ctx, int64_t begin, int64_t end), void *ctx);
 
 /* A weight matrix W [rows][cols] (PyTorch Linear layout: rows = out features)
  * in any dtype; row r starts at data + r * row_bytes. */
@@ -70,10 +65,8 @@ void cpu_kv_write(KVCacheHost *c, int layer, const AttnBatch *batch, const float
 void cpu_attention(ThreadPool *tp, float *out, const float *q, const KVCacheHost *c, int layer,
                    const AttnBatch *batch, const AttnParams *p);
 
-/* Gated activations over gate/up halves: out[t][i] = act(gate[t][i]) * up[t][i]. */
-typedef enum { ACT_SILU, ACT_GELU_TANH, ACT_SWIGLU_OAI } Activation;
-/* ACT_SWIGLU_OAI (gpt-oss): g = min(gate, limit); u = clamp(up, -limit, limit);
- * out = (u + 1) * g * sigmoid(alpha * g), alpha = 1.702. */
+/* Gated activations over gate/up halves: out[t][i] = act(gate[t][i]) * up[t][i]
+ * (kernels/activation.h). */
 void cpu_glu(float *out, const float *gate, const float *up, int64_t n, Activation act, float limit);
 
 /* Soft-cap in place: x = cap * tanh(x / cap). */

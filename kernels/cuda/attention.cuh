@@ -33,10 +33,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "attention/attn_batch.h"
-#include "attention/attn_meta.h"
-#include "kernels/dtype.h"
-#include "model/err.h"
+#include "kernels/attn_batch.h"
+#include "kernels/attn_meta.h"
+#include "base/dtype.h"
+#include "base/err.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -56,7 +56,7 @@
 #include <cuda_profiler_api.h>
 
 extern "C" { /* C headers of the engine: C linkage */
-#include "attention/attn_meta.h"
+#include "kernels/attn_meta.h"
 #include "kernels/backend.h"
 #include "model/forward.h"
 }

@@ -6,7 +6,7 @@
 
 #include <cuda_runtime.h>
 
-#include "model/err.h"
+#include "base/err.h"
 
 #define CUDA_CHECK(stmt, err)                                                                       \
     do {                                                                                            \

@@ -16,8 +16,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "attention/attn_batch.h"
-#include "kernels/cpu/cpu_ops.h"
+#include "kernels/attn_batch.h"
+#include "kernels/activation.h"
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/gemv_out.cuh"
 

@@ -31,7 +31,7 @@
 #include <stdint.h>
 
 #include "kernels/cuda/quant.cuh"
-#include "model/err.h"
+#include "base/err.h"
 
 #ifdef __cplusplus
 extern "C" {

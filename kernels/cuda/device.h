@@ -4,7 +4,7 @@
 
 #include <stddef.h>
 
-#include "model/err.h"
+#include "base/err.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -19,7 +19,7 @@
 #include <cuda_runtime.h>
 #include <stdbool.h>
 
-#include "model/err.h"
+#include "base/err.h"
 
 #ifdef __cplusplus
 extern "C" {

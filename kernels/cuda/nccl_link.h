@@ -16,7 +16,7 @@
 #include <stddef.h>
 
 #include "kernels/backend.h"
-#include "model/err.h"
+#include "base/err.h"
 
 #ifdef __cplusplus
 extern "C" {

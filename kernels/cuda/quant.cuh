@@ -28,9 +28,9 @@
 #include <stdint.h>
 
 #include "kernels/cuda/gemv_out.cuh"
-#include "kernels/cpu/cpu_ops.h"
-#include "kernels/dtype.h"
-#include "model/err.h"
+#include "kernels/activation.h"
+#include "base/dtype.h"
+#include "base/err.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#include "kernels/dtype.h"
+#include "base/dtype.h"
 
 static __host__ __device__ constexpr int quant_block_elems(int q) { return q == DT_Q4_K || q == DT_Q5_K || q == DT_Q6_K ? 256 : 32; }
 static __host__ __device__ constexpr int quant_native_bytes(int q) {

@@ -38,10 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/err.h"
-extern "C" {
-#include "engine/sampler.h"
-}
+#include "base/err.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/sampling.cuh"
 
@@ -763,25 +760,22 @@ extern "C" void gpu_sampler_free(GpuSampler *g) {
     memset(g, 0, sizeof *g);
 }
 
-extern "C" int gpu_sampler_set_row(GpuSampler *g, int r, const Sampler *s, Err *err) {
+extern "C" int gpu_sampler_set_row(GpuSampler *g, int r, const SampleRow *p, Err *err) {
     if (r < 0 || r >= g->max_rows) return err_set(err, "gpu sampler: row %d outside 0..%d", r, g->max_rows - 1);
-    if (s->n_vocab != g->n_vocab)
-        return err_set(err, "gpu sampler: row %d has a vocabulary of %d, the sampler was built for %d", r, s->n_vocab,
-                       g->n_vocab);
-    const SamplerParams *p = &s->p;
     if (p->top_k > GPU_SAMPLE_MAX_TOP_K && p->top_k < g->n_vocab)
         return err_set(err, "gpu sampler: top_k %d is above the GPU limit %d; sample this row on the CPU", p->top_k,
                        GPU_SAMPLE_MAX_TOP_K);
     if (r == 0) g->n_pen = 0;
-    int room = g->max_pen - g->n_pen;
-    int n = sampler_penalty_window(s, g->h_pen + g->n_pen, g->h_pen + g->max_pen + g->n_pen, room);
-    if (n > room)
+    int n = p->n_pen;
+    if (n > g->max_pen - g->n_pen)
         return err_set(err, "gpu sampler: the penalty windows need more than the %d entries it was built for",
                        g->max_pen);
+    memcpy(g->h_pen + g->n_pen, p->pen_ids, (size_t)n * sizeof *g->h_pen);
+    memcpy(g->h_pen + g->max_pen + g->n_pen, p->pen_counts, (size_t)n * sizeof *g->h_pen);
     g->h_rows[r] = (GpuSampleRow){.inv_temp = 1.0f / p->temperature, .top_p = p->top_p, .min_p = p->min_p,
                                   .top_k = p->top_k, .repetition_penalty = p->repetition_penalty,
                                   .presence_penalty = p->presence_penalty, .frequency_penalty = p->frequency_penalty,
-                                  .pen_start = g->n_pen, .pen_len = n, .uniform = sampler_uniform_peek(s)};
+                                  .pen_start = g->n_pen, .pen_len = n, .uniform = p->uniform};
     g->n_pen += n;
     return 0;
 }
@@ -807,7 +801,3 @@ extern "C" int gpu_sampler_run(GpuSampler *g, float *logits, int n_rows, cudaStr
     return 0;
 }
 
-extern "C" void gpu_sampler_finish(const GpuSampler *g, Sampler *const *samplers, int n_rows) {
-    for (int r = 0; r < n_rows; r++)
-        if (g->h_out[g->max_rows + r]) sampler_uniform_skip(samplers[r]);
-}

@@ -3,15 +3,15 @@
  * Samples one token per row of fp32 logits [n_rows][n_vocab] already on the
  * device, with the semantics of the CPU sampler (engine/sampler.c: penalties,
  * temperature, top-k, top-p, min-p, the draw, NaN/inf rules, tie order and
- * the order candidates are drawn in). Each row is fed from a CPU Sampler: its
- * parameters, its penalty window and the uniform its generator would draw
- * next, so seeds and reproducibility stay the CPU sampler's. A step:
+ * the order candidates are drawn in). Each row comes as the CPU sampler
+ * describes its next draw (a SampleRow: parameters, penalty window, the
+ * uniform its generator would draw next), so seeds and reproducibility stay
+ * the CPU sampler's. A step:
  *
- *   for r in rows: gpu_sampler_set_row(g, r, samplers[r], err)   (r = 0, 1, ...)
+ *   for r in rows: gpu_sampler_set_row(g, r, &rows[r], err)      (r = 0, 1, ...)
  *   gpu_sampler_run(g, d_logits, n_rows, stream, err)            (async)
  *   cudaStreamSynchronize(stream)
- *   gpu_sampler_finish(g, samplers, n_rows)   advances each generator that drew
- *   token of row r: g->h_out[r]
+ *   token of row r: g->h_out[r]; whether it used its uniform: g->h_out[max_rows + r]
  *
  * Like sampler_sample, the penalties are applied to the logits in place.
  * Limits: top_k up to GPU_SAMPLE_MAX_TOP_K unless top_k >= n_vocab (a larger
@@ -22,8 +22,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "engine/sampler.h"
-#include "model/err.h"
+#include "base/err.h"
+#include "kernels/backend.h"
 
 #define GPU_SAMPLE_MAX_TOP_K 1024
 
@@ -34,7 +34,7 @@ typedef struct {
     int top_k;
     float repetition_penalty, presence_penalty, frequency_penalty;
     int pen_start, pen_len;  /* this row's slice of the penalty-window arrays */
-    double uniform;          /* the row's next uniform (sampler_uniform_peek) */
+    double uniform;          /* the row's next uniform */
 } GpuSampleRow;
 
 typedef struct {
@@ -52,14 +52,11 @@ extern "C" {
  * stage together. Returns 0 or -1. */
 int gpu_sampler_build(GpuSampler *g, int max_rows, int n_vocab, int max_pen, Err *err);
 void gpu_sampler_free(GpuSampler *g);
-/* Stages row r (rows in order from 0; row 0 starts a new step) from s. */
-int gpu_sampler_set_row(GpuSampler *g, int r, const Sampler *s, Err *err);
+/* Stages row r (rows in order from 0; row 0 starts a new step). */
+int gpu_sampler_set_row(GpuSampler *g, int r, const SampleRow *row, Err *err);
 /* Uploads the staged rows, samples logits [n_rows][n_vocab] (penalized in
  * place) and copies tokens and flags to g->h_out, all on stream. */
 int gpu_sampler_run(GpuSampler *g, float *logits, int n_rows, cudaStream_t stream, Err *err);
-/* After the stream is synchronized: advances the generator of each row that
- * drew (more than one candidate survived), as sampler_sample does. */
-void gpu_sampler_finish(const GpuSampler *g, Sampler *const *samplers, int n_rows);
 #ifdef __cplusplus
 }
 #endif

@@ -22,9 +22,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "model/gguf.h"
-#include "model/json.h"
-#include "model/safetensors.h"
+#include "formats/gguf.h"
+#include "base/json.h"
+#include "formats/safetensors.h"
 
 /* ---------- JSON ---------- */
 

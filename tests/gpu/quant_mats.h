@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "kernels/cuda/quant.cuh"
-#include "kernels/dtype.h"
+#include "base/dtype.h"
 #include "tests/test.h"
 
 static uint64_t rng = 0x243f6a8885a308d3ull;

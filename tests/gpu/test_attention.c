@@ -31,11 +31,11 @@
 
 #include <cuda_runtime.h>
 
-#include "attention/attn_meta.h"
-#include "attention/kv_cache.h"
+#include "kernels/attn_meta.h"
+#include "engine/kv_blocks.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/attention.cuh"
-#include "kernels/dtype.h"
+#include "base/dtype.h"
 #include "tests/test.h"
 
 #define TOL 1e-2

@@ -33,6 +33,7 @@
 #include "kernels/cuda/backend_cuda.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "kernels/cpu/backend_cpu.h"
 #include "tests/test.h"
 
 #define N_SEQS 5
@@ -119,7 +120,7 @@ static bool open_runners(Runner *ru, const Model *m, KVDtype kv, Err *err) {
     CudaOptions generic = {0, BLOCK, N_BLOCKS, 0, MAX_T, 0.9f, true, true, false, false, kv};
     ru[0].be = backend_cuda_create_opts(&m->cfg, &m->w, &fast, NULL, err);
     ru[1].be = ru[0].be ? backend_cuda_create_opts(&m->cfg, &m->w, &generic, NULL, err) : NULL;
-    ru[2].be = ru[1].be ? backend_cpu_create_kv(&m->cfg, &m->w, 0, BLOCK, N_BLOCKS, kv, err) : NULL;
+    ru[2].be = ru[1].be ? backend_cpu_create(&m->shape, &m->w, 0, BLOCK, N_BLOCKS, kv, err) : NULL;
     setenv("CLLM_ROPE_ATTENTION", "0", 1);
     ru[3].be = ru[2].be ? backend_cuda_create_opts(&m->cfg, &m->w, &fast, NULL, err) : NULL;
     unsetenv("CLLM_ROPE_ATTENTION");

@@ -24,6 +24,7 @@
 #include "engine/engine.h"
 #include "kernels/cuda/backend_cuda.h"
 #include "model/model.h"
+#include "kernels/cpu/backend_cpu.h"
 #include "tests/test.h"
 
 #define TOL 6e-2       /* max |diff| / max |ref| of a row, dense models */
@@ -197,7 +198,7 @@ static void check_real(const char *name) {
     if (!doc) return;
     double gbps = 0;
     Backend *gpu = backend_cuda_create(&m.cfg, &m.w, 0, 16, 64, 256, &gbps, &err);
-    Backend *cpu = backend_cpu_create(&m.cfg, &m.w, 0, 16, 64, &err);
+    Backend *cpu = backend_cpu_create(&m.shape, &m.w, 0, 16, 64, KV_DTYPE_BF16, &err);
     CHECK(gpu && cpu, "%s", err.msg);
     printf("# %s: weights uploaded at %.2f GB/s\n", name, gbps);
     Engine eg, ec;

@@ -22,6 +22,7 @@
 
 #include "kernels/cuda/backend_cuda.h"
 #include "model/forward.h"
+#include "kernels/cpu/backend_cpu.h"
 #include "tests/test.h"
 
 #define TOL 1e-2

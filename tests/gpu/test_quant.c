@@ -35,7 +35,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/dequant_ahead.cuh"
 #include "kernels/cuda/quant.cuh"
-#include "kernels/dtype.h"
+#include "base/dtype.h"
 #include "kernels/quant_mma.h"
 #include "kernels/quant_x8.h"
 #include "tests/gpu/quant_mats.h"

@@ -47,7 +47,7 @@
 
 #include "engine/engine.h"
 #include "kernels/cuda/backend_cuda.h"
-#include "model/json.h"
+#include "base/json.h"
 #include "model/model.h"
 #include "tests/test.h"
 

@@ -42,7 +42,7 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/quant.cuh"
-#include "kernels/dtype.h"
+#include "base/dtype.h"
 #include "tests/gpu/quant_mats.h"
 #include "tests/test.h"
 

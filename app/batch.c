@@ -1,0 +1,334 @@
+/* batch.c — `cllm generate`: reads requests as the scheduler has room for
+ * them, renders and tokenizes each, runs them all through the continuous-
+ * batching scheduler (engine/scheduler.h), and writes each result line as
+ * soon as its request finishes (or, with --ordered, as soon as every earlier
+ * input has been written). A bad request gets an error line and the run goes
+ * on; --resume skips ids the output already holds. Input is read lazily: at
+ * most about two batches of requests are in memory at once, so inputs of any
+ * length work. */
+#include "app/batch.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "app/prompts.h"
+#include "app/results.h"
+#include "base/clock.h"
+#include "engine/request.h"
+#include "engine/virtual_engines.h"
+#include "tokenizer/chat_template.h"
+
+void batch_options_default(BatchOptions *b) {
+    memset(b, 0, sizeof *b);
+    b->output = "-";
+    b->max_seqs = 256;
+    b->max_batched_tokens = 8192;
+}
+
+typedef struct {
+    Runtime rt;
+    const RunOptions *o;
+    const BatchOptions *b;
+    ChatTemplate tmpl;
+    PromptReader *in;
+    bool in_done;
+    ResultWriter *out;
+    ResultOrder *order;           /* --ordered */
+    VirtualEngines ve;            /* one scheduler per pipeline stage (virtual engines) */
+    int64_t n_total;              /* requests in the input, when it could be counted; else -1 */
+    int n_done, n_failed, n_skipped;
+    long long tokens_out;
+    double t0, last_progress;
+} Batch;
+
+/* One request in flight: the parsed input line (its stop strings are
+ * borrowed by the scheduler) and what the result line needs. */
+typedef struct {
+    PromptRequest req;
+    int prompt_tokens;
+    double t_start;
+} BatchItem;
+
+/* The request's sampling and stop settings over the command line's. */
+static void batch_params(const Batch *bt, const PromptRequest *r, GenParams *p) {
+    *p = (GenParams){bt->o->sampling, bt->o->max_tokens > 0 ? bt->o->max_tokens : 512, NULL, 0, bt->o->ignore_eos};
+    if (r->max_tokens > 0) p->max_tokens = r->max_tokens;
+    if (!isnan(r->temperature)) p->sampling.temperature = r->temperature;
+    if (!isnan(r->top_p)) p->sampling.top_p = r->top_p;
+    if (!isnan(r->min_p)) p->sampling.min_p = r->min_p;
+    if (r->top_k >= 0) p->sampling.top_k = r->top_k;
+    if (!isnan(r->repetition_penalty)) p->sampling.repetition_penalty = r->repetition_penalty;
+    if (!isnan(r->presence_penalty)) p->sampling.presence_penalty = r->presence_penalty;
+    if (!isnan(r->frequency_penalty)) p->sampling.frequency_penalty = r->frequency_penalty;
+    if (r->has_seed) p->sampling.seed = (uint64_t)r->seed;
+    p->stop = (const char *const *)r->stop;
+    p->n_stop = r->n_stop;
+}
+
+/* Prompt text → ids: messages (or --chat prompts) through the template. */
+static int batch_prompt_ids(Batch *bt, const PromptRequest *r, TokenIds *ids, Err *err) {
+    const Tokenizer *tok = bt->rt.model.tok;
+    if (r->n_messages == 0 && !bt->b->chat)
+        return tokenizer_encode(tok, r->prompt, strlen(r->prompt), true, tokenizer_add_bos(tok), ids, err);
+    ChatMessage one = {"user", r->prompt};
+    ChatMessage *msgs = &one;
+    int n = 1;
+    if (r->n_messages > 0) {
+        msgs = malloc(r->n_messages * sizeof *msgs);
+        if (!msgs) return err_set(err, "out of memory");
+        for (int i = 0; i < r->n_messages; i++) msgs[i] = (ChatMessage){r->messages[i].role, r->messages[i].content};
+        n = r->n_messages;
+    }
+    ChatBuf text = {0};
+    int rc = chat_render(&bt->tmpl, msgs, n, true, &text, err);
+    if (msgs != &one) free(msgs);
+    if (rc == 0) rc = tokenizer_encode(tok, text.data, text.len, true, false, ids, err);
+    chat_buf_free(&text);
+    return rc;
+}
+
+/* Writes a result line now, or through the reorder buffer (--ordered).
+ * Returns -1 only when the output cannot be written (the run must stop). */
+static int batch_write(Batch *bt, int64_t index, const ResultLine *line) {
+    Err err = {{0}};
+    int rc = bt->order ? results_ordered_put(bt->order, index, line, &err) : results_write(bt->out, line, &err);
+    if (rc) fprintf(stderr, "cllm generate: %s\n", err.msg);
+    bt->n_done++;
+    bt->n_failed += line->error != NULL;
+    bt->tokens_out += line->completion_tokens;
+    return rc;
+}
+
+/* The result line of a request that never reached the scheduler. */
+static int batch_write_error(Batch *bt, const PromptRequest *r, const char *error, int prompt_tokens) {
+    ResultLine line = {.id = r->id, .id_is_number = r->id_is_number, .text = "", .finish_reason = "error",
+                       .is_chat = r->is_chat, .model = r->model, .error = error, .prompt_tokens = prompt_tokens};
+    return batch_write(bt, r->index, &line);
+}
+
+/* The result line of a finished request; frees it. */
+static int batch_finish(Batch *bt, SchedRequest *sr) {
+    BatchItem *it = sr->user;
+    const PromptRequest *r = &it->req;
+    bool failed = !strcmp(sr->finish_reason, "error");
+    ResultLine line = {.id = r->id, .id_is_number = r->id_is_number, .is_chat = r->is_chat, .model = r->model};
+    line.text = !failed && sr->text.data ? sr->text.data : "";
+    line.text_len = failed ? 0 : sr->text.len;
+    line.finish_reason = failed ? "error" : !strcmp(sr->finish_reason, "stop") ? "stop" : "length";
+    line.error = failed ? sr->error : NULL;
+    line.prompt_tokens = it->prompt_tokens;
+    line.completion_tokens = sr->n_generated;
+    line.seconds = now_seconds() - it->t_start;
+    int rc = batch_write(bt, r->index, &line);
+    prompt_request_free(&it->req);
+    free(it);
+    sched_request_free(sr);
+    return rc;
+}
+
+/* Tokenizes and queues one request, or writes its error line. The item
+ * is owned by the scheduler's request from here on. */
+static int batch_submit(Batch *bt, BatchItem *it) {
+    const PromptRequest *r = &it->req;
+    Err err = {{0}};
+    TokenIds ids = {0};
+    int rc = 0;
+    if (r->error) {
+        rc = batch_write_error(bt, r, r->error, 0);
+    } else if (batch_prompt_ids(bt, r, &ids, &err)) {
+        rc = batch_write_error(bt, r, err.msg, 0);
+    } else if (ids.n == 0) {
+        rc = batch_write_error(bt, r, "the prompt is empty after tokenization", 0);
+    } else {
+        GenParams p;
+        batch_params(bt, r, &p);
+        it->prompt_tokens = (int)ids.n;
+        if (vengines_submit(&bt->ve, ids.ids, (int)ids.n, &p, it, &err)) {
+            token_ids_free(&ids);
+            return 0;
+        }
+        rc = batch_write_error(bt, r, err.msg, (int)ids.n);
+    }
+    token_ids_free(&ids);
+    prompt_request_free(&it->req);
+    free(it);
+    return rc;
+}
+
+/* Reads requests until the scheduler holds about two batches' worth.
+ * Returns -1 when the run must stop (an unreadable input or output). */
+static int batch_fill(Batch *bt) {
+    Err err = {{0}};
+    while (!bt->in_done && vengines_pending(&bt->ve) < 2 * bt->ve.n * bt->ve.ve[0].o.max_seqs) {
+        BatchItem *it = calloc(1, sizeof *it);
+        if (!it) { fprintf(stderr, "cllm generate: out of memory\n"); return -1; }
+        int got = prompts_next(bt->in, &it->req, &err);
+        if (got <= 0) {
+            free(it);
+            bt->in_done = true;
+            if (got < 0) { fprintf(stderr, "cllm generate: %s\n", err.msg); return -1; }
+            break;
+        }
+        it->t_start = now_seconds();
+        if (!bt->out) {
+            bt->out = results_open_ex(bt->b->output, prompts_format(bt->in), bt->b->resume, bt->b->retry_errors, &err);
+            if (bt->out && bt->b->ordered) bt->order = results_ordered_new(bt->out, it->req.index);
+            if (!bt->out || (bt->b->ordered && !bt->order)) {
+                fprintf(stderr, "cllm generate: %s\n", bt->out ? "out of memory" : err.msg);
+                prompt_request_free(&it->req);
+                free(it);
+                return -1;
+            }
+        }
+        if (bt->b->resume && it->req.id && results_is_done(bt->out, it->req.id)) {
+            bt->n_skipped++;
+            int rc = bt->order ? results_ordered_skip(bt->order, it->req.index, &err) : 0;
+            prompt_request_free(&it->req);
+            free(it);
+            if (rc) { fprintf(stderr, "cllm generate: %s\n", err.msg); return -1; }
+            continue;
+        }
+        if (batch_submit(bt, it)) return -1;
+    }
+    return 0;
+}
+
+/* Non-empty lines of a regular file: the request count for the progress
+ * line's total and ETA; -1 when it cannot be known cheaply (stdin, a pipe,
+ * a file over 1 GB). */
+static int64_t batch_count_inputs(const char *path) {
+    struct stat st;
+    if (!strcmp(path, "-") || stat(path, &st) || !S_ISREG(st.st_mode) || st.st_size > ((off_t)1 << 30)) return -1;
+    gzFile f = gzopen(path, "rb");
+    if (!f) return -1;
+    char buf[65536];
+    int64_t n = 0;
+    bool blank = true;
+    int got;
+    while ((got = gzread(f, buf, sizeof buf)) > 0)
+        for (int i = 0; i < got; i++) {
+            if (buf[i] == '\n') { n += !blank; blank = true; }
+            else if (buf[i] != ' ' && buf[i] != '\t' && buf[i] != '\r') blank = false;
+        }
+    gzclose(f);
+    return got < 0 ? -1 : n + !blank;
+}
+
+static void batch_progress(Batch *bt, bool final) {
+    double now = now_seconds(), el = now - bt->t0;
+    bool tty = isatty(STDERR_FILENO);
+    if (!final && now - bt->last_progress < (tty ? 0.2 : 10.0)) return;
+    bt->last_progress = now;
+    const SchedStats *s = &bt->ve.stats;
+    char total[32] = "", eta[32] = "";
+    int64_t todo = bt->n_total - bt->n_skipped;
+    if (bt->n_total >= 0) snprintf(total, sizeof total, "/%lld", (long long)todo);
+    if (bt->n_total >= 0 && bt->n_done > 0 && !final)
+        snprintf(eta, sizeof eta, ", ETA %.0f s", el / bt->n_done * (double)(todo - bt->n_done));
+    fprintf(stderr, "%s%d%s done (%d failed, %d skipped), %lld tokens, %.1f tokens/s%s, %.0f s; "
+            "batch %d seqs, KV %d/%d blocks (%d cached), %lld preempted%s",
+            tty && !final ? "\r" : "", bt->n_done, total, bt->n_failed, bt->n_skipped, bt->tokens_out,
+            el > 0 ? bt->tokens_out / el : 0.0, eta, el, s->n_seqs, s->blocks_used, s->blocks_total,
+            s->blocks_cached, (long long)s->preemptions, tty && !final ? "   " : "\n");
+}
+
+/* --verbose: one line per step. */
+static void batch_step_log(const Batch *bt) {
+    const SchedStats *s = &bt->ve.stats;
+    fprintf(stderr, "step: %d seqs, %d tokens (%d decode, %d prefill), %d running, %d waiting, KV %d/%d blocks "
+            "(%d cached), %lld preempted, %lld prefix tokens reused, %.1f ms (forward %.1f, sampling %.1f, "
+            "scheduler %.2f)\n",
+            s->n_seqs, s->n_tokens, s->n_decode, s->n_prefill, s->n_running, s->n_waiting, s->blocks_used,
+            s->blocks_total, s->blocks_cached, (long long)s->preemptions, (long long)s->prefix_hit_tokens,
+            s->seconds * 1e3, s->forward_seconds * 1e3, s->sample_seconds * 1e3, s->own_seconds * 1e3);
+}
+
+/* Steps until the input is read and every request has its line. */
+static int batch_loop(Batch *bt) {
+    Err err = {{0}};
+    for (;;) {
+        if (batch_fill(bt)) return 2;
+        if (vengines_pending(&bt->ve) == 0) break;
+        if (vengines_step(&bt->ve, &err)) { fprintf(stderr, "cllm generate: %s\n", err.msg); return 2; }
+        if (bt->o->verbose && bt->ve.stats.n_tokens > 0) batch_step_log(bt);
+        SchedRequest *r;
+        while ((r = vengines_pop_finished(&bt->ve)))
+            if (batch_finish(bt, r)) return 2;
+        batch_progress(bt, false);
+    }
+    return 0;
+}
+
+/* Frees the requests still in the scheduler (after an error stopped the run). */
+static void batch_drop_pending(Batch *bt) {
+    for (int k = 0; k < bt->ve.n; k++) {
+        Scheduler *sc = &bt->ve.ve[k];
+        SchedRequest **qs[3] = {sc->waiting, sc->running, sc->finished};
+        int ns[3] = {sc->n_waiting, sc->n_running, sc->n_finished};
+        for (int q = 0; q < 3; q++)
+            for (int i = 0; i < ns[q]; i++) {
+                BatchItem *it = qs[q][i]->user;
+                prompt_request_free(&it->req);
+                free(it);
+            }
+    }
+}
+
+int batch_main(const RunOptions *o, const BatchOptions *b) {
+    Batch bt = {0};
+    bt.b = b;
+    Err err = {{0}};
+    if (b->max_seqs <= 0 || b->max_batched_tokens <= 0) {
+        fprintf(stderr, "cllm generate: --max-seqs (%d) and --max-batched-tokens (%d) must be positive\n", b->max_seqs,
+                b->max_batched_tokens);
+        return 2;
+    }
+    if (b->retry_errors && !b->resume) {
+        fprintf(stderr, "cllm generate: --retry-errors goes with --resume\n");
+        return 2;
+    }
+    /* Every step holds up to max_batched_tokens rows: the engine's chunk. */
+    RunOptions ro = *o;
+    ro.prefill_chunk = b->max_batched_tokens;
+    bt.o = &ro;
+    if (run_options_serves_stage(&ro)) return runtime_serve_main(&ro, "generate"); /* no input, no output */
+    bt.in = prompts_open(b->input, PROMPTS_AUTO, &err);
+    if (!bt.in) { fprintf(stderr, "cllm generate: %s\n", err.msg); return 2; }
+    SchedOptions so = {.max_seqs = b->max_seqs, .max_batched_tokens = b->max_batched_tokens, .sample_threads = o->threads,
+                      .host_sampling = o->host_sampling};
+    if (runtime_open(&bt.rt, &ro, &err)) {
+        fprintf(stderr, "cllm generate: %s\n", err.msg);
+        prompts_close(bt.in);
+        return 2;
+    }
+    if (runtime_chat_template(&bt.rt, o->chat_template, &bt.tmpl, &err) ||
+        vengines_init(&bt.ve, &bt.rt.engine, &so, 0, &err)) {
+        fprintf(stderr, "cllm generate: %s\n", err.msg);
+        prompts_close(bt.in);
+        runtime_close(&bt.rt);
+        return 2;
+    }
+    bt.n_total = batch_count_inputs(b->input);
+    bt.t0 = now_seconds();
+    int rc = batch_loop(&bt);
+    if (rc) batch_drop_pending(&bt);
+    batch_progress(&bt, true);
+    const SchedStats *st = &bt.ve.stats;
+    if (o->verbose && st->busy_seconds > 0)
+        fprintf(stderr, "steps took %.2f s; the scheduler's own work (outside forward and sampling) %.3f s = %.2f%%\n",
+                st->busy_seconds, st->scheduler_seconds, 100.0 * st->scheduler_seconds / st->busy_seconds);
+    if (bt.order) {
+        if (results_ordered_finish(bt.order, NULL, &err)) { fprintf(stderr, "cllm generate: %s\n", err.msg); rc = 2; }
+        results_ordered_free(bt.order);
+    }
+    if (bt.out && results_finish(bt.out, &err)) { fprintf(stderr, "cllm generate: %s\n", err.msg); rc = 2; }
+    vengines_free(&bt.ve);
+    prompts_close(bt.in);
+    runtime_close(&bt.rt);
+    return rc;
+}

@@ -1,0 +1,58 @@
+/* bench.h — `cllm bench`: load time, prefill and decode speed of a model on
+ * random token ids, each figure set against its physical limit.
+ *
+ * Prefill: one sequence, the whole prompt in one forward step (the engine's
+ * chunk is set to the longest prompt); FLOPs = 2 x layer weights x T + the LM
+ * head for the one row that gets logits + attention (QK^T and PV over the
+ * causal, windowed pairs). Decode: prefill C tokens, then time single-token
+ * steps; bytes per step = every weight the step reads (the LM head, not the
+ * untied embedding table; only the used share of MoE experts) + the K/V of
+ * the context as the cache holds them (bf16, or fp8 codes + scales). The
+ * limits default to the H200's (/work/shared/ANCHORS.md): 790 TFLOP/s bf16
+ * and 4.26 TB/s.
+ */
+#ifndef CLLM_BENCH_H
+#define CLLM_BENCH_H
+
+#include <stdint.h>
+
+#include "app/runtime.h"
+#include "model/config.h"
+#include "kernels/weights.h"
+
+#define BENCH_MAX_LIST 16
+#define BENCH_MAX_BATCH 256
+#define BENCH_MAX_REPS 100
+
+typedef struct {
+    int prompt_lens[BENCH_MAX_LIST];  /* prefill lengths */
+    int n_prompt_lens;
+    int ctxs[BENCH_MAX_LIST];         /* decode context lengths */
+    int n_ctxs;
+    int decode_tokens;                /* timed decode steps per context */
+    int batch;                        /* sequences decoded together */
+    int reps;                         /* timed prefills per length (the median is reported) */
+    uint64_t seed;                    /* of the random token ids */
+    const char *json;                 /* write the numbers here, or NULL */
+    double peak_tflops, peak_tbps;    /* the limits the figures are set against */
+} BenchOptions;
+
+void bench_options_default(BenchOptions *b);
+
+/* 0, or -1 with err naming the option out of range. */
+int bench_options_check(const BenchOptions *b, Err *err);
+
+/* Parses "512,4096" into out[0..*n): positive integers, at most cap of them.
+ * Returns 0, or -1 with err naming what is wrong. */
+int bench_parse_list(const char *s, int *out, int cap, int *n, Err *err);
+
+/* Multiply-add FLOPs x 2 of a prefill of T tokens from position 0. */
+double bench_prefill_flops(const ModelConfig *c, const ModelWeights *w, int T);
+/* Bytes one decode step of `batch` sequences, each at context ctx, must read
+ * (the K/V of the context in the cache's dtype kv). */
+double bench_decode_bytes(const ModelConfig *c, const ModelWeights *w, int ctx, int batch, KVDtype kv);
+
+/* Runs the benchmark and prints the table; 0, or 1 after printing the error. */
+int bench_main(const RunOptions *o, const BenchOptions *b);
+
+#endif

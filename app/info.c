@@ -1,0 +1,116 @@
+/* info.c — `cllm info`: what a model file holds and what running it costs. */
+#include <stdio.h>
+#include <string.h>
+
+#include "app/info.h"
+#include "model/forward.h"
+
+/* GPU 0's plan for m at the defaults of chat/generate (--gpu-mem-util 0.9,
+ * 256-token steps, blocks of 16): the weights as it holds them (quantized
+ * matrices stay quantized) and the tokens of KV cache that fit, bf16 and fp8;
+ * false without a GPU. */
+static bool gpu_plan(const Model *m, uint64_t *wbytes, int64_t tokens[2]) {
+    if (backend_gpu_count(NULL) == 0) return false;
+    BackendOptions o = {.device = 0, .block_size = 16, .max_tokens = 256, .mem_util = 0.9f};
+    forward_buffer_elems(&m->cfg, o.max_tokens, &o.act_elems, &o.f32_elems);
+    Err err = {{0}};
+    for (int i = 0; i < 2; i++) {
+        o.kv_dtype = i ? KV_DTYPE_FP8 : KV_DTYPE_BF16;
+        if (backend_gpu_plan(&m->shape, &m->w, &o, wbytes, &tokens[i], &err)) return false;
+    }
+    return true;
+}
+
+static void print_kv_fit(FILE *out, const int64_t tokens[2]) {
+    fprintf(out, "%-22s %lld tokens on GPU 0 (%lld blocks of 16; --gpu-mem-util 0.9)\n", "KV cache fits (bf16)",
+            (long long)tokens[0], (long long)tokens[0] / 16);
+    fprintf(out, "%-22s %lld tokens on GPU 0 (%lld blocks of 16; %.2fx bf16)\n", "KV cache fits (fp8)",
+            (long long)tokens[1], (long long)tokens[1] / 16, tokens[0] > 0 ? (double)tokens[1] / tokens[0] : 0.0);
+}
+
+static void print_size(FILE *out, const char *label, double bytes) {
+    const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (bytes >= 1024 && u < 4) { bytes /= 1024; u++; }
+    fprintf(out, "%-22s %.2f %s\n", label, bytes, unit[u]);
+}
+
+static void print_windows(FILE *out, const ModelConfig *c) {
+    int n_win = 0;
+    for (int l = 0; l < c->n_layers; l++) n_win += c->layer_window[l] > 0;
+    if (n_win == 0) { fprintf(out, "%-22s none (all layers global)\n", "sliding window"); return; }
+    fprintf(out, "%-22s %d of %d layers windowed:", "sliding window", n_win, c->n_layers);
+    for (int l = 0; l < c->n_layers && l < 48; l++) fprintf(out, " %d", c->layer_window[l]);
+    fprintf(out, c->n_layers > 48 ? " ...\n" : "\n");
+}
+
+static void print_rope(FILE *out, const ModelConfig *c) {
+    static const char *scaling[] = {"none", "linear", "llama3", "yarn"};
+    fprintf(out, "%-22s %s layout, %d dims, base %g", "rope", c->rope_neox ? "neox" : "interleaved", c->rope_dim,
+            c->rope_theta);
+    if (c->rope_theta_local != c->rope_theta) fprintf(out, " (windowed layers %g)", c->rope_theta_local);
+    fprintf(out, ", scaling %s", scaling[c->rope_scaling.type]);
+    if (c->rope_scaling.type != ROPE_SCALING_NONE) fprintf(out, " x%g", c->rope_scaling.factor);
+    fprintf(out, "\n");
+}
+
+void model_print_info(FILE *out, const Model *m, int kv_tokens, KVDtype kv_dtype, const char *chat_family) {
+    const ModelConfig *c = &m->cfg;
+    static const char *act[] = {"SwiGLU (silu)", "GeGLU (gelu tanh)", "SwiGLU (gpt-oss, clamped)"};
+    fprintf(out, "%-22s %s\n", "file", m->path);
+    fprintf(out, "%-22s %s (%s)\n", "format", m->is_gguf ? "GGUF" : "safetensors",
+            m->is_gguf ? (m->gguf.version == 2 ? "v2" : "v3") : (m->st.n_shards > 1 ? "sharded" : "single file"));
+    fprintf(out, "%-22s %s\n", "name", c->name[0] ? c->name : "-");
+    fprintf(out, "%-22s %s\n", "architecture", arch_name(c->arch));
+    fprintf(out, "%-22s %d\n", "layers", c->n_layers);
+    fprintf(out, "%-22s %d\n", "hidden size", c->dim);
+    fprintf(out, "%-22s %d%s\n", "ffn size", c->ffn_dim, c->n_experts ? " (per expert)" : "");
+    fprintf(out, "%-22s %d query, %d KV (head size K %d, V %d)\n", "heads", c->n_heads, c->n_kv_heads, c->head_dim_k,
+            c->head_dim_v);
+    fprintf(out, "%-22s %d\n", "vocabulary", c->vocab);
+    fprintf(out, "%-22s %d\n", "context length", c->ctx_len);
+    print_rope(out, c);
+    print_windows(out, c);
+    fprintf(out, "%-22s eps %g%s\n", "rms norm", c->norm_eps, c->norm_offset ? ", weight + 1" : "");
+    fprintf(out, "%-22s %s\n", "activation", act[c->act]);
+    fprintf(out, "%-22s attention %g, final %g\n", "soft-caps", c->attn_softcap, c->final_softcap);
+    fprintf(out, "%-22s qk-norm %s, sinks %s, post-norms %s, qkv bias %s, tied embeddings %s\n", "features",
+            c->qk_norm ? "yes" : "no", c->sinks ? "yes" : "no", c->post_norms ? "yes" : "no",
+            c->qkv_bias ? "yes" : "no", c->tied_embeddings ? "yes" : "no");
+    if (c->n_experts) fprintf(out, "%-22s %d experts, %d per token\n", "mixture of experts", c->n_experts, c->n_experts_used);
+    if (m->tok)
+        fprintf(out, "%-22s %s, %d tokens, bos %d, eos %d\n", "tokenizer",
+                tokenizer_kind(m->tok) == TOK_SPM ? "SentencePiece-style" : "byte-level BPE",
+                tokenizer_n_vocab(m->tok), tokenizer_bos(m->tok), tokenizer_eos(m->tok));
+    fprintf(out, "%-22s %s\n", "chat template", chat_family ? chat_family : "none");
+
+    uint64_t count[DT_COUNT] = {0}, n = model_tensor_count(m);
+    for (uint64_t i = 0; i < n; i++) count[model_tensor_at(m, i)->type]++;
+    fprintf(out, "%-22s %llu:", "tensors", (unsigned long long)n);
+    for (int t = 0; t < DT_COUNT; t++)
+        if (count[t]) fprintf(out, " %s x%llu", dtype_info(t)->name, (unsigned long long)count[t]);
+    fprintf(out, "\n%-22s %.3f B (%llu)\n", "parameters", m->n_params / 1e9, (unsigned long long)m->n_params);
+    print_size(out, "weights as stored", (double)m->weight_bytes);
+    print_size(out, "weights in bf16", (double)m->n_params * 2);
+    uint64_t gpu_bytes = 0;
+    int64_t kv_fit[2] = {0, 0};
+    bool gpu = gpu_plan(m, &gpu_bytes, kv_fit);
+    if (gpu) print_size(out, "weights on the GPU", (double)gpu_bytes);
+    char label[64];
+    snprintf(label, sizeof label, "KV cache, %d tokens%s", kv_tokens, kv_dtype == KV_DTYPE_FP8 ? ", fp8" : "");
+    print_size(out, label, (double)config_kv_bytes_per_token(c, kv_dtype) * kv_tokens);
+    fprintf(out, "%-22s %llu bytes per token (bf16), %llu (fp8: e4m3 + a scale per KV head)\n", "",
+            (unsigned long long)config_kv_bytes_per_token(c, KV_DTYPE_BF16),
+            (unsigned long long)config_kv_bytes_per_token(c, KV_DTYPE_FP8));
+    if (gpu) print_kv_fit(out, kv_fit);
+}
+
+void model_print_tensors(FILE *out, const Model *m) {
+    uint64_t n = model_tensor_count(m);
+    for (uint64_t i = 0; i < n; i++) {
+        const TensorInfo *t = model_tensor_at(m, i);
+        fprintf(out, "%-48s %-6s [", t->name, dtype_info(t->type)->name);
+        for (int d = 0; d < t->n_dims; d++) fprintf(out, d ? ", %llu" : "%llu", (unsigned long long)t->ne[d]);
+        fprintf(out, "] %llu bytes\n", (unsigned long long)t->nbytes);
+    }
+}

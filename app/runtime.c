@@ -1,0 +1,162 @@
+/* runtime.c — opens model, backend and engine for chat and generate. */
+#include "app/runtime.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void run_options_default(RunOptions *o) {
+    memset(o, 0, sizeof *o);
+    o->prefill_chunk = 256;
+    o->gpu_mem_util = 0.9f;
+    o->dummy_type = DT_BF16;
+    o->sampling = sampler_params_default();
+}
+
+static int env_int(const char *const *names, int fallback) {
+    for (; *names; names++) {
+        const char *v = getenv(*names);
+        if (v && *v) return atoi(v);
+    }
+    return fallback;
+}
+
+int run_options_from_env(RunOptions *o, Err *err) {
+    static const char *const rank[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", NULL};
+    static const char *const size[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", NULL};
+    if (o->world_size <= 0) o->world_size = env_int(size, 0);
+    if (o->world_size > 1 && o->rank <= 0) o->rank = env_int(rank, o->rank);
+    if (!o->master) o->master = getenv("CLLM_MASTER");
+    if (o->world_size <= 1) return 0;
+    if (o->pp > 1 && o->pp != o->world_size)
+        return err_set(err, "--pp %d but --world-size %d: one process per stage", o->pp, o->world_size);
+    if (o->rank < 0 || o->rank >= o->world_size)
+        return err_set(err, "--rank %d: must be in [0, %d)", o->rank, o->world_size);
+    if (!o->master) return err_set(err, "--world-size %d: --master ADDR:PORT (or CLLM_MASTER) is needed", o->world_size);
+    o->pp = o->world_size;
+    return 0;
+}
+
+/* What every backend of the run shares (the device is the caller's). */
+static BackendOptions backend_options(const RunOptions *o, const ModelConfig *c, int ctx, int block, int chunk) {
+    BackendOptions bo = {.device = -1, .threads = o->threads, .block_size = block, .max_seq_tokens = ctx,
+                         .max_tokens = chunk, .mem_util = o->gpu_mem_util, .kv_dtype = o->kv_dtype,
+                         .bf16_weights = o->bf16_weights, .batch_invariant = o->batch_invariant};
+    forward_buffer_elems(c, chunk, &bo.act_elems, &bo.f32_elems);
+    return bo;
+}
+
+static double pp_timeout(void) {
+    const char *t = getenv("CLLM_PP_TIMEOUT");
+    return t && atof(t) > 0 ? atof(t) : 60.0;
+}
+
+/* The stages of --pp N (one process) or --world-size N (this rank's), and
+ * the engine over them where this process drives. */
+static int open_pipeline(Runtime *rt, const RunOptions *o, int ctx, int block, int chunk, Err *err) {
+    PipelineOptions po = {.n_stages = o->pp, .split = o->pp_split, .gpus = o->gpus, .cpu = o->cpu,
+                          .backend = backend_options(o, &rt->model.cfg, ctx, block, chunk), .ctx_tokens = ctx,
+                          .rank = o->rank, .world_size = o->world_size, .master = o->master,
+                          .timeout_s = pp_timeout()};
+    if (pipeline_open(&rt->pp, &rt->model, &po, err)) return -1;
+    rt->pipelined = true;
+    if (rt->pp.serving) {
+        rt->be = rt->pp.be[rt->pp.serve_stage];
+        return 0;
+    }
+    int last = o->pp - 1;
+    rt->be = rt->pp.be[last];
+    rt->kv_tokens = (int64_t)pipeline_kv_blocks(&rt->pp) * block;
+    ForwardStages stages = pipeline_stages(&rt->pp);
+    if (engine_init_stages(&rt->engine, &rt->model, &rt->pp.sm[last].cfg, rt->be, pipeline_kv_blocks(&rt->pp), &stages,
+                           ctx, chunk, err))
+        return -1;
+    if (o->verbose)
+        for (int s = 0; s <= last && o->world_size <= 1; s++)
+            fprintf(stderr, "stage %d on %s: layers %d-%d, KV cache %d blocks of %d\n", s, rt->pp.be[s]->name,
+                    rt->pp.plan.first_layer[s], rt->pp.plan.first_layer[s] + rt->pp.plan.n_layers[s] - 1,
+                    rt->pp.be[s]->kv_n_blocks, block);
+    return 0;
+}
+
+/* One backend: the GPU unless --cpu or none is there; its KV cache takes
+ * what --gpu-mem-util leaves after weights and activations. */
+static int open_backend(Runtime *rt, const RunOptions *o, int ctx, int block, int chunk, Err *err) {
+    const ModelConfig *c = &rt->model.cfg;
+    BackendOptions bo = backend_options(o, c, ctx, block, chunk);
+    int n_blocks = (ctx + block - 1) / block + 1, n_gpus = o->cpu ? 0 : backend_gpu_count(NULL);
+    if (n_gpus > 0 && (o->gpu < 0 || o->gpu >= n_gpus))
+        return err_set(err, "--gpu %d: this machine has %d GPU(s) (0..%d)", o->gpu, n_gpus, n_gpus - 1);
+    bo.device = n_gpus > 0 ? o->gpu : -1;
+    bo.n_blocks = n_gpus > 0 ? 0 : n_blocks;
+    if (!(rt->be = backend_create(&rt->model.shape, &rt->model.w, &bo, err))) return -1;
+    if (rt->be->kv_n_blocks < n_blocks) {
+        int fit = (rt->be->kv_n_blocks - 1) * block;
+        return err_set(err, "GPU %d: the KV cache holds only %d tokens at --gpu-mem-util %.2f; use --ctx-size %d or "
+                       "a larger --gpu-mem-util", o->gpu, fit, o->gpu_mem_util, fit > 0 ? fit : 1);
+    }
+    rt->kv_tokens = (int64_t)rt->be->kv_n_blocks * block;
+    rt->load_gbps = rt->be->load_gbps;
+    if (o->verbose && rt->load_gbps > 0)
+        fprintf(stderr, "%s: weights uploaded at %.2f GB/s, %.2f GiB in GPU memory; KV cache %s: %lld tokens (%d "
+                "blocks of %d, %.2f GiB, --gpu-mem-util %.2f)\n", rt->be->name, rt->load_gbps,
+                rt->be->weight_bytes / 1073741824.0, kv_dtype_name(o->kv_dtype), (long long)rt->kv_tokens,
+                rt->be->kv_n_blocks, block,
+                (double)rt->kv_tokens * config_kv_bytes_per_token(c, o->kv_dtype) / 1073741824.0, o->gpu_mem_util);
+    return engine_init(&rt->engine, &rt->model, rt->be, ctx, chunk, err);
+}
+
+int runtime_open(Runtime *rt, const RunOptions *o, Err *err) {
+    memset(rt, 0, sizeof *rt);
+    if (!(o->gpu_mem_util > 0 && o->gpu_mem_util <= 1))
+        return err_set(err, "--gpu-mem-util %g: must be a fraction in (0, 1]", o->gpu_mem_util);
+    if (o->dummy_weights ? model_load_dummy(&rt->model, o->model, 0, o->dummy_type, err)
+                         : model_load(&rt->model, o->model, 0, err))
+        return -1;
+    const ModelConfig *c = &rt->model.cfg;
+    int ctx = o->ctx_size > 0 ? o->ctx_size : (c->ctx_len < 4096 ? c->ctx_len : 4096);
+    int block = 16, chunk = o->prefill_chunk > 0 ? o->prefill_chunk : 256;
+    int rc = o->pp > 1 ? open_pipeline(rt, o, ctx, block, chunk, err) : open_backend(rt, o, ctx, block, chunk, err);
+    if (rc) runtime_close(rt);
+    return rc;
+}
+
+int runtime_serve_main(const RunOptions *o, const char *cmd) {
+    Runtime rt;
+    Err err = {{0}};
+    if (runtime_open(&rt, o, &err)) { fprintf(stderr, "cllm %s: rank %d: %s\n", cmd, o->rank, err.msg); return 2; }
+    int r = rt.pp.serve_stage;
+    if (o->verbose)
+        fprintf(stderr, "cllm %s: rank %d of %d serves stage %d (layers %d-%d) on %s\n", cmd, o->rank, o->world_size,
+                r, rt.pp.plan.first_layer[r], rt.pp.plan.first_layer[r] + rt.pp.plan.n_layers[r] - 1, rt.be->name);
+    int rc = pipeline_serve(&rt.pp, &err);
+    if (rc) fprintf(stderr, "cllm %s: rank %d: %s\n", cmd, o->rank, err.msg);
+    runtime_close(&rt);
+    return rc ? 2 : 0;
+}
+
+void runtime_close(Runtime *rt) {
+    engine_free(&rt->engine);
+    if (rt->pipelined) pipeline_close(&rt->pp); /* the stages' backends, the engine's included */
+    else if (rt->be) rt->be->destroy(rt->be);
+    model_free(&rt->model);
+    memset(rt, 0, sizeof *rt);
+}
+
+static void token_text(const Tokenizer *tok, int32_t id, char *out, size_t cap) {
+    int n = id >= 0 ? tokenizer_token_bytes(tok, id, out, cap - 1) : 0;
+    out[n > 0 ? n : 0] = 0;
+}
+
+int runtime_chat_template(Runtime *rt, const char *override, ChatTemplate *t, Err *err) {
+    const Tokenizer *tok = rt->model.tok;
+    const char *tmpl = tokenizer_chat_template(tok);
+    ChatFamily f = tmpl ? chat_template_detect(tmpl) : chat_template_guess(tok);
+    if (override && chat_family_from_name(override, &f))
+        return err_set(err, "unknown chat template '%s' (known: %s)", override, chat_family_names());
+    token_text(tok, tokenizer_bos(tok), rt->bos_text, sizeof rt->bos_text);
+    token_text(tok, tokenizer_eos(tok), rt->eos_text, sizeof rt->eos_text);
+    chat_template_init(t, f, tmpl, rt->bos_text, rt->eos_text);
+    return 0;
+}

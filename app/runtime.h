@@ -1,0 +1,71 @@
+/* runtime.h — what `cllm chat` and `cllm generate` share: the options parsed
+ * by main.c, and the model + backend + engine they open. */
+#ifndef CLLM_RUNTIME_H
+#define CLLM_RUNTIME_H
+
+#include <stdbool.h>
+
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "model/model.h"
+#include "parallel/pipeline_open.h"
+#include "tokenizer/chat_template.h"
+
+typedef struct {
+    const char *model;            /* NULL: the default model (main.c resolves it) */
+    bool cpu;                     /* force the CPU backend */
+    int gpu;                      /* CUDA device index */
+    float gpu_mem_util;           /* fraction of the GPU's memory to use, in (0, 1] (run_options_default: 0.9) */
+    int threads;                  /* CPU threads; <= 0: one per core */
+    int ctx_size;                 /* tokens per sequence; <= 0: min(model context, 4096) */
+    int max_tokens;               /* per reply; <= 0: until the context is full (chat), 512 (generate) */
+    int prefill_chunk;            /* tokens per forward step */
+    SamplerParams sampling;
+    int pp;                       /* pipeline stages (one GPU each); <= 1: none */
+    const char *pp_split;         /* layers per stage ("14,18"), or NULL: balanced by bytes */
+    const char *gpus;             /* the stages' GPUs ("0,1"), or NULL: 0, 1, ... */
+    const char *chat_template;    /* family name override, or NULL */
+    const char *system;           /* system prompt, or NULL */
+    bool ignore_eos;
+    bool verbose;
+    bool host_sampling;           /* draw tokens on the host even where the GPU could */
+    bool bf16_weights;            /* GPU: quantized matrices as bf16 too (the path before issue 7; checks) */
+    bool dummy_weights;           /* MODEL_LOAD_DUMMY_WEIGHTS: random weights of the config's shapes (benchmarks) */
+    DType dummy_type;             /* their matrices' type (--dummy-weights=TYPE; run_options_default: bf16) */
+    int rank, world_size;         /* multi-process pipeline: this process's stage of world_size (> 1) */
+    const char *master;           /* ADDR:PORT where the last rank (the driver) listens */
+    bool batch_invariant;         /* GPU: each sequence's results independent of the batch it runs in */
+    KVDtype kv_dtype;             /* KV cache elements (--kv-dtype): bf16 (fp32 on the CPU) or fp8 e4m3 + scales */
+} RunOptions;
+
+void run_options_default(RunOptions *o);
+/* rank / world size / master left unset on the command line from the
+ * launcher's environment (mpirun: OMPI_COMM_WORLD_RANK / _SIZE; PMI_RANK /
+ * PMI_SIZE; CLLM_MASTER); -1 with err when they contradict --pp. */
+int run_options_from_env(RunOptions *o, Err *err);
+/* This process serves a pipeline stage for another one (multi-process, not the last rank). */
+static inline bool run_options_serves_stage(const RunOptions *o) { return o->world_size > 1 && o->rank != o->world_size - 1; }
+
+typedef struct {
+    Model model;
+    Backend *be;
+    Engine engine;
+    char bos_text[64], eos_text[64];  /* the texts of BOS and EOS, for templates */
+    double load_gbps;                 /* weight upload rate to the GPU (0 on the CPU) */
+    int64_t kv_tokens;                /* tokens the KV cache holds */
+    Pipeline pp;                      /* the stages, when o->pp > 1 (pp.serving: this rank serves one, no engine) */
+    bool pipelined;
+} Runtime;
+
+/* Loads o->model and builds the backend and engine. Prints nothing. */
+int runtime_open(Runtime *rt, const RunOptions *o, Err *err);
+void runtime_close(Runtime *rt);
+/* chat / generate on a rank that serves a stage: open, serve, close; the exit code. */
+int runtime_serve_main(const RunOptions *o, const char *cmd);
+
+/* The chat template to use: the family named by override (or NULL), else the
+ * one the model's template string (or, lacking one, its special tokens)
+ * belongs to. The template keeps pointers into rt: it lives as long as rt. */
+int runtime_chat_template(Runtime *rt, const char *override, ChatTemplate *t, Err *err);
+
+#endif

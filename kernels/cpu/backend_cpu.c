@@ -1,0 +1,232 @@
+/* backend_cpu.c — the CPU backend: the Backend ops of kernels/backend.h on
+ * host fp32 buffers, implemented by the reference ops of kernels/cpu/ (each
+ * fused op is its plain ops in sequence, so this stays the oracle of the
+ * fused GPU kernels). Weights are read in the model file's own dtype
+ * (cpu_matmul dequantizes a row at a time). Both buffer kinds are fp32. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/backend_cpu.h"
+#include "kernels/cpu/cpu_ops.h"
+
+typedef struct {
+    ThreadPool *tp;
+    KVCacheHost kv;
+    const ModelShape *shape;
+    const int32_t *ids;       /* the step's inputs (begin_step) */
+    const AttnBatch *batch;
+    const int32_t *logit_rows;
+    float *scratch;           /* gate/up of gate_up; MoE: router, rows, gate/up, out */
+    int64_t scratch_elems;
+} CpuBackend;
+
+static CpuBackend *cpu(Backend *be) { return be->ctx; }
+
+static CpuMatrix cpu_matrix(const WeightRef *w, int mat) {
+    return (CpuMatrix){(const char *)w->data + (uint64_t)mat * w->rows * w->row_bytes, w->type, w->rows, w->cols,
+                       w->row_bytes};
+}
+
+/* Scratch of at least n floats; activations were sized at init and this is
+ * of their order, so failing here is fatal. */
+static float *cpu_scratch(CpuBackend *cb, int64_t n) {
+    if (n > cb->scratch_elems) {
+        free(cb->scratch);
+        cb->scratch = malloc(n * sizeof(float));
+        cb->scratch_elems = cb->scratch ? n : 0;
+        if (!cb->scratch) abort();
+    }
+    return cb->scratch;
+}
+
+static void *cpu_alloc(Backend *be, int64_t n, BufKind kind) { return n > 0 ? calloc((size_t)n, sizeof(float)) : NULL; }
+static void cpu_release(Backend *be, void *p) { free(p); }
+
+static int cpu_begin_step(Backend *be, const int32_t *ids, const AttnBatch *b, const int32_t *logit_rows,
+                          int n_logits, StepRows *rows, Err *err) {
+    CpuBackend *cb = cpu(be);
+    cb->ids = ids;
+    cb->batch = b;
+    cb->logit_rows = logit_rows;
+    *rows = (StepRows){b->n_tokens, n_logits};
+    return 0;
+}
+
+static bool cpu_graph_replay(Backend *be) { return false; }
+static void cpu_graph_capture(Backend *be, bool begin) {}
+
+static void cpu_be_embed(Backend *be, void *out, const WeightRef *table, int T, float scale) {
+    CpuMatrix m = cpu_matrix(table, 0);
+    cpu_embed(out, &m, cpu(be)->ids, T, scale);
+}
+
+static void cpu_be_matmul(Backend *be, void *y, const void *x, const WeightRef *w, int mat, const WeightRef *bias,
+                          int T) {
+    CpuMatrix m = cpu_matrix(w, mat);
+    const float *b = bias && bias->data ? (const float *)bias->data + (int64_t)mat * bias->cols : NULL;
+    cpu_matmul(cpu(be)->tp, y, x, &m, b, T);
+}
+
+/* x += the product (what add_rmsnorm would add later, in the same fp32 op):
+ * the order of the fused ops runs in CI (forward.c's matmul_add branch). */
+static bool cpu_be_matmul_add(Backend *be, void *x, const void *in, const WeightRef *w, int mat, const WeightRef *bias,
+                              int T) {
+    int64_t n = (int64_t)T * w->rows;
+    float *y = cpu_scratch(cpu(be), n);
+    cpu_be_matmul(be, y, in, w, mat, bias, T);
+    cpu_add(x, y, n);
+    return true;
+}
+
+static void cpu_be_add_rmsnorm(Backend *be, void *x, const void *delta, void *out, const WeightRef *w, int T, int C,
+                               float eps, float offset) {
+    if (delta) cpu_add_rmsnorm(x, delta, out, w->data, T, C, eps, offset);
+    else cpu_rmsnorm(out, x, w->data, T, C, eps, offset);
+}
+
+static void cpu_be_rmsnorm(Backend *be, void *out, const void *x, const WeightRef *w, int rows, int C, float eps,
+                           float offset) {
+    cpu_rmsnorm(out, x, w->data, rows, C, eps, offset);
+}
+
+static void cpu_be_qkv(Backend *be, void *q, void *k, void *v, const void *x, const LayerWeights *lw, int T) {
+    cpu_be_matmul(be, q, x, &lw->wq, 0, &lw->bq, T);
+    cpu_be_matmul(be, k, x, &lw->wk, 0, &lw->bk, T);
+    cpu_be_matmul(be, v, x, &lw->wv, 0, &lw->bv, T);
+}
+
+static void cpu_be_rope_kv_write(Backend *be, int layer, void *q, void *k, const void *v, int T) {
+    CpuBackend *cb = cpu(be);
+    const ModelShape *c = cb->shape;
+    const float *f = c->rope_inv_freq + (size_t)layer * (c->rope_dim / 2);
+    const int32_t *pos = cb->batch->pos;
+    const LayerWeights *lw = &be->weights->layers[layer];
+    if (lw->q_norm.data) cpu_rmsnorm(q, q, lw->q_norm.data, T * c->n_heads, c->head_dim_k, c->norm_eps, c->norm_offset);
+    if (lw->k_norm.data) cpu_rmsnorm(k, k, lw->k_norm.data, T * c->n_kv_heads, c->head_dim_k, c->norm_eps, c->norm_offset);
+    cpu_rope(q, pos, T, c->n_heads, c->head_dim_k, c->rope_dim, f, c->rope_mscale[layer], c->rope_neox);
+    cpu_rope(k, pos, T, c->n_kv_heads, c->head_dim_k, c->rope_dim, f, c->rope_mscale[layer], c->rope_neox);
+    cpu_kv_write(&cb->kv, layer, cb->batch, k, v);
+}
+
+static void cpu_be_attention(Backend *be, void *out, const void *q, int layer, const AttnParams *p, int T) {
+    cpu_attention(cpu(be)->tp, out, q, &cpu(be)->kv, layer, cpu(be)->batch, p);
+}
+
+static void cpu_be_gate_up(Backend *be, void *out, const void *x, const LayerWeights *lw, int mat, int T,
+                           Activation act, float limit) {
+    int64_t n = (int64_t)T * lw->w_gate.rows;
+    float *up = cpu_scratch(cpu(be), n);
+    cpu_be_matmul(be, out, x, &lw->w_gate, mat, &lw->b_gate, T);
+    cpu_be_matmul(be, up, x, &lw->w_up, mat, &lw->b_up, T);
+    cpu_glu(out, out, up, n, act, limit);
+}
+
+static void cpu_be_gather_rows(Backend *be, void *dst, const void *src, int n, int C) {
+    const int32_t *rows = cpu(be)->logit_rows;
+    for (int i = 0; i < n; i++)
+        memmove((float *)dst + (int64_t)i * C, (const float *)src + (int64_t)rows[i] * C, C * sizeof(float));
+}
+
+static void cpu_be_logits(Backend *be, void *logits, const void *x, const WeightRef *w, int n, float cap) {
+    cpu_be_matmul(be, logits, x, w, 0, NULL, n);
+    if (cap > 0) cpu_softcap(logits, (int64_t)n * w->rows, cap);
+}
+
+static int cpu_be_read(Backend *be, float *host, const void *buf, int64_t n, Err *err) {
+    if (n > 0) memcpy(host, buf, n * sizeof(float));
+    return 0;
+}
+
+static int cpu_be_write(Backend *be, void *buf, const float *host, int64_t n, Err *err) {
+    if (n > 0) memcpy(buf, host, n * sizeof(float));
+    return 0;
+}
+
+/* Top-k of the router logits of one token, then a softmax over those k (as
+ * gpt-oss routes). */
+static void moe_route(const float *logits, int E, int k, int *ids, float *weights) {
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            bool taken = false;
+            for (int i = 0; i < j; i++) taken |= ids[i] == e;
+            if (!taken && (best < 0 || logits[e] > logits[best])) best = e;
+        }
+        ids[j] = best;
+        weights[j] = logits[best];
+    }
+    cpu_softmax(weights, k);
+}
+
+/* Groups the tokens routed to each expert and runs that expert's MLP once
+ * over its rows. Scratch: router [T][E], rows [T][C], gate/up [T][F], out [T][C]. */
+static void cpu_be_moe(Backend *be, void *out_, const void *x_, const LayerWeights *lw, int T) {
+    CpuBackend *cb = cpu(be);
+    const ModelShape *c = cb->shape;
+    int E = c->n_experts, K = c->n_experts_used, C = c->dim, F = c->ffn_dim;
+    float *router = cpu_scratch(cb, (int64_t)T * (E + 2 * C + 2 * F + 2 * K) + T), *rows = router + (int64_t)T * E, *gate = rows + (int64_t)T * C;
+    float *up = gate + (int64_t)T * F, *eout = up + (int64_t)T * F, *wts = eout + (int64_t)T * C;
+    int *sel = (int *)(wts + (int64_t)T * K), *members = sel + (int64_t)T * K;
+    const float *x = x_;
+    float *out = out_;
+    cpu_be_matmul(be, router, x, &lw->router, 0, &lw->router_bias, T);
+    for (int t = 0; t < T; t++) moe_route(router + (int64_t)t * E, E, K, sel + (int64_t)t * K, wts + (int64_t)t * K);
+    memset(out, 0, (size_t)T * C * sizeof(float));
+    for (int e = 0; e < E; e++) {
+        int n = 0;
+        for (int t = 0; t < T; t++)
+            for (int j = 0; j < K; j++)
+                if (sel[t * K + j] == e) {
+                    members[n] = t * K + j;
+                    memcpy(rows + (int64_t)n++ * C, x + (int64_t)t * C, C * sizeof(float));
+                }
+        if (n == 0) continue;
+        cpu_be_matmul(be, gate, rows, &lw->w_gate, e, &lw->b_gate, n);
+        cpu_be_matmul(be, up, rows, &lw->w_up, e, &lw->b_up, n);
+        cpu_glu(gate, gate, up, (int64_t)n * F, c->act == ACT_SWIGLU_OAI ? ACT_SWIGLU_OAI : ACT_SILU,
+                c->act_limit);
+        cpu_be_matmul(be, eout, gate, &lw->w_down, e, &lw->b_down, n);
+        for (int i = 0; i < n; i++) {
+            int t = members[i] / K;
+            float wgt = wts[members[i]];
+            for (int ch = 0; ch < C; ch++) out[(int64_t)t * C + ch] += wgt * eout[(int64_t)i * C + ch];
+        }
+    }
+}
+
+static void cpu_destroy(Backend *be) {
+    CpuBackend *cb = cpu(be);
+    thread_pool_destroy(cb->tp);
+    kv_cache_host_free(&cb->kv);
+    free(cb->scratch);
+    free(cb);
+    free(be);
+}
+
+Backend *backend_cpu_create(const ModelShape *c, const ModelWeights *w, int n_threads, int block_size, int n_blocks,
+                            KVDtype kv_dtype, Err *err) {
+    Backend *be = calloc(1, sizeof *be);
+    CpuBackend *cb = calloc(1, sizeof *cb);
+    if (!be || !cb) { free(be); free(cb); err_set(err, "out of memory"); return NULL; }
+    cb->shape = c;
+    cb->tp = thread_pool_create(n_threads, err);
+    if (!cb->tp ||
+        kv_cache_host_alloc(&cb->kv, c->n_layers, c->n_kv_heads, c->head_dim_k, c->head_dim_v, block_size, n_blocks,
+                            kv_dtype, err)) {
+        thread_pool_destroy(cb->tp);
+        free(cb); free(be);
+        return NULL;
+    }
+    *be = (Backend){
+        .name = "cpu", .ctx = cb, .weights = w, .kv_block_size = block_size, .kv_n_blocks = n_blocks,
+        .alloc = cpu_alloc, .release = cpu_release, .begin_step = cpu_begin_step,
+        .graph_replay = cpu_graph_replay, .graph_capture = cpu_graph_capture, .embed = cpu_be_embed,
+        .add_rmsnorm = cpu_be_add_rmsnorm, .rmsnorm = cpu_be_rmsnorm, .qkv = cpu_be_qkv, .matmul = cpu_be_matmul,
+        .matmul_add = cpu_be_matmul_add,
+        .rope_kv_write = cpu_be_rope_kv_write, .attention = cpu_be_attention, .gate_up = cpu_be_gate_up,
+        .moe = cpu_be_moe, .gather_rows = cpu_be_gather_rows, .logits = cpu_be_logits, .read = cpu_be_read,
+        .write = cpu_be_write, .destroy = cpu_destroy,
+    };
+    return be;
+}

@@ -1,0 +1,15 @@
+/* backend_cpu.h — the CPU backend (kernels/cpu/backend_cpu.c): every op in
+ * plain fp32 C over the host weights as the file stores them; the oracle of
+ * the GPU kernels. */
+#ifndef CLLM_BACKEND_CPU_H
+#define CLLM_BACKEND_CPU_H
+
+#include "kernels/backend.h"
+
+/* A thread pool (n_threads <= 0: one per core) and a host KV cache of
+ * n_blocks blocks of block_size tokens, fp32 (KV_DTYPE_BF16) or e4m3 with
+ * scales (KV_DTYPE_FP8). shape and w are borrowed for the backend's life. */
+Backend *backend_cpu_create(const ModelShape *shape, const ModelWeights *w, int n_threads, int block_size,
+                            int n_blocks, KVDtype kv_dtype, Err *err);
+
+#endif

@@ -1,0 +1,156 @@
+/* pipeline_open.c — `--pp N` and `--world-size N`: the model split into
+ * stages, a backend per stage, the links between them (pipeline_open.h). */
+#include "parallel/pipeline_open.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "parallel/rendezvous.h"
+#include "parallel/stage_server.h"
+
+/* The GPU of each stage: the --gpus list, or 0, 1, ... */
+static int stage_devices(const PipelineOptions *o, int n, int *dev, Err *err) {
+    const char *s = o->gpus;
+    for (int i = 0; i < n; i++) {
+        if (!s) { dev[i] = i; continue; }
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 0 || (*end && *end != ','))
+            return err_set(err, "--gpus '%s': expected comma-separated device numbers such as 0,1", o->gpus);
+        dev[i] = (int)v;
+        s = *end ? end + 1 : end;
+        if (i < n - 1 && !*s) return err_set(err, "--gpus '%s': %d devices for --pp %d", o->gpus, i + 1, n);
+    }
+    if (s && *s) return err_set(err, "--gpus '%s': more devices than the %d stages", o->gpus, n);
+    return 0;
+}
+
+/* err, with the stage it is about in front. */
+static int stage_failed(Err *err, int s, const StagePlan *p) {
+    char why[sizeof err->msg];
+    snprintf(why, sizeof why, "%s", err->msg);
+    return err_set(err, "stage %d (layers %d-%d): %s", s, p->first_layer[s], p->first_layer[s] + p->n_layers[s] - 1,
+                   why);
+}
+
+/* GPUs the stages may use: 0 with --cpu or none present. */
+static int stage_gpus(const PipelineOptions *o) { return o->cpu ? 0 : backend_gpu_count(NULL); }
+
+static Backend *stage_backend(const PipelineOptions *o, const StageModel *sm, int dev, int n_gpus, Err *err) {
+    BackendOptions bo = o->backend;
+    bo.device = n_gpus > 0 ? dev : -1;
+    bo.n_blocks = n_gpus > 0 ? 0 : (o->ctx_tokens + bo.block_size - 1) / bo.block_size + 1;
+    bo.max_seq_tokens = o->ctx_tokens;
+    if (n_gpus > 0 && dev >= n_gpus)
+        return err_set(err, "--pp %d: GPU %d asked for, this machine has %d", o->n_stages, dev, n_gpus), NULL;
+    return backend_create(&sm->shape, &sm->w, &bo, err);
+}
+
+static int make_plan(Pipeline *p, const Model *m, const PipelineOptions *o, int n, Err *err) {
+    const ModelConfig *c = &m->cfg;
+    if (n > STAGE_MAX || n > c->n_layers)
+        return err_set(err, "--pp %d: the model has %d layers (at most one stage per layer, %d stages)", n,
+                       c->n_layers, STAGE_MAX);
+    StagePlan plan;
+    if (o->split ? stage_plan_parse(&plan, c, &m->w, n, o->split, err) : stage_plan_balanced(&plan, c, &m->w, n, err))
+        return -1;
+    return pipeline_slice(p, m, &plan, err);
+}
+
+static int check_kv(const Pipeline *p, const PipelineOptions *o, Err *err) {
+    int need = (o->ctx_tokens + o->backend.block_size - 1) / o->backend.block_size + 1;
+    if (pipeline_kv_blocks(p) < need)
+        return err_set(err, "--pp %d: a stage's KV cache holds only %d tokens; use a smaller --ctx-size", o->n_stages,
+                       (pipeline_kv_blocks(p) - 1) * o->backend.block_size);
+    return 0;
+}
+
+/* One process: every stage, a thread each. GPU stages on distinct GPUs pass
+ * hidden states over the backends' links; others (CPU stages, two stages on
+ * one GPU) through host memory. */
+static int open_stages(Pipeline *p, const Model *m, const PipelineOptions *o, Err *err) {
+    int n = o->n_stages, dev[STAGE_MAX], n_gpus = stage_gpus(o);
+    if (make_plan(p, m, o, n, err) || stage_devices(o, n, dev, err)) return -1;
+    for (int s = 0; s < n; s++)
+        if (!(p->be[s] = stage_backend(o, &p->sm[s], dev[s], n_gpus, err))) return stage_failed(err, s, &p->plan);
+    for (int s = 1; s < n; s++)
+        if (p->be[s]->kv_block_size != p->be[0]->kv_block_size)
+            return err_set(err, "pipeline: stage %d has KV blocks of %d tokens, stage 0 of %d", s,
+                           p->be[s]->kv_block_size, p->be[0]->kv_block_size);
+    bool shared = false;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < i; j++) shared |= dev[i] == dev[j];
+    if (n_gpus > 0 && !shared && !(p->links = backend_link_open(p->be, n, o->timeout_s, err))) return -1;
+    if (check_kv(p, o, err)) return -1;
+    return pipeline_start(p, o->backend.max_tokens, err);
+}
+
+/* Multi-process: this process's GPU is --gpus[rank], else the launcher's
+ * local rank (several hosts), else the rank (one host). */
+static int own_device(const PipelineOptions *o, Err *err) {
+    int dev[STAGE_MAX];
+    if (o->gpus) return stage_devices(o, o->world_size, dev, err) ? -1 : dev[o->rank];
+    const char *names[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK", NULL};
+    for (int i = 0; names[i]; i++)
+        if (getenv(names[i]) && *getenv(names[i])) return atoi(getenv(names[i]));
+    return o->rank;
+}
+
+/* --world-size N: this process builds its own stage only. The last rank
+ * listens at --master (it drives: scheduler, sampling, output), the others
+ * connect to it; the link id it makes travels with that rendezvous. */
+static int open_own_stage(Pipeline *p, const Model *m, const PipelineOptions *o, Err *err) {
+    int n = o->world_size, r = o->rank, driver = n - 1;
+    if (make_plan(p, m, o, n, err)) return -1;
+    int dev = own_device(o, err), n_gpus = stage_gpus(o);
+    if (dev < 0) return -1;
+    unsigned char id[BACKEND_LINK_ID_BYTES] = "cllm-cpu-stages";
+    if (n_gpus > 0 && r == driver && backend_link_id(id, err)) return -1;
+    int fds[STAGE_MAX];
+    if (rendezvous_open(o->master, (r + 1) % n, n, id, sizeof id, (int)(o->timeout_s * 1000), fds, err)) {
+        char why[sizeof err->msg];
+        snprintf(why, sizeof why, "%s", err->msg);
+        return err_set(err, "rank %d of %d: the start-up rendezvous failed (the last rank listens at --master; its "
+                       "peer k there is rank k-1): %s", r, n, why);
+    }
+    Backend *be = stage_backend(o, &p->sm[r], dev, n_gpus, err);
+    if (!be) return stage_failed(err, r, &p->plan);
+    p->be[r] = be;
+    if (n_gpus > 0 && !(p->links = backend_link_join(be, id, r, n, o->timeout_s, err))) return -1;
+    if (r != driver) {
+        p->serving = true;
+        p->serve_fd = fds[0];
+        p->serve_stage = r;
+        p->serve_chunk = o->backend.max_tokens;
+        return 0;
+    }
+    int peers[STAGE_MAX];
+    for (int s = 0; s < driver; s++) peers[s] = fds[s + 1]; /* rendezvous rank s + 1 is stage s */
+    if (pipeline_set_remote(p, peers, o->timeout_s, err) || check_kv(p, o, err)) return -1;
+    return pipeline_start(p, o->backend.max_tokens, err);
+}
+
+int pipeline_open(Pipeline *p, const Model *m, const PipelineOptions *o, Err *err) {
+    memset(p, 0, sizeof *p);
+    int rc = o->world_size > 1 ? open_own_stage(p, m, o, err) : open_stages(p, m, o, err);
+    if (rc) pipeline_close(p);
+    return rc;
+}
+
+int pipeline_serve(Pipeline *p, Err *err) {
+    int r = p->serve_stage;
+    return stage_serve(p->be[r], &p->sm[r].cfg, r, p->plan.n_stages, p->serve_fd, p->serve_chunk, err);
+}
+
+void pipeline_close(Pipeline *p) {
+    int n = p->plan.n_stages;
+    Backend *last = n > 0 && !p->serving ? p->be[n - 1] : NULL; /* the one pipeline_free leaves (the engine's) */
+    BackendLinks *links = p->links;
+    int fd = p->serving ? p->serve_fd : -1;
+    pipeline_free(p);
+    if (fd >= 0) close(fd);
+    if (last) last->destroy(last);
+    backend_link_close(links); /* last: the backends' streams used the communicators */
+}
