@@ -10,11 +10,11 @@
 
 #include "app/batch.h"
 #include "app/bench.h"
-#include "app/quantize_cmd.h"
 #include "app/chat.h"
+#include "app/info.h"
+#include "app/quantize_cmd.h"
 #include "app/runtime.h"
 #include "model/dummy.h"
-#include "app/info.h"
 #include "model/model.h"
 #include "parallel/stage_plan.h"
 #include "tokenizer/chat_template.h"

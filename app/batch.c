@@ -84,11 +84,11 @@ static int batch_prompt_ids(Batch *bt, const PromptRequest *r, TokenIds *ids, Er
         for (int i = 0; i < r->n_messages; i++) msgs[i] = (ChatMessage){r->messages[i].role, r->messages[i].content};
         n = r->n_messages;
     }
-    ChatBuf text = {0};
+    TextBuf text = {0};
     int rc = chat_render(&bt->tmpl, msgs, n, true, &text, err);
     if (msgs != &one) free(msgs);
     if (rc == 0) rc = tokenizer_encode(tok, text.data, text.len, true, false, ids, err);
-    chat_buf_free(&text);
+    textbuf_free(&text);
     return rc;
 }
 

@@ -79,11 +79,11 @@ static int chat_emit(void *ctx, const char *text, size_t len) {
 /* Renders the conversation and tokenizes it: the full prompt for the reply. */
 static int chat_prompt_ids(Chat *c, TokenIds *ids, Err *err) {
     const Tokenizer *tok = c->rt.model.tok;
-    ChatBuf out = {0};
-    if (chat_render(&c->tmpl, c->msgs, c->n_msgs, true, &out, err)) { chat_buf_free(&out); return -1; }
+    TextBuf out = {0};
+    if (chat_render(&c->tmpl, c->msgs, c->n_msgs, true, &out, err)) { textbuf_free(&out); return -1; }
     /* The template writes BOS itself where the model wants it. */
     int rc = tokenizer_encode(tok, out.data, out.len, true, false, ids, err);
-    chat_buf_free(&out);
+    textbuf_free(&out);
     return rc;
 }
 
@@ -103,7 +103,7 @@ static SchedRequest *chat_run(Chat *c, const TokenIds *ids, Err *err) {
 /* The reply's text (every generated token up to end-of-generation), for the
  * next rendering of the conversation. */
 static void chat_keep_reply(Chat *c, const SchedRequest *r) {
-    ChatBuf text = {0};
+    TextBuf text = {0};
     Detok dt;
     detok_init(&dt);
     for (size_t i = r->n_prompt; i < r->tokens.n; i++) {
@@ -111,10 +111,10 @@ static void chat_keep_reply(Chat *c, const SchedRequest *r) {
         int32_t id = r->tokens.ids[i];
         if (tokenizer_is_eog(c->rt.model.tok, id)) break;
         int n = detok_push(c->rt.model.tok, &dt, id, piece, sizeof piece);
-        chat_buf_append(&text, piece, n);
+        textbuf_append(&text, piece, n);
     }
     chat_add_message(c, "assistant", text.data ? text.data : "", text.len);
-    chat_buf_free(&text);
+    textbuf_free(&text);
 }
 
 /* One reply to the conversation as it stands. */

@@ -1,8 +1,9 @@
 /* info.c — `cllm info`: what a model file holds and what running it costs. */
+#include "app/info.h"
+
 #include <stdio.h>
 #include <string.h>
 
-#include "app/info.h"
 #include "model/forward.h"
 
 /* GPU 0's plan for m at the defaults of chat/generate (--gpu-mem-util 0.9,

@@ -14,10 +14,10 @@
 #include <string.h>
 #include <strings.h>
 
-#include "kernels/cpu/cpu_ops.h"
+#include "base/quantize.h"
 #include "formats/gguf.h"
 #include "formats/gguf_write.h"
-#include "base/quantize.h"
+#include "kernels/cpu/cpu_ops.h"
 
 int quantize_parse_type(const char *name) {
     static const DType types[] = {DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q4_K, DT_Q5_K, DT_Q6_K,

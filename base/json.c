@@ -24,6 +24,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/utf8.h"
+
 #define INDEX_MIN 16               /* objects with more members are hashed */
 #define CHUNK_MIN ((size_t)1 << 10)
 #define CHUNK_MAX ((size_t)1 << 20)
@@ -174,32 +176,12 @@ static int hex4(const char *s, uint32_t *out) {
     return 0;
 }
 
-static size_t utf8_put(char *o, uint32_t cp) {
-    if (cp < 0x80) { o[0] = (char)cp; return 1; }
-    if (cp < 0x800) { o[0] = (char)(0xC0 | cp >> 6); o[1] = (char)(0x80 | (cp & 63)); return 2; }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | cp >> 12); o[1] = (char)(0x80 | (cp >> 6 & 63)); o[2] = (char)(0x80 | (cp & 63));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | cp >> 18); o[1] = (char)(0x80 | (cp >> 12 & 63));
-    o[2] = (char)(0x80 | (cp >> 6 & 63)); o[3] = (char)(0x80 | (cp & 63));
-    return 4;
-}
-
 /* Length of a valid UTF-8 sequence at s (at most n bytes), or 0: overlong
  * forms, surrogates and code points past U+10FFFF are invalid. */
 static size_t utf8_valid_len(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
-    if (len == 0 || len > n) return 0;
-    uint32_t cp = len == 1 ? c : len == 2 ? c & 0x1F : len == 3 ? c & 0x0F : c & 0x07;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        cp = cp << 6 | (s[i] & 0x3F);
-    }
-    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    return len;
+    uint32_t cp;
+    int k = utf8_next(s, n, &cp);
+    return k > 0 ? (size_t)k : 0;
 }
 
 /* Decodes the \uXXXX escape (pair) whose 'u' is at p->pos - 1. */
@@ -259,7 +241,7 @@ static int parse_string(Parser *p, const char **out, size_t *out_len) {
         if (e == 'u') {
             uint32_t cp;
             if (parse_u_escape(p, end, &cp)) return -1;
-            w += utf8_put(w, cp);
+            w += utf8_put(cp, w);
         } else if ((*w = escape_char(e)) != 0) {
             w++;
         } else {

@@ -10,12 +10,12 @@
  * waits on call_mu until the first call has finished. fn must not call
  * cpu_parallel_for on the same pool (it would wait on itself).
  */
+#include "base/thread_pool.h"
+
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <unistd.h>
-
-#include "base/thread_pool.h"
 
 #define THREAD_POOL_MAX 256
 

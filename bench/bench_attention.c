@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
 #include <cuda_runtime.h>
 
 #include "kernels/attn_meta.h"

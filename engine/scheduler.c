@@ -122,7 +122,7 @@ void sched_request_free(SchedRequest *r) {
     block_table_free(&r->bt);
     if (r->sampler_ready) sampler_free(&r->sampler);
     stop_matcher_free(&r->sm);
-    chat_buf_free(&r->text);
+    textbuf_free(&r->text);
     free(r);
 }
 
@@ -278,7 +278,7 @@ static void request_fail(Scheduler *s, SchedRequest *r, const char *msg) {
 
 static int request_text(void *ctx, const char *text, size_t len) {
     SchedRequest *r = ctx;
-    if (chat_buf_append(&r->text, text, len)) return -1;
+    if (textbuf_append(&r->text, text, len)) return -1;
     return r->emit ? r->emit(r->emit_ctx, text, len) : 0;
 }
 

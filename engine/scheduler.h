@@ -71,7 +71,7 @@ typedef struct SchedRequest {
     Sampler sampler;
     StopMatcher sm;
     Detok dt;
-    ChatBuf text;                 /* the reply text */
+    TextBuf text;                 /* the reply text */
     int n_generated;
     int cached_tokens;            /* prompt tokens found in the prefix cache (last admission) */
     int n_preempted;

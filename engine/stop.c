@@ -20,7 +20,7 @@ void stop_matcher_init(StopMatcher *m, const char *const *stop, int n_stop) {
 }
 
 void stop_matcher_free(StopMatcher *m) {
-    chat_buf_free(&m->buf);
+    textbuf_free(&m->buf);
     memset(m, 0, sizeof *m);
 }
 
@@ -32,11 +32,11 @@ static StopResult stop_emit(StopMatcher *m, size_t n) {
 
 /* Appends text after dropping what the last call handed out. */
 static int stop_buf_append(StopMatcher *m, const char *text, size_t len) {
-    ChatBuf *b = &m->buf;
+    TextBuf *b = &m->buf;
     if (m->emitted) memmove(b->data, b->data + m->emitted, b->len - m->emitted);
     b->len -= m->emitted;
     m->emitted = 0;
-    return chat_buf_append(b, text, len);
+    return textbuf_append(b, text, len);
 }
 
 /* Where the earliest complete stop string starts in buf, or -1. */

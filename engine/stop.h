@@ -16,13 +16,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "tokenizer/chat_template.h" /* ChatBuf, the growing text buffer */
+#include "base/buf.h"
 
 typedef struct {
     const char *const *stop; /* borrowed: must outlive the matcher; NULL and "" entries are ignored */
     int n_stop;
     size_t max_stop;         /* the longest stop string */
-    ChatBuf buf;             /* held-back text, then the newest piece */
+    TextBuf buf;             /* held-back text, then the newest piece */
     size_t emitted;          /* the front of buf handed out by the last call */
     bool stopped;
 } StopMatcher;

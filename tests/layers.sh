@@ -27,13 +27,18 @@ for f in $(git ls-files '*.c' '*.h' '*.cu' '*.cuh' | grep -v '^tests/\|^bench/')
         # kernels' own subfolders: cpu/ and cuda/ use kernels/*.h; the backend factory (kernels/*.c) uses both
         case "$from>$to" in kernels/cpu\>kernels|kernels/cuda\>kernels|kernels\>kernels/cpu|kernels\>kernels/cuda) ok=1 ;; esac
         if [ $ok = 0 ]; then echo "  $f includes $inc (layer $rf -> $rt)"; bad=$((bad + 1)); fi
-        edges+="$from $to"$'\n'
+        edges+="${from%%/*} ${to%%/*}"$'\n' # kernels/cpu and kernels/cuda are kernels' layer: one node
     done
 done
 [ $bad = 0 ] && echo "ok - every include points down the layers" || echo "not ok - $bad includes point up or sideways"
 
-# the folder graph is acyclic: tsort reports a loop otherwise
-if printf '%s' "$edges" | sort -u | grep -v '^$' | tsort > /dev/null 2> /tmp/cllm-tsort.$$; then
+# only kernels/ knows whether the build has CUDA (kernels/backend.c is the factory)
+cuda_ifs=$(git ls-files '*.c' '*.h' | grep -v '^kernels/\|^tests/\|^bench/' | xargs grep -l 'CLLM_CUDA' 2>/dev/null)
+if [ -z "$cuda_ifs" ]; then echo "ok - no CLLM_CUDA outside kernels/"
+else echo "not ok - CLLM_CUDA outside kernels/:"; echo "$cuda_ifs" | sed 's/^/  /'; fi
+
+# the folder graph is acyclic: tsort reports a loop otherwise (a folder's includes of itself are left out)
+if printf '%s' "$edges" | sort -u | awk '$1 != $2' | grep -v '^$' | tsort > /dev/null 2> /tmp/cllm-tsort.$$; then
     echo "ok - the folders' include graph has no cycle"
 else
     echo "not ok - the folders' include graph has a cycle"; sed 's/^/  /' /tmp/cllm-tsort.$$

@@ -54,7 +54,7 @@ static void case_check(const char *fixture, const ChatTemplate *t, const JsonVal
     const char *name = json_get_str(c, "name", "?");
     char what[160];
     snprintf(what, sizeof what, "%s/%s gen=%d", fixture, name, gen);
-    ChatBuf out = {0};
+    TextBuf out = {0};
     Err err = {{0}};
     int rc = chat_render(t, m, (int)n, gen, &out, &err);
     if (want && want->type == JSON_STRING) {
@@ -71,7 +71,7 @@ static void case_check(const char *fixture, const ChatTemplate *t, const JsonVal
         CHECK(rc == 0 || strstr(err.msg, key) != NULL, "%s: error '%s' lacks the template's '%s'", what, err.msg, key);
         CHECK(rc == 0 || out.len == 0, "%s: output left after an error", what);
     }
-    chat_buf_free(&out);
+    textbuf_free(&out);
 }
 
 static void test_real_templates_render_like_transformers(void) {
@@ -132,7 +132,7 @@ static void test_template_details(void) {
 
     /* Without a pinned date, Llama 3.2 prints today's local date as strftime "%d %b %Y". */
     ChatMessage one = {"user", "hi"};
-    ChatBuf out = {0};
+    TextBuf out = {0};
     Err err = {{0}};
     time_t now = time(NULL);
     struct tm tm;
@@ -142,7 +142,7 @@ static void test_template_details(void) {
     snprintf(line, sizeof line, "Today Date: %s\n", want);
     CHECK(chat_render(&t[2], &one, 1, true, &out, &err) == 0, "%s", err.msg);
     CHECK(out.data && strstr(out.data, line), "no '%s' in %s", line, out.data ? out.data : "(null)");
-    chat_buf_free(&out);
+    textbuf_free(&out);
 }
 
 static void test_detection_fallback_and_names(void) {
@@ -171,7 +171,7 @@ static void test_bad_input(void) {
     for (int fam = 0; fam < CHAT_COUNT; fam++) {
         ChatTemplate t;
         chat_template_init(&t, (ChatFamily)fam, NULL, NULL, NULL);
-        ChatBuf out = {0};
+        TextBuf out = {0};
         Err err = {{0}};
         ChatMessage m[2] = {{"user", "hi"}, {NULL, "x"}};
         CHECK(chat_render(&t, m, 0, true, &out, &err) == -1 && strstr(err.msg, "no messages"), "%s: empty: %s",
@@ -183,7 +183,7 @@ static void test_bad_input(void) {
               chat_family_name(t.family), err.msg);
         m[1] = (ChatMessage){"assistant", "ok"};
         CHECK(chat_render(&t, m, 2, false, &out, &err) == 0 && out.len > 0, "%s: %s", chat_family_name(t.family), err.msg);
-        chat_buf_free(&out);
+        textbuf_free(&out);
     }
 }
 

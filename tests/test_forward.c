@@ -13,10 +13,10 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "kernels/cpu/backend_cpu.h"
 #include "model/dummy.h"
 #include "model/model.h"
 #include "tests/ref/ref_engine.h"
-#include "kernels/cpu/backend_cpu.h"
 #include "tests/test.h"
 
 #define TOL 1e-4

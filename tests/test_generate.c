@@ -6,10 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tests/ref/ref_engine.h"
+#include "kernels/cpu/backend_cpu.h"
 #include "model/model.h"
 #include "tests/ref/ref_engine.h"
-#include "kernels/cpu/backend_cpu.h"
 #include "tests/test.h"
 
 typedef struct {

@@ -16,8 +16,8 @@
 #include <unistd.h>
 
 #include "base/dtype.h"
-#include "formats/gguf.h"
 #include "base/json.h"
+#include "formats/gguf.h"
 #include "test.h"
 
 static bool quick(void) {

@@ -4,8 +4,6 @@
  * pseudo-terminal whose output is replayed on a small terminal emulator.
  */
 #define _XOPEN_SOURCE 700
-#include "app/line_edit.h"
-
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -21,6 +19,7 @@
 #include <unistd.h>
 #include <wchar.h>
 
+#include "app/line_edit.h"
 #include "tests/test.h"
 
 /* ------------------------------------------------------------ helpers */

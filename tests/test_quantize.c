@@ -21,10 +21,10 @@
 #include <unistd.h>
 
 #include "app/quantize_cmd.h"
+#include "base/quantize.h"
 #include "formats/gguf.h"
 #include "formats/gguf_write.h"
 #include "model/model.h"
-#include "base/quantize.h"
 #include "tests/test.h"
 
 #define ROWS 8

@@ -21,9 +21,9 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "kernels/cpu/backend_cpu.h"
 #include "model/model.h"
 #include "tests/ref/ref_engine.h"
-#include "kernels/cpu/backend_cpu.h"
 #include "tests/test.h"
 
 static int argmax(const float *x, int n) {

@@ -13,9 +13,9 @@
 #include <stdint.h>
 
 #include "engine/virtual_engines.h"
+#include "kernels/cpu/backend_cpu.h"
 #include "model/model.h"
 #include "tests/ref/ref_engine.h"
-#include "kernels/cpu/backend_cpu.h"
 #include "tests/test.h"
 
 #define BS 4

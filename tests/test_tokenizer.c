@@ -17,10 +17,10 @@
 #include <time.h>
 
 #include "formats/gguf.h"
+#include "test.h"
 #include "tokenizer/tok_internal.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
-#include "test.h"
 
 static bool quick(void) {
     const char *q = getenv("CLLM_QUICK");
@@ -311,15 +311,15 @@ static void test_nfc(void) {
         char *sp = strchr(l.line[i], ' ');
         if (!sp) continue;
         Bytes in = b64_decode(l.line[i], (size_t)(sp - l.line[i])), want = b64_decode(sp + 1, strlen(sp + 1));
-        UBuf sane = {0}, out = {0};
+        TextBuf sane = {0}, out = {0};
         utf8_sanitize(in.p, in.n, &sane);
-        uni_nfc(sane.p ? sane.p : "", sane.len, &out);
-        if (!bytes_equal(out.p, out.len, want.p, want.n)) {
+        uni_nfc(sane.data ? sane.data : "", sane.len, &out);
+        if (!bytes_equal(out.data, out.len, want.p, want.n)) {
             bad++;
             printf("  nfc case %zu differs\n", i);
         }
-        ubuf_free(&sane);
-        ubuf_free(&out);
+        textbuf_free(&sane);
+        textbuf_free(&out);
         free(in.p);
         free(want.p);
     }

@@ -23,28 +23,7 @@ static const char *const FAMILY_NAMES[CHAT_COUNT] = {
 
 /* ---- the growing buffer ---- */
 
-int chat_buf_append(ChatBuf *b, const char *s, size_t n) {
-    if (n > SIZE_MAX / 2 - b->len) return -1;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *d = realloc(b->data, cap);
-        if (!d) return -1;
-        b->data = d;
-        b->cap = cap;
-    }
-    if (n) memcpy(b->data + b->len, s, n);
-    b->len += n;
-    b->data[b->len] = 0;
-    return 0;
-}
-
-void chat_buf_free(ChatBuf *b) {
-    free(b->data);
-    memset(b, 0, sizeof *b);
-}
-
-static int put(ChatBuf *b, const char *s) { return chat_buf_append(b, s, strlen(s)); }
+static int put(TextBuf *b, const char *s) { return textbuf_append(b, s, strlen(s)); }
 
 /* ---- Python string semantics ---- */
 
@@ -55,7 +34,7 @@ typedef struct {
 } Span;
 
 static Span span_of(const char *s) { return (Span){s, strlen(s)}; }
-static int put_span(ChatBuf *b, Span s) { return chat_buf_append(b, s.p, s.n); }
+static int put_span(TextBuf *b, Span s) { return textbuf_append(b, s.p, s.n); }
 
 /* Decodes the UTF-8 character at s[0..n) (n > 0); *len gets its length, and
  * an invalid byte reads as itself with length 1 (it is never whitespace). */
@@ -123,7 +102,7 @@ static const char *span_find_last(Span s, const char *needle) {
 }
 
 /* Python's json.dumps(s, ensure_ascii=False), which transformers' tojson is. */
-static int put_json_string(ChatBuf *b, const char *s) {
+static int put_json_string(TextBuf *b, const char *s) {
     int rc = put(b, "\"");
     for (; *s; s++) {
         unsigned char c = (unsigned char)*s;
@@ -136,7 +115,7 @@ static int put_json_string(ChatBuf *b, const char *s) {
         else if (c == '\b') strcpy(esc, "\\b");
         else if (c == '\f') strcpy(esc, "\\f");
         else if (c < 0x20) snprintf(esc, sizeof esc, "\\u%04x", c);
-        rc |= esc[0] ? put(b, esc) : chat_buf_append(b, s, 1);
+        rc |= esc[0] ? put(b, esc) : textbuf_append(b, s, 1);
     }
     return rc | put(b, "\"");
 }
@@ -273,7 +252,7 @@ typedef struct {
     const ChatMessage *m;
     int n;
     bool gen;           /* add_generation_prompt */
-    ChatBuf *o;
+    TextBuf *o;
     Err *err;
     int oom;            /* any append failed */
 } Render;
@@ -440,7 +419,7 @@ static int render_llama2(Render *r) {
     if (check_alternation(r, first, "llama2")) return -1;
     for (int i = first; i < r->n; i++) {
         const ChatMessage *m = &r->m[i];
-        ChatBuf content = {0};
+        TextBuf content = {0};
         if (i == first && first) {
             r->oom |= put(&content, "<<SYS>>\n") | put(&content, r->m[0].content) | put(&content, "\n<</SYS>>\n\n");
         }
@@ -457,7 +436,7 @@ static int render_llama2(Render *r) {
             out(r, " ");
             out(r, t->eos);
         }
-        chat_buf_free(&content);
+        textbuf_free(&content);
     }
     return 0;
 }
@@ -550,7 +529,7 @@ static int render_harmony(Render *r) {
     return 0;
 }
 
-int chat_render(const ChatTemplate *t, const ChatMessage *m, int n, bool gen, ChatBuf *o, Err *err) {
+int chat_render(const ChatTemplate *t, const ChatMessage *m, int n, bool gen, TextBuf *o, Err *err) {
     o->len = 0;
     if (o->data) o->data[0] = 0;
     if (n <= 0 || !m) return err_set(err, "chat template %s: the conversation has no messages", chat_family_name(t->family));

@@ -35,6 +35,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "base/buf.h"
 #include "base/err.h"
 #include "tokenizer/tokenizer.h"
 
@@ -55,14 +56,6 @@ typedef struct {
     const char *content;
 } ChatMessage;
 
-/* A growing text buffer, always NUL-terminated once written. */
-typedef struct {
-    char *data;
-    size_t len, cap;
-} ChatBuf;
-
-int chat_buf_append(ChatBuf *b, const char *s, size_t n); /* 0, or -1 out of memory */
-void chat_buf_free(ChatBuf *b);
 
 /* The family of a template string. *guessed (may be NULL) is set when no
  * family's markers were found (or the string is NULL) and the answer is the
@@ -95,7 +88,7 @@ void chat_template_init(ChatTemplate *t, ChatFamily f, const char *template_stri
 /* Renders the conversation into out (replacing what it held). Errors are the
  * ones the real templates raise (e.g. Llama 2's user/assistant alternation),
  * naming the family and the message; out is then empty. */
-int chat_render(const ChatTemplate *t, const ChatMessage *msgs, int n, bool add_generation_prompt, ChatBuf *out,
+int chat_render(const ChatTemplate *t, const ChatMessage *msgs, int n, bool add_generation_prompt, TextBuf *out,
                 Err *err);
 
 #endif

@@ -22,7 +22,7 @@
 
 int spans_push(SpanList *l, size_t start, size_t end, bool first) {
     if (l->n == l->cap) {
-        Span *v = tok_grow(l->v, &l->cap, l->n + 1, sizeof *v);
+        Span *v = array_grow(l->v, &l->cap, l->n + 1, sizeof *v);
         if (!v) return -1;
         l->v = v;
     }
@@ -188,12 +188,12 @@ static size_t regex_match(RegexKind k, const uint32_t *cp, const uint8_t *cls, s
 static int seg_push(PretokScratch *ws, size_t *n, size_t start, size_t end, bool is_match) {
     if (start == end) return 0;
     if (*n == ws->seg_cap) {
-        Span *s = tok_grow(ws->seg, &ws->seg_cap, *n + 1, sizeof *s);
+        Span *s = array_grow(ws->seg, &ws->seg_cap, *n + 1, sizeof *s);
         if (!s) return -1;
         ws->seg = s;
     }
     if (*n == ws->match_cap) {
-        bool *m = tok_grow(ws->is_match, &ws->match_cap, *n + 1, sizeof *m);
+        bool *m = array_grow(ws->is_match, &ws->match_cap, *n + 1, sizeof *m);
         if (!m) return -1;
         ws->is_match = m;
     }

@@ -27,7 +27,7 @@ typedef struct {
 } ItemList;
 
 typedef struct {
-    UBuf clean, norm, norm_tmp, pre[2], word;
+    TextBuf clean, norm, norm_tmp, pre[2], word;
     SpanList sp[2];
     ItemList items[2];
     PretokScratch ps;
@@ -37,12 +37,12 @@ typedef struct {
 } EncodeWs;
 
 static void ws_free(EncodeWs *ws) {
-    ubuf_free(&ws->clean);
-    ubuf_free(&ws->norm);
-    ubuf_free(&ws->norm_tmp);
-    ubuf_free(&ws->pre[0]);
-    ubuf_free(&ws->pre[1]);
-    ubuf_free(&ws->word);
+    textbuf_free(&ws->clean);
+    textbuf_free(&ws->norm);
+    textbuf_free(&ws->norm_tmp);
+    textbuf_free(&ws->pre[0]);
+    textbuf_free(&ws->pre[1]);
+    textbuf_free(&ws->word);
     spans_free(&ws->sp[0]);
     spans_free(&ws->sp[1]);
     free(ws->items[0].v);
@@ -54,7 +54,7 @@ static void ws_free(EncodeWs *ws) {
 
 int token_ids_push(TokenIds *ids, int32_t id) {
     if (ids->n == ids->cap) {
-        int32_t *v = tok_grow(ids->ids, &ids->cap, ids->n + 1, sizeof *v);
+        int32_t *v = array_grow(ids->ids, &ids->cap, ids->n + 1, sizeof *v);
         if (!v) return -1;
         ids->ids = v;
     }
@@ -70,7 +70,7 @@ void token_ids_free(TokenIds *ids) {
 
 static int items_push(ItemList *l, int32_t id, size_t start, size_t end) {
     if (l->n == l->cap) {
-        Item *v = tok_grow(l->v, &l->cap, l->n + 1, sizeof *v);
+        Item *v = array_grow(l->v, &l->cap, l->n + 1, sizeof *v);
         if (!v) return -1;
         l->v = v;
     }
@@ -165,61 +165,13 @@ static int split_added(const Tokenizer *t, const AddedTrie *tr, const char *s, s
     return 0;
 }
 
-/* ---- 3. normalizer ------------------------------------------------------------------- */
-
-static int replace_all(const char *s, size_t n, const NormStep *st, UBuf *out) {
-    size_t run = 0;
-    for (size_t i = 0; st->from_len && i + st->from_len <= n;) {
-        if (memcmp(s + i, st->from, st->from_len)) {
-            i++;
-            continue;
-        }
-        if (ubuf_put(out, s + run, i - run) || ubuf_put(out, st->to, st->to_len)) return -1;
-        i += st->from_len;
-        run = i;
-    }
-    return ubuf_put(out, s + run, n - run);
-}
-
-static int norm_step(const NormStep *st, const char *s, size_t n, UBuf *out) {
-    switch (st->kind) {
-    case NORM_NFC: return uni_nfc(s, n, out);
-    case NORM_REPLACE: return replace_all(s, n, st, out);
-    case NORM_PREPEND:
-        if (n && ubuf_put(out, st->to, st->to_len)) return -1;
-        return ubuf_put(out, s, n);
-    }
-    return -1;
-}
-
-/* Normalizes into out, using tmp as the second buffer of the ping-pong. */
-static int normalize_into(const Tokenizer *t, const char *s, size_t n, UBuf *out, UBuf *tmp) {
-    out->len = 0;
-    if (ubuf_put(out, s, n)) return -1;
-    for (size_t k = 0; k < t->n_norm; k++) {
-        tmp->len = 0;
-        if (norm_step(&t->norm[k], out->p, out->len, tmp)) return -1;
-        UBuf x = *out;
-        *out = *tmp;
-        *tmp = x;
-    }
-    return 0;
-}
-
-int tok_normalize(const Tokenizer *t, const char *s, size_t n, UBuf *out) {
-    UBuf tmp = {0};
-    int rc = normalize_into(t, s, n, out, &tmp);
-    ubuf_free(&tmp);
-    return rc;
-}
-
 /* ---- 4. pre-tokenizer ----------------------------------------------------------------- */
 
 static bool starts_with(const char *s, size_t n, const char *p, size_t pn) { return n >= pn && !memcmp(s, p, pn); }
 
 /* Rewrites each piece of in (text) into dst: ByteLevel's prefix space, or
  * Metaspace's replacement of ' ' and its prefix. */
-static int rewrite_pieces(const PreStep *st, const char *text, const SpanList *in, UBuf *dst, SpanList *out) {
+static int rewrite_pieces(const PreStep *st, const char *text, const SpanList *in, TextBuf *dst, SpanList *out) {
     dst->len = 0;
     out->n = 0;
     for (size_t k = 0; k < in->n; k++) {
@@ -227,14 +179,14 @@ static int rewrite_pieces(const PreStep *st, const char *text, const SpanList *i
         const char *s = text + sp.start;
         size_t n = sp.end - sp.start, start = dst->len;
         if (st->kind == PRE_BYTELEVEL) {
-            if (!starts_with(s, n, " ", 1) && ubuf_put(dst, " ", 1)) return -1;
-            if (ubuf_put(dst, s, n)) return -1;
+            if (!starts_with(s, n, " ", 1) && textbuf_append(dst, " ", 1)) return -1;
+            if (textbuf_append(dst, s, n)) return -1;
         } else {
             bool lead = starts_with(s, n, " ", 1) || starts_with(s, n, st->str, st->str_len);
             bool want = st->prepend == PREPEND_ALWAYS || (st->prepend == PREPEND_FIRST && sp.first);
-            if (want && !lead && ubuf_put(dst, st->str, st->str_len)) return -1;
+            if (want && !lead && textbuf_append(dst, st->str, st->str_len)) return -1;
             NormStep rep = {NORM_REPLACE, (char *)" ", st->str, 1, st->str_len};
-            if (replace_all(s, n, &rep, dst)) return -1;
+            if (tok_replace_all(s, n, &rep, dst)) return -1;
         }
         if (spans_push(out, start, dst->len, sp.first)) return -1;
     }
@@ -273,7 +225,7 @@ static int pretokenize(const Tokenizer *t, const char *text, size_t n, bool firs
         bool rewrite = (st->kind == PRE_BYTELEVEL && st->add_prefix_space) || st->kind == PRE_METASPACE;
         if (rewrite) {
             if (rewrite_pieces(st, text, &ws->sp[cur], &ws->pre[buf], &ws->sp[!cur])) return -1;
-            text = ws->pre[buf].p;
+            text = ws->pre[buf].data;
             buf = !buf;
             cur = !cur;
         }
@@ -295,10 +247,10 @@ static int pretokenize(const Tokenizer *t, const char *text, size_t n, bool firs
 static int32_t whole_piece_id(const Tokenizer *t, const char *s, size_t n, EncodeWs *ws) {
     if (!t->byte_level) return tok_vocab_get(t, s, n);
     ws->word.len = 0;
-    if (ubuf_reserve(&ws->word, 2 * n)) return -1;
+    if (textbuf_reserve(&ws->word, 2 * n)) return -1;
     for (size_t i = 0; i < n; i++)
-        ws->word.len += (size_t)utf8_put(tok_byte_to_cp((uint8_t)s[i]), ws->word.p + ws->word.len);
-    return tok_vocab_get(t, ws->word.p, ws->word.len);
+        ws->word.len += (size_t)utf8_put(tok_byte_to_cp((uint8_t)s[i]), ws->word.data + ws->word.len);
+    return tok_vocab_get(t, ws->word.data, ws->word.len);
 }
 
 /* The initial symbols of a piece (BPE::merge_word before merging): one per
@@ -365,8 +317,8 @@ static int model_piece(const Tokenizer *t, const char *s, size_t n, EncodeWs *ws
 static int encode_stretch(const Tokenizer *t, const char *s, size_t n, bool first, bool parse_special,
                           EncodeWs *ws, TokenIds *out) {
     if (t->n_norm) {
-        if (normalize_into(t, s, n, &ws->norm, &ws->norm_tmp)) return -1;
-        s = ws->norm.p;
+        if (tok_normalize_into(t, s, n, &ws->norm, &ws->norm_tmp)) return -1;
+        s = ws->norm.data;
         n = ws->norm.len;
     }
     ItemList *items = &ws->items[1];
@@ -403,7 +355,7 @@ static int encode_all(const Tokenizer *t, const char *text, size_t len, bool par
             if (token_ids_push(out, t->bos_seq[i])) return -1;
     if (len == 0) return add_bos ? push_suffix(t, out) : 0;
     if (utf8_sanitize(text, len, &ws->clean)) return -1;
-    const char *s = ws->clean.p;
+    const char *s = ws->clean.data;
     ItemList *items = &ws->items[0];
     if (split_added(t, &t->trie_raw, s, 0, ws->clean.len, parse_special, items)) return -1;
     for (size_t k = 0; k < items->n; k++) {

@@ -67,21 +67,21 @@ static size_t gemma_space_token(const char *s, size_t n) {
 
 static int set_piece(GLoad *g, int32_t id, const char *s, size_t n) {
     Tokenizer *t = g->t;
-    UBuf b = {0};
+    TextBuf b = {0};
     size_t spaces;
     int rc = 0;
     if (g->byte_level && !all_in_byte_alphabet(s, n)) {
         for (size_t i = 0; i < n && !rc; i++) {
             char u[4];
-            rc = ubuf_put(&b, u, (size_t)utf8_put(tok_byte_to_cp((uint8_t)s[i]), u));
+            rc = textbuf_append(&b, u, (size_t)utf8_put(tok_byte_to_cp((uint8_t)s[i]), u));
         }
     } else if (g->gemma && (spaces = gemma_space_token(s, n)) > 0) {
-        for (size_t i = 0; i < spaces && !rc; i++) rc = ubuf_put(&b, "\xE2\x96\x81", 3);
-    } else rc = ubuf_put(&b, s, n);
-    if (!rc) t->piece[id] = tok_strdup(t, b.p ? b.p : "", b.len);
+        for (size_t i = 0; i < spaces && !rc; i++) rc = textbuf_append(&b, "\xE2\x96\x81", 3);
+    } else rc = textbuf_append(&b, s, n);
+    if (!rc) t->piece[id] = tok_strdup(t, b.data ? b.data : "", b.len);
     t->piece_len[id] = (uint32_t)b.len;
     t->in_model[id] = true;
-    ubuf_free(&b);
+    textbuf_free(&b);
     if (rc || !t->piece[id]) return err_set(g->err, "%s: out of memory reading tokenizer.ggml.tokens", t->source);
     return 0;
 }
@@ -152,7 +152,7 @@ static int cand_cmp(const void *pa, const void *pb) {
 
 static int push_cand(MergeCand **v, size_t *n, size_t *cap, MergeCand c) {
     if (*n == *cap) {
-        MergeCand *p = tok_grow(*v, cap, *n + 1, sizeof *p);
+        MergeCand *p = array_grow(*v, cap, *n + 1, sizeof *p);
         if (!p) return -1;
         *v = p;
     }

@@ -575,18 +575,18 @@ static int load_template_file(HLoad *h, const char *beside) {
     snprintf(path, sizeof path, "%.*s/chat_template.jinja", dir_len, slash ? beside : ".");
     FILE *fp = fopen(path, "rb");
     if (!fp) return 0;
-    UBuf b = {0};
+    TextBuf b = {0};
     char chunk[4096];
     size_t n;
     while ((n = fread(chunk, 1, sizeof chunk, fp)) > 0 && b.len <= MAX_TEMPLATE)
-        if (ubuf_put(&b, chunk, n)) break;
+        if (textbuf_append(&b, chunk, n)) break;
     fclose(fp);
     if (b.len > MAX_TEMPLATE) {
-        ubuf_free(&b);
+        textbuf_free(&b);
         return err_set(h->err, "%s: larger than %d bytes", path, MAX_TEMPLATE);
     }
-    h->t->chat_template = tok_strdup(h->t, b.p ? b.p : "", b.len);
-    ubuf_free(&b);
+    h->t->chat_template = tok_strdup(h->t, b.data ? b.data : "", b.len);
+    textbuf_free(&b);
     return h->t->chat_template ? 0 : err_set(h->err, "%s: out of memory", path);
 }
 

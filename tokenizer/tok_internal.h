@@ -135,8 +135,12 @@ int tok_add_merge(Tokenizer *t, const char *a, size_t al, const char *b, size_t 
                   size_t index, Err *err);
 /* Adds an end-of-generation id (ignored when out of range or present). */
 int tok_add_eog(Tokenizer *t, int32_t id);
-/* Applies the normalizer steps to s[0..n) (valid UTF-8), appending to out. */
-int tok_normalize(const Tokenizer *t, const char *s, size_t n, UBuf *out);
+/* Applies the normalizer steps to s[0..n) (valid UTF-8); out is replaced. */
+int tok_normalize(const Tokenizer *t, const char *s, size_t n, TextBuf *out);
+/* The same with tmp as the second buffer of the ping-pong (kept by the caller). */
+int tok_normalize_into(const Tokenizer *t, const char *s, size_t n, TextBuf *out, TextBuf *tmp);
+/* Appends s[0..n) to out with every st->from replaced by st->to (NORM_REPLACE). */
+int tok_replace_all(const char *s, size_t n, const NormStep *st, TextBuf *out);
 /* GPT-2's byte -> code point map. */
 uint32_t tok_byte_to_cp(uint8_t b);
 int tok_cp_to_byte(uint32_t cp); /* -1 if cp is not in the map */

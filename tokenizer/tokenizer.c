@@ -142,7 +142,7 @@ static int trie_insert(AddedTrie *tr, const char *s, size_t len, int32_t tok) {
         int32_t next = trie_child(tr, node, c);
         if (next < 0) {
             if (tr->n == tr->cap) {
-                TrieNode *v = tok_grow(tr->node, &tr->cap, tr->n + 1, sizeof *v);
+                TrieNode *v = array_grow(tr->node, &tr->cap, tr->n + 1, sizeof *v);
                 if (!v) return -1;
                 tr->node = v;
             }
@@ -162,14 +162,14 @@ static int build_tries(Tokenizer *t, Err *err) {
         AddedTok *a = &t->added[i];
         if (a->normalized && t->n_norm) {
             /* Matched in normalized text, so searched for in normalized form. */
-            UBuf nb = {0};
+            TextBuf nb = {0};
             if (tok_normalize(t, a->text, a->len, &nb)) {
-                ubuf_free(&nb);
+                textbuf_free(&nb);
                 return err_set(err, "%s: out of memory", t->source);
             }
-            a->match = nb.len ? tok_strdup(t, nb.p, nb.len) : a->text;
+            a->match = nb.len ? tok_strdup(t, nb.data, nb.len) : a->text;
             a->match_len = nb.len ? nb.len : a->len;
-            ubuf_free(&nb);
+            textbuf_free(&nb);
             if (!a->match) return err_set(err, "%s: out of memory", t->source);
         }
         AddedTrie *tr = a->normalized ? &t->trie_norm : &t->trie_raw;
@@ -185,7 +185,7 @@ static int build_tries(Tokenizer *t, Err *err) {
  * strip): ByteLevel maps each char back to its byte when all of them are in
  * the map; ByteFallback turns <0xXX> into that byte; Replace / Metaspace turn
  * their replacement (U+2581) into a space. */
-static int decode_token(const Tokenizer *t, const char *s, size_t n, UBuf *out) {
+static int decode_token(const Tokenizer *t, const char *s, size_t n, TextBuf *out) {
     if (t->dec_byte_level) {
         size_t start = out->len;
         for (size_t i = 0; i < n;) {
@@ -194,10 +194,10 @@ static int decode_token(const Tokenizer *t, const char *s, size_t n, UBuf *out) 
             int b = k > 0 ? tok_cp_to_byte(cp) : -1;
             if (b < 0) {
                 out->len = start;
-                return ubuf_put(out, s, n);
+                return textbuf_append(out, s, n);
             }
             char c = (char)b;
-            if (ubuf_put(out, &c, 1)) return -1;
+            if (textbuf_append(out, &c, 1)) return -1;
             i += (size_t)k;
         }
         return 0;
@@ -208,16 +208,16 @@ static int decode_token(const Tokenizer *t, const char *s, size_t n, UBuf *out) 
         long v = strtol(hex, &end, 16);
         if (end == hex + 2) {
             char c = (char)v;
-            return ubuf_put(out, &c, 1);
+            return textbuf_append(out, &c, 1);
         }
     }
     const char *rep = t->dec_replace;
     size_t rl = rep ? strlen(rep) : 0;
     for (size_t i = 0; i < n; i++) {
         if (rl && i + rl <= n && !memcmp(s + i, rep, rl)) {
-            if (ubuf_put(out, " ", 1)) return -1;
+            if (textbuf_append(out, " ", 1)) return -1;
             i += rl - 1;
-        } else if (ubuf_put(out, s + i, 1)) return -1;
+        } else if (textbuf_append(out, s + i, 1)) return -1;
     }
     return 0;
 }
@@ -226,18 +226,18 @@ static int build_decode_table(Tokenizer *t, Err *err) {
     t->dec = calloc((size_t)t->n_vocab, sizeof *t->dec);
     t->dec_len = calloc((size_t)t->n_vocab, sizeof *t->dec_len);
     if (!t->dec || !t->dec_len) return err_set(err, "%s: out of memory", t->source);
-    UBuf b = {0};
+    TextBuf b = {0};
     for (int32_t id = 0; id < t->n_vocab; id++) {
         b.len = 0;
         if (decode_token(t, t->piece[id], t->piece_len[id], &b) ||
-            !(t->dec[id] = tok_strdup(t, b.p ? b.p : "", b.len))) {
-            ubuf_free(&b);
+            !(t->dec[id] = tok_strdup(t, b.data ? b.data : "", b.len))) {
+            textbuf_free(&b);
             return err_set(err, "%s: out of memory", t->source);
         }
         t->dec_len[id] = (uint32_t)b.len;
         if (b.len > t->max_dec_len) t->max_dec_len = (uint32_t)b.len;
     }
-    ubuf_free(&b);
+    textbuf_free(&b);
     return 0;
 }
 

@@ -8,47 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- growable buffer ---------------------------------------------------- */
-
-void *tok_grow(void *p, size_t *cap, size_t need, size_t elem) {
-    size_t c = *cap ? *cap : 16;
-    while (c < need) {
-        if (c > SIZE_MAX / 2) return NULL;
-        c *= 2;
-    }
-    if (elem && c > SIZE_MAX / elem) return NULL;
-    void *q = realloc(p, c * elem);
-    if (q) *cap = c;
-    return q;
-}
-
-int ubuf_reserve(UBuf *b, size_t extra) {
-    if (b->cap - b->len >= extra) return 0;
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap - b->len < extra) {
-        if (cap > SIZE_MAX / 2) return -1;
-        cap *= 2;
-    }
-    char *p = realloc(b->p, cap);
-    if (!p) return -1;
-    b->p = p;
-    b->cap = cap;
-    return 0;
-}
-
-int ubuf_put(UBuf *b, const void *s, size_t n) {
-    if (ubuf_reserve(b, n)) return -1;
-    if (n) memcpy(b->p + b->len, s, n);
-    b->len += n;
-    return 0;
-}
-
-void ubuf_free(UBuf *b) {
-    free(b->p);
-    b->p = NULL;
-    b->len = b->cap = 0;
-}
-
 /* ---- classes -------------------------------------------------------------- */
 
 static const UniRange *range_find(const UniRange *r, size_t n, uint32_t cp) {
@@ -87,106 +46,6 @@ unsigned uni_ccc(uint32_t cp) {
     if (cp < 0x300) return 0;
     const UniRange *r = range_find(uni_ccc_ranges, uni_ccc_ranges_n, cp);
     return r ? r->value : 0;
-}
-
-/* ---- UTF-8 ----------------------------------------------------------------- */
-
-/* For a lead byte: the sequence length and the allowed range of the second
- * byte (the later ones are always 80..BF). Length 0: never a lead byte. */
-static void utf8_lead(uint8_t c, int *len, uint8_t *lo, uint8_t *hi) {
-    *lo = 0x80;
-    *hi = 0xBF;
-    if (c < 0x80) *len = 1;
-    else if (c < 0xC2) *len = 0;
-    else if (c < 0xE0) *len = 2;
-    else if (c < 0xF0) {
-        *len = 3;
-        if (c == 0xE0) *lo = 0xA0;
-        if (c == 0xED) *hi = 0x9F;
-    } else if (c < 0xF5) {
-        *len = 4;
-        if (c == 0xF0) *lo = 0x90;
-        if (c == 0xF4) *hi = 0x8F;
-    } else *len = 0;
-}
-
-int utf8_next(const uint8_t *s, size_t n, uint32_t *cp) {
-    int len;
-    uint8_t lo, hi;
-    utf8_lead(s[0], &len, &lo, &hi);
-    if (len == 1) {
-        *cp = s[0];
-        return 1;
-    }
-    *cp = 0xFFFD;
-    if (len == 0) return -1;
-    uint32_t v = s[0] & (0x7F >> len);
-    for (int i = 1; i < len; i++) {
-        uint8_t a = i == 1 ? lo : 0x80, b = i == 1 ? hi : 0xBF;
-        if ((size_t)i >= n || s[i] < a || s[i] > b) return -i;
-        v = (v << 6) | (s[i] & 0x3F);
-    }
-    *cp = v;
-    return len;
-}
-
-int utf8_incomplete_len(const uint8_t *s, size_t n) {
-    if (n == 0) return 0;
-    int len;
-    uint8_t lo, hi;
-    utf8_lead(s[0], &len, &lo, &hi);
-    if (len <= 1 || (size_t)len <= n) return 0;
-    for (size_t i = 1; i < n; i++) {
-        uint8_t a = i == 1 ? lo : 0x80, b = i == 1 ? hi : 0xBF;
-        if (s[i] < a || s[i] > b) return 0;
-    }
-    return (int)n;
-}
-
-int utf8_put(uint32_t cp, char *out) {
-    uint8_t *o = (uint8_t *)out;
-    if (cp < 0x80) {
-        o[0] = (uint8_t)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (uint8_t)(0xC0 | (cp >> 6));
-        o[1] = (uint8_t)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (uint8_t)(0xE0 | (cp >> 12));
-        o[1] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (uint8_t)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (uint8_t)(0xF0 | (cp >> 18));
-    o[1] = (uint8_t)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
-    o[3] = (uint8_t)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
-int utf8_sanitize(const char *s, size_t n, UBuf *out) {
-    const uint8_t *u = (const uint8_t *)s;
-    size_t i = 0, run = 0; /* run: start of the valid stretch not yet copied */
-    if (ubuf_reserve(out, n)) return -1;
-    while (i < n) {
-        if (u[i] < 0x80) {
-            i++;
-            continue;
-        }
-        uint32_t cp;
-        int k = utf8_next(u + i, n - i, &cp);
-        if (k > 0) {
-            i += (size_t)k;
-            continue;
-        }
-        if (ubuf_put(out, s + run, i - run) || ubuf_put(out, "\xEF\xBF\xBD", 3)) return -1;
-        i += (size_t)(-k);
-        run = i;
-    }
-    return ubuf_put(out, s + run, n - run);
 }
 
 /* ---- NFC -------------------------------------------------------------------- */
@@ -281,10 +140,10 @@ static size_t compose(uint32_t *cp, unsigned *cc, size_t n) {
     return out;
 }
 
-int uni_nfc(const char *s, size_t n, UBuf *out) {
+int uni_nfc(const char *s, size_t n, TextBuf *out) {
     size_t i = 0;
     while (i < n && (uint8_t)s[i] < 0x80) i++;
-    if (i == n) return ubuf_put(out, s, n); /* ASCII is its own NFC */
+    if (i == n) return textbuf_append(out, s, n); /* ASCII is its own NFC */
     /* Work on the whole input: 4 code points per input byte is a safe bound
      * (a code point takes >= 1 byte and decomposes to <= 4). */
     if (n > SIZE_MAX / (4 * sizeof(uint32_t) + 4 * sizeof(unsigned))) return -1;
@@ -305,9 +164,9 @@ int uni_nfc(const char *s, size_t n, UBuf *out) {
     for (size_t j = 0; j < m; j++) cc[j] = uni_ccc(cp[j]);
     canonical_order(cp, cc, m);
     m = compose(cp, cc, m);
-    int rc = ubuf_reserve(out, 4 * m);
+    int rc = textbuf_reserve(out, 4 * m);
     if (!rc) {
-        for (size_t j = 0; j < m; j++) out->len += (size_t)utf8_put(cp[j], out->p + out->len);
+        for (size_t j = 0; j < m; j++) out->len += (size_t)utf8_put(cp[j], out->data + out->len);
     }
     free(cp);
     free(cc);

@@ -14,6 +14,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/buf.h"
+#include "base/utf8.h"
+
 typedef struct { uint32_t first, last, value; } UniRange;
 typedef struct { uint32_t a, b, c; } UniTriple;
 
@@ -34,32 +37,7 @@ enum { UNI_L = 1, UNI_N = 2, UNI_S = 4 /* \s: White_Space */, UNI_NL = 8 /* \r o
 unsigned uni_class(uint32_t cp);
 unsigned uni_ccc(uint32_t cp);
 
-/* Decodes one UTF-8 sequence at s[0..n), n >= 1. Returns its length (1..4)
- * and sets *cp when valid; otherwise returns minus the length of the maximal
- * invalid subpart (the bytes one U+FFFD replaces) and sets *cp = 0xFFFD. */
-int utf8_next(const uint8_t *s, size_t n, uint32_t *cp);
-/* Writes cp as UTF-8 into out (4 bytes room); returns the length. */
-int utf8_put(uint32_t cp, char *out);
-/* Length of the longest prefix of s[0..n) that could still start a valid
- * sequence if more bytes came (0 when s[0..n) is invalid already or n == 0).
- * For holding back a split multi-byte character in streaming. */
-int utf8_incomplete_len(const uint8_t *s, size_t n);
-
-/* Grows an array of elem-byte items to hold at least need (doubling, from
- * 16): returns the new pointer and sets *cap, or NULL (p untouched) on
- * failure or overflow. */
-void *tok_grow(void *p, size_t *cap, size_t need, size_t elem);
-
-/* A growable byte buffer. */
-typedef struct { char *p; size_t len, cap; } UBuf;
-int ubuf_reserve(UBuf *b, size_t extra);           /* -1 on allocation failure */
-int ubuf_put(UBuf *b, const void *s, size_t n);
-void ubuf_free(UBuf *b);
-
-/* Appends s[0..n) to out with every invalid UTF-8 subpart replaced by
- * U+FFFD (Python's bytes.decode(errors="replace")). */
-int utf8_sanitize(const char *s, size_t n, UBuf *out);
 /* Appends the NFC form of valid UTF-8 s[0..n) to out. */
-int uni_nfc(const char *s, size_t n, UBuf *out);
+int uni_nfc(const char *s, size_t n, TextBuf *out);
 
 #endif

@@ -3,11 +3,12 @@
  * fused op is its plain ops in sequence, so this stays the oracle of the
  * fused GPU kernels). Weights are read in the model file's own dtype
  * (cpu_matmul dequantizes a row at a time). Both buffer kinds are fp32. */
+#include "kernels/cpu/backend_cpu.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cpu/backend_cpu.h"
 #include "kernels/cpu/cpu_ops.h"
 
 typedef struct {

@@ -3,6 +3,7 @@
  * step's prefill tiles and decode rows to attention_prefill.cu and
  * attention_decode.cu; and the fp8 row quantizer the checks run. */
 #include "kernels/cuda/attention.cuh"
+
 #include <string.h>
 
 #include "kernels/cuda/cuda_check.h"

@@ -33,10 +33,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/attn_batch.h"
-#include "kernels/attn_meta.h"
 #include "base/dtype.h"
 #include "base/err.h"
+#include "kernels/attn_batch.h"
+#include "kernels/attn_meta.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -48,6 +48,22 @@ typedef struct {
     void *k, *v;               /* bf16, or e4m3 codes (KV_DTYPE_FP8) */
     float *k_scale, *v_scale;  /* KV_DTYPE_FP8: the scales; else NULL */
 } KVLayerDev;
+
+/* Attention metadata on the device for the simple kernel and the rope /
+ * cache write: tables flattened to [n_seqs][max_blocks]. */
+typedef struct {
+    int n_tokens;
+    const int32_t *pos, *seq;
+    const int64_t *slot;            /* < 0: a padding row, nothing written */
+    const int32_t *tables;
+    int max_blocks, block_size;
+} DevAttnBatch;
+
+/* out [T][H][Dv] (bf16) = attention of q [T][H][Dk] (bf16) over the paged
+ * cache by the simple kernel (attention_generic.cu), for any head size and
+ * block size: where the kernels below have no variant. */
+void cuda_attention_generic(void *out, const void *q, const KVLayerDev *kv, const DevAttnBatch *b,
+                            const AttnParams *p, cudaStream_t s);
 
 /* (head_dim_k, head_dim_v) pairs with compiled kernels; each has 8 variants
  * (soft-cap on/off x window on/off x bf16/fp8 cache); sinks and GQA ratio
@@ -81,7 +97,7 @@ typedef struct {
 size_t attn_decode_work_bytes(int max_decode, int n_heads, int head_dim_v, int n_splits);
 
 /* The decode rows' own keys and values, for cuda_attention_decode_rope:
- * what rope_kv_write would do (cuda_ops.cuh cuda_rope_kv_write: qk-norm,
+ * what rope_kv_write would do (rope_kv.cuh cuda_rope_kv_write: qk-norm,
  * rope, the cache write of each row's new key and value) done by the decode
  * kernel itself, one launch instead of two, with the same bits. */
 typedef struct {

@@ -1,9 +1,10 @@
 /* device.cu — which CUDA devices this process sees (for `cllm info` and the
  * choice of backend). */
+#include "kernels/cuda/device.h"
+
 #include <stdio.h>
 
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/device.h"
 
 extern "C" int cuda_device_count(int *n, Err *err) {
     *n = 0;

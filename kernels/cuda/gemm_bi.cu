@@ -17,14 +17,14 @@
  * 128 x 128 (8 warps of 64 x 32) or 64 x 128 tiles of BK = 32, 4 stages, as
  * the classic sm_80 GEMMs do. Measured on the H200 they are latency-bound
  * (kernels/NOTES.md): configs 6-12 (kernel_gemm_bi2) are the next try. */
+#include "kernels/cuda/gemm_bi.cuh"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/gemm_bi.cuh"
 
 typedef __nv_bfloat16 bf16;
 

@@ -11,9 +11,11 @@
  * multiple of 8 (or misaligned data) take the scalar variant. T is a
  * template parameter so the accumulators stay in registers.
  * kernels/NOTES.md has the measured rates. */
+#include "kernels/cuda/gemv.cuh"
+
 #include <stdint.h>
 
-#include "kernels/cuda/cuda_ops.cuh"
+#include "kernels/cuda/activation.cuh"
 #include "kernels/cuda/pdl.cuh"
 
 #define GEMV_WARPS 8

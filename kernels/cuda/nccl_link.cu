@@ -1,13 +1,13 @@
 /* nccl_link.cu — NCCL communicators and point-to-point transfers between
  * pipeline stages (see nccl_link.h). */
+#include "kernels/cuda/nccl_link.cuh"
+
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
 #include <nccl.h>
 
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/nccl_link.cuh"
 
 #define MAX_RANKS 64
 

@@ -22,9 +22,9 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemv_out.cuh"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/quant.cuh"
 #include "kernels/cuda/quant_layout.cuh"
-#include "kernels/cuda/pdl.cuh"
 
 #define QG_WARPS 8
 #define QG_XSMEM (48 * 1024)    /* v1 staging bytes for x: the default limit, no opt-in needed */

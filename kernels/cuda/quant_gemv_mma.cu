@@ -29,10 +29,10 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemv_out.cuh"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/quant.cuh"
 #include "kernels/cuda/quant_layout.cuh"
 #include "kernels/cuda/round_x8.cuh"
-#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/tensor_core.cuh"
 #include "kernels/quant_mma.h"
 

@@ -28,6 +28,8 @@
  * Each pass re-reads the row (from L2 after the first) rather than keeping
  * per-element state: one block per row keeps rows independent and the
  * launch simple; a few blocks per row would speed batch 1 (kernels/NOTES.md). */
+#include "kernels/cuda/sampling.cuh"
+
 #include <float.h>
 #include <limits.h>
 #include <math.h>
@@ -40,7 +42,6 @@
 
 #include "base/err.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/sampling.cuh"
 
 #define THREADS 1024
 #define WARPS (THREADS / 32)

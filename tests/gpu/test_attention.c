@@ -28,14 +28,13 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
 #include <cuda_runtime.h>
 
-#include "kernels/attn_meta.h"
+#include "base/dtype.h"
 #include "engine/kv_blocks.h"
+#include "kernels/attn_meta.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/attention.cuh"
-#include "base/dtype.h"
 #include "tests/test.h"
 
 #define TOL 1e-2

@@ -1,5 +1,5 @@
 /* test_batch_invariant.c — the CUDA backend's batch-invariant mode
- * (CudaOptions.batch_invariant): every row's logits are the SAME BITS alone
+ * (BackendOptions.batch_invariant): every row's logits are the SAME BITS alone
  * and inside any batch (run by tests/gpu/run.sh; never in CI).
  *
  *   test_batch_invariant [--no-timing] [--gemm-only | --models-only] MODEL...   (folders or .gguf files)
@@ -25,15 +25,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
 #include <cuda_runtime.h>
 
 #include "engine/engine.h"
 #include "kernels/backend.h"
-#include "kernels/cuda/backend_cuda.h"
 #include "kernels/cuda/gemm_bi.cuh"
 #include "model/forward.h"
 #include "model/model.h"
+#include "tests/gpu/gpu_backend.h"
 #include "tests/test.h"
 
 /* ---------- part 1: the GEMM ---------- */
@@ -360,9 +359,10 @@ typedef struct {
  * the one-at-a-time run (-1: a failure). alone_out keeps that run's logits. */
 static int run_mode(const Model *m, const Mode *md, float **alone_out, Err *err) {
     Runner ru = {0};
-    CudaOptions o = {0, BLOCK, N_BLOCKS, 0, MAX_T, 0.9f, !md->graphs, false, false, md->bi, KV_DTYPE_BF16};
+    GpuRig o = {.block_size = BLOCK, .n_blocks = N_BLOCKS, .max_tokens = MAX_T, .no_graphs = !md->graphs,
+                .batch_invariant = md->bi};
     ru.vocab = m->cfg.vocab;
-    ru.be = backend_cuda_create_opts(&m->cfg, &m->w, &o, NULL, err);
+    ru.be = gpu_backend(&m->shape, &m->w, &o, err);
     int rc = ru.be ? forward_init(&ru.fw, &m->cfg, ru.be, MAX_T, err) : -1;
     ru.logits = malloc((size_t)MAX_T * ru.vocab * sizeof(float));
     ru.stored = malloc((size_t)N_SEQS * 400 * ru.vocab * sizeof(float));

@@ -20,7 +20,7 @@
  * bytes, written by the same kernel; the CPU quantizes its fp32 K/V, so
  * there greedy agreement is only asked at 90%). A fourth runner is the
  * kernels' path with rope and the KV write apart from the decode attention
- * (CLLM_ROPE_ATTENTION=0: two launches, as in prefill steps): its logits
+ * (CudaChecks.rope_apart: two launches, as in prefill steps): its logits
  * must equal the first runner's bit for bit (attention.cuh
  * cuda_attention_decode_rope promises the same results), at every step.
  *   test_cuda_batch --rope-only MODEL...   only that check (a real model:
@@ -30,10 +30,10 @@
 #include <string.h>
 
 #include "kernels/backend.h"
-#include "kernels/cuda/backend_cuda.h"
+#include "kernels/cpu/backend_cpu.h"
 #include "model/forward.h"
 #include "model/model.h"
-#include "kernels/cpu/backend_cpu.h"
+#include "tests/gpu/gpu_backend.h"
 #include "tests/test.h"
 
 #define N_SEQS 5
@@ -116,14 +116,14 @@ static void compare_step(Runner *ru, int n_logits, int V, Tally *t) {
 #define N_RUNNERS 4 /* kernels, simple kernel, CPU, kernels with rope apart */
 
 static bool open_runners(Runner *ru, const Model *m, KVDtype kv, Err *err) {
-    CudaOptions fast = {0, BLOCK, N_BLOCKS, 0, MAX_T, 0.9f, false, false, false, false, kv};
-    CudaOptions generic = {0, BLOCK, N_BLOCKS, 0, MAX_T, 0.9f, true, true, false, false, kv};
-    ru[0].be = backend_cuda_create_opts(&m->cfg, &m->w, &fast, NULL, err);
-    ru[1].be = ru[0].be ? backend_cuda_create_opts(&m->cfg, &m->w, &generic, NULL, err) : NULL;
+    GpuRig fast = {.block_size = BLOCK, .n_blocks = N_BLOCKS, .max_tokens = MAX_T, .kv_dtype = kv};
+    GpuRig generic = fast, apart = fast;
+    generic.no_graphs = generic.generic_attention = true;
+    apart.rope_apart = true;
+    ru[0].be = gpu_backend(&m->shape, &m->w, &fast, err);
+    ru[1].be = ru[0].be ? gpu_backend(&m->shape, &m->w, &generic, err) : NULL;
     ru[2].be = ru[1].be ? backend_cpu_create(&m->shape, &m->w, 0, BLOCK, N_BLOCKS, kv, err) : NULL;
-    setenv("CLLM_ROPE_ATTENTION", "0", 1);
-    ru[3].be = ru[2].be ? backend_cuda_create_opts(&m->cfg, &m->w, &fast, NULL, err) : NULL;
-    unsetenv("CLLM_ROPE_ATTENTION");
+    ru[3].be = ru[2].be ? gpu_backend(&m->shape, &m->w, &apart, err) : NULL;
     for (int i = 0; i < N_RUNNERS; i++) {
         if (!ru[i].be || forward_init(&ru[i].fw, &m->cfg, ru[i].be, MAX_T, err)) return false;
         ru[i].logits = malloc((size_t)N_SEQS * m->cfg.vocab * sizeof(float));

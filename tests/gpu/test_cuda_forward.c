@@ -22,9 +22,10 @@
 #include <string.h>
 
 #include "engine/engine.h"
-#include "kernels/cuda/backend_cuda.h"
-#include "model/model.h"
 #include "kernels/cpu/backend_cpu.h"
+#include "model/model.h"
+#include "tests/gpu/gpu_backend.h"
+#include "tests/ref/ref_engine.h"
 #include "tests/test.h"
 
 #define TOL 6e-2       /* max |diff| / max |ref| of a row, dense models */
@@ -85,10 +86,10 @@ static void check_tiny(const char *arch, bool gguf) {
         json_free(doc);
         return;
     }
-    CudaOptions o = {0, gguf ? 4 : 16, 64, 0, 64, 0.9f, false, false, false, false, KV_DTYPE_BF16}, ong = o;
+    GpuRig o = {.block_size = gguf ? 4 : 16, .n_blocks = 64, .max_tokens = 64}, ong = o;
     ong.no_graphs = true;
-    Backend *be = backend_cuda_create_opts(&m.cfg, &m.w, &o, NULL, &err);
-    Backend *be_ng = be ? backend_cuda_create_opts(&m.cfg, &m.w, &ong, NULL, &err) : NULL;
+    Backend *be = gpu_backend(&m.shape, &m.w, &o, &err);
+    Backend *be_ng = be ? gpu_backend(&m.shape, &m.w, &ong, &err) : NULL;
     CHECK(be && be_ng, "%s", err.msg);
     Engine e, eng;
     CHECK(be && be_ng && engine_init(&e, &m, be, 200, 64, &err) == 0 && engine_init(&eng, &m, be_ng, 200, 64, &err) == 0,
@@ -120,13 +121,14 @@ static void check_tiny(const char *arch, bool gguf) {
             Sequence s = {0}, sng = {0};
             for (int done = 0; done < T;) {
                 int k = T - done < chunks[mode] ? T - done : chunks[mode];
-                for (int i = 0; i < V; i++) e.logits[i] = eng.logits[i] = NAN;
+                for (int i = 0; s.logits && i < V; i++) s.logits[i] = NAN;
+                for (int i = 0; sng.logits && i < V; i++) sng.logits[i] = NAN;
                 if (engine_feed(&e, &s, ids + done, k, &err)) { CHECK(0, "%s", err.msg); break; }
                 if (mode == 2 && engine_feed(&eng, &sng, ids + done, k, &err)) { CHECK(0, "%s", err.msg); break; }
                 done += k;
-                worst[mode] = fmax(worst[mode], test_row_err(e.logits, want + (size_t)(done - 1) * V, V));
-                worst_norm = fmax(worst_norm, row_norm_err(e.logits, want + (size_t)(done - 1) * V, V));
-                if (mode == 2) graph_diff = fmax(graph_diff, test_row_err(e.logits, eng.logits, V));
+                worst[mode] = fmax(worst[mode], test_row_err(s.logits, want + (size_t)(done - 1) * V, V));
+                worst_norm = fmax(worst_norm, row_norm_err(s.logits, want + (size_t)(done - 1) * V, V));
+                if (mode == 2) graph_diff = fmax(graph_diff, test_row_err(s.logits, sng.logits, V));
             }
             sequence_release(&e, &s);
             if (mode == 2) sequence_release(&eng, &sng);
@@ -196,11 +198,11 @@ static void check_real(const char *name) {
     Model m;
     Json *doc = open_real(name, &m);
     if (!doc) return;
-    double gbps = 0;
-    Backend *gpu = backend_cuda_create(&m.cfg, &m.w, 0, 16, 64, 256, &gbps, &err);
+    GpuRig g = {.block_size = 16, .n_blocks = 64, .max_tokens = 256};
+    Backend *gpu = gpu_backend(&m.shape, &m.w, &g, &err);
     Backend *cpu = backend_cpu_create(&m.shape, &m.w, 0, 16, 64, KV_DTYPE_BF16, &err);
     CHECK(gpu && cpu, "%s", err.msg);
-    printf("# %s: weights uploaded at %.2f GB/s\n", name, gbps);
+    printf("# %s: weights uploaded at %.2f GB/s\n", name, gpu ? gpu->load_gbps : 0.0);
     Engine eg, ec;
     CHECK(engine_init(&eg, &m, gpu, 1000, 256, &err) == 0 && engine_init(&ec, &m, cpu, 1000, 256, &err) == 0, "%s", err.msg);
     const JsonValue *prompts = json_get(json_root(doc), "prompts");
@@ -212,15 +214,15 @@ static void check_real(const char *name) {
         Sequence sg = {0}, sc = {0};
         CHECK(engine_feed(&eg, &sg, ids, n, &err) == 0 && engine_feed(&ec, &sc, ids, n, &err) == 0, "%s", err.msg);
         for (; k < G; k++) {
-            int a = argmax(eg.logits, m.cfg.vocab), b = argmax(ec.logits, m.cfg.vocab);
+            int a = argmax(sg.logits, m.cfg.vocab), b = argmax(sc.logits, m.cfg.vocab);
             double top = 0;
-            for (int i = 0; i < m.cfg.vocab; i++) top = fmax(top, fabs(ec.logits[i]));
+            for (int i = 0; i < m.cfg.vocab; i++) top = fmax(top, fabs(sc.logits[i]));
             if (a == b) same++;
             else {
-                double gap = (ec.logits[b] - ec.logits[a]) / (top > 0 ? top : 1);
+                double gap = (sc.logits[b] - sc.logits[a]) / (top > 0 ? top : 1);
                 printf("# %s prompt %zu token %d: cuda %d (%.4f vs cpu %.4f), cpu %d (%.4f vs cuda %.4f); cpu margin "
-                       "%.2e of max |logit|\n", name, p, k, a, eg.logits[a], ec.logits[a], b, ec.logits[b],
-                       eg.logits[b], gap);
+                       "%.2e of max |logit|\n", name, p, k, a, sg.logits[a], sc.logits[a], b, sc.logits[b],
+                       sg.logits[b], gap);
                 CHECK(gap <= NEAR_TIE, "%s prompt %zu token %d: not a near-tie (margin %.3g)", name, p, k, gap);
                 flips++;
             }
@@ -300,8 +302,8 @@ static void fp8_greedy(Engine *eb, Engine *e8, const int32_t *ids, int n, int G,
     bool ok = engine_feed(eb, &sb, ids, n, err) == 0 && engine_feed(e8, &s8, ids, n, err) == 0;
     CHECK(ok, "%s", err->msg);
     for (int k = 0; ok && k < G; k++) {
-        tally(a, eb->logits, e8->logits, V);
-        int32_t t = argmax(eb->logits, V);
+        tally(a, sb.logits, s8.logits, V);
+        int32_t t = argmax(sb.logits, V);
         ok = engine_feed(eb, &sb, &t, 1, err) == 0 && engine_feed(e8, &s8, &t, 1, err) == 0;
         CHECK(ok, "%s", err->msg);
     }
@@ -321,10 +323,10 @@ static void check_real_fp8(const char *name) {
     Model m;
     Json *doc = open_real(name, &m);
     if (!doc) return;
-    CudaOptions ob = {0, 16, 64, 0, 256, 0.9f, false, false, false, false, KV_DTYPE_BF16}, o8 = ob;
+    GpuRig ob = {.block_size = 16, .n_blocks = 64, .max_tokens = 256}, o8 = ob;
     o8.kv_dtype = KV_DTYPE_FP8;
-    Backend *bb = backend_cuda_create_opts(&m.cfg, &m.w, &ob, NULL, &err);
-    Backend *b8 = bb ? backend_cuda_create_opts(&m.cfg, &m.w, &o8, NULL, &err) : NULL;
+    Backend *bb = gpu_backend(&m.shape, &m.w, &ob, &err);
+    Backend *b8 = bb ? gpu_backend(&m.shape, &m.w, &o8, &err) : NULL;
     Engine eb, e8;
     bool ok = b8 && engine_init(&eb, &m, bb, 1000, 256, &err) == 0 && engine_init(&e8, &m, b8, 1000, 256, &err) == 0;
     CHECK(ok, "%s", err.msg);

@@ -20,9 +20,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels/cuda/backend_cuda.h"
-#include "model/forward.h"
 #include "kernels/cpu/backend_cpu.h"
+#include "model/forward.h"
+#include "model/shape.h"
+#include "tests/gpu/gpu_backend.h"
 #include "tests/test.h"
 
 #define TOL 1e-2
@@ -53,12 +54,16 @@ static float *rand_vec(int64_t n, float scale, float offset) {
 
 typedef struct {
     ModelConfig c;
+    ModelShape shape;            /* of c (rig_shape) */
     ModelWeights w;
     LayerWeights layers[2];
     float *mem[64];
     int n_mem;
     Backend *cpu, *gpu;
 } Rig;
+
+/* The backends' view of the rig's config, once its weights are set. */
+static int rig_shape(Rig *r, Err *err) { return model_shape_build(&r->shape, &r->c, &r->w.rope_freqs, err); }
 
 static WeightRef weight(Rig *r, int64_t rows, int64_t cols, float scale, float offset) {
     float *d = rand_vec(rows * cols, scale, offset);
@@ -103,14 +108,16 @@ static int rig_open(Rig *r, int C, int H, int KV, int D, int F, int V, int rot, 
         if (l == 1) L->sinks = vec(r, H, 1.0f, 0);
     }
     Err err = {{0}};
-    r->cpu = backend_cpu_create(c, &r->w, 2, BLOCK, N_BLOCKS, &err);
-    CudaOptions o = {0, BLOCK, N_BLOCKS, 0, MAX_T, 0.9f, true, false, false, false, KV_DTYPE_BF16};
-    r->gpu = r->cpu ? backend_cuda_create_opts(c, &r->w, &o, NULL, &err) : NULL;
+    r->cpu = rig_shape(r, &err) ? NULL
+                                : backend_cpu_create(&r->shape, &r->w, 2, BLOCK, N_BLOCKS, KV_DTYPE_BF16, &err);
+    GpuRig o = {.block_size = BLOCK, .n_blocks = N_BLOCKS, .max_tokens = MAX_T, .no_graphs = true};
+    r->gpu = r->cpu ? gpu_backend(&r->shape, &r->w, &o, &err) : NULL;
     CHECK(r->cpu && r->gpu, "%s", err.msg);
     return r->cpu && r->gpu ? 0 : -1;
 }
 
 static void rig_close(Rig *r) {
+    model_shape_free(&r->shape);
     if (r->cpu) r->cpu->destroy(r->cpu);
     if (r->gpu) r->gpu->destroy(r->gpu);
     for (int i = 0; i < r->n_mem; i++) free(r->mem[i]);
@@ -297,28 +304,24 @@ static void check_shape(const char *name, int C, int H, int KV, int D, int F, in
 static void test_ops_odd_sizes(void) { check_shape("odd", 4095, 3, 1, 64, 1001, 777, 64, true, true, ACT_GELU_TANH); }
 static void test_ops_aligned(void) { check_shape("aligned", 512, 8, 2, 128, 1536, 1000, 64, false, false, ACT_SILU); }
 
-/* A CLLM_QUANT_GEMV other than 1 .. 5 (or CLLM_DEQ_AHEAD other than 0 .. 3)
- * is refused with its value named, not silently ignored; unset again, the
- * same model opens. */
-static void test_bad_quant_gemv_env(void) {
+/* A CLLM_PROFILE_STEPS that is not FIRST,COUNT is refused with its value
+ * named, not silently ignored; unset again, the same model opens. */
+static void test_bad_profile_env(void) {
     Rig r;
     if (rig_open(&r, 512, 8, 2, 64, 1024, 1000, 64, false, false, ACT_SILU) == 0) {
         Err err = {{0}};
-        CudaOptions o = {0, BLOCK, N_BLOCKS, 0, MAX_T, 0.9f, true, false, false, false, KV_DTYPE_BF16};
-        setenv("CLLM_QUANT_GEMV", "7", 1);
-        Backend *be = backend_cuda_create_opts(&r.c, &r.w, &o, NULL, &err);
-        unsetenv("CLLM_QUANT_GEMV");
-        CHECK(!be && strstr(err.msg, "CLLM_QUANT_GEMV '7'"), "CLLM_QUANT_GEMV=7: '%s'", be ? "accepted" : err.msg);
-        if (be) be->destroy(be);
-        setenv("CLLM_DEQ_AHEAD", "4", 1);
-        be = backend_cuda_create_opts(&r.c, &r.w, &o, NULL, &err);
-        unsetenv("CLLM_DEQ_AHEAD");
-        CHECK(!be && strstr(err.msg, "CLLM_DEQ_AHEAD '4'"), "CLLM_DEQ_AHEAD=4: '%s'", be ? "accepted" : err.msg);
-        if (be) be->destroy(be);
-        setenv("CLLM_QUANT_GEMM", "2", 1);
-        be = backend_cuda_create_opts(&r.c, &r.w, &o, NULL, &err);
-        unsetenv("CLLM_QUANT_GEMM");
-        CHECK(!be && strstr(err.msg, "CLLM_QUANT_GEMM '2'"), "CLLM_QUANT_GEMM=2: '%s'", be ? "accepted" : err.msg);
+        GpuRig o = {.block_size = BLOCK, .n_blocks = N_BLOCKS, .max_tokens = MAX_T, .no_graphs = true};
+        const char *bad[] = {"7", "3,0", "-1,2", "x"};
+        for (int i = 0; i < 4; i++) {
+            setenv("CLLM_PROFILE_STEPS", bad[i], 1);
+            Backend *be = gpu_backend(&r.shape, &r.w, &o, &err);
+            unsetenv("CLLM_PROFILE_STEPS");
+            CHECK(!be && strstr(err.msg, "CLLM_PROFILE_STEPS"), "CLLM_PROFILE_STEPS=%s: '%s'", bad[i],
+                  be ? "accepted" : err.msg);
+            if (be) be->destroy(be);
+        }
+        Backend *be = gpu_backend(&r.shape, &r.w, &o, &err);
+        CHECK(be, "unset again: %s", err.msg);
         if (be) be->destroy(be);
     }
     rig_close(&r);
@@ -361,9 +364,10 @@ static void test_moe(void) {
         L->b_up = stacked(&r, E, 1, F, 0.5f);
         L->b_down = stacked(&r, E, 1, C, 0.5f);
         Err err = {{0}};
-        r.cpu = backend_cpu_create(c, &r.w, 2, BLOCK, N_BLOCKS, &err);
-        CudaOptions o = {0, BLOCK, N_BLOCKS, 0, MAX_T, 0.9f, true, false, false, false, KV_DTYPE_BF16};
-        r.gpu = r.cpu ? backend_cuda_create_opts(c, &r.w, &o, NULL, &err) : NULL;
+        r.cpu = rig_shape(&r, &err) ? NULL
+                                    : backend_cpu_create(&r.shape, &r.w, 2, BLOCK, N_BLOCKS, KV_DTYPE_BF16, &err);
+        GpuRig o = {.block_size = BLOCK, .n_blocks = N_BLOCKS, .max_tokens = MAX_T, .no_graphs = true};
+        r.gpu = r.cpu ? gpu_backend(&r.shape, &r.w, &o, &err) : NULL;
         CHECK(r.cpu && r.gpu, "%s", err.msg);
         int Ts[] = {1, 2, 3, 5, 8, 9, 33};
         printf("# moe C=%d", C);
@@ -377,8 +381,8 @@ static void test_moe(void) {
             Pair x = pair(&r, (int64_t)T * C, BUF_ACT), y = pair(&r, (int64_t)T * C, BUF_ACT);
             fill(&r, &x, (int64_t)T * C, 1.0f);
             poison(&r, &y, (int64_t)T * C);
-            r.cpu->moe(r.cpu, y.c, x.c, &r.layers[0], c, T);
-            r.gpu->moe(r.gpu, y.g, x.g, &r.gpu->weights->layers[0], c, T);
+            r.cpu->moe(r.cpu, y.c, x.c, &r.layers[0], T);
+            r.gpu->moe(r.gpu, y.g, x.g, &r.gpu->weights->layers[0], T);
             printf("  T=%d %.1e", T, compare(&r, &y, (int64_t)T * C, "moe", T));
             pair_free(&r, &x);
             pair_free(&r, &y);
@@ -414,9 +418,9 @@ static void test_gemv_rate(void) {
         r.w.layers = r.layers;
         r.layers[0].wo = weight(&r, M, K, 1.0f / sqrtf((float)K), 0);
         Err err = {{0}};
-        r.cpu = backend_cpu_create(c, &r.w, 0, 16, 4, &err);
-        CudaOptions o = {0, 16, 4, 0, 8, 0.9f, true, false, false, false, KV_DTYPE_BF16};
-        r.gpu = r.cpu ? backend_cuda_create_opts(c, &r.w, &o, NULL, &err) : NULL;
+        r.cpu = rig_shape(&r, &err) ? NULL : backend_cpu_create(&r.shape, &r.w, 0, 16, 4, KV_DTYPE_BF16, &err);
+        GpuRig o = {.block_size = 16, .n_blocks = 4, .max_tokens = 8, .no_graphs = true};
+        r.gpu = r.cpu ? gpu_backend(&r.shape, &r.w, &o, &err) : NULL;
         CHECK(r.cpu && r.gpu, "%s", err.msg);
         if (!r.gpu) { rig_close(&r); return; }
         Step st;
@@ -513,13 +517,16 @@ static void test_decode_speed(void) {
                         malloc(V * sizeof(float))};
     float *again = malloc(V * sizeof(float));
     double tps[4] = {0, 0, 0, 0}, gbps = 0;
+    Err serr = {{0}};
+    CHECK(rig_shape(&r, &serr) == 0, "%s", serr.msg);
     /* each step's logits checksum, [backend][pass][step]: where two passes first part */
     const int n = warm + N;
     double *sums = calloc((size_t)8 * n, sizeof(double));
     for (int g = 0; g < 4; g++) { /* graphs off, on, off, on; two passes each (the second repeats the first) */
         Err err = {{0}};
-        CudaOptions o = {0, 16, 64, 0, 8, 0.9f, g % 2 == 0, false, false, false, KV_DTYPE_BF16};
-        Backend *be = backend_cuda_create_opts(c, &r.w, &o, &gbps, &err);
+        GpuRig o = {.block_size = 16, .n_blocks = 64, .max_tokens = 8, .no_graphs = g % 2 == 0};
+        Backend *be = gpu_backend(&r.shape, &r.w, &o, &err);
+        if (be) gbps = be->load_gbps;
         Forward fw;
         CHECK(be && forward_init(&fw, c, be, 8, &err) == 0, "%s", err.msg);
         if (!be) break;
@@ -568,7 +575,7 @@ int main(int argc, char **argv) {
     RUN(test_ops_odd_sizes);
     RUN(test_ops_aligned);
     RUN(test_moe);
-    RUN(test_bad_quant_gemv_env);
+    RUN(test_bad_profile_env);
     if (!quick) RUN(test_gemv_rate);
     if (!quick) RUN(test_decode_speed);
     TEST_EXIT();

@@ -32,10 +32,10 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/dtype.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/dequant_ahead.cuh"
 #include "kernels/cuda/quant.cuh"
-#include "base/dtype.h"
 #include "kernels/quant_mma.h"
 #include "kernels/quant_x8.h"
 #include "tests/gpu/quant_mats.h"

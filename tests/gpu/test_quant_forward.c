@@ -45,9 +45,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/json.h"
 #include "engine/engine.h"
 #include "kernels/cuda/backend_cuda.h"
-#include "base/json.h"
 #include "model/model.h"
 #include "tests/test.h"
 

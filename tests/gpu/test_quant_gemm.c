@@ -40,9 +40,9 @@
 #include <string.h>
 #include <strings.h>
 
+#include "base/dtype.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/quant.cuh"
-#include "base/dtype.h"
 #include "tests/gpu/quant_mats.h"
 #include "tests/test.h"
 

@@ -101,6 +101,21 @@ typedef struct {
 
 static Tally tally_all;
 
+/* Stages row r from sampler s as the scheduler does (sampler_row). */
+static int set_row(GpuSampler *g, int r, const Sampler *s, Err *err) {
+    static int32_t ids[4096], counts[4096];
+    SampleRow row;
+    if (sampler_row(s, &row, ids, counts, 4096) > 4096) return err_set(err, "penalty window over 4096");
+    return gpu_sampler_set_row(g, r, &row, err);
+}
+
+/* After a step: advances the generator of each row whose draw used its
+ * uniform, as the scheduler does. */
+static void finish_rows(const GpuSampler *g, Sampler *const *s, int rows) {
+    for (int r = 0; r < rows; r++)
+        if (g->h_out[g->max_rows + r]) sampler_uniform_skip(s[r]);
+}
+
 /* Runs the GPU on host logits h (restored to the device first) with each
  * row's uniform replaced by u[r] when u is given. */
 static int gpu_step(GpuSampler *g, Sampler *const *s, int rows, int V, const float *h, float *d, const double *u,
@@ -108,7 +123,7 @@ static int gpu_step(GpuSampler *g, Sampler *const *s, int rows, int V, const flo
     if (cudaMemcpyAsync(d, h, (size_t)rows * V * sizeof *h, cudaMemcpyHostToDevice, st) != cudaSuccess)
         return err_set(err, "upload");
     for (int r = 0; r < rows; r++) {
-        if (gpu_sampler_set_row(g, r, s[r], err)) return -1;
+        if (set_row(g, r, s[r], err)) return -1;
         if (u) g->h_rows[r].uniform = u[r];
     }
     cudaMemsetAsync(g->d_out, 0x7f, 2 * (size_t)g->max_rows * sizeof(int32_t), st); /* poison */
@@ -150,7 +165,7 @@ static void run_batch(int V, int rows, int kind, const Params *pp, int steps) {
         if (gpu_step(&g, gp, rows, V, h, d, NULL, st, &err)) { CHECK(0, "%s", err.msg); break; }
         memcpy(gtok, g.h_out, rows * sizeof *gtok);
         memcpy(gdrew, g.h_out + g.max_rows, rows * sizeof *gdrew);
-        gpu_sampler_finish(&g, gp, rows);
+        finish_rows(&g, gp, rows);
         int n_miss = 0;
         for (int r = 0; r < rows; r++) {
             memcpy(work, h + (size_t)r * V, V * sizeof *work);
@@ -253,22 +268,18 @@ static void test_refused(void) {
     CHECK(gpu_sampler_build(&g, 2, 1000, 16, &err) == 0, "%s", err.msg);
     SamplerParams p = sampler_params_default();
     p.top_k = 2000;
-    CHECK(sampler_init(&s, &p, 5000, &err) == 0, "%s", err.msg);
-    CHECK(gpu_sampler_set_row(&g, 0, &s, &err) == -1 && strstr(err.msg, "vocabulary"), "wrong vocabulary: %s",
-          err.msg);
-    sampler_free(&s);
     CHECK(sampler_init(&s, &p, 1000, &err) == 0, "%s", err.msg);
-    CHECK(gpu_sampler_set_row(&g, 0, &s, &err) == 0, "top_k 2000 >= vocabulary 1000 is allowed: %s", err.msg);
+    CHECK(set_row(&g, 0, &s, &err) == 0, "top_k 2000 >= vocabulary 1000 is allowed: %s", err.msg);
     sampler_free(&s);
     p.top_k = 1025;
     CHECK(sampler_init(&s, &p, 1000, &err) == 0, "%s", err.msg);
-    CHECK(gpu_sampler_set_row(&g, 0, &s, &err) == 0, "top_k 1025 >= vocabulary 1000 is allowed: %s", err.msg);
+    CHECK(set_row(&g, 0, &s, &err) == 0, "top_k 1025 >= vocabulary 1000 is allowed: %s", err.msg);
     sampler_free(&s);
     gpu_sampler_free(&g);
     CHECK(gpu_sampler_build(&g, 2, 5000, 16, &err) == 0, "%s", err.msg);
     CHECK(sampler_init(&s, &p, 5000, &err) == 0, "%s", err.msg);
-    CHECK(gpu_sampler_set_row(&g, 0, &s, &err) == -1 && strstr(err.msg, "top_k"), "top_k 1025 < 5000: %s", err.msg);
-    CHECK(gpu_sampler_set_row(&g, 2, &s, &err) == -1, "row 2 of 2");
+    CHECK(set_row(&g, 0, &s, &err) == -1 && strstr(err.msg, "top_k"), "top_k 1025 < 5000: %s", err.msg);
+    CHECK(set_row(&g, 2, &s, &err) == -1, "row 2 of 2");
     sampler_free(&s);
     gpu_sampler_free(&g);
 }
@@ -317,12 +328,12 @@ static void time_case(int V, int rows, const Params *pp) {
     double host_ms[REPS];
     for (int it = -10; it < REPS; it++) {
         double t0 = now_s();
-        for (int r = 0; r < rows; r++) gpu_sampler_set_row(&g, r, &s[r], &err);
+        for (int r = 0; r < rows; r++) set_row(&g, r, &s[r], &err);
         cudaEventRecord(e0, st); /* upload of the rows, kernel, tokens back */
         gpu_sampler_run(&g, d[(it + 10) % SETS], rows, st, &err);
         cudaEventRecord(e1, st);
         cudaStreamSynchronize(st);
-        gpu_sampler_finish(&g, sp, rows);
+        finish_rows(&g, sp, rows);
         if (it >= 0) cudaEventElapsedTime(&ms[it], e0, e1), host_ms[it] = (now_s() - t0) * 1e3;
     }
     qsort(ms, REPS, sizeof *ms, cmp_float);

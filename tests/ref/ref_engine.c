@@ -3,6 +3,7 @@
  * ref_engine.h). The scheduler must give the same tokens. */
 #include "tests/ref/ref_engine.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,7 +16,8 @@ static int engine_step(Engine *e, Sequence *s, int n, Err *err) {
     int start = s->n_cached;
     int32_t *pos = malloc((size_t)n * sizeof *pos), *seq = calloc((size_t)n, sizeof *seq);
     int64_t *slot = malloc((size_t)n * sizeof *slot);
-    if (!s->logits) s->logits = malloc((size_t)e->model->cfg.vocab * sizeof *s->logits);
+    if (!s->logits && (s->logits = malloc((size_t)e->model->cfg.vocab * sizeof *s->logits)))
+        for (int v = 0; v < e->model->cfg.vocab; v++) s->logits[v] = NAN; /* poisoned: a step must write them */
     int rc = pos && seq && slot && s->logits ? 0 : err_set(err, "out of memory");
     for (int i = 0; rc == 0 && i < n; i++) {
         pos[i] = start + i;
