@@ -38,4 +38,21 @@ static __device__ __forceinline__ float block_max(float v, float *shared) {
     return v;
 }
 
+/* The sum over a block of 32 full warps, in a fixed order (the same sum on
+ * every run); sh: 33 values of shared memory. */
+template <typename T> static __device__ __forceinline__ T block_sum_1024(T v, T *sh) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = v;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        v = sh[threadIdx.x];
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (threadIdx.x == 0) sh[32] = v;
+    }
+    __syncthreads();
+    v = sh[32];
+    __syncthreads();
+    return v;
+}
+
 #endif

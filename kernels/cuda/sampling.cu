@@ -41,6 +41,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_check.h"
 
 #define THREADS 1024
@@ -158,36 +159,6 @@ __device__ void load_tile(const float *l, int n, int b0, float v[UNROLL]) {
 #define TILE_START (threadIdx.x & ~31u)
 #define TILE_STEP (UNROLL * THREADS)
 #define TILE_INDEX(b0, u) ((b0) + (u) * THREADS + (int)(threadIdx.x % 32))
-
-__device__ double block_sum_d(double v, double *sh) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
-    if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = v;
-    __syncthreads();
-    if (threadIdx.x < 32) { /* fixed order: the same sum on every run */
-        v = sh[threadIdx.x];
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
-        if (threadIdx.x == 0) sh[32] = v;
-    }
-    __syncthreads();
-    v = sh[32];
-    __syncthreads();
-    return v;
-}
-
-__device__ uint64_t block_sum_u64(uint64_t v, uint64_t *sh) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
-    if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = v;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        v = sh[threadIdx.x];
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL, v, o);
-        if (threadIdx.x == 0) sh[32] = v;
-    }
-    __syncthreads();
-    v = sh[32];
-    __syncthreads();
-    return v;
-}
 
 /* Inclusive prefix sums over the block in thread order; *total gets the sum. */
 __device__ double block_scan_d(double v, double *sh, double *total) {
@@ -570,7 +541,7 @@ __device__ void sample_sorted(const Row *r, double u, Shared *sh) {
         __syncthreads();
     }
     if (r->min_p > 0.0f && !(w >= r->min_p)) in = false;
-    double z2 = block_sum_d(in ? w : 0.0f, sh->d);
+    double z2 = block_sum_1024<double>(in ? w : 0.0f, sh->d);
     float p = in ? (float)((double)w / z2) : 0.0f;
     double total, cum = block_scan_d(p, sh->d, &total);
     double target = u * total;
@@ -605,7 +576,7 @@ __device__ void sample_unsorted(Row *r, double u, Shared *sh) {
                 if (x != -INFINITY) zf += fixed(weight_of(x, r->xmax));
             }
         }
-        zf = block_sum_u64(zf, sh->s.u);
+        zf = block_sum_1024<uint64_t>(zf, sh->s.u);
         uint64_t need = (uint64_t)ceil((double)r->top_p * (double)zf); /* cum >= top_p z */
         uint32_t key;
         int id;
@@ -627,7 +598,7 @@ __device__ void sample_unsorted(Row *r, double u, Shared *sh) {
             if (x != -INFINITY && surv_prob(r, x, key_of(x), TILE_INDEX(b0, k), &w) > 0.0f) z2 += w;
         }
     }
-    r->z2 = block_sum_d(z2, sh->d);
+    r->z2 = block_sum_1024<double>(z2, sh->d);
     double total = 0, mass_a = 0;
     uint64_t mass_b = 0;
     int n_pos = 0, last = -1;
@@ -646,10 +617,10 @@ __device__ void sample_unsorted(Row *r, double u, Shared *sh) {
             else mass_b += fixed(p);
         }
     }
-    total = block_sum_d(total, sh->d);
-    mass_a = block_sum_d(mass_a, sh->d);
-    mass_b = block_sum_u64(mass_b, sh->s.u);
-    n_pos = (int)block_sum_u64((uint64_t)n_pos, sh->s.u);
+    total = block_sum_1024<double>(total, sh->d);
+    mass_a = block_sum_1024<double>(mass_a, sh->d);
+    mass_b = block_sum_1024<uint64_t>(mass_b, sh->s.u);
+    n_pos = (int)block_sum_1024<uint64_t>((uint64_t)n_pos, sh->s.u);
     if (threadIdx.x == 0) sh->last = -1;
     __syncthreads();
     atomicMax(&sh->last, last);

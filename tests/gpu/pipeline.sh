@@ -3,13 +3,13 @@
 # one GPU (checks), then the pipeline benchmarks (single-stream decode,
 # 1000-prompt throughput, a Llama-3-70B shape that does not fit one GPU).
 # Prints a table last; the benchmark sections go to $OUT/BENCH-pipeline.md.
-#   tests/gpu/pipeline.sh [BIN_DIR]    (default build/gpu)
+#   tests/gpu/pipeline.sh [BIN_DIR]    (default build/cuda: the folder ./build.sh builds in, carried)
 # Environment: OUT (default /tmp), CHECK_MODELS (random models, default
 # /tmp/cllm-check-models), PP_BENCH=0 skips the benchmarks, PP_N (prompts of
 # the throughput run, default 1000).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-BIN=${1:-build/gpu}
+BIN=${1:-build/cuda}
 OUT=${OUT:-/tmp}
 MODELS=${CHECK_MODELS:-/tmp/cllm-check-models}
 export CLLM_FIXTURES=$PWD/tests/fixtures

@@ -1,38 +1,38 @@
 #!/usr/bin/env bash
 # tests/gpu/run.sh — the checks that need a GPU, run on the GPU machine from a
-# build made elsewhere (./build.sh, then carry build/gpu). Prints a short
+# build made elsewhere (./build.sh, then carry build/cuda). Prints a short
 # table last.
-#   tests/gpu/run.sh [BIN_DIR]   (default build/gpu)
+#   tests/gpu/run.sh [BIN_DIR]   (default build/cuda: the folder ./build.sh builds in, carried)
 # Environment: QUANT_8B=0 skips the whole-8B quantized rows; CHECKS_ONLY / CHECKS_SKIP
 # (names of rows, space-separated) split the suite over calls (the slow rows: sampling
 # ~120 s, quant_gemm ~210 s of a ~500 s suite on the H200).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-BIN=${1:-build/gpu}
+BIN=${1:-build/cuda}
 export CLLM_FIXTURES=$PWD/tests/fixtures
 OUT=${OUT:-/tmp}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 source tests/gpu/lib.sh
 
-run_check cuda_ops "$BIN/test_cuda_ops"
-run_check cuda_forward "$BIN/test_cuda_forward"
+run_check cuda_ops "$BIN/tests/gpu/test_cuda_ops"
+run_check cuda_forward "$BIN/tests/gpu/test_cuda_forward"
 # the real models: models/cache, or CLLM_MODELS (carried to the GPU machine in parts: tests/gpu/model_parts.sh)
 REAL=${CLLM_MODELS:-models/cache}
 if [ -f "$REAL/smollm2-135m-instruct.gguf" ] && [ -f "$REAL/gemma3-270m.gguf" ]; then
     # --real includes issue 7's fp8 KV check (teacher-forced top-1 agreement of
     # an fp8 cache with the bf16 one; `test_cuda_forward --real-fp8` runs it alone)
-    run_check cuda_forward_real env CLLM_MODELS="$REAL" "$BIN/test_cuda_forward" --real
+    run_check cuda_forward_real env CLLM_MODELS="$REAL" "$BIN/tests/gpu/test_cuda_forward" --real
     # issue 7 as written: the files' own quantized blocks on the GPU vs the
     # same files dequantized to bf16, >= 99% teacher-forced top-1, every position;
     # 1000 positions of README.md (at 300 one near-tie is 0.3%: Gemma 3 read
     # 98.90% there and 99.26% over 1000 at b360c4c, 98.93% at 0be77cb, every flip a near-tie;
     # each path alone agrees with transformers' exact-weights answer at about the same 99%: next row)
-    run_check quant_forward_real "$BIN/test_quant_forward" --raw-min 0.99 --positions 1000 --text README.md \
+    run_check quant_forward_real "$BIN/tests/gpu/test_quant_forward" --raw-min 0.99 --positions 1000 --text README.md \
         "$REAL/smollm2-135m-instruct.gguf" "$REAL/gemma3-270m.gguf"
     # both GPU paths against transformers (fp32, the files' exact weights; tests/fixtures/make_real_forced.py):
     # the quantized path no further from the exact answer than the bf16 one, and >= 99% where it is clear
     F=tests/fixtures/real
-    run_check quant_forward_hf "$BIN/test_quant_forward" --positions 1000 \
+    run_check quant_forward_hf "$BIN/tests/gpu/test_quant_forward" --positions 1000 \
         --forced $F/smollm2-135m-instruct.forced.json "$REAL/smollm2-135m-instruct.gguf" \
         --forced $F/gemma3-270m.forced.json "$REAL/gemma3-270m.gguf"
     # Issue 5's GPU batching check on the real models: 64 chat prompts, 64
@@ -55,21 +55,21 @@ if [ -f "$REAL/smollm2-135m-instruct.gguf" ] && [ -f "$REAL/gemma3-270m.gguf" ];
     done
     # the multi-sequence script on Gemma 3 (head size 256, qk-norm, windows):
     # the rope in the decode kernel against rope apart, bit for bit
-    run_check cuda_batch_real "$BIN/test_cuda_batch" --rope-only "$REAL/gemma3-270m.gguf"
+    run_check cuda_batch_real "$BIN/tests/gpu/test_cuda_batch" --rope-only "$REAL/gemma3-270m.gguf"
 else
     rows+=("cuda_forward_real            not run: the real models are not in $REAL")
 fi
-run_check sampling "$BIN/test_sampling"
+run_check sampling "$BIN/tests/gpu/test_sampling"
 # racecheck (shared-memory hazards, cp.async copies included: it flagged the decode attention's ring wait one
 # group short, 26 errors on --case 20, which timing alone showed on some machines only) on the kernels whose
 # --quick runs it finishes in time (H200: attention 12 s, quant 72 s; cuda_forward, quant_gemm: > 150 s)
 SAN="compute-sanitizer --error-exitcode 9 --tool"
-run_check attention sh -c "$BIN/test_attention && if command -v compute-sanitizer >/dev/null; then $SAN memcheck $BIN/test_attention --quick && $SAN racecheck $BIN/test_attention --quick; fi"
-run_check quant sh -c "$BIN/test_quant && if command -v compute-sanitizer >/dev/null; then $SAN memcheck $BIN/test_quant --quick && $SAN racecheck $BIN/test_quant --quick; fi"
+run_check attention sh -c "$BIN/tests/gpu/test_attention && if command -v compute-sanitizer >/dev/null; then $SAN memcheck $BIN/tests/gpu/test_attention --quick && $SAN racecheck $BIN/tests/gpu/test_attention --quick; fi"
+run_check quant sh -c "$BIN/tests/gpu/test_quant && if command -v compute-sanitizer >/dev/null; then $SAN memcheck $BIN/tests/gpu/test_quant --quick && $SAN racecheck $BIN/tests/gpu/test_quant --quick; fi"
 # the fused prefill GEMM (wgmma, quant_gemm.cu) against the CPU; its timing table beside dequantize + cuBLASLt
-run_check quant_gemm sh -c "$BIN/test_quant_gemm && if command -v compute-sanitizer >/dev/null; then compute-sanitizer --error-exitcode 9 --tool memcheck $BIN/test_quant_gemm --quick; fi"
+run_check quant_gemm sh -c "$BIN/tests/gpu/test_quant_gemm && if command -v compute-sanitizer >/dev/null; then compute-sanitizer --error-exitcode 9 --tool memcheck $BIN/tests/gpu/test_quant_gemm --quick; fi"
 if command -v compute-sanitizer >/dev/null; then
-    run_check sanitizer_cuda_forward compute-sanitizer --error-exitcode 9 --tool memcheck "$BIN/test_cuda_forward"
+    run_check sanitizer_cuda_forward compute-sanitizer --error-exitcode 9 --tool memcheck "$BIN/tests/gpu/test_cuda_forward"
 else
     rows+=("compute-sanitizer            not installed on this machine")
 fi
@@ -82,9 +82,9 @@ mkdir -p "$MODELS"
 for m in llama3-8b gemma2-9b; do
     [ -f "$MODELS/$m/config.json" ] || python3 bench/make_model.py "$m" "$MODELS/$m" --tiny > "$OUT/make-$m.log" 2>&1
 done
-run_check cuda_batch "$BIN/test_cuda_batch" "$MODELS/llama3-8b" "$MODELS/gemma2-9b"
+run_check cuda_batch "$BIN/tests/gpu/test_cuda_batch" "$MODELS/llama3-8b" "$MODELS/gemma2-9b"
 command -v compute-sanitizer >/dev/null && run_check sanitizer_cuda_batch compute-sanitizer --error-exitcode 9 \
-    --tool memcheck "$BIN/test_cuda_batch" "$MODELS/llama3-8b"
+    --tool memcheck "$BIN/tests/gpu/test_cuda_batch" "$MODELS/llama3-8b"
 # The scheduler on the GPU: 64 prompts, greedy, batched vs one at a time,
 # and vs the CPU backend (batched). Random weights leave near-ties that bf16
 # rounding flips (~1-2% of tokens), so replies may part late; broken batching
@@ -167,28 +167,19 @@ for t in q8_0 q4_0 q4_k q5_k q6_k q4_k_m; do
     [ -f "$QDIR/l8-tiny-$t.gguf" ] || "$BIN/cllm" quantize "$QDIR/l8-tiny-bf16.gguf" "$QDIR/l8-tiny-$t.gguf" --type $t > /dev/null
     quant_files+=("$QDIR/l8-tiny-$t.gguf")
 done
-run_check quant_forward_tiny "$BIN/test_quant_forward" "${quant_files[@]}"
-# the same files with every GEMM of > 8 rows through the fused GEMM (CLLM_QUANT_GEMM=1,
-# quant_gemm.cu; by default only steps of 64..1536 rows): the 2-layer 8B shapes are
-# the ones it takes (Q8_0, Q4_K, rows % 128)
-run_check quant_forward_tiny_fused env CLLM_QUANT_GEMM=1 "$BIN/test_quant_forward" "$QDIR/l8-tiny-q8_0.gguf" \
-    "$QDIR/l8-tiny-q4_k.gguf"
+run_check quant_forward_tiny "$BIN/tests/gpu/test_quant_forward" "${quant_files[@]}"
 # The batch-invariant mode: every row's logits bitwise equal alone and in
 # any batch (Llama and Gemma-2 shapes, a Q4_K model, MoE), the GEMM alone,
 # and the default mode shown to differ (tests/gpu/test_batch_invariant.c).
-run_check batch_invariant_gemm "$BIN/test_batch_invariant" --gemm-only
-run_check batch_invariant "$BIN/test_batch_invariant" --models-only "$MODELS/llama3-8b" "$MODELS/gemma2-9b" \
+run_check batch_invariant_gemm "$BIN/tests/gpu/test_batch_invariant" --gemm-only
+run_check batch_invariant "$BIN/tests/gpu/test_batch_invariant" --models-only "$MODELS/llama3-8b" "$MODELS/gemma2-9b" \
     "$QDIR/l8-tiny-q4_k.gguf" "$QDIR/llama-q4_1.gguf" tests/fixtures/tiny/gpt-oss.gguf
 if [ "${QUANT_8B:-1}" != 0 ]; then
     [ -f "$QDIR/l8-bf16.gguf" ] || python3 bench/make_model.py llama3-8b "$QDIR/l8-bf16.gguf" --gguf > "$OUT/make-l8.log" 2>&1
     for t in q8_0 q4_k; do
         [ -f "$QDIR/l8-$t.gguf" ] || "$BIN/cllm" quantize "$QDIR/l8-bf16.gguf" "$QDIR/l8-$t.gguf" --type $t > /dev/null
     done
-    run_check quant_forward_8b "$BIN/test_quant_forward" --positions 256 "$QDIR/l8-q8_0.gguf" "$QDIR/l8-q4_k.gguf"
-    # the same through the scalar GEMV (quant_gemv version 2; the default is the dp4a
-    # version 5 at one row, the tensor-core version 3 above) at every decode step
-    run_check quant_forward_8b_v2 env CLLM_QUANT_GEMV=2 "$BIN/test_quant_forward" --positions 256 \
-        "$QDIR/l8-q8_0.gguf" "$QDIR/l8-q4_k.gguf"
+    run_check quant_forward_8b "$BIN/tests/gpu/test_quant_forward" --positions 256 "$QDIR/l8-q8_0.gguf" "$QDIR/l8-q4_k.gguf"
 fi
 
 print_rows
