@@ -12,8 +12,10 @@
 #include "app/bench.h"
 #include "app/chat.h"
 #include "app/info.h"
+#include "app/models.h"
 #include "app/quantize_cmd.h"
 #include "app/runtime.h"
+#include "app/tokenize_cmd.h"
 #include "model/dummy.h"
 #include "model/model.h"
 #include "parallel/stage_plan.h"
@@ -136,80 +138,7 @@ static int parse_dummy_weights(const char *cmd, const char *arg, bool *on, DType
 
 #define KV_DTYPE_HELP "KV cache elements: bf16 (default; fp32 on the CPU) or fp8 (e4m3, a scale per token and KV head)"
 
-/* ---------- the default model ---------- */
-
-/* Folder of the running executable (for models.txt and models/cache). */
-static void exe_dir(char *out, size_t cap) {
-    ssize_t n = readlink("/proc/self/exe", out, cap - 1);
-    if (n <= 0) { snprintf(out, cap, "."); return; }
-    out[n] = 0;
-    char *slash = strrchr(out, '/');
-    if (slash) *slash = 0;
-}
-
-/* Path of the first model of models.txt in models/cache (or $CLLM_MODELS). */
-static int default_model_path(char *out, size_t cap) {
-    char dir[PATH_MAX], list[PATH_MAX + 16], line[1024], name[256] = "", fmt[32] = "";
-    exe_dir(dir, sizeof dir);
-    snprintf(list, sizeof list, "%s/models.txt", dir);
-    FILE *f = fopen(list, "r");
-    while (f && fgets(line, sizeof line, f))
-        if (line[0] != '#' && sscanf(line, "%255s %*s %31s", name, fmt) == 2) break;
-    if (f) fclose(f);
-    if (!name[0]) {
-        fprintf(stderr, "cllm: no -m MODEL given and no default model listed in %s\n", list);
-        return 2;
-    }
-    const char *cache = getenv("CLLM_MODELS");
-    int n = cache ? snprintf(out, cap, "%s/%s.%s", cache, name, fmt)
-                  : snprintf(out, cap, "%s/models/cache/%s.%s", dir, name, fmt);
-    if (n < 0 || (size_t)n >= cap) {
-        fprintf(stderr, "cllm: the default model's path is too long\n");
-        return 2;
-    }
-    if (access(out, R_OK) != 0) {
-        fprintf(stderr, "cllm: the default model %s is not downloaded yet (%s).\n"
-                        "Get it with:  %s/models/fetch.sh default   (or pass -m MODEL)\n", name, out, dir);
-        return 2;
-    }
-    return 0;
-}
-
-/* model_load, or model_load_dummy in dummy_type with MODEL_LOAD_DUMMY_WEIGHTS */
-static int load_model(const char *cmd, const char *path, int flags, DType dummy_type, Model *m) {
-    char def[PATH_MAX];
-    if (!path) {
-        int rc = default_model_path(def, sizeof def);
-        if (rc) return rc;
-        path = def;
-    }
-    Err err = {{0}};
-    if ((flags & MODEL_LOAD_DUMMY_WEIGHTS ? model_load_dummy(m, path, flags, dummy_type, &err)
-                                          : model_load(m, path, flags, &err))) {
-        fprintf(stderr, "cllm %s: %s\n", cmd, err.msg);
-        return 2;
-    }
-    return 0;
-}
-
 /* ---------- subcommands ---------- */
-
-/* `info --pp N [--pp-split S]`: the stage split (checked before anything
- * is printed), then the memory per GPU. */
-static int plan_pipeline(const Model *m, int pp, const char *split, StagePlan *plan) {
-    Err err = {{0}};
-    if (pp <= 0 && split) { /* the stage count from the split itself */
-        pp = 1;
-        for (const char *c = split; *c; c++) pp += *c == ',';
-    }
-    if (pp > STAGE_MAX) err_set(&err, "--pp %d: at most %d stages", pp, STAGE_MAX);
-    else if (pp > m->cfg.n_layers) err_set(&err, "--pp %d: the model has only %d layers", pp, m->cfg.n_layers);
-    int rc = err.msg[0] ? -1
-             : split ? stage_plan_parse(plan, &m->cfg, &m->w, pp, split, &err)
-                     : stage_plan_balanced(plan, &m->cfg, &m->w, pp, &err);
-    if (rc) { fprintf(stderr, "cllm info: %s\n", err.msg); return 2; }
-    return 0;
-}
 
 static int cmd_info(int argc, char **argv) {
     const char *model = NULL;
@@ -235,21 +164,8 @@ static int cmd_info(int argc, char **argv) {
     if ((rc = parse_kv_dtype("info", kv_name, &kv_dtype)) ||
         (rc = parse_dummy_weights("info", dummy_arg, &dummy, &dummy_type)))
         return rc;
-    if (n_pos) model = pos[0];
-    Model m;
-    if ((rc = load_model("info", model, dummy ? MODEL_LOAD_DUMMY_WEIGHTS : 0, dummy_type, &m))) return rc;
-    const char *tmpl = tokenizer_chat_template(m.tok);
-    char family[96];
-    snprintf(family, sizeof family, "%s%s", chat_family_name(tmpl ? chat_template_detect(tmpl) : chat_template_guess(m.tok)),
-             tmpl ? "" : " (guessed from the special tokens: the file has no template)");
-    StagePlan plan;
-    bool piped = pp > 0 || pp_split;
-    if (piped && (rc = plan_pipeline(&m, pp, pp_split, &plan))) { model_free(&m); return rc; }
-    model_print_info(stdout, &m, kv_tokens > 0 ? kv_tokens : m.cfg.ctx_len, kv_dtype, family);
-    if (piped) stage_plan_print(stdout, &plan, &m.cfg, kv_tokens > 0 ? kv_tokens : m.cfg.ctx_len, kv_dtype);
-    if (tensors) model_print_tensors(stdout, &m);
-    model_free(&m);
-    return rc;
+    InfoOptions io = {n_pos ? pos[0] : model, tensors, dummy, dummy_type, kv_tokens, kv_dtype, pp, pp_split};
+    return info_main(&io);
 }
 
 static int cmd_tokenize(int argc, char **argv) {
@@ -270,41 +186,9 @@ static int cmd_tokenize(int argc, char **argv) {
         fprintf(stderr, "cllm tokenize: give the text as an argument or with --file\n");
         return 2;
     }
-    char *text = NULL;
-    size_t len = 0;
-    if (file) {
-        FILE *f = strcmp(file, "-") ? fopen(file, "rb") : stdin;
-        if (!f) { fprintf(stderr, "cllm tokenize: %s: %s\n", file, strerror(errno)); return 2; }
-        size_t cap = 0, n;
-        char buf[65536];
-        while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
-            if (len + n + 1 > cap) { cap = 2 * (len + n + 1); text = realloc(text, cap); if (!text) abort(); }
-            memcpy(text + len, buf, n);
-            len += n;
-        }
-        if (f != stdin) fclose(f);
-    } else {
-        text = strdup(pos[0]);
-        len = strlen(text);
-    }
-    Model m;
-    if ((rc = load_model("tokenize", model, 0, DT_BF16, &m))) { free(text); return rc; }
-    TokenIds ids = {0};
-    Err err = {{0}};
-    if (tokenizer_encode(m.tok, text ? text : "", len, !no_special, !no_bos && tokenizer_add_bos(m.tok), &ids, &err)) {
-        fprintf(stderr, "cllm tokenize: %s\n", err.msg);
-        rc = 2;
-    }
-    for (size_t i = 0; rc == 0 && i < ids.n; i++) {
-        if (pieces) printf("%6d  %s\n", ids.ids[i], tokenizer_piece(m.tok, ids.ids[i]));
-        else printf(i + 1 < ids.n ? "%d " : "%d\n", ids.ids[i]);
-    }
-    token_ids_free(&ids);
-    model_free(&m);
-    free(text);
-    return rc;
+    TokenizeOptions to = {model, file, n_pos ? pos[0] : NULL, pieces, !no_special, !no_bos};
+    return tokenize_main(&to);
 }
-
 
 /* ---------- chat and generate ---------- */
 
@@ -345,7 +229,7 @@ static int cmd_tokenize(int argc, char **argv) {
 
 static int resolve_model(RunOptions *o, char *buf, size_t cap) {
     if (o->model) return 0;
-    int rc = default_model_path(buf, cap);
+    int rc = app_default_model(buf, cap);
     o->model = buf;
     return rc;
 }

@@ -101,19 +101,27 @@ static double layer_bytes(const LayerWeights *lw, double share) {
     return b;
 }
 
-double bench_decode_bytes(const ModelConfig *c, const ModelWeights *w, int ctx, int batch, KVDtype kv) {
+double bench_decode_bytes_at(const ModelConfig *c, const ModelWeights *w, const int *ctx, int batch, KVDtype kv) {
     double share = expert_share(c, batch), bytes = 0;
     double kv_row = (double)c->n_kv_heads * kv_head_token_bytes(kv, c->head_dim_k, c->head_dim_v); /* K, V of a token */
     for (int l = 0; l < c->n_layers; l++) {
         bytes += layer_bytes(&w->layers[l], share);
-        int keys = ctx + 1, win = c->layer_window[l]; /* the new token sees itself too */
-        if (win > 0 && win < keys) keys = win;
-        bytes += (double)batch * keys * kv_row;
+        for (int i = 0; i < batch; i++) {
+            int keys = ctx[i] + 1, win = c->layer_window[l]; /* the new token sees itself too */
+            if (win > 0 && win < keys) keys = win;
+            bytes += (double)keys * kv_row;
+        }
     }
     /* the LM head is read whole; of an untied embedding table only the step's rows */
     bytes += ref_bytes(&w->output) + ref_bytes(&w->output_norm);
     if (w->tok_embd.data != w->output.data) bytes += (double)batch * w->tok_embd.row_bytes;
     return bytes;
+}
+
+double bench_decode_bytes(const ModelConfig *c, const ModelWeights *w, int ctx, int batch, KVDtype kv) {
+    int ctxs[BENCH_MAX_BATCH];
+    for (int i = 0; i < batch && i < BENCH_MAX_BATCH; i++) ctxs[i] = ctx;
+    return bench_decode_bytes_at(c, w, ctxs, batch < BENCH_MAX_BATCH ? batch : BENCH_MAX_BATCH, kv);
 }
 
 /* ---------- timing ---------- */
@@ -125,6 +133,7 @@ typedef struct {
 
 typedef struct {
     int ctx, batch, steps;
+    double ctx_mean;                    /* the sequences' mean context at the median step */
     double bytes, step_s, tok_s, gbps;  /* bytes: read by the median step */
 } DecodeResult;
 
@@ -213,18 +222,19 @@ static int bench_prefill(Bench *bn, int T, PrefillResult *r, Err *err) {
     return 0;
 }
 
-/* The batch's mean context (tokens whose K/V a decode row reads, less its own). */
-static double batch_context(const Scheduler *s) {
-    double sum = 0;
-    for (int i = 0; i < s->n_running; i++) sum += (double)s->running[i]->tokens.n - 1;
-    return s->n_running > 0 ? sum / s->n_running : 0;
+/* Each running sequence's context (tokens whose K/V a decode row reads,
+ * less its own) after `ahead` more steps; their count. */
+static int batch_contexts(const Scheduler *s, int ahead, int *ctx) {
+    for (int i = 0; i < s->n_running; i++) ctx[i] = (int)s->running[i]->tokens.n - 1 + ahead;
+    return s->n_running;
 }
 
 /* B requests of ctx prompt tokens; once every one decodes (a step of B
  * decode rows alone, which is also the warm-up), N such steps are timed. */
 static int bench_decode(Bench *bn, int ctx, DecodeResult *r, Err *err) {
     int B = bn->b->batch, N = bn->b->decode_tokens, rc = 0;
-    double *times = malloc((size_t)N * sizeof *times), ctx0 = 0;
+    double *times = malloc((size_t)N * sizeof *times);
+    int ctxs[BENCH_MAX_BATCH], n_ctx = 0;
     if (!times) return err_set(err, "out of memory");
     bn->stop = 0;
     for (int i = 0; i < B && rc == 0; i++)
@@ -237,7 +247,7 @@ static int bench_decode(Bench *bn, int ctx, DecodeResult *r, Err *err) {
         if (rc == 0 && !warm && scheduler_idle(&bn->sched)) rc = err_set(err, "bench: the requests ended early");
     }
     for (int i = 0; i < N && rc == 0; i++) {
-        if (i == 0) ctx0 = batch_context(&bn->sched);
+        if (i == 0) n_ctx = batch_contexts(&bn->sched, N / 2, ctxs); /* at the median step */
         double t0 = now_seconds();
         rc = scheduler_step(&bn->sched, err);
         times[i] = now_seconds() - t0;
@@ -249,9 +259,11 @@ static int bench_decode(Bench *bn, int ctx, DecodeResult *r, Err *err) {
         r->ctx = ctx, r->batch = B, r->steps = N;
         r->step_s = median(times, N);
         r->tok_s = B / r->step_s;
-        /* the median step sits halfway through the timed ones */
-        int mid = (int)(ctx0 + 0.5) + N / 2;
-        r->bytes = bench_decode_bytes(&bn->rt.model.cfg, counted_weights(bn), mid, B, bn->kv_dtype);
+        /* the median step sits halfway through the timed ones; a sequence whose prompt was done a step
+         * early holds a token more: each one's bytes at its own context */
+        r->ctx_mean = 0;
+        for (int i = 0; i < n_ctx; i++) r->ctx_mean += (double)ctxs[i] / n_ctx;
+        r->bytes = bench_decode_bytes_at(&bn->rt.model.cfg, counted_weights(bn), ctxs, n_ctx, bn->kv_dtype);
         r->gbps = r->bytes / r->step_s / 1e9;
     }
     free(times);
@@ -344,9 +356,9 @@ static int write_json(const Bench *bn, FILE *f, Err *err) {
     fputs("],\n \"decode\": [", f);
     for (int i = 0; i < b->n_ctxs; i++) {
         const DecodeResult *r = &bn->decode[i];
-        fprintf(f, "%s\n  {\"ctx\": %d, \"batch\": %d, \"steps\": %d, \"bytes\": %.6e, \"step_s\": %.9g, \"tok_s\": %.2f, "
-                   "\"gbps\": %.6g, \"pct_peak\": ",
-                i ? "," : "", r->ctx, r->batch, r->steps, r->bytes, r->step_s, r->tok_s, r->gbps);
+        fprintf(f, "%s\n  {\"ctx\": %d, \"batch\": %d, \"steps\": %d, \"ctx_mean\": %.3f, \"bytes\": %.6e, "
+                   "\"step_s\": %.9g, \"tok_s\": %.2f, \"gbps\": %.6g, \"pct_peak\": ",
+                i ? "," : "", r->ctx, r->batch, r->steps, r->ctx_mean, r->bytes, r->step_s, r->tok_s, r->gbps);
         json_pct(f, gpu, 100 * r->gbps / (b->peak_tbps * 1e3));
         fputc('}', f);
     }

@@ -1,15 +1,18 @@
 /* bench.h — `cllm bench`: load time, prefill and decode speed of a model on
  * random token ids, each figure set against its physical limit.
  *
- * Prefill: one sequence, the whole prompt in one forward step (the engine's
- * chunk is set to the longest prompt); FLOPs = 2 x layer weights x T + the LM
- * head for the one row that gets logits + attention (QK^T and PV over the
- * causal, windowed pairs). Decode: prefill C tokens, then time single-token
- * steps; bytes per step = every weight the step reads (the LM head, not the
+ * Both run through the scheduler, as chat and generate do: a step's time is
+ * its batch, forward pass, draw and stop checks. Prefill: one request, the
+ * whole prompt in one step (the engine's chunk is set to the longest
+ * prompt); FLOPs = 2 x layer weights x T + the LM head for the one row that
+ * gets logits + attention (QK^T and PV over the causal, windowed pairs).
+ * Decode: `batch` requests of C prompt tokens; once all decode, steps are
+ * timed; bytes per step = every weight the step reads (the LM head, not the
  * untied embedding table; only the used share of MoE experts) + the K/V of
- * the context as the cache holds them (bf16, or fp8 codes + scales). The
- * limits default to the H200's (/work/shared/ANCHORS.md): 790 TFLOP/s bf16
- * and 4.26 TB/s.
+ * each sequence's context as the cache holds them (bf16, or fp8 codes +
+ * scales); a request whose prompt finished a step before another's holds a
+ * token more. The limits default to the H200's (/work/shared/ANCHORS.md):
+ * 790 TFLOP/s bf16 and 4.26 TB/s.
  */
 #ifndef CLLM_BENCH_H
 #define CLLM_BENCH_H
@@ -51,6 +54,8 @@ double bench_prefill_flops(const ModelConfig *c, const ModelWeights *w, int T);
 /* Bytes one decode step of `batch` sequences, each at context ctx, must read
  * (the K/V of the context in the cache's dtype kv). */
 double bench_decode_bytes(const ModelConfig *c, const ModelWeights *w, int ctx, int batch, KVDtype kv);
+/* The same for sequences at their own contexts ctx[0..batch). */
+double bench_decode_bytes_at(const ModelConfig *c, const ModelWeights *w, const int *ctx, int batch, KVDtype kv);
 
 /* Runs the benchmark and prints the table; 0, or 1 after printing the error. */
 int bench_main(const RunOptions *o, const BenchOptions *b);

@@ -4,7 +4,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "app/models.h"
 #include "model/forward.h"
+#include "parallel/stage_plan.h"
+#include "tokenizer/chat_template.h"
 
 /* GPU 0's plan for m at the defaults of chat/generate (--gpu-mem-util 0.9,
  * 256-token steps, blocks of 16): the weights as it holds them (quantized
@@ -114,4 +117,44 @@ void model_print_tensors(FILE *out, const Model *m) {
         for (int d = 0; d < t->n_dims; d++) fprintf(out, d ? ", %llu" : "%llu", (unsigned long long)t->ne[d]);
         fprintf(out, "] %llu bytes\n", (unsigned long long)t->nbytes);
     }
+}
+
+/* ---------- `cllm info` ---------- */
+
+/* `info --pp N [--pp-split S]`: the stage split (checked before anything
+ * is printed), then the memory per GPU. */
+static int plan_pipeline(const Model *m, int pp, const char *split, StagePlan *plan) {
+    Err err = {{0}};
+    if (pp <= 0 && split) { /* the stage count from the split itself */
+        pp = 1;
+        for (const char *c = split; *c; c++) pp += *c == ',';
+    }
+    if (pp > STAGE_MAX) err_set(&err, "--pp %d: at most %d stages", pp, STAGE_MAX);
+    else if (pp > m->cfg.n_layers) err_set(&err, "--pp %d: the model has only %d layers", pp, m->cfg.n_layers);
+    int rc = err.msg[0] ? -1
+             : split ? stage_plan_parse(plan, &m->cfg, &m->w, pp, split, &err)
+                     : stage_plan_balanced(plan, &m->cfg, &m->w, pp, &err);
+    if (rc) { fprintf(stderr, "cllm info: %s\n", err.msg); return 2; }
+    return 0;
+}
+
+int info_main(const InfoOptions *o) {
+    int rc, pp = o->pp, kv_tokens = o->kv_tokens;
+    const char *pp_split = o->pp_split;
+    bool tensors = o->tensors;
+    KVDtype kv_dtype = o->kv_dtype;
+    Model m;
+    if ((rc = app_load_model("info", o->model, o->dummy ? MODEL_LOAD_DUMMY_WEIGHTS : 0, o->dummy_type, &m))) return rc;
+    const char *tmpl = tokenizer_chat_template(m.tok);
+    char family[96];
+    snprintf(family, sizeof family, "%s%s", chat_family_name(tmpl ? chat_template_detect(tmpl) : chat_template_guess(m.tok)),
+             tmpl ? "" : " (guessed from the special tokens: the file has no template)");
+    StagePlan plan;
+    bool piped = pp > 0 || pp_split;
+    if (piped && (rc = plan_pipeline(&m, pp, pp_split, &plan))) { model_free(&m); return rc; }
+    model_print_info(stdout, &m, kv_tokens > 0 ? kv_tokens : m.cfg.ctx_len, kv_dtype, family);
+    if (piped) stage_plan_print(stdout, &plan, &m.cfg, kv_tokens > 0 ? kv_tokens : m.cfg.ctx_len, kv_dtype);
+    if (tensors) model_print_tensors(stdout, &m);
+    model_free(&m);
+    return rc;
 }

@@ -2,6 +2,7 @@
 #ifndef CLLM_INFO_H
 #define CLLM_INFO_H
 
+#include <stdbool.h>
 #include <stdio.h>
 
 #include "model/model.h"
@@ -9,5 +10,20 @@
 /* kv_tokens of KV cache are sized in kv_dtype; the GPU fit is shown for both. */
 void model_print_info(FILE *out, const Model *m, int kv_tokens, KVDtype kv_dtype, const char *chat_family);
 void model_print_tensors(FILE *out, const Model *m);
+
+/* `cllm info`: what the model holds, what running it costs (the KV cache of
+ * kv_tokens in kv_dtype; with pp or pp_split the split into pipeline
+ * stages), and with tensors every tensor. The exit code. */
+typedef struct {
+    const char *model;         /* NULL: the default model */
+    bool tensors;
+    bool dummy;                /* --dummy-weights: shapes only */
+    DType dummy_type;
+    int kv_tokens;             /* <= 0: the model's context */
+    KVDtype kv_dtype;
+    int pp;                    /* stages to show (0: none, unless pp_split) */
+    const char *pp_split;
+} InfoOptions;
+int info_main(const InfoOptions *o);
 
 #endif

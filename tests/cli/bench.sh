@@ -20,7 +20,8 @@ n=$(grep -cE "^ +(8|33) +1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +-$" "$TMP/out")
 # gemma2: 64*64*2 + 64*32*2 + 3*64*96 = 30720 a layer, 4 norms; V 300, tied; window 5 on layer 0.
 # Prefill T: 2*matrices*T + 2 layers of 2*4*(16+16)*pairs (T(T+1)/2, or W(W+1)/2 + (T-W)W under window W)
 #   + the LM head 2*V*64 (one row).
-# Decode, K/V cached at ctx + 2 + steps/2 (the median step; +1 warm-up, +1 itself):
+# Decode, K/V cached at ctx + 2 + steps/2 (the median step; +1 warm-up, +1 itself); a batch's
+# sequences each at their own context (ctx_mean: their mean at the median step; no window here):
 #   4 bytes * (matrices + norms + head + final norm) + batch * keys (at most W) * 2*(16+16)*2 bytes of bf16 K/V
 #   (KV_BYTES, a layer's K/V of one token: 128; --kv-dtype fp8: 2 heads * (16+16 codes + 2*4 scale bytes) = 80).
 # check_json FILE PREFILL_ROWS DECODE_ROWS STEPS BATCH MATRICES HEAD WEIGHT_BYTES WINDOW0 [KV_BYTES]
@@ -34,7 +35,9 @@ check_json() {
         /"tokens":/ { np++; T = num("tokens"); s = num("seconds")
             f = 2*mm*T + 2*4*32*(pairs(T, w0) + pairs(T, 0)) + 2*head
             if (rel(num("tflops"), f / s / 1e12) > 1e-3 || rel(num("tok_s"), T / s) > 1e-3) { bad = bad " prefill" T } }
-        /"ctx":/ { nd++; k = num("ctx") + 2 + int(steps / 2); s = num("step_s")
+        /"ctx":/ { nd++; k = num("ctx_mean") + 1; s = num("step_s")
+            if (batch == 1 && num("ctx_mean") != num("ctx") + 1 + int(steps / 2)) { bad = bad " ctx_mean" num("ctx") }
+            if (num("ctx_mean") < num("ctx") + 1 + int(steps / 2) || num("ctx_mean") > num("ctx") + batch + int(steps / 2)) { bad = bad " ctx_range" num("ctx") }
             by = wb + batch * (keys(k, w0) + k) * kvb
             if (rel(num("gbps"), by / s / 1e9) > 1e-3 || rel(num("tok_s"), batch / s) > 1e-3 || num("batch") != batch) { bad = bad " decode" num("ctx") } }
         END { if (np != want_p || nd != want_d || bad != "") { print "rows " np "/" nd ", wrong:" bad; exit 1 } }' "$1"

@@ -1,0 +1,65 @@
+/* models.c — which model a command runs when -m is not given (the first of
+ * models.txt, in models/cache or $CLLM_MODELS), and loading it with the
+ * error printed (models.h). */
+#include "app/models.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Folder of the running executable (for models.txt and models/cache). */
+static void exe_dir(char *out, size_t cap) {
+    ssize_t n = readlink("/proc/self/exe", out, cap - 1);
+    if (n <= 0) { snprintf(out, cap, "."); return; }
+    out[n] = 0;
+    char *slash = strrchr(out, '/');
+    if (slash) *slash = 0;
+}
+
+/* Path of the first model of models.txt in models/cache (or $CLLM_MODELS). */
+int app_default_model(char *out, size_t cap) {
+    char dir[PATH_MAX], list[PATH_MAX + 16], line[1024], name[256] = "", fmt[32] = "";
+    exe_dir(dir, sizeof dir);
+    snprintf(list, sizeof list, "%s/models.txt", dir);
+    FILE *f = fopen(list, "r");
+    while (f && fgets(line, sizeof line, f))
+        if (line[0] != '#' && sscanf(line, "%255s %*s %31s", name, fmt) == 2) break;
+    if (f) fclose(f);
+    if (!name[0]) {
+        fprintf(stderr, "cllm: no -m MODEL given and no default model listed in %s\n", list);
+        return 2;
+    }
+    const char *cache = getenv("CLLM_MODELS");
+    int n = cache ? snprintf(out, cap, "%s/%s.%s", cache, name, fmt)
+                  : snprintf(out, cap, "%s/models/cache/%s.%s", dir, name, fmt);
+    if (n < 0 || (size_t)n >= cap) {
+        fprintf(stderr, "cllm: the default model's path is too long\n");
+        return 2;
+    }
+    if (access(out, R_OK) != 0) {
+        fprintf(stderr, "cllm: the default model %s is not downloaded yet (%s).\n"
+                        "Get it with:  %s/models/fetch.sh default   (or pass -m MODEL)\n", name, out, dir);
+        return 2;
+    }
+    return 0;
+}
+
+/* model_load, or model_load_dummy in dummy_type with MODEL_LOAD_DUMMY_WEIGHTS */
+int app_load_model(const char *cmd, const char *path, int flags, DType dummy_type, Model *m) {
+    char def[PATH_MAX];
+    if (!path) {
+        int rc = app_default_model(def, sizeof def);
+        if (rc) return rc;
+        path = def;
+    }
+    Err err = {{0}};
+    if ((flags & MODEL_LOAD_DUMMY_WEIGHTS ? model_load_dummy(m, path, flags, dummy_type, &err)
+                                          : model_load(m, path, flags, &err))) {
+        fprintf(stderr, "cllm %s: %s\n", cmd, err.msg);
+        return 2;
+    }
+    return 0;
+}
+

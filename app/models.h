@@ -1,0 +1,18 @@
+/* models.h — the model a command runs (app/models.c). */
+#ifndef CLLM_APP_MODELS_H
+#define CLLM_APP_MODELS_H
+
+#include <stddef.h>
+
+#include "model/model.h"
+
+/* Path of the default model: the first of models.txt beside the executable,
+ * in models/cache (or $CLLM_MODELS). 0, or 2 after printing why there is none. */
+int app_default_model(char *out, size_t cap);
+
+/* model_load (path NULL: the default model), or model_load_dummy in
+ * dummy_type with MODEL_LOAD_DUMMY_WEIGHTS; 0, or 2 after printing the error
+ * with "cllm CMD: " in front. */
+int app_load_model(const char *cmd, const char *path, int flags, DType dummy_type, Model *m);
+
+#endif
