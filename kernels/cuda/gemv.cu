@@ -10,7 +10,7 @@
  * cache hint: each byte is used once per step. Rows whose length is not a
  * multiple of 8 (or misaligned data) take the scalar variant. T is a
  * template parameter so the accumulators stay in registers.
- * kernels/NOTES.md has the measured rates. */
+ * kernels/README.md has the rates against the copy bandwidth. */
 #include "kernels/cuda/gemv.cuh"
 
 #include <stdint.h>

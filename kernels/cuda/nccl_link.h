@@ -1,4 +1,4 @@
-/* nccl_link.h — NCCL communicators between the pipeline stages (issue 6).
+/* nccl_link.h — NCCL communicators between the pipeline stages.
  *
  * One process, a thread per GPU: nccl_group_open makes one communicator
  * per stage GPU (ncclCommInitAll; rank = stage). One process per GPU

@@ -68,7 +68,7 @@ static __device__ __forceinline__ void rms_store_vec(bf16 *o, const float4 *v, c
  * (C / 4 / blockDim.x rounded up), and every load of the row and of the
  * weights is issued before the first use. Why: at decode a row is one
  * block, and the loop above is a chain of dependent round trips to memory
- * (~15 us for C = 4096 on the H200, kernels/NOTES.md "row kernels"). */
+ * (kernels/README.md "norms"). */
 template <int N>
 __global__ void kernel_add_rmsnorm_vec(float *x, const bf16 *delta, bf16 *out, const float *w, int C, float eps,
                                        float offset) {

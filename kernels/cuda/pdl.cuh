@@ -12,11 +12,10 @@
  * kernel of the stream start; every kernel here calls it after its own
  * pdl_wait(), so at most two kernels of a stream are in flight (the decode
  * attention does not call it at all: the next GEMV's whole-SM blocks, let
- * in early, slowed the step by ~20%: kernels/NOTES.md).
+ * in early, slowed the step by about a fifth: kernels/README.md).
  *
  * A kernel launched with launch_pdl MUST call pdl_wait() (else it runs
- * concurrently with its predecessor). On older GPUs and in builds with
- * -DCLLM_NO_PDL (the A/B comparison of kernels/NOTES.md) launch_pdl is an
+ * concurrently with its predecessor). On older GPUs launch_pdl is an
  * ordinary launch and the two calls are no-ops. */
 #ifndef CLLM_PDL_CUH
 #define CLLM_PDL_CUH
@@ -55,13 +54,9 @@ static __device__ __forceinline__ void prefetch_l2_span(const void *p, int64_t b
 /* Whether the current device takes the attribute (queried per launch: a
  * cached answer would be process state, and the runtime caches it anyway). */
 static inline bool pdl_supported(void) {
-#ifdef CLLM_NO_PDL
-    return false;
-#else
     int dev = 0, major = 0;
     return cudaGetDevice(&dev) == cudaSuccess &&
            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
-#endif
 }
 
 /* kernel<<<grid, block, smem, s>>>(args...), allowed to overlap the previous

@@ -14,7 +14,7 @@
  * back; a k head, and a v head as is, also goes to the cache slot (fp8: a
  * warp quantizes the head vector). Why a warp per head and not a block per
  * row: at decode a row's ~50 head vectors were one block's chain of
- * dependent loads (~11 us for Llama-3-8B on the H200). */
+ * dependent loads, the longest launch of a decode step. */
 __global__ void kernel_rope_kv_write(bf16 *q, bf16 *k, const bf16 *v, KVLayerDev kv, DevAttnBatch b, int n_heads,
                                      int n_kv_heads, int hd, int hdv, int half, const float *inv_freq, float mscale,
                                      bool neox, int64_t n_slots, QkNorm qk) {

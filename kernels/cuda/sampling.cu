@@ -27,7 +27,7 @@
  *
  * Each pass re-reads the row (from L2 after the first) rather than keeping
  * per-element state: one block per row keeps rows independent and the
- * launch simple; a few blocks per row would speed batch 1 (kernels/NOTES.md). */
+ * launch simple; a few blocks per row would speed batch 1 (kernels/README.md). */
 #include "kernels/cuda/sampling.cuh"
 
 #include <float.h>

@@ -5,7 +5,7 @@
 #   tests/gpu/run.sh [BIN_DIR]   (default build/cuda: the folder ./build.sh builds in, carried)
 # Environment: QUANT_8B=0 skips the whole-8B quantized rows; CHECKS_ONLY / CHECKS_SKIP
 # (names of rows, space-separated) split the suite over calls (the slow rows: sampling
-# ~120 s, quant_gemm ~210 s of a ~500 s suite on the H200).
+# and quant_gemm take about two thirds of the suite).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${1:-build/cuda}
@@ -19,14 +19,13 @@ run_check cuda_forward "$BIN/tests/gpu/test_cuda_forward"
 # the real models: models/cache, or CLLM_MODELS (carried to the GPU machine in parts: tests/gpu/model_parts.sh)
 REAL=${CLLM_MODELS:-models/cache}
 if [ -f "$REAL/smollm2-135m-instruct.gguf" ] && [ -f "$REAL/gemma3-270m.gguf" ]; then
-    # --real includes issue 7's fp8 KV check (teacher-forced top-1 agreement of
+    # --real includes the fp8 KV check (teacher-forced top-1 agreement of
     # an fp8 cache with the bf16 one; `test_cuda_forward --real-fp8` runs it alone)
     run_check cuda_forward_real env CLLM_MODELS="$REAL" "$BIN/tests/gpu/test_cuda_forward" --real
-    # issue 7 as written: the files' own quantized blocks on the GPU vs the
-    # same files dequantized to bf16, >= 99% teacher-forced top-1, every position;
-    # 1000 positions of README.md (at 300 one near-tie is 0.3%: Gemma 3 read
-    # 98.90% there and 99.26% over 1000 at b360c4c, 98.93% at 0be77cb, every flip a near-tie;
-    # each path alone agrees with transformers' exact-weights answer at about the same 99%: next row)
+    # the files' own quantized blocks on the GPU vs the same files dequantized to bf16,
+    # >= 99% teacher-forced top-1 over 1000 positions of README.md (Gemma 3 sits near
+    # the line, every flip a near-tie; each path alone agrees with transformers'
+    # exact-weights answer at about the same 99%: next row)
     run_check quant_forward_real "$BIN/tests/gpu/test_quant_forward" --raw-min 0.99 --positions 1000 --text README.md \
         "$REAL/smollm2-135m-instruct.gguf" "$REAL/gemma3-270m.gguf"
     # both GPU paths against transformers (fp32, the files' exact weights; tests/fixtures/make_real_forced.py):
@@ -61,8 +60,8 @@ else
 fi
 run_check sampling "$BIN/tests/gpu/test_sampling"
 # racecheck (shared-memory hazards, cp.async copies included: it flagged the decode attention's ring wait one
-# group short, 26 errors on --case 20, which timing alone showed on some machines only) on the kernels whose
-# --quick runs it finishes in time (H200: attention 12 s, quant 72 s; cuda_forward, quant_gemm: > 150 s)
+# group short, which timing alone showed on some machines only) on the kernels whose --quick runs it
+# finishes in time (attention, quant; not cuda_forward or quant_gemm)
 SAN="compute-sanitizer --error-exitcode 9 --tool"
 run_check attention sh -c "$BIN/tests/gpu/test_attention && if command -v compute-sanitizer >/dev/null; then $SAN memcheck $BIN/tests/gpu/test_attention --quick && $SAN racecheck $BIN/tests/gpu/test_attention --quick; fi"
 run_check quant sh -c "$BIN/tests/gpu/test_quant && if command -v compute-sanitizer >/dev/null; then $SAN memcheck $BIN/tests/gpu/test_quant --quick && $SAN racecheck $BIN/tests/gpu/test_quant --quick; fi"
@@ -101,7 +100,7 @@ generate_check() {
         python3 tests/gpu/compare_generate.py "$OUT/batched.jsonl" "$OUT/cpu.jsonl" 0.5
 }
 run_check generate_batched generate_check
-# The same with an fp8 KV cache (issue 7): batched vs one at a time read the
+# The same with an fp8 KV cache: batched vs one at a time read the
 # same cache bytes through the same kernels, so they must agree as bf16 does.
 generate_fp8_check() {
     gen -o "$OUT/f8-batched.jsonl" --kv-dtype fp8 && gen -o "$OUT/f8-single.jsonl" --max-seqs 1 --kv-dtype fp8 &&
@@ -145,7 +144,7 @@ fi
 printf 'Hello\n' > "$OUT/turn.txt"
 run_check chat_tiny_gpu sh -c "$BIN/cllm chat -m tests/fixtures/tiny/llama.gguf --temp 0 -n 8 < $OUT/turn.txt && echo 'ok - chat on the GPU'"
 
-# quantized weights (issue 7): GGUF files quantized here by `cllm quantize`,
+# quantized weights: GGUF files quantized here by `cllm quantize`,
 # run with their blocks on the GPU vs dequantized to bf16 at load
 # (test_quant_forward: teacher-forced top-1 agreement >= 99%). The tiny
 # fixtures are F32 and 64 wide (K types fall back to Q8_0 there: Q8_0 and
