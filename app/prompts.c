@@ -16,6 +16,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "base/utf8.h"
+
 /* ------------------------------------------------------------------ id set */
 
 typedef struct {
@@ -89,47 +91,6 @@ void id_set_free(IdSet *s) {
     for (size_t i = 0; i < s->cap; i++) free(s->slots[i].key);
     free(s->slots);
     free(s);
-}
-
-/* ------------------------------------------------------------------- UTF-8 */
-
-int utf8_decode(const char *str, size_t n, uint32_t *cp) {
-    const unsigned char *s = (const unsigned char *)str;
-    unsigned c = s[0], lo = 0x80, hi = 0xBF;
-    int len;
-    uint32_t v;
-    if (c < 0x80) { *cp = c; return 1; }
-    if (c >= 0xC2 && c <= 0xDF) { len = 2; v = c & 0x1F; }
-    else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3; v = c & 0x0F;
-        if (c == 0xE0) lo = 0xA0;      /* overlong */
-        if (c == 0xED) hi = 0x9F;      /* surrogates */
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4; v = c & 0x07;
-        if (c == 0xF0) lo = 0x90;      /* overlong */
-        if (c == 0xF4) hi = 0x8F;      /* above U+10FFFF */
-    } else return -1;
-    /* The second byte has a narrowed range; later ones are plain 80..BF. A
-     * byte out of range ends the invalid run before it (maximal subpart). */
-    for (int i = 1; i < len; i++) {
-        if ((size_t)i >= n || s[i] < lo || s[i] > hi) return -i;
-        lo = 0x80; hi = 0xBF;
-        v = (v << 6) | (s[i] & 0x3F);
-    }
-    *cp = v;
-    return len;
-}
-
-size_t utf8_check(const char *s, size_t n) {
-    size_t i = 0;
-    uint32_t cp;
-    while (i < n) {
-        if ((unsigned char)s[i] < 0x80) { i++; continue; }
-        int k = utf8_decode(s + i, n - i, &cp);
-        if (k < 0) return i;
-        i += (size_t)k;
-    }
-    return n;
 }
 
 /* ------------------------------------------------------ raw JSON walking */
@@ -380,7 +341,7 @@ static int parse_string(Parse *p, const JsonValue *v, const char *field, char **
     const char *s = v->u.string.s;
     size_t n = v->u.string.len;
     if (strlen(s) != n) return parse_fail(p, "field '%s%s' contains a NUL character", p->pfx, field);
-    size_t bad = utf8_check(s, n);
+    size_t bad = utf8_valid_prefix(s, n);
     if (bad < n) return parse_fail(p, "field '%s%s' has invalid UTF-8 at byte offset %zu", p->pfx, field, bad);
     if (!(*out = strndup(s, n))) { p->oom = true; return -1; }
     return 0;
@@ -624,7 +585,7 @@ static void parse_json_line(Parse *p, PromptFormat fmt, const char *line, size_t
 
 static void parse_text_line(Parse *p, const char *line, size_t len) {
     if (memchr(line, 0, len)) { parse_fail(p, "contains a NUL byte"); return; }
-    size_t bad = utf8_check(line, len);
+    size_t bad = utf8_valid_prefix(line, len);
     if (bad < len) { parse_fail(p, "invalid UTF-8 at byte offset %zu", bad); return; }
     if (!(p->req->prompt = strndup(line, len))) p->oom = true;
 }

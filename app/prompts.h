@@ -104,14 +104,6 @@ int64_t id_set_get(const IdSet *s, const char *id);
 size_t id_set_count(const IdSet *s);
 void id_set_free(IdSet *s);
 
-/* Decodes one UTF-8 character at s[0..n), n > 0. Returns the bytes it takes
- * (1..4) and sets *cp, or returns minus the length of the invalid sequence
- * there (its "maximal subpart", 1..3 bytes: each such run is one U+FFFD when
- * replacing, as Unicode and Python do). Overlong forms, surrogates and values
- * above U+10FFFF are invalid. */
-int utf8_decode(const char *s, size_t n, uint32_t *cp);
-/* Offset of the first invalid byte, or n when s[0..n) is valid UTF-8. */
-size_t utf8_check(const char *s, size_t n);
 
 /* The id member `key` of a parsed JSON object line as text: a string's
  * characters, or a number's exact text in `line` (so 1.50 stays 1.50).

@@ -15,6 +15,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "base/utf8.h"
+
 #define RESUME_MAX_LINE ((size_t)256 << 20)  /* longer output lines are not ours: skipped */
 #define RESUME_MAX_DROP ((int64_t)64 << 20)  /* a partial tail longer than this is not a crash */
 
@@ -95,36 +97,20 @@ int results_write_raw(ResultWriter *w, const char *bytes, size_t len, Err *err) 
 
 /* --------------------------------------------------------------- format */
 
-/* Appends raw bytes (JsonBuf grows with realloc, as json.h says). */
-static int jb_append(JsonBuf *b, const char *s, size_t n) {
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1) cap *= 2;
-        char *nb = realloc(b->buf, cap);
-        if (!nb) return -1;
-        b->buf = nb;
-        b->cap = cap;
-    }
-    memcpy(b->buf + b->len, s, n);
-    b->len += n;
-    b->buf[b->len] = 0;
-    return 0;
-}
-
 /* A JSON string of s[0..n) with every invalid UTF-8 sequence as U+FFFD. */
 static int put_text(JsonBuf *b, const char *s, size_t n) {
-    if (utf8_check(s, n) == n) return jsonbuf_put_string(b, s, n);
+    if (utf8_valid_prefix(s, n) == n) return jsonbuf_put_string(b, s, n);
     JsonBuf clean = {0};
     uint32_t cp;
     for (size_t i = 0; i < n;) {
-        int k = utf8_decode(s + i, n - i, &cp);
-        if (jb_append(&clean, k > 0 ? s + i : "\xEF\xBF\xBD", k > 0 ? (size_t)k : 3)) {
+        int k = utf8_next((const uint8_t *)s + i, n - i, &cp);
+        if (textbuf_append(&clean, k > 0 ? s + i : "\xEF\xBF\xBD", k > 0 ? (size_t)k : 3)) {
             jsonbuf_free(&clean);
             return -1;
         }
         i += (size_t)(k > 0 ? k : -k);
     }
-    int rc = jsonbuf_put_string(b, clean.buf, clean.len);
+    int rc = jsonbuf_put_string(b, clean.data, clean.len);
     jsonbuf_free(&clean);
     return rc;
 }
@@ -219,7 +205,7 @@ int results_format(ResultWriter *w, const ResultLine *line, JsonBuf *out) {
 int results_write(ResultWriter *w, const ResultLine *line, Err *err) {
     w->line.len = 0;
     if (results_format(w, line, &w->line)) return err_set(err, "%s: out of memory formatting a result", w->path);
-    return results_write_raw(w, w->line.buf, w->line.len, err);
+    return results_write_raw(w, w->line.data, w->line.len, err);
 }
 
 /* ------------------------------------------------------------ resume scan */
@@ -247,7 +233,7 @@ typedef struct {
 static int acc_append(LineAcc *a, const char *s, size_t n) {
     if (a->overflow) return 0;
     if (a->line.len + n > RESUME_MAX_LINE) { a->overflow = true; return 0; }
-    return jb_append(&a->line, s, n);
+    return textbuf_append(&a->line, s, n);
 }
 
 /* Feeds bytes; calls on_line for each line completed. *last_nl gets the
@@ -261,7 +247,7 @@ static int acc_feed(LineAcc *a, const char *data, size_t n, ScanSink *sink, size
         if (!nl) break;
         size_t k = (size_t)(nl - data);
         if (acc_append(a, data + start, k - start)) return err_set(err, "%s: out of memory reading a line", path);
-        if (!a->overflow && sink->on_line(sink->ctx, a->line.buf ? a->line.buf : "", a->line.len, err)) return -1;
+        if (!a->overflow && sink->on_line(sink->ctx, a->line.data ? a->line.data : "", a->line.len, err)) return -1;
         a->line.len = 0;
         a->overflow = false;
         start = k + 1;
@@ -470,9 +456,9 @@ static int rewrite_on_line(void *ctx, const char *line, size_t len, Err *err) {
     /* The line and its '\n' as one write (one member for .gz). */
     JsonBuf *b = &rw->out->line;
     b->len = 0;
-    if (jb_append(b, line, len) || jb_append(b, "\n", 1))
+    if (textbuf_append(b, line, len) || textbuf_append(b, "\n", 1))
         return err_set(err, "%s: out of memory rewriting the output", rw->out->path);
-    return results_write_raw(rw->out, b->buf, b->len, err);
+    return results_write_raw(rw->out, b->data, b->len, err);
 }
 
 static void rewrite_on_commit(void *ctx) { (void)ctx; }
@@ -667,7 +653,7 @@ int results_ordered_put(ResultOrder *o, int64_t index, const ResultLine *line, E
         jsonbuf_free(&b);
         return err_set(err, "%s: out of memory formatting a result", o->w->path);
     }
-    *s = (OrderSlot){b.buf, b.len, SLOT_LINE};
+    *s = (OrderSlot){b.data, b.len, SLOT_LINE};
     o->held++;
     return order_drain(o, err);
 }

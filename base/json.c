@@ -556,24 +556,12 @@ const char *json_get_str(const JsonValue *obj, const char *key, const char *def)
 
 /* ---------- writing ---------- */
 
-static int jsonbuf_reserve(JsonBuf *b, size_t extra) {
-    if (extra > SIZE_MAX / 2 - b->len) return -1;
-    if (b->len + extra + 1 <= b->cap) return 0;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + extra + 1) cap *= 2;
-    char *p = realloc(b->buf, cap);
-    if (!p) return -1;
-    b->buf = p;
-    b->cap = cap;
-    return 0;
-}
-
 /* Quotes and backslashes are escaped, control characters (and DEL) become
  * \n-style or \u00XX escapes, valid UTF-8 is kept as is, and each byte that
  * is not part of valid UTF-8 becomes \ufffd, so the output always parses. */
 int jsonbuf_put_string(JsonBuf *b, const char *s, size_t len) {
-    if (len > SIZE_MAX / 8 || jsonbuf_reserve(b, len * 6 + 2)) return -1;
-    char *w = b->buf + b->len;
+    if (len > SIZE_MAX / 8 || textbuf_reserve(b, len * 6 + 2)) return -1;
+    char *w = b->data + b->len;
     *w++ = '"';
     for (size_t i = 0; i < len;) {
         unsigned char c = (unsigned char)s[i];
@@ -599,7 +587,7 @@ int jsonbuf_put_string(JsonBuf *b, const char *s, size_t len) {
     }
     *w++ = '"';
     *w = 0;
-    b->len = (size_t)(w - b->buf);
+    b->len = (size_t)(w - b->data);
     return 0;
 }
 
@@ -608,15 +596,15 @@ int jsonbuf_printf(JsonBuf *b, const char *fmt, ...) {
     va_start(ap, fmt);
     int n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    if (n < 0 || jsonbuf_reserve(b, (size_t)n)) return -1;
+    if (n < 0 || textbuf_reserve(b, (size_t)n)) return -1;
     va_start(ap, fmt);
-    vsnprintf(b->buf + b->len, (size_t)n + 1, fmt, ap);
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
     va_end(ap);
     b->len += (size_t)n;
     return 0;
 }
 
 void jsonbuf_free(JsonBuf *b) {
-    free(b->buf);
+    free(b->data);
     memset(b, 0, sizeof *b);
 }

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/buf.h"
 #include "base/err.h"
 
 #define JSON_MAX_DEPTH 256
@@ -59,7 +60,7 @@ const char *json_get_str(const JsonValue *obj, const char *key, const char *def)
 
 /* Appends s[0..len) to out as a JSON string literal with quotes (for writing
  * JSON Lines). out grows with realloc; returns -1 only on allocation failure. */
-typedef struct { char *buf; size_t len, cap; } JsonBuf;
+typedef TextBuf JsonBuf;
 int jsonbuf_put_string(JsonBuf *out, const char *s, size_t len);
 int jsonbuf_printf(JsonBuf *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void jsonbuf_free(JsonBuf *out);

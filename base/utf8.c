@@ -78,6 +78,18 @@ int utf8_put(uint32_t cp, char *out) {
     return 4;
 }
 
+size_t utf8_valid_prefix(const char *s, size_t n) {
+    size_t i = 0;
+    uint32_t cp;
+    while (i < n) {
+        if ((unsigned char)s[i] < 0x80) { i++; continue; }
+        int k = utf8_next((const uint8_t *)s + i, n - i, &cp);
+        if (k < 0) return i;
+        i += (size_t)k;
+    }
+    return n;
+}
+
 int utf8_sanitize(const char *s, size_t n, TextBuf *out) {
     const uint8_t *u = (const uint8_t *)s;
     size_t i = 0, run = 0; /* run: start of the valid stretch not yet copied */

@@ -19,6 +19,8 @@ int utf8_put(uint32_t cp, char *out);
  * sequence if more bytes came (0 when s[0..n) is invalid already or n == 0).
  * For holding back a split multi-byte character in streaming. */
 int utf8_incomplete_len(const uint8_t *s, size_t n);
+/* Length of the longest valid UTF-8 prefix of s[0..n) (n: all valid). */
+size_t utf8_valid_prefix(const char *s, size_t n);
 
 /* Appends s[0..n) to out with every invalid UTF-8 subpart replaced by
  * U+FFFD (Python's bytes.decode(errors="replace")). */

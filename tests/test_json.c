@@ -351,8 +351,8 @@ static void test_depth(void) {
 static char *put(const char *s, size_t n) {
     JsonBuf b = {0};
     CHECK(jsonbuf_put_string(&b, s, n) == 0, "put failed");
-    CHECK(b.buf && strlen(b.buf) == b.len, "length / NUL");
-    return b.buf;
+    CHECK(b.data && strlen(b.data) == b.len, "length / NUL");
+    return b.data;
 }
 
 static void test_jsonbuf_escapes(void) {
@@ -380,12 +380,12 @@ static void test_jsonbuf_escapes(void) {
     CHECK(jsonbuf_printf(&b, "{\"id\": %d, \"s\": ", 7) == 0 && jsonbuf_put_string(&b, "x\"", 2) == 0 &&
               jsonbuf_printf(&b, ", \"f\": %.3f}", 0.25) == 0,
           "appends");
-    CHECK(b.buf && !strcmp(b.buf, "{\"id\": 7, \"s\": \"x\\\"\", \"f\": 0.250}"), "got %s", b.buf);
+    CHECK(b.data && !strcmp(b.data, "{\"id\": 7, \"s\": \"x\\\"\", \"f\": 0.250}"), "got %s", b.data);
     /* Many appends grow the buffer. */
     for (int i = 0; i < 5000; i++) jsonbuf_printf(&b, "%d,", i);
-    CHECK(b.len == strlen(b.buf) && b.len > 20000, "grown to %zu", b.len);
+    CHECK(b.len == strlen(b.data) && b.len > 20000, "grown to %zu", b.len);
     jsonbuf_free(&b);
-    CHECK(b.buf == NULL && b.len == 0 && b.cap == 0, "free zeroes");
+    CHECK(b.data == NULL && b.len == 0 && b.cap == 0, "free zeroes");
 }
 
 /* Random byte strings: the written literal always parses; valid UTF-8 comes
@@ -442,7 +442,7 @@ static void test_lookups(void) {
         for (int i = 0; i < n; i++) jsonbuf_printf(&b, ", \"tok_%d\\u00e9\": %d", i, i);
         jsonbuf_printf(&b, ", \"dup\": -3, \"\": -4}");
         Err err = {0};
-        Json *doc = parse_n(b.buf, b.len, "big.json", &err);
+        Json *doc = parse_n(b.data, b.len, "big.json", &err);
         jsonbuf_free(&b);
         CHECK(doc, "n=%d: %s", n, err.msg);
         if (!doc) continue;
@@ -494,7 +494,7 @@ static char *make_tokenizer_json(size_t *len) {
     for (int i = 0; i < 250000; i++) jsonbuf_printf(&b, "%s%.9g", i ? ", " : "", -i * 0.001953125 - 1e-7 * i);
     jsonbuf_printf(&b, "]}");
     *len = b.len;
-    return b.buf;
+    return b.data;
 }
 
 static void test_speed(void) {

@@ -41,7 +41,7 @@ static inline const char *fuzz_walk_json(const JsonValue *v, int depth, uint64_t
         JsonBuf b = {0};
         if (jsonbuf_put_string(&b, v->u.string.s, v->u.string.len)) return "jsonbuf_put_string failed";
         Err err;
-        Json *again = json_parse(b.buf, b.len, "re-escaped", &err);
+        Json *again = json_parse(b.data, b.len, "re-escaped", &err);
         const JsonValue *r = json_root(again);
         const char *bad = !again ? "a JsonBuf-escaped string does not parse"
                           : r->type != JSON_STRING || r->u.string.len != v->u.string.len ||
