@@ -47,6 +47,7 @@ ifeq ($(CUDA),1)
   # kernel and end-to-end checks that need a GPU (tests/gpu/run.sh runs them)
   GPUSRCS = $(wildcard tests/gpu/test_*.c)
   TESTBINS += $(GPUSRCS:tests/gpu/%.c=$(BUILD)/tests/gpu/%)
+  GPUTESTOBJS = $(patsubst %.cu,$(BUILD)/%.o,$(wildcard tests/gpu/*.cu))  # test-only device code
 endif
 
 all: $(BUILD)/cllm tests
@@ -60,7 +61,7 @@ $(BUILD)/libcllm.a: $(OBJS) $(CUOBJS)
 $(BUILD)/cllm: $(BUILD)/main.o $(BUILD)/libcllm.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/tests/gpu/%: $(BUILD)/tests/gpu/%.o $(REFOBJS) $(BUILD)/libcllm.a
+$(BUILD)/tests/gpu/%: $(BUILD)/tests/gpu/%.o $(REFOBJS) $(GPUTESTOBJS) $(BUILD)/libcllm.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -78,4 +79,4 @@ $(BUILD)/%.o: %.cu
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
 .PHONY: all tests
--include $(OBJS:.o=.d) $(CUOBJS:.o=.d) $(BUILD)/main.d $(TESTBINS:=.d) $(REFOBJS:.o=.d)
+-include $(OBJS:.o=.d) $(CUOBJS:.o=.d) $(GPUTESTOBJS:.o=.d) $(BUILD)/main.d $(TESTBINS:=.d) $(REFOBJS:.o=.d)

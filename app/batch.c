@@ -176,7 +176,7 @@ static int batch_fill(Batch *bt) {
         }
         it->t_start = now_seconds();
         if (!bt->out) {
-            bt->out = results_open_ex(bt->b->output, prompts_format(bt->in), bt->b->resume, bt->b->retry_errors, &err);
+            bt->out = results_open(bt->b->output, prompts_format(bt->in), bt->b->resume, bt->b->retry_errors, &err);
             if (bt->out && bt->b->ordered) bt->order = results_ordered_new(bt->out, it->req.index);
             if (!bt->out || (bt->b->ordered && !bt->order)) {
                 fprintf(stderr, "cllm generate: %s\n", bt->out ? "out of memory" : err.msg);

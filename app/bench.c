@@ -118,12 +118,6 @@ double bench_decode_bytes_at(const ModelConfig *c, const ModelWeights *w, const 
     return bytes;
 }
 
-double bench_decode_bytes(const ModelConfig *c, const ModelWeights *w, int ctx, int batch, KVDtype kv) {
-    int ctxs[BENCH_MAX_BATCH];
-    for (int i = 0; i < batch && i < BENCH_MAX_BATCH; i++) ctxs[i] = ctx;
-    return bench_decode_bytes_at(c, w, ctxs, batch < BENCH_MAX_BATCH ? batch : BENCH_MAX_BATCH, kv);
-}
-
 /* ---------- timing ---------- */
 
 typedef struct {

@@ -52,10 +52,8 @@ int bench_parse_list(const char *s, int *out, int cap, int *n, Err *err);
 
 /* Multiply-add FLOPs x 2 of a prefill of T tokens from position 0. */
 double bench_prefill_flops(const ModelConfig *c, const ModelWeights *w, int T);
-/* Bytes one decode step of `batch` sequences, each at context ctx, must read
- * (the K/V of the context in the cache's dtype kv). */
-double bench_decode_bytes(const ModelConfig *c, const ModelWeights *w, int ctx, int batch, KVDtype kv);
-/* The same for sequences at their own contexts ctx[0..batch). */
+/* Bytes one decode step of `batch` sequences at contexts ctx[0..batch) must
+ * read (the K/V of each context in the cache's dtype kv). */
 double bench_decode_bytes_at(const ModelConfig *c, const ModelWeights *w, const int *ctx, int batch, KVDtype kv);
 
 /* Runs the benchmark and prints the table; 0, or 1 after printing the error. */

@@ -520,7 +520,7 @@ static int writer_resume(ResultWriter *w, bool retry_errors, Err *err) {
     return open_fd(w, 0, err);
 }
 
-ResultWriter *results_open_ex(const char *path, PromptFormat fmt, bool resume, bool retry_errors, Err *err) {
+ResultWriter *results_open(const char *path, PromptFormat fmt, bool resume, bool retry_errors, Err *err) {
     ResultWriter *w = calloc(1, sizeof *w);
     if (!w || !(w->path = strdup(path))) {
         free(w);
@@ -543,10 +543,6 @@ ResultWriter *results_open_ex(const char *path, PromptFormat fmt, bool resume, b
         return NULL;
     }
     return w;
-}
-
-ResultWriter *results_open(const char *path, PromptFormat fmt, bool resume, Err *err) {
-    return results_open_ex(path, fmt, resume, false, err);
 }
 
 bool results_is_done(const ResultWriter *w, const char *id) { return w->done && id_set_has(w->done, id); }

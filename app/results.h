@@ -71,9 +71,7 @@ typedef struct ResultWriter ResultWriter;
  * (results_is_done). Lines of failed requests count as done unless
  * retry_errors; with retry_errors they are removed from the file (rewritten
  * through a temporary file and renamed) so each id ends up with one line. */
-ResultWriter *results_open_ex(const char *path, PromptFormat fmt, bool resume, bool retry_errors, Err *err);
-/* results_open_ex without retry_errors. */
-ResultWriter *results_open(const char *path, PromptFormat fmt, bool resume, Err *err);
+ResultWriter *results_open(const char *path, PromptFormat fmt, bool resume, bool retry_errors, Err *err);
 /* Writes one whole line (see the top of this file). */
 int results_write(ResultWriter *w, const ResultLine *line, Err *err);
 /* Whether resume found id done. False without resume. */

@@ -132,11 +132,6 @@ SchedRequest *vengines_pop_finished(VirtualEngines *g) {
     return NULL;
 }
 
-bool vengines_idle(const VirtualEngines *g) {
-    for (int k = 0; k < g->n; k++)
-        if (!scheduler_idle(&g->ve[k])) return false;
-    return true;
-}
 
 int vengines_pending(const VirtualEngines *g) {
     int n = 0;

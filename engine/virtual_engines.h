@@ -54,7 +54,6 @@ SchedRequest *vengines_submit(VirtualEngines *g, const int32_t *prompt, int n, c
 int vengines_step(VirtualEngines *g, Err *err);
 /* The oldest finished request of any engine, or NULL; the caller frees it. */
 SchedRequest *vengines_pop_finished(VirtualEngines *g);
-bool vengines_idle(const VirtualEngines *g);
 int vengines_pending(const VirtualEngines *g);
 /* Blocks held by the requests of engine k (shared prefix blocks counted once per holder). */
 int vengines_blocks_held(const VirtualEngines *g, int k);

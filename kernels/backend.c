@@ -44,15 +44,6 @@ int backend_gpu_count(Err *why) {
 #endif
 }
 
-int backend_gpu_describe(int device, char *out, size_t cap, Err *err) {
-#ifdef CLLM_CUDA
-    return cuda_device_describe(device, out, cap, err);
-#else
-    (void)device, (void)out, (void)cap;
-    return err_set(err, "built without CUDA");
-#endif
-}
-
 int backend_gpu_plan(const ModelShape *shape, const ModelWeights *w, const BackendOptions *o,
                      uint64_t *weight_bytes, int64_t *kv_tokens, Err *err) {
 #ifdef CLLM_CUDA

@@ -196,8 +196,6 @@ Backend *backend_create(const ModelShape *shape, const ModelWeights *w, const Ba
 /* GPUs this build can run on: 0 in a CPU-only build or with no GPU (*why,
  * when given, then says which). */
 int backend_gpu_count(Err *why);
-/* "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 79.1 GiB)" */
-int backend_gpu_describe(int device, char *out, size_t cap, Err *err);
 
 /* Bytes GPU o->device would hold of w (quantized matrices kept quantized
  * unless o->bf16_weights), and the tokens of KV cache of o->kv_dtype that

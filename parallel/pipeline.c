@@ -228,11 +228,6 @@ int pipeline_finish(Pipeline *p, Forward *last, Err *err) {
     return forward_run(last, j.ids, &j.b, j.logit_rows, j.n_logits, j.logits_out, err);
 }
 
-int pipeline_run(Pipeline *p, Forward *last, const int32_t *ids, const AttnBatch *b, const int32_t *logit_rows,
-                 int n_logits, float *logits_out, Err *err) {
-    if (pipeline_launch(p, ids, b, logit_rows, n_logits, logits_out, err)) return -1;
-    return pipeline_finish(p, last, err);
-}
 
 int pipeline_kv_blocks(const Pipeline *p) {
     int fewest = -1;

@@ -100,9 +100,6 @@ int pipeline_launch(Pipeline *p, const int32_t *ids, const AttnBatch *b, const i
 /* Waits for the oldest step launched to leave the stages before the last,
  * then runs it on last (the last stage's Forward, from_prev set). */
 int pipeline_finish(Pipeline *p, Forward *last, Err *err);
-/* launch, then finish: one step through every stage. */
-int pipeline_run(Pipeline *p, Forward *last, const int32_t *ids, const AttnBatch *b, const int32_t *logit_rows,
-                 int n_logits, float *logits_out, Err *err);
 /* Fewest KV blocks of any stage's backend (the engine's pool). */
 int pipeline_kv_blocks(const Pipeline *p);
 /* The stages before the last, as the engine drives them. */

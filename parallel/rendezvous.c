@@ -160,6 +160,3 @@ int rendezvous_open(const char *master, int rank, int world_size, void *blob, si
     return join(host, port, rank, blob, len, deadline, fds, err);
 }
 
-int rendezvous_share(const char *master, int rank, int world_size, void *blob, size_t len, int timeout_ms, Err *err) {
-    return rendezvous_open(master, rank, world_size, blob, len, timeout_ms, NULL, err);
-}

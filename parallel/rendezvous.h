@@ -18,10 +18,6 @@
 /* Splits "host:port" (port 1..65535); host may be a name or an address. */
 int rendezvous_parse_master(const char *master, char *host, size_t host_len, int *port, Err *err);
 
-/* Rank 0: blob is the input, sent to ranks 1..world_size-1. Other ranks:
- * blob receives len bytes. Fails after timeout_ms with a message naming the
- * ranks that did not arrive (rank 0) or the master it could not reach. */
-int rendezvous_share(const char *master, int rank, int world_size, void *blob, size_t len, int timeout_ms, Err *err);
 /* The same, keeping the connections open for the run's control messages:
  * rank 0 gets fds[r] connected to rank r (r = 1..world_size-1), another
  * rank fds[0] connected to rank 0; the others are -1. */

@@ -33,7 +33,7 @@ typedef struct {
 static void *rank_main(void *arg) {
     Rank *r = arg;
     usleep(r->delay_ms * 1000);
-    r->rc = rendezvous_share(r->master, r->rank, r->world, r->blob, sizeof r->blob, r->timeout_ms, &r->err);
+    r->rc = rendezvous_open(r->master, r->rank, r->world, r->blob, sizeof r->blob, r->timeout_ms, NULL, &r->err);
     return NULL;
 }
 
@@ -120,12 +120,12 @@ static void test_bad_master(void) {
     for (int i = 0; BAD[i]; i++) {
         unsigned char blob[8] = {0};
         Err err = {""};
-        int rc = rendezvous_share(BAD[i], 1, 2, blob, sizeof blob, 100, &err);
+        int rc = rendezvous_open(BAD[i], 1, 2, blob, sizeof blob, 100, NULL, &err);
         CHECK(rc != 0 && strstr(err.msg, "--master"), "'%s': rc %d '%s'", BAD[i], rc, err.msg);
     }
     unsigned char blob[8];
     Err err = {""};
-    CHECK(rendezvous_share("127.0.0.1:9", 2, 2, blob, sizeof blob, 100, &err) != 0 && strstr(err.msg, "--rank"),
+    CHECK(rendezvous_open("127.0.0.1:9", 2, 2, blob, sizeof blob, 100, NULL, &err) != 0 && strstr(err.msg, "--rank"),
           "rank outside the world: '%s'", err.msg);
 }
 

@@ -80,7 +80,7 @@ static bool has_str(const JsonValue *o, const char *key, const char *want) {
 
 static ResultWriter *open_or_fail(const char *path, PromptFormat fmt, bool resume, bool retry) {
     Err err = {{0}};
-    ResultWriter *w = results_open_ex(path, fmt, resume, retry, &err);
+    ResultWriter *w = results_open(path, fmt, resume, retry, &err);
     CHECK(w, "open %s: %s", path, err.msg);
     return w;
 }
@@ -383,10 +383,10 @@ static void test_resume_refusals(void) {
     Err err = {{0}};
     /* JSONL output resumed for an OpenAI input (and back). */
     make_output(tmp_path("m.jsonl"), PROMPTS_JSONL, "a", 2);
-    CHECK(!results_open(tmp_path("m.jsonl"), PROMPTS_OPENAI, true, &err) && strstr(err.msg, "custom_id"),
+    CHECK(!results_open(tmp_path("m.jsonl"), PROMPTS_OPENAI, true, false, &err) && strstr(err.msg, "custom_id"),
           "format mismatch: %s", err.msg);
     make_output(tmp_path("m2.jsonl"), PROMPTS_OPENAI, "a", 1);
-    CHECK(!results_open(tmp_path("m2.jsonl"), PROMPTS_JSONL, true, &err) && strstr(err.msg, "another input format"),
+    CHECK(!results_open(tmp_path("m2.jsonl"), PROMPTS_JSONL, true, false, &err) && strstr(err.msg, "another input format"),
           "format mismatch: %s", err.msg);
     /* The OpenAI output resumes by custom_id. */
     ResultWriter *w = open_or_fail(tmp_path("m2.jsonl"), PROMPTS_OPENAI, true, false);
@@ -396,10 +396,10 @@ static void test_resume_refusals(void) {
     int fd = open(tmp_path("fake.jsonl.gz"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     CHECK(write(fd, "{\"id\":1}\n", 9) == 9, "write");
     close(fd);
-    CHECK(!results_open(tmp_path("fake.jsonl.gz"), PROMPTS_JSONL, true, &err) && strstr(err.msg, "not gzip"),
+    CHECK(!results_open(tmp_path("fake.jsonl.gz"), PROMPTS_JSONL, true, false, &err) && strstr(err.msg, "not gzip"),
           "gz name, plain content: %s", err.msg);
-    CHECK(!results_open("-", PROMPTS_JSONL, true, &err) && strstr(err.msg, "stdout"), "stdout resume: %s", err.msg);
-    CHECK(!results_open(tmp_dir, PROMPTS_JSONL, true, &err) && strstr(err.msg, "regular file"), "dir: %s", err.msg);
+    CHECK(!results_open("-", PROMPTS_JSONL, true, false, &err) && strstr(err.msg, "stdout"), "stdout resume: %s", err.msg);
+    CHECK(!results_open(tmp_dir, PROMPTS_JSONL, true, false, &err) && strstr(err.msg, "regular file"), "dir: %s", err.msg);
     /* A missing file resumes as empty and is created. */
     w = open_or_fail(tmp_path("new.jsonl"), PROMPTS_JSONL, true, false);
     CHECK(w && id_set_count(results_done(w)) == 0, "new file");
@@ -414,7 +414,7 @@ static void test_stdout(void) {
     dup2(fd, 1);
     close(fd);
     Err err = {{0}};
-    ResultWriter *w = results_open("-", PROMPTS_TEXT, false, &err);
+    ResultWriter *w = results_open("-", PROMPTS_TEXT, false, false, &err);
     if (w) {
         write_n(w, "s", 0, 2);
         results_finish(w, &err);
@@ -516,7 +516,7 @@ static void test_hostile_resume(void) {
             if (it % 5 == 0 && ftruncate(fd, st.st_size - 1 - (off_t)(seed % 40))) bad++; /* and a cut tail */
             close(fd);
             Err err = {{0}};
-            ResultWriter *w = results_open(path, PROMPTS_JSONL, true, &err);
+            ResultWriter *w = results_open(path, PROMPTS_JSONL, true, false, &err);
             if (!w) { bad += err.msg[0] == 0; continue; }
             resumed++;
             write_n(w, "after", 0, 1);

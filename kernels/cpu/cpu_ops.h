@@ -45,7 +45,6 @@ void cpu_add_rmsnorm(float *x, const float *delta, float *out, const float *w, i
                      float w_offset);
 
 void cpu_add(float *x, const float *delta, int64_t n);       /* x += delta */
-void cpu_scale(float *x, float s, int64_t n);                /* x *= s */
 
 /* Rotary embedding in place on x [T][n_heads][head_dim], rotating the first
  * rot_dim channels of each head. inv_freq [rot_dim/2] already holds any

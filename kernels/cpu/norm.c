@@ -29,6 +29,3 @@ void cpu_add(float *x, const float *delta, int64_t n) {
     for (int64_t i = 0; i < n; i++) x[i] += delta[i];
 }
 
-void cpu_scale(float *x, float s, int64_t n) {
-    for (int64_t i = 0; i < n; i++) x[i] *= s;
-}

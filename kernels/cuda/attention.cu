@@ -1,23 +1,12 @@
 /* attention.cu — the entry points of the CUDA attention (attention.cuh):
  * argument checks, the kernel parameter block, and the dispatch of one
  * step's prefill tiles and decode rows to attention_prefill.cu and
- * attention_decode.cu; and the fp8 row quantizer the checks run. */
+ * attention_decode.cu. */
 #include "kernels/cuda/attention.cuh"
 
 #include <string.h>
 
 #include "kernels/cuda/cuda_check.h"
-
-/* Rows of x [rows][n] (fp32) to codes [rows][n] and scales [rows], a warp
- * per row (the checks compare it with the host's fp8_quantize_row). */
-static __global__ void kernel_fp8_quantize_rows(uint8_t *codes, float *scales, const float *x, int rows, int n) {
-    int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    if (r < rows) warp_quantize_fp8(x + (int64_t)r * n, n, codes + (int64_t)r * n, scales + r);
-}
-
-void cuda_fp8_quantize_rows(uint8_t *codes, float *scales, const float *x, int rows, int n, cudaStream_t s) {
-    if (rows > 0) kernel_fp8_quantize_rows<<<(rows + 7) / 8, 256, 0, s>>>(codes, scales, x, rows, n);
-}
 
 void attn_dev_meta(AttnDevMeta *d, const AttnMeta *m, const int32_t *d_buf) {
     *d = (AttnDevMeta){d_buf,         m->n_tiles,    m->n_decode,     m->off_prefill, m->off_tiles,

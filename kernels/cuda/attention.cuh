@@ -112,11 +112,6 @@ typedef struct {
     int64_t n_slots;
 } AttnRope;
 
-/* codes [rows][n], scales [rows] = fp8_quantize_row of each row of x
- * [rows][n] (fp32, device memory), by the device code of the fp8 cache write
- * (cuda_rope_kv_write); the checks compare its bytes with the host's. */
-void cuda_fp8_quantize_rows(uint8_t *codes, float *scales, const float *x, int rows, int n, cudaStream_t s);
-
 /* 0 when the variant has a kernel, else -1 with err saying what is missing. */
 int cuda_attention_check(const AttnParams *p, int block_size, Err *err);
 

@@ -10,7 +10,6 @@
 extern "C" {
 #endif
 int cuda_device_count(int *n, Err *err);       /* 0 devices (no driver) is not an error */
-int cuda_device_describe(int dev, char *out, size_t cap, Err *err);
 #ifdef __cplusplus
 }
 #endif

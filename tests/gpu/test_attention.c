@@ -35,6 +35,7 @@
 #include "kernels/attn_meta.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/attention.cuh"
+#include "tests/gpu/fp8_rows.h"
 #include "tests/test.h"
 
 #define TOL 1e-2
