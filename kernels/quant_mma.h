@@ -1,11 +1,13 @@
 /* quant_mma.h — how the tensor-core quantized GEMV (kernels/cuda/
- * quant_gemv_mma.cu, "v3") lays Q4_K and Q8_0 blocks onto mma.sync
+ * quant_gemv_mma.cu, QGEMV_MMA) lays Q4_K and Q8_0 blocks onto mma.sync
  * m16n8k16 fragments. Plain C shared by the kernel and by the CPU test
  * (tests/test_quant_mma.c) that runs these same functions for the 32 lanes
- * of a warp through an emulated mma, so the mapping is checked in CI.
+ * of a warp through an emulated mma, so the mapping is checked in CI. Also
+ * the fp16 and function-attribute helpers that kernels/quant_x8.h (the dp4a
+ * GEMV's lane arithmetic) builds on.
  *
- * Why tensor cores for a matrix-vector product: the scalar kernel (v2)
- * spends ~5-6 instructions per 4-bit weight (code -> float, dequantize,
+ * Why tensor cores for a matrix-vector product: the scalar kernel
+ * (quant_gemv.cu) spends ~5-6 instructions per 4-bit weight (code -> float, dequantize,
  * FMA per x row, scale unpacking), as much issue time as the weights take
  * to stream, so it never reaches the bandwidth. Here a weight costs about
  * one integer op (a nibble pair becomes a bf16 pair with one LOP3), and
@@ -118,10 +120,10 @@ QM_FN void qm_q4k_b(const uint32_t X[4], int s, uint32_t b[2]) {
 #endif
 }
 
-/* Q4_K: mul and add - off mul (off = 128 here, 0 in version 4) of 4 sub-blocks (half 0: 0..3, 1: 4..7) of
+/* Q4_K: mul and add - 128 mul of 4 sub-blocks (half 0: 0..3, 1: 4..7) of
  * the block whose 16-byte header is hdr (kernels/dtype.c's 6-bit unpacking,
  * four at a time as bytes of a word). */
-QM_FN void qm_q4k_scales(const uint32_t hdr[4], int half, float off, float mul[4], float addp[4]) {
+QM_FN void qm_q4k_scales(const uint32_t hdr[4], int half, float mul[4], float addp[4]) {
     uint32_t sc, mn;
     if (half == 0) {
         sc = hdr[1] & 0x3f3f3f3fu;
@@ -133,7 +135,7 @@ QM_FN void qm_q4k_scales(const uint32_t hdr[4], int half, float off, float mul[4
     float d = qm_half(hdr[0] & 0xffffu), dmin = qm_half(hdr[0] >> 16);
     for (int k = 0; k < 4; k++) {
         mul[k] = d * (float)((sc >> (8 * k)) & 0xffu);
-        addp[k] = -(dmin * (float)((mn >> (8 * k)) & 0xffu)) - off * mul[k];
+        addp[k] = -(dmin * (float)((mn >> (8 * k)) & 0xffu)) - 128.f * mul[k];
     }
 }
 
@@ -190,59 +192,6 @@ QM_FN void qm_acc_scaled(float acc[4], const float C[4], float d_g, float d_g8) 
     acc[1] = fmaf(d_g, C[1], acc[1]);
     acc[2] = fmaf(d_g8, C[2], acc[2]);
     acc[3] = fmaf(d_g8, C[3], acc[3]);
-}
-
-/* ---- version 4: int8 tensor cores (mma.sync m16n8k32 .u8/.s8 x .s8, s32 accumulate) ----
- * Why: v3 still spends ~3.5 instructions per weight, most of them turning
- * codes into bf16, and is issue-bound below ~50-70% of the bandwidth. In
- * int8 a Q8_0 code is an mma operand as stored and a Q4_K word becomes two
- * operands with one AND each, and one mma covers 16 rows x 32 values, so a
- * weight costs ~0.1 instruction. The price: x is rounded to int8 per group
- * of 32 values (scale amax / 127, round to nearest even: qm_i8_round), as
- * llama.cpp rounds its activations (q8_1); the product of the codes is then
- * exact in int32 per (row, group) and the scales are applied in fp32, so
- * the result is dequantize(W) times the rounded x up to fp32 rounding.
- * One int8 term would leave x ~7 bits per group (measured 4-7e-3 relative
- * error on the products, and 8B-model top-1 flips), so x takes two:
- * x ~ dx (128 q1 + q2) / 128, the second term the rounded remainder
- * (|q2| <= 64): ~15 bits, finer than the bf16 x itself, for one more mma
- * per group into the same accumulator (C = 128 A q1 + A q2, exact in int32).
- * Fragments (lane = 4 g + c): A a[0] row g, k 4c..4c+3 (4 bytes); a[1] row
- * g + 8; a[2] row g, k 16 + 4c..; a[3] row g + 8. B b[0] k 4c..4c+3 of x
- * row t = g; b[1] k 16 + 4c... C as in m16n8k16 (int32).
- * k 4c + i is value 8c + i of the group and k 16 + 4c + i value 8c + 4 + i,
- * so a lane reads bytes 8c..8c+7 of a group (two words), weights and x alike.
- * Q4_K chunk q: sub-block 2q is the low nibbles (word & 0x0f0f0f0f), 2q + 1
- * the high ones left in place (word & 0xf0f0f0f0 = 16 code, as u8): the 16
- * is taken out of that group's x scale. Q8_0: the words as they are (s8). */
-QM_FN void qm_i8_q4k_a(const uint32_t wg[2], const uint32_t wg8[2], int h, uint32_t a[4]) {
-    uint32_t m = h ? 0xf0f0f0f0u : 0x0f0f0f0fu;
-    a[0] = wg[0] & m, a[1] = wg8[0] & m, a[2] = wg[1] & m, a[3] = wg8[1] & m;
-}
-QM_FN void qm_i8_q8_a(const uint32_t wg[2], const uint32_t wg8[2], uint32_t a[4]) {
-    a[0] = wg[0], a[1] = wg8[0], a[2] = wg[1], a[3] = wg8[1];
-}
-
-/* Rounding x to int8, one group of 32 values with largest magnitude amax:
- * q1 = rint(x * inv), inv = 127 / amax, dx = amax / 127; the remainder
- * r = x - q1 dx (one fma) gives q2 = rint(r * 128 inv); the value is
- * (128 q1 + q2) dx / 128 (qm_i8_value). */
-QM_FN float qm_i8_inv(float amax) { return amax > 0.f ? 127.f / amax : 0.f; }
-QM_FN float qm_i8_scale(float amax) { return amax / 127.f; }
-QM_FN int qm_i8_round(float v, float inv) {
-#ifdef __CUDA_ARCH__
-    return __float2int_rn(v * inv);
-#else
-    return (int)lrintf(v * inv);
-#endif
-}
-QM_FN void qm_i8_split(float v, float inv, float dx, int *q1, int *q2) {
-    *q1 = qm_i8_round(v, inv);
-    *q2 = qm_i8_round(fmaf(-(float)*q1, dx, v), 128.f * inv);
-}
-QM_FN float qm_i8_value(int q1, int q2, float dx) { return (float)(128 * q1 + q2) * (dx * 0.0078125f); }
-QM_FN uint32_t qm_i8_pack(int q0, int q1, int q2, int q3) {
-    return (uint32_t)(q0 & 0xff) | (uint32_t)(q1 & 0xff) << 8 | (uint32_t)(q2 & 0xff) << 16 | (uint32_t)q3 << 24;
 }
 
 /* Byte offsets in a block of the lane's two weight words (lane c of its

@@ -1,19 +1,20 @@
 /* quant_x8.h — the integer dot-product quantized GEMV (kernels/cuda/
- * quant_gemv_x8.cu, quant_gemv "version 5") for one x row: the arithmetic of
- * a lane, in plain C shared by the kernel and by the CPU test
+ * quant_gemv_x8.cu, QGEMV_X8) for one x row: the rounding of x and the
+ * arithmetic of a lane, in plain C shared by the kernel and by the CPU test
  * (tests/test_quant_x8.c) that replays it for every lane of a row.
  *
- * Why: at batch 1 the tensor-core kernels (v3, v4) issue ~650 warp
- * instructions per 4096 Q4_K weights (ncu), more issue time than the 2.3 KB
- * of those weights take to stream at 4.26 TB/s on the short matrices; they
- * are issue-bound at 30-50% of the bandwidth. Here x is rounded once per
+ * Why: at batch 1 the tensor-core kernel (quant_gemv_mma.cu) issues ~650
+ * warp instructions per 4096 Q4_K weights (ncu), more issue time than the
+ * 2.3 KB of those weights take to stream at 4.26 TB/s on the short matrices;
+ * it is issue-bound at 30-50% of the bandwidth. Here x is rounded once per
  * block (into shared memory, before the rows), so a weight word costs one AND and two
  * dp4a (one per int8 term of x) and a lane's 64 Q4_K weights ~100
  * instructions with the scales: ~200 warp instructions per 4096 weights.
  *
- * x: each group of 32 values is rounded to two int8 terms with
- * kernels/quant_mma.h's rounding (qm_i8_split: x ~ dx (128 q1 + q2) / 128,
- * ~15 bits, finer than the bf16 x itself). Per group the kernel also keeps
+ * x: each group of 32 values is rounded to two int8 terms (qx_split: x ~
+ * dx (128 q1 + q2) / 128, ~15 bits, finer than the bf16 x itself; one term
+ * alone leaves ~7 bits a group, 4-7e-3 relative error on the products and
+ * top-1 flips on an 8B model). Per group the kernel also keeps
  * dxs = dx / 128 and sx = the sum of the rounded values (for the Q4_K
  * mins). Then for a weight row
  *   sum_i w_i x_i = sum over groups of dxs * sum_i w_i (128 q1_i + q2_i),
@@ -45,6 +46,29 @@
 #include "kernels/quant_mma.h"
 
 #define QX_GROUP 32 /* x values per rounding group */
+
+/* Rounding x to int8, one group of 32 values with largest magnitude amax:
+ * q1 = rint(x * inv), inv = 127 / amax, dx = amax / 127 (round to nearest
+ * even, as llama.cpp rounds its activations); the remainder r = x - q1 dx
+ * (one fma) gives q2 = rint(r * 128 inv), |q2| <= 64; the value is
+ * (128 q1 + q2) dx / 128 (qx_value). */
+QM_FN float qx_inv(float amax) { return amax > 0.f ? 127.f / amax : 0.f; }
+QM_FN float qx_scale(float amax) { return amax / 127.f; }
+QM_FN int qx_round(float v, float inv) {
+#ifdef __CUDA_ARCH__
+    return __float2int_rn(v * inv);
+#else
+    return (int)lrintf(v * inv);
+#endif
+}
+QM_FN void qx_split(float v, float inv, float dx, int *q1, int *q2) {
+    *q1 = qx_round(v, inv);
+    *q2 = qx_round(fmaf(-(float)*q1, dx, v), 128.f * inv);
+}
+QM_FN float qx_value(int q1, int q2, float dx) { return (float)(128 * q1 + q2) * (dx * 0.0078125f); }
+QM_FN uint32_t qx_pack(int q0, int q1, int q2, int q3) {
+    return (uint32_t)(q0 & 0xff) | (uint32_t)(q1 & 0xff) << 8 | (uint32_t)(q2 & 0xff) << 16 | (uint32_t)q3 << 24;
+}
 
 /* c + the sum of the 4 byte products; b's bytes signed, a's signed or
  * (a_signed false) unsigned. a_signed is a constant at every call. */
@@ -90,11 +114,11 @@ static inline void qx_round_group(const float x[QX_GROUP], int8_t q1[QX_GROUP], 
                                   float *sx) {
     float amax = 0.f;
     for (int i = 0; i < QX_GROUP; i++) amax = fmaxf(amax, fabsf(x[i]));
-    float inv = qm_i8_inv(amax), dx = qm_i8_scale(amax);
+    float inv = qx_inv(amax), dx = qx_scale(amax);
     int s = 0;
     for (int i = 0; i < QX_GROUP; i++) {
         int a, b;
-        qm_i8_split(x[i], inv, dx, &a, &b);
+        qx_split(x[i], inv, dx, &a, &b);
         q1[i] = (int8_t)a, q2[i] = (int8_t)b;
         s += 128 * a + b;
     }

@@ -1,5 +1,6 @@
 /* test_quant_mma.c — the fragment mapping of the tensor-core quantized GEMV
- * (kernels/quant_mma.h, used by kernels/cuda/quant_gemv_mma.cu) on the CPU.
+ * (kernels/quant_mma.h, used by kernels/cuda/quant_gemv_mma.cu: QGEMV_MMA)
+ * on the CPU.
  *
  * One warp's work is replayed lane by lane with the header's own functions:
  * each lane builds its A and B registers from the block bytes and x exactly
@@ -9,10 +10,7 @@
  * reference every other quantized path is checked against) times x. A
  * mapping mistake (a wrong pair, a wrong k order between A and B, a wrong
  * scale) gives errors of order 1; a control with B in the wrong order
- * shows the check can fail. Version 4 (int8 tensor cores, x rounded to two
- * int8 terms per 32 values) is replayed the same way through an emulated
- * m16n8k32 in integers, against dequantize_row times the rounded x. The
- * kernel itself (cp.async stages, shared memory, the reduction over warps)
+ * shows the check can fail. The kernel itself (cp.async stages, shared memory, the reduction over warps)
  * is checked on a GPU by tests/gpu/test_quant.c.
  */
 #include <math.h>
@@ -25,7 +23,6 @@
 #include "tests/test.h"
 
 #define ROWS 16
-#define MAX_T 8
 
 static uint64_t g_rng = 0x853c49e6748fea9bull;
 static uint32_t rnd32(void) {
@@ -115,8 +112,8 @@ static void warp_stage_q4k(const Problem *P, int sb, float acc[32][4]) {
                 hg[i] = word_at(P->blocks + g * row_bytes(P) + (size_t)sb * 144 + 4 * i);
                 hg8[i] = word_at(P->blocks + (g + 8) * row_bytes(P) + (size_t)sb * 144 + 4 * i);
             }
-            qm_q4k_scales(hg, j / 4, 128.f, mg, ag);
-            qm_q4k_scales(hg8, j / 4, 128.f, mg8, ag8);
+            qm_q4k_scales(hg, j / 4, mg, ag);
+            qm_q4k_scales(hg8, j / 4, mg8, ag8);
             qm_acc(acc[L], C[L], S[L], mg[j % 4], ag[j % 4], mg8[j % 4], ag8[j % 4]);
         }
     }
@@ -149,129 +146,6 @@ static void warp_stage_q8(const Problem *P, int sb, float acc[32][4]) {
             qm_acc_scaled(acc[L], C[L], d, d8);
         }
     }
-}
-
-/* ---- version 4: int8 x in two terms, mma.sync m16n8k32 ---- */
-
-static int byte_of(uint32_t w, int i, bool is_signed) {
-    int v = (int)(w >> (8 * i) & 0xffu);
-    return is_signed && v > 127 ? v - 256 : v;
-}
-
-/* c += A B for a warp's registers, as mma.sync.m16n8k32.row.col.s32.{u8,s8}.s8 does. */
-static void mma_emulate_i8(int c[32][4], const uint32_t a[32][4], const uint32_t b[32][2], bool a_signed) {
-    int A[16][32], B[32][8];
-    for (int L = 0; L < 32; L++) {
-        int g = L / 4, t = L % 4;
-        for (int i = 0; i < 4; i++) {
-            A[g][4 * t + i] = byte_of(a[L][0], i, a_signed), A[g + 8][4 * t + i] = byte_of(a[L][1], i, a_signed);
-            A[g][16 + 4 * t + i] = byte_of(a[L][2], i, a_signed), A[g + 8][16 + 4 * t + i] = byte_of(a[L][3], i, a_signed);
-            B[4 * t + i][g] = byte_of(b[L][0], i, true), B[16 + 4 * t + i][g] = byte_of(b[L][1], i, true);
-        }
-    }
-    for (int L = 0; L < 32; L++)
-        for (int r = 0; r < 4; r++) {
-            int row = L / 4 + 8 * (r / 2), col = 2 * (L % 4) + r % 2, s = 0;
-            for (int k = 0; k < 32; k++) s += A[row][k] * B[k][col];
-            c[L][r] += s;
-        }
-}
-
-/* x row t, group j (32 values) of stage sb rounded as the kernel does: the
- * two code arrays, dx, and the group's values (qm_i8_value) into xhat. */
-static void group_x_i8(const Problem *P, int t, int sb, int j, int q1[32], int q2[32], float *dx, float *xhat) {
-    const uint16_t *x = P->x + (size_t)t * cols_of(P) + sb * QM_SB + 32 * j;
-    float amax = 0.f;
-    for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(bf16_to_fp32(x[i])));
-    float inv = qm_i8_inv(amax);
-    *dx = qm_i8_scale(amax);
-    for (int i = 0; i < 32; i++) {
-        qm_i8_split(bf16_to_fp32(x[i]), inv, *dx, &q1[i], &q2[i]);
-        xhat[i] = qm_i8_value(q1[i], q2[i], *dx);
-    }
-}
-
-/* One stage of version 4 for the whole warp; xhat [T][cols] receives the
- * rounded x (the reference's). i8_plain_k (control): B takes values 4c..
- * instead of 8c.. of the group. */
-static void warp_stage_i8(const Problem *P, int sb, float acc[32][4], float *xhat, bool plain_k) {
-    const bool q4k = P->type == DT_Q4_K;
-    for (int j = 0; j < 8; j++) {
-        int q1[MAX_T][32], q2[MAX_T][32];
-        float dx[MAX_T], sx[MAX_T];
-        for (int t = 0; t < P->T; t++) {
-            group_x_i8(P, t, sb, j, q1[t], q2[t], &dx[t], xhat + (size_t)t * cols_of(P) + sb * QM_SB + 32 * j);
-            int sum = 0;
-            for (int i = 0; i < 32; i++) sum += 128 * q1[t][i] + q2[t][i];
-            sx[t] = dx[t] * 0.0078125f * (float)sum;
-        }
-        uint32_t a[32][4], b1[32][2], b2[32][2];
-        for (int L = 0; L < 32; L++) {
-            int g = L / 4, c = L % 4, v0 = plain_k ? 4 * c : 8 * c;
-            for (int k = 0; k < 2; k++) {
-                int v = k == 0 ? v0 : (plain_k ? 16 + 4 * c : 8 * c + 4);
-                b1[L][k] = g < P->T ? qm_i8_pack(q1[g][v], q1[g][v + 1], q1[g][v + 2], q1[g][v + 3]) : 0;
-                b2[L][k] = g < P->T ? qm_i8_pack(q2[g][v], q2[g][v + 1], q2[g][v + 2], q2[g][v + 3]) : 0;
-            }
-            const uint8_t *bg, *bg8;
-            int o;
-            if (q4k) bg = P->blocks + g * row_bytes(P) + (size_t)sb * 144, o = qm_q4k_word_off(j / 2, c);
-            else bg = P->blocks + g * row_bytes(P) + (size_t)(sb * 8 + j) * 34 + 2, o = qm_q8_word_off(0, c);
-            bg8 = bg + 8 * row_bytes(P);
-            uint32_t wg[2] = {word_at(bg + o), word_at(bg + o + 4)}, wg8[2] = {word_at(bg8 + o), word_at(bg8 + o + 4)};
-            if (q4k) qm_i8_q4k_a(wg, wg8, j % 2, a[L]);
-            else qm_i8_q8_a(wg, wg8, a[L]);
-        }
-        int C[32][4] = {{0}};
-        mma_emulate_i8(C, a, b1, !q4k);
-        for (int L = 0; L < 32; L++)
-            for (int r = 0; r < 4; r++) C[L][r] *= 128;
-        mma_emulate_i8(C, a, b2, !q4k);
-        for (int L = 0; L < 32; L++) {
-            int g = L / 4;
-            float w[2][2]; /* (mul, add) of rows g, g + 8 */
-            for (int h = 0; h < 2; h++) {
-                const uint8_t *blk = P->blocks + (g + 8 * h) * row_bytes(P);
-                if (q4k) {
-                    uint32_t hdr[4];
-                    float mul[4], add[4];
-                    for (int i = 0; i < 4; i++) hdr[i] = word_at(blk + (size_t)sb * 144 + 4 * i);
-                    qm_q4k_scales(hdr, j / 4, 0.f, mul, add);
-                    w[h][0] = mul[j % 4], w[h][1] = add[j % 4];
-                } else {
-                    const uint8_t *d = blk + (size_t)(sb * 8 + j) * 34;
-                    w[h][0] = qm_half((uint32_t)d[0] | (uint32_t)d[1] << 8), w[h][1] = 0.f;
-                }
-            }
-            for (int r = 0; r < 4; r++) {
-                int t = 2 * (L % 4) + r % 2, h = r / 2;
-                if (t >= P->T) continue;
-                float dxc = dx[t] * 0.0078125f * (q4k && j % 2 ? 0.0625f : 1.f);
-                acc[L][r] = fmaf(w[h][0], dxc * (float)C[L][r], fmaf(w[h][1], sx[t], acc[L][r]));
-            }
-        }
-    }
-}
-
-/* ||y - ref|| / ||ref|| of the emulated version-4 warp against
- * dequantize_row times the rounded x. */
-static double run_warp_i8(const Problem *P, bool plain_k) {
-    float acc[32][4] = {{0}};
-    int cols = cols_of(P);
-    float *xhat = malloc((size_t)P->T * cols * sizeof *xhat), *w = malloc(cols * sizeof *w);
-    for (int sb = 0; sb < P->n_sb; sb++) warp_stage_i8(P, sb, acc, xhat, plain_k);
-    double d2 = 0, r2 = 0;
-    for (int row = 0; row < ROWS; row++) {
-        dequantize_row(P->type, P->blocks + row * row_bytes(P), w, cols);
-        for (int t = 0; t < P->T; t++) {
-            double ref = 0;
-            for (int k = 0; k < cols; k++) ref += (double)w[k] * xhat[(size_t)t * cols + k];
-            int g = row % 8, L = 4 * g + t / 2, r = t % 2 + (row >= 8 ? 2 : 0);
-            d2 += (acc[L][r] - ref) * (acc[L][r] - ref), r2 += ref * ref;
-        }
-    }
-    free(xhat), free(w);
-    return sqrt(d2 / (r2 > 0 ? r2 : 1));
 }
 
 static void put_half(uint8_t *p, float v) {
@@ -337,27 +211,6 @@ static void check_type(DType t, const int *Ts, int n_T, int n_sb) {
 static void test_q4k(void) { check_type(DT_Q4_K, (const int[]){1, 2, 5, 8}, 4, 3); }
 static void test_q8_0(void) { check_type(DT_Q8_0, (const int[]){1, 3, 8}, 3, 2); }
 
-/* Version 4 (int8 x in two terms): the emulated warp against the rounded
- * x, every T, both types; and a control with B's k mapping wrong. */
-static void test_int8(void) {
-    const DType types[2] = {DT_Q4_K, DT_Q8_0};
-    for (int i = 0; i < 2; i++)
-        for (int T = 1; T <= MAX_T; T += 3) {
-            Problem P;
-            problem_init(&P, types[i], T, 2);
-            double e = run_warp_i8(&P, false);
-            printf("# v4 %s T=%d 16 x %d: rel err %.2e\n", dtype_info(types[i])->name, T, cols_of(&P), e);
-            CHECK(e <= 1e-5, "v4 %s T=%d: rel err %.3g", dtype_info(types[i])->name, T, e);
-            problem_free(&P);
-        }
-    Problem P;
-    problem_init(&P, DT_Q8_0, 2, 1);
-    double e = run_warp_i8(&P, true);
-    printf("# control: v4 with B's k mapping wrong: rel err %.2e\n", e);
-    CHECK(e > 1e-2, "a wrong int8 k mapping went unnoticed (rel err %.3g)", e);
-    problem_free(&P);
-}
-
 /* The harness can fail: B in plain order against Q4_K's permuted A. */
 static void test_control_wrong_order(void) {
     Problem P;
@@ -387,7 +240,7 @@ static void test_q4k_scales(void) {
         for (int i = 0; i < 4; i++) hdr[i] = word_at(blk + 4 * i);
         for (int half = 0; half < 2; half++) {
             float mul[4], addp[4];
-            qm_q4k_scales(hdr, half, 128.f, mul, addp);
+            qm_q4k_scales(hdr, half, mul, addp);
             for (int k = 0; k < 4; k++) { /* w0 = -dmin m exactly, w1 = d sc - dmin m */
                 int j = 4 * half + k;
                 double want_addp = (double)w0[32 * j] - 128.0 * mul[k];
@@ -421,6 +274,5 @@ int main(void) {
     RUN(test_q4k);
     RUN(test_q8_0);
     RUN(test_control_wrong_order);
-    RUN(test_int8);
     return test_failed_tests != 0;
 }

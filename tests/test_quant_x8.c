@@ -1,6 +1,6 @@
-/* test_quant_x8.c — the lane arithmetic of the dp4a quantized GEMV
- * (kernels/quant_x8.h, used by kernels/cuda/quant_gemv_x8.cu, "version 5")
- * on the CPU.
+/* test_quant_x8.c — the rounding of x and the lane arithmetic of the dp4a
+ * quantized GEMV (kernels/quant_x8.h, used by kernels/cuda/quant_gemv_x8.cu:
+ * QGEMV_X8) on the CPU.
  *
  * x is rounded group by group with qx_round_group (what qx_round_block
  * stores) and laid out in the tiled order (qx_x_offset: each value lands
@@ -59,7 +59,7 @@ static void round_x(const float *x, int64_t cols, DType t, RoundedX *r) {
         int8_t q1[32], q2[32];
         qx_round_group(x + 32 * g, q1, q2, &r->dxs[g], &r->sx[g]);
         for (int i = 0; i < 32; i++) {
-            r->xr[32 * g + i] = qm_i8_value(q1[i], q2[i], 128.f * r->dxs[g]);
+            r->xr[32 * g + i] = qx_value(q1[i], q2[i], 128.f * r->dxs[g]);
             int64_t o = qx_x_offset(t, 32 * g + i);
             CHECK(o >= 0 && o < padded && r->q1[o] == 0 && r->q2[o] == 0, "value %lld: offset %lld taken twice or outside",
                   (long long)(32 * g + i), (long long)o);

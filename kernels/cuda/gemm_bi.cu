@@ -11,17 +11,15 @@
  * same bits in every shape. The fp32 tile then goes through shared memory so
  * that y is written along its rows (coalesced), + bias, rounded once.
  *
- * Shapes (configs 0-5, the ones gb_pick uses): decode (T <= 64) streams W,
- * so BM = 32 (two warps of 16 rows) for many blocks and deep rings of
- * BK = 128 (7 stages of 8 KB of W in flight at T <= 8); prefill uses
- * 128 x 128 (8 warps of 64 x 32) or 64 x 128 tiles of BK = 32, 4 stages, as
- * the classic sm_80 GEMMs do. Measured on the H200 they are latency-bound
- * (kernels/NOTES.md): configs 6-12 (kernel_gemm_bi2) are the next try. */
+ * Shapes (the configurations gb_pick chooses from): decode (T <= 64)
+ * streams W, so BM = 32 (two warps of 16 rows) for many blocks and deep
+ * rings of BK = 128 (7 stages of 8 KB of W in flight at T <= 8); prefill
+ * uses 128 x 128 (8 warps of 64 x 32) or 64 x 128 tiles of BK = 32, 4
+ * stages, as the classic sm_80 GEMMs do. They are latency-bound: two warps
+ * issue a decode block's copies, and each ldmatrix is waited on. */
 #include "kernels/cuda/gemm_bi.cuh"
 
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/cuda_check.h"
@@ -98,48 +96,25 @@ static __device__ __forceinline__ void gb_load(bf16 *st, const GemmBiArgs &a, in
     }
 }
 
-/* gb_load for a block of NT threads (v2: loader warps too); SA: row stride. */
-template <int BM, int BN, int BK, int NT, int SA, bool VEC>
-static __device__ __forceinline__ void gb_load2(bf16 *st, const GemmBiArgs &a, int m0, int n0, int k0) {
-    constexpr int CH = BK / 8;
-#pragma unroll 4
-    for (int i = threadIdx.x; i < (BM + BN) * CH; i += NT) {
-        int r = i / CH, c = (i % CH) * 8, k = k0 + c;
-        bool w = r < BM;
-        int row = w ? m0 + r : n0 + r - BM, lim = w ? a.M : a.T;
-        const bf16 *base = w ? a.W : a.x;
-        bf16 *dst = st + r * SA + c;
-        if (VEC) {
-            bool ok = row < lim && k < a.K;
-            gb_cp16(gb_smem(dst), ok ? base + (int64_t)row * a.K + k : base, ok);
-        } else {
-#pragma unroll
-            for (int e = 0; e < 8; e++)
-                dst[e] = row < lim && k + e < a.K ? base[(int64_t)row * a.K + k + e] : __float2bfloat16(0.0f);
-        }
-    }
-}
-
-/* The epilogue of both kernels: the computing warps' C fragments (c0, c1 at
- * W row g, x rows 2t, 2t+1; c2, c3 at W row g + 8) go through shared memory
- * ep, then all nt threads write the block's outputs (+ bias) to y. */
+/* The epilogue: the warps' C fragments (c0, c1 at W row g, x rows 2t, 2t+1;
+ * c2, c3 at W row g + 8) go through shared memory ep, then all the block's
+ * threads write its outputs (+ bias) to y. */
 template <class S, int MI, int NI, int WM, int WN, int BM, int BN>
-static __device__ __forceinline__ void gb_epilogue(float *ep, const float (&acc)[MI][NI][4], bool computes, int wm,
-                                                   int wn, int lane, int m0, int n0, int nt, const GemmBiArgs &a) {
+static __device__ __forceinline__ void gb_epilogue(float *ep, const float (&acc)[MI][NI][4], int wm, int wn, int lane,
+                                                   int m0, int n0, const GemmBiArgs &a) {
     const int g = lane >> 2, t = lane & 3;
-    if (computes)
 #pragma unroll
-        for (int i = 0; i < MI; i++)
+    for (int i = 0; i < MI; i++)
 #pragma unroll
-            for (int j = 0; j < NI; j++) {
-                int m = wm * WM + i * 16 + g, n = wn * WN + j * 8 + 2 * t;
-                ep[n * S::EPS + m] = acc[i][j][0];
-                ep[(n + 1) * S::EPS + m] = acc[i][j][1];
-                ep[n * S::EPS + m + 8] = acc[i][j][2];
-                ep[(n + 1) * S::EPS + m + 8] = acc[i][j][3];
-            }
+        for (int j = 0; j < NI; j++) {
+            int m = wm * WM + i * 16 + g, n = wn * WN + j * 8 + 2 * t;
+            ep[n * S::EPS + m] = acc[i][j][0];
+            ep[(n + 1) * S::EPS + m] = acc[i][j][1];
+            ep[n * S::EPS + m + 8] = acc[i][j][2];
+            ep[(n + 1) * S::EPS + m + 8] = acc[i][j][3];
+        }
     __syncthreads();
-    for (int i = threadIdx.x; i < BN * BM; i += nt) {
+    for (int i = threadIdx.x; i < BN * BM; i += S::NT) {
         int n = i / BM, m = i % BM, gm = m0 + m, gn = n0 + n;
         if (gm >= a.M || gn >= a.T) continue;
         float v = ep[n * S::EPS + m];
@@ -207,116 +182,10 @@ __global__ void __launch_bounds__(GbShape<BM, BN, WM, WN, BK, ST>::NT) kernel_ge
     gb_wait<0>();
     __syncthreads(); /* the ring becomes the epilogue tile */
 
-    gb_epilogue<S, MI, NI, WM, WN, BM, BN>((float *)smem, acc, true, wm, wn, lane, m0, n0, S::NT, a);
-}
-
-/* v2: the same chain, faster to issue. LW extra warps only load (decode
- * shapes have 1-2 computing warps per block, too few to keep enough copies
- * in flight: v1 streamed W at 1-2 TB/s); fragments of step kk + 1 are
- * loaded from shared memory before the products of step kk are issued (the
- * asm statements keep program order, so v1 waited on every ldmatrix); wider
- * warp tiles (64 x 64) for prefill feed 32 products per 8 ldmatrix. Each
- * accumulator still sees its k16 steps in increasing order and only those. */
-template <int BM, int BN, int WM, int WN, int BK, int ST, int LW, bool VEC>
-__global__ void __launch_bounds__(GbShape<BM, BN, WM, WN, BK, ST>::NT + 32 * LW)
-kernel_gemm_bi2(const GemmBiArgs a) {
-    using S = GbShape<BM, BN, WM, WN, BK, ST>;
-    constexpr int MI = S::MI, NI = S::NI, SA = S::SA, KK = BK / 16, NT = S::NT + 32 * LW;
-    extern __shared__ __align__(16) unsigned char smem[];
-    bf16 *ring = (bf16 *)smem;
-    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wm = warp % S::NWM, wn = warp / S::NWM;
-    const bool computes = warp < S::NWM * S::NWN; /* warp-uniform */
-    const int n_k16 = (a.K + 15) / 16, n_kt = (a.K + BK - 1) / BK;
-
-    float acc[MI][NI][4];
-#pragma unroll
-    for (int i = 0; i < MI; i++)
-#pragma unroll
-        for (int j = 0; j < NI; j++) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
-
-#pragma unroll
-    for (int s = 0; s < ST - 1; s++) {
-        if (s < n_kt) gb_load2<BM, BN, BK, NT, SA, VEC>(ring + s * S::STAGE, a, m0, n0, s * BK);
-        gb_commit();
-    }
-    const int a_row = wm * WM + (lane & 15), a_col = (lane >> 4) * 8;
-    const int b_row = BM + wn * WN + (lane & 7) + ((lane >> 4) << 3), b_col = ((lane >> 3) & 1) * 8;
-
-    for (int kt = 0; kt < n_kt; kt++) {
-        gb_wait<ST - 2>();
-        __syncthreads();
-        int nxt = kt + ST - 1;
-        if (nxt < n_kt) gb_load2<BM, BN, BK, NT, SA, VEC>(ring + (nxt % ST) * S::STAGE, a, m0, n0, nxt * BK);
-        gb_commit();
-        if (!computes) continue;
-        const bf16 *st = ring + (kt % ST) * S::STAGE;
-        const uint32_t a_base = gb_smem(st + a_row * SA + a_col), b_base = gb_smem(st + b_row * SA + b_col);
-        const int nk = min(KK, n_k16 - kt * KK); /* no step past the zero-padded tail */
-        uint32_t af[2][MI][4], bfr[2][NI][2];
-        auto frags = [&](int buf, int kk) {
-#pragma unroll
-            for (int i = 0; i < MI; i++)
-                gb_ldsm4(a_base + (i * 16 * SA + kk * 16) * 2, af[buf][i][0], af[buf][i][1], af[buf][i][2],
-                         af[buf][i][3]);
-            if (NI == 1) {
-                gb_ldsm2(b_base + kk * 16 * 2, bfr[buf][0][0], bfr[buf][0][1]);
-            } else {
-#pragma unroll
-                for (int j = 0; j < NI; j += 2)
-                    gb_ldsm4(b_base + (j * 8 * SA + kk * 16) * 2, bfr[buf][j][0], bfr[buf][j][1],
-                             bfr[buf][j + 1 < NI ? j + 1 : j][0], bfr[buf][j + 1 < NI ? j + 1 : j][1]);
-            }
-        };
-        frags(0, 0);
-#pragma unroll
-        for (int kk = 0; kk < KK; kk++) {
-            if (kk < nk) { /* a predicate, not a break: the loop stays unrolled, fragments in registers */
-                if (kk + 1 < KK && kk + 1 < nk) frags((kk + 1) & 1, kk + 1);
-#pragma unroll
-                for (int i = 0; i < MI; i++)
-#pragma unroll
-                    for (int j = 0; j < NI; j++)
-                        gb_mma(acc[i][j], af[kk & 1][i], bfr[kk & 1][j][0], bfr[kk & 1][j][1]);
-            }
-        }
-    }
-    gb_wait<0>();
-    __syncthreads();
-    gb_epilogue<S, MI, NI, WM, WN, BM, BN>((float *)smem, acc, computes, wm, wn, lane, m0, n0, NT, a);
+    gb_epilogue<S, MI, NI, WM, WN, BM, BN>((float *)smem, acc, wm, wn, lane, m0, n0, a);
 }
 
 /* ---- launchers ---- */
-
-/* Opts a kernel in to more than 48 KB of shared memory, once per device
- * (a host call per GEMM would otherwise sit between launches). */
-static int gb_smem_optin(const void *fn, int bytes, unsigned *done, Err *err) {
-    int dev = 0;
-    if (bytes <= 48 * 1024) return 0;
-    CUDA_CHECK(cudaGetDevice(&dev), err);
-    if (dev < 32 && (*done >> dev & 1u)) return 0; /* a race only sets it twice */
-    CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), err);
-    if (dev < 32) *done |= 1u << dev;
-    return 0;
-}
-
-template <int BM, int BN, int WM, int WN, int BK, int ST, int LW, bool VEC>
-static int gb2_launch_v(const GemmBiArgs &a, cudaStream_t s, Err *err) {
-    using S = GbShape<BM, BN, WM, WN, BK, ST>;
-    static unsigned done = 0;
-    if (gb_smem_optin((const void *)kernel_gemm_bi2<BM, BN, WM, WN, BK, ST, LW, VEC>, S::SMEM, &done, err)) return -1;
-    dim3 grid((unsigned)((a.M + BM - 1) / BM), (unsigned)((a.T + BN - 1) / BN));
-    if (grid.y > 65535) return err_set(err, "gemm_bi: %d rows of x exceed the grid", a.T);
-    kernel_gemm_bi2<BM, BN, WM, WN, BK, ST, LW, VEC><<<grid, S::NT + 32 * LW, S::SMEM, s>>>(a);
-    CUDA_CHECK(cudaGetLastError(), err);
-    return 0;
-}
-
-template <int BM, int BN, int WM, int WN, int BK, int ST, int LW>
-static int gb2_launch(const GemmBiArgs &a, bool vec, cudaStream_t s, Err *err) {
-    if (vec) return gb2_launch_v<BM, BN, WM, WN, BK, ST, LW, true>(a, s, err);
-    return gb2_launch_v<BM, BN, WM, WN, BK, ST, LW, false>(a, s, err);
-}
 
 template <int BM, int BN, int WM, int WN, int BK, int ST, bool VEC>
 static int gb_launch_v(const GemmBiArgs &a, cudaStream_t s, Err *err) {
@@ -350,25 +219,10 @@ static int gb_n_sms(void) {
     return n;
 }
 
-/* The shape for (M, T): any is correct (same sums), this one is the
- * fastest measured or expected. Decode sizes stream W through narrow
- * tiles; prefill takes 128 x 128 unless that leaves SMs idle. */
+/* The shape for (M, T): any is correct (same sums), this one the fastest
+ * measured. Decode sizes stream W through narrow tiles; prefill takes
+ * 128 x 128 unless that leaves SMs idle. */
 static int gb_pick(int M, int T) {
-    /* CLLM_GEMM_BI_PICK="a,b,c,d": the configurations for T <= 8, <= 32,
-     * <= 64 and above (measurements; any choice gives the same bits) */
-    static int pick[4] = {-1, -1, -1, -1};
-    if (pick[0] == -1) {
-        const char *e = getenv("CLLM_GEMM_BI_PICK");
-        int v[4];
-        if (e && sscanf(e, "%d,%d,%d,%d", &v[0], &v[1], &v[2], &v[3]) == 4)
-            for (int i = 0; i < 4; i++) pick[i] = v[i] >= 0 && v[i] < GEMM_BI_CONFIGS ? v[i] : -2;
-        else
-            pick[0] = pick[1] = pick[2] = pick[3] = -2;
-    }
-    int cls = T <= 8 ? 0 : T <= 32 ? 1 : T <= 64 ? 2 : 3;
-    if (pick[cls] >= 0) return pick[cls];
-    /* v1 shapes: the ones measured on the H200 (kernels/NOTES.md "batch-
-     * invariant GEMM"); v2's wait for a run of the sweep */
     if (T <= 8) return 0;
     if (T <= 16) return 1;
     if (T <= 32) return 2;
@@ -391,14 +245,6 @@ extern "C" int cuda_gemm_bi_config(void *y, bool y_f32, int ldc, const void *W, 
     case 3: return gb_launch<32, 64, 16, 64, 128, 5>(a, vec, s, err);
     case 4: return gb_launch<64, 128, 32, 32, 32, 4>(a, vec, s, err);   /* 8 warps, 2 x 4 */
     case 5: return gb_launch<128, 128, 64, 32, 32, 4>(a, vec, s, err);  /* 8 warps, 2 x 4 */
-    /* v2 (loader warps, double-buffered fragments) */
-    case 6: return gb2_launch<32, 8, 16, 8, 128, 8, 6>(a, vec, s, err);   /* 2 computing + 6 loading warps */
-    case 7: return gb2_launch<16, 8, 16, 8, 128, 8, 3>(a, vec, s, err);   /* 1 + 3: more blocks for small M */
-    case 8: return gb2_launch<32, 32, 16, 32, 128, 6, 6>(a, vec, s, err);
-    case 9: return gb2_launch<32, 64, 16, 64, 128, 5, 6>(a, vec, s, err);
-    case 10: return gb2_launch<128, 128, 64, 64, 32, 4, 0>(a, vec, s, err); /* 4 warps of 64 x 64 */
-    case 11: return gb2_launch<128, 128, 64, 32, 64, 3, 0>(a, vec, s, err); /* 8 warps, BK 64 */
-    case 12: return gb2_launch<128, 256, 64, 64, 32, 4, 0>(a, vec, s, err); /* 8 warps of 64 x 64 */
     default: return err_set(err, "gemm_bi: configuration %d (0..%d)", config, GEMM_BI_CONFIGS - 1);
     }
 }

@@ -25,7 +25,7 @@
 extern "C" {
 #endif
 
-#define GEMM_BI_CONFIGS 13  /* tile configurations (cuda_gemm_bi_config) */
+#define GEMM_BI_CONFIGS 6  /* tile configurations (cuda_gemm_bi_config), each one cuda_gemm_bi picks for some (M, T) */
 
 /* W [M][K], x [T][K] bf16 (uint16 bit patterns) row-major; y [T][ldc] bf16 or fp32 (y_f32); bias
  * fp32 [M] or NULL. Any M, T, K >= 1 (16-byte loads when K % 8 == 0 and

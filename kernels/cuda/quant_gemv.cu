@@ -1,19 +1,25 @@
-/* quant_gemv.cu — fused dequantize + matrix x few-vectors product over the
- * split layout of quant.cuh, and the dequantize-to-bf16 kernel for prefill.
+/* quant_gemv.cu — the scalar quantized GEMV (QGEMV_SCALAR: fused
+ * dequantize + matrix x few-vectors product over the split layout of
+ * quant.cuh), quant.cuh's quant_gemv and quant_gemv_takes for all three GEMV
+ * kernels, and the dequantize-to-bf16 kernel (the bf16 scratch of the
+ * dequantizing GEMM route).
  *
  * The GEMV is a stream over the quantized weights (the floor is their bytes
  * over the memory bandwidth), so:
  *   - each lane handles one "unit" (quant_layout.cuh) per step: one 16-byte
  *     load from the qs plane plus its block's scales, R rows at once (R rows
- *     per warp share each x value loaded); the next step's loads are issued
- *     before the current step's arithmetic (register double buffer);
+ *     per warp share each x value loaded: 2, or 4 from T = 5); several tiles
+ *     of those loads are issued before any of their arithmetic (gemv_tiles:
+ *     one tile ahead was slower);
  *   - x is staged in shared memory as fp32, permuted so that slot k of lane
  *     L sits at [k][L]: every lane reads its 4 x values with one conflict-free
  *     16-byte load whatever the block layout. Rows longer than the staging
  *     buffer go in chunks of whole 32-unit tiles;
  *   - codes become floats with the 2^23 trick (a byte placed in the mantissa
- *     of 2^23 by one byte-permute, no int->float conversion), then
- *     w = mul * (f - sub) + add with the run's scale/min, then T fp32 FMAs;
+ *     of 2^23 by one byte-permute, no int->float conversion); per run of
+ *     codes under one scale, sum(x q) times the scale (plus the min times
+ *     sum(x)) where that saves work, else each weight dequantized, w = mul *
+ *     (f - sub) + add, and T fp32 FMAs;
  *   - warp-shuffle reduction, lane 0 writes the R x T outputs.
  * The dequantize kernel uses the same unit decode with correctly rounded
  * operations in dtype.c's order, so it is bit-exact with dequantize_row. */
@@ -24,11 +30,12 @@
 #include "kernels/cuda/gemv_out.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/quant.cuh"
+#include "kernels/cuda/quant_gemv_kernels.cuh"
 #include "kernels/cuda/quant_layout.cuh"
 
 #define QG_WARPS 8
-#define QG_XSMEM (48 * 1024)    /* v1 staging bytes for x: the default limit, no opt-in needed */
-#define QG_XSMEM_V2 (96 * 1024) /* v2: fewer chunk barriers at T > 1; two blocks still fit an SM */
+#define QG_XSMEM (96 * 1024)        /* staging bytes for x: few chunk barriers at T > 1; two blocks still fit an SM */
+#define QG_SMEM_DEFAULT (48 * 1024) /* dynamic shared memory a kernel may take without opting in */
 #define QG_PREFETCH 2048        /* bytes of each row's codes asked into L2 before pdl_wait (pdl.cuh) */
 #define MAGIC 8388608.0f     /* 2^23: a byte b in the low mantissa bits reads as 2^23 + b */
 
@@ -227,7 +234,7 @@ static __device__ __forceinline__ void unit_fma(float (*acc)[T], const UnitRaw *
     }
 }
 
-/* v2: acc[r][t] += mul * sum(x * q) (+ add * sum(x)) per run: one FMA per
+/* acc[r][t] += mul * sum(x * q) (+ add * sum(x)) per run: one FMA per
  * value and row instead of two (sum(x) is shared by the R rows). */
 template <int Q, int T, int R>
 static __device__ __forceinline__ void unit_fma_sums(float (*acc)[T], const UnitRaw *raw, int p, const float4 *xs,
@@ -280,15 +287,18 @@ static __device__ __forceinline__ void unit_fma_sums(float (*acc)[T], const Unit
             }
 }
 
-/* v2: U tiles of loads in flight per lane before any arithmetic (v1 keeps
- * one tile ahead), and sum-then-scale where it saves work (always without a
- * min; with a min while T <= 2, where the extra sums are cheaper than a
- * dequantize FMA per value). */
-template <int Q, int T, int R, int U>
-static __device__ __forceinline__ void gemv_chunk_v2(float (*acc)[T], const GemvArgs &a, const uint8_t *const *qs,
+/* tiles of loads in flight per lane: 4 x R rows of units, fewer where the
+ * K types' bigger units would spill registers */
+static constexpr int gemv_tiles(int q, int r) { return quant_block_elems(q) == 256 ? (r == 2 ? 2 : 1) : (r == 4 ? 2 : 4); }
+
+/* gemv_tiles tiles of loads in flight per lane before any arithmetic, and
+ * sum-then-scale where it saves work (always without a min; with a min while
+ * T <= 2, where the extra sums are cheaper than a dequantize FMA per value). */
+template <int Q, int T, int R>
+static __device__ __forceinline__ void gemv_chunk(float (*acc)[T], const GemvArgs &a, const uint8_t *const *qs,
                                                      const uint8_t *const *sc, const float4 *xs, int tile0, int nt,
                                                      int stride_t, int lane) {
-    const int K = quant_unit_k(Q), upb = quant_units_per_block(Q);
+    const int K = quant_unit_k(Q), upb = quant_units_per_block(Q), U = gemv_tiles(Q, R);
     const bool SUMS = !(Q == DT_Q4_1 || Q == DT_Q4_K || Q == DT_Q5_K) || T <= 2;
     for (int tile = 0; tile < nt; tile += U) {
         UnitRaw raw[U][R];
@@ -310,11 +320,11 @@ static __device__ __forceinline__ void gemv_chunk_v2(float (*acc)[T], const Gemv
     }
 }
 
-template <int Q, int T, int R, int U>
+template <int Q, int T, int R>
 __global__ void __launch_bounds__(QG_WARPS * 32)
 kernel_quant_gemv(GemvArgs a) {
     extern __shared__ float4 xs[];
-    const int K = quant_unit_k(Q), upb = quant_units_per_block(Q);
+    const int K = quant_unit_k(Q);
     int lane = threadIdx.x % 32;
     int64_t row0 = ((int64_t)blockIdx.x * QG_WARPS + threadIdx.x / 32) * R;
     int64_t nb = a.cols / quant_block_elems(Q);
@@ -339,23 +349,7 @@ kernel_quant_gemv(GemvArgs a) {
         __syncthreads(); /* the previous chunk's readers are done */
         stage_x<Q, T>(xs, a, tile0, nt);
         __syncthreads();
-        if constexpr (U > 0) {
-            gemv_chunk_v2<Q, T, R, U>(acc, a, qs, sc, xs, tile0, nt, stride_t, lane);
-            continue;
-        }
-        UnitRaw cur[R], nxt[R];
-        int64_t u = (int64_t)tile0 * 32 + lane;
-        if (u < a.units)
-#pragma unroll
-            for (int r = 0; r < R; r++) cur[r] = unit_load<Q>(qs[r], sc[r], u);
-        for (int tile = 0; tile < nt; tile++, u += 32) {
-            if (tile + 1 < nt && u + 32 < a.units)
-#pragma unroll
-                for (int r = 0; r < R; r++) nxt[r] = unit_load<Q>(qs[r], sc[r], u + 32);
-            if (u < a.units) unit_fma<Q, T, R>(acc, cur, (int)(u % upb), xs + tile * K * 32, stride_t, lane);
-#pragma unroll
-            for (int r = 0; r < R; r++) cur[r] = nxt[r];
-        }
+        gemv_chunk<Q, T, R>(acc, a, qs, sc, xs, tile0, nt, stride_t, lane);
     }
 #pragma unroll
     for (int r = 0; r < R; r++)
@@ -375,43 +369,18 @@ kernel_quant_gemv(GemvArgs a) {
 
 /* ---------------- dequantize to bf16 ---------------- */
 
-template <int Q>
-__global__ void kernel_quant_dequant_bf16(__nv_bfloat16 *dst, const uint8_t *qs_base, const uint8_t *sc_base,
-                                          int64_t row0, int64_t n_rows, int cols, int units) {
-    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (i >= n_rows * units) return;
-    int64_t r = i / units, u = i % units, nb = cols / quant_block_elems(Q);
-    const uint8_t *qs = qs_base + (row0 + r) * nb * quant_qs_bytes(Q);
-    const uint8_t *sc = sc_base ? sc_base + (row0 + r) * nb * quant_sc_bytes(Q) : NULL;
-    int p = (int)(u % quant_units_per_block(Q));
-    Unit un = unit_decode<Q>(unit_load<Q>(qs, sc, u), p);
-    const int K = quant_unit_k(Q);
-#pragma unroll
-    for (int k = 0; k < K; k++) {
-        int run = K == 8 ? k / 4 : 0;
-        __nv_bfloat16 v[4];
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            float q = code_float(un.code[k], j) - code_sub<Q>(); /* exact */
-            float e = __fmul_rn(un.mul[run], q);
-            if (Q == DT_Q4_1 || Q == DT_Q4_K || Q == DT_Q5_K) e = __fadd_rn(e, un.add[run]);
-            v[j] = __float2bfloat16_rn(e);
-        }
-        *(uint2 *)(dst + r * cols + quant_unit_xoff<Q>(u, k)) = *(const uint2 *)v;
-    }
-}
-
-/* v2: a block decodes 256 consecutive units (a contiguous run of the
- * flattened [n_rows][cols] output: units tile it in order) into shared
- * memory, then writes the run with coalesced 16-byte stores (v1's 8-byte
- * stores land 64 bytes apart across a warp). 4 bf16 of padding per 32
- * values keep the scattered shared-memory writes to 2-way bank conflicts. */
+/* A block decodes 256 consecutive units (a contiguous run of the flattened
+ * [n_rows][cols] output: units tile it in order) into shared memory, then
+ * writes the run with coalesced 16-byte stores (a thread's own stores of its
+ * unit, 8 bytes each, land 64 bytes apart across a warp: several times
+ * slower). 4 bf16 of padding per 32 values keep the scattered shared-memory
+ * writes to 2-way bank conflicts. */
 #define DQ_UNITS 256
 static __device__ __forceinline__ int dq_pad(int e) { return e + 4 * (e / 32); }
 
 template <int Q>
 __global__ void __launch_bounds__(DQ_UNITS)
-kernel_quant_dequant_bf16_v2(__nv_bfloat16 *dst, const uint8_t *qs_base, const uint8_t *sc_base, int64_t row0,
+kernel_quant_dequant_bf16(__nv_bfloat16 *dst, const uint8_t *qs_base, const uint8_t *sc_base, int64_t row0,
                              int64_t n_rows, int cols, int units) {
     const int E = quant_unit_k(Q) * 4, K = quant_unit_k(Q);
     __shared__ __align__(16) __nv_bfloat16 buf[DQ_UNITS * E + DQ_UNITS * E / 8];
@@ -447,70 +416,68 @@ kernel_quant_dequant_bf16_v2(__nv_bfloat16 *dst, const uint8_t *qs_base, const u
 
 /* ---------------- launchers ---------------- */
 
-/* tiles of loads in flight per lane in v2: 4 x R rows of units, fewer where
- * the K types' bigger units would spill registers */
-static constexpr int gemv_v2_tiles(int q, int r) {
-    return quant_block_elems(q) == 256 ? (r == 1 ? 4 : r == 2 ? 2 : 1) : (r == 4 ? 2 : 4);
-}
-
-template <int Q, int T, int R, int U>
+template <int Q, int T, int R>
 static int launch_gemv(const GemvArgs &a0, cudaStream_t s, Err *err) {
     GemvArgs a = a0;
     int tile_bytes = T * quant_unit_k(Q) * 32 * 16;
-    a.chunk_tiles = (U > 0 ? QG_XSMEM_V2 : QG_XSMEM) / tile_bytes;
+    a.chunk_tiles = QG_XSMEM / tile_bytes;
     int n_tiles = (a.units + 31) / 32;
     if (a.chunk_tiles > n_tiles) a.chunk_tiles = n_tiles;
     size_t smem = (size_t)a.chunk_tiles * tile_bytes;
-    if (smem > QG_XSMEM) /* above the default limit: opt in (cheap, and legal during graph capture) */
-        CUDA_CHECK(cudaFuncSetAttribute(kernel_quant_gemv<Q, T, R, U>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    if (smem > QG_SMEM_DEFAULT) /* above the default limit: opt in (cheap, and legal during graph capture) */
+        CUDA_CHECK(cudaFuncSetAttribute(kernel_quant_gemv<Q, T, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         (int)smem), err);
     int64_t groups = (a.rows + R - 1) / R, blocks = (groups + QG_WARPS - 1) / QG_WARPS;
-    CUDA_CHECK(launch_pdl(kernel_quant_gemv<Q, T, R, U>, (unsigned)blocks, QG_WARPS * 32, smem, s, a), err);
+    CUDA_CHECK(launch_pdl(kernel_quant_gemv<Q, T, R>, (unsigned)blocks, QG_WARPS * 32, smem, s, a), err);
     return 0;
 }
 
-template <int Q, int T, int R>
-static int launch_gemv_v(const GemvArgs &a, int version, cudaStream_t s, Err *err) {
-    if (version == 0) version = 2; /* the default (measured faster on the H200): kernels/NOTES.md "quantized GEMV" */
-    if (version == 1) return launch_gemv<Q, T, R, 0>(a, s, err);
-    if (version == 2) return launch_gemv<Q, T, R, gemv_v2_tiles(Q, R)>(a, s, err);
-    return err_set(err, "quant_gemv: version %d (1, 2, 3 or 4)", version);
-}
-
-template <int Q, int T>
-static int launch_gemv_r(const GemvArgs &a, int version, int R, cudaStream_t s, Err *err) {
-    if (R == 0) R = T >= 5 ? 4 : 2; /* the default; kernels/NOTES.md "quantized GEMV" */
-    switch (R) {
-    case 1: return launch_gemv_v<Q, T, 1>(a, version, s, err);
-    case 2: return launch_gemv_v<Q, T, 2>(a, version, s, err);
-    case 4: return launch_gemv_v<Q, T, 4>(a, version, s, err);
-    default: return err_set(err, "quant_gemv: rows per warp %d (1, 2 or 4)", R);
-    }
-}
-
+/* 2 rows a warp, 4 from T = 5 (x's loads from shared memory shared by more rows) */
 template <int Q>
-static int launch_gemv_t(const GemvArgs &a, int T, int version, int R, cudaStream_t s, Err *err) {
+static int launch_gemv_t(const GemvArgs &a, int T, cudaStream_t s, Err *err) {
     switch (T) {
-    case 1: return launch_gemv_r<Q, 1>(a, version, R, s, err);
-    case 2: return launch_gemv_r<Q, 2>(a, version, R, s, err);
-    case 3: return launch_gemv_r<Q, 3>(a, version, R, s, err);
-    case 4: return launch_gemv_r<Q, 4>(a, version, R, s, err);
-    case 5: return launch_gemv_r<Q, 5>(a, version, R, s, err);
-    case 6: return launch_gemv_r<Q, 6>(a, version, R, s, err);
-    case 7: return launch_gemv_r<Q, 7>(a, version, R, s, err);
-    case 8: return launch_gemv_r<Q, 8>(a, version, R, s, err);
+    case 1: return launch_gemv<Q, 1, 2>(a, s, err);
+    case 2: return launch_gemv<Q, 2, 2>(a, s, err);
+    case 3: return launch_gemv<Q, 3, 2>(a, s, err);
+    case 4: return launch_gemv<Q, 4, 2>(a, s, err);
+    case 5: return launch_gemv<Q, 5, 4>(a, s, err);
+    case 6: return launch_gemv<Q, 6, 4>(a, s, err);
+    case 7: return launch_gemv<Q, 7, 4>(a, s, err);
+    case 8: return launch_gemv<Q, 8, 4>(a, s, err);
     default: return err_set(err, "quant_gemv: %d rows of x (1..%d)", T, QUANT_GEMV_MAX_T);
     }
 }
 
-bool quant_gemv_picks_x8(const QuantMatrix *W, int T) {
-    return T == 1 && quant_gemv_x8_supported(W->type, W->cols) &&
-           (W->type != DT_Q8_0 || W->rows >= 16384);
+static int quant_gemv_scalar(const QuantMatrix *W, const void *x, bool x_f32, const GemvOut *out, int T,
+                             cudaStream_t s, Err *err) {
+    GemvArgs a = {(const uint8_t *)W->qs, (const uint8_t *)W->sc, x, *out, W->rows, (int)W->cols, 0, 0, x_f32};
+    a.units = (int)(W->cols / quant_block_elems(W->type) * quant_units_per_block(W->type));
+    switch (W->type) {
+    case DT_Q8_0: return launch_gemv_t<DT_Q8_0>(a, T, s, err);
+    case DT_Q4_0: return launch_gemv_t<DT_Q4_0>(a, T, s, err);
+    case DT_Q4_1: return launch_gemv_t<DT_Q4_1>(a, T, s, err);
+    case DT_Q4_K: return launch_gemv_t<DT_Q4_K>(a, T, s, err);
+    case DT_Q5_K: return launch_gemv_t<DT_Q5_K>(a, T, s, err);
+    case DT_Q6_K: return launch_gemv_t<DT_Q6_K>(a, T, s, err);
+    default: return err_set(err, "quant_gemv: unsupported type");
+    }
 }
 
-/* quant_gemv_variant with the output as a GemvOut (quant.cuh). */
-static int quant_gemv_out_v(const QuantMatrix *W, const void *x, bool x_f32, const GemvOut *out, int T, int version,
-                            int rows_per_warp, cudaStream_t s, Err *err) {
+bool quant_gemv_takes(QuantGemvKernel k, const QuantMatrix *W, int T, bool x_f32) {
+    Err e = {};
+    size_t bytes;
+    if (quant_matrix_bytes(W->type, W->rows, W->cols, &bytes, &e)) return false;
+    switch (k) {
+    case QGEMV_SCALAR: return T >= 1 && T <= QUANT_GEMV_MAX_T;
+    case QGEMV_MMA: return quant_gemv_mma_takes(W->type, W->cols, T, x_f32);
+    case QGEMV_X8: return quant_gemv_x8_takes(W->type, W->rows, W->cols, T, x_f32);
+    }
+    return false;
+}
+
+int quant_gemv(const QuantMatrix *W, const void *x, bool x_f32, const GemvOut *out, int T, QuantGemvKernel k,
+               cudaStream_t s, Err *err) {
+    static const char *const names[3] = {"scalar", "mma", "x8"};
     size_t bytes;
     if (quant_matrix_bytes(W->type, W->rows, W->cols, &bytes, err)) return -1;
     if ((uintptr_t)x % 16 || (uintptr_t)W->qs % 16)
@@ -518,90 +485,40 @@ static int quant_gemv_out_v(const QuantMatrix *W, const void *x, bool x_f32, con
     if (out->end[0] > out->end[1] || out->end[1] > out->end[2] || out->end[2] != W->rows)
         return err_set(err, "quant_gemv: output parts end at %lld, %lld, %lld for %lld rows", (long long)out->end[0],
                        (long long)out->end[1], (long long)out->end[2], (long long)W->rows);
-    /* the default: v3 where measured faster on the H200 (kernels/NOTES.md "v3 measured"): Q4_K; Q8_0 from
-     * T = 2, and at T = 1 on big matrices (from 16384 rows or 8192 columns: 3-6% there, 8-16% slower below) */
-    bool big = W->rows >= 16384 || W->cols >= 8192;
-    /* v5 (dp4a) at one row: Q4_K always, Q8_0 on tall matrices (measured: 1-4% faster there, 9-17% slower on
-     * 4096-row ones; kernels/NOTES.md "v5") */
-    if (version == 0 && !x_f32 && quant_gemv_picks_x8(W, T)) version = 5;
-    if (version == 0 && quant_gemv_mma_supported(W->type, W->cols, x_f32) && (W->type == DT_Q4_K || T >= 2 || big))
-        version = 3;
-    if (version == 5) {
-        if (x_f32) return err_set(err, "quant_gemv v5: x must be bf16");
-        return quant_gemv_x8(W, x, NULL, out, T, s, err);
-    }
-    if (version == 3 || version == 4) { /* quant_gemv_mma checks the type, the columns and T */
-        if (x_f32) return err_set(err, "quant_gemv v%d: x must be bf16", version);
-        return quant_gemv_mma(W, x, out, T, version == 4, s, err);
-    }
-    GemvArgs a = {(const uint8_t *)W->qs, (const uint8_t *)W->sc, x, *out, W->rows, (int)W->cols, 0, 0, x_f32};
-    a.units = (int)(W->cols / quant_block_elems(W->type) * quant_units_per_block(W->type));
-    switch (W->type) {
-    case DT_Q8_0: return launch_gemv_t<DT_Q8_0>(a, T, version, rows_per_warp, s, err);
-    case DT_Q4_0: return launch_gemv_t<DT_Q4_0>(a, T, version, rows_per_warp, s, err);
-    case DT_Q4_1: return launch_gemv_t<DT_Q4_1>(a, T, version, rows_per_warp, s, err);
-    case DT_Q4_K: return launch_gemv_t<DT_Q4_K>(a, T, version, rows_per_warp, s, err);
-    case DT_Q5_K: return launch_gemv_t<DT_Q5_K>(a, T, version, rows_per_warp, s, err);
-    case DT_Q6_K: return launch_gemv_t<DT_Q6_K>(a, T, version, rows_per_warp, s, err);
-    default: return err_set(err, "quant_gemv: unsupported type");
-    }
-}
-
-int quant_gemv_variant(const QuantMatrix *W, const void *x, bool x_f32, void *y, bool y_f32, const float *bias,
-                       int T, int version, int rows_per_warp, cudaStream_t s, Err *err) {
-    GemvOut out = gemv_out_one(y, y_f32, bias, W->rows);
-    return quant_gemv_out_v(W, x, x_f32, &out, T, version, rows_per_warp, s, err);
-}
-
-int quant_gemv_parts(const QuantMatrix *W, const void *x, const GemvOut *out, int T, int version, cudaStream_t s,
-                     Err *err) {
-    return quant_gemv_out_v(W, x, false, out, T, version, 0, s, err);
-}
-
-int quant_gemv(const QuantMatrix *W, const void *x, bool x_f32, void *y, bool y_f32, const float *bias, int T,
-               cudaStream_t s, Err *err) {
-    return quant_gemv_variant(W, x, x_f32, y, y_f32, bias, T, 0, 0, s, err);
+    if ((unsigned)k > QGEMV_X8) return err_set(err, "quant_gemv: kernel %d", (int)k);
+    if (!quant_gemv_takes(k, W, T, x_f32))
+        return err_set(err, "quant_gemv: the %s kernel does not take %s [%lld][%lld] at %d rows of %s x", names[k],
+                       dtype_info(W->type)->name, (long long)W->rows, (long long)W->cols, T, x_f32 ? "fp32" : "bf16");
+    if (k == QGEMV_X8) return quant_gemv_x8(W, x, NULL, out, T, s, err);
+    if (k == QGEMV_MMA) return quant_gemv_mma(W, x, out, T, s, err);
+    return quant_gemv_scalar(W, x, x_f32, out, T, s, err);
 }
 
 template <int Q>
-static int launch_dequant(const QuantMatrix *W, int64_t row0, int64_t n_rows, void *dst, int version, cudaStream_t s,
-                          Err *err) {
+static int launch_dequant(const QuantMatrix *W, int64_t row0, int64_t n_rows, void *dst, cudaStream_t s, Err *err) {
     int units = (int)(W->cols / quant_block_elems(Q) * quant_units_per_block(Q));
     int64_t n = n_rows * units;
-    if (version == 0) version = 2; /* the default (measured faster on the H200): kernels/NOTES.md "quantized GEMV" */
-    if (version == 2 && (uintptr_t)dst % 16) return err_set(err, "quant_dequant_bf16 v2: dst must be 16-byte aligned");
-    if (version == 1)
-        kernel_quant_dequant_bf16<Q><<<(unsigned)((n + 255) / 256), 256, 0, s>>>(
-            (__nv_bfloat16 *)dst, (const uint8_t *)W->qs, (const uint8_t *)W->sc, row0, n_rows, (int)W->cols, units);
-    else if (version == 2)
-        kernel_quant_dequant_bf16_v2<Q><<<(unsigned)((n + DQ_UNITS - 1) / DQ_UNITS), DQ_UNITS, 0, s>>>(
-            (__nv_bfloat16 *)dst, (const uint8_t *)W->qs, (const uint8_t *)W->sc, row0, n_rows, (int)W->cols, units);
-    else
-        return err_set(err, "quant_dequant_bf16: version %d (1 or 2)", version);
+    kernel_quant_dequant_bf16<Q><<<(unsigned)((n + DQ_UNITS - 1) / DQ_UNITS), DQ_UNITS, 0, s>>>(
+        (__nv_bfloat16 *)dst, (const uint8_t *)W->qs, (const uint8_t *)W->sc, row0, n_rows, (int)W->cols, units);
     CUDA_CHECK(cudaGetLastError(), err);
     return 0;
 }
 
-int quant_dequant_bf16_variant(const QuantMatrix *W, int64_t row0, int64_t n_rows, void *dst, int version,
-                               cudaStream_t s, Err *err) {
+int quant_dequant_bf16(const QuantMatrix *W, int64_t row0, int64_t n_rows, void *dst, cudaStream_t s, Err *err) {
     size_t bytes;
     if (quant_matrix_bytes(W->type, W->rows, W->cols, &bytes, err)) return -1;
     if (row0 < 0 || n_rows < 0 || row0 + n_rows > W->rows)
         return err_set(err, "quant_dequant_bf16: rows [%lld, %lld) outside the matrix's %lld", (long long)row0,
                        (long long)(row0 + n_rows), (long long)W->rows);
-    if ((uintptr_t)dst % 8) return err_set(err, "quant_dequant_bf16: dst must be 8-byte aligned");
+    if ((uintptr_t)dst % 16) return err_set(err, "quant_dequant_bf16: dst must be 16-byte aligned");
     if (n_rows == 0) return 0;
     switch (W->type) {
-    case DT_Q8_0: return launch_dequant<DT_Q8_0>(W, row0, n_rows, dst, version, s, err);
-    case DT_Q4_0: return launch_dequant<DT_Q4_0>(W, row0, n_rows, dst, version, s, err);
-    case DT_Q4_1: return launch_dequant<DT_Q4_1>(W, row0, n_rows, dst, version, s, err);
-    case DT_Q4_K: return launch_dequant<DT_Q4_K>(W, row0, n_rows, dst, version, s, err);
-    case DT_Q5_K: return launch_dequant<DT_Q5_K>(W, row0, n_rows, dst, version, s, err);
-    case DT_Q6_K: return launch_dequant<DT_Q6_K>(W, row0, n_rows, dst, version, s, err);
+    case DT_Q8_0: return launch_dequant<DT_Q8_0>(W, row0, n_rows, dst, s, err);
+    case DT_Q4_0: return launch_dequant<DT_Q4_0>(W, row0, n_rows, dst, s, err);
+    case DT_Q4_1: return launch_dequant<DT_Q4_1>(W, row0, n_rows, dst, s, err);
+    case DT_Q4_K: return launch_dequant<DT_Q4_K>(W, row0, n_rows, dst, s, err);
+    case DT_Q5_K: return launch_dequant<DT_Q5_K>(W, row0, n_rows, dst, s, err);
+    case DT_Q6_K: return launch_dequant<DT_Q6_K>(W, row0, n_rows, dst, s, err);
     default: return err_set(err, "quant_dequant_bf16: unsupported type");
     }
-}
-
-int quant_dequant_bf16(const QuantMatrix *W, int64_t row0, int64_t n_rows, void *dst, cudaStream_t s, Err *err) {
-    return quant_dequant_bf16_variant(W, row0, n_rows, dst, 0, s, err);
 }

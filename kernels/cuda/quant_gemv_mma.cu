@@ -1,11 +1,10 @@
-/* quant_gemv_mma.cu — quant_gemv version 3: the quantized matrix x few
- * vectors product on tensor cores, for Q4_K and Q8_0 (the types of the
- * decode benchmark), bf16 x, columns a multiple of 256.
+/* quant_gemv_mma.cu — the tensor-core quantized GEMV (QGEMV_MMA of
+ * quant.cuh): the matrix x few vectors product on bf16 mma.sync, for Q4_K
+ * and Q8_0, bf16 x, columns a multiple of 256.
  *
- * Why (kernels/NOTES.md "quantized GEMV"): v2 issues ~5-6 instructions per
- * 4-bit weight and holds its loads in registers, so its warps alternate
- * between waiting and computing and Q4_K streams at 20% of the bandwidth.
- * Here:
+ * Why: the scalar kernel (quant_gemv.cu) issues ~5-6 instructions per 4-bit
+ * weight and holds its loads in registers, so its warps alternate between
+ * waiting and computing and Q4_K streams at 20% of the bandwidth. Here:
  *   - the weights travel global -> shared memory by cp.async, several
  *     stages ahead per warp, so loads stay in flight while the warp
  *     computes (no registers held, no block-wide barrier in the loop);
@@ -31,16 +30,13 @@
 #include "kernels/cuda/gemv_out.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/quant.cuh"
+#include "kernels/cuda/quant_gemv_kernels.cuh"
 #include "kernels/cuda/quant_layout.cuh"
-#include "kernels/cuda/round_x8.cuh"
 #include "kernels/cuda/tensor_core.cuh"
 #include "kernels/quant_mma.h"
 
 #define QM_WARPS 8
-#ifndef QM_BLOCK_SMEM_KB /* (-D for experiments, kernels/NOTES.md) */
-#define QM_BLOCK_SMEM_KB 74 /* three blocks per SM (228 KB) where the stages allow: Q4_K, T <= 2 */
-#endif
-#define QM_BLOCK_SMEM (QM_BLOCK_SMEM_KB * 1024)
+#define QM_BLOCK_SMEM (74 * 1024) /* three blocks per SM (228 KB) where the stages allow: Q4_K, T <= 2 */
 #define QM_TALL_ROWS 16384 /* rows from which Q4_K takes two m-tiles per warp below T = 4 */
 #define QM_X_STRIDE 576            /* bytes per x row of a stage */
 #define QM_SCL_STRIDE 9            /* float2 per row of the Q4_K scale table: 8 + 1 of padding (no bank conflicts) */
@@ -178,17 +174,17 @@ static __device__ __forceinline__ void qm_q4k_chunk_words(const uint8_t *st, int
     for (int m = 0; m < MT; m++) qm_lane_words<DT_Q4_K>(st, m, qm_q4k_word_off(q, lane % 4), lane, wg[m], wg8[m]);
 }
 
-/* Q4_K: every row's (mul, add - off mul) of the stage into scl; lane pair
+/* Q4_K: every row's (mul, add - 128 mul) of the stage into scl; lane pair
  * (2r, 2r + 1) decodes the two halves of row r's header. */
 template <int MT>
-static __device__ __forceinline__ void qm_q4k_stage_scales(const uint8_t *st, float2 *scl, int lane, float off) {
+static __device__ __forceinline__ void qm_q4k_stage_scales(const uint8_t *st, float2 *scl, int lane) {
 #pragma unroll
     for (int m = 0; m < MT; m++) {
         int r = 16 * m + lane / 2, half = lane % 2;
         uint4 h = *reinterpret_cast<const uint4 *>(st + r * qm_row_stride(DT_Q4_K));
         uint32_t hdr[4] = {h.x, h.y, h.z, h.w};
         float mul[4], addp[4];
-        qm_q4k_scales(hdr, half, off, mul, addp);
+        qm_q4k_scales(hdr, half, mul, addp);
 #pragma unroll
         for (int k = 0; k < 4; k++) scl[r * QM_SCL_STRIDE + 4 * half + k] = make_float2(mul[k], addp[k]);
     }
@@ -199,7 +195,7 @@ static __device__ __forceinline__ void qm_stage_q4k(float (*acc)[4], const uint8
     const uint8_t *xs = st + 16 * MT * qm_row_stride(DT_Q4_K);
     const uint32_t ones[4] = {QM_BF16_ONES, QM_BF16_ONES, QM_BF16_ONES, QM_BF16_ONES};
     const int g = lane / 4;
-    qm_q4k_stage_scales<MT>(st, scl, lane, 128.f);
+    qm_q4k_stage_scales<MT>(st, scl, lane);
     __syncwarp();
 #pragma unroll 1 /* rolled: unrolled needs ~98 registers and spills under the 3-blocks-per-SM bound */
     for (int q = 0; q < 4; q++) {
@@ -259,136 +255,6 @@ static __device__ __forceinline__ void qm_stage_q8(float (*acc)[4], const uint8_
     }
 }
 
-/* ---- version 4: int8 x, int8 tensor cores (kernels/quant_mma.h) ---- */
-
-/* The stage's T x rows rounded to two int8 terms in place: group j (values
- * 32 j .. 32 j + 31, lanes 4 j .. 4 j + 3) as q1 codes at bytes 32 j .. of
- * the row and q2 codes at 256 + 32 j .., and (the scale of C = 128 A q1 +
- * A q2: dx / 128, or / 16 more for Q4_K's high-nibble groups (HI16: odd
- * j); the group's rounded sum) at byte 512 + 8 j, in the row's padding.
- * Every block rounds the same x the same way. */
-template <int T, bool HI16>
-static __device__ __forceinline__ void qm_stage_x_i8(uint8_t *xs, int lane) {
-#pragma unroll
-    for (int t = 0; t < T; t++) {
-        uint8_t *row = xs + t * QM_X_STRIDE;
-        uint4 v = *reinterpret_cast<const uint4 *>(row + 16 * lane);
-        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-        int q[8], r[8];
-        float dx;
-        const int sum = x8_round_lane8(w, q, r, &dx);
-        __syncwarp(); /* every lane has read row t before any code overwrites it */
-        *reinterpret_cast<uint2 *>(row + 8 * lane) =
-            make_uint2(qm_i8_pack(q[0], q[1], q[2], q[3]), qm_i8_pack(q[4], q[5], q[6], q[7]));
-        *reinterpret_cast<uint2 *>(row + 256 + 8 * lane) =
-            make_uint2(qm_i8_pack(r[0], r[1], r[2], r[3]), qm_i8_pack(r[4], r[5], r[6], r[7]));
-        if (lane % 4 == 0) {
-            const int j = lane / 4;
-            const float d128 = dx * 0.0078125f;
-            *reinterpret_cast<float2 *>(row + 512 + 8 * j) =
-                make_float2(HI16 && (j & 1) ? d128 * 0.0625f : d128, d128 * (float)sum);
-        }
-    }
-    __syncwarp();
-}
-
-/* The lane's B of group j, both terms (x row t = g, zeros past T), and the
- * x scales of its C columns t = 2c, 2c + 1 (T = 1: both t = 0; columns
- * past T read as zeros and are never stored). */
-template <int T>
-static __device__ __forceinline__ void qm_i8_lane_b(const uint8_t *xs, int j, int lane, uint32_t b[4], float2 e[2]) {
-    const int g = lane / 4, c = lane % 4;
-    uint2 v = make_uint2(0, 0), w = make_uint2(0, 0);
-    if (g < T) {
-        v = *reinterpret_cast<const uint2 *>(xs + g * QM_X_STRIDE + 32 * j + 8 * c);
-        w = *reinterpret_cast<const uint2 *>(xs + g * QM_X_STRIDE + 256 + 32 * j + 8 * c);
-    }
-    b[0] = v.x, b[1] = v.y, b[2] = w.x, b[3] = w.y;
-#pragma unroll
-    for (int k = 0; k < 2; k++) {
-        const int t = T == 1 ? 0 : 2 * c + k;
-        e[k] = t < T ? *reinterpret_cast<const float2 *>(xs + t * QM_X_STRIDE + 512 + 8 * j) : make_float2(0.f, 0.f);
-    }
-}
-
-/* C = 128 A q1 + A q2 (the two terms of x, b[0..1] and b[2..3]). */
-template <int T, bool U8>
-static __device__ __forceinline__ void qm_i8_mma2(int (&C)[4], const uint32_t (&a)[4], const uint32_t (&b)[4]) {
-    C[0] = C[1] = C[2] = C[3] = 0;
-    if (U8) mma_u8s8(C, a, b[0], b[1]);
-    else mma_s8s8(C, a, b[0], b[1]);
-#pragma unroll
-    for (int r = 0; r < 4; r++) C[r] *= 128; /* (T = 1: the unused two are dead code) */
-    if (U8) mma_u8s8(C, a, b[2], b[3]);
-    else mma_s8s8(C, a, b[2], b[3]);
-}
-
-/* acc += mul (dx C) + add sx for rows g (C[0], C[1]: columns 2c, 2c + 1)
- * and g + 8 (C[2], C[3]); at T = 1 only column 0 (C[0], C[2]) is stored. */
-template <int T>
-static __device__ __forceinline__ void qm_acc_i8(float acc[4], const int C[4], const float2 e[2], float2 sg,
-                                                 float2 sg8) {
-#pragma unroll
-    for (int r = 0; r < 4; r++) {
-        if (T == 1 && r % 2) continue;
-        const float2 w = r < 2 ? sg : sg8, x = e[r % 2];
-        acc[r] = fmaf(w.x, x.x * (float)C[r], fmaf(w.y, x.y, acc[r]));
-    }
-}
-
-template <int T, int MT>
-static __device__ __forceinline__ void qm_stage_q4k_i8(float (*acc)[4], uint8_t *st, float2 *scl, int lane) {
-    uint8_t *xs = st + 16 * MT * qm_row_stride(DT_Q4_K);
-    const int g = lane / 4;
-    qm_stage_x_i8<T, true>(xs, lane);
-    qm_q4k_stage_scales<MT>(st, scl, lane, 0.f);
-    __syncwarp();
-    uint32_t wg[MT][2], wg8[MT][2];
-#pragma unroll 2 /* a chunk's two groups: its low nibbles, then its high ones from the same words */
-    for (int j = 0; j < 8; j++) {
-        if (j % 2 == 0) qm_q4k_chunk_words<MT>(st, j / 2, lane, wg, wg8);
-        uint32_t b[4];
-        float2 e[2];
-        qm_i8_lane_b<T>(xs, j, lane, b, e);
-#pragma unroll
-        for (int m = 0; m < MT; m++) {
-            int C[4];
-            uint32_t a[4];
-            qm_i8_q4k_a(wg[m], wg8[m], j % 2, a);
-            qm_i8_mma2<T, true>(C, a, b);
-            const float2 *sm = scl + (16 * m + g) * QM_SCL_STRIDE + j;
-            qm_acc_i8<T>(acc[m], C, e, sm[0], sm[8 * QM_SCL_STRIDE]);
-        }
-    }
-    __syncwarp(); /* the scale table is rewritten by the next stage */
-}
-
-template <int T, int MT>
-static __device__ __forceinline__ void qm_stage_q8_i8(float (*acc)[4], uint8_t *st, int lane) {
-    constexpr int RS = qm_row_stride(DT_Q8_0);
-    uint8_t *xs = st + 16 * MT * RS;
-    const int g = lane / 4, c = lane % 4;
-    qm_stage_x_i8<T, false>(xs, lane);
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        uint32_t b[4];
-        float2 e[2];
-        qm_i8_lane_b<T>(xs, j, lane, b, e);
-#pragma unroll
-        for (int m = 0; m < MT; m++) {
-            uint32_t wg[2], wg8[2], a[4];
-            qm_lane_words<DT_Q8_0>(st, m, qm_q8_word_off(j, c), lane, wg, wg8);
-            int C[4];
-            qm_i8_q8_a(wg, wg8, a);
-            qm_i8_mma2<T, false>(C, a, b);
-            const uint8_t *dg = st + (16 * m + g) * RS + 256 + 2 * j;
-            float d = qm_half(*reinterpret_cast<const unsigned short *>(dg));
-            float d8 = qm_half(*reinterpret_cast<const unsigned short *>(dg + 8 * RS));
-            qm_acc_i8<T>(acc[m], C, e, make_float2(d, 0.f), make_float2(d8, 0.f));
-        }
-    }
-}
-
 /* The 8 warps' partial sums of the block's rows, added in warp order, plus
  * the bias, stored as y[t][row]. red: [warps][rows][8] floats. */
 template <int T, int MT>
@@ -412,7 +278,7 @@ static __device__ __forceinline__ void qm_reduce_store(float *red, const float (
     }
 }
 
-template <int Q, int T, int MT, bool I8>
+template <int Q, int T, int MT>
 __global__ void __launch_bounds__(QM_WARPS * 32, qm_blocks_per_sm(Q, T, MT)) kernel_quant_gemv_mma(MmaArgs a) {
     constexpr int S = qm_stages(Q, T, MT), STAGE = qm_stage_bytes(Q, T, MT);
     extern __shared__ __align__(16) uint8_t qm_smem[];
@@ -449,9 +315,7 @@ __global__ void __launch_bounds__(QM_WARPS * 32, qm_blocks_per_sm(Q, T, MT)) ker
         cp_async_wait<S - 1>(); /* this lane's copies of stage i have landed ... */
         __syncwarp();           /* ... and every lane's */
         uint8_t *st = ring + (i % S) * STAGE;
-        if (Q == DT_Q4_K && I8) qm_stage_q4k_i8<T, MT>(acc, st, scl, lane);
-        else if (Q == DT_Q4_K) qm_stage_q4k<T, MT>(acc, st, scl, lane);
-        else if (I8) qm_stage_q8_i8<T, MT>(acc, st, lane);
+        if (Q == DT_Q4_K) qm_stage_q4k<T, MT>(acc, st, scl, lane);
         else qm_stage_q8<T, MT>(acc, st, lane);
         __syncwarp();
     }
@@ -460,15 +324,15 @@ __global__ void __launch_bounds__(QM_WARPS * 32, qm_blocks_per_sm(Q, T, MT)) ker
     qm_reduce_store<T, MT>(reinterpret_cast<float *>(qm_smem), acc, a, row0);
 }
 
-template <int Q, int T, int MT, bool I8>
+template <int Q, int T, int MT>
 static int launch_mma(const MmaArgs &a, cudaStream_t s, Err *err) {
     constexpr int smem = QM_WARPS * qm_warp_bytes(Q, T, MT), rows = 16 * MT;
     static_assert(smem >= QM_WARPS * rows * 8 * 4, "the reduction buffer fits in the rings");
     static_assert(smem <= 227 * 1024, "shared memory of one block");
-    CUDA_CHECK(cudaFuncSetAttribute(kernel_quant_gemv_mma<Q, T, MT, I8>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+    CUDA_CHECK(cudaFuncSetAttribute(kernel_quant_gemv_mma<Q, T, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
                err);
     int64_t blocks = (a.rows + rows - 1) / rows;
-    CUDA_CHECK(launch_pdl(kernel_quant_gemv_mma<Q, T, MT, I8>, (unsigned)blocks, QM_WARPS * 32, smem, s, a), err);
+    CUDA_CHECK(launch_pdl(kernel_quant_gemv_mma<Q, T, MT>, (unsigned)blocks, QM_WARPS * 32, smem, s, a), err);
     return 0;
 }
 
@@ -476,44 +340,40 @@ static int launch_mma(const MmaArgs &a, cudaStream_t s, Err *err) {
  * per weight); below, 2 for tall Q4_K matrices (the LM head, gate+up: x's
  * conversions shared by two tiles and twice the bytes in flight per stage,
  * measured 10-20% faster there) and 1 elsewhere (more blocks for short
- * matrices; Q8_0 measured slower with 2). kernels/NOTES.md "quantized GEMV". */
-template <int Q, int T, bool I8>
+ * matrices; Q8_0 measured slower with 2). */
+template <int Q, int T>
 static int launch_mma_mt(const MmaArgs &a, cudaStream_t s, Err *err) {
     if constexpr (Q == DT_Q4_K && T < 4)
-        if (a.rows >= QM_TALL_ROWS) return launch_mma<Q, T, 2, I8>(a, s, err);
-    return launch_mma<Q, T, T >= 4 ? 2 : 1, I8>(a, s, err);
+        if (a.rows >= QM_TALL_ROWS) return launch_mma<Q, T, 2>(a, s, err);
+    return launch_mma<Q, T, T >= 4 ? 2 : 1>(a, s, err);
 }
 
-template <int Q, bool I8>
+template <int Q>
 static int launch_mma_t(const MmaArgs &a, int T, cudaStream_t s, Err *err) {
     switch (T) {
-    case 1: return launch_mma_mt<Q, 1, I8>(a, s, err);
-    case 2: return launch_mma_mt<Q, 2, I8>(a, s, err);
-    case 3: return launch_mma_mt<Q, 3, I8>(a, s, err);
-    case 4: return launch_mma_mt<Q, 4, I8>(a, s, err);
-    case 5: return launch_mma_mt<Q, 5, I8>(a, s, err);
-    case 6: return launch_mma_mt<Q, 6, I8>(a, s, err);
-    case 7: return launch_mma_mt<Q, 7, I8>(a, s, err);
-    case 8: return launch_mma_mt<Q, 8, I8>(a, s, err);
-    default: return err_set(err, "quant_gemv v%d: %d rows of x (1..%d)", I8 ? 4 : 3, T, QUANT_GEMV_MAX_T);
+    case 1: return launch_mma_mt<Q, 1>(a, s, err);
+    case 2: return launch_mma_mt<Q, 2>(a, s, err);
+    case 3: return launch_mma_mt<Q, 3>(a, s, err);
+    case 4: return launch_mma_mt<Q, 4>(a, s, err);
+    case 5: return launch_mma_mt<Q, 5>(a, s, err);
+    case 6: return launch_mma_mt<Q, 6>(a, s, err);
+    case 7: return launch_mma_mt<Q, 7>(a, s, err);
+    case 8: return launch_mma_mt<Q, 8>(a, s, err);
+    default: return err_set(err, "quant_gemv (mma): %d rows of x (1..%d)", T, QUANT_GEMV_MAX_T);
     }
 }
 
-bool quant_gemv_mma_supported(DType t, int64_t cols, bool x_f32) {
-    return (t == DT_Q4_K || t == DT_Q8_0) && cols % QM_SB == 0 && !x_f32;
+bool quant_gemv_mma_takes(DType t, int64_t cols, int T, bool x_f32) {
+    return (t == DT_Q4_K || t == DT_Q8_0) && cols % QM_SB == 0 && !x_f32 && T >= 1 && T <= QUANT_GEMV_MAX_T;
 }
 
-int quant_gemv_mma(const QuantMatrix *W, const void *x, const GemvOut *out, int T, bool int8_x, cudaStream_t s,
-                   Err *err) {
-    const int v = int8_x ? 4 : 3;
-    if (!quant_gemv_mma_supported(W->type, W->cols, false))
-        return err_set(err, "quant_gemv v%d: type %d with %lld columns (Q4_K or Q8_0, a multiple of %d)", v,
-                       (int)W->type, (long long)W->cols, QM_SB);
+int quant_gemv_mma(const QuantMatrix *W, const void *x, const GemvOut *out, int T, cudaStream_t s, Err *err) {
+    if (!quant_gemv_mma_takes(W->type, W->cols, T, false))
+        return err_set(err, "quant_gemv (mma): type %d with %lld columns at %d rows (Q4_K or Q8_0, a multiple of %d; "
+                            "1..%d rows)", (int)W->type, (long long)W->cols, T, QM_SB, QUANT_GEMV_MAX_T);
     if ((uintptr_t)x % 16 || (uintptr_t)W->qs % 16 || (W->sc && (uintptr_t)W->sc % 16))
-        return err_set(err, "quant_gemv v%d: x and the weight planes must be 16-byte aligned", v);
+        return err_set(err, "quant_gemv (mma): x and the weight planes must be 16-byte aligned");
     MmaArgs a = {(const uint8_t *)W->qs, (const uint8_t *)W->sc, (const __nv_bfloat16 *)x, *out, W->rows,
                  (int)W->cols};
-    if (W->type == DT_Q4_K)
-        return int8_x ? launch_mma_t<DT_Q4_K, true>(a, T, s, err) : launch_mma_t<DT_Q4_K, false>(a, T, s, err);
-    return int8_x ? launch_mma_t<DT_Q8_0, true>(a, T, s, err) : launch_mma_t<DT_Q8_0, false>(a, T, s, err);
+    return W->type == DT_Q4_K ? launch_mma_t<DT_Q4_K>(a, T, s, err) : launch_mma_t<DT_Q8_0>(a, T, s, err);
 }

@@ -1,4 +1,6 @@
-/* quant_gemv_x8.cu — quant_gemv version 5 (quant.cuh): each block rounds x
+/* quant_gemv_x8.cu — the dp4a quantized GEMV (QGEMV_X8 of quant.cuh, and
+ * quant_gemv_x8 / quant_gemv_x8_glu with the norm or the gated activation
+ * fused): each block rounds x
  * to two int8 terms per 32 values into shared memory, then a warp per weight
  * row sums integer dot products (dp4a) of the codes with those terms; the
  * lane arithmetic is kernels/quant_x8.h (replayed on the CPU by
@@ -9,7 +11,7 @@
  * repeated per block, so few big blocks keep it cheap (~0.4 us for 14336
  * values), and it runs while the first weight loads, issued before
  * pdl_wait, are in flight. Rounding in a kernel of its own cost 1-3 us per
- * GEMV (its launch and completion on the critical path: kernels/NOTES.md).
+ * GEMV (its launch and completion on the critical path).
  * Each warp walks its rows' steps with the next step's loads in flight; the
  * weights bypass L1 (read once). */
 #include <cuda_bf16.h>
@@ -20,13 +22,14 @@
 #include "kernels/cuda/cuda_ops.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/quant.cuh"
+#include "kernels/cuda/quant_gemv_kernels.cuh"
 #include "kernels/cuda/quant_layout.cuh"
-#include "kernels/cuda/round_x8.cuh"
 #include "kernels/quant_x8.h"
 
 #define QX_THREADS 1024 /* one block per SM: 64 registers a thread fill the register file */
 #define QX_WARPS (QX_THREADS / 32)
 #define QX_MAX_COLS 65536 /* x rounded in shared memory: 2.25 bytes a value */
+#define QX_MAX_ROWS (1 << 24)
 
 /* x rounded, in shared memory: q1, q2 [cols padded to a tile] int8 in the
  * tiled order of K pieces per lane (qx_x_offset); dxs, sx [cols / 32] */
@@ -81,7 +84,7 @@ static __device__ QxPlanes qx_planes(char *smem, int64_t cols) {
 /* 1 / rms of x [cols] fp32 (every thread gets it; red: 32 floats of shared
  * memory). Thread i sums groups of 4 i, i + 1024, ... and the warps' sums
  * meet by xor-shuffle trees, as in add_rmsnorm's vector kernel, so the bits
- * should match it (kernels/NOTES.md; not tested bitwise). */
+ * should match it (not tested bitwise). */
 static __device__ float qx_norm_inv(const float *x, int64_t cols, float eps, float *red) {
     float ss = 0.f;
     for (int64_t i = threadIdx.x; i < cols / 4; i += blockDim.x) {
@@ -114,6 +117,30 @@ static __device__ __forceinline__ uint4 qx_x8(const __nv_bfloat16 *xg, const QxN
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+/* x rounded to two int8 terms (qx_split) by a warp, 8 values a lane: the
+ * lanes 4g .. 4g + 3 hold one group of 32 and agree on its max by two
+ * shuffles. w: the lane's 8 bf16 values (4 words, in order); q1, q2: their
+ * terms; *dx: the group's scale; returns the group's sum of 128 q1 + q2.
+ * Every lane of the warp must call it (lanes out of range pass zeros). */
+static __device__ __forceinline__ int x8_round_lane8(const uint32_t w[4], int q1[8], int q2[8], float *dx) {
+    float v[8], amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        v[2 * i] = __uint_as_float(w[i] << 16), v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+        amax = fmaxf(amax, fmaxf(fabsf(v[2 * i]), fabsf(v[2 * i + 1])));
+    }
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    const float inv = qx_inv(amax);
+    *dx = qx_scale(amax);
+    int s = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) qx_split(v[i], inv, *dx, &q1[i], &q2[i]), s += 128 * q1[i] + q2[i];
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    s += __shfl_xor_sync(0xffffffffu, s, 2);
+    return s;
+}
+
 /* The block rounds x [cols] bf16 into p: a thread takes 8 values (a 16-byte
  * load), the 4 threads of a group of 32 agree on its max by two shuffles.
  * The loop's condition is the same for a whole warp (the shuffles need every
@@ -131,8 +158,8 @@ static __device__ void qx_round_block(const __nv_bfloat16 *x, const QxNorm &n, f
         const int s = x8_round_lane8(w, a, b, &dx);
         if (!in) continue;
         const int64_t o = qx_x_offset(t, 8 * c8);
-        *(uint2 *)(p.q1 + o) = make_uint2(qm_i8_pack(a[0], a[1], a[2], a[3]), qm_i8_pack(a[4], a[5], a[6], a[7]));
-        *(uint2 *)(p.q2 + o) = make_uint2(qm_i8_pack(b[0], b[1], b[2], b[3]), qm_i8_pack(b[4], b[5], b[6], b[7]));
+        *(uint2 *)(p.q1 + o) = make_uint2(qx_pack(a[0], a[1], a[2], a[3]), qx_pack(a[4], a[5], a[6], a[7]));
+        *(uint2 *)(p.q2 + o) = make_uint2(qx_pack(b[0], b[1], b[2], b[3]), qx_pack(b[4], b[5], b[6], b[7]));
         if ((c8 & 3) == 0) {
             const float d = dx * 0.0078125f;
             p.dxs[c8 / 4] = d, p.sx[c8 / 4] = (float)s * d;
@@ -412,7 +439,7 @@ static int qx_launch(const QxWeights &W, const void *x, const QxNorm &n, int64_t
     const int sums_per_warp = GLU ? (int)((W.rows + pairs - 1) / pairs) : 0;
     const size_t smem = qx_smem_bytes(cols) + (size_t)QX_WARPS * sums_per_warp * sizeof(float);
     if (smem > 200 * 1024)
-        return err_set(err, "quant_gemv v5: %lld columns, %lld rows: too big a block", (long long)cols, (long long)W.rows);
+        return err_set(err, "quant_gemv_x8: %lld columns, %lld rows: too big a block", (long long)cols, (long long)W.rows);
     if (smem > 48 * 1024)
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), err);
     CUDA_CHECK(launch_pdl(kernel, dim3((unsigned)blocks), dim3(QX_THREADS), smem, s, W, (const __nv_bfloat16 *)x, n,
@@ -420,20 +447,24 @@ static int qx_launch(const QxWeights &W, const void *x, const QxNorm &n, int64_t
     return 0;
 }
 
-bool quant_gemv_x8_supported(DType t, int64_t cols) {
+static bool qx_type_cols(DType t, int64_t cols) {
     const bool k_type = t == DT_Q4_K || t == DT_Q5_K || t == DT_Q6_K, small = t == DT_Q8_0 || t == DT_Q4_0 || t == DT_Q4_1;
     return cols <= QX_MAX_COLS && ((k_type && cols % 256 == 0) || (small && cols % 32 == 0));
 }
 
+bool quant_gemv_x8_takes(DType t, int64_t rows, int64_t cols, int T, bool x_f32) {
+    return qx_type_cols(t, cols) && rows <= QX_MAX_ROWS && T == 1 && !x_f32;
+}
+
 static int qx_check(const QuantMatrix *W, const void *x, const QxNorm *n, int T, Err *err) {
-    if (!quant_gemv_x8_supported(W->type, W->cols))
-        return err_set(err, "quant_gemv v5: %s with %lld columns (Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, Q8_0 up to %d columns)",
+    if (!qx_type_cols(W->type, W->cols))
+        return err_set(err, "quant_gemv_x8: %s with %lld columns (Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, Q8_0 up to %d columns)",
                        dtype_info(W->type)->name, (long long)W->cols, QX_MAX_COLS);
-    if (T != 1) return err_set(err, "quant_gemv v5: %d rows of x (one row only)", T);
+    if (T != 1) return err_set(err, "quant_gemv_x8: %d rows of x (one row only)", T);
     if (n && (!n->x || !n->w || (uintptr_t)n->x % 16 || (uintptr_t)n->w % 16))
-        return err_set(err, "quant_gemv v5: the residual row and the norm weights must be 16-byte aligned");
-    if (!n && (uintptr_t)x % 16) return err_set(err, "quant_gemv v5: x not 16-byte aligned");
-    if (W->rows > (1 << 24)) return err_set(err, "quant_gemv v5: %lld rows (at most 2^24)", (long long)W->rows);
+        return err_set(err, "quant_gemv_x8: the residual row and the norm weights must be 16-byte aligned");
+    if (!n && (uintptr_t)x % 16) return err_set(err, "quant_gemv_x8: x not 16-byte aligned");
+    if (W->rows > QX_MAX_ROWS) return err_set(err, "quant_gemv_x8: %lld rows (at most 2^24)", (long long)W->rows);
     return 0;
 }
 
@@ -465,7 +496,7 @@ int quant_gemv_x8(const QuantMatrix *W, const void *x, const QxNorm *n, const Ge
 int quant_gemv_x8_glu(const QuantMatrix *W, const void *x, const QxNorm *n, void *out, const float *bg,
                       const float *bu, Activation act, float limit, cudaStream_t s, Err *err) {
     if (qx_check(W, x, n, 1, err)) return -1;
-    if (W->rows % 2) return err_set(err, "quant_gemv v5 GLU: %lld rows (gate and up: an even count)", (long long)W->rows);
+    if (W->rows % 2) return err_set(err, "quant_gemv_x8_glu: %lld rows (gate and up: an even count)", (long long)W->rows);
     const QxWeights w = qx_weights(W, W->rows / 2);
     const QxGlu glu = {(__nv_bfloat16 *)out, bg, bu, act, limit};
     const GemvOut none = gemv_out_one(NULL, false, NULL, 0);

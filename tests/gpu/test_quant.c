@@ -1,27 +1,28 @@
 /* test_quant.c — the quantized-weight kernels (kernels/cuda/quant_gemv.cu,
- * quant_repack.cu) against the CPU reference dequantizer (kernels/dtype.c),
- * run on a GPU machine by tests/gpu/run.sh; never in CI.
+ * quant_gemv_mma.cu, quant_gemv_x8.cu, quant_repack.cu) against the CPU
+ * reference dequantizer (kernels/dtype.c), run on a GPU machine by
+ * tests/gpu/run.sh; never in CI.
  *
  *   - GEMV: for Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, matrices of random GGUF
  *     blocks (every quant bit random, scale fields random finite fp16) are
  *     uploaded, repacked on the GPU and multiplied by random x (bf16 or fp32,
- *     T = 1..8 rows); the reference is dequantize_row then a float64 dot
- *     product. ||y - ref|| / ||ref|| <= 1e-3 for fp32 outputs, 1e-2 for bf16
+ *     T = 1..8 rows) by each kernel of quant.cuh that takes the case
+ *     (quant_gemv_takes: the scalar one always, with bf16 and fp32 x; the
+ *     mma one for Q4_K / Q8_0 with bf16 x; the x8 one at one bf16 row); the
+ *     reference is dequantize_row then a float64 dot product, with x as the
+ *     kernel defines it (x8: rounded to two int8 terms per 32 values,
+ *     round_x_int8; its error against the unrounded x is printed).
+ *     ||y - ref|| / ||ref|| <= 1e-3 for fp32 outputs, 1e-2 for bf16
  *     outputs; outputs NaN-poisoned before each launch and every one must be
  *     finite. Shapes 4096x4096, 14336x4096, 4096x14336, 576x1536, 1000x256
- *     and odd ones (3 Q8_0 blocks a row: a partial tile); rows-per-warp
- *     variants 1, 2, 4; bias on some cases. Big shapes check a spread of rows.
+ *     and odd ones (3 Q8_0 blocks a row: a partial tile); bias on some
+ *     cases. Big shapes check a spread of rows.
  *   - dequantize to bf16: bit-exact with dequantize_row + fp32_to_bf16 (whole
  *     matrices, and a row range of a big one).
  *   - dequant_ahead.cuh: the GEMM's buffer holds the asked matrix's bytes
  *     whether made ahead, on the spot, or in a replayed graph.
- *   - every kernel version (quant.cuh: quant_gemv_variant 1, 2 and, for
- *     Q4_K / Q8_0 with bf16 x, the tensor-core 3 and 4 and the dp4a 5 (T = 1);
- *     quant_dequant_bf16_variant 1 and 2) is checked the same way; versions
- *     4 and 5 take x rounded to two int8 terms per 32 values as the kernels
- *     define it (round_x_int8), and their error against the unrounded x is printed;
  *   - timing (printed, never asserted): each type's GEMV at 4096x14336,
- *     T = 1 and 8, per version and rows per warp, and Q4_K / Q8_0 at the
+ *     T = 1 and 8, per kernel, and Q4_K / Q8_0 / Q6_K / Q5_K / Q4_0 at the
  *     other shapes of a Llama-3-8B decode step; CUDA events around 20
  *     back-to-back launches over 4 rotating copies (more than the L2),
  *     median of 15, as GB/s of quantized bytes and % of 4.26 TB/s; the
@@ -36,7 +37,6 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/dequant_ahead.cuh"
 #include "kernels/cuda/quant.cuh"
-#include "kernels/quant_mma.h"
 #include "kernels/quant_x8.h"
 #include "tests/gpu/quant_mats.h"
 #include "tests/test.h"
@@ -44,8 +44,8 @@
 #define COPY_BW 4.26e12 /* ANCHORS.md: H200 device copy, bytes/s */
 #define MAX_CHECK_ROWS 384
 
-/* x as version 4 multiplies it: rounded to two int8 terms per group of 32
- * values with kernels/quant_mma.h's rounding. */
+/* x as the x8 kernel multiplies it: rounded to two int8 terms per group of
+ * 32 values with kernels/quant_x8.h's rounding. */
 static void round_x_int8(float *x, int64_t n) {
     for (int64_t g = 0; g + QX_GROUP <= n; g += QX_GROUP) {
         int8_t q1[QX_GROUP], q2[QX_GROUP];
@@ -58,12 +58,14 @@ static void round_x_int8(float *x, int64_t n) {
     }
 }
 
+static const char *const KNAME[3] = {"scalar", "mma", "x8"};
+
 /* One GEMV case: returns the relative error (or INFINITY on a failure)
- * against the product with x as the kernel defines it (version 4: x in two
- * int8 terms, round_x_int8); *err_x_exact: against x itself (what version 4's
- * rounding costs; the same number for the other versions). */
-static double gemv_case(Mat *M, int T, int V, int R, bool x_f32, bool y_f32, bool bias, int64_t *rows_chk, int n_chk,
-                        float *w_rows, double *err_x_exact) {
+ * against the product with x as the kernel defines it (x8: x in two int8
+ * terms, round_x_int8); *err_x_exact: against x itself (what the x8 kernel's
+ * rounding costs; the same number for the other kernels). */
+static double gemv_case(Mat *M, int T, QuantGemvKernel k, bool x_f32, bool y_f32, bool bias, int64_t *rows_chk,
+                        int n_chk, float *w_rows, double *err_x_exact) {
     Err err = {{0}};
     int64_t rows = M->rows, cols = M->cols;
     float *x = malloc((size_t)T * cols * sizeof *x), *b = malloc((size_t)rows * sizeof *b);
@@ -75,13 +77,14 @@ static double gemv_case(Mat *M, int T, int V, int R, bool x_f32, bool y_f32, boo
     for (int64_t i = 0; i < rows; i++) b[i] = frand();
     float *xr = malloc((size_t)T * cols * sizeof *xr); /* the x of the reference */
     memcpy(xr, x, (size_t)T * cols * sizeof *xr);
-    if (V >= 4) round_x_int8(xr, T * cols);
+    if (k == QGEMV_X8) round_x_int8(xr, T * cols);
     void *dx = NULL, *dy = NULL, *db = NULL;
     size_t ysz = (size_t)T * rows * (y_f32 ? 4 : 2);
     int rc = cudaMalloc(&dx, (size_t)T * cols * 4) || cudaMalloc(&dy, ysz) || cudaMalloc(&db, rows * 4);
     rc = rc || cudaMemcpy(dx, x_f32 ? (void *)x : (void *)xb, (size_t)T * cols * (x_f32 ? 4 : 2), cudaMemcpyHostToDevice);
     rc = rc || cudaMemcpy(db, b, rows * 4, cudaMemcpyHostToDevice) || cudaMemset(dy, 0xff, ysz); /* NaN poison */
-    rc = rc || quant_gemv_variant(&M->m, dx, x_f32, dy, y_f32, bias ? db : NULL, T, V, R, 0, &err);
+    GemvOut out = gemv_out_one(dy, y_f32, bias ? (const float *)db : NULL, rows);
+    rc = rc || quant_gemv(&M->m, dx, x_f32, &out, T, k, 0, &err);
     rc = rc || cudaDeviceSynchronize();
     void *y = malloc(ysz);
     rc = rc || cudaMemcpy(y, dy, ysz, cudaMemcpyDeviceToHost);
@@ -108,18 +111,19 @@ static double gemv_case(Mat *M, int T, int V, int R, bool x_f32, bool y_f32, boo
             }
         }
     }
-    CHECK(!rc, "%s [%lld][%lld] T=%d v%d R=%d: launch failed: %s (cuda %d)", dtype_info(M->type)->name,
-          (long long)rows, (long long)cols, T, V, R, err.msg, rc);
-    CHECK(bad == 0, "%s [%lld][%lld] T=%d v%d R=%d: %lld outputs not finite (unwritten?)", dtype_info(M->type)->name,
-          (long long)rows, (long long)cols, T, V, R, (long long)bad);
+    CHECK(!rc, "%s [%lld][%lld] T=%d %s: launch failed: %s (cuda %d)", dtype_info(M->type)->name, (long long)rows,
+          (long long)cols, T, KNAME[k], err.msg, rc);
+    CHECK(bad == 0, "%s [%lld][%lld] T=%d %s: %lld outputs not finite (unwritten?)", dtype_info(M->type)->name,
+          (long long)rows, (long long)cols, T, KNAME[k], (long long)bad);
     free(x); free(xb); free(xr); free(b); free(y);
     cudaFree(dx); cudaFree(dy); cudaFree(db);
     *err_x_exact = rc || bad ? INFINITY : sqrt(num_x / den);
     return rc || bad ? INFINITY : sqrt(num / den);
 }
 
-/* GEMV cases for one matrix; Ts: the row counts to try. */
-static void gemv_checks(Mat *M, const int *Ts, int nT, const int *Rs, int nR) {
+/* GEMV cases for one matrix; Ts: the row counts to try, each by every
+ * kernel that takes it (the scalar one with bf16 and with fp32 x). */
+static void gemv_checks(Mat *M, const int *Ts, int nT) {
     int64_t *rows_chk = malloc(MAX_CHECK_ROWS * sizeof *rows_chk);
     int n_chk = quant_check_rows(M->rows, rows_chk, MAX_CHECK_ROWS);
     const DTypeInfo *info = dtype_info(M->type);
@@ -129,37 +133,31 @@ static void gemv_checks(Mat *M, const int *Ts, int nT, const int *Rs, int nR) {
         dequantize_row(M->type, M->native + rows_chk[j] * row_bytes, w + (int64_t)j * M->cols, M->cols);
     double worst = 0, worst_i8_x = 0;
     int n_cases = 0;
-    for (int V = 1; V <= 5; V++)
+    for (int k = QGEMV_SCALAR; k <= QGEMV_X8; k++)
         for (int i = 0; i < nT; i++)
-            for (int r = 0; r < nR; r++) {
-                int T = Ts[i], R = Rs[r];
-                bool x_f32 = (T + R + V) % 2, y_bf16 = T == 3 && R == 2, bias = T % 3 == 1;
-                if (V >= 3) { /* tensor cores, dp4a: bf16 x only, no rows-per-warp choice */
-                    if (r > 0 || (V < 5 && !quant_gemv_mma_supported(M->type, M->cols, false))) continue;
-                    if (V == 5 && (T != 1 || !quant_gemv_x8_supported(M->type, M->cols))) continue;
-                    x_f32 = false, y_bf16 = T == 3;
-                }
+            for (int f = 0; f < (k == QGEMV_SCALAR ? 2 : 1); f++) {
+                const int T = Ts[i];
+                const bool x_f32 = f, y_bf16 = T == 3, bias = T % 3 == 1;
+                if (!quant_gemv_takes((QuantGemvKernel)k, &M->m, T, x_f32)) continue;
                 n_cases++;
-                double ex = 0, e = gemv_case(M, T, V, R, x_f32, !y_bf16, bias, rows_chk, n_chk, w, &ex);
-                if (V >= 4 && !y_bf16 && ex > worst_i8_x) worst_i8_x = ex;
+                double ex = 0, e = gemv_case(M, T, (QuantGemvKernel)k, x_f32, !y_bf16, bias, rows_chk, n_chk, w, &ex);
+                if (k == QGEMV_X8 && !y_bf16 && ex > worst_i8_x) worst_i8_x = ex;
                 double tol = y_bf16 ? 1e-2 : 1e-3;
-                CHECK(e <= tol, "%s [%lld][%lld] T=%d v%d R=%d x %s y %s: rel err %.3g > %g", info->name,
-                      (long long)M->rows, (long long)M->cols, T, V, R, x_f32 ? "f32" : "bf16", y_bf16 ? "bf16" : "f32",
-                      e, tol);
+                CHECK(e <= tol, "%s [%lld][%lld] T=%d %s x %s y %s: rel err %.3g > %g", info->name, (long long)M->rows,
+                      (long long)M->cols, T, KNAME[k], x_f32 ? "f32" : "bf16", y_bf16 ? "bf16" : "f32", e, tol);
                 if (!y_bf16 && e > worst) worst = e;
             }
-    bool mma = quant_gemv_mma_supported(M->type, M->cols, false);
-    bool x8 = quant_gemv_x8_supported(M->type, M->cols);
-    printf("# gemv %-5s [%5lld][%5lld] %d cases (v1, v2%s%s), worst fp32 rel err %.2e", info->name, (long long)M->rows,
-           (long long)M->cols, n_cases, mma ? ", v3, v4" : "", x8 ? ", v5" : "", worst);
-    if (mma || x8) printf("; v4/v5 against the unrounded x (their int8 terms) %.2e", worst_i8_x);
+    bool mma = quant_gemv_takes(QGEMV_MMA, &M->m, 1, false), x8 = quant_gemv_takes(QGEMV_X8, &M->m, 1, false);
+    printf("# gemv %-5s [%5lld][%5lld] %d cases (scalar%s%s), worst fp32 rel err %.2e", info->name, (long long)M->rows,
+           (long long)M->cols, n_cases, mma ? ", mma" : "", x8 ? ", x8" : "", worst);
+    if (x8) printf("; x8 against the unrounded x (its int8 terms) %.2e", worst_i8_x);
     printf("\n");
     free(w);
     free(rows_chk);
 }
 
 /* dequantize rows [row0, row0+n) on the GPU; bit-exact vs dtype.c + bf16 */
-static void dequant_check(Mat *M, int64_t row0, int64_t n, int V) {
+static void dequant_check(Mat *M, int64_t row0, int64_t n) {
     Err err = {{0}};
     int64_t cols = M->cols, row_bytes = (int64_t)dtype_row_bytes(M->type, cols);
     size_t sz = (size_t)n * cols * 2;
@@ -167,9 +165,9 @@ static void dequant_check(Mat *M, int64_t row0, int64_t n, int V) {
     uint16_t *got = malloc(sz);
     float *ref = malloc(cols * sizeof *ref);
     int rc = cudaMalloc(&d, sz) || cudaMemset(d, 0xff, sz);
-    rc = rc || quant_dequant_bf16_variant(&M->m, row0, n, d, V, 0, &err) || cudaDeviceSynchronize();
+    rc = rc || quant_dequant_bf16(&M->m, row0, n, d, 0, &err) || cudaDeviceSynchronize();
     rc = rc || cudaMemcpy(got, d, sz, cudaMemcpyDeviceToHost);
-    CHECK(!rc, "%s dequant v%d: failed: %s", dtype_info(M->type)->name, V, err.msg);
+    CHECK(!rc, "%s dequant: failed: %s", dtype_info(M->type)->name, err.msg);
     int64_t mism = 0, first = -1;
     for (int64_t r = 0; !rc && r < n; r++) {
         dequantize_row(M->type, M->native + (row0 + r) * row_bytes, ref, cols);
@@ -179,8 +177,8 @@ static void dequant_check(Mat *M, int64_t row0, int64_t n, int V) {
                 mism++;
             }
     }
-    CHECK(mism == 0, "%s v%d [%lld][%lld] dequant rows %lld..%lld: %lld of %lld values differ (first at %lld)",
-          dtype_info(M->type)->name, V, (long long)M->rows, (long long)cols, (long long)row0, (long long)(row0 + n),
+    CHECK(mism == 0, "%s [%lld][%lld] dequant rows %lld..%lld: %lld of %lld values differ (first at %lld)",
+          dtype_info(M->type)->name, (long long)M->rows, (long long)cols, (long long)row0, (long long)(row0 + n),
           (long long)mism, (long long)(n * cols), (long long)first);
     cudaFree(d);
     free(got);
@@ -296,7 +294,6 @@ static void test_dequant_ahead(void) {
 }
 
 static const int T_ALL[] = {1, 2, 3, 4, 5, 6, 7, 8}, T_FEW[] = {1, 5, 8};
-static const int R_ALL[] = {1, 2, 4}, R_DEF[] = {0};
 
 static void test_small_shapes(void) {
     /* odd: 3 Q8_0 blocks (a partial tile); 9 K blocks of 256 (a partial tile) */
@@ -307,25 +304,24 @@ static void test_small_shapes(void) {
             int64_t cols = shapes[s][1];
             if (cols % dtype_info(TYPES[i])->block_elems) continue;
             if (mat_build(&M, TYPES[i], shapes[s][0], cols)) continue;
-            gemv_checks(&M, T_ALL, 8, R_ALL, 3);
-            dequant_check(&M, 0, M.rows, 1);
-            dequant_check(&M, 0, M.rows, 2);
-            dequant_check(&M, 1, M.rows - 1, 2);
+            gemv_checks(&M, T_ALL, 8);
+            dequant_check(&M, 0, M.rows);
+            dequant_check(&M, 1, M.rows - 1);
             mat_free(&M);
         }
 }
 
-/* The last shape is tall (v3 takes two m-tiles per warp for Q4_K below T =
- * 4 there) with a part block of rows at the end, every T. */
+/* The last shape is tall (the mma kernel takes two m-tiles per warp for
+ * Q4_K below T = 4 there) with a part block of rows at the end, every T. */
 static void test_big_shapes(void) {
     int64_t shapes[][2] = {{4096, 4096}, {14336, 4096}, {4096, 14336}, {16401, 512}};
     for (int i = 0; i < N_TYPES; i++)
         for (int s = 0; s < 4; s++) {
             Mat M;
             if (mat_build(&M, TYPES[i], shapes[s][0], shapes[s][1])) continue;
-            if (s == 3) gemv_checks(&M, T_ALL, 8, R_DEF, 1);
-            else gemv_checks(&M, T_FEW, 3, s == 0 ? R_ALL : R_DEF, s == 0 ? 3 : 1);
-            if (s == 1) { dequant_check(&M, 1001, 300, 1); dequant_check(&M, 1001, 300, 2); }
+            if (s == 3) gemv_checks(&M, T_ALL, 8);
+            else gemv_checks(&M, T_FEW, 3);
+            if (s == 1) dequant_check(&M, 1001, 300);
             mat_free(&M);
         }
 }
@@ -336,36 +332,47 @@ static void test_refused(void) {
     CHECK(quant_matrix_bytes(DT_Q4_K, 8, 300, &b, &err) == -1, "Q4_K with 300 columns accepted");
     CHECK(quant_matrix_bytes(DT_Q2_K, 8, 256, &b, &err) == -1, "Q2_K accepted");
     CHECK(quant_matrix_bytes(DT_Q8_0, 8, 64, &b, &err) == 0 && b >= 8 * 68, "Q8_0 8x64: %zu bytes", b);
-    /* version 3 only where quant_gemv_mma_supported; refused before any launch (no pointers needed) */
-    CHECK(quant_gemv_mma_supported(DT_Q4_K, 4096, false) && quant_gemv_mma_supported(DT_Q8_0, 512, false),
-          "Q4_K / Q8_0 with bf16 x");
-    CHECK(!quant_gemv_mma_supported(DT_Q4_0, 4096, false) && !quant_gemv_mma_supported(DT_Q8_0, 96, false) &&
-              !quant_gemv_mma_supported(DT_Q4_K, 4096, true),
-          "Q4_0, 96 columns or fp32 x taken by v3");
-    QuantMatrix q40 = {DT_Q4_0, 16, 4096, NULL, NULL};
-    GemvOut none = {{NULL}, {NULL}, {0}, false, false};
-    CHECK(quant_gemv_mma(&q40, NULL, &none, 1, false, 0, &err) == -1 && strstr(err.msg, "v3"), "'%s'", err.msg);
-    /* version 5: every type the GPU keeps in blocks, one x row, x rounded for this width */
-    CHECK(quant_gemv_x8_supported(DT_Q4_K, 4096) && quant_gemv_x8_supported(DT_Q8_0, 96) &&
-              quant_gemv_x8_supported(DT_Q4_0, 4096) && quant_gemv_x8_supported(DT_Q4_1, 96) &&
-              !quant_gemv_x8_supported(DT_Q5_0, 4096) && !quant_gemv_x8_supported(DT_Q4_K, 288),
-          "v5 type / column list");
-    QuantMatrix q4k = {DT_Q4_K, 16, 4096, NULL, NULL}, q50 = {DT_Q5_0, 16, 4096, NULL, NULL};
-    CHECK(quant_gemv_x8(&q50, NULL, NULL, &none, 1, 0, &err) == -1 && strstr(err.msg, "v5"), "'%s'", err.msg);
-    CHECK(quant_gemv_x8(&q4k, NULL, NULL, &none, 2, 0, &err) == -1 && strstr(err.msg, "one row"), "'%s'", err.msg);
-    CHECK(quant_gemv_variant(&q4k, NULL, true, NULL, false, NULL, 1, 5, 0, 0, &err) == -1 && strstr(err.msg, "bf16"),
-          "'%s'", err.msg);
-    CHECK(!quant_gemv_x8_supported(DT_Q8_0, 65536 + 32), "v5 with x wider than its shared memory");
-    CHECK(quant_gemv_x8(&q4k, (void *)8, NULL, &none, 1, 0, &err) == -1 && strstr(err.msg, "aligned"), "'%s'", err.msg);
+    /* which kernel takes what; refused before any launch (no pointers needed) */
+    QuantMatrix q4k = {DT_Q4_K, 16, 4096, NULL, NULL}, q40 = {DT_Q4_0, 16, 4096, NULL, NULL};
+    QuantMatrix q8 = {DT_Q8_0, 16, 512, NULL, NULL}, q8n = {DT_Q8_0, 16, 96, NULL, NULL};
+    QuantMatrix q41 = {DT_Q4_1, 16, 96, NULL, NULL}, q50 = {DT_Q5_0, 16, 4096, NULL, NULL};
+    QuantMatrix q4k288 = {DT_Q4_K, 16, 288, NULL, NULL}, wide = {DT_Q8_0, 16, 65536 + 32, NULL, NULL};
     QuantMatrix tall = {DT_Q8_0, (int64_t)1 << 25, 32, NULL, NULL};
+    CHECK(quant_gemv_takes(QGEMV_SCALAR, &q40, 8, true) && quant_gemv_takes(QGEMV_SCALAR, &q4k, 1, false) &&
+              !quant_gemv_takes(QGEMV_SCALAR, &q4k, 9, false) && !quant_gemv_takes(QGEMV_SCALAR, &q4k, 0, false) &&
+              !quant_gemv_takes(QGEMV_SCALAR, &q50, 1, false) && !quant_gemv_takes(QGEMV_SCALAR, &q4k288, 1, false),
+          "scalar: every type the GPU keeps in blocks, 1..8 rows, bf16 or fp32 x");
+    CHECK(quant_gemv_takes(QGEMV_MMA, &q4k, 1, false) && quant_gemv_takes(QGEMV_MMA, &q8, 8, false),
+          "mma: Q4_K / Q8_0 with bf16 x");
+    CHECK(!quant_gemv_takes(QGEMV_MMA, &q40, 1, false) && !quant_gemv_takes(QGEMV_MMA, &q8n, 1, false) &&
+              !quant_gemv_takes(QGEMV_MMA, &q4k, 1, true) && !quant_gemv_takes(QGEMV_MMA, &q4k, 9, false),
+          "Q4_0, 96 columns, fp32 x or 9 rows taken by mma");
+    GemvOut none = {{NULL}, {NULL}, {0}, false, false}, out16 = gemv_out_one(NULL, false, NULL, 16);
+    CHECK(quant_gemv(&q40, NULL, false, &out16, 1, QGEMV_MMA, 0, &err) == -1 && strstr(err.msg, "mma"), "'%s'",
+          err.msg);
+    /* x8: every type the GPU keeps in blocks, one bf16 x row, x rounded for this width */
+    CHECK(quant_gemv_takes(QGEMV_X8, &q4k, 1, false) && quant_gemv_takes(QGEMV_X8, &q8n, 1, false) &&
+              quant_gemv_takes(QGEMV_X8, &q40, 1, false) && quant_gemv_takes(QGEMV_X8, &q41, 1, false) &&
+              !quant_gemv_takes(QGEMV_X8, &q50, 1, false) && !quant_gemv_takes(QGEMV_X8, &q4k288, 1, false),
+          "x8 type / column list");
+    CHECK(!quant_gemv_takes(QGEMV_X8, &q4k, 2, false) && !quant_gemv_takes(QGEMV_X8, &q4k, 1, true),
+          "x8 at two rows or with fp32 x");
+    CHECK(quant_gemv_x8(&q50, NULL, NULL, &none, 1, 0, &err) == -1 && strstr(err.msg, "quant_gemv_x8"), "'%s'",
+          err.msg);
+    CHECK(quant_gemv_x8(&q4k, NULL, NULL, &none, 2, 0, &err) == -1 && strstr(err.msg, "one row"), "'%s'", err.msg);
+    CHECK(quant_gemv(&q4k, NULL, true, &out16, 1, QGEMV_X8, 0, &err) == -1 && strstr(err.msg, "fp32 x"), "'%s'",
+          err.msg);
+    CHECK(!quant_gemv_takes(QGEMV_X8, &wide, 1, false), "x8 with x wider than its shared memory");
+    CHECK(quant_gemv_x8(&q4k, (void *)8, NULL, &none, 1, 0, &err) == -1 && strstr(err.msg, "aligned"), "'%s'", err.msg);
+    CHECK(!quant_gemv_takes(QGEMV_X8, &tall, 1, false), "x8 with 2^25 rows");
     CHECK(quant_gemv_x8(&tall, NULL, NULL, &none, 1, 0, &err) == -1 && strstr(err.msg, "2^24"), "'%s'", err.msg);
     for (int t = 0; t < DT_COUNT; t++) /* the stage plan sizes matrices by the same list */
         CHECK(quant_type_supported((DType)t) == dtype_gpu_keeps_blocks((DType)t), "type %d: lists disagree", t);
 }
 
-/* y stored in three parts (a fused Q|K|V: quant_gemv_parts), each part
- * [T][n_i] bf16 with its own bias (none for the middle one): every version
- * that takes the type, T = 1 and 3, against the dequantized rows. */
+/* y stored in three parts (a fused Q|K|V: GemvOut), each part [T][n_i]
+ * bf16 with its own bias (none for the middle one): every kernel that takes
+ * the case, T = 1 and 3, against the dequantized rows. */
 static void test_parts(void) {
     const DType types[] = {DT_Q4_K, DT_Q8_0, DT_Q4_0, DT_Q6_K, DT_Q5_K};
     const int64_t end[3] = {384, 512, 640}, cols = 1536;
@@ -381,18 +388,17 @@ static void test_parts(void) {
         void *dx = NULL, *dy = NULL, *db = NULL;
         int rc = cudaMalloc(&dx, 3 * cols * 2) || cudaMalloc(&dy, 3 * end[2] * 2) || cudaMalloc(&db, end[2] * 4);
         rc = rc || cudaMemcpy(dx, xb, 3 * cols * 2, cudaMemcpyHostToDevice) || cudaMemcpy(db, b, end[2] * 4, cudaMemcpyHostToDevice);
-        for (int V = 0; !rc && V <= 5; V++)
+        for (int k = QGEMV_SCALAR; !rc && k <= QGEMV_X8; k++)
             for (int T = 1; T <= 3; T += 2) {
-                if (V >= 3 && V <= 4 && !quant_gemv_mma_supported(M.type, cols, false)) continue;
-                if (V == 5 && (T != 1 || !quant_gemv_x8_supported(M.type, cols))) continue;
+                if (!quant_gemv_takes((QuantGemvKernel)k, &M.m, T, false)) continue;
                 Err err = {{0}};
                 /* parts laid out one after the other in dy: [T][384] | [T][128] | [T][128] */
                 uint16_t *p0 = (uint16_t *)dy, *p1 = p0 + T * end[0], *p2 = p1 + T * (end[1] - end[0]);
                 GemvOut out = {{p0, p1, p2}, {(float *)db, NULL, (float *)db + end[1]}, {end[0], end[1], end[2]}, false, false};
                 int r2 = cudaMemset(dy, 0xff, 3 * end[2] * 2) ||
-                         quant_gemv_parts(&M.m, dx, &out, T, V, 0, &err) ||
+                         quant_gemv(&M.m, dx, false, &out, T, (QuantGemvKernel)k, 0, &err) ||
                          cudaDeviceSynchronize() || cudaMemcpy(y, dy, T * end[2] * 2, cudaMemcpyDeviceToHost);
-                CHECK(!r2, "%s parts v%d T=%d: %s", dtype_info(M.type)->name, V, T, err.msg);
+                CHECK(!r2, "%s parts %s T=%d: %s", dtype_info(M.type)->name, KNAME[k], T, err.msg);
                 double num = 0, den = 0;
                 int64_t bad = 0;
                 for (int k = 0; !r2 && k < 3; k++) {
@@ -407,12 +413,12 @@ static void test_parts(void) {
                             num += (v - ref) * (v - ref), den += ref * ref;
                         }
                 }
-                CHECK(bad == 0 && num <= 1e-4 * den, "%s parts v%d T=%d: %lld unwritten, rel err %.3g",
-                      dtype_info(M.type)->name, V, T, (long long)bad, sqrt(num / den));
+                CHECK(bad == 0 && num <= 1e-4 * den, "%s parts %s T=%d: %lld unwritten, rel err %.3g",
+                      dtype_info(M.type)->name, KNAME[k], T, (long long)bad, sqrt(num / den));
             }
         Err err = {{0}};
         GemvOut wrong = {{dy, dy, dy}, {NULL}, {end[0], end[1], end[2] - 1}, false, false};
-        CHECK(quant_gemv_parts(&M.m, dx, &wrong, 1, 0, 0, &err) == -1 && strstr(err.msg, "parts"),
+        CHECK(quant_gemv(&M.m, dx, false, &wrong, 1, QGEMV_SCALAR, 0, &err) == -1 && strstr(err.msg, "parts"),
               "parts ending short of the rows: '%s'", err.msg);
         cudaFree(dx); cudaFree(dy); cudaFree(db);
         free(w); free(x); free(b); free(xb); free(y);
@@ -420,7 +426,7 @@ static void test_parts(void) {
     }
 }
 
-/* Version 5 with the gated activation fused (quant_gemv_x8_glu): W = gate
+/* The x8 kernel with the gated activation fused (quant_gemv_x8_glu): W = gate
  * rows | up rows; every activation, with and without biases, against
  * dequantize_row times the rounded x, then cpu_glu; y is bf16 (tolerance
  * 1e-2 of the norm) and NaN-poisoned first. */
@@ -477,7 +483,7 @@ static void test_glu(void) {
     }
 }
 
-/* Version 5 reading the fp32 residual row and normalizing it itself
+/* The x8 kernel reading the fp32 residual row and normalizing it itself
  * (QxNorm, as add_rmsnorm without delta would), plain and with the GLU
  * fused: against rmsnorm on the CPU, rounded to bf16 and to the int8 terms,
  * times the dequantized rows; outputs NaN-poisoned first. The norm offset
@@ -514,17 +520,17 @@ static void test_norm_x8(void) {
         GemvOut out = gemv_out_one(dy, true, NULL, 2 * F);
         int r1 = rc || cudaMemset(dy, 0xff, 2 * F * 4) || quant_gemv_x8(&M.m, NULL, &qn, &out, 1, 0, &err) ||
                  cudaDeviceSynchronize() || cudaMemcpy(y, dy, 2 * F * 4, cudaMemcpyDeviceToHost);
-        CHECK(!r1, "%s v5 with the norm: %s", dtype_info(M.type)->name, err.msg);
+        CHECK(!r1, "%s x8 with the norm: %s", dtype_info(M.type)->name, err.msg);
         double e = r1 ? INFINITY : test_row_err(y, ref, (int)(2 * F));
-        CHECK(e <= 1e-3, "%s v5 with the norm: rel err %.3g", dtype_info(M.type)->name, e);
+        CHECK(e <= 1e-3, "%s x8 with the norm: rel err %.3g", dtype_info(M.type)->name, e);
         int r2 = rc || cudaMemset(dy, 0xff, F * 2) ||
                  quant_gemv_x8_glu(&M.m, NULL, &qn, dy, NULL, NULL, ACT_SILU, 0.f, 0, &err) || cudaDeviceSynchronize() ||
                  cudaMemcpy(yb, dy, F * 2, cudaMemcpyDeviceToHost);
-        CHECK(!r2, "%s v5 GLU with the norm: %s", dtype_info(M.type)->name, err.msg);
+        CHECK(!r2, "%s x8 GLU with the norm: %s", dtype_info(M.type)->name, err.msg);
         for (int64_t r = 0; !r2 && r < F; r++) y[r] = bf16_to_fp32(yb[r]);
         double eg = r2 ? INFINITY : test_row_err(y, glu, (int)F);
-        CHECK(eg <= 1e-2, "%s v5 GLU with the norm: rel err %.3g", dtype_info(M.type)->name, eg);
-        printf("# %s [%lld][%lld] v5 normalizing the residual itself: rel err %.2e, GLU %.2e\n",
+        CHECK(eg <= 1e-2, "%s x8 GLU with the norm: rel err %.3g", dtype_info(M.type)->name, eg);
+        printf("# %s [%lld][%lld] x8 normalizing the residual itself: rel err %.2e, GLU %.2e\n",
                dtype_info(M.type)->name, (long long)(2 * F), (long long)cols, e, eg);
         QxNorm bad = qn;
         bad.x = (const float *)((const char *)dres + 4);
@@ -537,7 +543,7 @@ static void test_norm_x8(void) {
 }
 
 /* GemvOut's add mode (the residual stream += the product rounded to bf16)
- * for every version at T = 1 and 3: y starts at values 100x the product's,
+ * for every kernel at T = 1 and 3 (x8: T = 1): y starts at values 100x the product's,
  * so a store that overwrote, or added twice, misses by far more than bf16's
  * rounding of the product. */
 static void test_add_out(void) {
@@ -553,12 +559,12 @@ static void test_add_out(void) {
     void *dx = NULL, *dy = NULL, *db = NULL;
     int rc = cudaMalloc(&dx, 3 * cols * 2) || cudaMalloc(&dy, 3 * rows * 4) || cudaMalloc(&db, rows * 4) ||
              cudaMemcpy(dx, xb, 3 * cols * 2, cudaMemcpyHostToDevice) || cudaMemcpy(db, b, rows * 4, cudaMemcpyHostToDevice);
-    for (int V = 1; !rc && V <= 5; V++)
+    for (int k = QGEMV_SCALAR; !rc && k <= QGEMV_X8; k++)
         for (int T = 1; T <= 3; T += 2) {
-            if (V == 5 && T != 1) continue;
+            if (!quant_gemv_takes((QuantGemvKernel)k, &M.m, T, false)) continue;
             float *xr = malloc(T * cols * sizeof *xr);
             memcpy(xr, x, T * cols * sizeof *xr);
-            if (V >= 4) for (int t = 0; t < T; t++) round_x_int8(xr + t * cols, cols);
+            if (k == QGEMV_X8) for (int t = 0; t < T; t++) round_x_int8(xr + t * cols, cols);
             double ymax = 0;
             for (int t = 0; t < T; t++)
                 for (int64_t r = 0; r < rows; r++) {
@@ -571,12 +577,12 @@ static void test_add_out(void) {
             GemvOut out = gemv_out_one(dy, true, (const float *)db, rows);
             out.add = true;
             int r2 = cudaMemcpy(dy, y0, T * rows * 4, cudaMemcpyHostToDevice) ||
-                     quant_gemv_parts(&M.m, dx, &out, T, V, 0, &err) || cudaDeviceSynchronize() ||
+                     quant_gemv(&M.m, dx, false, &out, T, (QuantGemvKernel)k, 0, &err) || cudaDeviceSynchronize() ||
                      cudaMemcpy(y, dy, T * rows * 4, cudaMemcpyDeviceToHost);
-            CHECK(!r2, "add mode v%d T=%d: %s", V, T, err.msg);
+            CHECK(!r2, "add mode %s T=%d: %s", KNAME[k], T, err.msg);
             for (int64_t i = 0; !r2 && i < T * rows; i++) got[i] = y[i] - y0[i];
             double e = r2 ? INFINITY : test_row_err(got, ref, (int)(T * rows));
-            CHECK(e <= 1e-2, "add mode v%d T=%d: (y - y0) vs the product: rel err %.3g", V, T, e);
+            CHECK(e <= 1e-2, "add mode %s T=%d: (y - y0) vs the product: rel err %.3g", KNAME[k], T, e);
             free(xr);
         }
     cudaFree(dx); cudaFree(dy); cudaFree(db);
@@ -611,69 +617,72 @@ static float median_us(Mat *copies, LaunchFn fn, void *ctx) {
     return ms[REPS / 2] * 1000.0f / LOOP;
 }
 
-typedef struct { void *x, *y; int T, V, R; void *dst; } TimeCtx;
+typedef struct { void *x, *y; int T; QuantGemvKernel k; void *dst; } TimeCtx;
 
 static int run_gemv(Mat *c, int i, void *ctx) {
     TimeCtx *t = ctx;
     Err err;
-    return quant_gemv_variant(&c[i % 4].m, t->x, false, t->y, false, NULL, t->T, t->V, t->R, 0, &err);
+    const GemvOut out = gemv_out_one(t->y, false, NULL, c[i % 4].rows);
+    return quant_gemv(&c[i % 4].m, t->x, false, &out, t->T, t->k, 0, &err);
 }
 
 static int run_dequant(Mat *c, int i, void *ctx) {
     TimeCtx *t = ctx;
     Err err;
-    return quant_dequant_bf16_variant(&c[i % 4].m, 0, c[i % 4].rows, t->dst, t->V, 0, &err);
+    return quant_dequant_bf16(&c[i % 4].m, 0, c[i % 4].rows, t->dst, 0, &err);
 }
 
-/* One matrix shape: with full, every version and rows-per-warp and the
- * dequantize kernel; else v2 (default rows per warp), v3 and v4 only. */
+/* One matrix shape: every kernel that takes it at T = 1 (and at 8 where it
+ * takes that), and with full the dequantize kernel too. */
 static void time_shape(DType type, int64_t rows, int64_t cols, bool full, void *x, void *y, void *dst) {
     Mat c[4];
     int ok = 1;
     for (int k = 0; k < 4; k++) ok = ok && !mat_build(&c[k], type, rows, cols);
     if (!ok) return;
     double qbytes = (double)rows * (double)dtype_row_bytes(type, cols);
-    for (int V = 1; V <= 5; V++)
-    for (int R = 0; R <= 4; R = R ? 2 * R : 1) {
-        if (V >= 3 && V <= 4 && (R > 0 || !quant_gemv_mma_supported(type, cols, false))) continue;
-        if (V == 5 && (R > 0 || !quant_gemv_x8_supported(type, cols))) continue;
-        if (!full && !(V == 2 && R == 0) && V < 3) continue;
-        TimeCtx t1 = {x, y, 1, V, R, NULL}, t8 = {x, y, 8, V, R, NULL}, td = {0, 0, 0, V, 0, dst};
-        float u1 = median_us(c, run_gemv, &t1), u8 = V == 5 ? NAN : median_us(c, run_gemv, &t8); /* v5: T = 1 only */
+    for (int k = QGEMV_SCALAR; k <= QGEMV_X8; k++) {
+        if (!quant_gemv_takes((QuantGemvKernel)k, &c[0].m, 1, false)) continue;
+        TimeCtx t1 = {x, y, 1, (QuantGemvKernel)k, NULL}, t8 = {x, y, 8, (QuantGemvKernel)k, NULL};
+        TimeCtx td = {0, 0, 0, QGEMV_SCALAR, dst};
+        float u1 = median_us(c, run_gemv, &t1);
+        float u8 = quant_gemv_takes((QuantGemvKernel)k, &c[0].m, 8, false) ? median_us(c, run_gemv, &t8) : NAN;
         char dq[64] = "";
-        if (full && R == 0 && V <= 2) {
+        if (full && k == QGEMV_SCALAR) {
             float ud = median_us(c, run_dequant, &td);
             double b = qbytes + (double)rows * cols * 2;
             snprintf(dq, sizeof dq, "%8.1f %6.0f %5.1f%%", ud, b / ud * 1e-3, 100 * b / (ud * 1e-6) / COPY_BW);
         }
-        printf("# %-5s %6lldx%-5lld %7.2f %d %d | %7.1f %6.0f %5.1f%% | %7.1f %6.0f %5.1f%% | %s\n",
-               dtype_info(type)->name, (long long)rows, (long long)cols, qbytes / 1e6, V, R, u1, qbytes / u1 * 1e-3,
+        printf("# %-5s %6lldx%-5lld %7.2f %-6s | %7.1f %6.0f %5.1f%% | %7.1f %6.0f %5.1f%% | %s\n",
+               dtype_info(type)->name, (long long)rows, (long long)cols, qbytes / 1e6, KNAME[k], u1, qbytes / u1 * 1e-3,
                100 * qbytes / (u1 * 1e-6) / COPY_BW, u8, qbytes / u8 * 1e-3, 100 * qbytes / (u8 * 1e-6) / COPY_BW, dq);
     }
     CHECK(cudaGetLastError() == cudaSuccess, "%s timing launches failed", dtype_info(type)->name);
     for (int k = 0; k < 4; k++) mat_free(&c[k]);
 }
 
-/* One GEMV, T rows of x, version V (--time): the timing line only. */
-static void time_one(DType type, int64_t rows, int64_t cols, int V, int T) {
+/* One GEMV, T rows of x, kernel k (--time): the timing line only. */
+static void time_one(DType type, int64_t rows, int64_t cols, QuantGemvKernel k, int T) {
     void *x = NULL, *y = NULL;
     Mat c[4];
     int ok = cudaMalloc(&x, (size_t)T * cols * 2) == cudaSuccess && cudaMalloc(&y, (size_t)T * rows * 4) == cudaSuccess;
-    for (int k = 0; ok && k < 4; k++) ok = !mat_build(&c[k], type, rows, cols);
+    for (int i = 0; ok && i < 4; i++) ok = !mat_build(&c[i], type, rows, cols);
     CHECK(ok, "--time: setup failed");
     if (!ok) return;
-    TimeCtx tc = {x, y, T, V, 0, NULL};
-    float us = median_us(c, run_gemv, &tc);
+    const bool takes = quant_gemv_takes(k, &c[0].m, T, false);
+    CHECK(takes, "--time: the %s kernel does not take this case", KNAME[k]);
+    TimeCtx tc = {x, y, T, k, NULL};
+    float us = takes ? median_us(c, run_gemv, &tc) : NAN;
     double qbytes = (double)rows * (double)dtype_row_bytes(type, cols);
-    printf("# %s %lldx%lld v%d T=%d: %.1f us, %.0f GB/s, %.1f%% of 4.26 TB/s\n", dtype_info(type)->name,
-           (long long)rows, (long long)cols, V, T, us, qbytes / us * 1e-3, 100 * qbytes / (us * 1e-6) / COPY_BW);
+    printf("# %s %lldx%lld %s T=%d: %.1f us, %.0f GB/s, %.1f%% of 4.26 TB/s\n", dtype_info(type)->name,
+           (long long)rows, (long long)cols, KNAME[k], T, us, qbytes / us * 1e-3, 100 * qbytes / (us * 1e-6) / COPY_BW);
     CHECK(cudaGetLastError() == cudaSuccess, "--time launches failed");
-    for (int k = 0; k < 4; k++) mat_free(&c[k]);
+    for (int i = 0; i < 4; i++) mat_free(&c[i]);
     cudaFree(x); cudaFree(y);
 }
 
-/* Every type at 4096x14336 in full, then Q4_K and Q8_0 at the other
- * matrix shapes of Llama-3-8B's decode step (qkv, o, gate+up, LM head). */
+/* Every type at 4096x14336 in full, then Q4_K, Q8_0, Q6_K, Q5_K and Q4_0 at
+ * the other matrix shapes of Llama-3-8B's decode step (qkv, o, gate+up, LM
+ * head). */
 static void test_timing(void) {
     void *x = NULL, *y = NULL, *dst = NULL;
     if (cudaMalloc(&x, 8 * 14336 * 2) || cudaMalloc(&y, 8 * 128256 * 4) || cudaMalloc(&dst, 4096 * 14336 * 2)) {
@@ -685,7 +694,7 @@ static void test_timing(void) {
     cudaMemcpy(x, xh, 8 * 14336 * 2, cudaMemcpyHostToDevice);
     free(xh);
     printf("# timing, x bf16, y bf16: per launch, median of 15 runs of 20 back-to-back launches over 4 rotating copies\n");
-    printf("# %-5s %12s %7s %s %s | %-22s | %-22s | %s\n", "type", "shape", "MB", "v", "R", "T=1 us   GB/s  %4.26",
+    printf("# %-5s %12s %7s %-6s | %-22s | %-22s | %s\n", "type", "shape", "MB", "kernel", "T=1 us   GB/s  %4.26",
            "T=8 us   GB/s  %", "dequant->bf16 us GB/s %");
     for (int i = 0; i < N_TYPES; i++) time_shape(TYPES[i], 4096, 14336, true, x, y, dst);
     const int64_t shapes[][2] = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {128256, 4096}};
@@ -699,13 +708,16 @@ static void test_timing(void) {
 int main(int argc, char **argv) {
     if (!quant_have_device()) return 1;
     bool quick = argc > 1 && !strcmp(argv[1], "--quick");
-    if (argc == 7 && !strcmp(argv[1], "--time")) { /* one case, for a profiler: --time TYPE ROWS COLS VERSION T */
+    if (argc == 7 && !strcmp(argv[1], "--time")) { /* one case, for a profiler: --time TYPE ROWS COLS KERNEL T */
         DType t = DT_COUNT;
         for (int i = 0; i < N_TYPES; i++)
             if (!strcasecmp(argv[2], dtype_info(TYPES[i])->name)) t = TYPES[i];
         int64_t rows = atoll(argv[3]), cols = atoll(argv[4]);
-        CHECK(t != DT_COUNT && rows > 0 && cols > 0, "--time %s %s %s: bad type or shape", argv[2], argv[3], argv[4]);
-        if (t != DT_COUNT && rows > 0 && cols > 0) time_one(t, rows, cols, atoi(argv[5]), atoi(argv[6]));
+        int k = 0;
+        while (k < 3 && strcasecmp(argv[5], KNAME[k])) k++;
+        CHECK(t != DT_COUNT && rows > 0 && cols > 0 && k < 3, "--time %s %s %s %s: bad type, shape or kernel (scalar, "
+              "mma, x8)", argv[2], argv[3], argv[4], argv[5]);
+        if (t != DT_COUNT && rows > 0 && cols > 0 && k < 3) time_one(t, rows, cols, (QuantGemvKernel)k, atoi(argv[6]));
         TEST_EXIT();
     }
     RUN(test_refused);

@@ -1,5 +1,5 @@
 /* test_quant_forward.c — quantized weights kept quantized on the GPU (issue 7)
- * against the same file dequantized to bf16 at load (CudaOptions.bf16_weights,
+ * against the same file dequantized to bf16 at load (BackendOptions.bf16_weights,
  * the path before issue 7). Run by tests/gpu/run.sh; never in CI.
  *
  *   test_quant_forward [--positions N] [--raw-min F] [--text FILE] [--forced FIXTURE MODEL.gguf]... MODEL.gguf...
@@ -24,10 +24,10 @@
  *
  * For each file: both backends are fed the same pseudo-random token ids
  * (teacher forcing: neither sees its own choices), one token per step
- * (quant_gemv at T = 1, graphed), in steps of 5 (quant_gemv at T = 5) and of
- * 64 (dequantize to bf16 + cuBLASLt), and the argmax of each step's last
- * logits row is compared. The issue asks >= 99% top-1 agreement over a few
- * hundred positions. What the two paths differ by is rounding (fp32 sums in
+ * (the quantized GEMVs at T = 1, graphed), in steps of 5 (the GEMVs at T =
+ * 5) and of 64 (quant_gemm where the GPU runs it, else dequantize to bf16 +
+ * cuBLASLt), and the argmax of each step's last logits row is compared.
+ * The issue asks >= 99% top-1 agreement over a few hundred positions. What the two paths differ by is rounding (fp32 sums in
  * another order; bf16 rounding of the dequantized weights on the bf16 path):
  * the weights are the same numbers. Random-weight models amplify rounding
  * (transformers' own bf16 run is up to 6.45e-2 of max |logit| from its
@@ -47,8 +47,9 @@
 
 #include "base/json.h"
 #include "engine/engine.h"
-#include "kernels/cuda/backend_cuda.h"
 #include "model/model.h"
+#include "tests/gpu/gpu_backend.h"
+#include "tests/ref/ref_engine.h"
 #include "tests/test.h"
 
 #define MIN_AGREE 0.99
@@ -65,8 +66,8 @@ static int argmax(const float *x, int n) {
 }
 
 static Backend *make_backend(const Model *m, bool bf16, Err *err) {
-    CudaOptions o = {0, 16, 128, 0, 64, 0.9f, false, false, bf16, false, KV_DTYPE_BF16};
-    return backend_cuda_create_opts(&m->cfg, &m->w, &o, NULL, err);
+    GpuRig g = {.block_size = 16, .n_blocks = 128, .max_tokens = 64, .bf16_weights = bf16, .kv_dtype = KV_DTYPE_BF16};
+    return gpu_backend(&m->shape, &m->w, &g, err);
 }
 
 /* Feeds ids[0..n) in steps of `step` to both engines; counts the steps
@@ -89,16 +90,16 @@ static void compare_steps(Engine *eq, Engine *eb, const int32_t *ids, int n, int
             break;
         }
         done += k;
-        int a = argmax(eq->logits, V), b = argmax(eb->logits, V);
+        int a = argmax(sq.logits, V), b = argmax(sb.logits, V);
         double top = 0, d = 0;
         for (int i = 0; i < V; i++) {
-            top = fmax(top, fabs(eb->logits[i]));
-            d = isnan(eq->logits[i]) ? INFINITY : fmax(d, fabs(eq->logits[i] - eb->logits[i]));
+            top = fmax(top, fabs(sb.logits[i]));
+            d = isnan(sq.logits[i]) ? INFINITY : fmax(d, fabs(sq.logits[i] - sb.logits[i]));
         }
         *worst = fmax(*worst, d / (top > 0 ? top : 1));
         *agree += a == b;
         (*total)++;
-        *ties += a != b && (eb->logits[b] - eb->logits[a]) <= NEAR_TIE * top;
+        *ties += a != b && (sb.logits[b] - sb.logits[a]) <= NEAR_TIE * top;
         if (hf && hf->top1) {
             int want = hf->top1[done - 1];
             bool clear = hf->margin[done - 1] > HF_TIE;
@@ -110,8 +111,8 @@ static void compare_steps(Engine *eq, Engine *eb, const int32_t *ids, int n, int
         }
         if (a != b)
             printf("# step %d (%d tokens): quantized %d (%.4f; bf16 path %.4f), bf16 path %d (%.4f); margin %.2e of "
-                   "max |logit|\n", *total, k, a, eq->logits[a], eb->logits[a], b, eb->logits[b],
-                   (eb->logits[b] - eb->logits[a]) / (top > 0 ? top : 1));
+                   "max |logit|\n", *total, k, a, sq.logits[a], sb.logits[a], b, sb.logits[b],
+                   (sb.logits[b] - sb.logits[a]) / (top > 0 ? top : 1));
     }
     sequence_release(eq, &sq);
     sequence_release(eb, &sb);
@@ -173,7 +174,7 @@ static void check_file(const char *path, int positions, double min_raw, const ch
     ok = ok && engine_init(&eb, &m, bb, 2048, 64, &err) == 0;
     CHECK(ok, "%s: %s", path, err.msg);
     if (!ok) { if (bq) bq->destroy(bq); if (bb) bb->destroy(bb); model_free(&m); return; }
-    uint64_t wq = cuda_weight_bytes(bq), wb = cuda_weight_bytes(bb);
+    uint64_t wq = bq->weight_bytes, wb = bb->weight_bytes;
     printf("# %s: weights on the GPU %.1f MiB quantized, %.1f MiB bf16\n", path, wq / 1048576.0, wb / 1048576.0);
     CHECK(wq < wb, "%s: the quantized backend holds %llu bytes, not fewer than bf16's %llu", path,
           (unsigned long long)wq, (unsigned long long)wb);

@@ -2,36 +2,32 @@
  * (kernels/cuda/quant_gemm.cu: W's tiles dequantized in registers, wgmma)
  * against the CPU: run on a GPU machine by tests/gpu/run.sh; never in CI.
  *
- *   - Q4_K and Q8_0 matrices of random GGUF blocks (quant_mats.h) times
- *     random bf16 x, T = 9 .. 512 rows (tails of the tiles), 16, 32, 64,
- *     128 and 256 tokens per block (v3: 128, 256), bf16 and fp32 y, every kernel
- *     (v3: a maker warpgroup; v4: A fragments in registers, TMA loads;
- *     v5: v4 with bf16x2 arithmetic; v4 and v5 take Q8_0 only with cols %
- *     256 == 0). Reference for v3 / v4: kernels/dtype.c dequantize_row,
- *     rounded to bf16 (their A operand is quant_dequant_bf16's value); for
- *     v5 the same block fields through v5's bf16 operations, each rounding
- *     emulated exactly (ref_v5_row); products summed in double. Q5_K, Q6_K:
- *     v5 only (v3 / v4 refuse them).
+ *   - Q4_K, Q5_K, Q6_K and Q8_0 matrices of random GGUF blocks (quant_mats.h)
+ *     times random bf16 x, T = 9 .. 512 rows (tails of the tiles), 16, 32,
+ *     64, 128 and 256 tokens per block, bf16 and fp32 y. Reference: the
+ *     block fields through the kernel's bf16 operations, each rounding
+ *     emulated exactly (ref_row), products summed in double.
  *     Every checked element: |y - ref| <= 1e-4 * sum |w x| (+ half a bf16
  *     step of |ref| for bf16 y): the kernel's error is fp32 summation only,
  *     and a misplaced k or row moves an element by ~1e-2 of that sum.
  *     y is NaN-poisoned before each launch and every element must be
  *     written; a guard after y must stay untouched (tails not stored); a
- *     few cases with y 2 bytes off 16-byte alignment (v4 / v5 store bf16 y
- *     through shared memory in 16-byte pieces, an unaligned y as v3 does).
- *     v4 / v5 split K as quant_gemm picks for the shape (up to one split a
- *     turn of 4 stages on the small ones; 256-token tiles where two splits a
- *     tile fit in a wave), or in 3 uneven splits (16384 rows at T = 300 in
- *     64- and 128-token tiles: more tiles than SMs, unsplit, two blocks an SM), all cases through one work
- *     space (a counter left non-zero would break the next case's reduction).
+ *     few cases with y 2 bytes off 16-byte alignment (bf16 y is stored
+ *     through shared memory in 16-byte pieces, an unaligned y element by
+ *     element). K is split as quant_gemm picks for the shape (up to one
+ *     split a turn of 4 stages on the small ones; 256-token tiles where two
+ *     splits a tile fit in a wave), or in 3 uneven splits (16384 rows at T =
+ *     300 in 64- and 128-token tiles: more tiles than SMs, unsplit, two
+ *     blocks an SM), all cases through one work space (a counter left
+ *     non-zero would break the next case's reduction).
  *   - the epilogues (quant_gemm_epi: q, k, v parts with biases; the gated
  *     activation of Wgate|Wup) against the plain y of the same launch
  *     finished on the host (test_epilogues).
- *   - refusals: types and shapes it does not take, a bad tile size, version
- *     or split count, a missing or short work space.
+ *   - refusals: types and shapes it does not take, a bad tile size or split
+ *     count, a missing or short work space.
  *   - timing (printed, never asserted; not with --quick): the four GEMMs of
- *     a Llama-3-8B layer at 512 and 2048 tokens, fused (v3 and v4, 128 and
- *     256 tokens a block) against the route it replaces (dequantize to bf16, then
+ *     a Llama-3-8B layer at 512 and 2048 tokens, fused (128 and 256 tokens a
+ *     block) against the route it replaces (dequantize to bf16, then
  *     cuBLASLt), as TFLOP/s; ANCHORS.md: cuBLAS bf16 at 711 TFLOP/s. */
 #include <cublasLt.h>
 #include <math.h>
@@ -51,7 +47,7 @@
 typedef struct {
     int64_t rows_chk[256];
     int n_chk;
-    float *w; /* [n_chk][cols]: the checked rows as the kernel's A operand holds them */
+    float *w; /* [n_chk][cols]: the checked rows as the kernel's A operand holds them (ref_row) */
 } Ref;
 
 /* v exact in a double, rounded to bf16 once (nearest, ties to even; bf16
@@ -64,11 +60,11 @@ static float bf16_round(double v) {
     return (float)ldexp(nearbyint(ldexp(v, -sh)), sh);
 }
 
-/* A row as v5 makes its values (quant_gemm.cu qr_frags_bf16x2): Q8_0
+/* A row as the kernel makes its values (quant_gemm_mainloop.cuh qr_frags_bf16x2, q6k_frags_bf16x2): Q8_0
  * bf16(q bf16(d)); Q4_K fma(q, s, c) rounded once (a 4-bit q times an 8-bit
  * s plus an 8-bit c: exact in a double), s = bf16(scale bf16(d)), c =
  * bf16(min bf16(-dmin)). */
-static void ref_v5_row(DType t, const uint8_t *b, float *w, int64_t cols) {
+static void ref_row(DType t, const uint8_t *b, float *w, int64_t cols) {
     for (int64_t i0 = 0; i0 < cols; i0 += t == DT_Q8_0 ? 32 : 256) {
         if (t == DT_Q6_K) { /* (q - 32) s rounded once, s = bf16(sc bf16(d)) */
             double d = bf16_round(fp16_to_fp32((uint16_t)(b[208] | b[209] << 8)));
@@ -104,24 +100,16 @@ static void ref_v5_row(DType t, const uint8_t *b, float *w, int64_t cols) {
     }
 }
 
-static void ref_build(Ref *R, const Mat *M, bool v5) {
+static void ref_build(Ref *R, const Mat *M) {
     R->n_chk = quant_check_rows(M->rows, R->rows_chk, 256);
     R->w = malloc((size_t)R->n_chk * M->cols * sizeof *R->w);
     int64_t row_bytes = (int64_t)dtype_row_bytes(M->type, M->cols);
-    for (int j = 0; j < R->n_chk; j++) {
-        float *w = R->w + (int64_t)j * M->cols;
-        const uint8_t *row = M->native + R->rows_chk[j] * row_bytes;
-        if (v5) {
-            ref_v5_row(M->type, row, w, M->cols);
-            continue;
-        }
-        dequantize_row(M->type, row, w, M->cols);
-        for (int64_t c = 0; c < M->cols; c++) w[c] = bf16_to_fp32(fp32_to_bf16(w[c]));
-    }
+    for (int j = 0; j < R->n_chk; j++)
+        ref_row(M->type, M->native + R->rows_chk[j] * row_bytes, R->w + (int64_t)j * M->cols, M->cols);
 }
 
 /* One launch; returns the worst |y - ref| / sum |w x| (INFINITY on a failure). */
-static double gemm_case(const Mat *M, const Ref *R, int T, int bn, int ver, bool y_f32, int y_shift, int splits,
+static double gemm_case(const Mat *M, const Ref *R, int T, int bn, bool y_f32, int y_shift, int splits,
                         const QuantGemmWork *work) {
     Err err = {{0}};
     int64_t rows = M->rows, cols = M->cols;
@@ -132,13 +120,13 @@ static double gemm_case(const Mat *M, const Ref *R, int T, int bn, int ver, bool
     void *dx = NULL, *dy0 = NULL;
     uint8_t *y = malloc(ysz + GUARD);
     int rc = cudaMalloc(&dx, (size_t)T * cols * 2) || cudaMalloc(&dy0, ysz + GUARD + 16);
-    void *dy = (uint8_t *)dy0 + y_shift; /* y_shift 2: y not 16-byte aligned (v4 / v5 then store as v3) */
+    void *dy = (uint8_t *)dy0 + y_shift; /* y_shift 2: y not 16-byte aligned (stored element by element) */
     rc = rc || cudaMemcpy(dx, xb, (size_t)T * cols * 2, cudaMemcpyHostToDevice);
     rc = rc || cudaMemset(dy, 0xff, ysz) || cudaMemset((uint8_t *)dy + ysz, 0x5a, GUARD); /* NaN poison, guard */
-    rc = rc || quant_gemm_variant(&M->m, dx, T, dy, y_f32, bn, ver, splits, work, 0, &err);
+    rc = rc || quant_gemm(&M->m, dx, T, dy, y_f32, bn, splits, work, 0, &err);
     rc = rc || cudaDeviceSynchronize() || cudaMemcpy(y, dy, ysz + GUARD, cudaMemcpyDeviceToHost);
-    CHECK(!rc, "%s [%lld][%lld] T=%d bn=%d v%d splits %d: launch failed: %s (cuda %d)", name, (long long)rows,
-          (long long)cols, T, bn, ver, splits, err.msg, rc);
+    CHECK(!rc, "%s [%lld][%lld] T=%d bn=%d splits %d: launch failed: %s (cuda %d)", name, (long long)rows,
+          (long long)cols, T, bn, splits, err.msg, rc);
     double worst = rc ? INFINITY : 0;
     int64_t unwritten = 0, guard_hit = 0, over = 0;
     for (int64_t i = 0; !rc && i < T * rows; i++)
@@ -157,19 +145,18 @@ static double gemm_case(const Mat *M, const Ref *R, int T, int bn, int ver, bool
             double v = y_f32 ? ((float *)y)[i] : bf16_to_fp32(((uint16_t *)y)[i]);
             double d = fabs(v - ref), tol = 1e-4 * abs_sum + (y_f32 ? 0 : fabs(ref) / 256) + 1e-30;
             if (!(d <= tol) && over++ < 3)
-                printf("  %s [%lld][%lld] T=%d bn=%d v%d: y[%d][%lld] = %.7g, reference %.7g (sum |w x| %.4g)\n",
-                       name, (long long)rows, (long long)cols, T, bn, ver, t, (long long)R->rows_chk[j], v, ref,
-                       abs_sum);
+                printf("  %s [%lld][%lld] T=%d bn=%d: y[%d][%lld] = %.7g, reference %.7g (sum |w x| %.4g)\n",
+                       name, (long long)rows, (long long)cols, T, bn, t, (long long)R->rows_chk[j], v, ref, abs_sum);
             double e = abs_sum > 0 ? d / abs_sum : d;
             if (!(e <= worst)) worst = e; /* a NaN sticks */
         }
     }
-    CHECK(unwritten == 0, "%s [%lld][%lld] T=%d bn=%d v%d: %lld outputs not written", name, (long long)rows,
-          (long long)cols, T, bn, ver, (long long)unwritten);
-    CHECK(guard_hit == 0, "%s [%lld][%lld] T=%d bn=%d v%d: %lld bytes written past y", name, (long long)rows,
-          (long long)cols, T, bn, ver, (long long)guard_hit);
-    CHECK(over == 0, "%s [%lld][%lld] T=%d bn=%d v%d splits %d y %s: %lld elements over the bound", name,
-          (long long)rows, (long long)cols, T, bn, ver, splits, y_f32 ? "f32" : "bf16", (long long)over);
+    CHECK(unwritten == 0, "%s [%lld][%lld] T=%d bn=%d: %lld outputs not written", name, (long long)rows,
+          (long long)cols, T, bn, (long long)unwritten);
+    CHECK(guard_hit == 0, "%s [%lld][%lld] T=%d bn=%d: %lld bytes written past y", name, (long long)rows,
+          (long long)cols, T, bn, (long long)guard_hit);
+    CHECK(over == 0, "%s [%lld][%lld] T=%d bn=%d splits %d y %s: %lld elements over the bound", name,
+          (long long)rows, (long long)cols, T, bn, splits, y_f32 ? "f32" : "bf16", (long long)over);
     free(xb); free(y);
     cudaFree(dx); cudaFree(dy0);
     return worst;
@@ -190,7 +177,7 @@ static void test_quant_gemm(void) {
     QuantGemmWork work = {NULL, quant_gemm_work_bytes(sms)};
     CHECK(cudaMalloc(&work.buf, work.bytes) == 0 && cudaMemset(work.buf, 0, work.bytes) == 0, "work space");
     const Shape shapes[] = {
-        {DT_Q8_0, 128, 64, {9, 100, 128, 129, 300}},   {DT_Q8_0, 256, 576, {17, 127, 256, 257, 0}},
+        {DT_Q8_0, 128, 256, {9, 100, 128, 129, 300}},  {DT_Q8_0, 256, 512, {17, 127, 256, 257, 0}},
         {DT_Q8_0, 384, 1024, {64, 200, 0}},            {DT_Q8_0, 4096, 4096, {512, 0}},
         {DT_Q8_0, 8192, 1024, {600, 0}},
         {DT_Q4_K, 128, 256, {9, 100, 128, 129, 300}},  {DT_Q4_K, 256, 512, {17, 127, 256, 257, 0}},
@@ -208,32 +195,27 @@ static void test_quant_gemm(void) {
         if (only && sh->rows != atoll(only)) continue;
         Mat M;
         if (mat_build(&M, sh->type, sh->rows, sh->cols)) continue;
-        Ref R[2]; /* v3 / v4, v5 */
-        ref_build(&R[0], &M, false);
-        ref_build(&R[1], &M, true);
-        double worst[3] = {0, 0, 0};
+        Ref R;
+        ref_build(&R, &M);
+        double worst = 0;
         int n = 0;
         int turns = (int)(sh->cols / 256);
-        for (int ver = 3; ver <= 5; ver++)
-            for (int i = 0; i < 5 && sh->Ts[i] && quant_gemm_version_takes(sh->type, ver) &&
-                            (ver == 3 || quant_gemm_tma_takes(sh->type, sh->cols)); i++)
-                for (int b = ver == 3 ? 3 : 0; b < 5; b++) { /* tokens a block: v3 128, 256; v4 / v5 16 .. 256 */
-                    int bn = 16 << b;
-                    bool y_f32 = (i + b) % 2;
-                    int shift = !y_f32 && i == 1 && sh->rows <= 384 ? 2 : 0;
-                    /* v4 / v5: K split as quant_gemm picks (0: every tile of a GEMM of fewer tiles than
-                     * SMs, or, at 132 SMs, the tiles of the last partial wave: 8192 rows at T = 600 split
-                     * 60 of 192 tiles of 256 tokens in 2, 28 of 1216 of 32 in 4), and by 3 where that
-                     * is uneven over the turns */
-                    int splits = ver >= 4 ? (i == 1 && turns > 3 ? 3 : 0) : 1;
-                    double e = gemm_case(&M, &R[ver == 5], sh->Ts[i], bn, ver, y_f32, shift, splits, &work);
-                    if (y_f32 && !(e <= worst[ver - 3])) worst[ver - 3] = e; /* bf16 y: its own rounding dominates */
-                    n++;
-                }
-        printf("# quant_gemm %-5s [%5lld][%5lld] %d cases, worst fp32 |y - ref| / sum |w x| v3 %.2e v4 %.2e v5 %.2e\n",
-               dtype_info(sh->type)->name, (long long)sh->rows, (long long)sh->cols, n, worst[0], worst[1], worst[2]);
-        free(R[0].w);
-        free(R[1].w);
+        for (int i = 0; i < 5 && sh->Ts[i]; i++)
+            for (int b = 0; b < 5; b++) { /* tokens a block: 16 .. 256 */
+                int bn = 16 << b;
+                bool y_f32 = (i + b) % 2;
+                int shift = !y_f32 && i == 1 && sh->rows <= 384 ? 2 : 0;
+                /* K split as quant_gemm picks (0: every tile of a GEMM of fewer tiles than SMs, or, at 132
+                 * SMs, the tiles of the last partial wave: 8192 rows at T = 600 split 60 of 192 tiles of 256
+                 * tokens in 2, 28 of 1216 of 32 in 4), and by 3 where that is uneven over the turns */
+                int splits = i == 1 && turns > 3 ? 3 : 0;
+                double e = gemm_case(&M, &R, sh->Ts[i], bn, y_f32, shift, splits, &work);
+                if (y_f32 && !(e <= worst)) worst = e; /* bf16 y: its own rounding dominates */
+                n++;
+            }
+        printf("# quant_gemm %-5s [%5lld][%5lld] %d cases, worst fp32 |y - ref| / sum |w x| %.2e\n",
+               dtype_info(sh->type)->name, (long long)sh->rows, (long long)sh->cols, n, worst);
+        free(R.w);
         mat_free(&M);
     }
     cudaFree(work.buf);
@@ -268,13 +250,13 @@ static void epi_case(const Mat *M, int T, int bn, int splits, Activation act, bo
              cudaMalloc(&dh, (size_t)T * rows * 2 + GUARD) || cudaMalloc(&db, (size_t)rows * 4);
     rc = rc || cudaMemcpy(dx, xb, (size_t)T * cols * 2, cudaMemcpyHostToDevice) ||
          cudaMemcpy(db, b, (size_t)rows * 4, cudaMemcpyHostToDevice);
-    rc = rc || quant_gemm_variant(&M->m, dx, T, dy, false, bn, 5, splits, work, 0, &err) ||
+    rc = rc || quant_gemm(&M->m, dx, T, dy, false, bn, splits, work, 0, &err) ||
          epi_fetch(y, dy, (size_t)T * rows * 2);
     /* gated: bg = b[0 .. F), bu = b[F .. 2F) */
     const float *bg = bias ? (float *)db : NULL, *bu = bias ? (float *)db + F : NULL;
     QuantGemmEpi ge = {NULL, true, dh, bg, bu, act, 7.0f};
     rc = rc || cudaMemset(dh, 0xff, (size_t)T * F * 2) || cudaMemset((uint8_t *)dh + T * F * 2, 0x5a, GUARD);
-    rc = rc || quant_gemm_epi(&M->m, dx, T, &ge, bn, 5, splits, work, 0, &err) ||
+    rc = rc || quant_gemm_epi(&M->m, dx, T, &ge, bn, splits, work, 0, &err) ||
          epi_fetch(h, dh, (size_t)T * F * 2 + GUARD);
     CHECK(!rc, "%s [%lld][%lld] T=%d bn=%d splits %d glu: %s (cuda %d)", name, (long long)rows, (long long)cols, T,
           bn, splits, err.msg, rc);
@@ -306,7 +288,7 @@ static void epi_case(const Mat *M, int T, int bn, int splits, Activation act, bo
     QuantGemmEpi pe = {&po, false, NULL, NULL, NULL, ACT_SILU, 0.0f};
     err.msg[0] = 0;
     rc = rc || cudaMemset(dh, 0xff, (size_t)T * rows * 2) || cudaMemset((uint8_t *)dh + T * rows * 2, 0x5a, GUARD);
-    rc = rc || quant_gemm_epi(&M->m, dx, T, &pe, bn, 5, splits, work, 0, &err) ||
+    rc = rc || quant_gemm_epi(&M->m, dx, T, &pe, bn, splits, work, 0, &err) ||
          epi_fetch(h, dh, (size_t)T * rows * 2 + GUARD);
     CHECK(!rc, "%s [%lld][%lld] T=%d parts: %s (cuda %d)", name, (long long)rows, (long long)cols, T, err.msg, rc);
     bad = guard_hit = 0;
@@ -359,17 +341,19 @@ static void test_epilogues(void) {
         GemvOut po = {{d, d + 8 * 100, d + 8 * 200}, {NULL, NULL, NULL}, {100, 200, 384}, false, false};
         QuantGemmEpi pe = {&po, false, NULL, NULL, NULL, ACT_SILU, 0.0f}, both = {&po, true, d, NULL, NULL, ACT_SILU, 0};
         QuantGemmEpi ge = {NULL, true, (char *)d + 2, NULL, NULL, ACT_SILU, 0.0f};
-        CHECK(!quant_gemm_epi_takes(&M.m, &pe) && quant_gemm_epi(&M.m, d, 8, &pe, 0, 0, 0, &work, 0, &err) != 0 &&
+        CHECK(!quant_gemm_epi_takes(&M.m, &pe) && quant_gemm_epi(&M.m, d, 8, &pe, 0, 0, &work, 0, &err) != 0 &&
                   strstr(err.msg, "part 0 ends at row 100"), "parts ending at 100: '%s'", err.msg);
         err.msg[0] = 0;
-        CHECK(quant_gemm_epi(&M.m, d, 8, &both, 0, 0, 0, &work, 0, &err) != 0 && strstr(err.msg, "one of"), "both: '%s'", err.msg);
+        CHECK(quant_gemm_epi(&M.m, d, 8, &both, 0, 0, &work, 0, &err) != 0 && strstr(err.msg, "one of"), "both: '%s'", err.msg);
         err.msg[0] = 0;
-        CHECK(!quant_gemm_epi_takes(&M.m, &ge) && quant_gemm_epi(&M.m, d, 8, &ge, 0, 0, 0, &work, 0, &err) != 0 &&
+        CHECK(!quant_gemm_epi_takes(&M.m, &ge) && quant_gemm_epi(&M.m, d, 8, &ge, 0, 0, &work, 0, &err) != 0 &&
                   strstr(err.msg, "aligned"), "unaligned glu out: '%s'", err.msg);
         ge.out = d;
+        const QuantMatrix q8_576 = {DT_Q8_0, 384, 576, M.m.qs, M.m.sc}; /* not a whole number of TMA boxes */
         err.msg[0] = 0;
-        CHECK(quant_gemm_epi(&M.m, d, 8, &ge, 128, 3, 1, &work, 0, &err) != 0 && strstr(err.msg, "version"),
-              "v3 glu: '%s'", err.msg);
+        CHECK(quant_gemm_epi_takes(&M.m, &ge) && !quant_gemm_epi_takes(&q8_576, &ge) &&
+                  quant_gemm_epi(&q8_576, d, 8, &ge, 128, 1, &work, 0, &err) != 0 && strstr(err.msg, "576"),
+              "Q8_0 with 576 columns, glu: '%s'", err.msg);
         cudaFree(d);
         mat_free(&M);
     }
@@ -381,64 +365,50 @@ static void test_refused(void) {
     CHECK(!quant_gemm_supported(DT_Q4_0, 128, 256), "Q4_0 taken");
     CHECK(!quant_gemm_supported(DT_Q4_K, 100, 256), "rows 100 taken");
     CHECK(!quant_gemm_supported(DT_Q4_K, 128, 128), "Q4_K cols 128 taken");
-    CHECK(!quant_gemm_supported(DT_Q8_0, 128, 32), "Q8_0 cols 32 taken");
-    CHECK(quant_gemm_supported(DT_Q8_0, 128, 64) && quant_gemm_supported(DT_Q4_K, 4096, 14336), "shapes refused");
+    /* W comes by TMA boxes: a Q8_0 scale plane's rows (cols / 16 bytes) must be 16-byte multiples */
+    CHECK(!quant_gemm_supported(DT_Q8_0, 128, 32) && !quant_gemm_supported(DT_Q8_0, 128, 64) &&
+              !quant_gemm_supported(DT_Q8_0, 128, 576), "Q8_0 cols 32, 64 or 576 taken");
+    CHECK(quant_gemm_supported(DT_Q8_0, 128, 512) && quant_gemm_supported(DT_Q4_K, 4096, 14336), "shapes refused");
     CHECK(quant_gemm_supported(DT_Q6_K, 128, 256) && !quant_gemm_supported(DT_Q6_K, 128, 192), "Q6_K shapes");
-    CHECK(!quant_gemm_version_takes(DT_Q6_K, 3) && !quant_gemm_version_takes(DT_Q6_K, 4) &&
-              !quant_gemm_version_takes(DT_Q5_K, 4) && quant_gemm_supported(DT_Q5_K, 128, 512) &&
-              quant_gemm_version_takes(DT_Q6_K, 5) && quant_gemm_version_takes(DT_Q8_0, 3), "quant_gemm_version_takes");
+    CHECK(quant_gemm_supported(DT_Q5_K, 128, 512), "Q5_K shapes");
     Mat M;
     if (mat_build(&M, DT_Q4_0, 128, 256)) return;
-    CHECK(quant_gemm(&M.m, NULL, 4, NULL, false, NULL, 0, &err) != 0 && strstr(err.msg, "Q4_0"), "Q4_0: '%s'", err.msg);
+    CHECK(quant_gemm(&M.m, NULL, 4, NULL, false, 0, 0, NULL, 0, &err) != 0 && strstr(err.msg, "Q4_0"), "Q4_0: '%s'",
+          err.msg);
     mat_free(&M);
     if (mat_build(&M, DT_Q4_K, 128, 256)) return;
     void *dx = NULL, *dy = NULL;
     cudaMalloc(&dx, 64 * 256 * 2);
     cudaMalloc(&dy, 64 * 128 * 4);
     err.msg[0] = 0;
-    CHECK(quant_gemm_variant(&M.m, dx, 64, dy, true, 192, 0, 0, NULL, 0, &err) != 0 && strstr(err.msg, "192"), "bn 192: '%s'",
+    CHECK(quant_gemm(&M.m, dx, 64, dy, true, 192, 0, NULL, 0, &err) != 0 && strstr(err.msg, "192"), "bn 192: '%s'",
           err.msg);
-    CHECK(quant_gemm_variant(&M.m, dx, 64, dy, true, 128, 6, 0, NULL, 0, &err) != 0 && strstr(err.msg, "version 6"),
-          "version 6: '%s'", err.msg);
-    CHECK(quant_gemm(&M.m, dx, 0, dy, true, NULL, 0, &err) == 0, "T = 0 must be a no-op");
+    CHECK(quant_gemm(&M.m, dx, 0, dy, true, 0, 0, NULL, 0, &err) == 0, "T = 0 must be a no-op");
+    err.msg[0] = 0;
+    CHECK(quant_gemm(&M.m, (char *)dx + 2, 4, dy, true, 0, 0, NULL, 0, &err) != 0 && strstr(err.msg, "aligned"),
+          "unaligned x: '%s'", err.msg);
     mat_free(&M);
     if (mat_build(&M, DT_Q4_K, 128, 1024)) return; /* 4 turns of K */
     QuantGemmWork small = {dx, 1000};
-    const struct { int bn, ver, splits; const QuantGemmWork *w; const char *what; } bad[] = {
-        {128, 5, 2, NULL, "work space"}, {128, 5, 2, &small, "work space"}, {128, 3, 2, NULL, "2 splits"},
-        {256, 5, 2, NULL, "work space"}, {128, 5, 5, NULL, "5 splits"},     {128, 5, -1, NULL, "-1 splits"},
-        {64, 3, 1, NULL, "tokens per block 64"}, {48, 5, 1, NULL, "tokens per block 48"}, {32, 5, 2, &small, "work space"}};
+    const struct { int bn, splits; const QuantGemmWork *w; const char *what; } bad[] = {
+        {128, 2, NULL, "work space"}, {128, 2, &small, "work space"}, {256, 2, NULL, "work space"},
+        {128, 5, NULL, "5 splits"},   {128, -1, NULL, "-1 splits"},   {48, 1, NULL, "tokens per block 48"},
+        {32, 2, &small, "work space"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err.msg[0] = 0;
-        CHECK(quant_gemm_variant(&M.m, dx, 64, dy, true, bad[i].bn, bad[i].ver, bad[i].splits, bad[i].w, 0, &err) != 0 &&
+        CHECK(quant_gemm(&M.m, dx, 64, dy, true, bad[i].bn, bad[i].splits, bad[i].w, 0, &err) != 0 &&
                   strstr(err.msg, bad[i].what),
-              "bn %d v%d %d splits: '%s'", bad[i].bn, bad[i].ver, bad[i].splits, err.msg);
+              "bn %d %d splits: '%s'", bad[i].bn, bad[i].splits, err.msg);
     }
     err.msg[0] = 0; /* more split tiles than the work space has counters for (refused before any launch or read of x) */
-    CHECK(quant_gemm_variant(&M.m, dx, 20000, dy, true, 16, 5, 2, &small, 0, &err) != 0 && strstr(err.msg, "tiles split"),
+    CHECK(quant_gemm(&M.m, dx, 20000, dy, true, 16, 2, &small, 0, &err) != 0 && strstr(err.msg, "tiles split"),
           "20000 rows in 16-token tiles, 2 splits: '%s'", err.msg);
     mat_free(&M);
     if (mat_build(&M, DT_Q8_0, 128, 576)) return;
-    err.msg[0] = 0; /* v4 loads Q8_0 scales by TMA: rows of cols / 16 bytes, a multiple of 16 */
-    CHECK(!quant_gemm_tma_takes(DT_Q8_0, 576) && quant_gemm_tma_takes(DT_Q8_0, 512), "quant_gemm_tma_takes");
-    for (int ver = 4; ver <= 5; ver++) {
-        err.msg[0] = 0;
-        CHECK(quant_gemm_variant(&M.m, dx, 4, dy, true, 128, ver, 0, NULL, 0, &err) != 0 && strstr(err.msg, "576"),
-              "v%d Q8_0 cols 576: '%s'", ver, err.msg);
-    }
-    CHECK(quant_gemm(&M.m, (char *)dx + 2, 4, dy, true, NULL, 0, &err) != 0, "unaligned x taken");
+    err.msg[0] = 0;
+    CHECK(quant_gemm(&M.m, dx, 4, dy, true, 128, 0, NULL, 0, &err) != 0 && strstr(err.msg, "576"),
+          "Q8_0 cols 576: '%s'", err.msg);
     mat_free(&M);
-    for (int k = 0; k < 2; k++) {
-        const DType t = k ? DT_Q5_K : DT_Q6_K;
-        if (mat_build(&M, t, 128, 256)) break;
-        for (int ver = 3; ver <= 4; ver++) {
-            err.msg[0] = 0;
-            CHECK(quant_gemm_variant(&M.m, dx, 4, dy, true, 128, ver, 1, NULL, 0, &err) != 0 &&
-                      strstr(err.msg, dtype_info(t)->name),
-                  "v%d %s: '%s'", ver, dtype_info(t)->name, err.msg);
-        }
-        mat_free(&M);
-    }
     cudaFree(dx); cudaFree(dy);
 }
 
@@ -479,9 +449,9 @@ typedef struct {
     const Mat *M;
     Lt *L;
     void *x, *y, *wbf;
-    int T, route; /* 0: dequantize alone, 1: cuBLASLt alone, 2 / 3: v3 bn 128 / 256, 4 / 5: v4, 6 / 7: v5 */
-    int bn;       /* tokens a block for routes 2-7 (0: the route's 128 / 256) */
-    int splits;   /* quant_gemm_variant's (0 without a work space: none) */
+    int T, route; /* 0: dequantize alone, 1: cuBLASLt alone, 2 / 3: fused, bn 128 / 256 */
+    int bn;       /* tokens a block for routes 2, 3 (0: the route's 128 / 256) */
+    int splits;   /* quant_gemm's (0 without a work space: none) */
     const QuantGemmWork *work;
 } Run;
 
@@ -492,8 +462,8 @@ static int run_once(Run *r) {
     case 0: return quant_dequant_bf16(W, 0, W->rows, r->wbf, 0, &err);
     case 1: return lt_gemm(r->L, r->y, r->x, r->wbf, (int)W->rows, r->T, (int)W->cols);
     default:
-        return quant_gemm_variant(W, r->x, r->T, r->y, false, r->bn ? r->bn : r->route % 2 ? 256 : 128, 2 + r->route / 2,
-                                  r->splits, r->work, 0, &err);
+        return quant_gemm(W, r->x, r->T, r->y, false, r->bn ? r->bn : r->route == 3 ? 256 : 128, r->splits, r->work, 0,
+                          &err);
     }
 }
 
@@ -520,7 +490,7 @@ static float time_us(Run *r) {
 }
 
 static void test_timing(void) {
-    enum { NR = 8 }; /* Run.route */
+    enum { NR = 4 }; /* Run.route */
     const int64_t shapes[4][2] = {{6144, 4096}, {4096, 4096}, {28672, 4096}, {4096, 14336}};
     const char *names[4] = {"qkv", "o", "gate+up", "down"};
     const DType types[2] = {DT_Q4_K, DT_Q8_0};
@@ -537,8 +507,8 @@ static void test_timing(void) {
     cudaMemcpy(x, xh, 2048 * 14336 * 2, cudaMemcpyHostToDevice);
     free(xh);
     printf("# timing, bf16 x and y: us per GEMM (TFLOP/s); dequantize + cuBLASLt is the route quant_gemm replaces\n");
-    printf("# %-5s %-8s %5s | %-15s | %-15s | %-15s | %-15s | %-15s | %-15s | %-15s | %-15s\n", "type", "matrix", "T",
-           "dequant+Lt", "(Lt alone)", "v3 bn 128", "v3 bn 256", "v4 bn 128", "v4 bn 256", "v5 bn 128", "v5 bn 256");
+    printf("# %-5s %-8s %5s | %-15s | %-15s | %-15s | %-15s\n", "type", "matrix", "T", "dequant+Lt", "(Lt alone)",
+           "fused bn 128", "fused bn 256");
     for (int ti = 0; ti < 2; ti++)
         for (int k = 0; k < 2; k++) {
             double tot[NR] = {0}, flops_tot = 0;
@@ -569,18 +539,21 @@ static void test_timing(void) {
 int main(int argc, char **argv) {
     if (!quant_have_device()) return 1;
     bool quick = argc > 1 && !strcmp(argv[1], "--quick");
-    /* one GEMM, for a profiler: --time TYPE ROWS COLS T BN [VER [SPLITS]] (SPLITS: through a work space, 0 = quant_gemm's pick) */
+    /* one GEMM, for a profiler: --time TYPE ROWS COLS T BN [SPLITS] (SPLITS: through a work space, 0 = quant_gemm's pick) */
     if (argc >= 7 && !strcmp(argv[1], "--time")) {
-        DType t = !strcasecmp(argv[2], "Q4_K") ? DT_Q4_K : !strcasecmp(argv[2], "Q8_0") ? DT_Q8_0 : DT_COUNT;
+        DType t = DT_COUNT;
+        const DType types[4] = {DT_Q4_K, DT_Q8_0, DT_Q6_K, DT_Q5_K};
+        for (int i = 0; i < 4; i++)
+            if (!strcasecmp(argv[2], dtype_info(types[i])->name)) t = types[i];
         int64_t rows = atoll(argv[3]), cols = atoll(argv[4]);
-        int T = atoi(argv[5]), bn = atoi(argv[6]), ver = argc > 7 ? atoi(argv[7]) : 4;
+        int T = atoi(argv[5]), bn = atoi(argv[6]);
         Mat M;
         void *x = NULL, *y = NULL;
-        int rc = t == DT_COUNT || T <= 0 || ver < 3 || ver > 5 || mat_build(&M, t, rows, cols) || cudaMalloc(&x, (size_t)T * cols * 2) ||
+        int rc = t == DT_COUNT || T <= 0 || mat_build(&M, t, rows, cols) || cudaMalloc(&x, (size_t)T * cols * 2) ||
                  cudaMalloc(&y, (size_t)T * rows * 2);
         QuantGemmWork w = {NULL, (size_t)64 << 20}; /* SPLITS: a work space for any split of these shapes */
-        if (argc > 8) rc = rc || cudaMalloc(&w.buf, w.bytes) || cudaMemset(w.buf, 0, w.bytes);
-        Run r = {&M, NULL, x, y, NULL, T, 2 * (ver - 2), bn, argc > 8 ? atoi(argv[8]) : 0, argc > 8 ? &w : NULL};
+        if (argc > 7) rc = rc || cudaMalloc(&w.buf, w.bytes) || cudaMemset(w.buf, 0, w.bytes);
+        Run r = {&M, NULL, x, y, NULL, T, 2, bn, argc > 7 ? atoi(argv[7]) : 0, argc > 7 ? &w : NULL};
         float us = rc ? NAN : time_us(&r);
         cudaFree(w.buf);
         printf("# %s %lldx%lld T=%d bn=%d: %.1f us, %.0f TFLOP/s\n", argv[2], (long long)rows, (long long)cols, T, bn,
