@@ -1,42 +1,56 @@
 #!/usr/bin/env bash
-# bench/attention.sh — cllm's CUDA attention kernels alone vs PyTorch SDPA in
-# the same run, on the GPU machine; prints a markdown table to stdout.
+# bench/attention.sh — BENCH.md's attention section: cllm's CUDA attention
+# kernels alone against PyTorch SDPA's flash and cuDNN backends in the same
+# run (bench/sdpa_reference.py), on the GPU machine; the same kernels over an
+# fp8 KV cache against bf16. Writes $OUT/attention.json.
 #   bench/attention.sh [BIN]   BIN: a built bench_attention (default
-#   build/gpu/bench/bench_attention, built here from build/gpu/libcllm.a when
-#   missing: ./build.sh first)
+#   build/cuda/bench/bench_attention, built here from build/cuda/libcllm.a
+#   when missing: ./build.sh first)
 # Prefill: causal, 32 heads, head size 128, TFLOP/s (4 L^2 H D / 2 per
-# sequence); decode: 8 sequences, 32q/8kv, head size 128, K+V bytes / time
-# against the 4.26 TB/s device copy (shared/ANCHORS.md). A second table: the
-# same kernels over an fp8 KV cache (--kv-dtype fp8) against bf16.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-BIN=${1:-build/gpu/bench/bench_attention}
+# sequence); decode: one row per sequence, 32q/8kv, head size 128, K+V bytes
+# (fp8: codes + scales) over time. Environment: see bench/lib.sh.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+source bench/lib.sh
+BUILD=$(./build.sh --print-dir 2>/dev/null || echo build/cuda)
+BIN=${1:-$BUILD/bench/bench_attention}
 if [ ! -x "$BIN" ]; then
     CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
     mkdir -p "$(dirname "$BIN")"
-    gcc -std=c11 -D_GNU_SOURCE -O2 -I. -I"$CUDA_HOME/include" bench/bench_attention.c build/gpu/libcllm.a \
-        -L"$CUDA_HOME/lib64" -lcudart_static -ldl -lrt -lpthread -lm -lstdc++ -o "$BIN"
+    gcc -std=c11 -D_GNU_SOURCE -O2 -I. -I"$CUDA_HOME/include" bench/bench_attention.c "$BUILD/libcllm.a" \
+        -L"$CUDA_HOME/lib64" -lcudart_static -lcublasLt -lnccl -lz -ldl -lrt -lpthread -lm -lstdc++ -o "$BIN" || exit 1
 fi
-ours=$("$BIN")
-ref=$(python3 bench/sdpa_reference.py)
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
-echo "Attention kernels alone, $gpu (median of 30 after 5 warm-ups, CUDA events)"
-echo
-echo "| shape | cllm ms | cllm | PyTorch SDPA ms | SDPA | cllm / SDPA |"
-echo "| --- | --- | --- | --- | --- | --- |"
-join <(echo "$ours" | awk '/^RESULT/ {print $2"_"$3, $4, $5}' | sort) \
-     <(echo "$ref" | awk '/^RESULT/ {print $2"_"$3, $4, $5}' | sort) |
-awk '{ split($1, k, "_"); unit = k[1] == "prefill" ? " TFLOP/s" : " TB/s";
-       extra = k[1] == "decode" ? sprintf(" (%.0f%% of 4.26)", 100 * $3 / 4.26) : "";
-       printf "| %s %s | %.3f | %s%s%s | %.3f | %s%s | %.2f |\n", k[1], k[2], $2, $3, unit, extra, $4, $5, unit, $3 / $5 }'
-echo
-echo "KV cache bf16 vs fp8 (e4m3 + a scale per token and KV head), same kernels and shapes; decode bytes as each cache holds them"
-echo
-echo "| shape | bf16 ms | fp8 ms | fp8 speed-up | fp8 rate |"
-echo "| --- | --- | --- | --- | --- |"
-join <(echo "$ours" | awk '/^RESULT (prefill|decode) / {print $2"_"$3, $4}' | sort) \
-     <(echo "$ours" | awk '/^RESULT (prefill|decode)-fp8 / {sub(/-fp8/, "", $2); print $2"_"$3, $4, $5}' | sort) |
-awk '{ split($1, k, "_"); unit = k[1] == "prefill" ? " TFLOP/s" : " TB/s";
-       extra = k[1] == "decode" ? sprintf(" (%.0f%% of 4.26)", 100 * $4 / 4.26) : "";
-       rate = $4;
-       printf "| %s %s | %.3f | %.3f | %.2fx | %.3g%s%s |\n", k[1], k[2], $2, $3, $2 / $3, rate, unit, extra }'
+bench_limits || exit 1
+"$BIN" > "$OUT/attention-cllm.txt" || { cat "$OUT/attention-cllm.txt"; exit 1; }
+cat "$OUT/attention-cllm.txt"
+python3 bench/sdpa_reference.py > "$OUT/attention-sdpa.txt" 2> "$OUT/attention-sdpa.log"
+rc=$?
+cat "$OUT/attention-sdpa.txt"
+[ $rc = 0 ] || tail -3 "$OUT/attention-sdpa.log"
+python3 - "$OUT" "$rc" <<'PY'
+import os, sys
+sys.path.insert(0, "bench")
+import results
+out, sdpa_rc = sys.argv[1], int(sys.argv[2])
+rows, skipped, ref_impl = [], [], None
+# RESULT prefill[-fp8] SHAPE MS RATE [splits=N]                    (bench_attention)
+for line in open(os.path.join(out, "attention-cllm.txt")):
+    f = line.split()
+    if len(f) >= 5 and f[0] == "RESULT":
+        kind, _, kv = f[1].partition("-")
+        rows.append({"kind": kind, "shape": f[2], "impl": "cllm", "kv": kv or "bf16", "ms": float(f[3]),
+                     "rate": float(f[4]), "unit": "TFLOP/s" if kind == "prefill" else "TB/s"})
+# RESULT KIND SHAPE BACKEND MS RATE | SKIP KIND SHAPE BACKEND REASON  (sdpa_reference.py)
+for line in open(os.path.join(out, "attention-sdpa.txt")):
+    f = line.split()
+    if line.startswith("# "):
+        ref_impl = line[2:].strip()
+    elif len(f) >= 6 and f[0] == "RESULT":
+        rows.append({"kind": f[1], "shape": f[2], "impl": "sdpa-" + f[3], "kv": "bf16", "ms": float(f[4]),
+                     "rate": float(f[5]), "unit": "TFLOP/s" if f[1] == "prefill" else "TB/s"})
+    elif len(f) >= 4 and f[0] == "SKIP":
+        skipped.append({"kind": f[1], "shape": f[2], "impl": "sdpa-" + f[3], "reason": " ".join(f[4:])})
+log = open(os.path.join(out, "attention-sdpa.log")).read().strip().splitlines()
+error = None if sdpa_rc == 0 else f"bench/sdpa_reference.py exit {sdpa_rc}" + (f": {log[-1][:200]}" if log else "")
+results.write_section(out, "attention", {"reference": ref_impl, "rows": rows, "skipped": skipped, "error": error})
+PY

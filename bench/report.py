@@ -1,29 +1,51 @@
 #!/usr/bin/env python3
-"""report.py — BENCH.md from the JSON files of one bench/run.sh run.
+"""report.py — BENCH.md, whole, from the results folder(s) of bench/run.sh,
+and one row per figure appended to the history CSV (stdlib only).
 
-    python3 bench/report.py --out BENCH.md --gpu "NVIDIA H200" --driver 580.159.03 \
-        --commit abc1234 --model llama3-8b cllm-llama3-8b.json hf-llama3-8b.json [--attention attention.md]
+    python3 bench/report.py OUT [OUT2 ...] --out BENCH.md [--history bench/history.csv | --no-history]
 
-Each figure is set against its physical limit (from cllm's own FLOP and byte
-counts, in its JSON) and, as a ratio, against transformers measured in the
-same run on the same model folder.
+Each folder holds the sections' JSON (single.json, quant.json, kv_fp8.json,
+attention.json, throughput.json, pipeline.json; bench/results.py says what
+they carry) and run.json (why a section has none). With several folders
+(sections run in separate calls), a section's results come from the last
+folder that has them. Every table gets a device line (GPU as nvidia-smi
+reports it, driver, count, commit, date) and the limits measured in that run
+(bench/limits.py); every "% of limit" is computed here from those. A section
+without results renders as one "not run in this generation (reason)" line.
+History rows are keyed by (date, commit, device, section, model, measure):
+rendering the same results again adds nothing.
 """
 import argparse
-import datetime
+import csv
 import json
 import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+SECTIONS = [
+    ("single", "Single GPU", "bench/single.sh: `cllm bench` against transformers"),
+    ("quant", "Quantized weights", "bench/quant.sh: GGUF blocks on the GPU against the bf16 path"),
+    ("kv_fp8", "FP8 KV cache", "bench/kv_fp8.sh: `--kv-dtype fp8` against the bf16 cache"),
+    ("attention", "Attention kernels", "bench/attention.sh: cllm's kernels against PyTorch SDPA"),
+    ("throughput", "Offline throughput", "bench/throughput.sh: 1000 prompts through `cllm generate`"),
+    ("pipeline", "Pipeline stages", "bench/pipeline.sh: `--pp 2` against one GPU"),
+]
 
 TITLES = {
     "llama3-8b": "Llama-3-8B shape (dim 4096, 32 layers, 32/8 heads, FFN 14336, vocab 128256), random bf16 weights",
     "gemma2-9b": "Gemma-2-9B shape (dim 3584, 42 layers, 16/8 heads of 256, FFN 14336, vocab 256000, "
                  "window 4096 on every other layer, soft-caps 50/30), random bf16 weights",
+    "llama3-70b": "Llama-3-70B shape (dim 8192, 80 layers, 64/8 heads, FFN 28672, vocab 128256), "
+                  "random bf16 weights made in memory (--dummy-weights)",
 }
 
-# /work/shared/ANCHORS.md: a widely used GGUF engine, F16, flash attention, batch 1, on the H200.
-GGUF_ENGINE = {"llama3-8b": {"prefill": {512: 19534, 4096: 18359}, "decode": 164}}
+HISTORY_FIELDS = ["date", "commit", "device", "section", "model", "measure", "value", "unit", "pct_of_limit"]
 
 
-def fmt(v, digits=0):
+# ---------- numbers ----------
+
+def num(v, digits=0):
     return f"{v:,.{digits}f}"
 
 
@@ -31,74 +53,572 @@ def ratio(a, b):
     return f"{a / b:.2f}×" if a and b else "—"
 
 
-def model_section(name, c, h):
-    tiny = "tiny" in os.path.basename(c["path"].rstrip("/"))
-    title = TITLES.get(name, name) + (" — TINY smoke-test size, not the real shape" if tiny else "")
-    lines = [f"## {name}", "", title, "",
-             f"{c['params'] / 1e9:.3f} B parameters, {c['weight_bytes'] / 1e9:.2f} GB of weights; "
-             f"cllm backend `{c['backend']}`; reference: {h['impl'] if h else 'not run'}.", "",
-             "| measure | cllm | % of limit | transformers | cllm ÷ transformers |",
-             "| --- | --- | --- | --- | --- |"]
-    up = f", GPU upload {c['upload_gbps']:.1f} GB/s" if c.get("upload_gbps") else ""
-    hf_load = f"{h['load_s']:.1f} s | {ratio(h['load_s'], c['load_s'])} (speed)" if h else "— | —"
-    lines.append(f"| load (file → ready) | {c['load_s']:.1f} s ({c['load_gbps']:.2f} GB/s{up}) | — | {hf_load} |")
-    href = {p["tokens"]: p for p in h["prefill"]} if h else {}
-    for p in c["prefill"]:
-        r = href.get(p["tokens"])
-        pct = f"{p['pct_peak']:.1f}% of {c['peak_tflops']:.0f} TFLOP/s" if p["pct_peak"] is not None else "—"
-        hf = (f"{fmt(r['tok_s'])} tok/s, {p['flops'] / r['seconds'] / 1e12:.1f} TFLOP/s" if r else "—")
-        lines.append(f"| prefill {p['tokens']} tokens | {fmt(p['tok_s'])} tok/s, {p['tflops']:.1f} TFLOP/s | {pct} | "
-                     f"{hf} | {ratio(p['tok_s'], r['tok_s'] if r else 0)} |")
-    dref = {(d["ctx"], d["batch"]): d for d in h["decode"]} if h else {}
-    for d in c["decode"]:
-        r = dref.get((d["ctx"], d["batch"]))
-        if r and r.get("generate_tok_s", 0) > r["tok_s"]:  # the faster of the two ways transformers decodes
-            r = dict(r, tok_s=r["generate_tok_s"], step_s=r["generate_step_s"])
-        pct = f"{d['pct_peak']:.1f}% of {c['peak_tbps']:.2f} TB/s" if d["pct_peak"] is not None else "—"
-        hf = (f"{fmt(r['tok_s'], 1)} tok/s, {d['bytes'] / r['step_s'] / 1e9:,.0f} GB/s" if r else "—")
-        lines.append(f"| decode batch {d['batch']} at {d['ctx']} context | {fmt(d['tok_s'], 1)} tok/s "
-                     f"({d['step_s'] * 1e3:.2f} ms/step), {d['gbps']:,.0f} GB/s | {pct} | {hf} | "
-                     f"{ratio(d['tok_s'], r['tok_s'] if r else 0)} |")
-    g = None if tiny else GGUF_ENGINE.get(name)
-    if g:
-        pre = ", ".join(f"prefill {t}: {fmt(v)} tok/s" for t, v in g["prefill"].items())
-        lines += ["", f"Not from this run — ANCHORS.md's GGUF engine on the H200, F16, same shape: {pre}; "
-                      f"decode {g['decode']} tok/s."]
-    return lines + [""]
+def pct_text(p):
+    return f"{p:.1f}%" if p is not None else "—"
+
+
+class Limits:
+    def __init__(self, doc):
+        lim = doc.get("limits") or {}
+        self.tbps = lim.get("copy_tbps")
+        self.tflops = lim.get("matmul_tflops")
+        self.source = lim.get("source")
+
+    def flops_pct(self, tflops):
+        return 100.0 * tflops / self.tflops if tflops and self.tflops else None
+
+    def bw_pct(self, gbps):
+        return 100.0 * gbps / (self.tbps * 1e3) if gbps and self.tbps else None
+
+    def line(self):
+        if not (self.tbps and self.tflops):
+            return "limits: not measured (no % of limit)"
+        return (f"limits: copy {self.tbps:.2f} TB/s, bf16 matmul {self.tflops:.0f} TFLOP/s"
+                + (f" ({self.source})" if self.source else ""))
+
+
+def prefill_tflops(p):
+    if p.get("flops") and p.get("seconds"):
+        return p["flops"] / p["seconds"] / 1e12
+    return p.get("tflops")
+
+
+def decode_gbps(d):
+    if d.get("bytes") and d.get("step_s"):
+        return d["bytes"] / d["step_s"] / 1e9
+    return d.get("gbps")
+
+
+def device_name(doc):
+    dev = doc.get("device") or {}
+    n = doc.get("gpus_used", 1)
+    name = dev.get("name", "unknown")
+    return name if n == 1 else f"{n}x {name}"
+
+
+def device_line(doc):
+    dev = doc.get("device") or {}
+    used, count = doc.get("gpus_used", 1), dev.get("count")
+    gpus = f"{used} GPU" + ("s" if used != 1 else "")
+    if count and count != used:
+        gpus += f" of the machine's {count}"
+    driver = f"driver {dev['driver']}" if dev.get("driver") else "driver not stated"
+    return (f"Device: {dev.get('name', 'unknown')}, {driver}, {gpus}; cllm commit `{doc.get('commit', 'unknown')}`; "
+            f"{doc.get('date') or 'date not stated'}; {Limits(doc).line()}.")
+
+
+class Figures:
+    """The figures a section renders, for the history CSV."""
+
+    def __init__(self, doc):
+        self.doc, self.rows = doc, []
+
+    def add(self, model, measure, value, unit, pct=None):
+        if value is None:
+            return
+        self.rows.append({"date": self.doc.get("date", ""), "commit": self.doc.get("commit", ""),
+                          "device": device_name(self.doc), "section": self.doc.get("section", ""),
+                          "model": model, "measure": measure, "value": f"{value:.6g}", "unit": unit,
+                          "pct_of_limit": f"{pct:.1f}" if pct is not None else ""})
+
+
+# ---------- sections ----------
+
+def prefill_cell(p, lim):
+    t = prefill_tflops(p)
+    return (f"{num(p['tok_s'])} tok/s" + (f", {t:.1f} TFLOP/s" if t else ""), lim.flops_pct(t))
+
+
+def decode_cell(d, lim):
+    g = decode_gbps(d)
+    ms = f" ({d['step_s'] * 1e3:.2f} ms/step)" if d.get("step_s") else ""
+    return (f"{num(d['tok_s'], 1)} tok/s{ms}" + (f", {num(g)} GB/s" if g else ""), lim.bw_pct(g))
+
+
+def decode_label(d):
+    return f"decode batch {d.get('batch', 1)} at {d['ctx']} context"
+
+
+def render_single(doc, fig):
+    lim = Limits(doc)
+    s = doc.get("settings", {})
+    out = ["Prefill FLOPs = 2 × layer weights × T + attention (QK^T and PV over the causal pairs, windows respected) "
+           "+ the LM head for the one row that gets logits; the transformers columns use the same count. Decode "
+           "bytes per step = every weight the step reads (LM head yes, untied embedding table no) + the context's "
+           "K/V as the cache holds them. cllm: median of whole scheduler steps (batch, forward, draw), random token "
+           "ids, one sequence; transformers (bench/hf_reference.py, same folder, same run): median of forward calls, "
+           "decode the faster of a forward loop with the KV cache and generate()."]
+    if s:
+        out[0] += (f" Prompt lengths {s.get('prompt_lens')}, contexts {s.get('ctx')}, {s.get('decode_tokens')} "
+                   f"timed decode steps, {s.get('reps')} timed prefills each.")
+    out.append("")
+    for m in doc.get("models", []):
+        name, c, h = m["name"], m.get("cllm"), m.get("hf")
+        base = name[:-5] if name.endswith("-tiny") else name
+        title = TITLES.get(base, base) + (" — TINY smoke-test size, not the real shape" if name != base else "")
+        out += [f"### {name}", "", title, ""]
+        if not c:
+            out += [f"Not run in this generation ({m.get('error') or 'no results'}).", ""]
+            continue
+        ref = h.get("impl") if h else f"not run ({m.get('hf_error') or 'no results'})"
+        out += [f"{c['params'] / 1e9:.3f} B parameters, {c['weight_bytes'] / 1e9:.2f} GB of weights; cllm backend "
+                f"`{c.get('backend', '?')}`; reference: {ref}.", "",
+                "| measure | cllm | % of limit | transformers | % of limit | cllm ÷ transformers |",
+                "| --- | --- | --- | --- | --- | --- |"]
+        up = f", GPU upload {c['upload_gbps']:.1f} GB/s" if c.get("upload_gbps") else ""
+        gbs = f" ({c['load_gbps']:.2f} GB/s{up})" if c.get("load_gbps") else ""
+        hl = f"{h['load_s']:.1f} s" if h and h.get("load_s") else "—"
+        out.append(f"| load (file → ready) | {c['load_s']:.1f} s{gbs} | — | {hl} | — | "
+                   f"{ratio(h['load_s'], c['load_s']) + ' (speed)' if h and h.get('load_s') else '—'} |")
+        fig.add(name, "load", c["load_s"], "s")
+        if h and h.get("load_s"):
+            fig.add(name, "transformers load", h["load_s"], "s")
+        href = {p["tokens"]: p for p in h.get("prefill", [])} if h else {}
+        for p in c.get("prefill", []):
+            cell, pct = prefill_cell(p, lim)
+            r = href.get(p["tokens"])
+            hcell, hpct = "—", None
+            if r:
+                ht = r.get("tflops") or (p["flops"] / r["seconds"] / 1e12 if p.get("flops") and r.get("seconds")
+                                         else None)
+                hcell = f"{num(r['tok_s'])} tok/s" + (f", {ht:.1f} TFLOP/s" if ht else "")
+                hpct = lim.flops_pct(ht)
+                fig.add(name, f"transformers prefill {p['tokens']} tokens", r["tok_s"], "tok/s", hpct)
+            out.append(f"| prefill {p['tokens']} tokens | {cell} | {pct_text(pct)} | {hcell} | {pct_text(hpct)} | "
+                       f"{ratio(p['tok_s'], r['tok_s'] if r else 0)} |")
+            fig.add(name, f"prefill {p['tokens']} tokens", p["tok_s"], "tok/s", pct)
+        dref = {(d["ctx"], d.get("batch", 1)): d for d in h.get("decode", [])} if h else {}
+        for d in c.get("decode", []):
+            cell, pct = decode_cell(d, lim)
+            r = dref.get((d["ctx"], d.get("batch", 1)))
+            hcell, hpct = "—", None
+            if r:
+                if r.get("generate_tok_s", 0) > r["tok_s"]:  # the faster of the two ways transformers decodes
+                    r = dict(r, tok_s=r["generate_tok_s"], step_s=r["generate_step_s"])
+                hg = r.get("gbps") or (d["bytes"] / r["step_s"] / 1e9 if d.get("bytes") and r.get("step_s") else None)
+                hcell = f"{num(r['tok_s'], 1)} tok/s" + (f", {num(hg)} GB/s" if hg else "")
+                hpct = lim.bw_pct(hg)
+                fig.add(name, f"transformers {decode_label(d)}", r["tok_s"], "tok/s", hpct)
+            out.append(f"| {decode_label(d)} | {cell} | {pct_text(pct)} | {hcell} | {pct_text(hpct)} | "
+                       f"{ratio(d['tok_s'], r['tok_s'] if r else 0)} |")
+            fig.add(name, decode_label(d), d["tok_s"], "tok/s", pct)
+        out.append("")
+    return out
+
+
+def render_quant(doc, fig):
+    lim = Limits(doc)
+    s = doc.get("settings", {})
+    model = doc.get("model", "llama3-8b")
+    source = doc.get("source", "files")
+    if source.startswith("dummy"):
+        how = (f"{TITLES.get(model, model).replace('random bf16 weights', 'random weights made in memory')}: "
+               "`--dummy-weights=TYPE` (random valid blocks of the type, LM head Q6_K as llama.cpp's files hold it) "
+               f"against `--dummy-weights` (bf16: the bf16 path), in the same run; no files ({source[5:].strip(' ()')}).")
+    else:
+        how = (f"{TITLES.get(model, model)}, written as one BF16 GGUF (`bench/make_model.py {model} F.gguf --gguf`) and "
+               "quantized by `cllm quantize`; each file benched twice in the same run: its blocks on the GPU "
+               "(quantized) and with `--bf16-weights` (dequantized to bf16 at load: the bf16 path).")
+    out = [how + " Prefill FLOPs as in the single-GPU section; decode bytes count the weights as the GPU holds them "
+           "(quantized bytes for quantized matrices)."
+           + (f" Prompt lengths {s.get('prompt_lens')}, contexts {s.get('ctx')}, {s.get('decode_tokens')} timed "
+              f"decode steps, batch 1." if s else ""), ""]
+    sizes = []
+    for r in doc.get("runs", []):
+        q, b = r.get("quant"), r.get("bf16")
+        parts = []
+        if r.get("file_bytes"):
+            parts.append(f"file {r['file_bytes'] / 1e9:.2f} GB")
+        if q and q.get("weight_bytes"):
+            parts.append(f"weights {q['weight_bytes'] / 1e9:.2f} GB quantized")
+        if b and b.get("weight_bytes"):
+            parts.append(f"{b['weight_bytes'] / 1e9:.2f} GB " + ("bf16" if source.startswith("dummy") else "with --bf16-weights"))
+        if parts:
+            sizes.append(f"{r['type'].upper()}: " + ", ".join(parts))
+    if sizes:
+        out += ["; ".join(sizes) + ".", ""]
+    bf = "bf16 weights" if source.startswith("dummy") else "--bf16-weights"
+    out += [f"| {'type' if source.startswith('dummy') else 'file'} | measure | quantized | % of limit | {bf} | % of limit | quantized ÷ bf16 |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in doc.get("runs", []):
+        t, q, b = r["type"].upper(), r.get("quant"), r.get("bf16")
+        mname = f"{model} {r['type']}"
+        if not q and not b:
+            out.append(f"| {t} | not run ({r.get('error') or 'no results'}) | | | | | |")
+            continue
+        bpre = {p["tokens"]: p for p in b.get("prefill", [])} if b else {}
+        for p in (q or b).get("prefill", []):
+            qp = p if q else None
+            bp = bpre.get(p["tokens"])
+            qc, qpct = prefill_cell(qp, lim) if qp else ("—", None)
+            bc, bpct = prefill_cell(bp, lim) if bp else ("—", None)
+            out.append(f"| {t} | prefill {p['tokens']} tokens | {qc} | {pct_text(qpct)} | {bc} | {pct_text(bpct)} | "
+                       f"{ratio(qp['tok_s'] if qp else 0, bp['tok_s'] if bp else 0)} |")
+            if qp:
+                fig.add(mname, f"prefill {p['tokens']} tokens (quantized)", qp["tok_s"], "tok/s", qpct)
+            if bp:
+                fig.add(mname, f"prefill {p['tokens']} tokens (--bf16-weights)", bp["tok_s"], "tok/s", bpct)
+        bdec = {(d["ctx"], d.get("batch", 1)): d for d in b.get("decode", [])} if b else {}
+        for d in (q or b).get("decode", []):
+            qd = d if q else None
+            bd = bdec.get((d["ctx"], d.get("batch", 1)))
+            qc, qpct = decode_cell(qd, lim) if qd else ("—", None)
+            bc, bpct = decode_cell(bd, lim) if bd else ("—", None)
+            out.append(f"| {t} | {decode_label(d)} | {qc} | {pct_text(qpct)} | {bc} | {pct_text(bpct)} | "
+                       f"{ratio(qd['tok_s'] if qd else 0, bd['tok_s'] if bd else 0)} |")
+            if qd:
+                fig.add(mname, f"{decode_label(d)} (quantized)", qd["tok_s"], "tok/s", qpct)
+            if bd:
+                fig.add(mname, f"{decode_label(d)} (--bf16-weights)", bd["tok_s"], "tok/s", bpct)
+        if r.get("error"):
+            out.append(f"| {t} | partly failed: {r['error']} | | | | | |")
+    return out + [""]
+
+
+def render_kv_fp8(doc, fig):
+    lim = Limits(doc)
+    s = doc.get("settings", {})
+    model = doc.get("model", "?")
+    title = TITLES.get(model, model)
+    if doc.get("args"):
+        title = (title.replace("random bf16 weights", f"random weights made in memory (`{doc['args']}`)")
+                 if "--dummy-weights" in doc["args"] else f"{title}, `{doc['args']}`")
+    steps = f" ({s['decode_tokens']} timed steps)" if s.get("decode_tokens") else ""
+    out = [f"{title}; `cllm bench --kv-dtype bf16|fp8`, batch-1 and batch-{s.get('batch', '?')} "
+           f"decode at each context{steps}. Bytes per step: the weights and the K/V as each cache holds them (fp8: "
+           "e4m3 codes + a scale per token and KV head)."]
+    kt = doc.get("kv_tokens") or {}
+    if kt.get("bf16") and kt.get("fp8"):
+        out[0] += (f" KV cache capacity in the same memory budget: bf16 {num(kt['bf16'])} tokens, fp8 "
+                   f"{num(kt['fp8'])} tokens ({kt['fp8'] / kt['bf16']:.2f}×).")
+        fig.add(model, "KV cache capacity, bf16", kt["bf16"], "tokens")
+        fig.add(model, "KV cache capacity, fp8", kt["fp8"], "tokens")
+    out += ["", "| decode | bf16 KV | % of limit | fp8 KV | % of limit | fp8 ÷ bf16 |", "| --- | --- | --- | --- | --- | --- |"]
+    runs = {(r["kv"], r["batch"]): r.get("bench") for r in doc.get("runs", [])}
+    for b in sorted({r["batch"] for r in doc.get("runs", [])}):
+        x, y = runs.get(("bf16", b)), runs.get(("fp8", b))
+        ydec = {d["ctx"]: d for d in y.get("decode", [])} if y else {}
+        for d in (x or y or {}).get("decode", []):
+            xd = d if x else None
+            yd = ydec.get(d["ctx"])
+            xc, xp = decode_cell(xd, lim) if xd else ("—", None)
+            yc, yp = decode_cell(yd, lim) if yd else ("—", None)
+            out.append(f"| batch {b} at {d['ctx']} context | {xc} | {pct_text(xp)} | {yc} | {pct_text(yp)} | "
+                       f"{ratio(yd['tok_s'] if yd else 0, xd['tok_s'] if xd else 0)} |")
+            if xd:
+                fig.add(model, f"decode batch {b} at {d['ctx']} context, bf16 KV", xd["tok_s"], "tok/s", xp)
+            if yd:
+                fig.add(model, f"decode batch {b} at {d['ctx']} context, fp8 KV", yd["tok_s"], "tok/s", yp)
+    if doc.get("error"):
+        out += ["", f"Partly failed: {doc['error']}"]
+    return out + [""]
+
+
+BACKEND_NAMES = {"sdpa-flash": "flash (FlashAttention-2)", "sdpa-cudnn": "cuDNN",
+                 "sdpa-default": "default (the backend torch picks)"}
+
+
+def render_attention(doc, fig):
+    lim = Limits(doc)
+    rows = doc.get("rows", [])
+    ref = doc.get("reference")
+    tried = {r["impl"] for r in rows + doc.get("skipped", []) if r["impl"].startswith("sdpa-")}
+    backends = [b for b in BACKEND_NAMES if b in tried] + sorted(tried - set(BACKEND_NAMES))
+    sdpa = (f"PyTorch SDPA (bench/sdpa_reference.py) through its {' and '.join(BACKEND_NAMES.get(b, b) for b in backends)} "
+            f"backend{'s' if len(backends) > 1 else ''} on dense tensors" + (f" ({ref})" if ref else "")
+            if backends else "PyTorch SDPA: no results")
+    out = ["Kernels alone, CUDA events, median of 30 launches after 5 warm-ups, random inputs. Prefill: causal, 32 "
+           "heads, head size 128, whole prompts (SEQUENCES x LENGTH), FLOPs 4 L² H D / 2 per sequence, against the "
+           "matmul limit. Decode: one query row per sequence (SEQUENCES x CONTEXT), 32 query / 8 KV heads, head "
+           f"size 128, bytes = the K and V read once, against the copy limit. cllm over its paged cache; {sdpa}.", ""]
+
+    def find(kind, shape, impl, kv="bf16"):
+        for r in rows:
+            if (r["kind"], r["shape"], r["impl"], r.get("kv", "bf16")) == (kind, shape, impl, kv):
+                return r
+        return None
+
+    def skipped(kind, shape, impl):
+        for r in doc.get("skipped", []):
+            if (r["kind"], r["shape"], r["impl"]) == (kind, shape, impl):
+                return "not supported"
+        return "—"
+
+    def pct(r):
+        return lim.flops_pct(r["rate"]) if r["kind"] == "prefill" else lim.bw_pct(r["rate"] * 1e3)
+
+    def rate(r):
+        return f"{r['rate']:.3g} {r['unit']} ({pct_text(pct(r))})"
+
+    def ms(r):
+        return f"{r['ms']:.3f}"
+
+    ours = [r for r in rows if r["impl"] == "cllm" and r.get("kv", "bf16") == "bf16"]
+    cols = "".join(f" SDPA {b[5:]} ms |" for b in backends)
+    best_name = "faster SDPA" if len(backends) > 1 else "SDPA"
+    out += [f"| shape | cllm ms | cllm rate (% of limit) |{cols} {best_name} rate (% of limit) | cllm speed ÷ {best_name} |",
+            "| --- | --- | --- |" + " --- |" * len(backends) + " --- | --- |"]
+    for r in ours:
+        label = f"{r['kind']} {r['shape']}"
+        refs = [find(r["kind"], r["shape"], b) for b in backends]
+        best = min([x for x in refs if x], key=lambda x: x["ms"], default=None)
+        cells = "".join(f" {ms(x) if x else skipped(r['kind'], r['shape'], b)} |" for x, b in zip(refs, backends))
+        out.append(f"| {label} | {ms(r)} | {rate(r)} |{cells} {rate(best) if best else '—'} | "
+                   f"{ratio(best['ms'], r['ms']) if best else '—'} |")
+        fig.add("kernels", f"{label} cllm", r["rate"], r["unit"], pct(r))
+        for x in refs:
+            if x:
+                fig.add("kernels", f"{label} {x['impl']}", x["rate"], x["unit"], pct(x))
+    fp8 = [r for r in rows if r["impl"] == "cllm" and r.get("kv") == "fp8"]
+    if fp8:
+        out += ["", "The same kernels over an fp8 KV cache (`--kv-dtype fp8`: e4m3 codes + a scale per token and KV "
+                "head; decode bytes as the cache holds them) against the bf16 cache, same run:", "",
+                "| shape | bf16 cache ms | fp8 cache ms | fp8 speed-up | fp8 rate (% of limit) |",
+                "| --- | --- | --- | --- | --- |"]
+        for r in fp8:
+            b = find(r["kind"], r["shape"], "cllm", "bf16")
+            out.append(f"| {r['kind']} {r['shape']} | {ms(b) if b else '—'} | {ms(r)} | "
+                       f"{ratio(b['ms'], r['ms']) if b else '—'} | {rate(r)} |")
+            fig.add("kernels", f"{r['kind']} {r['shape']} cllm fp8 KV", r["rate"], r["unit"], pct(r))
+    if doc.get("error"):
+        out += ["", f"Partly failed: {doc['error']}"]
+    return out + [""]
+
+
+def tp_rates(r):
+    """(output tok/s over the whole process, total tok/s, output tok/s over the steps): given, or from the counts."""
+    wall, steps = r.get("wall_s"), r.get("steps_s")
+    o = r.get("output_tok_s") or (r["output_tokens"] / wall if wall and "output_tokens" in r else None)
+    t = r.get("total_tok_s") or ((r["prompt_tokens"] + r["output_tokens"]) / wall
+                                 if wall and "output_tokens" in r and "prompt_tokens" in r else None)
+    s = r.get("steps_output_tok_s") or (r["output_tokens"] / steps if steps and "output_tokens" in r else None)
+    return o, t, s
+
+
+def tp_tflops(doc, r):
+    """Matrix FLOP/s over the steps: the layers' matrices for every row they run (prompt tokens, then each output
+    token but the first), the LM head for every output token; attention not counted (a lower bound)."""
+    mp = doc.get("matrix_params")
+    if not mp or not r.get("steps_s") or "output_tokens" not in r or "prompt_tokens" not in r:
+        return None
+    rows = r["prompt_tokens"] + r["output_tokens"] - r["prompts"]
+    return (2.0 * mp["layers"] * rows + 2.0 * mp["head"] * r["output_tokens"]) / r["steps_s"] / 1e12
+
+
+def render_throughput(doc, fig):
+    lim = Limits(doc)
+    b, s = doc.get("batched"), doc.get("single")
+    model = doc.get("model", "?")
+    if not b:
+        return ["Not run in this generation (no batched run in the results).", ""]
+    m = b.get("prompt_mean") or (b["prompt_tokens"] / max(b["prompts"], 1) if b.get("prompt_tokens") else None)
+    mean = f" (mean {m:.0f})" if m else ""
+    lens = f", prompt tokens {b['prompt_min']}-{b['prompt_max']}{mean}" if b.get("prompt_max") else ""
+    args = f", `{doc['args']}`" if doc.get("args") else ""
+    failed = f" ({b['failed']} failed)" if b.get("failed") is not None else ""
+    out = [f"{TITLES.get(model, model)}: {b['prompts']} prompts{failed}{lens}, "
+           f"{doc.get('output_tokens_each', 256)} output tokens each, greedy, EOS ignored{args}; default scheduler "
+           "limits (--max-seqs 256, --max-batched-tokens 8192). Whole process: wall time of `cllm generate` (start, "
+           "load, tokenizing included); over the steps: the scheduler steps' own time. Matrix FLOP/s: 2 × the "
+           "layers' matrix weights per row they run + the LM head per output token, over the steps (attention not "
+           "counted: a lower bound).", "",
+           "| run | prompts | output tok/s, whole process | total tok/s | output tok/s over the steps | wall s | "
+           "matrix FLOP/s over the steps (% of limit) |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for label, key, r in (("batched", "batched", b), ("one at a time (--max-seqs 1)", "one at a time", s)):
+        if not r:
+            continue
+        o, t, st = tp_rates(r)
+        tf = tp_tflops(doc, r)
+        p = lim.flops_pct(tf)
+        wall = f"{r['wall_s']:.1f}" if r.get("wall_s") else "—"
+        flops = f"{tf:.1f} TFLOP/s ({pct_text(p)})" if tf else "—"
+        out.append(f"| {label} | {r['prompts']} | {num(o) if o else '—'} | {num(t) if t else '—'} | "
+                   f"{num(st) if st else '—'} | {wall} | {flops} |")
+        fig.add(model, f"{key}: output tok/s, whole process", o, "tok/s")
+        fig.add(model, f"{key}: total tok/s, whole process", t, "tok/s")
+        fig.add(model, f"{key}: output tok/s over the steps", st, "tok/s", p)
+    notes = []
+    if s and tp_rates(s)[0] and tp_rates(b)[0]:
+        notes.append(f"Batched ÷ one at a time (output tok/s, whole process): {ratio(tp_rates(b)[0], tp_rates(s)[0])}.")
+    if b.get("scheduler_pct") is not None:
+        notes.append(f"Scheduler's own work (outside forward and sampling): {b['scheduler_pct']:.2f}% of step time.")
+        fig.add(model, "batched: scheduler's own work, share of step time", b["scheduler_pct"], "%")
+    return out + ([""] + [" ".join(notes)] if notes else []) + [""]
+
+
+def render_pipeline(doc, fig):
+    lim = Limits(doc)
+    model = doc.get("model", "llama3-8b")
+    bench = doc.get("bench") or {}
+    tp = doc.get("throughput") or {}
+    one, two = bench.get("1"), bench.get("2")
+    out = [f"{TITLES.get(model, model)}. `cllm bench --pp 1|2` (prefill 512, batch-1 decode) and bench/throughput.sh "
+           "with `THROUGHPUT_ARGS=\"--pp 1|2\"`. Stages on their own threads, hidden states over NCCL. A batch-1 "
+           "request goes through the stages in turn, so its limit is one GPU's: every % is of one GPU's measured "
+           "limits, with the bytes and FLOPs of the whole model.", "",
+           "| measure | --pp 1 (one GPU) | % of limit | --pp 2 (two GPUs) | % of limit | --pp 2 ÷ --pp 1 |",
+           "| --- | --- | --- | --- | --- | --- |"]
+    for kind in ("prefill", "decode"):
+        b2 = {(x.get("tokens"), x.get("ctx"), x.get("batch")): x for x in (two or {}).get(kind, [])}
+        for x in (one or two or {}).get(kind, []):
+            k = (x.get("tokens"), x.get("ctx"), x.get("batch"))
+            x1 = x if one else None
+            x2 = b2.get(k)
+            cellf = prefill_cell if kind == "prefill" else decode_cell
+            label = f"prefill {x['tokens']} tokens" if kind == "prefill" else decode_label(x)
+            c1, p1 = cellf(x1, lim) if x1 else ("—", None)
+            c2, p2 = cellf(x2, lim) if x2 else ("—", None)
+            out.append(f"| {label} | {c1} | {pct_text(p1)} | {c2} | {pct_text(p2)} | "
+                       f"{ratio(x2['tok_s'] if x2 else 0, x1['tok_s'] if x1 else 0)} |")
+            if x1:
+                fig.add(model, f"{label}, --pp 1", x1["tok_s"], "tok/s", p1)
+            if x2:
+                fig.add(model, f"{label}, --pp 2", x2["tok_s"], "tok/s", p2)
+    t1, t2 = (tp.get("1") or {}).get("batched"), (tp.get("2") or {}).get("batched")
+    if t1 or t2:
+        r1 = tp_rates(t1) if t1 else (None, None, None)
+        r2 = tp_rates(t2) if t2 else (None, None, None)
+        n = (t1 or t2)["prompts"]
+        for i, what in ((2, "output tok/s over the steps"), (0, "output tok/s, whole process")):
+            out.append(f"| {n} prompts x 256 output tokens: {what} | {num(r1[i]) if r1[i] else '—'} | | "
+                       f"{num(r2[i]) if r2[i] else '—'} | | {ratio(r2[i], r1[i])} |")
+            fig.add(model, f"throughput {what}, --pp 1", r1[i], "tok/s")
+            fig.add(model, f"throughput {what}, --pp 2", r2[i], "tok/s")
+        s1, s2 = (t1 or {}).get("scheduler_pct"), (t2 or {}).get("scheduler_pct")
+        fig.add(model, "throughput scheduler's own work, share of step time, --pp 1", s1, "%")
+        fig.add(model, "throughput scheduler's own work, share of step time, --pp 2", s2, "%")
+        s1 = f"{s1:.2f}%" if s1 is not None else "—"
+        s2 = f"{s2:.2f}%" if s2 is not None else "—"
+        out.append(f"| scheduler's own work, share of step time | {s1} | | {s2} | | |")
+    big = (doc.get("big") or {})
+    bb = big.get("bench")
+    if bb:
+        bname = big.get("model", "?")
+        mem = (doc.get("device") or {}).get("memory_mib")
+        more = f" (more than one GPU's {mem / 1024:.0f} GiB)" if mem and bb["weight_bytes"] > mem * 2**20 else ""
+        out += ["", f"{TITLES.get(bname, bname)}: {bb['params'] / 1e9:.2f} G parameters, {bb['weight_bytes'] / 1e9:.1f} "
+                f"GB of weights{more}, `--pp 2`; the stages run in turn, so the limits are one GPU's:", "",
+                "| measure | --pp 2 | % of limit |", "| --- | --- | --- |"]
+        up = f", {bb['load_gbps']:.1f} GB/s" if bb.get("load_gbps") else ""
+        out.append(f"| load (random weights made and uploaded) | {bb['load_s']:.1f} s{up} | |")
+        for p in bb.get("prefill", []):
+            c, pc = prefill_cell(p, lim)
+            out.append(f"| prefill {p['tokens']} tokens | {c} | {pct_text(pc)} |")
+            fig.add(bname, f"prefill {p['tokens']} tokens, --pp 2", p["tok_s"], "tok/s", pc)
+        for d in bb.get("decode", []):
+            c, pc = decode_cell(d, lim)
+            out.append(f"| {decode_label(d)} | {c} | {pct_text(pc)} |")
+            fig.add(bname, f"{decode_label(d)}, --pp 2", d["tok_s"], "tok/s", pc)
+    if doc.get("error"):
+        out += ["", f"Partly failed: {doc['error']}"]
+    return out + [""]
+
+
+RENDER = {"single": render_single, "quant": render_quant, "kv_fp8": render_kv_fp8, "attention": render_attention,
+          "throughput": render_throughput, "pipeline": render_pipeline}
+
+
+# ---------- the document ----------
+
+def load(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def gather(dirs):
+    """The sections' results (from the last folder that has each), why the others have none, and the runs."""
+    docs, notes, runs = {}, {}, []
+    for d in dirs:
+        run = load(os.path.join(d, "run.json")) or {}
+        if run:
+            runs.append(run)
+        for name, _, _ in SECTIONS:
+            doc = load(os.path.join(d, name + ".json"))
+            if doc:
+                docs[name] = doc
+                notes.pop(name, None)
+                if run.get("notes", {}).get(name):  # a run note beside results: it partly failed
+                    doc["run_note"] = run["notes"][name]
+            elif run.get("notes", {}).get(name) and name not in docs:
+                notes[name] = run["notes"][name]
+    return docs, notes, runs
+
+
+def render(dirs, note=""):
+    docs, notes, runs = gather(dirs)
+    dates = sorted({d.get("date", "") for d in docs.values()} | {r.get("date", "") for r in runs} - {""})
+    commits = sorted({d.get("commit", "unknown") for d in docs.values()})
+    when = dates[-1] if dates else "never (no results)"
+    commit = ", ".join(f"`{c}`" for c in commits) if commits else "none"
+    out = ["# cllm benchmarks", "",
+           f"Generated by `bench/report.py` from `bench/run.sh`'s results: latest {when}, cllm commit{'s' if len(commits) > 1 else ''} "
+           f"{commit}. Not edited by hand: to regenerate, on a GPU machine with a build (`./build.sh`) and "
+           "torch + transformers:", "",
+           "    CLLM=./cllm OUT=/tmp/bench bench/run.sh        # every section this machine can run; "
+           "--sections single,quant,kv_fp8,attention,throughput,pipeline picks",
+           "    cp /tmp/bench/BENCH.md BENCH.md; cp /tmp/bench/history.csv bench/history.csv", "",
+           "or one section alone (`OUT=/tmp/bench bench/quant.sh`, ...) and `python3 bench/report.py /tmp/bench "
+           "[MORE_FOLDERS] --out BENCH.md`, which also appends the figures to bench/history.csv (one row per figure "
+           "per generation: the history). Every figure is set against its physical limit measured on the same "
+           "device at the start of the same run (bench/limits.py: bytes over the device-to-device copy bandwidth, "
+           "FLOPs over the bf16 dense matmul rate of torch.matmul 8192³) and, where a reference runs on the same "
+           "machine (transformers, PyTorch SDPA flash and cuDNN, cllm's own bf16 path), as a ratio to it in the "
+           "same run. Each table's device line names the device, commit, date and limits its figures come from.", ""]
+    if note:
+        out += [note, ""]
+    out += ["Sections: " + " · ".join(f"[{title}](#{title.lower().replace(' ', '-')})" for _, title, _ in SECTIONS), ""]
+    figures = []
+    for name, title, how in SECTIONS:
+        out += [f"## {title}", ""]
+        doc = docs.get(name)
+        if not doc:
+            out += [f"Not run in this generation ({notes.get(name) or 'no results in the results folder'}).", ""]
+            continue
+        fig = Figures(doc)
+        out += [f"{how}. {device_line(doc)}", ""]
+        out += RENDER[name](doc, fig)
+        if doc.get("run_note"):
+            out += [f"bench/run.sh: {doc['run_note']}.", ""]
+        figures += fig.rows
+    return "\n".join(out).rstrip() + "\n", figures
+
+
+def append_history(path, rows):
+    key = lambda r: tuple(r[k] for k in ("date", "commit", "device", "section", "model", "measure"))
+    seen = set()
+    if os.path.exists(path):
+        with open(path, newline="") as f:
+            seen = {key(r) for r in csv.DictReader(f)}
+    new = [r for r in rows if key(r) not in seen]
+    fresh = not os.path.exists(path) or os.path.getsize(path) == 0
+    with open(path, "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=HISTORY_FIELDS, lineterminator="\n")
+        if fresh:
+            w.writeheader()
+        w.writerows(new)
+    return len(new)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--gpu", default="unknown")
-    ap.add_argument("--driver", default="unknown")
-    ap.add_argument("--commit", default="unknown")
-    ap.add_argument("--model", nargs=3, action="append", default=[], metavar=("NAME", "CLLM_JSON", "HF_JSON"))
-    ap.add_argument("--attention", help="markdown that bench/attention.sh printed")
-    ap.add_argument("--note", default="", help="a line to print under the header")
+    ap.add_argument("results", nargs="+", help="results folder(s) of bench/run.sh or of the section scripts")
+    ap.add_argument("--out", required=True, help="the BENCH.md to write")
+    ap.add_argument("--history", default=os.path.join(HERE, "history.csv"), help="CSV to append to")
+    ap.add_argument("--no-history", action="store_true")
+    ap.add_argument("--note", default="", help="a paragraph under the header")
     a = ap.parse_args()
-
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    out = ["# cllm benchmarks", "",
-           f"Run {now} on {a.gpu} (driver {a.driver}), cllm commit `{a.commit}`, by `bench/run.sh`.", ""]
-    if a.note:
-        out += [a.note, ""]
-    out += ["Limits (ANCHORS.md, measured on the H200): 790 TFLOP/s bf16 through the tensor cores, "
-            "4.26 TB/s memory copy. Prefill FLOPs = 2 × layer weights × T + attention (QK^T and PV over the "
-            "causal pairs, windows respected) + the LM head for the one row that gets logits; the transformers "
-            "column uses the same count. Decode bytes per step = every weight the step reads (LM head yes, "
-            "untied embedding table no) + the context's K/V counted as bf16. Times: median of whole forward "
-            "steps (prefill: --reps runs after a warm-up; decode: --decode-tokens steps after a warm-up step), "
-            "random token ids, batch 1, one sequence. transformers decode: the faster of a timed forward loop "
-            "with the KV cache and generate().", ""]
-    for name, cj, hj in a.model:
-        c = json.load(open(cj))
-        h = json.load(open(hj)) if hj != "-" and os.path.exists(hj) else None
-        out += model_section(name, c, h)
-    if a.attention and os.path.exists(a.attention) and os.path.getsize(a.attention) > 0:
-        out += ["## Attention kernels (bench/attention.sh)", "", open(a.attention).read().rstrip(), ""]
+    for d in a.results:
+        if not os.path.isdir(d):
+            sys.exit(f"report.py: {d}: not a folder")
+    text, figures = render(a.results, a.note)
     with open(a.out, "w") as f:
-        f.write("\n".join(out))
+        f.write(text)
+    added = 0 if a.no_history else append_history(a.history, figures)
+    print(f"report.py: wrote {a.out} ({len(figures)} figures"
+          + ("" if a.no_history else f"; {added} new rows in {a.history}") + ")")
 
 
 if __name__ == "__main__":

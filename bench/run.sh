@@ -1,85 +1,93 @@
 #!/usr/bin/env bash
-# bench/run.sh — the one benchmark command, run on the GPU machine:
-#   bench/run.sh [--tiny] [MODEL...]        MODEL: llama3-8b (default: llama3-8b gemma2-9b)
-# For each model: makes the random-weight model if missing (bench/make_model.py),
-# runs `cllm bench` on it and the transformers reference on the same folder,
-# then bench/attention.sh when present, and writes BENCH.md ($OUT/BENCH.md,
-# also printed) with every figure against its limit and its ratio to the reference.
-#
-# Environment: CLLM (binary, default ./cllm), OUT (results folder, default
-# build/bench-out), BENCH_MODELS (where models are made, default /tmp/cllm-bench-models),
-# BENCH_COMMIT (commit to name; default git rev-parse), BENCH_NOTE (a line for the
-# header), BENCH_PROMPT_LENS / BENCH_CTX / BENCH_DECODE_TOKENS / BENCH_REPS
-# (default 512,4096 / 128,4096 / 64 / 3), BENCH_TIMEOUT (seconds per step, default 300),
-# BENCH_ATTENTION_BIN (passed to bench/attention.sh).
+# bench/run.sh — the one benchmark command, run on the GPU machine: measures
+# the device's limits (bench/limits.py: copy bandwidth, bf16 matmul rate), runs
+# the sections, each writing its JSON into one results folder ($OUT), then
+# renders BENCH.md whole from that folder (bench/report.py):
+#   bench/run.sh [--sections LIST] [--tiny]
+# LIST, comma-separated, of: single (bench/single.sh: cllm bench vs transformers
+# on the Llama-3-8B and Gemma-2-9B shapes), quant (bench/quant.sh), kv_fp8
+# (bench/kv_fp8.sh), attention (bench/attention.sh), throughput
+# (bench/throughput.sh), pipeline (bench/pipeline.sh, >= 2 GPUs). Default: all
+# that this machine can run. --tiny: single on the tiny shapes (a smoke test).
+# Writes $OUT/BENCH.md and $OUT/history.csv (bench/history.csv with this
+# generation's rows added); to adopt them here: cp $OUT/BENCH.md BENCH.md and
+# cp $OUT/history.csv bench/history.csv, or render again from the folder(s):
+#   python3 bench/report.py OUT [OUT2 ...] --out BENCH.md   (appends to bench/history.csv)
+# Environment: see bench/lib.sh (CLLM, OUT, BENCH_MODELS, BENCH_COMMIT) and
+# each section's script; BENCH_ATTENTION_BIN (passed to bench/attention.sh).
 set -uo pipefail
-cd "$(dirname "$0")/.."
-CLLM=${CLLM:-./cllm}
-OUT=${OUT:-build/bench-out}
-MODELS_DIR=${BENCH_MODELS:-/tmp/cllm-bench-models}
-COMMIT=${BENCH_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-LENS=${BENCH_PROMPT_LENS:-512,4096}
-CTX=${BENCH_CTX:-128,4096}
-STEPS=${BENCH_DECODE_TOKENS:-64}
-REPS=${BENCH_REPS:-3}
-LIMIT=${BENCH_TIMEOUT:-300}
+cd "$(dirname "$0")/.." || exit 1
+source bench/lib.sh
+ALL=(single quant kv_fp8 attention throughput pipeline)
+SECTIONS=""
 TINY=""
-MODELS=()
-for a in "$@"; do
-    case $a in
+while [ $# -gt 0 ]; do
+    case $1 in
+        --sections) SECTIONS=$2; shift ;;
+        --sections=*) SECTIONS=${1#--sections=} ;;
         --tiny) TINY=--tiny ;;
-        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
-        *) MODELS+=("$a") ;;
+        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+        *) echo "bench/run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
+    shift
 done
-[ ${#MODELS[@]} -gt 0 ] || MODELS=(llama3-8b gemma2-9b)
-mkdir -p "$OUT" "$MODELS_DIR"
+gpus=$(bench_gpu_count)
+if [ -z "$SECTIONS" ]; then
+    SECTIONS=single,quant,kv_fp8,attention,throughput
+    [ "${gpus:-0}" -ge 2 ] && SECTIONS+=,pipeline
+fi
+for s in ${SECTIONS//,/ }; do
+    [[ " ${ALL[*]} " == *" $s "* ]] || { echo "bench/run.sh: unknown section '$s' (${ALL[*]})" >&2; exit 2; }
+done
+BENCH_COMMIT=${BENCH_COMMIT:-$(python3 -c 'import sys; sys.path.insert(0, "bench"); import results; print(results.commit())')}
+export CLLM OUT BENCH_MODELS BENCH_COMMIT
 LOG=$OUT/run.log
 : > "$LOG"
 say() { echo "== $*" | tee -a "$LOG"; }
-# step NAME CMD...: runs CMD under the time limit, its output into the log.
-step() {
-    local name=$1; shift
-    say "$name: $*"
-    local t0=$SECONDS
-    timeout "$LIMIT" "$@" >> "$LOG" 2>&1
-    local rc=$?
-    say "$name: exit $rc after $((SECONDS - t0)) s"
-    return $rc
-}
-
-GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
-DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
-say "cllm $COMMIT on ${GPU:-no GPU} (driver ${DRIVER:-?}); models in $MODELS_DIR"
-report_args=()
-report() {
-    python3 bench/report.py --out "$OUT/BENCH.md" --gpu "${GPU:-unknown}" --driver "${DRIVER:-unknown}" \
-        --commit "$COMMIT" --note "${BENCH_NOTE:-}" "${report_args[@]}" "$@"
-}
-for m in "${MODELS[@]}"; do
-    dir=$MODELS_DIR/$m${TINY:+-tiny}
-    name=$m${TINY:+-tiny}
-    if [ ! -f "$dir/config.json" ]; then
-        step "make $name" python3 bench/make_model.py "$m" "$dir" $TINY || { rm -rf "$dir"; continue; }
+say "cllm $BENCH_COMMIT ($CLLM) on $(python3 bench/results.py device); sections $SECTIONS; results in $OUT"
+rm -f "$OUT/run.json" "$OUT/limits.json"
+for s in "${ALL[@]}"; do rm -f "$OUT/$s.json"; done  # no results of an earlier run survive in the folder
+python3 bench/results.py start "$OUT" "$SECTIONS"
+for s in "${ALL[@]}"; do
+    if [[ ",$SECTIONS," != *",$s,"* ]]; then
+        if [ $s = pipeline ] && [ "${gpus:-0}" -lt 2 ]; then
+            python3 bench/results.py note "$OUT" $s "needs 2 GPUs; this machine has ${gpus:-0}"
+        else
+            python3 bench/results.py note "$OUT" $s "not selected: bench/run.sh --sections $SECTIONS"
+        fi
     fi
-    sync
-    step "cllm $name" "$CLLM" bench -m "$dir" --prompt-lens "$LENS" --ctx "$CTX" --decode-tokens "$STEPS" \
-        --reps "$REPS" --json "$OUT/cllm-$name.json" || continue
-    step "transformers $name" python3 bench/hf_reference.py "$dir" --prompt-lens "$LENS" --ctx "$CTX" \
-        --decode-tokens "$STEPS" --reps "$REPS" --json "$OUT/hf-$name.json"
-    report_args+=(--model "$m" "$OUT/cllm-$name.json" "$OUT/hf-$name.json")
-    report  # after each model, so a run cut short still leaves a report
 done
-
-attn=()
-if [ -f bench/attention.sh ]; then
-    say "attention: bench/attention.sh ${BENCH_ATTENTION_BIN:-}"
-    timeout "$LIMIT" bash bench/attention.sh ${BENCH_ATTENTION_BIN:-} > "$OUT/attention.md" 2>> "$LOG"
-    rc=$?
-    say "attention: exit $rc"
-    [ $rc = 0 ] && [ -s "$OUT/attention.md" ] && attn=(--attention "$OUT/attention.md")
+say "limits: bench/limits.py"
+python3 bench/limits.py --json "$OUT/limits.json" 2>&1 | tee -a "$LOG"
+if [ ! -s "$OUT/limits.json" ]; then
+    say "limits not measured: nothing else runs"
+    for s in ${SECTIONS//,/ }; do python3 bench/results.py note "$OUT" $s "the limits could not be measured: bench/limits.py failed, see run.log"; done
 fi
-
-report "${attn[@]}" || exit 1
-echo
-cat "$OUT/BENCH.md"
+status=0
+[ -s "$OUT/limits.json" ] || status=1
+for s in ${SECTIONS//,/ }; do
+    [ -s "$OUT/limits.json" ] || break
+    case $s in
+        single) cmd=(bench/single.sh $TINY) ;;
+        quant) cmd=(bench/quant.sh) ;;
+        kv_fp8) cmd=(bench/kv_fp8.sh) ;;
+        attention) cmd=(bench/attention.sh ${BENCH_ATTENTION_BIN:-}) ;;
+        throughput) cmd=(bench/throughput.sh) ;;
+        pipeline) cmd=(bench/pipeline.sh) ;;
+    esac
+    say "$s: ${cmd[*]}"
+    t0=$SECONDS
+    bash "${cmd[@]}" > "$OUT/$s.log" 2>&1
+    rc=$?
+    say "$s: exit $rc after $((SECONDS - t0)) s (log: $s.log)"
+    if [ ! -s "$OUT/$s.json" ]; then
+        status=1
+        python3 bench/results.py note "$OUT" $s "failed: ${cmd[*]} exit $rc after $((SECONDS - t0)) s: $(tail -1 "$OUT/$s.log" | cut -c1-200)"
+    elif [ $rc != 0 ]; then
+        python3 bench/results.py note "$OUT" $s "partly failed: ${cmd[*]} exit $rc (see $s.log)"
+    fi
+done
+[ -f "$OUT/history.csv" ] || [ ! -f bench/history.csv ] || cp bench/history.csv "$OUT/history.csv"
+python3 bench/report.py "$OUT" --out "$OUT/BENCH.md" --history "$OUT/history.csv" || exit 1
+say "wrote $OUT/BENCH.md and $OUT/history.csv"
+exit $status

@@ -1,14 +1,20 @@
 """sdpa_reference.py — PyTorch's scaled_dot_product_attention on the shapes of
-bench/attention.sh, timed like bench_attention.c (CUDA events, 5 warm-ups,
-median of 30); prints one RESULT line per shape.
+bench/attention.sh, through each of its flash (FlashAttention-2) and cuDNN
+backends, timed like bench_attention.c (CUDA events, 5 warm-ups, median of
+30); prints one line per shape and backend:
 
-prefill: flash backend (FlashAttention-2), causal, 32 heads, head size 128;
-decode: dense GQA 32q/8kv (enable_gqa), head size 128, default backend."""
+    RESULT KIND SHAPE BACKEND MS RATE      (RATE: TFLOP/s for prefill, TB/s for decode)
+    SKIP KIND SHAPE BACKEND REASON         (the backend does not take the shape)
+
+prefill: causal, 32 heads, head size 128, FLOPs 4 L^2 H D / 2 per sequence;
+decode: one query row per sequence, GQA 32q/8kv (enable_gqa), head size 128,
+bytes = the K and V read once."""
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 D = 128
+BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}
 
 
 def median_ms(fn):
@@ -25,25 +31,41 @@ def median_ms(fn):
     return (times[14] + times[15]) / 2
 
 
+def each_backend(kind, shape, fn, work, unit_scale):
+    for name, backend in BACKENDS.items():
+        try:
+            with sdpa_kernel(backend):
+                fn()  # raises when the backend does not take these inputs
+                ms = median_ms(fn)
+        except RuntimeError as e:
+            reason = " ".join(str(e).split())[:160] or "not available"
+            print(f"SKIP {kind} {shape} {name} {reason}", flush=True)
+            continue
+        print(f"RESULT {kind} {shape} {name} {ms:.4f} {work / ms / unit_scale:.3f}", flush=True)
+
+
 def prefill(n, length):
     q, k, v = (torch.randn(n, 32, length, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-        ms = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
     flops = 4.0 * length * length * 32 * D / 2 * n
-    print(f"RESULT prefill {n}x{length} {ms:.4f} {flops / ms / 1e9:.1f}")
+    each_backend("prefill", f"{n}x{length}", lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                 flops, 1e9)
 
 
 def decode(n, ctx):
     q = torch.randn(n, 32, 1, D, device="cuda", dtype=torch.bfloat16)
     k, v = (torch.randn(n, 8, ctx, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    ms = median_ms(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
     nbytes = 2.0 * n * ctx * 8 * D * 2
-    print(f"RESULT decode {n}x{ctx} {ms:.4f} {nbytes / ms / 1e9:.3f}")
+    each_backend("decode", f"{n}x{ctx}", lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+                 nbytes, 1e9)
+    del q, k, v
+    torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
+    print(f"# torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {torch.cuda.get_device_name(0)}")
     prefill(16, 1024)
     prefill(4, 4096)
     prefill(1, 16384)
     decode(8, 4096)
     decode(8, 32768)
+    decode(1, 131072)

@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
-# bench/throughput.sh — offline batch throughput through the scheduler, on
-# the GPU machine: N prompts of random lengths (about 128-1024 tokens of the
-# bench models' tokenizer), 256 output tokens each (EOS ignored), greedy,
-# through `cllm generate`; then the first SEQ prompts one at a time
-# (--max-seqs 1) for the sequential rate. Prints a markdown section.
-#   bench/throughput.sh MODEL_DIR [N=1000] [SEQ=8]
-# Environment: CLLM (binary, default ./cllm), OUT (work folder, default
-# build/bench-out), extra `cllm generate` options in THROUGHPUT_ARGS.
+# bench/throughput.sh — BENCH.md's offline-throughput section, on the GPU
+# machine: N prompts of random lengths (about 128-1024 tokens of the bench
+# models' tokenizer), 256 output tokens each (EOS ignored), greedy, through
+# `cllm generate`; then the first SEQ prompts one at a time (--max-seqs 1) for
+# the sequential rate (SEQ=0: not run). Writes $OUT/$THROUGHPUT_NAME.json
+# (default throughput.json) and prints a markdown summary.
+#   bench/throughput.sh [MODEL_DIR] [N=1000] [SEQ=8]   (MODEL_DIR default: the random
+#                        Llama-3-8B of bench/make_model.py in $BENCH_MODELS, made when missing)
+# Environment: see bench/lib.sh (CLLM, OUT, BENCH_MODELS, BENCH_COMMIT); extra
+# `cllm generate` options in THROUGHPUT_ARGS (e.g. "--pp 2"); THROUGHPUT_NAME.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-MODEL=${1:?usage: bench/throughput.sh MODEL_DIR [N] [SEQ]}
+source bench/lib.sh
+MODEL=${1:-}
 N=${2:-1000}
 SEQ=${3:-8}
-CLLM=${CLLM:-./cllm}
-OUT=${OUT:-build/bench-out}
-mkdir -p "$OUT"
+NAME=${THROUGHPUT_NAME:-throughput}
+[ -n "$MODEL" ] || MODEL=$(bench_model llama3-8b)
+bench_limits || echo "throughput.sh: limits not measured; no % of limit" >&2
 # ~1.75 characters per token (measured: 2.2 gave 163-1292 tokens) for the synthetic byte-pair tokenizer of
 # bench/make_model.py; the real counts come back in prompt_tokens.
 python3 - "$N" > "$OUT/tp-prompts.txt" <<'PY'
@@ -30,7 +33,7 @@ for i in range(int(sys.argv[1])):
     print(" ".join(words))
 PY
 head -n "$SEQ" "$OUT/tp-prompts.txt" > "$OUT/tp-seq-prompts.txt"
-run() { # out-file, extra args: prints wall seconds
+run() { # out-file, extra args, prompts: prints wall seconds
     local t0 t1
     t0=$(date +%s.%N)
     "$CLLM" generate -m "$MODEL" -i "$3" -o "$1" -n 256 --ignore-eos --temp 0 -v ${THROUGHPUT_ARGS:-} $2 \
@@ -39,27 +42,71 @@ run() { # out-file, extra args: prints wall seconds
     python3 -c "print($t1 - $t0)"
 }
 batched=$(run "$OUT/tp-batched.jsonl" "" "$OUT/tp-prompts.txt")
-single=$(run "$OUT/tp-single.jsonl" "--max-seqs 1" "$OUT/tp-seq-prompts.txt")
-python3 - "$OUT" "$batched" "$single" "$MODEL" <<'PY'
-import json, re, sys
-out, tb, ts, model = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
-def load(p):
-    rows = [json.loads(l) for l in open(p)]
-    return rows, sum(r.get("prompt_tokens", 0) for r in rows), sum(r.get("completion_tokens", 0) for r in rows)
-b, bp, bc = load(f"{out}/tp-batched.jsonl")
-s, sp, sc = load(f"{out}/tp-single.jsonl")
-errs = sum(1 for r in b if r.get("error"))
-sched = re.search(r"scheduler's own work .* = ([0-9.]+)%", open(f"{out}/tp-batched.jsonl.log").read())
-lens = sorted(r.get("prompt_tokens", 0) for r in b)
-print(f"## Offline throughput ({model.rstrip('/').split('/')[-1]})\n")
-print(f"`bench/throughput.sh`: {len(b)} prompts ({errs} failed), prompt tokens {lens[0]}-{lens[-1]} "
-      f"(mean {bp / max(len(b), 1):.0f}), 256 output tokens each, greedy, EOS ignored; wall time of the whole "
-      f"`cllm generate` run (load included).\n")
-print("| run | prompts | output tokens/s | total tokens/s | wall s |")
-print("| --- | --- | --- | --- | --- |")
-print(f"| batched (default --max-seqs 256, --max-batched-tokens 8192) | {len(b)} | {bc / tb:,.0f} | {(bp + bc) / tb:,.0f} | {tb:.1f} |")
-print(f"| one at a time (--max-seqs 1), first {len(s)} prompts | {len(s)} | {sc / ts:,.0f} | {(sp + sc) / ts:,.0f} | {ts:.1f} |")
-ratio = f"{(bc / tb) / (sc / ts):.1f}×" if sc > 0 and tb > 0 else "n/a (no output tokens)"
-print(f"\nBatched ÷ one at a time (output tokens/s): {ratio}. "
-      f"Scheduler's own work (outside forward and sampling): {sched.group(1) if sched else '?'}% of step time.")
+single=0
+[ "$SEQ" -gt 0 ] && single=$(run "$OUT/tp-single.jsonl" "--max-seqs 1" "$OUT/tp-seq-prompts.txt")
+python3 - "$OUT" "$batched" "$single" "$MODEL" "$NAME" "${THROUGHPUT_ARGS:-}" <<'PY'
+import glob, json, os, re, struct, sys
+sys.path.insert(0, "bench")
+import results
+out, tb, ts, model, name, args = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6]
+
+def matrix_params(folder):
+    """Elements of the layers' matrices and of the LM head, from the safetensors headers (None for other formats)."""
+    layers = head = embed = 0
+    files = glob.glob(os.path.join(folder, "*.safetensors"))
+    if not files:
+        return None
+    for p in files:
+        with open(p, "rb") as f:
+            hdr = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+        for k, v in hdr.items():
+            shape = v.get("shape", []) if isinstance(v, dict) else []
+            if len(shape) != 2:
+                continue
+            n = shape[0] * shape[1]
+            if ".layers." in k:
+                layers += n
+            elif k.startswith("lm_head"):
+                head += n
+            elif "embed_tokens" in k:
+                embed += n
+    return {"layers": layers, "head": head or embed}
+
+def run(path, wall):
+    if not os.path.exists(path):
+        return None
+    rows = [json.loads(l) for l in open(path)]
+    log = open(path + ".log").read()
+    steps = re.search(r"steps took ([0-9.]+) s; .* = ([0-9.]+)%", log)
+    lens = sorted(r.get("prompt_tokens", 0) for r in rows)
+    return {"prompts": len(rows), "failed": sum(1 for r in rows if r.get("error")),
+            "prompt_tokens": sum(r.get("prompt_tokens", 0) for r in rows),
+            "output_tokens": sum(r.get("completion_tokens", 0) for r in rows),
+            "prompt_min": lens[0] if lens else 0, "prompt_max": lens[-1] if lens else 0, "wall_s": wall,
+            "steps_s": float(steps.group(1)) if steps else None,
+            "scheduler_pct": float(steps.group(2)) if steps else None}
+
+b = run(f"{out}/tp-batched.jsonl", tb)
+s = run(f"{out}/tp-single.jsonl", ts) if ts > 0 else None
+doc = results.write_section(out, name, {
+    "model": os.path.basename(model.rstrip("/")), "args": args, "output_tokens_each": 256,
+    "matrix_params": matrix_params(model), "batched": b, "single": s},
+    gpus_used=2 if re.search(r"--pp[ =]2\b", args) else 1)
+
+def rate(r, key):
+    return r[key] / r["wall_s"] if r and r["wall_s"] > 0 else 0
+print(f"## Offline throughput ({doc['model']}{', ' + args if args else ''})\n")
+print(f"`bench/throughput.sh`: {b['prompts']} prompts ({b['failed']} failed), prompt tokens {b['prompt_min']}-"
+      f"{b['prompt_max']} (mean {b['prompt_tokens'] / max(b['prompts'], 1):.0f}), 256 output tokens each, greedy, "
+      f"EOS ignored; wall time of the whole `cllm generate` run (load included).\n")
+print("| run | prompts | output tokens/s | total tokens/s | output tokens/s over the steps | wall s |")
+print("| --- | --- | --- | --- | --- | --- |")
+for label, r in (("batched", b), ("one at a time (--max-seqs 1)", s)):
+    if r:
+        over = f"{r['output_tokens'] / r['steps_s']:,.0f}" if r["steps_s"] else "?"
+        print(f"| {label} | {r['prompts']} | {rate(r, 'output_tokens'):,.0f} | "
+              f"{(r['prompt_tokens'] + r['output_tokens']) / r['wall_s']:,.0f} | {over} | {r['wall_s']:.1f} |")
+ratio = f"{rate(b, 'output_tokens') / rate(s, 'output_tokens'):.1f}×" if rate(s, "output_tokens") else "n/a"
+print(f"\nBatched ÷ one at a time (output tokens/s): {ratio}. Scheduler's own work (outside forward and sampling): "
+      f"{b['scheduler_pct'] if b['scheduler_pct'] is not None else '?'}% of step time.")
 PY
