@@ -11,9 +11,9 @@
  * untied embedding table; only the used share of MoE experts) + the K/V of
  * each sequence's context as the cache holds them (bf16, or fp8 codes +
  * scales); a request whose prompt finished a step before another's holds a
- * token more. The limits default to an H200's (790 TFLOP/s bf16 through
- * cuBLAS, 4.26 TB/s copy); --peak-tflops / --peak-tbps set the ones measured
- * on the machine.
+ * token more. The limits are an H200's (790 TFLOP/s bf16 through cuBLAS,
+ * 4.26 TB/s copy, ../shared/ANCHORS.md); bench/run.sh measures the machine's
+ * own and sets BENCH.md's percentages against them.
  */
 #ifndef CLLM_BENCH_H
 #define CLLM_BENCH_H

@@ -10,10 +10,18 @@
 
 #include "base/err.h"
 
+#ifdef __cplusplus
+extern "C" { /* also called from the CUDA backend */
+#endif
+
 typedef struct ThreadPool ThreadPool;
 ThreadPool *thread_pool_create(int n_threads, Err *err); /* n_threads <= 0: one per core */
 void thread_pool_destroy(ThreadPool *tp);
 int thread_pool_size(const ThreadPool *tp);
 void cpu_parallel_for(ThreadPool *tp, int64_t n, void (*fn)(void *ctx, int64_t begin, int64_t end), void *ctx);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -21,8 +21,8 @@ weights: the matrices rounded to bf16 (what `--bf16-weights`, the reference path
     else fp32; with bf16 activations (the model run in bf16) for scale.
 
 MODEL is a name in $CLLM_MODELS or models/cache (smollm2-135m-instruct, gemma3-270m) or a
-.gguf path. Texts: readme (README.md), notes (kernels/NOTES.md from 60,000
-characters on), design (../shared/DESIGN.md when present). The harness checks
+.gguf path. Texts: readme (README.md), kernels (kernels/README.md),
+design (docs/DESIGN.md). The harness checks
 itself first: its attention with an fp32 cache must give the argmax of
 transformers' eager attention at every position.
 
@@ -43,8 +43,8 @@ sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 from make_real_refs import gguf_add_bos, load_model  # noqa: E402  (the fixtures' loader and BOS rule)
 
 TEXTS = {"readme": lambda: (ROOT / "README.md").read_text(),
-         "notes": lambda: (ROOT / "kernels" / "NOTES.md").read_text()[60000:],
-         "design": lambda: (ROOT.parent / "shared" / "DESIGN.md").read_text()}
+         "kernels": lambda: (ROOT / "kernels" / "README.md").read_text(),
+         "design": lambda: (ROOT / "docs" / "DESIGN.md").read_text()}
 KV = {"k": "fp32", "v": "fp32", "window": 0}   # the rounding the attention applies now; keys within
                                                 # `window` positions of the query read as bf16 instead
 
@@ -180,7 +180,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("what", choices=["kv", "weights"])
     ap.add_argument("model")
-    ap.add_argument("--texts", default="readme,notes")
+    ap.add_argument("--texts", default="readme,kernels")
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--window", type=int, default=0, help="kv: the last W positions before a query read as bf16")
     ap.add_argument("--variants", default="e4m3/e4m3,e4m3/bf16,bf16/e4m3,e2m5/bf16,int8v/bf16,int8c16/bf16,"

@@ -1,5 +1,5 @@
 /* attn_meta.h — the kernel metadata of one attention step, built on the host
- * from an AttnBatch (attention/attn_batch.h) and uploaded to the GPU as one
+ * from an AttnBatch (kernels/attn_batch.h) and uploaded to the GPU as one
  * int32 buffer.
  *
  * The rows of a step are grouped into *runs*: consecutive rows of one
@@ -28,8 +28,12 @@
 
 #include <stdint.h>
 
-#include "kernels/attn_batch.h"
 #include "base/err.h"
+#include "kernels/attn_batch.h"
+
+#ifdef __cplusplus
+extern "C" { /* also called from the CUDA backend */
+#endif
 
 #define ATTN_TILE_M 128         /* query rows per prefill tile (the prefill kernel's BLOCK_M) */
 #define ATTN_DECODE_TILE_N 64   /* keys per decode tile (the decode kernel's BLOCK_N) */
@@ -97,5 +101,9 @@ ATTN_META_FN int attn_row_splits(int n_tiles, int split_tiles) {
 /* The most splits attn_row_splits gives any decode row of m (its full key
  * range, 0..pos: a windowed layer's rows need no more); 1 without decode rows. */
 int attn_decode_row_splits_max(const AttnMeta *m);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

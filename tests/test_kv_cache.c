@@ -1,5 +1,5 @@
 /* test_kv_cache.c — the host KV cache allocation (fp32 and fp8), the block
- * pool and block tables (attention/kv_cache.c): counts, exhaustion without
+ * pool and block tables (kernels/cpu/kv_cache_host.c, engine/kv_blocks.c): counts, exhaustion without
  * side effects, slot computation, the fp8 store / read-back, and that every
  * block finds its way back to the pool. */
 #include <limits.h>

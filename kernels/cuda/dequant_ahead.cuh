@@ -21,7 +21,7 @@
  * (a capture must end joined). With three buffers two matrices are made
  * ahead (the big gate|up copy then starts under q|k|v's GEMM, not only
  * under o's short one): measured no faster than two, so the backend takes
- * two (CLLM_DEQ_AHEAD=3 for benchmarks). The values do not depend on any
+ * two. The values do not depend on any
  * of this: the same kernel writes the same bytes. */
 #ifndef CLLM_DEQUANT_AHEAD_CUH
 #define CLLM_DEQUANT_AHEAD_CUH

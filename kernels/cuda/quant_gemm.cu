@@ -19,8 +19,8 @@
 #include <cudaTypedefs.h>
 #include <stdint.h>
 
+#include "kernels/cuda/activation.cuh"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/cuda_ops.cuh" /* act_glu */
 #include "kernels/cuda/quant.cuh"
 #include "kernels/cuda/quant_gemm_mainloop.cuh"
 #include "kernels/cuda/quant_layout.cuh"

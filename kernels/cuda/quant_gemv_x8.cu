@@ -18,8 +18,9 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "kernels/cuda/activation.cuh"
+#include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/cuda_ops.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/quant.cuh"
 #include "kernels/cuda/quant_gemv_kernels.cuh"

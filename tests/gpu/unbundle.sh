@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# tests/gpu/unbundle.sh — on the GPU machine: unpacks .gpu/bundle.tar.xz
+# (tests/gpu/bundle.sh) into build/cuda, links the GPU checks there with the
+# same libraries as the Makefile, and unpacks any other .gpu/NAME.xz to
+# build/NAME.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+B=build/cuda
+mkdir -p "$B"
+tar -xJf .gpu/bundle.tar.xz -C "$B"
+LIBS="-L${CUDA_HOME:-/usr/local/cuda}/lib64 -lcudart_static -lcublasLt -lnccl -ldl -lrt -lstdc++ -lz -lm -pthread"
+extra=$(ls "$B"/tests/gpu/*.o | grep -v '/test_' || true) # test-only device code (tests/gpu/*.cu)
+for o in "$B"/tests/gpu/test_*.o; do
+    cc -o "${o%.o}" "$o" "$B"/tests/ref/*.o $extra "$B/libcllm.a" $LIBS &
+done
+wait
+for x in .gpu/*.xz; do
+    n=$(basename "$x" .xz)
+    [ "$n" = bundle.tar ] || { xz -dc "$x" > "build/$n"; chmod +x "build/$n"; }
+done
+ls "$B"/tests/gpu/ | grep -v '\.o$' | tr '\n' ' '; echo
