@@ -79,4 +79,5 @@ $(BUILD)/%.o: %.cu
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
 .PHONY: all tests
+.SECONDARY: # keep the test objects: tests/gpu/bundle.sh carries them
 -include $(OBJS:.o=.d) $(CUOBJS:.o=.d) $(GPUTESTOBJS:.o=.d) $(BUILD)/main.d $(TESTBINS:=.d) $(REFOBJS:.o=.d)
