@@ -21,6 +21,8 @@ import json
 import os
 import sys
 
+from results import load  # bench/, the script's own folder, is on the path
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 SECTIONS = [
@@ -519,14 +521,6 @@ RENDER = {"single": render_single, "quant": render_quant, "kv_fp8": render_kv_fp
 
 
 # ---------- the document ----------
-
-def load(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
 
 def gather(dirs):
     """The sections' results (from the last folder that has each), why the others have none, and the runs."""

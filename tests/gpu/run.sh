@@ -11,6 +11,7 @@ cd "$(dirname "$0")/../.."
 BIN=${1:-build/cuda}
 export CLLM_FIXTURES=$PWD/tests/fixtures
 OUT=${OUT:-/tmp}
+mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 source tests/gpu/lib.sh
 
