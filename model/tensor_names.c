@@ -28,6 +28,9 @@ static const LayerTensorName GGUF_DENSE[] = {
     {L(w_gate), "blk.%d.ffn_gate.weight", SHAPE_GATE, 1},
     {L(w_up), "blk.%d.ffn_up.weight", SHAPE_GATE, 1},
     {L(w_down), "blk.%d.ffn_down.weight", SHAPE_DOWN, 1},
+    {L(b_gate), "blk.%d.ffn_gate.bias", SHAPE_BGATE, 0},
+    {L(b_up), "blk.%d.ffn_up.bias", SHAPE_BGATE, 0},
+    {L(b_down), "blk.%d.ffn_down.bias", SHAPE_VEC_C, 0},
     {0, NULL, 0, 0},
 };
 

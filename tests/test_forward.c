@@ -29,7 +29,7 @@
  * models (test_real_models). */
 #define FP8_TOL 0.5
 
-static const char *ARCHS[] = {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "gpt-oss"};
+static const char *ARCHS[] = {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "gpt-oss", "llama-mlp-bias"};
 
 static int b64_value(char ch) {
     if (ch >= 'A' && ch <= 'Z') return ch - 'A';
@@ -241,6 +241,7 @@ ARCH_TESTS(qwen3, 3)
 ARCH_TESTS(gemma2, 4)
 ARCH_TESTS(gemma3, 5)
 ARCH_TESTS(gpt_oss, 6)
+ARCH_TESTS(llama_mlp_bias, 7) /* blk.N.ffn_{gate,up,down}.bias: optional in llama.cpp's llama */
 
 /* Every architecture's GGUF with an fp8 KV cache: against the same fp32
  * reference logits (FP8_TOL), and chunked prefill and decode give exactly
@@ -428,6 +429,7 @@ int main(void) {
     RUN(test_gemma2_gguf); RUN(test_gemma2_safetensors);
     RUN(test_gemma3_gguf); RUN(test_gemma3_safetensors);
     RUN(test_gpt_oss_gguf); RUN(test_gpt_oss_safetensors);
+    RUN(test_llama_mlp_bias_gguf); RUN(test_llama_mlp_bias_safetensors);
     RUN(test_fp8_kv);
     RUN(test_dummy_weights_quantized);
     RUN(test_dummy_weights_refused);
