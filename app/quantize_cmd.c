@@ -18,6 +18,7 @@
 #include "formats/gguf.h"
 #include "formats/gguf_write.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "model/model.h"
 
 int quantize_parse_type(const char *name) {
     static const DType types[] = {DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q4_K, DT_Q5_K, DT_Q6_K,
@@ -153,36 +154,40 @@ int quantize_model_mix(const char *in_path, const char *out_path, DType type, bo
     if (!is_gguf)
         return err_set(err, "%s: cllm quantize reads GGUF files only for now (safetensors input is not supported "
                        "yet: convert it to GGUF first)", in_path);
-    GGUFFile in;
-    if (gguf_open(&in, in_path, err)) return -1;
+    /* Loaded as every command loads it (config, tensor names, shapes and
+     * types, tokenizer): what cllm would refuse to run is refused here,
+     * before anything is written. */
+    Model model;
+    if (model_load(&model, in_path, 0, err)) return -1;
+    const GGUFFile *in = &model.gguf;
     uint64_t n_kv = 0, n_q = 0, bytes_in = 0, bytes_out = 0;
-    GGUFKV *kv = kv_with_file_type(&in, type, k_m, &n_kv);
+    GGUFKV *kv = kv_with_file_type(in, type, k_m, &n_kv);
     int n_layers = 0;
-    for (uint64_t i = 0; i < in.n_tensors; i++)
-        if (layer_of(in.tensors[i].name) >= n_layers) n_layers = layer_of(in.tensors[i].name) + 1;
-    GGUFOutTensor *ot = calloc(in.n_tensors ? in.n_tensors : 1, sizeof *ot);
-    DType *types = calloc(in.n_tensors ? in.n_tensors : 1, sizeof *types);
+    for (uint64_t i = 0; i < in->n_tensors; i++)
+        if (layer_of(in->tensors[i].name) >= n_layers) n_layers = layer_of(in->tensors[i].name) + 1;
+    GGUFOutTensor *ot = calloc(in->n_tensors ? in->n_tensors : 1, sizeof *ot);
+    DType *types = calloc(in->n_tensors ? in->n_tensors : 1, sizeof *types);
     int rc = kv && ot && types ? 0 : err_set(err, "out of memory");
-    for (uint64_t i = 0; rc == 0 && i < in.n_tensors; i++) {
-        const GGUFTensor *t = &in.tensors[i];
+    for (uint64_t i = 0; rc == 0 && i < in->n_tensors; i++) {
+        const GGUFTensor *t = &in->tensors[i];
         types[i] = out_type_of(t, mix_type_of(t, type, k_m, n_layers));
         ot[i] = (GGUFOutTensor){t->name, t->n_dims, {t->ne[0], t->ne[1], t->ne[2], t->ne[3]}, types[i]};
         n_q += types[i] != t->type;
         bytes_in += t->nbytes;
         bytes_out += dtype_row_bytes(types[i], t->ne[0]) * (tensor_nelems(t) / t->ne[0]);
     }
-    FillCtx ctx = {&in, types, rc == 0 ? thread_pool_create(0, err) : NULL};
+    FillCtx ctx = {in, types, rc == 0 ? thread_pool_create(0, err) : NULL};
     if (rc == 0 && !ctx.tp) rc = -1;
-    if (rc == 0) rc = gguf_write(out_path, kv, n_kv, ot, in.n_tensors, in.alignment, fill_tensor, &ctx, err);
+    if (rc == 0) rc = gguf_write(out_path, kv, n_kv, ot, in->n_tensors, in->alignment, fill_tensor, &ctx, err);
     if (ctx.tp) thread_pool_destroy(ctx.tp);
     if (rc == 0 && log)
         fprintf(log, "cllm quantize: %s -> %s: %llu of %llu tensors to %s%s, %.1f MB -> %.1f MB\n", in_path, out_path,
-                (unsigned long long)n_q, (unsigned long long)in.n_tensors, dtype_info(type)->name, k_m ? "_M" : "",
+                (unsigned long long)n_q, (unsigned long long)in->n_tensors, dtype_info(type)->name, k_m ? "_M" : "",
                 bytes_in / 1e6, bytes_out / 1e6);
     free(kv);
     free(ot);
     free(types);
-    gguf_close(&in);
+    model_free(&model);
     return rc;
 }
 

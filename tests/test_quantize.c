@@ -13,7 +13,9 @@
  *     asked type (Q8_0 fallback for rows that are not 256-blocks), vectors
  *     byte-identical, values close to the originals, and the result loads
  *     as a model (tokenizer included);
- *   - refusals: unsupported type, partial block, IN == OUT, non-GGUF input. */
+ *   - refusals: unsupported type, partial block, IN == OUT, non-GGUF input,
+ *     and inputs the loader refuses (missing tensor, wrong shape, token id
+ *     out of range, head counts): nothing written. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -201,10 +203,7 @@ static int fill_random(void *ctx, uint64_t i, void *dst, uint64_t nbytes, Err *e
     return 0;
 }
 
-/* Two fresh temporary file names (the files made empty) and the two kv
- * pairs of a minimal llama GGUF. */
-static GGUFKV tiny_kv[2] = {{(char *)"general.architecture", {GGUF_STRING, {.str = {"llama", 5}}}},
-                            {(char *)"general.alignment", {GGUF_UINT32, {.u = 64}}}};
+/* Two fresh temporary file names (the files made empty). */
 static void temp_pair(char *in, char *out) {
     int fd = mkstemp(in);
     if (fd >= 0) close(fd);
@@ -212,16 +211,85 @@ static void temp_pair(char *in, char *out) {
     if (fd >= 0) close(fd);
 }
 
-/* 256-wide rows (a K type applies), a 96-wide matrix (falls back to Q8_0),
- * a 3-D tensor and a vector */
+/* A llama GGUF as the loader takes it: the tiny llama's metadata and
+ * tokenizer with these sizes, random F32 weights, head size C / heads. The
+ * fields after `untied` break it one way each (for the refusals). */
+typedef struct {
+    int n_layers, dim, ffn, heads, kv_heads;
+    bool untied;
+    const GGUFOutTensor *extra;  /* tensors no role reads, added at the end */
+    int n_extra;
+    const char *drop;            /* a tensor left out */
+    const char *reshape;         /* a tensor given one row more */
+    const char *key;             /* a uint32 key set to value */
+    uint64_t value;
+} LlamaSpec;
+
+static void set_u32(GGUFKV *kv, uint64_t n, const char *key, uint64_t v) {
+    for (uint64_t i = 0; i < n; i++)
+        if (!strcmp(kv[i].key, key)) kv[i].value = (GGUFValue){GGUF_UINT32, {.u = v}};
+}
+
+static int write_llama(const char *path, const LlamaSpec *s) {
+    char tiny[1024];
+    snprintf(tiny, sizeof tiny, "%s/tiny/llama.gguf", test_fixture_dir());
+    GGUFFile f;
+    Err err = {{0}};
+    if (gguf_open(&f, tiny, &err)) { printf("  %s\n", err.msg); return -1; }
+    GGUFKV *kv = malloc(f.n_kv * sizeof *kv);
+    memcpy(kv, f.kv, f.n_kv * sizeof *kv);
+    uint64_t C = s->dim, F = s->ffn, hd = C / s->heads, kvd = hd * s->kv_heads, V = 320;
+    set_u32(kv, f.n_kv, "llama.block_count", s->n_layers);
+    set_u32(kv, f.n_kv, "llama.embedding_length", C);
+    set_u32(kv, f.n_kv, "llama.feed_forward_length", F);
+    set_u32(kv, f.n_kv, "llama.attention.head_count", s->heads);
+    set_u32(kv, f.n_kv, "llama.attention.head_count_kv", s->kv_heads);
+    set_u32(kv, f.n_kv, "llama.attention.key_length", hd);
+    set_u32(kv, f.n_kv, "llama.attention.value_length", hd);
+    set_u32(kv, f.n_kv, "llama.rope.dimension_count", hd);
+    if (s->key) set_u32(kv, f.n_kv, s->key, s->value);
+    int cap = 3 + 9 * s->n_layers + s->n_extra, n = 0;
+    GGUFOutTensor *t = calloc(cap, sizeof *t);
+    char (*names)[64] = calloc(cap, sizeof *names);
+    static const char *layer[] = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate",
+                                  "ffn_up", "ffn_down"};
+    uint64_t rows[] = {1, C, kvd, kvd, C, 1, F, F, C}, cols[] = {C, C, C, C, C, C, C, C, F};
+#define ADD(nm, c, r) do { snprintf(names[n], 64, "%s", nm); \
+        t[n] = (GGUFOutTensor){names[n], (r) > 1 ? 2 : 1, {(c), (r), 1, 1}, DT_F32}; n++; } while (0)
+    ADD("token_embd.weight", C, V);
+    ADD("output_norm.weight", C, 1);
+    if (s->untied) ADD("output.weight", C, V);
+    for (int l = 0; l < s->n_layers; l++)
+        for (int k = 0; k < 9; k++) {
+            char nm[64];
+            snprintf(nm, sizeof nm, "blk.%d.%s.weight", l, layer[k]);
+            ADD(nm, cols[k], rows[k]);
+        }
+#undef ADD
+    for (int k = 0; k < n; k++)
+        if (s->reshape && !strcmp(t[k].name, s->reshape)) { t[k].ne[1]++; t[k].n_dims = 2; }
+    for (int k = 0; k < n; k++)
+        if (s->drop && !strcmp(t[k].name, s->drop)) t[k--] = t[--n];
+    for (int k = 0; k < s->n_extra; k++) t[n++] = s->extra[k];
+    int rc = gguf_write(path, kv, f.n_kv, t, n, 32, fill_random, NULL, &err);
+    if (rc) printf("  %s\n", err.msg);
+    free(t);
+    free(names);
+    free(kv);
+    gguf_close(&f);
+    return rc;
+}
+
+/* 256-wide rows (a K type applies), 96-wide ones (ffn_down: falls back to
+ * Q8_0), and a 3-D tensor no role reads (kept, quantized) */
 static void test_quantize_k_rows(void) {
     char in[] = "/tmp/cllm_test_qin_XXXXXX", out[] = "/tmp/cllm_test_qout_XXXXXX";
     temp_pair(in, out);
-    GGUFOutTensor t[4] = {{"a.weight", 2, {512, 6, 1, 1}, DT_F32}, {"b.weight", 2, {96, 5, 1, 1}, DT_F32},
-                          {"c.weight", 3, {256, 3, 2, 1}, DT_F32}, {"n.weight", 1, {512, 1, 1, 1}, DT_F32}};
+    GGUFOutTensor extra[] = {{"c.weight", 3, {256, 3, 2, 1}, DT_F32}};
+    LlamaSpec spec = {1, 256, 96, 4, 2, false, extra, 1, NULL, NULL, NULL, 0};
+    int rc = write_llama(in, &spec);
+    CHECK(rc == 0, "cannot write %s", in);
     Err err = {{0}};
-    int rc = gguf_write(in, tiny_kv, 2, t, 4, 64, fill_random, NULL, &err);
-    CHECK(rc == 0, "gguf_write: %s", err.msg);
     const DType types[] = {DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_Q4_0};
     for (int k = 0; rc == 0 && k < 4; k++) {
         int r = quantize_model(in, out, types[k], NULL, &err);
@@ -244,12 +312,10 @@ static void test_quantize_k_m(void) {
                            "blk.7.ffn_down.weight", "blk.7.attn_k.weight", "output.weight", "blk.1.attn_norm.weight"};
     const bool q6[] = {true, false, true, false, false, true, true, false, true, false};
     enum { N = 10 };
-    GGUFOutTensor t[N];
-    for (int i = 0; i < N; i++)
-        t[i] = (GGUFOutTensor){names[i], i == N - 1 ? 1 : 2, {256, i == N - 1 ? 1u : 4u, 1, 1}, DT_F32};
+    LlamaSpec spec = {8, 256, 256, 4, 2, true, NULL, 0, NULL, NULL, NULL, 0};
     Err err = {{0}};
-    int rc = gguf_write(in, tiny_kv, 2, t, N, 64, fill_random, NULL, &err);
-    CHECK(rc == 0, "gguf_write: %s", err.msg);
+    int rc = write_llama(in, &spec);
+    CHECK(rc == 0, "cannot write %s", in);
     const DType bases[] = {DT_Q4_K, DT_Q5_K};
     for (int k = 0; rc == 0 && k < 2; k++) {
         int r = quantize_model_mix(in, out, bases[k], true, NULL, &err);
@@ -299,6 +365,38 @@ static void test_refusals(void) {
     CHECK(access("/tmp/cllm_never_written.gguf", F_OK) != 0, "output written on a failure");
 }
 
+/* Inputs that `cllm info` refuses are refused before anything is written:
+ * a missing tensor, a wrong shape, a token id past the vocabulary, a KV
+ * head count that does not divide the head count. */
+static void test_refuses_unloadable(void) {
+    static const struct { LlamaSpec spec; const char *names[2]; } cases[] = {
+        {{1, 64, 96, 4, 2, false, NULL, 0, "blk.0.ffn_up.weight", NULL, NULL, 0}, {"blk.0.ffn_up.weight", "missing"}},
+        {{1, 64, 96, 4, 2, false, NULL, 0, NULL, "blk.0.attn_k.weight", NULL, 0}, {"blk.0.attn_k.weight", "shape"}},
+        {{1, 64, 96, 4, 2, false, NULL, 0, NULL, NULL, "tokenizer.ggml.bos_token_id", 5000},
+         {"tokenizer.ggml.bos_token_id", "5000"}},
+        {{1, 64, 96, 4, 2, false, NULL, 0, NULL, NULL, "llama.attention.head_count_kv", 3},
+         {"KV head count", "n_kv_heads"}},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char in[] = "/tmp/cllm_test_qbad_XXXXXX", out[] = "/tmp/cllm_test_qbadout_XXXXXX";
+        temp_pair(in, out);
+        unlink(out);
+        if (write_llama(in, &cases[k].spec)) { CHECK(0, "case %zu: cannot write %s", k, in); unlink(in); continue; }
+        Err err = {{0}};
+        Model m;
+        int loads = model_load(&m, in, 0, &err) == 0;
+        if (loads) model_free(&m);
+        CHECK(!loads, "case %zu: the input loads", k);
+        err.msg[0] = 0;
+        CHECK(quantize_model(in, out, DT_Q8_0, NULL, &err) == -1, "case %zu (%s): quantized", k, cases[k].names[0]);
+        CHECK(strstr(err.msg, in) && strstr(err.msg, cases[k].names[0]) && strstr(err.msg, cases[k].names[1]),
+              "case %zu: the message does not name the file and '%s': %s", k, cases[k].names[0], err.msg);
+        CHECK(access(out, F_OK) != 0, "case %zu: %s written", k, out);
+        unlink(in);
+        unlink(out);
+    }
+}
+
 int main(void) {
     RUN(test_matches_gguf_package);
     RUN(test_quantize_k_m);
@@ -306,5 +404,6 @@ int main(void) {
     RUN(test_quantize_tiny_llama);
     RUN(test_quantize_k_rows);
     RUN(test_refusals);
+    RUN(test_refuses_unloadable);
     TEST_EXIT();
 }
