@@ -1,6 +1,7 @@
 /* info.c — `cllm info`: what a model file holds and what running it costs. */
 #include "app/info.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -58,6 +59,32 @@ static void print_rope(FILE *out, const ModelConfig *c) {
     fprintf(out, "\n");
 }
 
+/* The biases the forward pass adds, as the loader bound them (any layer). */
+static void print_biases(FILE *out, const Model *m) {
+    static const struct { size_t off; const char *name; } B[] = {
+        {offsetof(LayerWeights, bq), "q"}, {offsetof(LayerWeights, bk), "k"}, {offsetof(LayerWeights, bv), "v"},
+        {offsetof(LayerWeights, bo), "o"}, {offsetof(LayerWeights, b_gate), "gate"},
+        {offsetof(LayerWeights, b_up), "up"}, {offsetof(LayerWeights, b_down), "down"},
+    };
+    int n = 0;
+    fprintf(out, "%-22s", "biases");
+    for (size_t i = 0; i < sizeof B / sizeof B[0]; i++) {
+        int layers = 0;
+        for (int l = 0; l < m->cfg.n_layers; l++)
+            layers += ((const WeightRef *)((const char *)&m->w.layers[l] + B[i].off))->data != NULL;
+        if (!layers) continue;
+        fprintf(out, "%s %s", n++ ? "," : "", B[i].name);
+        if (layers < m->cfg.n_layers) fprintf(out, " (%d of %d layers)", layers, m->cfg.n_layers);
+    }
+    fprintf(out, n ? "\n" : " none\n");
+}
+
+static void print_unused(FILE *out, const Model *m) {
+    fprintf(out, "%-22s %llu%s\n", "unused tensors", (unsigned long long)m->n_unused,
+            m->n_unused ? " (in the file, read by nothing: ignored)" : "");
+    for (uint64_t i = 0; i < m->n_unused; i++) fprintf(out, "%-22s %s\n", "", m->unused[i]);
+}
+
 void model_print_info(FILE *out, const Model *m, int kv_tokens, KVDtype kv_dtype, const char *chat_family) {
     const ModelConfig *c = &m->cfg;
     static const char *act[] = {"SwiGLU (silu)", "GeGLU (gelu tanh)", "SwiGLU (gpt-oss, clamped)"};
@@ -78,9 +105,10 @@ void model_print_info(FILE *out, const Model *m, int kv_tokens, KVDtype kv_dtype
     fprintf(out, "%-22s eps %g%s\n", "rms norm", c->norm_eps, c->norm_offset ? ", weight + 1" : "");
     fprintf(out, "%-22s %s\n", "activation", act[c->act]);
     fprintf(out, "%-22s attention %g, final %g\n", "soft-caps", c->attn_softcap, c->final_softcap);
-    fprintf(out, "%-22s qk-norm %s, sinks %s, post-norms %s, qkv bias %s, tied embeddings %s\n", "features",
+    fprintf(out, "%-22s qk-norm %s, sinks %s, post-norms %s, tied embeddings %s\n", "features",
             c->qk_norm ? "yes" : "no", c->sinks ? "yes" : "no", c->post_norms ? "yes" : "no",
-            c->qkv_bias ? "yes" : "no", c->tied_embeddings ? "yes" : "no");
+            c->tied_embeddings ? "yes" : "no");
+    print_biases(out, m);
     if (c->n_experts) fprintf(out, "%-22s %d experts, %d per token\n", "mixture of experts", c->n_experts, c->n_experts_used);
     if (m->tok)
         fprintf(out, "%-22s %s, %d tokens, bos %d, eos %d\n", "tokenizer",
@@ -93,7 +121,9 @@ void model_print_info(FILE *out, const Model *m, int kv_tokens, KVDtype kv_dtype
     fprintf(out, "%-22s %llu:", "tensors", (unsigned long long)n);
     for (int t = 0; t < DT_COUNT; t++)
         if (count[t]) fprintf(out, " %s x%llu", dtype_info(t)->name, (unsigned long long)count[t]);
-    fprintf(out, "\n%-22s %.3f B (%llu)\n", "parameters", m->n_params / 1e9, (unsigned long long)m->n_params);
+    fprintf(out, "\n");
+    print_unused(out, m);
+    fprintf(out, "%-22s %.3f B (%llu)\n", "parameters", m->n_params / 1e9, (unsigned long long)m->n_params);
     print_size(out, "weights as stored", (double)m->weight_bytes);
     print_size(out, "weights in bf16", (double)m->n_params * 2);
     uint64_t gpu_bytes = 0;

@@ -1,6 +1,7 @@
 /* loader.c — opens a model file or folder, reads its config, binds every
  * weight role to a tensor (name, dtype and shape checked, errors naming the
  * tensor), and loads the tokenizer. See model.h. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -23,6 +24,33 @@ static int model_own(Model *m, void *p, Err *err) {
 
 static const TensorInfo *model_find(const Model *m, const char *name) {
     return m->is_gguf ? gguf_find_tensor(&m->gguf, name) : safetensors_find(&m->st, name);
+}
+
+/* Marks a file tensor as read by a weight role (model_unused lists the rest). */
+static void model_mark_used(Model *m, const TensorInfo *t) {
+    const TensorInfo *base = m->is_gguf ? m->gguf.tensors : m->st.tensors;
+    if (m->tensor_used && t >= base && t < base + model_tensor_count(m)) m->tensor_used[t - base] = true;
+}
+
+/* The alignment the ops' typed reads of t need: its block's size up to the
+ * largest power of two dividing it (an array of blocks is aligned to no
+ * more), capped at 16 (what malloc gives). */
+static uint64_t type_alignment(DType t) {
+    uint64_t b = (uint64_t)dtype_info((uint32_t)t)->block_bytes, a = b & (~b + 1);
+    return a > 16 ? 16 : a;
+}
+
+/* GGUF general.alignment 1, 2 or 4, or a safetensors header of odd length,
+ * can place a tensor's bytes where the ops' typed reads of them would be
+ * misaligned (undefined behaviour): such a tensor is copied to a buffer
+ * the model owns. */
+static int model_realign(Model *m, WeightRef *w, const TensorInfo *t, Err *err) {
+    if ((uintptr_t)t->data % type_alignment(t->type) == 0) return 0;
+    void *copy = malloc(t->nbytes ? t->nbytes : 1);
+    if (model_own(m, copy, err)) return -1;
+    memcpy(copy, t->data, t->nbytes);
+    w->data = copy;
+    return 0;
 }
 
 /* The shared random values of dummy tensors of type t, grown to the
@@ -120,6 +148,8 @@ static int model_bind(Model *m, WeightRef *w, const char *name, int64_t n_mats, 
     *w = (WeightRef){t->data, t->type, rows, cols, n_mats, dtype_row_bytes(t->type, cols), t->name};
     m->n_params += tensor_nelems(t);
     m->weight_bytes += t->nbytes;
+    model_mark_used(m, t);
+    if (!m->dummy && model_realign(m, w, t, err)) return -1;
     return rows == 1 && t->type != DT_F32 ? model_to_f32(m, w, err) : 0;
 }
 
@@ -299,6 +329,29 @@ static int model_open_gguf(Model *m, int flags, Err *err) {
     return tokenizer_load_gguf(&m->tok, &m->gguf, err);
 }
 
+/* After binding: the file's tensors no weight role read, each named once on
+ * stderr (at most UNUSED_WARN_MAX of them, then their count): a tensor the
+ * file holds and cllm ignores usually means a feature it does not apply. */
+#define UNUSED_WARN_MAX 16
+
+static int model_find_unused(Model *m, Err *err) {
+    uint64_t n = model_tensor_count(m);
+    for (uint64_t i = 0; i < n; i++) m->n_unused += !m->tensor_used[i];
+    if (!m->n_unused) return 0;
+    m->unused = malloc(m->n_unused * sizeof *m->unused);
+    if (!m->unused) return err_set(err, "%s: out of memory", m->path);
+    uint64_t k = 0;
+    for (uint64_t i = 0; i < n; i++)
+        if (!m->tensor_used[i]) m->unused[k++] = model_tensor_at(m, i)->name;
+    for (uint64_t i = 0; i < m->n_unused && i < UNUSED_WARN_MAX; i++)
+        fprintf(stderr, "cllm: warning: %s: tensor '%s' is not used by the %s architecture (ignored)\n", m->path,
+                m->unused[i], arch_name(m->cfg.arch));
+    if (m->n_unused > UNUSED_WARN_MAX)
+        fprintf(stderr, "cllm: warning: %s: %llu more tensors are not used (cllm info --tensors lists them)\n",
+                m->path, (unsigned long long)(m->n_unused - UNUSED_WARN_MAX));
+    return 0;
+}
+
 /* model_load and model_load_dummy: dummy_type is the matrices' type when
  * flags has MODEL_LOAD_DUMMY_WEIGHTS. */
 static int model_load_as(Model *m, const char *path, int flags, DType dummy_type, Err *err) {
@@ -318,8 +371,11 @@ static int model_load_as(Model *m, const char *path, int flags, DType dummy_type
     } else {
         rc = model_open_hf(m, flags, err);
     }
+    if (rc == 0 && !m->dummy && !(m->tensor_used = calloc(model_tensor_count(m) + 1, sizeof *m->tensor_used)))
+        rc = err_set(err, "%s: out of memory", path);
     if (rc == 0) rc = model_bind_globals(m, err);
     if (rc == 0) rc = model_bind_layers(m, err);
+    if (rc == 0 && !m->dummy) rc = model_find_unused(m, err);
     if (rc == 0) rc = model_shape_build(&m->shape, &m->cfg, &m->w.rope_freqs, err);
     if (rc) model_free(m);
     return rc;
@@ -346,6 +402,8 @@ void model_free(Model *m) {
     for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
     free(m->owned);
     free(m->dummy_tensors);
+    free(m->tensor_used);
+    free(m->unused);
     free(m->w.layers);
     free(m->path);
     model_shape_free(&m->shape);

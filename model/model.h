@@ -4,7 +4,11 @@
  * the weights), a .safetensors file, or a model.safetensors.index.json. The
  * weights stay in the file mapping; only small vectors (norms, biases, sinks)
  * and tensors whose layout the forward pass cannot read directly (gpt-oss's
- * interleaved safetensors experts) are converted into buffers the model owns.
+ * interleaved safetensors experts) are converted into buffers the model owns,
+ * and so is a tensor whose bytes the file places misaligned for its type
+ * (GGUF general.alignment below 16, an odd safetensors header). A file
+ * tensor that no weight role reads is named on stderr at load (the loader's
+ * one print: every command loads through it) and listed in m->unused.
  */
 #ifndef CLLM_MODEL_H
 #define CLLM_MODEL_H
@@ -37,6 +41,9 @@ typedef struct {
     uint64_t dummy_bytes[DT_COUNT];
     TensorInfo *dummy_tensors;      /* the made-up tensors, in binding order (model_tensor_at) */
     uint64_t n_dummy, cap_dummy;
+    bool *tensor_used;         /* per file tensor (model_tensor_at order): read by a weight role */
+    const char **unused;       /* the names of the others, in file order (warned about at load) */
+    uint64_t n_unused;
 } Model;
 
 /* MODEL_LOAD_DUMMY_WEIGHTS: a safetensors folder without weight files

@@ -11,8 +11,11 @@
  * near tie. The GGUFs again with an fp8 KV cache (test_fp8_kv). */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "app/info.h"
 #include "engine/engine.h"
+#include "formats/gguf_write.h"
 #include "kernels/cpu/backend_cpu.h"
 #include "model/dummy.h"
 #include "model/model.h"
@@ -243,6 +246,194 @@ ARCH_TESTS(gemma3, 5)
 ARCH_TESTS(gpt_oss, 6)
 ARCH_TESTS(llama_mlp_bias, 7) /* blk.N.ffn_{gate,up,down}.bias: optional in llama.cpp's llama */
 
+/* ---- tensors the file places misaligned for their type ---- */
+
+/* The logits of every row of a 16-token prompt through model path (one
+ * step); false when it does not load or run. */
+static bool prompt_logits(const char *path, float *out, int *vocab) {
+    Rig r;
+    bool ok = rig_open(&r, path, 4, KV_DTYPE_BF16) == 0;
+    int32_t ids[16];
+    for (int i = 0; i < 16; i++) ids[i] = (i * 37 + 5) % 200;
+    if (ok) {
+        *vocab = r.m.cfg.vocab;
+        float *zero = calloc((size_t)16 * *vocab, sizeof *zero);
+        ok = check_full(&r, ids, 16, zero, out) < INFINITY;
+        free(zero);
+        const ModelWeights *w = &r.m.w; /* what the ops read is aligned for its type */
+        for (int l = 0; ok && l < r.m.cfg.n_layers; l++) {
+            const WeightRef *refs[] = {&w->layers[l].wq, &w->layers[l].w_down, &w->layers[l].attn_norm};
+            for (int k = 0; k < 3; k++)
+                CHECK((uintptr_t)refs[k]->data % 4 == 0, "%s: %s read at %p (F32: 4-byte aligned)", path,
+                      refs[k]->name, refs[k]->data);
+        }
+    }
+    rig_close(&r);
+    return ok;
+}
+
+/* src's tensors, then zeros for the extra ones */
+static int fill_from_gguf(void *ctx, uint64_t i, void *dst, uint64_t nbytes, Err *err) {
+    const GGUFFile *f = ctx;
+    if (i < f->n_tensors) memcpy(dst, f->tensors[i].data, nbytes);
+    else memset(dst, 0, nbytes);
+    return 0;
+}
+
+/* src rewritten at dst with general.alignment a, a padding key of pad
+ * bytes (it moves the data section) and n_extra more tensors
+ * "extra.K.weight" that no role reads; true when some F32 tensor's bytes
+ * then start off a 4-byte boundary. */
+static bool write_gguf_copy(const char *src, const char *dst, uint32_t a, int pad, int n_extra) {
+    GGUFFile f, g;
+    Err err = {{0}};
+    if (gguf_open(&f, src, &err)) { printf("  %s\n", err.msg); return false; }
+    GGUFKV *kv = calloc(f.n_kv + 2, sizeof *kv);
+    uint64_t n = f.n_tensors + n_extra;
+    GGUFOutTensor *t = calloc(n, sizeof *t);
+    char (*names)[32] = calloc(n_extra + 1, sizeof *names);
+    memcpy(kv, f.kv, f.n_kv * sizeof *kv);
+    kv[f.n_kv] = (GGUFKV){(char *)"general.alignment", {GGUF_UINT32, {.u = a}}};
+    kv[f.n_kv + 1] = (GGUFKV){(char *)"test.padding", {GGUF_STRING, {.str = {"pppppppp", (uint64_t)pad}}}};
+    for (uint64_t i = 0; i < f.n_tensors; i++) {
+        const GGUFTensor *x = &f.tensors[i];
+        t[i] = (GGUFOutTensor){x->name, x->n_dims, {x->ne[0], x->ne[1], x->ne[2], x->ne[3]}, x->type};
+    }
+    for (int k = 0; k < n_extra; k++) {
+        snprintf(names[k], sizeof names[k], "extra.%d.weight", k);
+        t[f.n_tensors + k] = (GGUFOutTensor){names[k], 1, {4, 1, 1, 1}, DT_F32};
+    }
+    bool misaligned = false;
+    if (gguf_write(dst, kv, f.n_kv + 2, t, n, a, fill_from_gguf, &f, &err) == 0 && gguf_open(&g, dst, &err) == 0) {
+        for (uint64_t i = 0; i < g.n_tensors; i++) misaligned |= (uintptr_t)g.tensors[i].data % 4 != 0;
+        gguf_close(&g);
+    } else {
+        printf("  %s\n", err.msg);
+    }
+    free(kv);
+    free(t);
+    free(names);
+    gguf_close(&f);
+    return misaligned;
+}
+
+/* GGUF general.alignment 1, 2 and 4: the same logits as the file laid out
+ * at 32 (the ops read copies where the file's bytes are misaligned: under
+ * UBSan a misaligned read aborts). */
+static void test_misaligned_gguf(void) {
+    char src[1024], dst[] = "/tmp/cllm_test_align_XXXXXX";
+    snprintf(src, sizeof src, "%s/tiny/llama.gguf", test_fixture_dir());
+    int fd = mkstemp(dst), V = 0;
+    if (fd >= 0) close(fd);
+    float *want = malloc((size_t)16 * 512 * sizeof *want), *got = malloc((size_t)16 * 512 * sizeof *got);
+    CHECK(prompt_logits(src, want, &V) && V <= 512, "%s does not run", src);
+    const uint32_t aligns[] = {1, 2, 4};
+    for (int k = 0; k < 3 && V; k++) {
+        bool moved = false;
+        for (int pad = 0; pad < 4 && !moved; pad++) moved = write_gguf_copy(src, dst, aligns[k], pad, 0);
+        CHECK(moved == (aligns[k] < 4), "alignment %u: tensors misaligned: %d", aligns[k], moved);
+        int v2 = 0;
+        bool ran = prompt_logits(dst, got, &v2);
+        CHECK(ran && v2 == V && !memcmp(got, want, (size_t)16 * V * sizeof *got),
+              "alignment %u: the logits differ from the 32-aligned file's", aligns[k]);
+    }
+    unlink(dst);
+    free(want);
+    free(got);
+}
+
+/* A safetensors header of odd length (padded with a space, as the format
+ * allows): every tensor's bytes start off a 4-byte boundary; the same
+ * logits as the original. */
+static void test_misaligned_safetensors(void) {
+    char src[1024], dir[] = "/tmp/cllm_test_st_XXXXXX", path[1100], cfg_src[1100], cfg_dst[1100];
+    snprintf(src, sizeof src, "%s/tiny/llama/model.safetensors", test_fixture_dir());
+    if (!mkdtemp(dir)) { CHECK(0, "mkdtemp"); return; }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    snprintf(cfg_src, sizeof cfg_src, "%s/tiny/llama/config.json", test_fixture_dir());
+    snprintf(cfg_dst, sizeof cfg_dst, "%s/config.json", dir);
+    FILE *in = fopen(src, "rb"), *out = fopen(path, "wb"), *ci = fopen(cfg_src, "rb"), *co = fopen(cfg_dst, "wb");
+    CHECK(in && out && ci && co, "cannot copy %s to %s", src, dir);
+    if (in && out && ci && co) {
+        int c;
+        while ((c = fgetc(ci)) != EOF) fputc(c, co);
+        uint8_t len8[8];
+        uint64_t n = 0;
+        CHECK(fread(len8, 1, 8, in) == 8, "%s: short", src);
+        for (int i = 7; i >= 0; i--) n = n << 8 | len8[i];
+        uint64_t m = n + ((8 + n) % 2 == 0 ? 1 : 2); /* 8 + m odd */
+        for (int i = 0; i < 8; i++) fputc((int)(m >> (8 * i) & 0xff), out);
+        for (uint64_t i = 0; i < n && (c = fgetc(in)) != EOF; i++) fputc(c, out);
+        for (uint64_t i = n; i < m; i++) fputc(' ', out);
+        while ((c = fgetc(in)) != EOF) fputc(c, out);
+    }
+    if (in) fclose(in);
+    if (out) fclose(out);
+    if (ci) fclose(ci);
+    if (co) fclose(co);
+    Safetensors st;
+    Err err = {{0}};
+    CHECK(safetensors_open(&st, path, &err) == 0 && (uintptr_t)st.tensors[0].data % 4 != 0,
+          "%s: not opened or not misaligned: %s", path, err.msg);
+    if (!err.msg[0]) safetensors_close(&st);
+    float *want = malloc((size_t)16 * 512 * sizeof *want), *got = malloc((size_t)16 * 512 * sizeof *got);
+    int V = 0, v2 = 0;
+    snprintf(src, sizeof src, "%s/tiny/llama", test_fixture_dir());
+    CHECK(prompt_logits(src, want, &V) && V <= 512, "%s does not run", src);
+    bool ran = prompt_logits(path, got, &v2);
+    CHECK(ran && v2 == V && !memcmp(got, want, (size_t)16 * V * sizeof *got),
+          "odd header: the logits differ from the original's");
+    remove(path);
+    remove(cfg_dst);
+    remove(dir);
+    free(want);
+    free(got);
+}
+
+/* A file tensor that no weight role reads: named on stderr at load (the
+ * first 16, then a count), kept in m.unused, listed by `cllm info`. */
+static void test_unused_tensors(void) {
+    char src[1024], dst[] = "/tmp/cllm_test_unused_XXXXXX", errf[] = "/tmp/cllm_test_stderr_XXXXXX";
+    snprintf(src, sizeof src, "%s/tiny/llama.gguf", test_fixture_dir());
+    int fd = mkstemp(dst);
+    if (fd >= 0) close(fd);
+    int efd = mkstemp(errf);
+    write_gguf_copy(src, dst, 32, 0, 20);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(efd, 2);
+    Model m;
+    Err err = {{0}};
+    int rc = model_load(&m, dst, MODEL_LOAD_NO_TOKENIZER, &err);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    CHECK(rc == 0, "%s", err.msg);
+    char *text = calloc(1, 1 << 16);
+    FILE *e = fdopen(efd, "r");
+    rewind(e);
+    size_t n = fread(text, 1, (1 << 16) - 1, e);
+    fclose(e);
+    text[n] = 0;
+    if (rc == 0) {
+        CHECK(m.n_unused == 20 && !strcmp(m.unused[0], "extra.0.weight") && !strcmp(m.unused[19], "extra.19.weight"),
+              "unused: %llu", (unsigned long long)m.n_unused);
+        CHECK(strstr(text, "'extra.0.weight'") && strstr(text, "'extra.15.weight'") && !strstr(text, "'extra.16.weight'")
+              && strstr(text, "4 more tensors") && strstr(text, dst), "the warnings: %s", text);
+        char *listing = NULL;
+        size_t len = 0;
+        FILE *out = open_memstream(&listing, &len);
+        model_print_info(out, &m, 16, KV_DTYPE_BF16, "none");
+        fclose(out);
+        CHECK(strstr(listing, "unused tensors         20") && strstr(listing, "extra.19.weight"), "info: %s", listing);
+        free(listing);
+        model_free(&m);
+    }
+    free(text);
+    unlink(dst);
+    unlink(errf);
+}
+
 /* Every architecture's GGUF with an fp8 KV cache: against the same fp32
  * reference logits (FP8_TOL), and chunked prefill and decode give exactly
  * the one-step logits (the cache holds the same bytes however the prompt
@@ -431,6 +622,9 @@ int main(void) {
     RUN(test_gpt_oss_gguf); RUN(test_gpt_oss_safetensors);
     RUN(test_llama_mlp_bias_gguf); RUN(test_llama_mlp_bias_safetensors);
     RUN(test_fp8_kv);
+    RUN(test_misaligned_gguf);
+    RUN(test_misaligned_safetensors);
+    RUN(test_unused_tensors);
     RUN(test_dummy_weights_quantized);
     RUN(test_dummy_weights_refused);
     TEST_EXIT();
