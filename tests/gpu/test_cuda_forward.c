@@ -158,8 +158,8 @@ static void check_tiny(const char *arch, bool gguf) {
 }
 
 static void test_tiny_models(void) {
-    const char *archs[] = {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "gpt-oss"};
-    for (int i = 0; i < 7; i++) { check_tiny(archs[i], true); check_tiny(archs[i], false); }
+    const char *archs[] = {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "gpt-oss", "llama-mlp-bias"};
+    for (int i = 0; i < (int)(sizeof archs / sizeof *archs); i++) { check_tiny(archs[i], true); check_tiny(archs[i], false); }
 }
 
 static int argmax(const float *x, int n) {
