@@ -297,6 +297,10 @@ int batch_main(const RunOptions *o, const BatchOptions *b) {
     ro.prefill_chunk = b->max_batched_tokens;
     bt.o = &ro;
     if (run_options_serves_stage(&ro)) return runtime_serve_main(&ro, "generate"); /* no input, no output */
+    if (results_check_not_input(b->output, b->input, &err)) {
+        fprintf(stderr, "cllm generate: %s\n", err.msg);
+        return 2;
+    }
     bt.in = prompts_open(b->input, PROMPTS_AUTO, &err);
     if (!bt.in) { fprintf(stderr, "cllm generate: %s\n", err.msg); return 2; }
     SchedOptions so = {.max_seqs = b->max_seqs, .max_batched_tokens = b->max_batched_tokens, .sample_threads = o->threads,

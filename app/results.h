@@ -63,6 +63,13 @@ typedef struct {
 
 typedef struct ResultWriter ResultWriter;
 
+/* Refuses an output that is the input itself: the same file by any name (a
+ * symbolic or hard link: same st_dev and st_ino), a name that does not exist
+ * yet but resolves to the input's path, or stdin / stdout ("-") redirected
+ * to the other. Writing it would truncate or grow the prompts while they
+ * are read. Opens nothing; call it before results_open. */
+int results_check_not_input(const char *out, const char *in, Err *err);
+
 /* Opens path for writing ("-" = stdout; a name ending in .gz = gzip). fmt is
  * the INPUT format (PROMPTS_OPENAI selects the OpenAI output shape).
  * Without resume an existing file is replaced. With resume (regular files

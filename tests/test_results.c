@@ -529,10 +529,52 @@ static void test_hostile_resume(void) {
     CHECK(bad == 0 && resumed > iters, "%d bad, %d resumed", bad, resumed);
 }
 
+/* -o naming the input (by any path or link) is refused before anything is
+ * opened for writing; the input keeps its bytes. */
+static void test_output_is_input(void) {
+    const char *in = tmp_path("same-in.jsonl");
+    FILE *f = fopen(in, "w");
+    fputs("{\"id\": 1, \"prompt\": \"x\"}\n", f);
+    fclose(f);
+    char dotted[300];
+    snprintf(dotted, sizeof dotted, "%s/../%s/same-in.jsonl", tmp_dir, strrchr(tmp_dir, '/') + 1);
+    symlink(in, tmp_path("same-sym.jsonl"));
+    link(in, tmp_path("same-hard.jsonl"));
+    const char *same[] = {in, dotted, tmp_path("same-sym.jsonl"), tmp_path("same-hard.jsonl")};
+    for (int i = 0; i < 4; i++) {
+        Err err = {{0}};
+        CHECK(results_check_not_input(same[i], in, &err) == -1, "output %s accepted for input %s", same[i], in);
+        CHECK(strstr(err.msg, same[i]) && strstr(err.msg, in), "message names both paths: %s", err.msg);
+        CHECK(results_check_not_input(in, same[i], &err) == -1, "output %s accepted for input %s", in, same[i]);
+    }
+    Err err = {{0}};
+    CHECK(results_check_not_input(tmp_path("same-new.jsonl"), in, &err) == 0, "a new output refused: %s", err.msg);
+    fclose(fopen(tmp_path("same-other.jsonl"), "w"));
+    CHECK(results_check_not_input(tmp_path("same-other.jsonl"), in, &err) == 0, "another file refused: %s", err.msg);
+    CHECK(results_check_not_input("-", in, &err) == 0, "stdout (not the input) refused: %s", err.msg);
+    /* stdin and stdout redirected to the input's file. */
+    fflush(stdout);
+    int saved_in = dup(0), saved_out = dup(1), fd = open(in, O_RDWR | O_APPEND);
+    dup2(fd, 0);
+    int rc_in = results_check_not_input(tmp_path("same-hard.jsonl"), "-", &err);
+    dup2(fd, 1);
+    int rc_out = results_check_not_input("-", in, &err);
+    dup2(saved_in, 0);
+    dup2(saved_out, 1);
+    close(saved_in);
+    close(saved_out);
+    close(fd);
+    CHECK(rc_in == -1, "-i - with stdin from the output file accepted");
+    CHECK(rc_out == -1 && strstr(err.msg, "stdout"), "-o - with stdout into the input accepted: %s", err.msg);
+    struct stat st;
+    CHECK(stat(in, &st) == 0 && st.st_size == 25, "the input lost bytes: %lld", (long long)st.st_size);
+}
+
 static void remove_tmp(void) {
     const char *names[] = {"a.jsonl", "o.jsonl", "esc.jsonl.gz", "r.jsonl", "f.jsonl", "k.jsonl.gz", "member.gz",
                            "open.jsonl.gz", "m.jsonl", "m2.jsonl", "fake.jsonl.gz", "new.jsonl", "stdout.txt",
-                           "ord.jsonl", "h.jsonl", "h.jsonl.gz"};
+                           "ord.jsonl", "h.jsonl", "h.jsonl.gz", "same-in.jsonl", "same-sym.jsonl",
+                           "same-hard.jsonl", "same-other.jsonl"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) unlink(tmp_path(names[i]));
     rmdir(tmp_dir);
 }
@@ -551,6 +593,7 @@ int main(void) {
     RUN(test_stdout);
     RUN(test_ordered);
     RUN(test_hostile_resume);
+    RUN(test_output_is_input);
     remove_tmp();
     TEST_EXIT();
 }

@@ -4,6 +4,27 @@
 # finished ids; text, OpenAI batch, .gz and stdin inputs work.
 source "$(dirname "$0")/lib.sh"
 M=$MODELS/smollm2-135m-instruct.gguf
+
+# ---- the tiny model (a second on the CPU): the run never loses work ----
+TG="$CLLM generate -m tests/fixtures/tiny/llama.gguf --cpu -n 2 --temp 0 -c 64"
+lines() { if [ -e "$1" ]; then wc -l < "$1" | tr -d ' '; else echo none; fi; }
+
+# -o naming the input (same path, a symbolic or hard link, stdin from it) is
+# refused before anything is written: exit 2, both paths named, input intact.
+printf 'One\nTwo\nThree\n' > "$TMP/same.txt"; cp "$TMP/same.txt" "$TMP/same.orig"
+ln -s "$TMP/same.txt" "$TMP/same-sym.txt"; ln "$TMP/same.txt" "$TMP/same-hard.txt"
+for o in "$TMP/same.txt" "$TMP/same-sym.txt" "$TMP/same-hard.txt" "$TMP/../$(basename "$TMP")/same.txt"; do
+    expect_exit "-o $(basename "$o") = -i exits 2" 2 $TG -i "$TMP/same.txt" -o "$o"
+    expect_grep "-o $(basename "$o") = -i: both paths named" "$TMP/err" "output $o is the input $TMP/same.txt"
+    cmp -s "$TMP/same.txt" "$TMP/same.orig" && ok "-o $(basename "$o") = -i: input intact" \
+        || notok "-o $(basename "$o") = -i: input intact" "$(head -c 200 "$TMP/same.txt")"
+done
+expect_exit "-i - from the output file exits 2" 2 sh -c "$TG -i - -o $TMP/same-hard.txt < $TMP/same.txt"
+cmp -s "$TMP/same.txt" "$TMP/same.orig" && ok "-i - from the output file: input intact" \
+    || notok "-i - from the output file: input intact"
+expect_exit "-o - appending to the input exits 2" 2 sh -c "$TG -i $TMP/same.txt >> $TMP/same.txt"
+cmp -s "$TMP/same.txt" "$TMP/same.orig" && ok "-o - appending to the input: input intact" \
+    || notok "-o - appending to the input: input intact" "$(head -c 300 "$TMP/same.txt")"
 GEN="$CLLM generate -m $M --cpu -n 4 --temp 0 -c 256"
 
 python3 - "$TMP/in.jsonl" <<'PY' 2>/dev/null || {
