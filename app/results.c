@@ -411,7 +411,8 @@ static void done_on_commit(void *ctx) {
     for (size_t i = 0; i < d->n_pend; i++) {
         d->info->lines++;
         d->info->failed += d->pend_failed[i];
-        if ((!d->pend_failed[i] || !d->retry_errors) && id_set_add(d->done, d->pend[i], 0) < 0) d->oom = true;
+        int64_t count;
+        if ((!d->pend_failed[i] || !d->retry_errors) && id_set_bump(d->done, d->pend[i], &count)) d->oom = true;
         free(d->pend[i]);
     }
     d->n_pend = 0;
@@ -582,6 +583,11 @@ ResultWriter *results_open(const char *path, PromptFormat fmt, bool resume, bool
 }
 
 bool results_is_done(const ResultWriter *w, const char *id) { return w->done && id_set_has(w->done, id); }
+
+int64_t results_done_count(const ResultWriter *w, const char *id) {
+    int64_t n = w->done ? id_set_get(w->done, id) : -1;
+    return n > 0 ? n : 0;
+}
 const IdSet *results_done(const ResultWriter *w) { return w->done; }
 ResultResume results_resume_info(const ResultWriter *w) { return w->info; }
 

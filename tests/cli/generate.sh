@@ -25,6 +25,54 @@ cmp -s "$TMP/same.txt" "$TMP/same.orig" && ok "-i - from the output file: input 
 expect_exit "-o - appending to the input exits 2" 2 sh -c "$TG -i $TMP/same.txt >> $TMP/same.txt"
 cmp -s "$TMP/same.txt" "$TMP/same.orig" && ok "-o - appending to the input: input intact" \
     || notok "-o - appending to the input: input intact" "$(head -c 300 "$TMP/same.txt")"
+
+# A duplicate id: whatever prefix of the output a kill leaves, --resume gives
+# every request its own line (the first x its result, the second x its
+# duplicate error); the duplicate's line never stands in for the first's.
+printf '%s\n' '{"id": "a", "prompt": "Hello"}' '{"id": "x", "prompt": "One two three", "max_tokens": 6}' \
+    '{"id": "x", "prompt": "again"}' '{"id": "b", "prompt": "Bye"}' > "$TMP/dup.jsonl"
+expect_exit "generate with a duplicate id" 0 $TG -i "$TMP/dup.jsonl" -o "$TMP/dup.out"
+for k in 0 1 2 3; do
+    head -n $k "$TMP/dup.out" > "$TMP/dup-$k.out"
+    expect_exit "resume after $k of 4 lines" 0 $TG -i "$TMP/dup.jsonl" -o "$TMP/dup-$k.out" --resume
+    x_ok=$(grep '"id":"x"' "$TMP/dup-$k.out" | grep -vc '"error"'); x_dup=$(grep -c '"id":"x".*duplicate id' "$TMP/dup-$k.out")
+    [ "$(lines "$TMP/dup-$k.out")" = 4 ] && [ "$x_ok" = 1 ] && [ "$x_dup" = 1 ] && ok "resume after $k lines: x ran once, its duplicate failed once" \
+        || notok "resume after $k lines: x ran once, its duplicate failed once" "$(cat "$TMP/dup-$k.out")"
+done
+
+# A torn last line is cut on resume, and stderr says so: file and bytes.
+printf 'Hello\nWorld\nAgain\n' > "$TMP/torn.txt"
+expect_exit "generate for the torn test" 0 $TG -i "$TMP/torn.txt" -o "$TMP/torn.out"
+head -n 2 "$TMP/torn.out" > "$TMP/torn-cut.out"; printf '{"id":"line-3","te' >> "$TMP/torn-cut.out"
+expect_exit "resume over a torn last line" 0 $TG -i "$TMP/torn.txt" -o "$TMP/torn-cut.out" --resume
+expect_grep "torn last line reported with file and bytes" "$TMP/err" "torn-cut.out: dropped its last 18 bytes, a partial line"
+[ "$(lines "$TMP/torn-cut.out")" = 3 ] && ok "torn line's request ran again" || notok "torn line's request ran again"
+
+# The output always reflects this run: an empty input (or only blank lines)
+# empties a stale output and exits 1; an input that breaks while being read
+# exits 1 after every request read before the break has its line.
+for f in empty blank; do
+    if [ $f = empty ]; then : > "$TMP/$f.txt"; else printf '\n  \n' > "$TMP/$f.txt"; fi
+    echo '{"id":"stale"}' > "$TMP/stale.out"
+    expect_exit "$f input exits 1" 1 $TG -i "$TMP/$f.txt" -o "$TMP/stale.out"
+    expect_grep "$f input says so" "$TMP/err" "$f.txt: the input holds no prompts"
+    [ -e "$TMP/stale.out" ] && [ ! -s "$TMP/stale.out" ] && ok "$f input empties the output" || notok "$f input empties the output" "$(lines "$TMP/stale.out") lines"
+done
+echo '{"id":"stale"}' > "$TMP/stale.out"
+printf '\x1f\x8b\x08\x00garbage that does not inflate' > "$TMP/junk.gz"
+expect_exit "undecompressable .gz exits 1" 1 $TG -i "$TMP/junk.gz" -o "$TMP/stale.out"
+expect_grep "undecompressable .gz named" "$TMP/err" "junk.gz: read failed"
+[ -e "$TMP/stale.out" ] && [ ! -s "$TMP/stale.out" ] && ok "undecompressable .gz empties the output" || notok "undecompressable .gz empties the output"
+for i in $(seq 1 300); do echo "Prompt number $i says hello"; done | gzip -c > "$TMP/full.gz"
+head -c $(( $(wc -c < "$TMP/full.gz") * 6 / 10 )) "$TMP/full.gz" > "$TMP/cut.gz"
+echo '{"id":"stale"}' > "$TMP/stale.out"
+expect_exit "cut .gz exits 1" 1 $TG -i "$TMP/cut.gz" -o "$TMP/stale.out"
+expect_grep "cut .gz named" "$TMP/err" "cut.gz: the gzip data is cut short after line"
+n_read=$(sed -n 's/.*cut short after line \([0-9]*\).*/\1/p' "$TMP/err")
+[ -n "$n_read" ] && [ "$n_read" -gt 0 ] && [ "$(lines "$TMP/stale.out")" = "$n_read" ] && ! grep -q stale "$TMP/stale.out" \
+    && ok "cut .gz: the $n_read requests before the cut have their lines" || notok "cut .gz: the requests before the cut have their lines" "read $n_read, lines $(lines "$TMP/stale.out")"
+expect_exit "missing input exits 2, output untouched" 2 $TG -i "$TMP/none.txt" -o "$TMP/stale.out"
+[ "$(lines "$TMP/stale.out")" = "$n_read" ] && ok "missing input leaves the output alone" || notok "missing input leaves the output alone"
 GEN="$CLLM generate -m $M --cpu -n 4 --temp 0 -c 256"
 
 python3 - "$TMP/in.jsonl" <<'PY' 2>/dev/null || {
