@@ -266,7 +266,7 @@ static int cmd_tokenize(int argc, char **argv) {
     {"--gpus", NULL, OPT_STR, &(o)->gpus, "the stages' GPUs, comma-separated (default 0,1,...)"}, \
     {"--threads", "-t", OPT_INT, &(o)->threads, "CPU threads (default: one per core)"},                        \
     {"--ctx-size", "-c", OPT_INT, &(o)->ctx_size, "context size in tokens (default: min(model, 4096))"},        \
-    {"--max-tokens", "-n", OPT_INT, &(o)->max_tokens, "most tokens per reply"},                               \
+    {"--max-tokens", "-n", OPT_INT, &(o)->max_tokens, "most tokens per reply (default: generate 512, chat until the context fills)"},                               \
     {"--temp", NULL, OPT_FLOAT, &(o)->sampling.temperature, "temperature (0 = greedy)"},                      \
     {"--top-k", NULL, OPT_INT, &(o)->sampling.top_k, "top-k (0 = off)"},                                      \
     {"--top-p", NULL, OPT_FLOAT, &(o)->sampling.top_p, "top-p (1 = off)"},                                    \
@@ -353,7 +353,8 @@ static int cmd_generate(int argc, char **argv) {
         RUN_OPTS(&o),
         {"--input", "-i", OPT_STR, &b.input, "prompts: text (a prompt per line), JSON Lines, OpenAI batch; .gz; - = stdin"},
         {"--output", "-o", OPT_STR, &b.output, "results as JSON Lines (.gz compresses; - = stdout, the default)"},
-        {"--resume", NULL, OPT_FLAG, &b.resume, "skip prompts whose id is already in the output"},
+        {"--resume", NULL, OPT_FLAG, &b.resume,
+         "skip prompts whose id is already in the output (a cut-off last line is dropped, and said so)"},
         {"--ordered", NULL, OPT_FLAG, &b.ordered, "write results in input order"},
         {"--chat", NULL, OPT_FLAG, &b.chat, "wrap plain prompts in the chat template as a user turn"},
         {"--retry-errors", NULL, OPT_FLAG, &b.retry_errors, "with --resume: run ids whose output line is an error again"},
@@ -362,8 +363,12 @@ static int cmd_generate(int argc, char **argv) {
         {0},
     };
     const char *pos[1];
-    int n_pos, rc = parse_opts("generate", "generate -m MODEL -i PROMPTS [-o OUT] [options]", argc, argv, opts, pos,
-                               0, &n_pos);
+    int n_pos, rc = parse_opts("generate", "generate -m MODEL -i PROMPTS [-o OUT] [options]\n\n"
+                               "exit status: 0 every prompt has its line in OUT (a bad prompt gets an error line);\n"
+                               "1 the input held no prompt (OUT is left empty) or broke while read (the prompts\n"
+                               "read before the break have their lines); 2 nothing ran and OUT is untouched (bad\n"
+                               "options, -o naming the input, an unreadable input or model), or OUT could not be written",
+                               argc, argv, opts, pos, 0, &n_pos);
     if (rc) return rc == 1 ? 0 : rc;
     if ((rc = check_run_options("generate", &o, &seed)) || (rc = parse_kv_dtype("generate", kv_dtype, &o.kv_dtype)) ||
         (rc = parse_dummy_weights("generate", dummy, &o.dummy_weights, &o.dummy_type)))

@@ -312,6 +312,31 @@ static void test_resume_failed_lines(void) {
     CHECK(stat(tmp_path("f.jsonl.resume-tmp"), &st) != 0, "temporary file left behind");
 }
 
+/* An id written twice (a request and its duplicate's error line): resume
+ * counts the lines, so the k-th request with the id is done only when k
+ * lines hold it; with retry_errors the error line is not counted. */
+static void test_resume_counts_lines(void) {
+    const char *path = tmp_path("d.jsonl");
+    ResultWriter *w = open_or_fail(path, PROMPTS_JSONL, false, false);
+    if (!w) return;
+    ResultLine x = {.id = "x", .text = "result"}, dup = {.id = "x", .error = "line 3: duplicate id 'x'"};
+    ResultLine y = {.id = "y", .text = "result"};
+    write_or_fail(w, &x);
+    write_or_fail(w, &dup);
+    write_or_fail(w, &y);
+    finish_or_fail(w);
+    w = open_or_fail(path, PROMPTS_JSONL, true, false);
+    if (!w) return;
+    CHECK(results_done_count(w, "x") == 2 && results_done_count(w, "y") == 1 && results_done_count(w, "z") == 0,
+          "counts x %lld y %lld z %lld", (long long)results_done_count(w, "x"), (long long)results_done_count(w, "y"),
+          (long long)results_done_count(w, "z"));
+    finish_or_fail(w);
+    w = open_or_fail(path, PROMPTS_JSONL, true, true);
+    if (!w) return;
+    CHECK(results_done_count(w, "x") == 1, "retry_errors: x counted %lld times", (long long)results_done_count(w, "x"));
+    finish_or_fail(w);
+}
+
 /* .gz output of a process that dies without closing: every line written
  * must read back; then a cut member at the end is removed by resume. */
 static void test_gz_abrupt_exit(void) {
@@ -574,7 +599,7 @@ static void remove_tmp(void) {
     const char *names[] = {"a.jsonl", "o.jsonl", "esc.jsonl.gz", "r.jsonl", "f.jsonl", "k.jsonl.gz", "member.gz",
                            "open.jsonl.gz", "m.jsonl", "m2.jsonl", "fake.jsonl.gz", "new.jsonl", "stdout.txt",
                            "ord.jsonl", "h.jsonl", "h.jsonl.gz", "same-in.jsonl", "same-sym.jsonl",
-                           "same-hard.jsonl", "same-other.jsonl"};
+                           "same-hard.jsonl", "same-other.jsonl", "d.jsonl"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) unlink(tmp_path(names[i]));
     rmdir(tmp_dir);
 }
@@ -587,6 +612,7 @@ int main(void) {
     RUN(test_escaping);
     RUN(test_resume_half_line);
     RUN(test_resume_failed_lines);
+    RUN(test_resume_counts_lines);
     RUN(test_gz_abrupt_exit);
     RUN(test_gz_open_line);
     RUN(test_resume_refusals);
