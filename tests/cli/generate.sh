@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# generate.sh — `cllm generate` end to end on the default model (CPU): a
+# generate.sh — `cllm generate` end to end. On the tiny model: -o naming the
+# input is refused, a duplicate id survives a kill at any point, a torn last
+# line is reported, an empty or broken input leaves an output of this run
+# (exit 1), bad per-request values fail alone. On the default model (CPU): a
 # 100-line JSON Lines file with bad lines gives 100 output lines; resume skips
 # finished ids; text, OpenAI batch, .gz and stdin inputs work.
 source "$(dirname "$0")/lib.sh"
@@ -39,6 +42,17 @@ for k in 0 1 2 3; do
     [ "$(lines "$TMP/dup-$k.out")" = 4 ] && [ "$x_ok" = 1 ] && [ "$x_dup" = 1 ] && ok "resume after $k lines: x ran once, its duplicate failed once" \
         || notok "resume after $k lines: x ran once, its duplicate failed once" "$(cat "$TMP/dup-$k.out")"
 done
+
+# Per-request sampling values out of range fail that request alone.
+printf '%s\n' '{"id": "t", "prompt": "Hi", "temperature": -1}' '{"id": "p", "prompt": "Hi", "top_p": 5}' \
+    '{"id": "m", "prompt": "Hi", "min_p": 2}' '{"id": "r", "prompt": "Hi", "repetition_penalty": 0}' \
+    '{"id": "n", "prompt": "Hi", "max_tokens": 0}' '{"id": "good", "prompt": "Hi"}' > "$TMP/badreq.jsonl"
+expect_exit "bad per-request values: the run goes on" 0 $TG -i "$TMP/badreq.jsonl" -o "$TMP/badreq.out"
+for f in "t temperature" "p top_p" "m min_p" "r repetition_penalty" "n max_tokens"; do set -- $f
+    expect_grep "per-request $2 out of range fails its request, named" "$TMP/badreq.out" "\"id\":\"$1\".*\"error\":\"line [0-9]+: field '$2' must"
+done
+expect_grep "the good request ran" "$TMP/badreq.out" '"id":"good".*"finish_reason":"(stop|length)"'
+[ "$(grep -c '"error"' "$TMP/badreq.out")" = 5 ] && ok "exactly the 5 bad requests failed" || notok "exactly the 5 bad requests failed"
 
 # A torn last line is cut on resume, and stderr says so: file and bytes.
 printf 'Hello\nWorld\nAgain\n' > "$TMP/torn.txt"
