@@ -3,6 +3,7 @@
  * calls the layers. User errors print one line and exit 2. */
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +45,8 @@ static int parse_number(const char *cmd, const char *opt, const char *s, OptKind
     errno = 0;
     if (k == OPT_INT) {
         long v = strtol(s, &end, 10);
-        if (*s == 0 || *end || errno || v < INT_MIN || v > INT_MAX) goto bad;
+        /* INT_MIN is OPT_UNSET, the mark of an option not given. */
+        if (*s == 0 || *end || errno || v <= INT_MIN || v > INT_MAX) goto bad;
         *(int *)dest = (int)v;
     } else {
         float v = strtof(s, &end);
@@ -53,7 +55,63 @@ static int parse_number(const char *cmd, const char *opt, const char *s, OptKind
     }
     return 0;
 bad:
-    fprintf(stderr, "cllm %s: option %s expects a number, got '%s'\n", cmd, opt, s);
+    fprintf(stderr, "cllm %s: option %s expects %s, got '%s'\n", cmd, opt,
+            k == OPT_INT ? "an integer in [-2147483647, 2147483647]" : "a number", s);
+    return 2;
+}
+
+/* ---------- option ranges ----------
+ * Every number a command takes is checked before anything is loaded, so a
+ * bad value stops the run at once (exit 2) instead of failing each request
+ * or silently turning into a default. Integers whose default is "not given"
+ * start as OPT_UNSET; check_int puts the default in only when so. */
+
+#define OPT_UNSET INT_MIN
+#define MAX_CTX_TOKENS (1 << 24) /* a larger context overflows the block counts (int) */
+#define MAX_THREADS 4096
+
+typedef struct {
+    const char *name;  /* "--max-tokens" */
+    int *v;
+    int lo, hi;
+    int dflt;          /* what OPT_UNSET becomes */
+    const char *note;  /* said after the range, or NULL */
+} IntRange;
+
+static int check_ints(const char *cmd, const IntRange *r, int n) {
+    for (int i = 0; i < n; i++) {
+        if (*r[i].v == OPT_UNSET) { *r[i].v = r[i].dflt; continue; }
+        if (*r[i].v >= r[i].lo && *r[i].v <= r[i].hi) continue;
+        fprintf(stderr, "cllm %s: %s %d: must be an integer in [%d, %d]%s%s\n", cmd, r[i].name, *r[i].v, r[i].lo,
+                r[i].hi, r[i].note ? "; " : "", r[i].note ? r[i].note : "");
+        return 2;
+    }
+    return 0;
+}
+
+/* v in [lo, hi] (lo_open: (lo, hi]); NaN and infinities never pass. */
+static int check_float(const char *cmd, const char *name, float v, double lo, bool lo_open, double hi,
+                       const char *note) {
+    if (isfinite(v) && (lo_open ? v > lo : v >= lo) && v <= hi) return 0;
+    if (isinf(hi)) fprintf(stderr, "cllm %s: %s %g: must be a number %s %g (%s)\n", cmd, name, v, lo_open ? ">" : ">=",
+                           lo, note);
+    else fprintf(stderr, "cllm %s: %s %g: must be a number in %c%g, %g] (%s)\n", cmd, name, v, lo_open ? '(' : '[', lo,
+                 hi, note);
+    return 2;
+}
+
+/* The sampling options: the ranges the prompt file's per-request fields
+ * have too (app/prompts.c). */
+static int check_sampling(const char *cmd, const SamplerParams *s) {
+    if (check_float(cmd, "--temp", s->temperature, 0, false, INFINITY, "0 = greedy") ||
+        check_float(cmd, "--top-p", s->top_p, 0, true, 1, "1 = off") ||
+        check_float(cmd, "--min-p", s->min_p, 0, false, 1, "0 = off") ||
+        check_float(cmd, "--repeat-penalty", s->repetition_penalty, 0, true, INFINITY, "1 = off") ||
+        check_float(cmd, "--presence-penalty", s->presence_penalty, -2, false, 2, "0 = off") ||
+        check_float(cmd, "--frequency-penalty", s->frequency_penalty, -2, false, 2, "0 = off"))
+        return 2;
+    if (s->top_k >= 0) return 0;
+    fprintf(stderr, "cllm %s: --top-k %d: must be an integer in [0, %d] (0 = off)\n", cmd, s->top_k, INT_MAX);
     return 2;
 }
 
@@ -143,7 +201,7 @@ static int parse_dummy_weights(const char *cmd, const char *arg, bool *on, DType
 static int cmd_info(int argc, char **argv) {
     const char *model = NULL;
     bool tensors = false, dummy = false;
-    int kv_tokens = 0, pp = 0;
+    int kv_tokens = OPT_UNSET, pp = OPT_UNSET;
     const char *pp_split = NULL, *kv_name = NULL, *dummy_arg = NULL;
     DType dummy_type = DT_BF16;
     KVDtype kv_dtype = KV_DTYPE_BF16;
@@ -161,7 +219,11 @@ static int cmd_info(int argc, char **argv) {
     const char *pos[1];
     int n_pos, rc = parse_opts("info", "info [MODEL] [options]", argc, argv, opts, pos, 1, &n_pos);
     if (rc) return rc == 1 ? 0 : rc;
-    if ((rc = parse_kv_dtype("info", kv_name, &kv_dtype)) ||
+    const IntRange ints[] = {
+        {"--ctx-size", &kv_tokens, 1, MAX_CTX_TOKENS, 0, "leave it out for the model's context"},
+        {"--pp", &pp, 1, 1024, 0, NULL},
+    };
+    if ((rc = check_ints("info", ints, 2)) || (rc = parse_kv_dtype("info", kv_name, &kv_dtype)) ||
         (rc = parse_dummy_weights("info", dummy_arg, &dummy, &dummy_type)))
         return rc;
     InfoOptions io = {n_pos ? pos[0] : model, tensors, dummy, dummy_type, kv_tokens, kv_dtype, pp, pp_split};
@@ -204,7 +266,7 @@ static int cmd_tokenize(int argc, char **argv) {
     {"--gpus", NULL, OPT_STR, &(o)->gpus, "the stages' GPUs, comma-separated (default 0,1,...)"}, \
     {"--threads", "-t", OPT_INT, &(o)->threads, "CPU threads (default: one per core)"},                        \
     {"--ctx-size", "-c", OPT_INT, &(o)->ctx_size, "context size in tokens (default: min(model, 4096))"},        \
-    {"--max-tokens", "-n", OPT_INT, &(o)->max_tokens, "most tokens per reply"},                               \
+    {"--max-tokens", "-n", OPT_INT, &(o)->max_tokens, "most tokens per reply (default: generate 512, chat until the context fills)"},                               \
     {"--temp", NULL, OPT_FLOAT, &(o)->sampling.temperature, "temperature (0 = greedy)"},                      \
     {"--top-k", NULL, OPT_INT, &(o)->sampling.top_k, "top-k (0 = off)"},                                      \
     {"--top-p", NULL, OPT_FLOAT, &(o)->sampling.top_p, "top-p (1 = off)"},                                    \
@@ -227,6 +289,25 @@ static int cmd_tokenize(int argc, char **argv) {
     {"--kv-dtype", NULL, OPT_STR, &kv_dtype, KV_DTYPE_HELP},                                                 \
     {"--verbose", "-v", OPT_FLAG, &(o)->verbose, "print statistics"}
 
+/* The integers of RUN_OPTS start as OPT_UNSET: a value given is checked, one
+ * not given takes RunOptions' default ("0 = the default" is never typed). */
+static void run_ints_unset(RunOptions *o, int *seed) {
+    o->gpu = o->threads = o->ctx_size = o->max_tokens = o->pp = *seed = OPT_UNSET;
+}
+
+static int check_run_options(const char *cmd, RunOptions *o, int *seed) {
+    const IntRange ints[] = {
+        {"--gpu", &o->gpu, 0, 1023, 0, NULL},
+        {"--threads", &o->threads, 1, MAX_THREADS, 0, "leave it out for one per core"},
+        {"--ctx-size", &o->ctx_size, 1, MAX_CTX_TOKENS, 0, "leave it out for min(model, 4096)"},
+        {"--max-tokens", &o->max_tokens, 1, INT_MAX, 0, NULL},
+        {"--pp", &o->pp, 1, 1024, 0, NULL},
+        {"--seed", seed, 0, INT_MAX, -1, NULL},
+    };
+    int rc = check_ints(cmd, ints, (int)(sizeof ints / sizeof *ints));
+    return rc ? rc : check_sampling(cmd, &o->sampling);
+}
+
 static int resolve_model(RunOptions *o, char *buf, size_t cap) {
     if (o->model) return 0;
     int rc = app_default_model(buf, cap);
@@ -244,13 +325,14 @@ static int env_run_options(const char *cmd, RunOptions *o) {
 static int cmd_chat(int argc, char **argv) {
     RunOptions o;
     run_options_default(&o);
-    int seed = -1;
+    int seed;
     const char *kv_dtype = NULL, *dummy = NULL;
+    run_ints_unset(&o, &seed);
     const Opt opts[] = {RUN_OPTS(&o), {0}};
     const char *pos[1];
     int n_pos, rc = parse_opts("chat", "chat [-m MODEL] [options]", argc, argv, opts, pos, 0, &n_pos);
     if (rc) return rc == 1 ? 0 : rc;
-    if ((rc = parse_kv_dtype("chat", kv_dtype, &o.kv_dtype)) ||
+    if ((rc = check_run_options("chat", &o, &seed)) || (rc = parse_kv_dtype("chat", kv_dtype, &o.kv_dtype)) ||
         (rc = parse_dummy_weights("chat", dummy, &o.dummy_weights, &o.dummy_type)))
         return rc;
     if (seed >= 0) o.sampling.seed = (uint64_t)seed;
@@ -264,13 +346,15 @@ static int cmd_generate(int argc, char **argv) {
     BatchOptions b;
     run_options_default(&o);
     batch_options_default(&b);
-    int seed = -1;
+    int seed;
     const char *kv_dtype = NULL, *dummy = NULL;
+    run_ints_unset(&o, &seed);
     const Opt opts[] = {
         RUN_OPTS(&o),
         {"--input", "-i", OPT_STR, &b.input, "prompts: text (a prompt per line), JSON Lines, OpenAI batch; .gz; - = stdin"},
         {"--output", "-o", OPT_STR, &b.output, "results as JSON Lines (.gz compresses; - = stdout, the default)"},
-        {"--resume", NULL, OPT_FLAG, &b.resume, "skip prompts whose id is already in the output"},
+        {"--resume", NULL, OPT_FLAG, &b.resume,
+         "skip prompts whose id is already in the output (a cut-off last line is dropped, and said so)"},
         {"--ordered", NULL, OPT_FLAG, &b.ordered, "write results in input order"},
         {"--chat", NULL, OPT_FLAG, &b.chat, "wrap plain prompts in the chat template as a user turn"},
         {"--retry-errors", NULL, OPT_FLAG, &b.retry_errors, "with --resume: run ids whose output line is an error again"},
@@ -279,10 +363,14 @@ static int cmd_generate(int argc, char **argv) {
         {0},
     };
     const char *pos[1];
-    int n_pos, rc = parse_opts("generate", "generate -m MODEL -i PROMPTS [-o OUT] [options]", argc, argv, opts, pos,
-                               0, &n_pos);
+    int n_pos, rc = parse_opts("generate", "generate -m MODEL -i PROMPTS [-o OUT] [options]\n\n"
+                               "exit status: 0 every prompt has its line in OUT (a bad prompt gets an error line);\n"
+                               "1 the input held no prompt (OUT is left empty) or broke while read (the prompts\n"
+                               "read before the break have their lines); 2 nothing ran and OUT is untouched (bad\n"
+                               "options, -o naming the input, an unreadable input or model), or OUT could not be written",
+                               argc, argv, opts, pos, 0, &n_pos);
     if (rc) return rc == 1 ? 0 : rc;
-    if ((rc = parse_kv_dtype("generate", kv_dtype, &o.kv_dtype)) ||
+    if ((rc = check_run_options("generate", &o, &seed)) || (rc = parse_kv_dtype("generate", kv_dtype, &o.kv_dtype)) ||
         (rc = parse_dummy_weights("generate", dummy, &o.dummy_weights, &o.dummy_type)))
         return rc;
     if ((rc = env_run_options("generate", &o))) return rc;
@@ -304,7 +392,8 @@ static int cmd_bench(int argc, char **argv) {
     run_options_default(&o);
     bench_options_default(&b);
     const char *prompt_lens = NULL, *ctxs = NULL, *kv_dtype = NULL, *dummy = NULL;
-    int seed = -1;
+    int seed = OPT_UNSET;
+    o.gpu = o.threads = o.pp = OPT_UNSET;
     const Opt opts[] = {
         {"--model", "-m", OPT_STR, &o.model, "model file or folder (default: first model of models.txt)"},
         {"--cpu", NULL, OPT_FLAG, &o.cpu, "run on the CPU even where a GPU is present"},
@@ -328,7 +417,13 @@ static int cmd_bench(int argc, char **argv) {
     const char *pos[1];
     int n_pos, rc = parse_opts("bench", "bench -m MODEL [options]", argc, argv, opts, pos, 0, &n_pos);
     if (rc) return rc == 1 ? 0 : rc;
-    if ((rc = parse_kv_dtype("bench", kv_dtype, &o.kv_dtype)) ||
+    const IntRange ints[] = {
+        {"--gpu", &o.gpu, 0, 1023, 0, NULL},
+        {"--threads", &o.threads, 1, MAX_THREADS, 0, "leave it out for one per core"},
+        {"--pp", &o.pp, 1, 1024, 0, NULL},
+        {"--seed", &seed, 0, INT_MAX, -1, NULL},
+    };
+    if ((rc = check_ints("bench", ints, 4)) || (rc = parse_kv_dtype("bench", kv_dtype, &o.kv_dtype)) ||
         (rc = parse_dummy_weights("bench", dummy, &o.dummy_weights, &o.dummy_type)))
         return rc;
     Err err = {{0}};

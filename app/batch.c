@@ -5,7 +5,12 @@
  * input has been written). A bad request gets an error line and the run goes
  * on; --resume skips ids the output already holds. Input is read lazily: at
  * most about two batches of requests are in memory at once, so inputs of any
- * length work. */
+ * length work.
+ *
+ * A duplicate id's error line waits until the first request with that id has
+ * written its own line: resume counts an id's lines, and the k-th request
+ * with an id is done only when the output holds k lines with it, so a run
+ * killed while the first request ran never makes resume skip it. */
 #include "app/batch.h"
 
 #include <math.h>
@@ -36,11 +41,14 @@ typedef struct {
     const BatchOptions *b;
     ChatTemplate tmpl;
     PromptReader *in;
-    bool in_done;
+    bool in_done, in_failed;      /* in_failed: reading stopped at an error (exit 1) */
+    int64_t n_read;               /* requests read (resume's skipped ones too) */
     ResultWriter *out;
     ResultOrder *order;           /* --ordered */
     VirtualEngines ve;            /* one scheduler per pipeline stage (virtual engines) */
     int64_t n_total;              /* requests in the input, when it could be counted; else -1 */
+    struct BatchItem **held;      /* duplicates whose first request is still running */
+    int n_held, cap_held;
     int n_done, n_failed, n_skipped;
     long long tokens_out;
     double t0, last_progress;
@@ -48,7 +56,7 @@ typedef struct {
 
 /* One request in flight: the parsed input line (its stop strings are
  * borrowed by the scheduler) and what the result line needs. */
-typedef struct {
+typedef struct BatchItem {
     PromptRequest req;
     int prompt_tokens;
     double t_start;
@@ -111,6 +119,53 @@ static int batch_write_error(Batch *bt, const PromptRequest *r, const char *erro
     return batch_write(bt, r->index, &line);
 }
 
+/* Writes the error lines of the held duplicates of id (all of them when id
+ * is NULL) and frees them. */
+static int batch_release_held(Batch *bt, const char *id) {
+    int rc = 0, kept = 0;
+    for (int i = 0; i < bt->n_held; i++) {
+        BatchItem *it = bt->held[i];
+        if (id && strcmp(it->req.id, id)) { bt->held[kept++] = it; continue; }
+        if (!rc) rc = batch_write_error(bt, &it->req, it->req.error, 0);
+        prompt_request_free(&it->req);
+        free(it);
+    }
+    bt->n_held = kept;
+    return rc;
+}
+
+/* Whether the first request with id is in the scheduler (not yet written). */
+static bool batch_in_flight(const Batch *bt, const char *id) {
+    for (int k = 0; k < bt->ve.n; k++) {
+        const Scheduler *sc = &bt->ve.ve[k];
+        SchedRequest *const *qs[3] = {sc->waiting, sc->running, sc->finished};
+        int ns[3] = {sc->n_waiting, sc->n_running, sc->n_finished};
+        for (int q = 0; q < 3; q++)
+            for (int i = 0; i < ns[q]; i++)
+                if (!strcmp(((const BatchItem *)qs[q][i]->user)->req.id, id)) return true;
+    }
+    return false;
+}
+
+/* A duplicate id: its error line now, or once its first request has its line. */
+static int batch_duplicate(Batch *bt, BatchItem *it) {
+    if (batch_in_flight(bt, it->req.id)) {
+        if (bt->n_held == bt->cap_held) {
+            int cap = bt->cap_held ? 2 * bt->cap_held : 16;
+            BatchItem **h = realloc(bt->held, (size_t)cap * sizeof *h);
+            if (!h) { fprintf(stderr, "cllm generate: out of memory\n"); return -1; }
+            bt->held = h;
+            bt->cap_held = cap;
+        }
+        bt->held[bt->n_held++] = it;
+        return 0;
+    }
+    int rc = batch_write_error(bt, &it->req, it->req.error, 0);
+    prompt_request_free(&it->req);
+    free(it);
+    return rc;
+}
+
 /* The result line of a finished request; frees it. */
 static int batch_finish(Batch *bt, SchedRequest *sr) {
     BatchItem *it = sr->user;
@@ -125,6 +180,7 @@ static int batch_finish(Batch *bt, SchedRequest *sr) {
     line.completion_tokens = sr->n_generated;
     line.seconds = now_seconds() - it->t_start;
     int rc = batch_write(bt, r->index, &line);
+    if (!rc) rc = batch_release_held(bt, r->id);
     prompt_request_free(&it->req);
     free(it);
     sched_request_free(sr);
@@ -171,21 +227,13 @@ static int batch_fill(Batch *bt) {
         if (got <= 0) {
             free(it);
             bt->in_done = true;
-            if (got < 0) { fprintf(stderr, "cllm generate: %s\n", err.msg); return -1; }
+            /* What was read before the error still runs and gets its lines. */
+            if (got < 0) { fprintf(stderr, "cllm generate: %s\n", err.msg); bt->in_failed = true; }
             break;
         }
+        bt->n_read++;
         it->t_start = now_seconds();
-        if (!bt->out) {
-            bt->out = results_open(bt->b->output, prompts_format(bt->in), bt->b->resume, bt->b->retry_errors, &err);
-            if (bt->out && bt->b->ordered) bt->order = results_ordered_new(bt->out, it->req.index);
-            if (!bt->out || (bt->b->ordered && !bt->order)) {
-                fprintf(stderr, "cllm generate: %s\n", bt->out ? "out of memory" : err.msg);
-                prompt_request_free(&it->req);
-                free(it);
-                return -1;
-            }
-        }
-        if (bt->b->resume && it->req.id && results_is_done(bt->out, it->req.id)) {
+        if (bt->b->resume && results_done_count(bt->out, it->req.id) >= it->req.occurrence) {
             bt->n_skipped++;
             int rc = bt->order ? results_ordered_skip(bt->order, it->req.index, &err) : 0;
             prompt_request_free(&it->req);
@@ -193,7 +241,7 @@ static int batch_fill(Batch *bt) {
             if (rc) { fprintf(stderr, "cllm generate: %s\n", err.msg); return -1; }
             continue;
         }
-        if (batch_submit(bt, it)) return -1;
+        if (it->req.occurrence > 1 ? batch_duplicate(bt, it) : batch_submit(bt, it)) return -1;
     }
     return 0;
 }
@@ -253,7 +301,7 @@ static int batch_loop(Batch *bt) {
     Err err = {{0}};
     for (;;) {
         if (batch_fill(bt)) return 2;
-        if (vengines_pending(&bt->ve) == 0) break;
+        if (vengines_pending(&bt->ve) == 0) return batch_release_held(bt, NULL) ? 2 : 0;
         if (vengines_step(&bt->ve, &err)) { fprintf(stderr, "cllm generate: %s\n", err.msg); return 2; }
         if (bt->o->verbose && bt->ve.stats.n_tokens > 0) batch_step_log(bt);
         SchedRequest *r;
@@ -261,7 +309,6 @@ static int batch_loop(Batch *bt) {
             if (batch_finish(bt, r)) return 2;
         batch_progress(bt, false);
     }
-    return 0;
 }
 
 /* Frees the requests still in the scheduler (after an error stopped the run). */
@@ -277,6 +324,39 @@ static void batch_drop_pending(Batch *bt) {
                 free(it);
             }
     }
+    for (int i = 0; i < bt->n_held; i++) {
+        prompt_request_free(&bt->held[i]->req);
+        free(bt->held[i]);
+    }
+    bt->n_held = 0;
+}
+
+/* Opens the output (truncated, or resumed) once the input and the model
+ * are open, so that from here on the output reflects this run. */
+static int batch_open_output(Batch *bt, Err *err) {
+    const BatchOptions *b = bt->b;
+    if (!(bt->out = results_open(b->output, prompts_format(bt->in), b->resume, b->retry_errors, err))) return -1;
+    if (b->ordered && !(bt->order = results_ordered_new(bt->out, 0))) return err_set(err, "out of memory");
+    ResultResume ri = results_resume_info(bt->out);
+    if (ri.bytes_dropped > 0)
+        fprintf(stderr, "cllm generate: %s: dropped its last %lld bytes, a partial line left by a run that was cut "
+                "off while writing it; that request runs again\n", b->output, (long long)ri.bytes_dropped);
+    return 0;
+}
+
+/* The end of the run for the input's sake: an input that held no prompt, or
+ * one whose reading failed, is exit 1 (after every request read has its line). */
+static int batch_input_verdict(const Batch *bt) {
+    const char *in = strcmp(bt->b->input, "-") ? bt->b->input : "<stdin>";
+    if (bt->in_failed) {
+        fprintf(stderr, "cllm generate: %s: reading stopped at the error above; the %lld requests read before it "
+                "have their lines in %s\n", in, (long long)bt->n_read, bt->b->output);
+        return 1;
+    }
+    if (bt->n_read > 0) return 0;
+    fprintf(stderr, "cllm generate: %s: the input holds no prompts; %s %s\n", in, bt->b->output,
+            bt->b->resume ? "keeps the lines of earlier runs" : "is empty");
+    return 1;
 }
 
 int batch_main(const RunOptions *o, const BatchOptions *b) {
@@ -297,6 +377,10 @@ int batch_main(const RunOptions *o, const BatchOptions *b) {
     ro.prefill_chunk = b->max_batched_tokens;
     bt.o = &ro;
     if (run_options_serves_stage(&ro)) return runtime_serve_main(&ro, "generate"); /* no input, no output */
+    if (results_check_not_input(b->output, b->input, &err)) {
+        fprintf(stderr, "cllm generate: %s\n", err.msg);
+        return 2;
+    }
     bt.in = prompts_open(b->input, PROMPTS_AUTO, &err);
     if (!bt.in) { fprintf(stderr, "cllm generate: %s\n", err.msg); return 2; }
     SchedOptions so = {.max_seqs = b->max_seqs, .max_batched_tokens = b->max_batched_tokens, .sample_threads = o->threads,
@@ -313,9 +397,19 @@ int batch_main(const RunOptions *o, const BatchOptions *b) {
         runtime_close(&bt.rt);
         return 2;
     }
+    if (batch_open_output(&bt, &err)) {
+        fprintf(stderr, "cllm generate: %s\n", err.msg);
+        results_ordered_free(bt.order);
+        results_close(bt.out);
+        vengines_free(&bt.ve);
+        prompts_close(bt.in);
+        runtime_close(&bt.rt);
+        return 2;
+    }
     bt.n_total = batch_count_inputs(b->input);
     bt.t0 = now_seconds();
     int rc = batch_loop(&bt);
+    if (!rc) rc = batch_input_verdict(&bt);
     if (rc) batch_drop_pending(&bt);
     batch_progress(&bt, true);
     const SchedStats *st = &bt.ve.stats;
@@ -327,6 +421,7 @@ int batch_main(const RunOptions *o, const BatchOptions *b) {
         results_ordered_free(bt.order);
     }
     if (bt.out && results_finish(bt.out, &err)) { fprintf(stderr, "cllm generate: %s\n", err.msg); rc = 2; }
+    free(bt.held);
     vengines_free(&bt.ve);
     prompts_close(bt.in);
     runtime_close(&bt.rt);

@@ -18,8 +18,18 @@ typedef struct {
 } BatchOptions;
 
 void batch_options_default(BatchOptions *b);
-/* Returns 0 when every request got an output line (some may carry errors), 2
- * on a user error that stopped the run (unreadable input, model fails to load). */
+/* The exit status of `cllm generate`:
+ *   0  every request of the input has its line in the output (some may be
+ *      error lines: a bad request fails alone);
+ *   1  the input held no prompt (the output is then empty, or with --resume
+ *      keeps its earlier lines), or reading it broke partway (a .gz that does
+ *      not inflate, a read error): every request read before the break has
+ *      its line;
+ *   2  nothing ran, the output untouched: bad options, -o naming the input,
+ *      an input that cannot be opened, a model that does not load; or the
+ *      run stopped because the output could not be written.
+ * The output is opened (truncated, or resumed) once the input and the model
+ * are open, so from then on it reflects this run. */
 int batch_main(const RunOptions *o, const BatchOptions *b);
 
 #endif

@@ -84,6 +84,15 @@ int64_t id_set_get(const IdSet *s, const char *id) {
     return slot->key ? slot->value : -1;
 }
 
+int id_set_bump(IdSet *s, const char *id, int64_t *count) {
+    int added = id_set_add(s, id, 1);
+    if (added < 0) return -1;
+    IdSlot *slot = id_set_find(s, id, id_hash(id));
+    if (!added) slot->value++;
+    *count = slot->value;
+    return 0;
+}
+
 size_t id_set_count(const IdSet *s) { return s->n; }
 
 void id_set_free(IdSet *s) {
@@ -174,6 +183,11 @@ char *prompts_id_text(const JsonValue *obj, const char *key, const char *line, s
 /* ------------------------------------------------------------ line reader */
 
 #define READ_CHUNK ((size_t)256 << 10)
+/* zlib drops what a gzread call (and the inflate pass that failed) had
+ * decompressed when it meets corrupt data, so small calls over a small
+ * buffer keep nearly every line before the damage. */
+#define GZ_BUFFER ((unsigned)16 << 10)
+#define GZ_CALL ((size_t)GZ_BUFFER * 2)
 
 struct PromptReader {
     gzFile gz;
@@ -185,6 +199,9 @@ struct PromptReader {
     int64_t line_no;       /* lines returned so far */
     int64_t n_req;         /* requests returned so far */
     IdSet *ids;            /* every id returned, with its line */
+    IdSet *dups;           /* ids returned more than once, with their count */
+    bool open_failed;      /* the read-ahead at open failed: prompts_next returns open_err */
+    Err open_err;
     /* The line read ahead by format detection, returned by the next call. */
     bool has_peek, peek_too_long;
     const char *peek;
@@ -208,7 +225,7 @@ static int reader_fill(PromptReader *r, Err *err) {
         r->cap = cap;
     }
     size_t want = r->cap - r->len;
-    if (want > (1u << 30)) want = 1u << 30;
+    if (want > GZ_CALL) want = GZ_CALL;
     int n = gzread(r->gz, r->buf + r->len, (unsigned)want);
     if (n < 0) {
         int code;
@@ -629,11 +646,14 @@ PromptReader *prompts_open_limit(const char *path, PromptFormat fmt, size_t max_
         err_set(err, "%s: cannot open the prompts: out of memory", r->path);
         goto fail;
     }
-    gzbuffer(r->gz, 128 << 10);
+    gzbuffer(r->gz, GZ_BUFFER);
     r->fmt = fmt;
     if (fmt == PROMPTS_AUTO) {
-        int rc = reader_next_nonblank(r, &r->peek, &r->peek_len, &r->peek_too_long, err);
-        if (rc < 0) goto fail;
+        /* A read error here (a corrupt .gz) is the first prompts_next's to
+         * report: the caller has the input open and can still decide what
+         * the output says. */
+        int rc = reader_next_nonblank(r, &r->peek, &r->peek_len, &r->peek_too_long, &r->open_err);
+        r->open_failed = rc < 0;
         r->has_peek = rc == 1;
         r->fmt = rc == 1 ? detect_format(r->peek, r->peek_len, r->peek_too_long) : PROMPTS_TEXT;
     }
@@ -677,6 +697,7 @@ static void request_clear_body(PromptRequest *req) {
     req->id_is_number = keep.id_is_number;
     req->index = keep.index;
     req->line = keep.line;
+    req->occurrence = keep.occurrence;
     req->is_chat = keep.is_chat;
     req->model = keep.model;
     req->error = keep.error;
@@ -693,7 +714,11 @@ static int request_finish_id(PromptReader *r, Parse *p) {
     }
     int added = id_set_add(r->ids, req->id, req->line);
     if (added < 0) return -1;
+    req->occurrence = 1;
     if (added == 0) {
+        if (!r->dups && !(r->dups = id_set_new())) return -1;
+        if (id_set_bump(r->dups, req->id, &req->occurrence)) return -1;
+        req->occurrence++; /* dups counts the repeats, not the first */
         char shown[64];
         snprintf(shown, sizeof shown, "%.40s%s", req->id, strlen(req->id) > 40 ? "..." : "");
         parse_fail(p, "duplicate id '%s' (first on line %lld)", shown, (long long)id_set_get(r->ids, req->id));
@@ -706,6 +731,10 @@ int prompts_next(PromptReader *r, PromptRequest *req, Err *err) {
     size_t len;
     bool too_long;
     request_init(req);
+    if (r->open_failed) {
+        *err = r->open_err;
+        return -1;
+    }
     int rc = reader_next_nonblank(r, &line, &len, &too_long, err);
     if (rc <= 0) return rc;
     req->line = r->line_no;
@@ -746,6 +775,7 @@ void prompts_close(PromptReader *r) {
     if (!r) return;
     if (r->gz) gzclose(r->gz);
     id_set_free(r->ids);
+    id_set_free(r->dups);
     free(r->buf);
     free(r->path);
     free(r);

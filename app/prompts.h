@@ -21,8 +21,13 @@
  * with `error` set ("line 17: field 'max_tokens' must be a positive integer
  * (got -3)") and the id when one could be read, so every input line gets an
  * output line. Lines empty or only blanks are skipped. A second request with
- * an id seen before gets the error "duplicate id". Ids are compared as text:
- * 7 and "7" are the same id.
+ * an id seen before gets the error "duplicate id" and its occurrence (2, 3,
+ * ...: the how-manieth request with that id). Ids are compared as text: 7
+ * and "7" are the same id.
+ *
+ * An input that opens but cannot be read (a .gz that does not decompress,
+ * even at its first line) opens fine: the error comes from prompts_next,
+ * after the requests read before it.
  */
 #ifndef CLLM_PROMPTS_H
 #define CLLM_PROMPTS_H
@@ -57,6 +62,7 @@ typedef struct {
     bool id_is_number;   /* id is the raw JSON number text: write it unquoted */
     int64_t index;       /* 0-based count of requests returned before this one */
     int64_t line;        /* 1-based line number in the input */
+    int64_t occurrence;  /* 1: the first request with this id; k > 1: the k-th (a duplicate, error set) */
     char *prompt;        /* plain prompt, or NULL when messages are given */
     PromptMessage *messages;
     int n_messages;
@@ -70,7 +76,7 @@ typedef struct {
     char **stop;
     int n_stop;
     char *error;         /* non-NULL: this line is bad; says which line and why. Such a
-                            request keeps id, line, index, is_chat and model only. */
+                            request keeps id, line, index, occurrence, is_chat and model only. */
 } PromptRequest;
 
 typedef struct PromptReader PromptReader;
@@ -101,6 +107,9 @@ int id_set_add(IdSet *s, const char *id, int64_t value);
 bool id_set_has(const IdSet *s, const char *id);
 /* The value stored with id, or -1 when id is absent. */
 int64_t id_set_get(const IdSet *s, const char *id);
+/* Counts id: adds it with value 1, or adds 1 to its value; the new value in
+ * *count. 0, or -1 when out of memory. */
+int id_set_bump(IdSet *s, const char *id, int64_t *count);
 size_t id_set_count(const IdSet *s);
 void id_set_free(IdSet *s);
 

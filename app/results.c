@@ -411,7 +411,8 @@ static void done_on_commit(void *ctx) {
     for (size_t i = 0; i < d->n_pend; i++) {
         d->info->lines++;
         d->info->failed += d->pend_failed[i];
-        if ((!d->pend_failed[i] || !d->retry_errors) && id_set_add(d->done, d->pend[i], 0) < 0) d->oom = true;
+        int64_t count;
+        if ((!d->pend_failed[i] || !d->retry_errors) && id_set_bump(d->done, d->pend[i], &count)) d->oom = true;
         free(d->pend[i]);
     }
     d->n_pend = 0;
@@ -489,6 +490,42 @@ static int rewrite_without_failed(ResultWriter *w, Err *err) {
 
 /* ------------------------------------------------------------ open/close */
 
+/* path made absolute with its links resolved; a path that does not exist
+ * yet: its folder resolved and its name appended. NULL when neither works. */
+static char *canonical_path(const char *path) {
+    char *full = realpath(path, NULL);
+    if (full || errno != ENOENT) return full;
+    const char *slash = strrchr(path, '/');
+    const char *name = slash ? slash + 1 : path;
+    char *dir = slash ? strndup(path, (size_t)(slash - path) + (slash == path)) : strdup(".");
+    char *rdir = dir ? realpath(dir, NULL) : NULL;
+    free(dir);
+    if (!rdir || !*name) { free(rdir); return NULL; }
+    size_t n = strlen(rdir) + strlen(name) + 2;
+    if ((full = malloc(n))) snprintf(full, n, "%s/%s", strcmp(rdir, "/") ? rdir : "", name);
+    free(rdir);
+    return full;
+}
+
+int results_check_not_input(const char *out, const char *in, Err *err) {
+    struct stat si, so;
+    bool in_std = !strcmp(in, "-"), out_std = !strcmp(out, "-");
+    if (in_std && out_std) return 0;
+    if ((in_std ? fstat(0, &si) : stat(in, &si)) || !S_ISREG(si.st_mode)) return 0; /* prompts_open says why */
+    bool same = false;
+    if (!(out_std ? fstat(1, &so) : stat(out, &so))) same = si.st_dev == so.st_dev && si.st_ino == so.st_ino;
+    else if (!in_std) {
+        char *a = canonical_path(in), *b = canonical_path(out);
+        same = a && b && !strcmp(a, b);
+        free(a);
+        free(b);
+    }
+    if (!same) return 0;
+    return err_set(err, "the output %s is the input %s (the same file%s): writing results would destroy the prompts; "
+                        "give another output file", out_std ? "(stdout)" : out, in_std ? "(stdin)" : in,
+                   in_std || out_std ? ", redirected" : "");
+}
+
 static int open_fd(ResultWriter *w, int flags, Err *err) {
     w->fd = open(w->path, O_WRONLY | O_APPEND | O_CLOEXEC | flags, 0644);
     if (w->fd < 0) return err_set(err, "%s: cannot open the output: %s", w->path, strerror(errno));
@@ -546,6 +583,11 @@ ResultWriter *results_open(const char *path, PromptFormat fmt, bool resume, bool
 }
 
 bool results_is_done(const ResultWriter *w, const char *id) { return w->done && id_set_has(w->done, id); }
+
+int64_t results_done_count(const ResultWriter *w, const char *id) {
+    int64_t n = w->done ? id_set_get(w->done, id) : -1;
+    return n > 0 ? n : 0;
+}
 const IdSet *results_done(const ResultWriter *w) { return w->done; }
 ResultResume results_resume_info(const ResultWriter *w) { return w->info; }
 

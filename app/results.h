@@ -63,12 +63,19 @@ typedef struct {
 
 typedef struct ResultWriter ResultWriter;
 
+/* Refuses an output that is the input itself: the same file by any name (a
+ * symbolic or hard link: same st_dev and st_ino), a name that does not exist
+ * yet but resolves to the input's path, or stdin / stdout ("-") redirected
+ * to the other. Writing it would truncate or grow the prompts while they
+ * are read. Opens nothing; call it before results_open. */
+int results_check_not_input(const char *out, const char *in, Err *err);
+
 /* Opens path for writing ("-" = stdout; a name ending in .gz = gzip). fmt is
  * the INPUT format (PROMPTS_OPENAI selects the OpenAI output shape).
  * Without resume an existing file is replaced. With resume (regular files
  * only) the existing output is read first: a partial last line (or gzip
  * member) is cut off, and the ids of complete lines become the done set
- * (results_is_done). Lines of failed requests count as done unless
+ * (results_is_done, results_done_count). Lines of failed requests count as done unless
  * retry_errors; with retry_errors they are removed from the file (rewritten
  * through a temporary file and renamed) so each id ends up with one line. */
 ResultWriter *results_open(const char *path, PromptFormat fmt, bool resume, bool retry_errors, Err *err);
@@ -76,6 +83,12 @@ ResultWriter *results_open(const char *path, PromptFormat fmt, bool resume, bool
 int results_write(ResultWriter *w, const ResultLine *line, Err *err);
 /* Whether resume found id done. False without resume. */
 bool results_is_done(const ResultWriter *w, const char *id);
+/* How many lines resume found with id (those of failed requests not
+ * counted under retry_errors); 0 without resume. The k-th request with an id
+ * in the input is done when this is >= k: the first request with an id
+ * always writes the id's first line, because generate writes a duplicate's
+ * error line only after the first request's own line (app/batch.c). */
+int64_t results_done_count(const ResultWriter *w, const char *id);
 const IdSet *results_done(const ResultWriter *w); /* NULL without resume */
 ResultResume results_resume_info(const ResultWriter *w);
 /* fsyncs (regular files) and closes; -1 when the data may not have reached

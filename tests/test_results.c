@@ -312,6 +312,31 @@ static void test_resume_failed_lines(void) {
     CHECK(stat(tmp_path("f.jsonl.resume-tmp"), &st) != 0, "temporary file left behind");
 }
 
+/* An id written twice (a request and its duplicate's error line): resume
+ * counts the lines, so the k-th request with the id is done only when k
+ * lines hold it; with retry_errors the error line is not counted. */
+static void test_resume_counts_lines(void) {
+    const char *path = tmp_path("d.jsonl");
+    ResultWriter *w = open_or_fail(path, PROMPTS_JSONL, false, false);
+    if (!w) return;
+    ResultLine x = {.id = "x", .text = "result"}, dup = {.id = "x", .error = "line 3: duplicate id 'x'"};
+    ResultLine y = {.id = "y", .text = "result"};
+    write_or_fail(w, &x);
+    write_or_fail(w, &dup);
+    write_or_fail(w, &y);
+    finish_or_fail(w);
+    w = open_or_fail(path, PROMPTS_JSONL, true, false);
+    if (!w) return;
+    CHECK(results_done_count(w, "x") == 2 && results_done_count(w, "y") == 1 && results_done_count(w, "z") == 0,
+          "counts x %lld y %lld z %lld", (long long)results_done_count(w, "x"), (long long)results_done_count(w, "y"),
+          (long long)results_done_count(w, "z"));
+    finish_or_fail(w);
+    w = open_or_fail(path, PROMPTS_JSONL, true, true);
+    if (!w) return;
+    CHECK(results_done_count(w, "x") == 1, "retry_errors: x counted %lld times", (long long)results_done_count(w, "x"));
+    finish_or_fail(w);
+}
+
 /* .gz output of a process that dies without closing: every line written
  * must read back; then a cut member at the end is removed by resume. */
 static void test_gz_abrupt_exit(void) {
@@ -529,10 +554,52 @@ static void test_hostile_resume(void) {
     CHECK(bad == 0 && resumed > iters, "%d bad, %d resumed", bad, resumed);
 }
 
+/* -o naming the input (by any path or link) is refused before anything is
+ * opened for writing; the input keeps its bytes. */
+static void test_output_is_input(void) {
+    const char *in = tmp_path("same-in.jsonl");
+    FILE *f = fopen(in, "w");
+    fputs("{\"id\": 1, \"prompt\": \"x\"}\n", f);
+    fclose(f);
+    char dotted[300];
+    snprintf(dotted, sizeof dotted, "%s/../%s/same-in.jsonl", tmp_dir, strrchr(tmp_dir, '/') + 1);
+    symlink(in, tmp_path("same-sym.jsonl"));
+    link(in, tmp_path("same-hard.jsonl"));
+    const char *same[] = {in, dotted, tmp_path("same-sym.jsonl"), tmp_path("same-hard.jsonl")};
+    for (int i = 0; i < 4; i++) {
+        Err err = {{0}};
+        CHECK(results_check_not_input(same[i], in, &err) == -1, "output %s accepted for input %s", same[i], in);
+        CHECK(strstr(err.msg, same[i]) && strstr(err.msg, in), "message names both paths: %s", err.msg);
+        CHECK(results_check_not_input(in, same[i], &err) == -1, "output %s accepted for input %s", in, same[i]);
+    }
+    Err err = {{0}};
+    CHECK(results_check_not_input(tmp_path("same-new.jsonl"), in, &err) == 0, "a new output refused: %s", err.msg);
+    fclose(fopen(tmp_path("same-other.jsonl"), "w"));
+    CHECK(results_check_not_input(tmp_path("same-other.jsonl"), in, &err) == 0, "another file refused: %s", err.msg);
+    CHECK(results_check_not_input("-", in, &err) == 0, "stdout (not the input) refused: %s", err.msg);
+    /* stdin and stdout redirected to the input's file. */
+    fflush(stdout);
+    int saved_in = dup(0), saved_out = dup(1), fd = open(in, O_RDWR | O_APPEND);
+    dup2(fd, 0);
+    int rc_in = results_check_not_input(tmp_path("same-hard.jsonl"), "-", &err);
+    dup2(fd, 1);
+    int rc_out = results_check_not_input("-", in, &err);
+    dup2(saved_in, 0);
+    dup2(saved_out, 1);
+    close(saved_in);
+    close(saved_out);
+    close(fd);
+    CHECK(rc_in == -1, "-i - with stdin from the output file accepted");
+    CHECK(rc_out == -1 && strstr(err.msg, "stdout"), "-o - with stdout into the input accepted: %s", err.msg);
+    struct stat st;
+    CHECK(stat(in, &st) == 0 && st.st_size == 25, "the input lost bytes: %lld", (long long)st.st_size);
+}
+
 static void remove_tmp(void) {
     const char *names[] = {"a.jsonl", "o.jsonl", "esc.jsonl.gz", "r.jsonl", "f.jsonl", "k.jsonl.gz", "member.gz",
                            "open.jsonl.gz", "m.jsonl", "m2.jsonl", "fake.jsonl.gz", "new.jsonl", "stdout.txt",
-                           "ord.jsonl", "h.jsonl", "h.jsonl.gz"};
+                           "ord.jsonl", "h.jsonl", "h.jsonl.gz", "same-in.jsonl", "same-sym.jsonl",
+                           "same-hard.jsonl", "same-other.jsonl", "d.jsonl"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) unlink(tmp_path(names[i]));
     rmdir(tmp_dir);
 }
@@ -545,12 +612,14 @@ int main(void) {
     RUN(test_escaping);
     RUN(test_resume_half_line);
     RUN(test_resume_failed_lines);
+    RUN(test_resume_counts_lines);
     RUN(test_gz_abrupt_exit);
     RUN(test_gz_open_line);
     RUN(test_resume_refusals);
     RUN(test_stdout);
     RUN(test_ordered);
     RUN(test_hostile_resume);
+    RUN(test_output_is_input);
     remove_tmp();
     TEST_EXIT();
 }

@@ -89,3 +89,40 @@ for arch in llama mistral qwen2 qwen3 gemma2 gemma3 gpt-oss; do
     expect_grep "info tiny $arch: safetensors" "$TMP/out" "format +safetensors"
     expect_exit "info tiny $arch (gguf)" 0 $CLLM info tests/fixtures/tiny/$arch.gguf
 done
+
+# Option ranges: a bad number stops every command at once (exit 2), naming the
+# option, the value and the range; never a per-request error or a default.
+T=tests/fixtures/tiny/llama.gguf
+printf 'Hello\n' > "$TMP/one.txt"
+while read -r opt val range; do
+    for cmd in generate chat; do
+        args="-m $T --cpu"; [ $cmd = generate ] && args="$args -i $TMP/one.txt -o $TMP/bad-opt.jsonl"
+        expect_exit "$cmd $opt $val exits 2" 2 $CLLM $cmd $args $opt $val < /dev/null
+        expect_grep "$cmd $opt $val: option, value and range named" "$TMP/err" "^cllm $cmd: $opt $val: must be .*$range"
+    done
+done <<'LIST'
+--temp -1 >=.0
+--top-p 5 \(0,.1\]
+--min-p 2 \[0,.1\]
+--repeat-penalty 0 >.0
+--presence-penalty 3 \[-2,.2\]
+--top-k -2 \[0,
+--max-tokens -5 \[1,.2147483647\]
+--max-tokens 0 \[1,.2147483647\]
+--ctx-size 0 \[1,.16777216\]
+--ctx-size 2147483647 \[1,.16777216\]
+--threads -1 \[1,.4096\]
+--threads 0 \[1,.4096\]
+--seed -5 \[0,
+--pp 0 \[1,
+LIST
+[ -e "$TMP/bad-opt.jsonl" ] && notok "a bad option writes no output" || ok "a bad option writes no output"
+expect_exit "-n with trailing junk exits 2" 2 $CLLM generate -m $T --cpu -i "$TMP/one.txt" -n 5x
+expect_grep "-n 5x named" "$TMP/err" "option -n expects an integer.*'5x'"
+expect_exit "--temp nan exits 2" 2 $CLLM generate -m $T --cpu -i "$TMP/one.txt" --temp nan
+expect_exit "bench --threads 0 exits 2" 2 $CLLM bench -m $T --cpu --threads 0
+expect_grep "bench --threads 0 named" "$TMP/err" "^cllm bench: --threads 0: must be"
+expect_exit "info -c 0 exits 2" 2 $CLLM info $T -c 0
+expect_grep "info -c 0 named" "$TMP/err" "^cllm info: --ctx-size 0: must be"
+expect_exit "good options still run" 0 $CLLM generate -m $T --cpu -i "$TMP/one.txt" -n 2 -c 64 -t 1 --temp 0.5 --top-p 1 \
+    --min-p 0 --repeat-penalty 1.1 --seed 3

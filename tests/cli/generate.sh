@@ -1,9 +1,92 @@
 #!/usr/bin/env bash
-# generate.sh — `cllm generate` end to end on the default model (CPU): a
+# generate.sh — `cllm generate` end to end. On the tiny model: -o naming the
+# input is refused, a duplicate id survives a kill at any point, a torn last
+# line is reported, an empty or broken input leaves an output of this run
+# (exit 1), bad per-request values fail alone. On the default model (CPU): a
 # 100-line JSON Lines file with bad lines gives 100 output lines; resume skips
 # finished ids; text, OpenAI batch, .gz and stdin inputs work.
 source "$(dirname "$0")/lib.sh"
 M=$MODELS/smollm2-135m-instruct.gguf
+
+# ---- the tiny model (a second on the CPU): the run never loses work ----
+TG="$CLLM generate -m tests/fixtures/tiny/llama.gguf --cpu -n 2 --temp 0 -c 64"
+lines() { if [ -e "$1" ]; then wc -l < "$1" | tr -d ' '; else echo none; fi; }
+
+# -o naming the input (same path, a symbolic or hard link, stdin from it) is
+# refused before anything is written: exit 2, both paths named, input intact.
+printf 'One\nTwo\nThree\n' > "$TMP/same.txt"; cp "$TMP/same.txt" "$TMP/same.orig"
+ln -s "$TMP/same.txt" "$TMP/same-sym.txt"; ln "$TMP/same.txt" "$TMP/same-hard.txt"
+for o in "$TMP/same.txt" "$TMP/same-sym.txt" "$TMP/same-hard.txt" "$TMP/../$(basename "$TMP")/same.txt"; do
+    expect_exit "-o $(basename "$o") = -i exits 2" 2 $TG -i "$TMP/same.txt" -o "$o"
+    expect_grep "-o $(basename "$o") = -i: both paths named" "$TMP/err" "output $o is the input $TMP/same.txt"
+    cmp -s "$TMP/same.txt" "$TMP/same.orig" && ok "-o $(basename "$o") = -i: input intact" \
+        || notok "-o $(basename "$o") = -i: input intact" "$(head -c 200 "$TMP/same.txt")"
+done
+expect_exit "-i - from the output file exits 2" 2 sh -c "$TG -i - -o $TMP/same-hard.txt < $TMP/same.txt"
+cmp -s "$TMP/same.txt" "$TMP/same.orig" && ok "-i - from the output file: input intact" \
+    || notok "-i - from the output file: input intact"
+expect_exit "-o - appending to the input exits 2" 2 sh -c "$TG -i $TMP/same.txt >> $TMP/same.txt"
+cmp -s "$TMP/same.txt" "$TMP/same.orig" && ok "-o - appending to the input: input intact" \
+    || notok "-o - appending to the input: input intact" "$(head -c 300 "$TMP/same.txt")"
+
+# A duplicate id: whatever prefix of the output a kill leaves, --resume gives
+# every request its own line (the first x its result, the second x its
+# duplicate error); the duplicate's line never stands in for the first's.
+printf '%s\n' '{"id": "a", "prompt": "Hello"}' '{"id": "x", "prompt": "One two three", "max_tokens": 6}' \
+    '{"id": "x", "prompt": "again"}' '{"id": "b", "prompt": "Bye"}' > "$TMP/dup.jsonl"
+expect_exit "generate with a duplicate id" 0 $TG -i "$TMP/dup.jsonl" -o "$TMP/dup.out"
+for k in 0 1 2 3; do
+    head -n $k "$TMP/dup.out" > "$TMP/dup-$k.out"
+    expect_exit "resume after $k of 4 lines" 0 $TG -i "$TMP/dup.jsonl" -o "$TMP/dup-$k.out" --resume
+    x_ok=$(grep '"id":"x"' "$TMP/dup-$k.out" | grep -vc '"error"'); x_dup=$(grep -c '"id":"x".*duplicate id' "$TMP/dup-$k.out")
+    [ "$(lines "$TMP/dup-$k.out")" = 4 ] && [ "$x_ok" = 1 ] && [ "$x_dup" = 1 ] && ok "resume after $k lines: x ran once, its duplicate failed once" \
+        || notok "resume after $k lines: x ran once, its duplicate failed once" "$(cat "$TMP/dup-$k.out")"
+done
+
+# Per-request sampling values out of range fail that request alone.
+printf '%s\n' '{"id": "t", "prompt": "Hi", "temperature": -1}' '{"id": "p", "prompt": "Hi", "top_p": 5}' \
+    '{"id": "m", "prompt": "Hi", "min_p": 2}' '{"id": "r", "prompt": "Hi", "repetition_penalty": 0}' \
+    '{"id": "n", "prompt": "Hi", "max_tokens": 0}' '{"id": "good", "prompt": "Hi"}' > "$TMP/badreq.jsonl"
+expect_exit "bad per-request values: the run goes on" 0 $TG -i "$TMP/badreq.jsonl" -o "$TMP/badreq.out"
+for f in "t temperature" "p top_p" "m min_p" "r repetition_penalty" "n max_tokens"; do set -- $f
+    expect_grep "per-request $2 out of range fails its request, named" "$TMP/badreq.out" "\"id\":\"$1\".*\"error\":\"line [0-9]+: field '$2' must"
+done
+expect_grep "the good request ran" "$TMP/badreq.out" '"id":"good".*"finish_reason":"(stop|length)"'
+[ "$(grep -c '"error"' "$TMP/badreq.out")" = 5 ] && ok "exactly the 5 bad requests failed" || notok "exactly the 5 bad requests failed"
+
+# A torn last line is cut on resume, and stderr says so: file and bytes.
+printf 'Hello\nWorld\nAgain\n' > "$TMP/torn.txt"
+expect_exit "generate for the torn test" 0 $TG -i "$TMP/torn.txt" -o "$TMP/torn.out"
+head -n 2 "$TMP/torn.out" > "$TMP/torn-cut.out"; printf '{"id":"line-3","te' >> "$TMP/torn-cut.out"
+expect_exit "resume over a torn last line" 0 $TG -i "$TMP/torn.txt" -o "$TMP/torn-cut.out" --resume
+expect_grep "torn last line reported with file and bytes" "$TMP/err" "torn-cut.out: dropped its last 18 bytes, a partial line"
+[ "$(lines "$TMP/torn-cut.out")" = 3 ] && ok "torn line's request ran again" || notok "torn line's request ran again"
+
+# The output always reflects this run: an empty input (or only blank lines)
+# empties a stale output and exits 1; an input that breaks while being read
+# exits 1 after every request read before the break has its line.
+for f in empty blank; do
+    if [ $f = empty ]; then : > "$TMP/$f.txt"; else printf '\n  \n' > "$TMP/$f.txt"; fi
+    echo '{"id":"stale"}' > "$TMP/stale.out"
+    expect_exit "$f input exits 1" 1 $TG -i "$TMP/$f.txt" -o "$TMP/stale.out"
+    expect_grep "$f input says so" "$TMP/err" "$f.txt: the input holds no prompts"
+    [ -e "$TMP/stale.out" ] && [ ! -s "$TMP/stale.out" ] && ok "$f input empties the output" || notok "$f input empties the output" "$(lines "$TMP/stale.out") lines"
+done
+echo '{"id":"stale"}' > "$TMP/stale.out"
+printf '\x1f\x8b\x08\x00garbage that does not inflate' > "$TMP/junk.gz"
+expect_exit "undecompressable .gz exits 1" 1 $TG -i "$TMP/junk.gz" -o "$TMP/stale.out"
+expect_grep "undecompressable .gz named" "$TMP/err" "junk.gz: read failed"
+[ -e "$TMP/stale.out" ] && [ ! -s "$TMP/stale.out" ] && ok "undecompressable .gz empties the output" || notok "undecompressable .gz empties the output"
+for i in $(seq 1 300); do echo "Prompt number $i says hello"; done | gzip -c > "$TMP/full.gz"
+head -c $(( $(wc -c < "$TMP/full.gz") * 6 / 10 )) "$TMP/full.gz" > "$TMP/cut.gz"
+echo '{"id":"stale"}' > "$TMP/stale.out"
+expect_exit "cut .gz exits 1" 1 $TG -i "$TMP/cut.gz" -o "$TMP/stale.out"
+expect_grep "cut .gz named" "$TMP/err" "cut.gz: the gzip data is cut short after line"
+n_read=$(sed -n 's/.*cut short after line \([0-9]*\).*/\1/p' "$TMP/err")
+[ -n "$n_read" ] && [ "$n_read" -gt 0 ] && [ "$(lines "$TMP/stale.out")" = "$n_read" ] && ! grep -q stale "$TMP/stale.out" \
+    && ok "cut .gz: the $n_read requests before the cut have their lines" || notok "cut .gz: the requests before the cut have their lines" "read $n_read, lines $(lines "$TMP/stale.out")"
+expect_exit "missing input exits 2, output untouched" 2 $TG -i "$TMP/none.txt" -o "$TMP/stale.out"
+[ "$(lines "$TMP/stale.out")" = "$n_read" ] && ok "missing input leaves the output alone" || notok "missing input leaves the output alone"
 GEN="$CLLM generate -m $M --cpu -n 4 --temp 0 -c 256"
 
 python3 - "$TMP/in.jsonl" <<'PY' 2>/dev/null || {
