@@ -15,8 +15,10 @@
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "formats/gguf.h"
+#include "formats/gguf_write.h"
 #include "test.h"
 #include "tokenizer/tok_internal.h"
 #include "tokenizer/tokenizer.h"
@@ -483,6 +485,45 @@ static void expect_json_text_error(const char *json, const char *field) {
     remove(path);
 }
 
+/* A SentencePiece ("llama") GGUF vocabulary of single characters: no token
+ * splits into two others, so there are no merges to rebuild. It must load and
+ * encode character by character (under UBSan it once sorted a NULL array). */
+static void test_spm_without_merges(void) {
+    char path[] = "/tmp/cllm_spm_XXXXXX.gguf";
+    int fd = mkstemps(path, 5);
+    CHECK(fd >= 0, "mkstemps");
+    if (fd < 0) return;
+    close(fd);
+    GGUFValue tok[3] = {{GGUF_STRING, {.str = {"<unk>", 5}}}, {GGUF_STRING, {.str = {"a", 1}}},
+                        {GGUF_STRING, {.str = {"\xE2\x96\x81", 3}}}};
+    GGUFValue score[3] = {{GGUF_FLOAT32, {.f = 0}}, {GGUF_FLOAT32, {.f = -1}}, {GGUF_FLOAT32, {.f = -2}}};
+    GGUFKV kv[3] = {
+        {(char *)"tokenizer.ggml.model", {GGUF_STRING, {.str = {"llama", 5}}}},
+        {(char *)"tokenizer.ggml.tokens", {GGUF_ARRAY, {.arr = {GGUF_STRING, 3, tok}}}},
+        {(char *)"tokenizer.ggml.scores", {GGUF_ARRAY, {.arr = {GGUF_FLOAT32, 3, score}}}},
+    };
+    Err err = {{0}};
+    GGUFFile f;
+    Tokenizer *t = NULL;
+    int rc = gguf_write(path, kv, 3, NULL, 0, 32, NULL, NULL, &err);
+    CHECK(rc == 0, "%s", err.msg);
+    if (rc == 0 && (rc = gguf_open(&f, path, &err)) == 0) {
+        rc = tokenizer_load_gguf(&t, &f, &err);
+        CHECK(rc == 0, "no merges: %s", err.msg);
+        TokenIds ids = {0};
+        if (t) {
+            CHECK(tokenizer_encode(t, "a a", 3, false, false, &ids, &err) == 0, "%s", err.msg);
+            /* Metaspace: "▁a▁a", one token per character. */
+            CHECK(ids.n == 4 && ids.ids[0] == 2 && ids.ids[1] == 1 && ids.ids[2] == 2 && ids.ids[3] == 1,
+                  "'a a' gave %zu ids", ids.n);
+        }
+        token_ids_free(&ids);
+        tokenizer_free(t);
+        gguf_close(&f);
+    }
+    remove(path);
+}
+
 static void test_bad_files(void) {
     expect_json_text_error("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":16000000},\"merges\":[]}}", "model.vocab");
     expect_json_text_error("{\"model\":{\"vocab\":{\"a\":-1}}}", "model.vocab[\"a\"]");
@@ -595,6 +636,7 @@ int main(void) {
     RUN(test_detok_split);
     RUN(test_special_ids_smollm2);
     RUN(test_special_ids_others);
+    RUN(test_spm_without_merges);
     RUN(test_bad_files);
     RUN(test_garbage);
     RUN(test_throughput);
