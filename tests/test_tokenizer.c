@@ -524,6 +524,39 @@ static void test_spm_without_merges(void) {
     remove(path);
 }
 
+/* A tokenizer.json whose Sequence repeats one step 10 times. */
+static char *repeated_steps(const char *component, const char *list, const char *step) {
+    TextBuf b = {0};
+    char head[128];
+    snprintf(head, sizeof head, "{\"model\":{\"vocab\":{\"a\":0}},\"%s\":{\"type\":\"Sequence\",\"%s\":[",
+             component, list);
+    textbuf_append(&b, head, strlen(head));
+    for (int i = 0; i < 10; i++) {
+        if (i) textbuf_append(&b, ",", 1);
+        textbuf_append(&b, step, strlen(step));
+    }
+    textbuf_append(&b, "]}}", 4); /* with the NUL */
+    return b.data;
+}
+
+/* Steps that lengthen text, chained, are refused at load: ten Replaces of
+ * "a" by "aa" would make every "a" 1024 bytes (by eight "a"s: a gigabyte). */
+static void test_growth_refused(void) {
+    char *norm = repeated_steps("normalizer", "normalizers",
+                                "{\"type\":\"Replace\",\"pattern\":{\"String\":\"a\"},\"content\":\"aa\"}");
+    char *pre = repeated_steps("pre_tokenizer", "pretokenizers",
+                               "{\"type\":\"Metaspace\",\"replacement\":\"  \",\"prepend_scheme\":\"never\","
+                               "\"split\":false}");
+    expect_json_text_error(norm, "normalizer: its steps can make text up to 1.02e+03 times longer (limit 64)");
+    expect_json_text_error(pre, "pre_tokenizer: with the normalizer its steps can make text up to");
+    free(norm);
+    free(pre);
+    /* One Replace of a char by a 65-byte string is as bad as a chain. */
+    expect_json_text_error("{\"model\":{\"vocab\":{\"a\":0}},\"normalizer\":{\"type\":\"Replace\",\"pattern\":"
+                           "{\"String\":\"a\"},\"content\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}}",
+                           "normalizer: its steps can make text up to 65 times longer");
+}
+
 static void test_bad_files(void) {
     expect_json_text_error("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":16000000},\"merges\":[]}}", "model.vocab");
     expect_json_text_error("{\"model\":{\"vocab\":{\"a\":-1}}}", "model.vocab[\"a\"]");
@@ -638,6 +671,7 @@ int main(void) {
     RUN(test_special_ids_others);
     RUN(test_spm_without_merges);
     RUN(test_bad_files);
+    RUN(test_growth_refused);
     RUN(test_garbage);
     RUN(test_throughput);
     for (size_t i = 0; i < N_CASES; i++) {
