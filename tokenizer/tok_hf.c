@@ -10,6 +10,8 @@
  *   post_processor  TemplateProcessing, ByteLevel, Sequence
  *   decoder         ByteLevel, ByteFallback, Fuse, Replace (-> " "), Strip
  *                   (leading), Metaspace, Sequence
+ * The normalizer and pre-tokenizer steps together may make a text at most
+ * TOK_MAX_GROWTH (64) times longer, counted in the worst case (tok_finish).
  * tokenizer_config.json gives bos_token, eos_token, add_bos_token and
  * chat_template (else chat_template.jinja beside it is read).
  */
