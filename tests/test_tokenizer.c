@@ -555,6 +555,9 @@ static void test_growth_refused(void) {
     expect_json_text_error("{\"model\":{\"vocab\":{\"a\":0}},\"normalizer\":{\"type\":\"Replace\",\"pattern\":"
                            "{\"String\":\"a\"},\"content\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}}",
                            "normalizer: its steps can make text up to 65 times longer");
+    expect_json_text_error("{\"model\":{\"vocab\":{\"a\":0}},\"normalizer\":{\"type\":\"Replace\",\"pattern\":"
+                           "{\"String\":\"\"},\"content\":\"a\"}}",
+                           "normalizer: a Replace of the empty string is not supported");
 }
 
 static void test_bad_files(void) {

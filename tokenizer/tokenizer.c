@@ -334,7 +334,7 @@ int tok_add_eog(Tokenizer *t, int32_t id) { return eog_add(t, id); }
 static double norm_growth(const NormStep *st) {
     switch (st->kind) {
     case NORM_NFC: return 3;
-    case NORM_REPLACE: return st->to_len > st->from_len ? (double)st->to_len / (double)st->from_len : 1;
+    case NORM_REPLACE: return st->from_len && st->to_len > st->from_len ? (double)st->to_len / (double)st->from_len : 1;
     case NORM_PREPEND: return 1 + (double)st->to_len;
     }
     return 1;
