@@ -15,8 +15,10 @@
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "formats/gguf.h"
+#include "formats/gguf_write.h"
 #include "test.h"
 #include "tokenizer/tok_internal.h"
 #include "tokenizer/tokenizer.h"
@@ -483,6 +485,81 @@ static void expect_json_text_error(const char *json, const char *field) {
     remove(path);
 }
 
+/* A SentencePiece ("llama") GGUF vocabulary of single characters: no token
+ * splits into two others, so there are no merges to rebuild. It must load and
+ * encode character by character (under UBSan it once sorted a NULL array). */
+static void test_spm_without_merges(void) {
+    char path[] = "/tmp/cllm_spm_XXXXXX.gguf";
+    int fd = mkstemps(path, 5);
+    CHECK(fd >= 0, "mkstemps");
+    if (fd < 0) return;
+    close(fd);
+    GGUFValue tok[3] = {{GGUF_STRING, {.str = {"<unk>", 5}}}, {GGUF_STRING, {.str = {"a", 1}}},
+                        {GGUF_STRING, {.str = {"\xE2\x96\x81", 3}}}};
+    GGUFValue score[3] = {{GGUF_FLOAT32, {.f = 0}}, {GGUF_FLOAT32, {.f = -1}}, {GGUF_FLOAT32, {.f = -2}}};
+    GGUFKV kv[3] = {
+        {(char *)"tokenizer.ggml.model", {GGUF_STRING, {.str = {"llama", 5}}}},
+        {(char *)"tokenizer.ggml.tokens", {GGUF_ARRAY, {.arr = {GGUF_STRING, 3, tok}}}},
+        {(char *)"tokenizer.ggml.scores", {GGUF_ARRAY, {.arr = {GGUF_FLOAT32, 3, score}}}},
+    };
+    Err err = {{0}};
+    GGUFFile f;
+    Tokenizer *t = NULL;
+    int rc = gguf_write(path, kv, 3, NULL, 0, 32, NULL, NULL, &err);
+    CHECK(rc == 0, "%s", err.msg);
+    if (rc == 0 && (rc = gguf_open(&f, path, &err)) == 0) {
+        rc = tokenizer_load_gguf(&t, &f, &err);
+        CHECK(rc == 0, "no merges: %s", err.msg);
+        TokenIds ids = {0};
+        if (t) {
+            CHECK(tokenizer_encode(t, "a a", 3, false, false, &ids, &err) == 0, "%s", err.msg);
+            /* Metaspace: "▁a▁a", one token per character. */
+            CHECK(ids.n == 4 && ids.ids[0] == 2 && ids.ids[1] == 1 && ids.ids[2] == 2 && ids.ids[3] == 1,
+                  "'a a' gave %zu ids", ids.n);
+        }
+        token_ids_free(&ids);
+        tokenizer_free(t);
+        gguf_close(&f);
+    }
+    remove(path);
+}
+
+/* A tokenizer.json whose Sequence repeats one step 10 times. */
+static char *repeated_steps(const char *component, const char *list, const char *step) {
+    TextBuf b = {0};
+    char head[128];
+    snprintf(head, sizeof head, "{\"model\":{\"vocab\":{\"a\":0}},\"%s\":{\"type\":\"Sequence\",\"%s\":[",
+             component, list);
+    textbuf_append(&b, head, strlen(head));
+    for (int i = 0; i < 10; i++) {
+        if (i) textbuf_append(&b, ",", 1);
+        textbuf_append(&b, step, strlen(step));
+    }
+    textbuf_append(&b, "]}}", 4); /* with the NUL */
+    return b.data;
+}
+
+/* Steps that lengthen text, chained, are refused at load: ten Replaces of
+ * "a" by "aa" would make every "a" 1024 bytes (by eight "a"s: a gigabyte). */
+static void test_growth_refused(void) {
+    char *norm = repeated_steps("normalizer", "normalizers",
+                                "{\"type\":\"Replace\",\"pattern\":{\"String\":\"a\"},\"content\":\"aa\"}");
+    char *pre = repeated_steps("pre_tokenizer", "pretokenizers",
+                               "{\"type\":\"Metaspace\",\"replacement\":\"  \",\"prepend_scheme\":\"never\","
+                               "\"split\":false}");
+    expect_json_text_error(norm, "normalizer: its steps can make text up to 1.02e+03 times longer (limit 64)");
+    expect_json_text_error(pre, "pre_tokenizer: with the normalizer its steps can make text up to");
+    free(norm);
+    free(pre);
+    /* One Replace of a char by a 65-byte string is as bad as a chain. */
+    expect_json_text_error("{\"model\":{\"vocab\":{\"a\":0}},\"normalizer\":{\"type\":\"Replace\",\"pattern\":"
+                           "{\"String\":\"a\"},\"content\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}}",
+                           "normalizer: its steps can make text up to 65 times longer");
+    expect_json_text_error("{\"model\":{\"vocab\":{\"a\":0}},\"normalizer\":{\"type\":\"Replace\",\"pattern\":"
+                           "{\"String\":\"\"},\"content\":\"a\"}}",
+                           "normalizer: a Replace of the empty string is not supported");
+}
+
 static void test_bad_files(void) {
     expect_json_text_error("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":16000000},\"merges\":[]}}", "model.vocab");
     expect_json_text_error("{\"model\":{\"vocab\":{\"a\":-1}}}", "model.vocab[\"a\"]");
@@ -595,7 +672,9 @@ int main(void) {
     RUN(test_detok_split);
     RUN(test_special_ids_smollm2);
     RUN(test_special_ids_others);
+    RUN(test_spm_without_merges);
     RUN(test_bad_files);
+    RUN(test_growth_refused);
     RUN(test_garbage);
     RUN(test_throughput);
     for (size_t i = 0; i < N_CASES; i++) {

@@ -193,7 +193,7 @@ static int build_spm_merges(GLoad *g) {
             return err_set(g->err, "%s: out of memory building merges", g->f->path);
         }
     }
-    qsort(v, n, sizeof *v, cand_cmp);
+    if (n) qsort(v, n, sizeof *v, cand_cmp); /* v is NULL when no token splits in two */
     int rc = mergemap_init(&t->merges, n);
     for (size_t i = 0; i < n && !rc; i++) mergemap_put(&t->merges, v[i].l, v[i].r, (int32_t)i, v[i].token);
     free(v);

@@ -10,6 +10,8 @@
  *   post_processor  TemplateProcessing, ByteLevel, Sequence
  *   decoder         ByteLevel, ByteFallback, Fuse, Replace (-> " "), Strip
  *                   (leading), Metaspace, Sequence
+ * The normalizer and pre-tokenizer steps together may make a text at most
+ * TOK_MAX_GROWTH (64) times longer, counted in the worst case (tok_finish).
  * tokenizer_config.json gives bos_token, eos_token, add_bos_token and
  * chat_template (else chat_template.jinja beside it is read).
  */
@@ -302,6 +304,8 @@ static int parse_normalizer(HLoad *h, const JsonValue *v, const char *field) {
         const JsonValue *p = string_pattern(h, v, field), *c;
         snprintf(f, sizeof f, "%s.content", field);
         if (!p || !(c = need(h, v, "content", JSON_STRING, f))) return -1;
+        /* HF inserts content between every character for ""; cllm does not. */
+        if (p->u.string.len == 0) return fail(h, field, "a Replace of the empty string is not supported%s", "");
         NormStep st = {NORM_REPLACE, tok_strdup(t, p->u.string.s, p->u.string.len),
                        tok_strdup(t, c->u.string.s, c->u.string.len), p->u.string.len, c->u.string.len};
         if (!st.from || !st.to) return fail(h, field, "out of memory%s", "");

@@ -18,6 +18,11 @@
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 
+/* The most times longer the normalizer and pre-tokenizer steps together may
+ * make a text, counted per step in the worst case (tok_finish refuses a file
+ * whose steps could exceed it; real files: 3 to 12). */
+#define TOK_MAX_GROWTH 64
+
 typedef enum { NORM_NFC, NORM_REPLACE, NORM_PREPEND } NormKind;
 typedef struct {
     NormKind kind;

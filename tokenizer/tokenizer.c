@@ -2,6 +2,7 @@
  * tokenizer.json loaders), the queries of tokenizer.h, token bytes and the
  * streaming detokenizer. Encoding is in tok_encode.c.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -324,7 +325,46 @@ static int add_known_eog(Tokenizer *t) {
 
 int tok_add_eog(Tokenizer *t, int32_t id) { return eog_add(t, id); }
 
+/* ---- growth bound ---------------------------------------------------------------------------- */
+
+/* How many times longer a step can make a piece of m >= 1 bytes: a step that
+ * gives at most a*m + b bytes counts as a + b. NFC lengthens UTF-8 at most
+ * 3-fold (Unicode's stream-safe bound); a Replace by to/from; Prepend and the
+ * pre-tokenizer's prefixes add their length to each piece. */
+static double norm_growth(const NormStep *st) {
+    switch (st->kind) {
+    case NORM_NFC: return 3;
+    case NORM_REPLACE: return st->from_len && st->to_len > st->from_len ? (double)st->to_len / (double)st->from_len : 1;
+    case NORM_PREPEND: return 1 + (double)st->to_len;
+    }
+    return 1;
+}
+
+static double pre_growth(const PreStep *st) {
+    if (st->kind == PRE_BYTELEVEL) return st->add_prefix_space ? 2 : 1;
+    if (st->kind != PRE_METASPACE) return 1; /* splits only */
+    double len = (double)st->str_len; /* ' ' -> the replacement, and a prefix */
+    return (len > 1 ? len : 1) + (st->prepend != PREPEND_NEVER ? len : 0);
+}
+
+/* A file's normalizer and pre-tokenizer could chain steps that each lengthen
+ * the text (ten Replaces of "a" by "aa" make 8 bytes 8 KiB; by eight "a"s, 8
+ * GB): refused at load, so encoding costs memory in proportion to the input. */
+static int check_growth(const Tokenizer *t, Err *err) {
+    double g = 1; /* held under 1e15 so that it stays finite */
+    for (size_t k = 0; k < t->n_norm; k++) g = fmin(g * norm_growth(&t->norm[k]), 1e15);
+    if (g > TOK_MAX_GROWTH)
+        return err_set(err, "%s: normalizer: its steps can make text up to %.3g times longer (limit %d)", t->source, g,
+                       TOK_MAX_GROWTH);
+    for (size_t k = 0; k < t->n_pre; k++) g = fmin(g * pre_growth(&t->pre[k]), 1e15);
+    if (g > TOK_MAX_GROWTH)
+        return err_set(err, "%s: pre_tokenizer: with the normalizer its steps can make text up to %.3g times longer "
+                            "(limit %d)", t->source, g, TOK_MAX_GROWTH);
+    return 0;
+}
+
 int tok_finish(Tokenizer *t, Err *err) {
+    if (check_growth(t, err)) return -1;
     for (int32_t id = 0; id < t->n_vocab; id++)
         if (!t->piece[id]) t->piece[id] = (char *)"";
     if (!t->vocab.slot && tok_build_vocab_map(t, err)) return -1;
