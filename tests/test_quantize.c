@@ -375,7 +375,7 @@ static void test_refuses_unloadable(void) {
         {{1, 64, 96, 4, 2, false, NULL, 0, NULL, NULL, "tokenizer.ggml.bos_token_id", 5000},
          {"tokenizer.ggml.bos_token_id", "5000"}},
         {{1, 64, 96, 4, 2, false, NULL, 0, NULL, NULL, "llama.attention.head_count_kv", 3},
-         {"KV head count", "n_kv_heads"}},
+         {"head_count_kv = 3", "must divide"}},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         char in[] = "/tmp/cllm_test_qbad_XXXXXX", out[] = "/tmp/cllm_test_qbadout_XXXXXX";

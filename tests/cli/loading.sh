@@ -73,5 +73,5 @@ check_refused "wrong shape" "$TMP/shape.gguf" "tensor 'blk.1.attn_q.weight' has 
 edit $TINY/llama.gguf "$TMP/bos.gguf" tokenizer.ggml.bos_token_id:0:5000
 check_refused "bad token id" "$TMP/bos.gguf" "tokenizer.ggml.bos_token_id: 5000 is out of range"
 edit $TINY/llama.gguf "$TMP/heads.gguf" llama.attention.head_count_kv:2:3
-check_refused "head counts" "$TMP/heads.gguf" "KV head count must divide the head count"
+check_refused "head counts" "$TMP/heads.gguf" "head_count_kv = 3 \(must divide"
 exit 0
