@@ -8,7 +8,7 @@
 #   ./build.sh --clean    remove build outputs
 #
 # Steps, top to bottom: check the C toolchain and zlib (install zlib's headers
-# when root, else say what to install), find the CUDA toolkit, run make with
+# and static archive when root, else say what to install), find the CUDA toolkit, run make with
 # dependency tracking (a one-file change recompiles one file), copy the
 # binary to ./cllm. Each configuration has a folder of its own (build/cpu,
 # build/cuda, build/asan), so builds of any order never mix objects.
@@ -44,13 +44,14 @@ for tool in cc make; do
     fi
 done
 
-# 2. zlib headers (for .gz prompt and output files).
-if ! echo '#include <zlib.h>' | cc -E - >/dev/null 2>&1; then
+# 2. zlib headers and static archive (for .gz prompt and output files; linked
+#    in, so the binary needs no libz at run time).
+if ! echo '#include <zlib.h>' | cc -E - >/dev/null 2>&1 || [ "$(cc -print-file-name=libz.a)" = libz.a ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         echo "build.sh: installing zlib1g-dev"
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zlib1g-dev >/dev/null
     else
-        echo "build.sh: zlib headers missing; install them with: sudo apt-get install zlib1g-dev" >&2
+        echo "build.sh: zlib headers or its static archive (libz.a) missing; install them with: sudo apt-get install zlib1g-dev" >&2
         exit 1
     fi
 fi
@@ -65,7 +66,7 @@ jobs=$(nproc 2>/dev/null || echo 2)
 make -s -j"$jobs" BUILD="$build" CUDA="$cuda" SAN="$san" all
 if [ "$san" = 0 ]; then
     cp "$build/cllm" ./cllm
-    if [ "$cuda" = 1 ]; then echo "build.sh: built ./cllm (CUDA sm_80/sm_89/sm_90 + CPU backends)"
+    if [ "$cuda" = 1 ]; then echo "build.sh: built ./cllm (CUDA sm_80/sm_86/sm_89/sm_90a + PTX, and CPU backends)"
     else echo "build.sh: built ./cllm (CPU backend only)"; fi
 else
     echo "build.sh: built $build/cllm and tests with AddressSanitizer + UBSan"

@@ -80,12 +80,12 @@ static int open_pipeline(Runtime *rt, const RunOptions *o, int ctx, int block, i
     return 0;
 }
 
-/* One backend: the GPU unless --cpu or none is there; its KV cache takes
- * what --gpu-mem-util leaves after weights and activations. */
-static int open_backend(Runtime *rt, const RunOptions *o, int ctx, int block, int chunk, Err *err) {
+/* One backend: the GPU unless --cpu or none is there (n_gpus); its KV cache
+ * takes what --gpu-mem-util leaves after weights and activations. */
+static int open_backend(Runtime *rt, const RunOptions *o, int n_gpus, int ctx, int block, int chunk, Err *err) {
     const ModelConfig *c = &rt->model.cfg;
     BackendOptions bo = backend_options(o, c, ctx, block, chunk);
-    int n_blocks = (ctx + block - 1) / block + 1, n_gpus = o->cpu ? 0 : backend_gpu_count(NULL);
+    int n_blocks = (ctx + block - 1) / block + 1;
     if (n_gpus > 0 && (o->gpu < 0 || o->gpu >= n_gpus))
         return err_set(err, "--gpu %d: this machine has %d GPU(s) (0..%d)", o->gpu, n_gpus, n_gpus - 1);
     bo.device = n_gpus > 0 ? o->gpu : -1;
@@ -117,7 +117,12 @@ int runtime_open(Runtime *rt, const RunOptions *o, Err *err) {
     const ModelConfig *c = &rt->model.cfg;
     int ctx = o->ctx_size > 0 ? o->ctx_size : (c->ctx_len < 4096 ? c->ctx_len : 4096);
     int block = 16, chunk = o->prefill_chunk > 0 ? o->prefill_chunk : 256;
-    int rc = o->pp > 1 ? open_pipeline(rt, o, ctx, block, chunk, err) : open_backend(rt, o, ctx, block, chunk, err);
+    Err why = {{0}};
+    int n_gpus = o->cpu ? 0 : backend_gpu_count(&why);
+    if (!o->cpu && n_gpus == 0 && why.msg[0]) /* a CUDA build that cannot use a GPU here */
+        fprintf(stderr, "cllm: %s; running on the CPU\n", why.msg);
+    int rc = o->pp > 1 ? open_pipeline(rt, o, ctx, block, chunk, err)
+                       : open_backend(rt, o, n_gpus, ctx, block, chunk, err);
     if (rc) runtime_close(rt);
     return rc;
 }

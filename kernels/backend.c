@@ -10,6 +10,7 @@
 #include "kernels/cpu/backend_cpu.h"
 #ifdef CLLM_CUDA
 #include "kernels/cuda/backend_cuda.h"
+#include "kernels/cuda/cuda_libs.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/nccl_link.h"
 #endif
@@ -28,18 +29,34 @@ Backend *backend_create(const ModelShape *shape, const ModelWeights *w, const Ba
 #endif
 }
 
+/* cuBLASLt is loaded only where a GPU is there to use it; GPUs older than
+ * the oldest the kernels are built for count as none (one new enough: its
+ * index is what --gpu takes, and backend_create refuses an old one). */
 int backend_gpu_count(Err *why) {
 #ifdef CLLM_CUDA
-    int n = 0;
-    Err e = {{0}};
+    int n = 0, usable = 0;
+    Err e = {{0}}, first_old = {{0}};
     if (cuda_device_count(&n, &e)) {
         if (why) *why = e;
         return 0;
     }
-    if (n == 0 && why) err_set(why, "no CUDA device");
+    if (n == 0) return err_set(why, "no CUDA device"), 0;
+    for (int d = 0; d < n; d++) {
+        Err old = {{0}};
+        if (cuda_device_supported(d, &old) == 0) usable++;
+        else if (!first_old.msg[0]) first_old = old;
+    }
+    if (usable == 0) {
+        if (why) *why = first_old;
+        return 0;
+    }
+    if (!cublaslt_lib(&e)) {
+        if (why) *why = e;
+        return 0;
+    }
     return n;
 #else
-    if (why) err_set(why, "built without CUDA");
+    (void)why; /* a CPU-only build: nothing to report */
     return 0;
 #endif
 }

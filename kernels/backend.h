@@ -193,8 +193,10 @@ typedef struct {
  * its life). */
 Backend *backend_create(const ModelShape *shape, const ModelWeights *w, const BackendOptions *o, Err *err);
 
-/* GPUs this build can run on: 0 in a CPU-only build or with no GPU (*why,
- * when given, then says which). */
+/* GPUs this build can run on. 0 in a CPU-only build (*why untouched: there
+ * is nothing to report), or in a CUDA build with no GPU, no GPU new enough,
+ * or no cuBLASLt (libcublasLt.so.13): *why, when given, then says which in
+ * one line (the caller runs on the CPU and tells the user why). */
 int backend_gpu_count(Err *why);
 
 /* Bytes GPU o->device would hold of w (quantized matrices kept quantized

@@ -21,6 +21,7 @@
  *
  * Written C-style: plain structs and functions, extern "C" entry points. */
 #include "kernels/cuda/backend_cuda.cuh"
+#include "kernels/cuda/cuda_libs.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -187,7 +188,7 @@ static void cuda_destroy(Backend *be) {
                       cb->h_idx, cb->h_meta};
     for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++) cudaFreeHost(pinned[i]);
     gemm_plans_free(cb);
-    if (cb->lt) cublasLtDestroy(cb->lt);
+    if (cb->lt) cublaslt_lib(NULL)->Destroy(cb->lt); /* made: the library is loaded */
     if (cb->stream) cudaStreamDestroy(cb->stream);
     free(cb->kv);
     free(cb->h_need);
@@ -218,15 +219,17 @@ static int read_tuning(CudaTuning *t, const BackendOptions *o, const CudaChecks 
     return 0;
 }
 
-/* The stream (above dequant_ahead's side stream), cuBLASLt and its
- * workspace, the fused GEMM's split-K scratch. */
+/* The stream (above dequant_ahead's side stream), cuBLASLt (loaded here,
+ * cuda_libs.h) and its workspace, the fused GEMM's split-K scratch. */
 static int open_device(CudaBackend *cb, int device, Err *err) {
     int least = 0, greatest = 0, sms = 0;
     cudaError_t e = cudaSetDevice(device);
     if (e != cudaSuccess) return err_set(err, "cuda: cannot use device %d: %s", device, cudaGetErrorString(e));
+    const CublasLt *lt = cublaslt_lib(err);
+    if (!lt) return -1;
     CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest), err);
     CUDA_CHECK(cudaStreamCreateWithPriority(&cb->stream, cudaStreamNonBlocking, greatest), err);
-    if (cublasLtCreate(&cb->lt) != CUBLAS_STATUS_SUCCESS) return err_set(err, "cuBLASLt: cannot initialize");
+    if (lt->Create(&cb->lt) != CUBLAS_STATUS_SUCCESS) return err_set(err, "cuBLASLt: cannot initialize");
     cb->workspace_bytes = (size_t)32 << 20;
     CUDA_CHECK(cudaMalloc(&cb->workspace, cb->workspace_bytes), err);
     if (!cb->tune.quant_gemm) return 0;
@@ -253,6 +256,7 @@ extern "C" Backend *backend_cuda_create(const ModelShape *c, const ModelWeights 
     int rc = o->block_size > 0 ? 0 : err_set(err, "cuda: block size %d", o->block_size);
     cudaError_t e = rc ? cudaSuccess : cudaSetDevice(o->device); /* quant_gemm_available asks the current device */
     if (e != cudaSuccess) rc = err_set(err, "cuda: cannot use device %d: %s", o->device, cudaGetErrorString(e));
+    if (rc == 0) rc = cuda_device_supported(o->device, err); /* before any kernel: an older GPU has none of them */
     if (rc == 0) rc = read_tuning(&cb->tune, o, checks, err);
     if (rc == 0) rc = open_device(cb, o->device, err);
     if (rc == 0) rc = upload_model(cb, c, host, &be->load_gbps, err);

@@ -18,20 +18,23 @@
 #include <string.h>
 
 #include "kernels/cuda/backend_cuda.cuh"
+#include "kernels/cuda/cuda_libs.h"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/gemv.cuh"
 
-/* ---------- cuBLASLt ---------- */
+/* ---------- cuBLASLt (loaded at run time: cuda_libs.h) ---------- */
 
 static int gemm_plan(CudaBackend *cb, int m, int n, int k, int ldc, bool out_f32, GemmPlan **out, Err *err) {
+    const CublasLt *L = cublaslt_lib(err);
+    if (!L) return -1;
     for (int i = 0; i < cb->n_plans; i++) {
         GemmPlan *p = &cb->plans[i];
         if (p->m == m && p->n == n && p->k == k && p->ldc == ldc && p->out_f32 == out_f32) { *out = p; return 0; }
     }
     if (cb->n_plans == GEMM_CACHE) { /* full: recycle the last slot */
         GemmPlan *p = &cb->plans[--cb->n_plans];
-        cublasLtMatmulDescDestroy(p->desc);
-        cublasLtMatrixLayoutDestroy(p->a); cublasLtMatrixLayoutDestroy(p->b); cublasLtMatrixLayoutDestroy(p->c);
+        L->MatmulDescDestroy(p->desc);
+        L->MatrixLayoutDestroy(p->a); L->MatrixLayoutDestroy(p->b); L->MatrixLayoutDestroy(p->c);
     }
     GemmPlan *p = &cb->plans[cb->n_plans];
     memset(p, 0, sizeof *p);
@@ -41,23 +44,23 @@ static int gemm_plan(CudaBackend *cb, int m, int n, int k, int ldc, bool out_f32
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t h;
     int found = 0;
-    bool ok = cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
-              cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) == CUBLAS_STATUS_SUCCESS &&
-              cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) == CUBLAS_STATUS_SUCCESS &&
-              cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, k, m, k) == CUBLAS_STATUS_SUCCESS && /* W: [m][k] row-major */
-              cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, k, n, k) == CUBLAS_STATUS_SUCCESS && /* x: [n][k] row-major */
-              cublasLtMatrixLayoutCreate(&p->c, ct, m, n, ldc) == CUBLAS_STATUS_SUCCESS &&        /* y: [n][ldc] row-major */
-              cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
-              cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &cb->workspace_bytes,
-                                                   sizeof cb->workspace_bytes) == CUBLAS_STATUS_SUCCESS &&
-              cublasLtMatmulAlgoGetHeuristic(cb->lt, p->desc, p->a, p->b, p->c, p->c, pref, 1, &h, &found) ==
+    bool ok = L->MatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+              L->MatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) == CUBLAS_STATUS_SUCCESS &&
+              L->MatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) == CUBLAS_STATUS_SUCCESS &&
+              L->MatrixLayoutCreate(&p->a, CUDA_R_16BF, k, m, k) == CUBLAS_STATUS_SUCCESS && /* W: [m][k] row-major */
+              L->MatrixLayoutCreate(&p->b, CUDA_R_16BF, k, n, k) == CUBLAS_STATUS_SUCCESS && /* x: [n][k] row-major */
+              L->MatrixLayoutCreate(&p->c, ct, m, n, ldc) == CUBLAS_STATUS_SUCCESS &&        /* y: [n][ldc] row-major */
+              L->MatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
+              L->MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &cb->workspace_bytes,
+                                              sizeof cb->workspace_bytes) == CUBLAS_STATUS_SUCCESS &&
+              L->MatmulAlgoGetHeuristic(cb->lt, p->desc, p->a, p->b, p->c, p->c, pref, 1, &h, &found) ==
                   CUBLAS_STATUS_SUCCESS && found > 0;
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (pref) L->MatmulPreferenceDestroy(pref);
     if (!ok) {
-        if (p->desc) cublasLtMatmulDescDestroy(p->desc);
-        if (p->a) cublasLtMatrixLayoutDestroy(p->a);
-        if (p->b) cublasLtMatrixLayoutDestroy(p->b);
-        if (p->c) cublasLtMatrixLayoutDestroy(p->c);
+        if (p->desc) L->MatmulDescDestroy(p->desc);
+        if (p->a) L->MatrixLayoutDestroy(p->a);
+        if (p->b) L->MatrixLayoutDestroy(p->b);
+        if (p->c) L->MatrixLayoutDestroy(p->c);
         return err_set(err, "cuBLASLt: no algorithm for a %d x %d x %d bf16 GEMM", m, n, k);
     }
     p->algo = h.algo;
@@ -72,8 +75,9 @@ static void gemm_lt(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const b
     GemmPlan *p = NULL;
     if (cb->failed || gemm_plan(cb, M, T, K, ldc, y_f32, &p, &cb->err)) { cb->failed = true; return; }
     float alpha = 1.0f, beta = 0.0f;
-    cublasStatus_t st = cublasLtMatmul(cb->lt, p->desc, &alpha, W, p->a, x, p->b, &beta, y, p->c, y, p->c, &p->algo,
-                                       cb->workspace, cb->workspace_bytes, cb->stream);
+    const CublasLt *L = cublaslt_lib(NULL); /* gemm_plan loaded it */
+    cublasStatus_t st = L->Matmul(cb->lt, p->desc, &alpha, W, p->a, x, p->b, &beta, y, p->c, y, p->c, &p->algo,
+                                  cb->workspace, cb->workspace_bytes, cb->stream);
     if (st != CUBLAS_STATUS_SUCCESS) {
         cb->failed = true;
         err_set(&cb->err, "cuBLASLt matmul failed (%d) for %d x %d x %d", (int)st, M, T, K);
@@ -81,11 +85,12 @@ static void gemm_lt(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const b
 }
 
 void gemm_plans_free(CudaBackend *cb) {
+    const CublasLt *L = cb->n_plans ? cublaslt_lib(NULL) : NULL; /* a plan was made: it is loaded */
     for (int i = 0; i < cb->n_plans; i++) {
-        cublasLtMatmulDescDestroy(cb->plans[i].desc);
-        cublasLtMatrixLayoutDestroy(cb->plans[i].a);
-        cublasLtMatrixLayoutDestroy(cb->plans[i].b);
-        cublasLtMatrixLayoutDestroy(cb->plans[i].c);
+        L->MatmulDescDestroy(cb->plans[i].desc);
+        L->MatrixLayoutDestroy(cb->plans[i].a);
+        L->MatrixLayoutDestroy(cb->plans[i].b);
+        L->MatrixLayoutDestroy(cb->plans[i].c);
     }
     cb->n_plans = 0;
 }

@@ -1,5 +1,6 @@
 /* nccl_link.cu — NCCL communicators and point-to-point transfers between
- * pipeline stages (see nccl_link.h). */
+ * pipeline stages (see nccl_link.h). NCCL is loaded at run time, by the
+ * first call that needs it (cuda_libs.h): a group keeps its table. */
 #include "kernels/cuda/nccl_link.cuh"
 
 #include <stdlib.h>
@@ -8,10 +9,12 @@
 #include <nccl.h>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_libs.h"
 
 #define MAX_RANKS 64
 
 struct NcclGroup {
+    const Nccl *nc;               /* the loaded library */
     int n;                        /* ranks */
     ncclComm_t comm[MAX_RANKS];   /* NULL for ranks of other processes */
     int device[MAX_RANKS];
@@ -19,11 +22,11 @@ struct NcclGroup {
     bool aborted;
 };
 
-#define NCCL_CHECK(stmt, err)                                                                                  \
+#define NCCL_CHECK(nc, stmt, err)                                                                              \
     do {                                                                                                       \
         ncclResult_t r_ = (stmt);                                                                              \
         if (r_ != ncclSuccess)                                                                                 \
-            return err_set((err), "NCCL error '%s' in %s at %s:%d", ncclGetErrorString(r_), #stmt, __FILE__, \
+            return err_set((err), "NCCL error '%s' in %s at %s:%d", (nc)->GetErrorString(r_), #stmt, __FILE__, \
                            __LINE__);                                                                          \
     } while (0)
 
@@ -38,14 +41,17 @@ extern "C" NcclGroup *nccl_group_open(const int *devs, int n, double timeout_s, 
     for (int i = 0; i < n; i++)
         for (int j = 0; j < i; j++)
             if (devs[i] == devs[j]) { err_set(err, "nccl: GPU %d given to two stages", devs[i]); return NULL; }
+    const Nccl *nc = nccl_lib(err);
+    if (!nc) return NULL;
     NcclGroup *g = (NcclGroup *)calloc(1, sizeof *g);
     if (!g) { err_set(err, "out of memory"); return NULL; }
+    g->nc = nc;
     g->n = n;
     g->timeout_s = timeout_s;
     memcpy(g->device, devs, n * sizeof *devs);
-    ncclResult_t r = ncclCommInitAll(g->comm, n, devs);
+    ncclResult_t r = nc->CommInitAll(g->comm, n, devs);
     if (r != ncclSuccess) {
-        err_set(err, "NCCL: cannot connect the stage GPUs: %s", ncclGetErrorString(r));
+        err_set(err, "NCCL: cannot connect the stage GPUs: %s", nc->GetErrorString(r));
         free(g);
         return NULL;
     }
@@ -53,9 +59,11 @@ extern "C" NcclGroup *nccl_group_open(const int *devs, int n, double timeout_s, 
 }
 
 extern "C" int nccl_unique_id(unsigned char id[CLLM_NCCL_ID_BYTES], Err *err) {
+    const Nccl *nc = nccl_lib(err);
+    if (!nc) return -1;
     ncclUniqueId u;
     static_assert(sizeof u == CLLM_NCCL_ID_BYTES, "ncclUniqueId size");
-    NCCL_CHECK(ncclGetUniqueId(&u), err);
+    NCCL_CHECK(nc, nc->GetUniqueId(&u), err);
     memcpy(id, &u, sizeof u);
     return 0;
 }
@@ -66,18 +74,21 @@ extern "C" NcclGroup *nccl_group_join(const unsigned char id[CLLM_NCCL_ID_BYTES]
         err_set(err, "nccl: rank %d of %d", rank, n);
         return NULL;
     }
+    const Nccl *nc = nccl_lib(err);
+    if (!nc) return NULL;
     NcclGroup *g = (NcclGroup *)calloc(1, sizeof *g);
     if (!g) { err_set(err, "out of memory"); return NULL; }
+    g->nc = nc;
     g->n = n;
     g->timeout_s = timeout_s;
     g->device[rank] = device;
     ncclUniqueId u;
     memcpy(&u, id, sizeof u);
     cudaError_t ce = cudaSetDevice(device);
-    ncclResult_t r = ce == cudaSuccess ? ncclCommInitRank(&g->comm[rank], n, u, rank) : ncclInvalidUsage;
+    ncclResult_t r = ce == cudaSuccess ? nc->CommInitRank(&g->comm[rank], n, u, rank) : ncclInvalidUsage;
     if (r != ncclSuccess) {
         err_set(err, "NCCL: rank %d of %d cannot join on GPU %d: %s", rank, n, device,
-                ce != cudaSuccess ? cudaGetErrorString(ce) : ncclGetErrorString(r));
+                ce != cudaSuccess ? cudaGetErrorString(ce) : nc->GetErrorString(r));
         free(g);
         return NULL;
     }
@@ -89,7 +100,7 @@ extern "C" void nccl_group_close(NcclGroup *g) {
     for (int i = 0; i < g->n; i++) {
         if (!g->comm[i] || g->aborted) continue; /* aborted ones are gone */
         cudaSetDevice(g->device[i]);
-        ncclCommDestroy(g->comm[i]);
+        g->nc->CommDestroy(g->comm[i]);
     }
     free(g);
 }
@@ -105,14 +116,14 @@ static int comm_of(NcclGroup *g, int rank, int peer, ncclComm_t *c, Err *err) {
 int nccl_link_send(NcclGroup *g, int rank, const void *buf, size_t n, bool bf16, int peer, cudaStream_t s, Err *err) {
     ncclComm_t c = NULL;
     if (comm_of(g, rank, peer, &c, err)) return -1;
-    NCCL_CHECK(ncclSend(buf, n, bf16 ? ncclBfloat16 : ncclFloat32, peer, c, s), err);
+    NCCL_CHECK(g->nc, g->nc->Send(buf, n, bf16 ? ncclBfloat16 : ncclFloat32, peer, c, s), err);
     return 0;
 }
 
 int nccl_link_recv(NcclGroup *g, int rank, void *buf, size_t n, bool bf16, int peer, cudaStream_t s, Err *err) {
     ncclComm_t c = NULL;
     if (comm_of(g, rank, peer, &c, err)) return -1;
-    NCCL_CHECK(ncclRecv(buf, n, bf16 ? ncclBfloat16 : ncclFloat32, peer, c, s), err);
+    NCCL_CHECK(g->nc, g->nc->Recv(buf, n, bf16 ? ncclBfloat16 : ncclFloat32, peer, c, s), err);
     return 0;
 }
 
@@ -122,7 +133,7 @@ static void group_abort(NcclGroup *g) {
     if (g->aborted) return;
     g->aborted = true;
     for (int i = 0; i < g->n; i++)
-        if (g->comm[i]) ncclCommAbort(g->comm[i]);
+        if (g->comm[i]) g->nc->CommAbort(g->comm[i]);
 }
 
 int nccl_link_wait(NcclGroup *g, int rank, cudaStream_t s, Err *err) {
@@ -132,11 +143,11 @@ int nccl_link_wait(NcclGroup *g, int rank, cudaStream_t s, Err *err) {
         if (e == cudaSuccess) return 0;
         if (e != cudaErrorNotReady) CUDA_CHECK(e, err);
         ncclResult_t async = ncclSuccess;
-        if (!g->aborted && g->comm[rank] && ncclCommGetAsyncError(g->comm[rank], &async) == ncclSuccess && async != ncclSuccess &&
+        if (!g->aborted && g->comm[rank] && g->nc->CommGetAsyncError(g->comm[rank], &async) == ncclSuccess && async != ncclSuccess &&
             async != ncclInProgress) {
             group_abort(g);
             return err_set(err, "NCCL error on the link of stage %d (GPU %d): %s; communicators aborted", rank,
-                           g->device[rank], ncclGetErrorString(async));
+                           g->device[rank], g->nc->GetErrorString(async));
         }
         if (g->aborted) return err_set(err, "stage %d (GPU %d): the stage link was aborted (another stage failed)", rank, g->device[rank]);
         if (seconds_now() > deadline) {

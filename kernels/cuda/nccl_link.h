@@ -9,6 +9,8 @@
  * recv_prev ops: ncclSend / ncclRecv on the backend's stream, and a `read`
  * that waits for the stream with a deadline: a peer that died or hangs
  * makes it abort the communicator and fail with a message, never hang.
+ * NCCL is opened at run time (cuda_libs.h) by the first of these calls:
+ * without libnccl.so.2 they fail with a message that names it.
  */
 #ifndef CLLM_NCCL_LINK_H
 #define CLLM_NCCL_LINK_H

@@ -8,10 +8,13 @@ cd "$(dirname "$0")/../.."
 B=build/cuda
 mkdir -p "$B"
 tar -xJf .gpu/bundle.tar.xz -C "$B"
-# the versioned sonames: a runtime-only install has no unversioned .so links
-dirs=$(ldconfig -p | grep -E 'lib(nccl|cublasLt|z)\.so' | sed 's,.*=> ,,;s,/[^/]*$,,' | sort -u | sed 's,^,-L,')
-LIBS="-L${CUDA_HOME:-/usr/local/cuda}/lib64 $dirs -lcudart_static -l:libcublasLt.so.13 -l:libnccl.so.2 -ldl -lrt -lstdc++
-      -l:libz.so.1 -lm -pthread"
+# cllm opens cuBLASLt and NCCL at run time (kernels/cuda/cuda_libs.c); only
+# test_quant_gemm calls cuBLASLt itself (its reference GEMM), hence
+# --as-needed. The versioned sonames: a runtime-only install has no
+# unversioned .so links.
+dirs=$(ldconfig -p | grep -E 'lib(cublasLt|z)\.so' | sed 's,.*=> ,,;s,/[^/]*$,,' | sort -u | sed 's,^,-L,')
+LIBS="-L${CUDA_HOME:-/usr/local/cuda}/lib64 $dirs -lcudart_static -ldl -lrt -lstdc++ -l:libz.so.1 -lm -pthread
+      -Wl,--as-needed -l:libcublasLt.so.13"
 extra=$(ls "$B"/tests/gpu/*.o | grep -v '/test_' || true) # test-only device code (tests/gpu/*.cu)
 for o in "$B"/tests/gpu/test_*.o; do
     cc -o "${o%.o}" "$o" "$B"/tests/ref/*.o $extra "$B/libcllm.a" $LIBS &
