@@ -60,6 +60,18 @@ int app_load_model(const char *cmd, const char *path, int flags, DType dummy_typ
         fprintf(stderr, "cllm %s: %s\n", cmd, err.msg);
         return 2;
     }
+    app_warn_unused(m);
     return 0;
+}
+
+#define UNUSED_WARN_MAX 16
+
+void app_warn_unused(const Model *m) {
+    for (uint64_t i = 0; i < m->n_unused && i < UNUSED_WARN_MAX; i++)
+        fprintf(stderr, "cllm: warning: %s: tensor '%s' is not used by the %s architecture (ignored)\n", m->path,
+                m->unused[i], arch_name(m->cfg.arch));
+    if (m->n_unused > UNUSED_WARN_MAX)
+        fprintf(stderr, "cllm: warning: %s: %llu more tensors are not used (cllm info --tensors lists them)\n",
+                m->path, (unsigned long long)(m->n_unused - UNUSED_WARN_MAX));
 }
 

@@ -15,4 +15,8 @@ int app_default_model(char *out, size_t cap);
  * with "cllm CMD: " in front. */
 int app_load_model(const char *cmd, const char *path, int flags, DType dummy_type, Model *m);
 
+/* Names on stderr the tensors of m's file that nothing reads (the first 16,
+ * then their count): the warning every command that loads a model gives. */
+void app_warn_unused(const Model *m);
+
 #endif

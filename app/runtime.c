@@ -6,6 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "app/models.h"
+
 void run_options_default(RunOptions *o) {
     memset(o, 0, sizeof *o);
     o->prefill_chunk = 256;
@@ -114,6 +116,7 @@ int runtime_open(Runtime *rt, const RunOptions *o, Err *err) {
     if (o->dummy_weights ? model_load_dummy(&rt->model, o->model, 0, o->dummy_type, err)
                          : model_load(&rt->model, o->model, 0, err))
         return -1;
+    app_warn_unused(&rt->model);
     const ModelConfig *c = &rt->model.cfg;
     int ctx = o->ctx_size > 0 ? o->ctx_size : (c->ctx_len < 4096 ? c->ctx_len : 4096);
     int block = 16, chunk = o->prefill_chunk > 0 ? o->prefill_chunk : 256;

@@ -329,11 +329,10 @@ static int model_open_gguf(Model *m, int flags, Err *err) {
     return tokenizer_load_gguf(&m->tok, &m->gguf, err);
 }
 
-/* After binding: the file's tensors no weight role read, each named once on
- * stderr (at most UNUSED_WARN_MAX of them, then their count): a tensor the
- * file holds and cllm ignores usually means a feature it does not apply. */
-#define UNUSED_WARN_MAX 16
-
+/* After binding: the file's tensors no weight role read, kept in m->unused
+ * (the commands warn of them: app_warn_unused; `cllm info` lists them): a
+ * tensor the file holds and cllm ignores usually means a feature it does not
+ * apply. */
 static int model_find_unused(Model *m, Err *err) {
     uint64_t n = model_tensor_count(m);
     for (uint64_t i = 0; i < n; i++) m->n_unused += !m->tensor_used[i];
@@ -343,12 +342,6 @@ static int model_find_unused(Model *m, Err *err) {
     uint64_t k = 0;
     for (uint64_t i = 0; i < n; i++)
         if (!m->tensor_used[i]) m->unused[k++] = model_tensor_at(m, i)->name;
-    for (uint64_t i = 0; i < m->n_unused && i < UNUSED_WARN_MAX; i++)
-        fprintf(stderr, "cllm: warning: %s: tensor '%s' is not used by the %s architecture (ignored)\n", m->path,
-                m->unused[i], arch_name(m->cfg.arch));
-    if (m->n_unused > UNUSED_WARN_MAX)
-        fprintf(stderr, "cllm: warning: %s: %llu more tensors are not used (cllm info --tensors lists them)\n",
-                m->path, (unsigned long long)(m->n_unused - UNUSED_WARN_MAX));
     return 0;
 }
 

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "app/info.h"
+#include "app/models.h"
 #include "engine/engine.h"
 #include "formats/gguf_write.h"
 #include "kernels/cpu/backend_cpu.h"
@@ -390,8 +391,8 @@ static void test_misaligned_safetensors(void) {
     free(got);
 }
 
-/* A file tensor that no weight role reads: named on stderr at load (the
- * first 16, then a count), kept in m.unused, listed by `cllm info`. */
+/* A file tensor that no weight role reads: named on stderr by the commands
+ * (app_warn_unused: the first 16, then a count), kept in m.unused, listed by `cllm info`. */
 static void test_unused_tensors(void) {
     char src[1024], dst[] = "/tmp/cllm_test_unused_XXXXXX", errf[] = "/tmp/cllm_test_stderr_XXXXXX";
     snprintf(src, sizeof src, "%s/tiny/llama.gguf", test_fixture_dir());
@@ -405,6 +406,7 @@ static void test_unused_tensors(void) {
     Model m;
     Err err = {{0}};
     int rc = model_load(&m, dst, MODEL_LOAD_NO_TOKENIZER, &err);
+    if (rc == 0) app_warn_unused(&m);
     fflush(stderr);
     dup2(saved, 2);
     close(saved);
