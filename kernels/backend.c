@@ -127,6 +127,14 @@ BackendLinks *backend_link_join(Backend *be, const unsigned char id[BACKEND_LINK
 #endif
 }
 
+int backend_link_available(Err *err) {
+#ifdef CLLM_CUDA
+    return nccl_lib(err) ? 0 : -1;
+#else
+    return err_set(err, "links: built without CUDA");
+#endif
+}
+
 void backend_link_close(BackendLinks *l) {
     if (!l) return;
 #ifdef CLLM_CUDA

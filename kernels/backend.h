@@ -220,6 +220,9 @@ int backend_link_id(unsigned char id[BACKEND_LINK_ID_BYTES], Err *err);
 BackendLinks *backend_link_join(Backend *be, const unsigned char id[BACKEND_LINK_ID_BYTES], int rank, int n,
                                 double timeout_s, Err *err);
 void backend_link_close(BackendLinks *l);
+/* 0 when links can be made here (NCCL loads); -1 with err saying what is
+ * missing: asked before any stage uploads its weights. */
+int backend_link_available(Err *err);
 
 #ifdef __cplusplus
 }

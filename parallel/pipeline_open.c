@@ -73,15 +73,16 @@ static int check_kv(const Pipeline *p, const PipelineOptions *o, Err *err) {
 static int open_stages(Pipeline *p, const Model *m, const PipelineOptions *o, Err *err) {
     int n = o->n_stages, dev[STAGE_MAX], n_gpus = stage_gpus(o);
     if (make_plan(p, m, o, n, err) || stage_devices(o, n, dev, err)) return -1;
+    bool shared = false;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < i; j++) shared |= dev[i] == dev[j];
+    if (n_gpus > 0 && !shared && backend_link_available(err)) return -1; /* before any weights move */
     for (int s = 0; s < n; s++)
         if (!(p->be[s] = stage_backend(o, &p->sm[s], dev[s], n_gpus, err))) return stage_failed(err, s, &p->plan);
     for (int s = 1; s < n; s++)
         if (p->be[s]->kv_block_size != p->be[0]->kv_block_size)
             return err_set(err, "pipeline: stage %d has KV blocks of %d tokens, stage 0 of %d", s,
                            p->be[s]->kv_block_size, p->be[0]->kv_block_size);
-    bool shared = false;
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < i; j++) shared |= dev[i] == dev[j];
     if (n_gpus > 0 && !shared && !(p->links = backend_link_open(p->be, n, o->timeout_s, err))) return -1;
     if (check_kv(p, o, err)) return -1;
     return pipeline_start(p, o->backend.max_tokens, err);
@@ -105,7 +106,7 @@ static int open_own_stage(Pipeline *p, const Model *m, const PipelineOptions *o,
     int n = o->world_size, r = o->rank, driver = n - 1;
     if (make_plan(p, m, o, n, err)) return -1;
     int dev = own_device(o, err), n_gpus = stage_gpus(o);
-    if (dev < 0) return -1;
+    if (dev < 0 || (n_gpus > 0 && backend_link_available(err))) return -1;
     unsigned char id[BACKEND_LINK_ID_BYTES] = "cllm-cpu-stages";
     if (n_gpus > 0 && r == driver && backend_link_id(id, err)) return -1;
     int fds[STAGE_MAX];
