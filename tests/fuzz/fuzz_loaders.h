@@ -24,6 +24,7 @@
 #include "formats/gguf.h"
 #include "model/config.h"
 #include "model/model.h"
+#include "tests/fuzz/fuzz_common.h"
 #include "tokenizer/tokenizer.h"
 
 /* ---------- text to encode ---------- */
