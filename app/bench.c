@@ -288,7 +288,7 @@ static void tflops_source(const Bench *bn, char *out, size_t cap) {
 
 /* The limits and where each came from, for the header. */
 static void print_limits(const Bench *bn) {
-    char mem[256], fl[256];
+    char mem[512], fl[512];
     tbps_source(bn, mem, sizeof mem);
     tflops_source(bn, fl, sizeof fl);
     if (!on_gpu(bn)) {
@@ -385,7 +385,7 @@ static int write_json(const Bench *bn, FILE *f, Err *err) {
             (unsigned long long)m->weight_bytes);
     if (gpu && bn->lim.name[0]) json_string(f, bn->lim.name);
     else fputs("null", f);
-    char src[256];
+    char src[512];
     fputs(",\n ", f);
     json_peak(f, "peak_tflops", peak_tflops(bn), "%.2f");
     fputs(", ", f);

@@ -13,14 +13,14 @@ extern "C" {
 #endif
 
 typedef struct {
-    char name[128];           /* the device's name */
+    char name[256];           /* the device's name (cudaDeviceProp.name holds 256) */
     int cc_major, cc_minor;   /* compute capability */
     double copy_tbps;         /* measured: (bytes read + written) / s / 1e12 of the best copy */
     double copy_gib;          /* the size of one copy */
     int copy_reps;            /* timed copies (the best is kept) */
     double bf16_tflops;       /* dense bf16 tensor-core rate (spec table); 0: unknown */
     double fp8_tflops;        /* dense FP8 rate (spec table); 0: unknown or none */
-    char flops_source[192];   /* "spec table: H200 (dense)", "unknown for NAME", ... */
+    char flops_source[320];   /* "spec table: H200 (dense)", "unknown for NAME", ... */
 } GpuLimits;
 
 /* Queries device `device` (properties, then the copy bandwidth: it allocates
