@@ -163,7 +163,8 @@ static inline const char *fuzz_tokenizer_hf(const char *tok_path, const char *cf
     Tokenizer *t = NULL;
     Err err = {{0}};
     if (tokenizer_load_hf(&t, tok_path, cfg_path, &err)) {
-        if (!strstr(err.msg, "tokenizer")) return "tokenizer.json error without the file name";
+        if (!strstr(err.msg, tok_path) && !(cfg_path && strstr(err.msg, cfg_path)))
+            return "tokenizer error without the file name";
         return NULL;
     }
     if (accepted) ++*accepted;
