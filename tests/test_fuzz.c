@@ -1,7 +1,8 @@
 /* test_fuzz.c — a deterministic mutation fuzzer for the readers of untrusted
  * files: json_parse, safetensors_open (single files and sharded folders) and
  * gguf_open. No libFuzzer needed; tests/fuzz/ has libFuzzer targets for
- * long runs.
+ * long runs, and the mutation engine (tests/fuzz/fuzz_mutate.h) this file
+ * shares with tests/test_fuzz_loaders.c (the loaders built on these readers).
  *
  * Seeds: the committed fixtures (tests/fixtures/safetensors, every .gguf in
  * tests/fixtures/gguf, small JSON files) plus a tiny GGUF and a JSON
