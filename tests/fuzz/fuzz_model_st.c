@@ -20,12 +20,25 @@ static void copy_file(const char *from, const char *to) {
     fclose(out);
 }
 
+static char dir[128];
+
+/* The folder goes at exit (libFuzzer ends a timed run with exit()). */
+static void remove_dir(void) {
+    static const char *names[] = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"};
+    char path[256];
+    for (size_t i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
 static const char *model_dir(void) {
-    static char dir[128];
     if (dir[0]) return dir;
     const char *fx = getenv("CLLM_FIXTURES") ? getenv("CLLM_FIXTURES") : "tests/fixtures";
     snprintf(dir, sizeof dir, "%s/cllm-fuzz-model-XXXXXX", access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp");
     if (!mkdtemp(dir)) abort();
+    atexit(remove_dir);
     static const char *names[] = {"model.safetensors", "tokenizer.json", "tokenizer_config.json"};
     for (size_t i = 0; i < 3; i++) {
         char from[1024], to[256];
