@@ -12,6 +12,7 @@
 
 #include "base/clock.h"
 #include "engine/scheduler.h"
+#include "kernels/gpu_limits.h"
 
 void bench_options_default(BenchOptions *b) {
     memset(b, 0, sizeof *b);
@@ -21,8 +22,6 @@ void bench_options_default(BenchOptions *b) {
     b->batch = 1;
     b->reps = 3;
     b->seed = 1234;
-    b->peak_tflops = 790.0;
-    b->peak_tbps = 4.26;
 }
 
 int bench_parse_list(const char *s, int *out, int cap, int *n, Err *err) {
@@ -141,6 +140,8 @@ typedef struct {
     int32_t *ids;            /* [longest prompt] */
     volatile sig_atomic_t stop; /* ends the decode requests once timed */
     double load_s;
+    GpuLimits lim;           /* of the GPU it runs on; each 0 where not known */
+    char lim_why[200];       /* why there are no limits (no GPU, the query failed), or "" */
     PrefillResult prefill[BENCH_MAX_LIST];
     DecodeResult decode[BENCH_MAX_LIST];
 } Bench;
@@ -270,6 +271,44 @@ static bool on_gpu(const Bench *bn) {
     return !strncmp(bn->rt.be->name, "cuda", 4);
 }
 
+/* The limits a % is taken of: 0 where unknown (the CPU, a card not in the spec table). */
+static double peak_tflops(const Bench *bn) { return on_gpu(bn) ? bn->lim.bf16_tflops : 0; }
+static double peak_tbps(const Bench *bn) { return on_gpu(bn) ? bn->lim.copy_tbps : 0; }
+
+static void tbps_source(const Bench *bn, char *out, size_t cap) {
+    if (peak_tbps(bn) > 0)
+        snprintf(out, cap, "measured: device-to-device copy of %.2f GiB, best of %d", bn->lim.copy_gib, bn->lim.copy_reps);
+    else snprintf(out, cap, "%s", on_gpu(bn) ? bn->lim_why : "no GPU");
+}
+
+static void tflops_source(const Bench *bn, char *out, size_t cap) {
+    if (!on_gpu(bn)) snprintf(out, cap, "no GPU");
+    else snprintf(out, cap, "%s", bn->lim_why[0] ? bn->lim_why : bn->lim.flops_source);
+}
+
+/* The limits and where each came from, for the header. */
+static void print_limits(const Bench *bn) {
+    char mem[512], fl[512];
+    tbps_source(bn, mem, sizeof mem);
+    tflops_source(bn, fl, sizeof fl);
+    if (!on_gpu(bn)) {
+        printf("limits   none: no GPU (%s backend), so no %% of them\n", bn->rt.be->name);
+        return;
+    }
+    printf("GPU      %s (compute capability %d.%d)\n", bn->lim.name[0] ? bn->lim.name : "?", bn->lim.cc_major,
+           bn->lim.cc_minor);
+    if (peak_tbps(bn) > 0) printf("limits   memory %.2f TB/s (%s)\n", peak_tbps(bn), mem);
+    else printf("limits   memory unknown (%s): no %% of it\n", mem);
+    if (peak_tflops(bn) > 0) {
+        printf("         bf16 %.1f TFLOP/s", peak_tflops(bn));
+        if (bn->lim.fp8_tflops > 0) printf(", fp8 %.1f TFLOP/s", bn->lim.fp8_tflops);
+        else printf(", no fp8 tensor cores");
+        printf(" (%s)\n", fl);
+    } else {
+        printf("         tensor-core rate %s: no %% of it\n", fl);
+    }
+}
+
 /* 16.06 G, 94.5 K: three significant digits and an SI prefix. */
 static void human(char *out, size_t cap, double v, const char *unit) {
     const char *prefix[] = {"", " K", " M", " G", " T"};
@@ -281,13 +320,12 @@ static void human(char *out, size_t cap, double v, const char *unit) {
 static void print_table(const Bench *bn) {
     const BenchOptions *b = bn->b;
     const Model *m = &bn->rt.model;
-    bool gpu = on_gpu(bn);
     char params[32], bytes[32];
     human(params, sizeof params, (double)m->n_params, "");
     human(bytes, sizeof bytes, (double)m->weight_bytes, "B");
     printf("model    %s (%s, %s parameters, %s of weights)\n", m->cfg.name, arch_name(m->cfg.arch), params, bytes);
-    printf("backend  %s   limits: %.0f TFLOP/s bf16, %.2f TB/s memory%s\n", bn->rt.be->name, b->peak_tflops,
-           b->peak_tbps, gpu ? "" : " (no % of them on the CPU)");
+    printf("backend  %s\n", bn->rt.be->name);
+    print_limits(bn);
     printf("KV cache %s, %lld tokens (%d blocks)\n", kv_dtype_name(bn->kv_dtype), (long long)bn->rt.kv_tokens,
            bn->rt.be->kv_n_blocks);
     printf("load     %.2f s, %.2f GB/s", bn->load_s, m->weight_bytes / bn->load_s / 1e9);
@@ -296,14 +334,14 @@ static void print_table(const Bench *bn) {
     for (int i = 0; i < b->n_prompt_lens; i++) {
         const PrefillResult *r = &bn->prefill[i];
         printf("         %6d %10.2f %12.1f %10.2f", r->tokens, r->seconds * 1e3, r->tok_s, r->tflops);
-        if (gpu) printf(" %7.1f%%\n", 100 * r->tflops / b->peak_tflops);
+        if (peak_tflops(bn) > 0) printf(" %7.1f%%\n", 100 * r->tflops / peak_tflops(bn));
         else printf("       -\n");
     }
     printf("\ndecode   ctx  batch    ms/step        tok/s       GB/s   %% peak\n");
     for (int i = 0; i < b->n_ctxs; i++) {
         const DecodeResult *r = &bn->decode[i];
         printf("       %5d %6d %10.3f %12.1f %10.1f", r->ctx, r->batch, r->step_s * 1e3, r->tok_s, r->gbps);
-        if (gpu) printf(" %7.1f%%\n", 100 * r->gbps / (b->peak_tbps * 1e3));
+        if (peak_tbps(bn) > 0) printf(" %7.1f%%\n", 100 * r->gbps / (peak_tbps(bn) * 1e3));
         else printf("       -\n");
     }
 }
@@ -319,8 +357,15 @@ static void json_string(FILE *f, const char *s) {
     fputc('"', f);
 }
 
-static void json_pct(FILE *f, bool gpu, double pct) {
-    if (gpu) fprintf(f, "%.2f", pct);
+/* A figure, or null where its limit is unknown (peak 0). */
+static void json_pct(FILE *f, double value, double peak, double scale) {
+    if (peak > 0) fprintf(f, "%.2f", 100 * value / (peak * scale));
+    else fputs("null", f);
+}
+
+static void json_peak(FILE *f, const char *key, double v, const char *fmt) {
+    fprintf(f, "\"%s\": ", key);
+    if (v > 0) fprintf(f, fmt, v);
     else fputs("null", f);
 }
 
@@ -336,15 +381,31 @@ static int write_json(const Bench *bn, FILE *f, Err *err) {
     fprintf(f, ", \"arch\": \"%s\", \"kv_dtype\": \"%s\", \"backend\": ", arch_name(m->cfg.arch),
             kv_dtype_name(bn->kv_dtype));
     json_string(f, bn->rt.be->name);
-    fprintf(f, ",\n \"params\": %llu, \"weight_bytes\": %llu, \"peak_tflops\": %.2f, \"peak_tbps\": %.3f,\n",
-            (unsigned long long)m->n_params, (unsigned long long)m->weight_bytes, b->peak_tflops, b->peak_tbps);
+    fprintf(f, ",\n \"params\": %llu, \"weight_bytes\": %llu, \"gpu\": ", (unsigned long long)m->n_params,
+            (unsigned long long)m->weight_bytes);
+    if (gpu && bn->lim.name[0]) json_string(f, bn->lim.name);
+    else fputs("null", f);
+    char src[512];
+    fputs(",\n ", f);
+    json_peak(f, "peak_tflops", peak_tflops(bn), "%.2f");
+    fputs(", ", f);
+    json_peak(f, "peak_fp8_tflops", gpu ? bn->lim.fp8_tflops : 0, "%.2f");
+    tflops_source(bn, src, sizeof src);
+    fputs(", \"peak_tflops_source\": ", f);
+    json_string(f, src);
+    fputs(",\n ", f);
+    json_peak(f, "peak_tbps", peak_tbps(bn), "%.3f");
+    tbps_source(bn, src, sizeof src);
+    fputs(", \"peak_tbps_source\": ", f);
+    json_string(f, src);
+    fputs(",\n", f);
     fprintf(f, " \"load_s\": %.4f, \"load_gbps\": %.3f, \"upload_gbps\": %.3f,\n \"prefill\": [", bn->load_s,
             m->weight_bytes / bn->load_s / 1e9, bn->rt.load_gbps);
     for (int i = 0; i < b->n_prompt_lens; i++) {
         const PrefillResult *r = &bn->prefill[i];
         fprintf(f, "%s\n  {\"tokens\": %d, \"flops\": %.6e, \"seconds\": %.9g, \"tok_s\": %.2f, \"tflops\": %.6g, \"pct_peak\": ",
                 i ? "," : "", r->tokens, r->flops, r->seconds, r->tok_s, r->tflops);
-        json_pct(f, gpu, 100 * r->tflops / b->peak_tflops);
+        json_pct(f, r->tflops, peak_tflops(bn), 1);
         fputc('}', f);
     }
     fputs("],\n \"decode\": [", f);
@@ -353,7 +414,7 @@ static int write_json(const Bench *bn, FILE *f, Err *err) {
         fprintf(f, "%s\n  {\"ctx\": %d, \"batch\": %d, \"steps\": %d, \"ctx_mean\": %.3f, \"bytes\": %.6e, "
                    "\"step_s\": %.9g, \"tok_s\": %.2f, \"gbps\": %.6g, \"pct_peak\": ",
                 i ? "," : "", r->ctx, r->batch, r->steps, r->ctx_mean, r->bytes, r->step_s, r->tok_s, r->gbps);
-        json_pct(f, gpu, 100 * r->gbps / (b->peak_tbps * 1e3));
+        json_pct(f, r->gbps, peak_tbps(bn), 1e3);
         fputc('}', f);
     }
     fputs("]}\n", f);
@@ -382,6 +443,11 @@ static int bench_run(Bench *bn, Err *err) {
     return 0;
 }
 
+/* The GPU of the first stage: --gpus' first entry, else --gpu. */
+static int first_gpu(const RunOptions *o) {
+    return o->gpus && *o->gpus >= '0' && *o->gpus <= '9' ? atoi(o->gpus) : o->gpu;
+}
+
 int bench_main(const RunOptions *o_in, const BenchOptions *b) {
     Bench *bn = calloc(1, sizeof *bn);
     if (!bn) { fprintf(stderr, "cllm bench: out of memory\n"); return 1; }
@@ -401,6 +467,12 @@ int bench_main(const RunOptions *o_in, const BenchOptions *b) {
         fprintf(stderr, "cllm bench: %s: %s\n", b->json, strerror(errno));
         free(bn);
         return 2;
+    }
+    /* the limits first: the copy test needs memory the KV cache will take */
+    if (!o.cpu) {
+        Err lerr = {{0}};
+        if (gpu_limits_query(first_gpu(&o), &bn->lim, &lerr))
+            snprintf(bn->lim_why, sizeof bn->lim_why, "not measured: %.180s", lerr.msg);
     }
     double t0 = now_seconds();
     int rc = runtime_open(&bn->rt, &o, &err);

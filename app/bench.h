@@ -11,9 +11,14 @@
  * untied embedding table; only the used share of MoE experts) + the K/V of
  * each sequence's context as the cache holds them (bf16, or fp8 codes +
  * scales); a request whose prompt finished a step before another's holds a
- * token more. The limits are an H200's (790 TFLOP/s bf16 through cuBLAS,
- * 4.26 TB/s copy, ../shared/ANCHORS.md); bench/run.sh measures the machine's
- * own and sets BENCH.md's percentages against them.
+ * token more. The limits are those of the GPU it runs on (kernels/gpu_limits.h),
+ * each named with its source in the header and the JSON: the memory
+ * bandwidth measured at the start (a device-to-device copy of up to 1 GiB,
+ * the best of 5, bytes read + written), the dense bf16 and FP8 tensor-core
+ * rates from a spec table by the device's name and compute capability; a
+ * card not in the table gets no FLOP rate and no prefill %. On the CPU
+ * there are no limits and no %. (bench/run.sh measures the machine's own
+ * matmul rate too, and sets BENCH.md's percentages against it.)
  */
 #ifndef CLLM_BENCH_H
 #define CLLM_BENCH_H
@@ -38,7 +43,6 @@ typedef struct {
     int reps;                         /* timed prefills per length (the median is reported) */
     uint64_t seed;                    /* of the random token ids */
     const char *json;                 /* write the numbers here, or NULL */
-    double peak_tflops, peak_tbps;    /* the limits the figures are set against */
 } BenchOptions;
 
 void bench_options_default(BenchOptions *b);

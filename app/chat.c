@@ -76,15 +76,42 @@ static int chat_emit(void *ctx, const char *text, size_t len) {
     return 0;
 }
 
-/* Renders the conversation and tokenizes it: the full prompt for the reply. */
-static int chat_prompt_ids(Chat *c, TokenIds *ids, Err *err) {
+/* Renders messages and tokenizes them: the full prompt for a reply to them. */
+static int chat_render_ids(Chat *c, const ChatMessage *msgs, int n, TokenIds *ids, Err *err) {
     const Tokenizer *tok = c->rt.model.tok;
     TextBuf out = {0};
-    if (chat_render(&c->tmpl, c->msgs, c->n_msgs, true, &out, err)) { textbuf_free(&out); return -1; }
+    if (chat_render(&c->tmpl, msgs, n, true, &out, err)) { textbuf_free(&out); return -1; }
     /* The template writes BOS itself where the model wants it. */
     int rc = tokenizer_encode(tok, out.data, out.len, true, false, ids, err);
     textbuf_free(&out);
     return rc;
+}
+
+static int chat_prompt_ids(Chat *c, TokenIds *ids, Err *err) { return chat_render_ids(c, c->msgs, c->n_msgs, ids, err); }
+
+/* Tokens a conversation of only this system prompt takes (rendered, with the
+ * reply's header): what every turn after /clear starts from. -1 on error. */
+static long chat_system_tokens(Chat *c, const char *system, Err *err) {
+    ChatMessage m = {"system", system};
+    TokenIds ids = {0};
+    if (chat_render_ids(c, &m, 1, &ids, err)) { token_ids_free(&ids); return -1; }
+    long n = (long)ids.n;
+    token_ids_free(&ids);
+    return n;
+}
+
+/* The system prompt leaves no room for a turn: every turn would fail, and
+ * /clear keeps it, so it is refused at once. Returns 0 when it fits. */
+static int chat_system_fits(Chat *c, const char *system, const char *source) {
+    Err err = {{0}};
+    long n = chat_system_tokens(c, system, &err);
+    if (n < 0) { fprintf(stderr, "error: %s: %s\n", source, err.msg); return -1; }
+    if (n >= c->rt.engine.ctx_limit) {
+        fprintf(stderr, "error: %s takes %ld tokens with the chat template, the context holds %d; "
+                        "use a shorter system prompt or a larger context (-c)\n", source, n, c->rt.engine.ctx_limit);
+        return -1;
+    }
+    return 0;
 }
 
 /* Runs the conversation's prompt as one request until it finishes. */
@@ -127,8 +154,13 @@ static int chat_reply(Chat *c) {
         return -1;
     }
     if ((int)ids.n >= e->ctx_limit) {
-        fprintf(stderr, "\n[context full: the conversation needs %zu tokens, the context holds %d; "
-                        "/clear starts over, -c sets a larger context]\n", ids.n, e->ctx_limit);
+        fprintf(stderr, "\n[context full: the conversation needs %zu tokens, the context holds %d; ", ids.n, e->ctx_limit);
+        long sys = c->n_msgs > 0 && !strcmp(c->msgs[0].role, "system") ? chat_system_tokens(c, c->msgs[0].content, &err) : -1;
+        /* /clear keeps the system prompt: name it when it is a large share. */
+        if (sys >= 0) fprintf(stderr, "the system prompt alone takes %ld; /clear starts over keeping it, "
+                                      "/system TEXT replaces it, /system alone removes it", sys);
+        else fprintf(stderr, "/clear starts over");
+        fprintf(stderr, ", -c sets a larger context]\n");
         token_ids_free(&ids);
         return -1;
     }
@@ -186,7 +218,8 @@ static char *read_text_file(const char *path, size_t *len) {
 }
 
 static void chat_help(void) {
-    printf("commands: /clear (forget the conversation), /system TEXT (set the system prompt and clear),\n"
+    printf("commands: /clear (forget the conversation, keep the system prompt),\n"
+           "          /system TEXT (set the system prompt and clear; /system alone removes it),\n"
            "          /regen (redo the last reply), /read FILE (send a file as your turn), /stats, /exit\n"
            "keys: Ctrl-C stops a reply, Ctrl-D exits; end a line with \\ to continue it\n");
 }
@@ -196,8 +229,14 @@ static int chat_command(Chat *c, const char *line) {
     if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) return 1;
     if (!strcmp(line, "/clear")) { chat_reset(c, NULL); c->context_used = 0; printf("[cleared]\n"); return 0; }
     if (!strncmp(line, "/system", 7) && (line[7] == ' ' || line[7] == 0)) {
-        chat_reset(c, line[7] ? line + 8 : "");
-        printf("[system prompt set; conversation cleared]\n");
+        const char *text = line[7] ? line + 8 : "";
+        if (text[0] && chat_system_fits(c, text, "the /system prompt")) {
+            fprintf(stderr, "[system prompt not changed]\n");
+            return 0;
+        }
+        chat_reset(c, text);
+        c->context_used = 0;
+        printf(text[0] ? "[system prompt set; conversation cleared]\n" : "[system prompt removed; conversation cleared]\n");
         return 0;
     }
     if (!strcmp(line, "/stats")) { chat_print_stats(c, stdout); return 0; }
@@ -211,6 +250,13 @@ static int chat_command(Chat *c, const char *line) {
         size_t len;
         char *text = read_text_file(line + 6, &len);
         if (!text) { fprintf(stderr, "error: cannot read %s: %s\n", line + 6, strerror(errno)); return 0; }
+        const char *nul = memchr(text, 0, len);
+        if (nul) { /* a turn is text: a NUL would end it there, silently */
+            fprintf(stderr, "error: %s has a NUL byte at offset %zu: not sent (a turn must be text)\n", line + 6,
+                    (size_t)(nul - text));
+            free(text);
+            return 0;
+        }
         chat_add_message(c, "user", text, len);
         free(text);
         if (chat_reply(c)) chat_pop_message(c);
@@ -233,7 +279,10 @@ static int chat_setup(Chat *c, const RunOptions *o) {
         fprintf(stderr, "cllm chat: %s\n", err2.msg);
         return 2;
     }
-    if (o->system) chat_add_message(c, "system", o->system, strlen(o->system));
+    if (o->system && o->system[0]) {
+        if (chat_system_fits(c, o->system, "the --system prompt")) return 2;
+        chat_add_message(c, "system", o->system, strlen(o->system));
+    }
     c->tty_out = isatty(STDOUT_FILENO);
     fprintf(stderr, "cllm: %s (%s, %d layers) on %s, context %d tokens, chat template %s%s\n",
             c->rt.model.cfg.name[0] ? c->rt.model.cfg.name : c->rt.model.path, arch_name(c->rt.model.cfg.arch),
@@ -271,6 +320,13 @@ int chat_main(const RunOptions *o) {
         if (r == LINE_EOF) break;
         if (r == LINE_INTERRUPT) continue;
         if (r == LINE_ERROR) { fprintf(stderr, "cllm chat: %s\n", err.msg); break; }
+        size_t nuls = line_editor_nul_bytes(le);
+        if (nuls) { /* dropped by the editor: the line is not what was sent */
+            fprintf(stderr, "error: the input line had %zu NUL byte%s: not sent (a turn must be text)\n", nuls,
+                    nuls == 1 ? "" : "s");
+            free(line);
+            continue;
+        }
         if (line[0] == 0) { free(line); continue; }
         line_editor_add_history(le, line);
         if (line[0] == '/') {

@@ -142,6 +142,7 @@ struct LineEditor {
     int end_fresh;     /* the text ended exactly at the right edge: a new row is open */
     int top;           /* first layout row drawn (text taller than the screen) */
     Bytes out;         /* output being assembled */
+    size_t nul_bytes;  /* NUL bytes dropped from the last turn (plain input) */
 };
 
 static int fd_write_all(int fd, const char *p, size_t n) {
@@ -433,7 +434,10 @@ static LineResult plain_read(LineEditor *le, const char *prompt, const char *con
             return LINE_ERROR;
         }
         if (bytes_reserve(&turn, take)) { bytes_free(&turn); err_set(err, "line editor: out of memory"); return LINE_ERROR; }
-        for (size_t i = 0; i < take; i++) if (start[i]) turn.p[turn.len++] = (char)start[i]; /* NULs dropped */
+        for (size_t i = 0; i < take; i++) { /* NULs dropped (the turn is a C string), and counted */
+            if (start[i]) turn.p[turn.len++] = (char)start[i];
+            else le->nul_bytes++;
+        }
         turn.p[turn.len] = 0;
         if (!nl) continue;
         if (turn.len > line_start && turn.p[turn.len - 1] == '\r') turn.p[--turn.len] = 0;
@@ -495,6 +499,7 @@ void line_editor_destroy(LineEditor *le) {
 LineResult line_editor_read(LineEditor *le, const char *prompt, const char *continuation_prompt, char **out,
                             Err *err) {
     *out = NULL;
+    le->nul_bytes = 0;
     if (le->out_fd == fileno(stdout)) fflush(stdout); /* the caller's buffered text goes before the prompt */
     if (!prompt) prompt = "";
     if (!continuation_prompt) continuation_prompt = prompt;
@@ -503,4 +508,6 @@ LineResult line_editor_read(LineEditor *le, const char *prompt, const char *cont
 }
 
 void line_editor_add_history(LineEditor *le, const char *line) { line_history_add(&le->hist, line); }
+
+size_t line_editor_nul_bytes(const LineEditor *le) { return le->nul_bytes; }
 

@@ -47,9 +47,14 @@ void line_editor_destroy(LineEditor *le);
  * read (EINTR); the line is discarded. LINE_ERROR: err says why. The terminal
  * mode is restored before every return. continuation_prompt may be NULL
  * (then prompt is used). Bytes read past the end of the turn are kept for the
- * next call. NUL bytes in the input are dropped. */
+ * next call. NUL bytes in the input are dropped (line_editor_nul_bytes
+ * counts them, so the caller can refuse a turn that is not what was sent). */
 LineResult line_editor_read(LineEditor *le, const char *prompt, const char *continuation_prompt,
                             char **out, Err *err);
+
+/* NUL bytes dropped from the turn of the last line_editor_read (pipes and
+ * files; a NUL typed at a terminal is an unbound key). */
+size_t line_editor_nul_bytes(const LineEditor *le);
 
 /* Adds a turn to the in-memory history (not when it equals the newest entry
  * or is empty); the oldest entry goes when history_max is reached. */

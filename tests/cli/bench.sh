@@ -46,6 +46,12 @@ LLAMA="73728 20480 378112 0"
 msg=$(check_json "$TMP/b.json" 3 2 6 1 $LLAMA) && ok "bench JSON: TFLOP/s and GB/s from hand-counted FLOPs and bytes" \
     || notok "bench JSON: TFLOP/s and GB/s from hand-counted FLOPs and bytes" "$msg" "$(cat "$TMP/b.json")"
 expect_grep "bench JSON: CPU has no % of the GPU limits" "$TMP/b.json" '"pct_peak": null'
+# The limits are the GPU's own, each with its source; the CPU has none (not an H200's).
+expect_grep "bench: the header states the limits' source" "$TMP/out" "^limits +none: no GPU \(cpu backend\), so no % of them"
+sed -n "1,/^load/p" "$TMP/out" | grep -qE "TFLOP/s|TB/s" && notok "bench: no other card's limits on the CPU" "$(head -4 "$TMP/out")" \
+    || ok "bench: no other card's limits on the CPU"
+expect_grep "bench JSON: no FLOP limit on the CPU, and why" "$TMP/b.json" '"peak_tflops": null, .*"peak_tflops_source": "no GPU"'
+expect_grep "bench JSON: no bandwidth limit on the CPU, and why" "$TMP/b.json" '"peak_tbps": null, "peak_tbps_source": "no GPU"'
 
 expect_exit "bench --batch 3" 0 $B --prompt-lens 12 --ctx 20 --decode-tokens 5 --reps 1 --batch 3 --json "$TMP/b3.json"
 msg=$(check_json "$TMP/b3.json" 1 1 5 3 $LLAMA) && ok "bench --batch 3: bytes count each sequence's K/V" \

@@ -49,3 +49,36 @@ set -- $p; p1=$1 p2=$2 p3=$3; set -- $c; c1=$1 c2=$2
 [ -n "$p3" ] && [ "$p2" -lt $((c2 - c1)) ] && [ "$p3" -le 17 ] \
     && ok "chat: later turns prefill only new tokens (prompts $p, contexts $c)" \
     || notok "chat: later turns prefill only new tokens" "prompts $p, contexts $c"
+
+# Input that cannot be sent as it is says so (tiny model, CPU): a NUL byte in
+# a piped line (the line editor drops it) or in a /read file (it would end the
+# turn there) refuses the turn instead of sending another text.
+T="$CLLM chat -m tests/fixtures/tiny/llama.gguf --cpu --temp 0 -n 4"
+printf 'Hel\0lo\n' > "$TMP/nul_turn"
+expect_exit "chat: a NUL byte in a line is not fatal" 0 sh -c "$T < $TMP/nul_turn"
+expect_grep "chat: a NUL byte in a line is refused, named" "$TMP/err" "input line had 1 NUL byte: not sent"
+[ ! -s "$TMP/out" ] && ok "chat: the line with a NUL byte got no reply" || notok "chat: the line with a NUL byte got no reply" "$(cat -v "$TMP/out")"
+printf 'Hel\0lo' > "$TMP/nul.txt"
+printf '/read %s\n' "$TMP/nul.txt" > "$TMP/nul_read"
+expect_exit "chat: /read of a file with a NUL byte" 0 sh -c "$T < $TMP/nul_read"
+expect_grep "chat: /read names the NUL byte and its offset" "$TMP/err" "nul.txt has a NUL byte at offset 3: not sent"
+
+# A system prompt longer than the context is refused at once with its size
+# (every turn would fail, and /clear keeps it); /system alone removes one
+# that fits but leaves no room for a turn.
+long=$(printf 'word %.0s' $(seq 200))
+printf '/system %s\nHi\n' "$long" > "$TMP/sys_long"
+expect_exit "chat: a /system prompt over the context" 0 sh -c "$T -c 64 < $TMP/sys_long"
+expect_grep "chat: /system prompt over the context refused with its size" "$TMP/err" \
+    "/system prompt takes [0-9]+ tokens with the chat template, the context holds 64"
+grep -q "context full" "$TMP/err" && notok "chat: the turn after a refused /system runs" "$(cat "$TMP/err")" \
+    || { [ -s "$TMP/out" ] && ok "chat: the turn after a refused /system runs" || notok "chat: the turn after a refused /system runs" "no reply"; }
+expect_exit "chat: --system over the context exits 2" 2 sh -c "$T -c 64 --system '$long' < /dev/null"
+expect_grep "chat: --system over the context named" "$TMP/err" "--system prompt takes [0-9]+ tokens.*context holds 64"
+printf '/system Be short\nHi\n/system\nHi\n' > "$TMP/sys_full"
+expect_exit "chat: a system prompt that leaves no room" 0 sh -c "$T -c 64 < $TMP/sys_full"
+expect_grep "chat: context full names the system prompt's share and /system" "$TMP/err" \
+    "the system prompt alone takes [0-9]+; /clear starts over keeping it.*/system alone removes it"
+expect_grep "chat: /system alone removes the system prompt" "$TMP/out" "system prompt removed"
+[ "$(grep -c 'context full' "$TMP/err")" = 1 ] && [ -n "$(sed -n '/system prompt removed/,$p' "$TMP/out" | sed 1d)" ] \
+    && ok "chat: after /system alone the turn fits" || notok "chat: after /system alone the turn fits" "$(cat "$TMP/out" "$TMP/err")"
