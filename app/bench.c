@@ -460,7 +460,8 @@ int bench_main(const RunOptions *o_in, const BenchOptions *b) {
     o.prefill_chunk = max_prompt > max_ctx ? max_prompt : max_ctx;
     /* a request that finishes its prompt early decodes while the others' prompts run: at most one step each */
     int per_seq = max_ctx + b->decode_tokens + 1 + b->batch, pool = b->batch * (per_seq + 16);
-    o.ctx_size = max_prompt > pool ? max_prompt : pool;
+    /* a prefill request is its prompt and the one token it samples */
+    o.ctx_size = max_prompt + 1 > pool ? max_prompt + 1 : pool;
     Err err = {{0}};
     FILE *json = b->json ? fopen(b->json, "w") : NULL;
     if (b->json && !json) {

@@ -53,6 +53,8 @@ sed -n "1,/^load/p" "$TMP/out" | grep -qE "TFLOP/s|TB/s" && notok "bench: no oth
 expect_grep "bench JSON: no FLOP limit on the CPU, and why" "$TMP/b.json" '"peak_tflops": null, .*"peak_tflops_source": "no GPU"'
 expect_grep "bench JSON: no bandwidth limit on the CPU, and why" "$TMP/b.json" '"peak_tbps": null, "peak_tbps_source": "no GPU"'
 
+# a prompt longer than every decode context: the context is sized for the prompt and its sampled token
+expect_exit "bench prompt longer than the decode contexts" 0 $B --prompt-lens 200 --ctx 8 --decode-tokens 4 --reps 1
 expect_exit "bench --batch 3" 0 $B --prompt-lens 12 --ctx 20 --decode-tokens 5 --reps 1 --batch 3 --json "$TMP/b3.json"
 msg=$(check_json "$TMP/b3.json" 1 1 5 3 $LLAMA) && ok "bench --batch 3: bytes count each sequence's K/V" \
     || notok "bench --batch 3: bytes count each sequence's K/V" "$msg" "$(cat "$TMP/b3.json")"
