@@ -244,19 +244,6 @@ static void fuzz_gguf_run(Fuzz *fz, long n) {
     free(b.b);
 }
 
-/* Runs one target and prints its count and time on a note line. */
-#define FUZZ_RUN(fn, fz, n)                                                                   \
-    do {                                                                                      \
-        double t0_ = now_s();                                                                 \
-        test_failed_checks = 0;                                                               \
-        (fz)->accepted = 0;                                                                   \
-        fn(fz, n);                                                                            \
-        printf("# fuzz: %s: %ld iterations (%ld inputs accepted) in %.1f s\n", #fn, (long)(n), \
-               (fz)->accepted, now_s() - t0_);                                                \
-        printf("%s - %s (%ld iterations)\n", test_failed_checks ? "not ok" : "ok", #fn, (long)(n)); \
-        if (test_failed_checks) test_failed_tests++;                                          \
-        fflush(stdout);                                                                       \
-    } while (0)
 
 int main(void) {
     Fuzz fz = {0};

@@ -234,4 +234,19 @@ static inline double now_s(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* Runs one target of a test program (tests/test.h's counters; fz has an
+ * `accepted` count the target adds to) and prints its count and time. */
+#define FUZZ_RUN(fn, fz, n)                                                                         \
+    do {                                                                                            \
+        double t0_ = now_s();                                                                       \
+        test_failed_checks = 0;                                                                     \
+        (fz)->accepted = 0;                                                                         \
+        fn(fz, n);                                                                                  \
+        printf("# fuzz: %s: %ld iterations (%ld inputs accepted) in %.1f s\n", #fn, (long)(n),      \
+               (long)(fz)->accepted, now_s() - t0_);                                                \
+        printf("%s - %s (%ld iterations)\n", test_failed_checks ? "not ok" : "ok", #fn, (long)(n)); \
+        if (test_failed_checks) test_failed_tests++;                                                \
+        fflush(stdout);                                                                             \
+    } while (0)
+
 #endif
