@@ -109,6 +109,25 @@ static int open_backend(Runtime *rt, const RunOptions *o, int n_gpus, int ctx, i
     return engine_init(&rt->engine, &rt->model, rt->be, ctx, chunk, err);
 }
 
+/* The usable GPUs (n_gpus), and where there are none, one line saying why.
+ * A GPU named explicitly (--gpu N > 0, --gpus) cannot be honoured on the CPU:
+ * an error. --pp N runs its stages on the CPU (a pipeline of CPU stages is a
+ * real configuration), saying so. */
+static int gpu_fallback(const RunOptions *o, int *n_gpus, Err *err) {
+    Err why = {{0}};
+    if ((*n_gpus = backend_gpu_count(&why)) > 0) return 0;
+    const char *reason = why.msg[0] ? why.msg : "this cllm is a CPU-only build";
+    if (o->gpus && o->gpus[0])
+        return err_set(err, "--gpus '%s': no usable GPU here (%s); leave --gpus out, or add --cpu, to run on the CPU",
+                       o->gpus, reason);
+    if (o->gpu > 0)
+        return err_set(err, "--gpu %d: no usable GPU here (%s); leave --gpu out, or add --cpu, to run on the CPU",
+                       o->gpu, reason);
+    if (o->pp > 1) fprintf(stderr, "cllm: %s; --pp %d runs its stages on the CPU\n", reason, o->pp);
+    else if (why.msg[0]) fprintf(stderr, "cllm: %s; running on the CPU\n", why.msg); /* a CUDA build */
+    return 0;
+}
+
 int runtime_open(Runtime *rt, const RunOptions *o, Err *err) {
     memset(rt, 0, sizeof *rt);
     if (!(o->gpu_mem_util > 0 && o->gpu_mem_util <= 1))
@@ -120,11 +139,9 @@ int runtime_open(Runtime *rt, const RunOptions *o, Err *err) {
     const ModelConfig *c = &rt->model.cfg;
     int ctx = o->ctx_size > 0 ? o->ctx_size : (c->ctx_len < 4096 ? c->ctx_len : 4096);
     int block = 16, chunk = o->prefill_chunk > 0 ? o->prefill_chunk : 256;
-    Err why = {{0}};
-    int n_gpus = o->cpu ? 0 : backend_gpu_count(&why);
-    if (!o->cpu && n_gpus == 0 && why.msg[0]) /* a CUDA build that cannot use a GPU here */
-        fprintf(stderr, "cllm: %s; running on the CPU\n", why.msg);
-    int rc = o->pp > 1 ? open_pipeline(rt, o, ctx, block, chunk, err)
+    int n_gpus = 0, rc = o->cpu ? 0 : gpu_fallback(o, &n_gpus, err);
+    if (rc == 0)
+        rc = o->pp > 1 ? open_pipeline(rt, o, ctx, block, chunk, err)
                        : open_backend(rt, o, n_gpus, ctx, block, chunk, err);
     if (rc) runtime_close(rt);
     return rc;
