@@ -2,8 +2,8 @@
 # folders is part of the engine; main.c is the command line; tests/test_*.c are
 # unit-test programs (linked with tests/ref/, the test-only reference code);
 # kernels/cuda/*.cu are compiled only with CUDA=1. Each configuration builds
-# in a folder of its own (build.sh: build/cpu, build/cuda, build/asan), so
-# any order of builds works. -MMD -MP: each object depends on the headers it
+# in a folder of its own (build.sh: build/cpu, build/asan, build/cuda-90,
+# build/cuda-all: one per CUDA_ARCHS set), so any order of builds works. -MMD -MP: each object depends on the headers it
 # includes, so a one-file change recompiles one file.
 
 BUILD  ?= build/cpu
@@ -16,6 +16,8 @@ NVCC   ?= $(CUDA_HOME)/bin/nvcc
 # quant_gemm.cu's wgmma), and PTX of the last, which the driver compiles for
 # newer GPUs. A development build for the H200 alone: make CUDA_ARCHS=90
 CUDA_ARCHS ?= 80 86 89 90
+# run before each compile with the source file; build.sh's prints "[n/N] file"
+PROGRESS ?= :
 PTX_ARCH   := $(lastword $(CUDA_ARCHS))
 
 CFLAGS  = -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Wno-unused-parameter -I. -MMD -MP -pthread
@@ -85,11 +87,13 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(REFOBJS) $(BUILD)/libcllm.a
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
+	@$(PROGRESS) $<
 	$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/kernels/cuda/quant_gemm.o: GENCODE = $(GENCODE_90A)
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
+	@$(PROGRESS) $<
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
 .PHONY: all tests

@@ -3,8 +3,10 @@
 # libraries only (cuBLASLt and NCCL are opened at run time; cudart, zlib,
 # libstdc++ and libgcc are linked in), and with the CUDA libraries hidden
 # from the loader it still chats, on the CPU, saying why in one line.
-# Checks $CLLM (default ./cllm) and the binary ./build.sh built. Hiding
-# needs root (a private mount namespace: unshare --mount), as CI runs.
+# Checks $CLLM (default ./cllm, the user's build) and the sm_90 CUDA build
+# tests/run.sh makes (./build.sh --cuda-archs 90), which runs the chat with
+# the libraries hidden. Hiding needs root (a private mount namespace:
+# unshare --mount), as CI runs.
 source "$(dirname "$0")/lib.sh"
 FIX=${CLLM_FIXTURES:-tests/fixtures}
 GLIBC='^(libc\.so\.6|libm\.so\.6|libdl\.so\.2|libpthread\.so\.0|librt\.so\.1|ld-linux-x86-64\.so\.2|ld-linux-aarch64\.so\.1)$'
@@ -20,8 +22,10 @@ needs_glibc_only() {
     else notok "$1" "NEEDED: $(echo $needed)" "not glibc's: $(echo $bad)" "$rpath"; fi
 }
 needs_glibc_only "binary: $CLLM needs glibc's libraries only" "$CLLM"
-built=$(./build.sh --print-dir)/cllm
-needs_glibc_only "binary: $built (./build.sh) needs glibc's libraries only" "$built"
+CUDA_BIN=$(./build.sh --cuda-archs 90 --print-dir)/cllm
+needs_glibc_only "binary: $CUDA_BIN (./build.sh --cuda-archs 90) needs glibc's libraries only" "$CUDA_BIN"
+grep -q 'libcublasLt\.so\.13' "$CUDA_BIN" 2>/dev/null && ok "binary: $CUDA_BIN is a CUDA build" \
+    || notok "binary: $CUDA_BIN is a CUDA build" "it names no libcublasLt.so.13 (CI compiles the CUDA code: tests/run.sh)"
 
 # Run inside a private mount namespace: every folder and file where the
 # loader could find cuBLASLt or NCCL is covered (the CUDA folders by an
@@ -45,7 +49,7 @@ done > "$out/probe"
 printf 'hi\n' | "$bin" chat -m "$model" --temp 0 -n 8 > "$out/chat" 2> "$out/chat.err"
 echo $? > "$out/rc"
 EOF
-unshare --mount --propagation private bash "$TMP/hidden.sh" "$(readlink -f "$CLLM")" "$FIX/tiny/llama.gguf" "$TMP" \
+unshare --mount --propagation private bash "$TMP/hidden.sh" "$(readlink -f "$CUDA_BIN")" "$FIX/tiny/llama.gguf" "$TMP" \
     > "$TMP/unshare.log" 2>&1
 if [ -s "$TMP/probe" ] && ! grep -q REACHABLE "$TMP/probe" && [ "$(grep -c '^hidden' "$TMP/probe")" = 2 ]; then
     ok "binary: cuBLASLt and NCCL unreachable in the namespace"
@@ -59,8 +63,8 @@ rc=$(cat "$TMP/rc" 2>/dev/null || echo none)
 printf 'hi\n' | "$CLLM" chat -m "$FIX/tiny/llama.gguf" --cpu --temp 0 -n 8 > "$TMP/chat.cpu" 2>/dev/null
 cmp -s <(grep -v "^\[prompt" "$TMP/chat") <(grep -v "^\[prompt" "$TMP/chat.cpu") && ok "binary: the same reply as --cpu" \
     || notok "binary: the same reply as --cpu" "$(diff "$TMP/chat" "$TMP/chat.cpu" | head)"
-# A CUDA build (it names cuBLASLt's soname) says in one line why it runs on the CPU.
-if grep -q 'libcublasLt\.so\.13' "$CLLM"; then
+# The CUDA build says in one line why it runs on the CPU.
+if grep -q 'libcublasLt\.so\.13' "$CUDA_BIN"; then
     why=$(grep -cE '^cllm: (no CUDA device|GPU found but libcublasLt\.so\.13 not found: .*); running on the CPU$' "$TMP/chat.err")
     [ "$why" = 1 ] && [ "$(grep -c 'running on the CPU' "$TMP/chat.err")" = 1 ] \
         && ok "binary: one line says why it runs on the CPU" \
