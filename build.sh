@@ -145,6 +145,9 @@ rm -f "$build/.progress" "$build/.progress.lock"
 took=$((SECONDS - start)); took="$((took / 60))m$((took % 60))s"
 if [ "$san" = 0 ]; then
     cp "$build/cllm" ./cllm
+    # build/cuda: the last CUDA build (tests/gpu/*.sh and bench/ default to it);
+    # a real folder there (an older build.sh's) is left alone
+    if [ "$cuda" = 1 ] && { [ -L build/cuda ] || [ ! -e build/cuda ]; }; then ln -sfn "${build#build/}" build/cuda; fi
     if [ "$cuda" = 1 ]; then echo "build.sh: built ./cllm from $build (CUDA sm_${archs// /\/sm_} + PTX, and CPU backends) in $took"
     else echo "build.sh: built ./cllm from $build (CPU backend only) in $took"; fi
 else
