@@ -97,11 +97,12 @@ else
         notice="no NVIDIA GPU found (nvidia-smi); building a CPU-only cllm (for the GPU code anyway: ./build.sh --cuda-archs 90, or --all-archs)"
     fi
 fi
+# the folder needs no toolkit: scripts ask for it on any machine
+if [ "$print_dir" = 1 ]; then echo "$build"; exit 0; fi
 if [ "$cuda" = 1 ] && [ "$have_nvcc" = 0 ]; then
     echo "build.sh: the CUDA build needs the CUDA 13 toolkit (nvcc), not found in PATH or $CUDA_HOME/bin; set CUDA_HOME, or build with --cpu" >&2
     exit 1
 fi
-if [ "$print_dir" = 1 ]; then echo "$build"; exit 0; fi
 if [ "$dry" = 1 ]; then
     echo "folder: $build"
     if [ "$cuda" = 1 ]; then echo "cuda archs: $archs"; else echo "cuda archs: none (CPU only)"; fi

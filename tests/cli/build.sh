@@ -65,3 +65,6 @@ PATH="$TMP/bin:$BASE" CUDA_HOME=$TMP/cuda expect_exit "build: --cuda-archs witho
 PATH="$TMP/bin:$BASE" CUDA_HOME=$TMP/nocuda expect_exit "build: --all-archs without nvcc fails" 1 ./build.sh --dry-run --all-archs \
     && expect_grep "build: ... saying nvcc is missing" "$TMP/err" "nvcc"
 PATH="$TMP/bin:$BASE" CUDA_HOME=$TMP/cuda expect_exit "build: an unknown option" 2 ./build.sh --gpu-archs 90
+dir=$(PATH="$TMP/bin:$BASE" CUDA_HOME=$TMP/nocuda ./build.sh --print-dir --cuda-archs 90 2>&1)
+[ "$dir" = build/cuda-90 ] && ok "build: --print-dir names the CUDA folder without a toolkit" \
+    || notok "build: --print-dir names the CUDA folder without a toolkit" "got: $dir"
