@@ -75,3 +75,13 @@ void app_warn_unused(const Model *m) {
                 m->path, (unsigned long long)(m->n_unused - UNUSED_WARN_MAX));
 }
 
+
+int app_sampling_from_model(SamplerParams *s, unsigned given, const GenerationDefaults *g) {
+    int n = 0;
+    if (g->has_temperature && !(given & SAMPLING_GIVEN_TEMP)) s->temperature = g->temperature, n++;
+    if (g->has_top_k && !(given & SAMPLING_GIVEN_TOP_K)) s->top_k = g->top_k, n++;
+    if (g->has_top_p && !(given & SAMPLING_GIVEN_TOP_P)) s->top_p = g->top_p, n++;
+    if (g->has_min_p && !(given & SAMPLING_GIVEN_MIN_P)) s->min_p = g->min_p, n++;
+    if (g->has_repetition_penalty && !(given & SAMPLING_GIVEN_REPEAT)) s->repetition_penalty = g->repetition_penalty, n++;
+    return n;
+}
