@@ -334,10 +334,11 @@ static void chat_model_name(const Model *m, char *out, size_t cap) {
     snprintf(out, cap, "%.*s", (int)(end - start), m->path + start);
 }
 
-/* "135 M" / "1.2 B" parameters. */
+/* "135 M" / "1.2 B" / "52 K" parameters. */
 static void chat_param_count(uint64_t n, char *out, size_t cap) {
     if (n >= 1000000000ull) snprintf(out, cap, "%.1f B", n / 1e9);
-    else snprintf(out, cap, "%.0f M", n / 1e6);
+    else if (n >= 1000000ull) snprintf(out, cap, "%.0f M", n / 1e6);
+    else snprintf(out, cap, "%.0f K", n / 1e3);
 }
 
 static int chat_setup(Chat *c, const RunOptions *o) {
