@@ -159,3 +159,21 @@ python3 "$TMP/chat_tty.py" $CLLM chat -m $M --cpu --temp 0 -n 30 > "$TMP/pty_out
     || ok "chat at a terminal: text typed during a reply is not echoed or sent"
 grep -q '\[stopped\]' "$TMP/pty_out" && ok "chat at a terminal: Ctrl-C stops a reply" \
     || notok "chat at a terminal: Ctrl-C stops a reply" "$(cat -v "$TMP/pty_out")"
+
+# The model's own sampling settings (generation_config.json beside
+# config.json) are used where no option is given; a given option wins; a
+# hostile file is refused naming the file and the field.
+mkdir -p "$TMP/gen" && cp tests/fixtures/tiny/llama/* "$TMP/gen/"
+echo '{"do_sample": true, "temperature": 0.5, "top_k": 7, "top_p": 0.8}' > "$TMP/gen/generation_config.json"
+G="$CLLM chat -m $TMP/gen --cpu -n 4"
+expect_exit "chat: a model with generation_config.json" 0 sh -c "$G < $TMP/turns4"
+expect_grep "chat: the model's sampling settings used" "$TMP/err" \
+    "generation_config.json recommends.*temperature 0.5, top-k 7, top-p 0.8, min-p 0.05"
+expect_exit "chat: options over generation_config.json" 0 sh -c "$G --temp 0.9 --top-p 1 < $TMP/turns4"
+expect_grep "chat: a given option wins over the model's" "$TMP/err" "temperature 0.9, top-k 7, top-p 1,"
+echo '{"do_sample": false, "temperature": 0.5}' > "$TMP/gen/generation_config.json"
+expect_exit "chat: do_sample false" 0 sh -c "$G < $TMP/turns4"
+expect_grep "chat: do_sample false is greedy" "$TMP/err" "recommends.*temperature 0,"
+echo '{"temperature": "hot"}' > "$TMP/gen/generation_config.json"
+expect_exit "chat: a hostile generation_config.json exits 2" 2 sh -c "$G < $TMP/turns4"
+expect_grep "chat: hostile generation_config.json named" "$TMP/err" "generation_config.json: field 'temperature' must be a number"
