@@ -20,13 +20,17 @@ static void exe_dir(char *out, size_t cap) {
 
 /* Path of the first model of models.txt in models/cache (or $CLLM_MODELS). */
 int app_default_model(char *out, size_t cap) {
-    char dir[PATH_MAX], list[PATH_MAX + 16], line[1024], name[256] = "", fmt[32] = "";
+    char dir[PATH_MAX], list[PATH_MAX + 16], line[1024], name[256] = "", fmt[32] = "", kind[32] = "";
     exe_dir(dir, sizeof dir);
     snprintf(list, sizeof list, "%s/models.txt", dir);
     FILE *f = fopen(list, "r");
     while (f && fgets(line, sizeof line, f))
-        if (line[0] != '#' && sscanf(line, "%255s %*s %31s", name, fmt) == 2) break;
+        if (line[0] != '#' && sscanf(line, "%255s %*s %31s %*s %*s %*s %31s", name, fmt, kind) >= 2) break;
     if (f) fclose(f);
+    /* The default is what `./cllm` chats with: a base model there would ramble. */
+    if (name[0] && strcmp(kind, "instruct"))
+        fprintf(stderr, "cllm: note: the default model %s is marked '%s' in %s, not 'instruct': "
+                        "its chat replies are text completions\n", name, kind[0] ? kind : "(no kind)", list);
     if (!name[0]) {
         fprintf(stderr, "cllm: no -m MODEL given and no default model listed in %s\n", list);
         return 2;

@@ -177,3 +177,9 @@ expect_grep "chat: do_sample false is greedy" "$TMP/err" "recommends.*temperatur
 echo '{"temperature": "hot"}' > "$TMP/gen/generation_config.json"
 expect_exit "chat: a hostile generation_config.json exits 2" 2 sh -c "$G < $TMP/turns4"
 expect_grep "chat: hostile generation_config.json named" "$TMP/err" "generation_config.json: field 'temperature' must be a number"
+
+# models.txt marks every model instruct or base (chat warns of a base default).
+bad=$(grep -v '^#' models.txt | grep -v '^\s*$' | awk '$7 != "instruct" && $7 != "base" {print $1}')
+[ -z "$bad" ] && ok "models.txt: every model is marked instruct or base" || notok "models.txt: every model is marked instruct or base" "$bad"
+[ "$(grep -v '^#' models.txt | grep -v '^\s*$' | head -1 | awk '{print $7}')" = instruct ] \
+    && ok "models.txt: the default model is an instruct model" || notok "models.txt: the default model is an instruct model"
