@@ -257,37 +257,37 @@ static int cmd_tokenize(int argc, char **argv) {
 /* Options shared by chat and generate, followed by each one's own. */
 #define RUN_OPTS(o)                                                                                            \
     {"--model", "-m", OPT_STR, &(o)->model, "model file or folder (default: first model of models.txt)"},      \
-    {"--cpu", NULL, OPT_FLAG, &(o)->cpu, "run on the CPU even where a GPU is present"},                       \
+    {"--cpu", NULL, OPT_FLAG, &(o)->cpu, "run on the CPU even where a GPU is present (default: the GPU when there is one)"},                       \
     {"--gpu", NULL, OPT_INT, &(o)->gpu, "CUDA device to use (default 0)"},                                     \
     {"--gpu-mem-util", NULL, OPT_FLOAT, &(o)->gpu_mem_util,                                                    \
      "fraction of the GPU's memory to use; what weights and activations leave holds the KV cache (default 0.9)"}, \
-    {"--pp", NULL, OPT_INT, &(o)->pp, "pipeline stages: the layers split over this many GPUs (with --cpu: CPU backends)"}, \
+    {"--pp", NULL, OPT_INT, &(o)->pp, "pipeline stages: the layers split over this many GPUs (with --cpu: CPU backends; default 1)"}, \
     {"--pp-split", NULL, OPT_STR, &(o)->pp_split, "layers per stage, comma-separated (default: balanced by bytes)"}, \
     {"--gpus", NULL, OPT_STR, &(o)->gpus, "the stages' GPUs, comma-separated (default 0,1,...)"}, \
     {"--threads", "-t", OPT_INT, &(o)->threads, "CPU threads (default: one per core)"},                        \
     {"--ctx-size", "-c", OPT_INT, &(o)->ctx_size, "context size in tokens (default: min(model, 4096))"},        \
     {"--max-tokens", "-n", OPT_INT, &(o)->max_tokens, "most tokens per reply (default: generate 512, chat until the context fills)"},                               \
-    {"--temp", NULL, OPT_FLOAT, &(o)->sampling.temperature, "temperature (0 = greedy)"},                      \
-    {"--top-k", NULL, OPT_INT, &(o)->sampling.top_k, "top-k (0 = off)"},                                      \
-    {"--top-p", NULL, OPT_FLOAT, &(o)->sampling.top_p, "top-p (1 = off)"},                                    \
-    {"--min-p", NULL, OPT_FLOAT, &(o)->sampling.min_p, "min-p (0 = off)"},                                    \
-    {"--repeat-penalty", NULL, OPT_FLOAT, &(o)->sampling.repetition_penalty, "repetition penalty (1 = off)"},  \
-    {"--presence-penalty", NULL, OPT_FLOAT, &(o)->sampling.presence_penalty, "presence penalty"},             \
-    {"--frequency-penalty", NULL, OPT_FLOAT, &(o)->sampling.frequency_penalty, "frequency penalty"},          \
-    {"--seed", NULL, OPT_INT, &seed, "random seed (reproducible sampling)"},                                  \
-    {"--chat-template", NULL, OPT_STR, &(o)->chat_template, "chatml, qwen3, llama3, llama3.1, llama2, mistral, gemma, harmony"}, \
-    {"--system", NULL, OPT_STR, &(o)->system, "system prompt"},                                               \
-    {"--ignore-eos", NULL, OPT_FLAG, &(o)->ignore_eos, "keep generating past end-of-text tokens"},            \
-    {"--host-sampling", NULL, OPT_FLAG, &(o)->host_sampling, "draw tokens on the CPU even where the GPU could"}, \
-    {"--bf16-weights", NULL, OPT_FLAG, &(o)->bf16_weights, "GPU: dequantize quantized weights to bf16 at load"}, \
+    {"--temp", NULL, OPT_FLOAT, &(o)->sampling.temperature, "temperature, 0 = greedy (default: chat the model's own setting, else 0.8 as llama.cpp; generate 0.8)"},                      \
+    {"--top-k", NULL, OPT_INT, &(o)->sampling.top_k, "top-k, 0 = off (default: chat the model's, else 40; generate 40)"},                                      \
+    {"--top-p", NULL, OPT_FLOAT, &(o)->sampling.top_p, "top-p, 1 = off (default: chat the model's, else 0.95; generate 0.95)"},                                    \
+    {"--min-p", NULL, OPT_FLOAT, &(o)->sampling.min_p, "min-p, 0 = off (default: chat the model's, else 0.05; generate 0.05)"},                                    \
+    {"--repeat-penalty", NULL, OPT_FLOAT, &(o)->sampling.repetition_penalty, "repetition penalty, 1 = off (default: chat the model's, else 1)"},  \
+    {"--presence-penalty", NULL, OPT_FLOAT, &(o)->sampling.presence_penalty, "presence penalty (default 0 = off)"},             \
+    {"--frequency-penalty", NULL, OPT_FLOAT, &(o)->sampling.frequency_penalty, "frequency penalty (default 0 = off)"},          \
+    {"--seed", NULL, OPT_INT, &seed, "random seed: reproducible sampling (default: chat a fresh seed per reply, generate 0)"},                                  \
+    {"--chat-template", NULL, OPT_STR, &(o)->chat_template, "chatml, qwen3, llama3, llama3.1, llama2, mistral, gemma, harmony (default: the model's own template)"}, \
+    {"--system", NULL, OPT_STR, &(o)->system, "system prompt (default: none)"},                                               \
+    {"--ignore-eos", NULL, OPT_FLAG, &(o)->ignore_eos, "keep generating past end-of-text tokens (default: stop there)"},            \
+    {"--host-sampling", NULL, OPT_FLAG, &(o)->host_sampling, "draw tokens on the CPU even where the GPU could (default: the GPU draws)"}, \
+    {"--bf16-weights", NULL, OPT_FLAG, &(o)->bf16_weights, "GPU: dequantize quantized weights to bf16 at load (default: kept as stored)"}, \
     {"--dummy-weights", NULL, OPT_FLAG_VALUE, &dummy, DUMMY_HELP},                                            \
     {"--rank", NULL, OPT_INT, &(o)->rank, "multi-process pipeline: this process's stage (default: OMPI_COMM_WORLD_RANK / PMI_RANK)"}, \
     {"--world-size", NULL, OPT_INT, &(o)->world_size, "multi-process pipeline: processes = stages (default: OMPI_COMM_WORLD_SIZE / PMI_SIZE)"}, \
     {"--master", NULL, OPT_STR, &(o)->master, "multi-process pipeline: ADDR:PORT where the last rank listens (default: CLLM_MASTER)"}, \
     {"--batch-invariant", NULL, OPT_FLAG, &(o)->batch_invariant,                                              \
-     "GPU: a sequence's tokens do not depend on the batch it runs in (slower; see README)"},                  \
+     "GPU: a sequence's tokens do not depend on the batch it runs in (slower; see README; default off)"},                  \
     {"--kv-dtype", NULL, OPT_STR, &kv_dtype, KV_DTYPE_HELP},                                                 \
-    {"--verbose", "-v", OPT_FLAG, &(o)->verbose, "print statistics"}
+    {"--verbose", "-v", OPT_FLAG, &(o)->verbose, "print statistics (default: chat prints them when stdout is a terminal)"}
 
 /* The integers of RUN_OPTS start as OPT_UNSET: a value given is checked, one
  * not given takes RunOptions' default ("0 = the default" is never typed). */
@@ -322,23 +322,45 @@ static int env_run_options(const char *cmd, RunOptions *o) {
     return 2;
 }
 
+/* Chat's sampling options start unset (NaN, OPT_UNSET) so that the ones the
+ * user gave can win over the model's own settings, read after the load. */
+static void sampling_unset(SamplerParams *s) {
+    s->temperature = s->top_p = s->min_p = s->repetition_penalty = NAN;
+    s->top_k = OPT_UNSET;
+}
+
+/* The SAMPLING_GIVEN_* bits of the options given; the others take cllm's
+ * defaults (sampler_params_default). */
+static unsigned sampling_given(SamplerParams *s) {
+    SamplerParams d = sampler_params_default();
+    unsigned given = 0;
+    if (isnan(s->temperature)) s->temperature = d.temperature; else given |= SAMPLING_GIVEN_TEMP;
+    if (s->top_k == OPT_UNSET) s->top_k = d.top_k; else given |= SAMPLING_GIVEN_TOP_K;
+    if (isnan(s->top_p)) s->top_p = d.top_p; else given |= SAMPLING_GIVEN_TOP_P;
+    if (isnan(s->min_p)) s->min_p = d.min_p; else given |= SAMPLING_GIVEN_MIN_P;
+    if (isnan(s->repetition_penalty)) s->repetition_penalty = d.repetition_penalty; else given |= SAMPLING_GIVEN_REPEAT;
+    return given;
+}
+
 static int cmd_chat(int argc, char **argv) {
     RunOptions o;
     run_options_default(&o);
     int seed;
     const char *kv_dtype = NULL, *dummy = NULL;
     run_ints_unset(&o, &seed);
+    sampling_unset(&o.sampling);
     const Opt opts[] = {RUN_OPTS(&o), {0}};
     const char *pos[1];
     int n_pos, rc = parse_opts("chat", "chat [-m MODEL] [options]", argc, argv, opts, pos, 0, &n_pos);
     if (rc) return rc == 1 ? 0 : rc;
+    unsigned given = sampling_given(&o.sampling);
     if ((rc = check_run_options("chat", &o, &seed)) || (rc = parse_kv_dtype("chat", kv_dtype, &o.kv_dtype)) ||
         (rc = parse_dummy_weights("chat", dummy, &o.dummy_weights, &o.dummy_type)))
         return rc;
     if (seed >= 0) o.sampling.seed = (uint64_t)seed;
     char def[PATH_MAX];
     if ((rc = resolve_model(&o, def, sizeof def)) || (rc = env_run_options("chat", &o))) return rc;
-    return chat_main(&o);
+    return chat_main(&o, given, seed >= 0);
 }
 
 static int cmd_generate(int argc, char **argv) {

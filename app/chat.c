@@ -16,9 +16,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <termios.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "app/line_edit.h"
+#include "app/models.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "tokenizer/chat_template.h"
@@ -39,7 +42,45 @@ typedef struct {
     int last_prefilled;          /* prompt tokens the last reply computed (not from the cache) */
     int context_used;            /* tokens of the conversation after the last reply */
     bool tty_out;
+    SamplerParams sampling;      /* the command line's, the model's, then cllm's defaults */
+    bool seed_given;             /* --seed: reply k uses seed + k (reproducible) */
+    uint64_t n_replies;
+    unsigned given;              /* SAMPLING_GIVEN_* bits the command line set */
 } Chat;
+
+/* A fresh seed for a reply: /dev/urandom, or the clock where it cannot be read. */
+static uint64_t chat_fresh_seed(void) {
+    uint64_t s = 0;
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (!f || fread(&s, sizeof s, 1, f) != 1) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        s = (uint64_t)ts.tv_sec * 1000000007u ^ (uint64_t)ts.tv_nsec ^ (uint64_t)getpid() << 32;
+    }
+    if (f) fclose(f);
+    return s;
+}
+
+/* While a reply streams, keys typed at a terminal are neither echoed into it
+ * nor left for the next prompt; ISIG stays on, so Ctrl-C still stops it. */
+typedef struct {
+    bool active;
+    struct termios saved;
+} QuietInput;
+
+static void quiet_input_begin(QuietInput *q) {
+    q->active = false;
+    if (!isatty(STDIN_FILENO) || tcgetattr(STDIN_FILENO, &q->saved)) return;
+    struct termios t = q->saved;
+    t.c_lflag &= ~(tcflag_t)(ECHO | ICANON);
+    q->active = tcsetattr(STDIN_FILENO, TCSANOW, &t) == 0;
+}
+
+static void quiet_input_end(QuietInput *q) {
+    if (!q->active) return;
+    tcflush(STDIN_FILENO, TCIFLUSH); /* drop what was typed during the reply */
+    tcsetattr(STDIN_FILENO, TCSANOW, &q->saved);
+}
 
 static int chat_add_message(Chat *c, const char *role, const char *content, size_t len) {
     if (c->n_msgs == c->cap_msgs) {
@@ -116,7 +157,9 @@ static int chat_system_fits(Chat *c, const char *system, const char *source) {
 
 /* Runs the conversation's prompt as one request until it finishes. */
 static SchedRequest *chat_run(Chat *c, const TokenIds *ids, Err *err) {
-    GenParams gp = {c->o->sampling, c->o->max_tokens, NULL, 0, c->o->ignore_eos};
+    GenParams gp = {c->sampling, c->o->max_tokens, NULL, 0, c->o->ignore_eos};
+    gp.sampling.seed = c->seed_given ? c->o->sampling.seed + c->n_replies : chat_fresh_seed();
+    c->n_replies++;
     SchedRequest *r = scheduler_submit(&c->sched, ids->ids, (int)ids->n, &gp, NULL, err);
     if (!r) return NULL;
     r->emit = chat_emit;
@@ -165,7 +208,10 @@ static int chat_reply(Chat *c) {
         return -1;
     }
     chat_interrupted = 0;
+    QuietInput q;
+    quiet_input_begin(&q);
     SchedRequest *r = chat_run(c, &ids, &err);
+    quiet_input_end(&q);
     token_ids_free(&ids);
     if (!r || !strcmp(r->finish_reason, "error")) {
         fprintf(stderr, "\nerror: %s\n", r ? r->error : err.msg);
@@ -179,6 +225,7 @@ static int chat_reply(Chat *c) {
     chat_keep_reply(c, r);
     sched_request_free(r);
     printf("\n");
+    fflush(stdout); /* before the stats on stderr: the reply ends its line first */
     if (!strcmp(c->last.finish_reason, "interrupted")) fprintf(stderr, "[stopped]\n");
     if (!strcmp(c->last.finish_reason, "context"))
         fprintf(stderr, "[context full (%d tokens): /clear starts over]\n", e->ctx_limit);
@@ -243,7 +290,7 @@ static int chat_command(Chat *c, const char *line) {
     if (!strcmp(line, "/regen")) {
         if (c->n_msgs == 0 || strcmp(c->msgs[c->n_msgs - 1].role, "assistant")) { printf("[nothing to redo]\n"); return 0; }
         chat_pop_message(c);
-        chat_reply(c);
+        if (chat_reply(c) == 0 && (c->tty_out || c->o->verbose)) chat_print_stats(c, stderr);
         return 0;
     }
     if (!strncmp(line, "/read ", 6)) {
@@ -260,10 +307,38 @@ static int chat_command(Chat *c, const char *line) {
         chat_add_message(c, "user", text, len);
         free(text);
         if (chat_reply(c)) chat_pop_message(c);
+        else if (c->tty_out || c->o->verbose) chat_print_stats(c, stderr);
+        return 0;
+    }
+    if (strcmp(line, "/help") && strcmp(line, "/?")) {
+        const char *sp = strchr(line, ' ');
+        fprintf(stderr, "unknown command %.*s (try /help)\n", sp ? (int)(sp - line) : (int)strlen(line), line);
         return 0;
     }
     chat_help();
     return 0;
+}
+
+/* The banner's model name: the file's (or folder's) base name without its
+ * extension, which names the model as the user got it, where general.name is
+ * often a raw training-run string. */
+static void chat_model_name(const Model *m, char *out, size_t cap) {
+    size_t n = strlen(m->path);
+    while (n > 1 && m->path[n - 1] == '/') n--;
+    size_t start = n;
+    while (start > 0 && m->path[start - 1] != '/') start--;
+    size_t end = n;
+    for (size_t i = start; i < n; i++)
+        if (m->path[i] == '.') end = i;
+    if (end == start) end = n;
+    snprintf(out, cap, "%.*s", (int)(end - start), m->path + start);
+}
+
+/* "135 M" / "1.2 B" / "52 K" parameters. */
+static void chat_param_count(uint64_t n, char *out, size_t cap) {
+    if (n >= 1000000000ull) snprintf(out, cap, "%.1f B", n / 1e9);
+    else if (n >= 1000000ull) snprintf(out, cap, "%.0f M", n / 1e6);
+    else snprintf(out, cap, "%.0f K", n / 1e3);
 }
 
 static int chat_setup(Chat *c, const RunOptions *o) {
@@ -284,10 +359,25 @@ static int chat_setup(Chat *c, const RunOptions *o) {
         chat_add_message(c, "system", o->system, strlen(o->system));
     }
     c->tty_out = isatty(STDOUT_FILENO);
-    fprintf(stderr, "cllm: %s (%s, %d layers) on %s, context %d tokens, chat template %s%s\n",
-            c->rt.model.cfg.name[0] ? c->rt.model.cfg.name : c->rt.model.path, arch_name(c->rt.model.cfg.arch),
-            c->rt.model.cfg.n_layers, c->rt.be->name, c->rt.engine.ctx_limit, chat_family_name(c->tmpl.family),
+    const Model *m = &c->rt.model;
+    char name[256], params[32];
+    chat_model_name(m, name, sizeof name);
+    chat_param_count(m->n_params, params, sizeof params);
+    const DTypeInfo *wt = m->w.layers && m->w.layers[0].wq.data ? dtype_info((uint32_t)m->w.layers[0].wq.type) : NULL;
+    fprintf(stderr, "cllm: %s (%s parameters%s%s, %s, %d layers) on %s, context %d tokens, chat template %s%s\n", name,
+            params, wt ? ", " : "", wt ? wt->name : "", arch_name(m->cfg.arch), m->cfg.n_layers, c->rt.be->name,
+            c->rt.engine.ctx_limit, chat_family_name(c->tmpl.family),
             tmpl || o->chat_template ? "" : " (model has none; guessed)");
+    if (!tmpl && !o->chat_template)
+        fprintf(stderr, "cllm: note: this model has no chat template, so it is likely a base model: it continues "
+                        "text rather than answering, and may ramble or repeat. For a conversation use an instruct "
+                        "model (e.g. smollm2-135m-instruct).\n");
+    c->sampling = o->sampling;
+    const SamplerParams *s = &c->sampling;
+    if (app_sampling_from_model(&c->sampling, c->given, &m->gen))
+        fprintf(stderr, "cllm: sampling as the model's %s recommends (options given override it): "
+                        "temperature %g, top-k %d, top-p %g, min-p %g, repeat penalty %g\n",
+                m->gen.source, s->temperature, s->top_k, s->top_p, s->min_p, s->repetition_penalty);
     return 0;
 }
 
@@ -298,10 +388,12 @@ static void chat_teardown(Chat *c) {
     if (c->rt_ready) runtime_close(&c->rt);
 }
 
-int chat_main(const RunOptions *o) {
+int chat_main(const RunOptions *o, unsigned given, bool seed_given) {
     if (run_options_serves_stage(o)) return runtime_serve_main(o, "chat"); /* the last rank talks to the user */
     Chat c = {0};
     c.o = o;
+    c.given = given;
+    c.seed_given = seed_given;
     int rc = chat_setup(&c, o);
     if (rc) { chat_teardown(&c); return rc; }
     char hist[4096];

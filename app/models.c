@@ -20,13 +20,17 @@ static void exe_dir(char *out, size_t cap) {
 
 /* Path of the first model of models.txt in models/cache (or $CLLM_MODELS). */
 int app_default_model(char *out, size_t cap) {
-    char dir[PATH_MAX], list[PATH_MAX + 16], line[1024], name[256] = "", fmt[32] = "";
+    char dir[PATH_MAX], list[PATH_MAX + 16], line[1024], name[256] = "", fmt[32] = "", kind[32] = "";
     exe_dir(dir, sizeof dir);
     snprintf(list, sizeof list, "%s/models.txt", dir);
     FILE *f = fopen(list, "r");
     while (f && fgets(line, sizeof line, f))
-        if (line[0] != '#' && sscanf(line, "%255s %*s %31s", name, fmt) == 2) break;
+        if (line[0] != '#' && sscanf(line, "%255s %*s %31s %*s %*s %*s %31s", name, fmt, kind) >= 2) break;
     if (f) fclose(f);
+    /* The default is what `./cllm` chats with: a base model there would ramble. */
+    if (name[0] && strcmp(kind, "instruct"))
+        fprintf(stderr, "cllm: note: the default model %s is marked '%s' in %s, not 'instruct': "
+                        "its chat replies are text completions\n", name, kind[0] ? kind : "(no kind)", list);
     if (!name[0]) {
         fprintf(stderr, "cllm: no -m MODEL given and no default model listed in %s\n", list);
         return 2;
@@ -75,3 +79,13 @@ void app_warn_unused(const Model *m) {
                 m->path, (unsigned long long)(m->n_unused - UNUSED_WARN_MAX));
 }
 
+
+int app_sampling_from_model(SamplerParams *s, unsigned given, const GenerationDefaults *g) {
+    int n = 0;
+    if (g->has_temperature && !(given & SAMPLING_GIVEN_TEMP)) s->temperature = g->temperature, n++;
+    if (g->has_top_k && !(given & SAMPLING_GIVEN_TOP_K)) s->top_k = g->top_k, n++;
+    if (g->has_top_p && !(given & SAMPLING_GIVEN_TOP_P)) s->top_p = g->top_p, n++;
+    if (g->has_min_p && !(given & SAMPLING_GIVEN_MIN_P)) s->min_p = g->min_p, n++;
+    if (g->has_repetition_penalty && !(given & SAMPLING_GIVEN_REPEAT)) s->repetition_penalty = g->repetition_penalty, n++;
+    return n;
+}

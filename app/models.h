@@ -4,7 +4,22 @@
 
 #include <stddef.h>
 
+#include "engine/sampler.h"
 #include "model/model.h"
+
+/* Which sampling options the user gave on the command line. */
+enum {
+    SAMPLING_GIVEN_TEMP = 1,
+    SAMPLING_GIVEN_TOP_K = 2,
+    SAMPLING_GIVEN_TOP_P = 4,
+    SAMPLING_GIVEN_MIN_P = 8,
+    SAMPLING_GIVEN_REPEAT = 16,
+};
+
+/* Fills the fields of s the user did not give (bits of given) from the
+ * settings the model's files recommend (m->gen); what neither sets keeps
+ * s's value (cllm's default). Returns how many fields the model set. */
+int app_sampling_from_model(SamplerParams *s, unsigned given, const GenerationDefaults *g);
 
 /* Path of the default model: the first of models.txt beside the executable,
  * in models/cache (or $CLLM_MODELS). 0, or 2 after printing why there is none. */

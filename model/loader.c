@@ -310,7 +310,7 @@ static int model_open_hf(Model *m, int flags, Err *err) {
     if (!cj) return -1;
     int rc = config_from_hf(&m->cfg, json_root(cj), cfg_path, err);
     json_free(cj);
-    if (rc) return -1;
+    if (rc || generation_defaults_from_hf(&m->gen, m->st.dir, err)) return -1;
     if (!m->cfg.name[0]) {
         const char *slash = strrchr(m->st.dir, '/');
         snprintf(m->cfg.name, sizeof m->cfg.name, "%s", slash ? slash + 1 : m->st.dir);
@@ -324,7 +324,9 @@ static int model_open_hf(Model *m, int flags, Err *err) {
 }
 
 static int model_open_gguf(Model *m, int flags, Err *err) {
-    if (gguf_open(&m->gguf, m->path, err) || config_from_gguf(&m->cfg, &m->gguf, err)) return -1;
+    if (gguf_open(&m->gguf, m->path, err) || config_from_gguf(&m->cfg, &m->gguf, err) ||
+        generation_defaults_from_gguf(&m->gen, &m->gguf, err))
+        return -1;
     if (flags & MODEL_LOAD_NO_TOKENIZER) return 0;
     return tokenizer_load_gguf(&m->tok, &m->gguf, err);
 }

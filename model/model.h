@@ -19,12 +19,14 @@
 #include "formats/safetensors.h"
 #include "kernels/weights.h"
 #include "model/config.h"
+#include "model/generation_defaults.h"
 #include "model/shape.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct {
     char *path;
     ModelConfig cfg;
+    GenerationDefaults gen;    /* the sampling settings the files recommend (generation_defaults.h) */
     ModelWeights w;
     ModelShape shape;          /* what a backend is told of it (rope tables owned) */
     Tokenizer *tok;            /* NULL when loaded with MODEL_LOAD_NO_TOKENIZER */

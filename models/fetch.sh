@@ -12,11 +12,12 @@ say() { [ "$quiet" = 1 ] || echo "$@"; }
 mkdir -p models/cache
 
 fetch_one() {
-    local want=$1 line name arch fmt src sha size
+    local want=$1 line name arch fmt src sha size kind
     if [ "$want" = default ]; then line=$(grep -v '^#' models.txt | grep -v '^\s*$' | head -1)
     else line=$(grep -v '^#' models.txt | awk -v n="$want" '$1 == n' | head -1); fi
     [ -n "$line" ] || { echo "models/fetch.sh: '$want' is not in models.txt" >&2; return 2; }
-    read -r name arch fmt src sha size <<< "$line"
+    read -r name arch fmt src sha size kind <<< "$line"
+    case "$kind" in instruct|base) ;; *) echo "models/fetch.sh: $name: kind '$kind' in models.txt must be instruct or base" >&2; return 2;; esac
     local dest=models/cache/$name.$fmt
     if [ -f "$dest" ] && [ "$(sha256sum "$dest" | cut -d' ' -f1)" = "$sha" ]; then
         say "$name: present ($dest)"; return 0

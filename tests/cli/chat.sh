@@ -82,3 +82,104 @@ expect_grep "chat: context full names the system prompt's share and /system" "$T
 expect_grep "chat: /system alone removes the system prompt" "$TMP/out" "system prompt removed"
 [ "$(grep -c 'context full' "$TMP/err")" = 1 ] && [ -n "$(sed -n '/system prompt removed/,$p' "$TMP/out" | sed 1d)" ] \
     && ok "chat: after /system alone the turn fits" || notok "chat: after /system alone the turn fits" "$(cat "$TMP/out" "$TMP/err")"
+
+# An unknown /command is named (not answered with the help alone).
+printf '/foo bar\n/help\n' > "$TMP/unknown"
+expect_exit "chat: an unknown /command" 0 sh -c "$T < $TMP/unknown"
+expect_grep "chat: unknown /command named" "$TMP/err" "^unknown command /foo \(try /help\)$"
+expect_grep "chat: /help still lists the commands" "$TMP/out" "^commands: /clear"
+
+# With -v through a pipe the statistics start their own line, after the
+# reply's (stdout and stderr into one file, as a terminal shows them).
+printf 'Hi\nHello\n' > "$TMP/two"
+expect_exit "chat -v through a pipe" 0 sh -c "$T -v < $TMP/two > $TMP/both 2>&1"
+n=$(grep -c '^\[prompt' "$TMP/both"); glued=$(grep -c '.\[prompt' "$TMP/both")
+[ "$n" = 2 ] && [ "$glued" = 0 ] && ok "chat -v: the stats line is not glued to the reply" \
+    || notok "chat -v: the stats line is not glued to the reply" "$(cat -v "$TMP/both")"
+
+# Without --seed every reply draws with a fresh seed: the same turns twice,
+# and /regen, give other text (the tiny model's nearly flat distribution
+# over 512 tokens makes 16 equal draws out of the question).
+S="$CLLM chat -m tests/fixtures/tiny/llama.gguf --cpu --temp 1 --top-k 0 --min-p 0 -n 16"
+printf 'Hi\n/regen\n' > "$TMP/regen"
+expect_exit "chat: sampling without --seed" 0 sh -c "$S < $TMP/regen"
+cp "$TMP/out" "$TMP/r1"
+expect_exit "chat: sampling without --seed again" 0 sh -c "$S < $TMP/regen"
+! cmp -s "$TMP/out" "$TMP/r1" && ok "chat: no --seed, a fresh seed per run" || notok "chat: no --seed, a fresh seed per run" "$(cat -v "$TMP/out")"
+[ "$(sed -n 1p "$TMP/out")" != "$(sed -n 2p "$TMP/out")" ] && ok "chat: /regen draws anew" \
+    || notok "chat: /regen draws anew" "$(cat -v "$TMP/out")"
+expect_exit "chat: /regen with -v" 0 sh -c "$S -v < $TMP/regen"
+[ "$(grep -c '^\[prompt' "$TMP/err")" = 2 ] && ok "chat: /regen prints its stats line" || notok "chat: /regen prints its stats line" "$(cat "$TMP/err")"
+expect_exit "chat: --seed with /regen" 0 sh -c "$S --seed 3 < $TMP/regen"
+cp "$TMP/out" "$TMP/r1"
+expect_exit "chat: --seed with /regen again" 0 sh -c "$S --seed 3 < $TMP/regen"
+cmp -s "$TMP/out" "$TMP/r1" && ok "chat: --seed makes the conversation reproducible" || notok "chat: --seed makes the conversation reproducible" "$(cat -v "$TMP/out" "$TMP/r1")"
+
+# A model without a chat template is named as such once, with what to expect.
+expect_exit "chat: a model without a chat template" 0 sh -c "$T < $TMP/turns4"
+expect_grep "chat: no chat template, completions expected" "$TMP/err" "no chat template.*base model.*instruct model"
+[ "$(grep -c 'no chat template' "$TMP/err")" = 1 ] && ok "chat: the base-model note is said once" || notok "chat: the base-model note is said once" "$(cat "$TMP/err")"
+
+# The banner: the file's name, parameters and weight type, not general.name.
+expect_exit "chat: banner" 0 sh -c "$CHAT < /dev/null"
+expect_grep "chat: banner names the model cleanly" "$TMP/err" "^cllm: smollm2-135m-instruct \(135 M parameters, Q4_1,"
+
+# At a terminal (a pseudo-terminal here) text typed while a reply streams is
+# neither echoed into it nor sent as the next turn, and Ctrl-C still stops a
+# reply.
+cat > "$TMP/chat_tty.py" <<'PY'
+import os, pty, select, sys, time
+pid, fd = pty.fork()
+if pid == 0:
+    os.execvp(sys.argv[1], sys.argv[1:])
+out = b""
+def pump(t, until=None):
+    global out
+    end = time.time() + t
+    while time.time() < end and not (until and until in out):
+        r, _, _ = select.select([fd], [], [], 0.05)
+        if r:
+            try: d = os.read(fd, 4096)
+            except OSError: return
+            if not d: return
+            out += d
+pump(60, b"> ")
+os.write(fd, b"Tell me a story about a cat.\r"); pump(1.5)
+os.write(fd, b"SECRET\r")
+pump(120, b"[prompt"); pump(0.5)
+os.write(fd, b"Count from one to one hundred.\r"); pump(1.5)
+os.write(fd, b"\x03")
+pump(60, b"[stopped]"); pump(0.5)
+os.write(fd, b"\x04"); pump(5)
+os.waitpid(pid, 0)
+sys.stdout.buffer.write(out)
+PY
+python3 "$TMP/chat_tty.py" $CLLM chat -m $M --cpu --temp 0 -n 30 > "$TMP/pty_out" 2>&1
+{ grep -q SECRET "$TMP/pty_out" || ! grep -q '^\[prompt' "$TMP/pty_out"; } && notok "chat at a terminal: text typed during a reply is not echoed or sent" "$(cat -v "$TMP/pty_out")" \
+    || ok "chat at a terminal: text typed during a reply is not echoed or sent"
+grep -q '\[stopped\]' "$TMP/pty_out" && ok "chat at a terminal: Ctrl-C stops a reply" \
+    || notok "chat at a terminal: Ctrl-C stops a reply" "$(cat -v "$TMP/pty_out")"
+
+# The model's own sampling settings (generation_config.json beside
+# config.json) are used where no option is given; a given option wins; a
+# hostile file is refused naming the file and the field.
+mkdir -p "$TMP/gen" && cp tests/fixtures/tiny/llama/* "$TMP/gen/"
+echo '{"do_sample": true, "temperature": 0.5, "top_k": 7, "top_p": 0.8}' > "$TMP/gen/generation_config.json"
+G="$CLLM chat -m $TMP/gen --cpu -n 4"
+expect_exit "chat: a model with generation_config.json" 0 sh -c "$G < $TMP/turns4"
+expect_grep "chat: the model's sampling settings used" "$TMP/err" \
+    "generation_config.json recommends.*temperature 0.5, top-k 7, top-p 0.8, min-p 0.05"
+expect_exit "chat: options over generation_config.json" 0 sh -c "$G --temp 0.9 --top-p 1 < $TMP/turns4"
+expect_grep "chat: a given option wins over the model's" "$TMP/err" "temperature 0.9, top-k 7, top-p 1,"
+echo '{"do_sample": false, "temperature": 0.5}' > "$TMP/gen/generation_config.json"
+expect_exit "chat: do_sample false" 0 sh -c "$G < $TMP/turns4"
+expect_grep "chat: do_sample false is greedy" "$TMP/err" "recommends.*temperature 0,"
+echo '{"temperature": "hot"}' > "$TMP/gen/generation_config.json"
+expect_exit "chat: a hostile generation_config.json exits 2" 2 sh -c "$G < $TMP/turns4"
+expect_grep "chat: hostile generation_config.json named" "$TMP/err" "generation_config.json: field 'temperature' must be a number"
+
+# models.txt marks every model instruct or base (chat warns of a base default).
+bad=$(grep -v '^#' models.txt | grep -v '^\s*$' | awk '$7 != "instruct" && $7 != "base" {print $1}')
+[ -z "$bad" ] && ok "models.txt: every model is marked instruct or base" || notok "models.txt: every model is marked instruct or base" "$bad"
+[ "$(grep -v '^#' models.txt | grep -v '^\s*$' | head -1 | awk '{print $7}')" = instruct ] \
+    && ok "models.txt: the default model is an instruct model" || notok "models.txt: the default model is an instruct model"
