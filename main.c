@@ -377,8 +377,10 @@ static int cmd_generate(int argc, char **argv) {
         {"--output", "-o", OPT_STR, &b.output, "results as JSON Lines (.gz compresses; - = stdout, the default)"},
         {"--resume", NULL, OPT_FLAG, &b.resume,
          "skip prompts whose id is already in the output (a cut-off last line is dropped, and said so)"},
+        {"--overwrite", NULL, OPT_FLAG, &b.overwrite, "replace an output file that already holds results"},
         {"--ordered", NULL, OPT_FLAG, &b.ordered, "write results in input order"},
-        {"--chat", NULL, OPT_FLAG, &b.chat, "wrap plain prompts in the chat template as a user turn"},
+        {"--raw", NULL, OPT_FLAG, &b.raw, "text-file lines as raw completions, even for a model with a chat template"},
+        {"--chat", NULL, OPT_FLAG, &b.chat, "every prompt, JSON Lines \"prompt\" too, through the chat template"},
         {"--retry-errors", NULL, OPT_FLAG, &b.retry_errors, "with --resume: run ids whose output line is an error again"},
         {"--max-seqs", NULL, OPT_INT, &b.max_seqs, "most sequences per step (default 256)"},
         {"--max-batched-tokens", NULL, OPT_INT, &b.max_batched_tokens, "most tokens per step (default 8192)"},
@@ -386,10 +388,25 @@ static int cmd_generate(int argc, char **argv) {
     };
     const char *pos[1];
     int n_pos, rc = parse_opts("generate", "generate -m MODEL -i PROMPTS [-o OUT] [options]\n\n"
+                               "input: a text file is one prompt per line, a user turn through the model's chat\n"
+                               "template when it has one (--raw: a raw completion); JSON Lines, one object a line:\n"
+                               "  id                  string or number (default line-N); written back in the output\n"
+                               "  prompt              text, completed raw (the OpenAI completions API)\n"
+                               "  messages            [{role, content}], through the chat template (chat API);\n"
+                               "                      role system|developer|user|assistant|tool, content a string\n"
+                               "                      or [{type: text, text}]; one of prompt / messages\n"
+                               "  max_tokens          (or max_completion_tokens) most tokens to generate\n"
+                               "  temperature, top_p, min_p, top_k, seed, repetition_penalty, presence_penalty,\n"
+                               "  frequency_penalty   sampling, over the command line's\n"
+                               "  stop                a string or up to 64 strings that end the completion\n"
+                               "  model               echoed in OpenAI batch output; n must be 1\n"
+                               "OpenAI batch lines ({custom_id, method, url, body}) take the same fields in body.\n\n"
                                "exit status: 0 every prompt has its line in OUT (a bad prompt gets an error line);\n"
                                "1 the input held no prompt (OUT is left empty) or broke while read (the prompts\n"
                                "read before the break have their lines); 2 nothing ran and OUT is untouched (bad\n"
-                               "options, -o naming the input, an unreadable input or model), or OUT could not be written",
+                               "options, -o naming the input or holding results without --resume/--overwrite, an\n"
+                               "unreadable input or model), or OUT could not be written; 130 stopped by Ctrl-C\n"
+                               "(finished prompts have their lines; the message gives the --resume command)",
                                argc, argv, opts, pos, 0, &n_pos);
     if (rc) return rc == 1 ? 0 : rc;
     if ((rc = check_run_options("generate", &o, &seed)) || (rc = parse_kv_dtype("generate", kv_dtype, &o.kv_dtype)) ||
@@ -401,6 +418,8 @@ static int cmd_generate(int argc, char **argv) {
         return 2;
     }
     if (seed >= 0) o.sampling.seed = (uint64_t)seed;
+    b.argc = argc;
+    b.argv = argv;
     char def[PATH_MAX];
     if ((rc = resolve_model(&o, def, sizeof def))) return rc;
     return batch_main(&o, &b);

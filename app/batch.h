@@ -11,10 +11,14 @@ typedef struct {
     const char *output;      /* path, .gz, or "-" (default) */
     bool resume;             /* skip ids already in the output */
     bool ordered;            /* write in input order */
-    bool chat;               /* plain prompts go through the chat template */
+    bool chat;               /* every prompt (JSON Lines "prompt" too) goes through the chat template */
+    bool raw;                /* text-file lines stay raw completions even when the model has a template */
+    bool overwrite;          /* replace an output that already holds results */
     bool retry_errors;       /* with resume: run failed ids again */
     int max_seqs;            /* sequences per step (default 256) */
     int max_batched_tokens;  /* tokens per step (default 8192) */
+    int argc;                /* the generate command's arguments, for the resume hint */
+    char **argv;             /*   printed on SIGINT; may be 0 / NULL */
 } BatchOptions;
 
 void batch_options_default(BatchOptions *b);
@@ -27,7 +31,10 @@ void batch_options_default(BatchOptions *b);
  *      its line;
  *   2  nothing ran, the output untouched: bad options, -o naming the input,
  *      an input that cannot be opened, a model that does not load; or the
- *      run stopped because the output could not be written.
+ *      run stopped because the output could not be written; an output that
+ *      already holds results without --resume or --overwrite;
+ *   130 stopped by SIGINT (Ctrl-C): every finished request has its line; the
+ *      message says how to resume (the same command with --resume).
  * The output is opened (truncated, or resumed) once the input and the model
  * are open, so from then on it reflects this run. */
 int batch_main(const RunOptions *o, const BatchOptions *b);

@@ -526,6 +526,13 @@ int results_check_not_input(const char *out, const char *in, Err *err) {
                    in_std || out_std ? ", redirected" : "");
 }
 
+int results_check_overwrite(const char *out, Err *err) {
+    struct stat st;
+    if (!strcmp(out, "-") || stat(out, &st) || !S_ISREG(st.st_mode) || st.st_size == 0) return 0;
+    return err_set(err, "the output %s already holds %lld bytes of results; add --resume to keep them and run only "
+                        "the prompts it lacks, or --overwrite to replace it", out, (long long)st.st_size);
+}
+
 static int open_fd(ResultWriter *w, int flags, Err *err) {
     w->fd = open(w->path, O_WRONLY | O_APPEND | O_CLOEXEC | flags, 0644);
     if (w->fd < 0) return err_set(err, "%s: cannot open the output: %s", w->path, strerror(errno));

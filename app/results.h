@@ -70,6 +70,12 @@ typedef struct ResultWriter ResultWriter;
  * are read. Opens nothing; call it before results_open. */
 int results_check_not_input(const char *out, const char *in, Err *err);
 
+/* Refuses to replace an output that holds results: a non-empty regular file
+ * at out (stdout, a missing or empty file, and a device such as /dev/null
+ * pass). generate calls it unless --resume or --overwrite was given, before
+ * the model loads; the message names the file and both ways out. */
+int results_check_overwrite(const char *out, Err *err);
+
 /* Opens path for writing ("-" = stdout; a name ending in .gz = gzip). fmt is
  * the INPUT format (PROMPTS_OPENAI selects the OpenAI output shape).
  * Without resume an existing file is replaced. With resume (regular files

@@ -595,11 +595,29 @@ static void test_output_is_input(void) {
     CHECK(stat(in, &st) == 0 && st.st_size == 25, "the input lost bytes: %lld", (long long)st.st_size);
 }
 
+/* An output holding results is not replaced without --resume/--overwrite:
+ * the message names the file and both options; a missing or empty file,
+ * stdout and a device pass. */
+static void test_check_overwrite(void) {
+    Err err = {{0}};
+    FILE *f = fopen(tmp_path("full.jsonl"), "w");
+    fputs("{\"id\":\"a\",\"text\":\"x\"}\n", f);
+    fclose(f);
+    CHECK(results_check_overwrite(tmp_path("full.jsonl"), &err) == -1, "a file with results accepted");
+    CHECK(strstr(err.msg, tmp_path("full.jsonl")) && strstr(err.msg, "--resume") && strstr(err.msg, "--overwrite"),
+          "message names the file and both ways out: %s", err.msg);
+    fclose(fopen(tmp_path("empty.jsonl"), "w"));
+    CHECK(results_check_overwrite(tmp_path("empty.jsonl"), &err) == 0, "an empty file refused: %s", err.msg);
+    CHECK(results_check_overwrite(tmp_path("none.jsonl"), &err) == 0, "a missing file refused: %s", err.msg);
+    CHECK(results_check_overwrite("-", &err) == 0, "stdout refused: %s", err.msg);
+    CHECK(results_check_overwrite("/dev/null", &err) == 0, "/dev/null refused: %s", err.msg);
+}
+
 static void remove_tmp(void) {
     const char *names[] = {"a.jsonl", "o.jsonl", "esc.jsonl.gz", "r.jsonl", "f.jsonl", "k.jsonl.gz", "member.gz",
                            "open.jsonl.gz", "m.jsonl", "m2.jsonl", "fake.jsonl.gz", "new.jsonl", "stdout.txt",
                            "ord.jsonl", "h.jsonl", "h.jsonl.gz", "same-in.jsonl", "same-sym.jsonl",
-                           "same-hard.jsonl", "same-other.jsonl", "d.jsonl"};
+                           "same-hard.jsonl", "same-other.jsonl", "d.jsonl", "full.jsonl", "empty.jsonl"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) unlink(tmp_path(names[i]));
     rmdir(tmp_dir);
 }
@@ -620,6 +638,7 @@ int main(void) {
     RUN(test_ordered);
     RUN(test_hostile_resume);
     RUN(test_output_is_input);
+    RUN(test_check_overwrite);
     remove_tmp();
     TEST_EXIT();
 }

@@ -2,7 +2,10 @@
 # generate.sh — `cllm generate` end to end. On the tiny model: -o naming the
 # input is refused, a duplicate id survives a kill at any point, a torn last
 # line is reported, an empty or broken input leaves an output of this run
-# (exit 1), bad per-request values fail alone. On the default model (CPU): a
+# (exit 1), bad per-request values fail alone, an output holding results is
+# not replaced without --overwrite, Ctrl-C stops with the --resume command,
+# --retry-errors keeps a duplicate's line. On the default model (CPU): text
+# lines are user turns for a model with a template (--raw: raw); a
 # 100-line JSON Lines file with bad lines gives 100 output lines; resume skips
 # finished ids; text, OpenAI batch, .gz and stdin inputs work.
 source "$(dirname "$0")/lib.sh"
@@ -43,6 +46,61 @@ for k in 0 1 2 3; do
         || notok "resume after $k lines: x ran once, its duplicate failed once" "$(cat "$TMP/dup-$k.out")"
 done
 
+# --resume --retry-errors keeps the duplicate's error line: run again, it
+# fails again, so every request still has its line (4, not 3).
+cp "$TMP/dup.out" "$TMP/dup-retry.out"
+for k in 1 2; do
+    expect_exit "--resume --retry-errors with a duplicate id (run $k)" 0 $TG -i "$TMP/dup.jsonl" -o "$TMP/dup-retry.out" --resume --retry-errors
+    x_dup=$(grep -c '"id":"x".*duplicate id' "$TMP/dup-retry.out")
+    [ "$(lines "$TMP/dup-retry.out")" = 4 ] && [ "$x_dup" = 1 ] && ok "--retry-errors run $k: 4 lines, the duplicate's error kept once" \
+        || notok "--retry-errors run $k: 4 lines, the duplicate's error kept once" "$(cat "$TMP/dup-retry.out")"
+done
+
+# An output that holds results is not replaced without --overwrite (exit 2,
+# the file named, --resume and --overwrite offered, the file untouched); an
+# empty one is, and --overwrite replaces a full one.
+cp "$TMP/dup.out" "$TMP/full.out"
+expect_exit "an output holding results is refused" 2 $TG -i "$TMP/dup.jsonl" -o "$TMP/full.out"
+expect_grep "the refusal names the file and both ways out" "$TMP/err" "full.out already holds [0-9]+ bytes of results; add --resume .* or --overwrite"
+cmp -s "$TMP/dup.out" "$TMP/full.out" && ok "the refused output is untouched" || notok "the refused output is untouched"
+: > "$TMP/empty.out"
+expect_exit "an empty output is written" 0 $TG -i "$TMP/dup.jsonl" -o "$TMP/empty.out"
+[ "$(lines "$TMP/empty.out")" = 4 ] && ok "an empty output gets the lines" || notok "an empty output gets the lines"
+echo '{"id":"old"}' > "$TMP/full.out"
+expect_exit "--overwrite replaces an output" 0 $TG -i "$TMP/dup.jsonl" -o "$TMP/full.out" --overwrite
+[ "$(lines "$TMP/full.out")" = 4 ] && ! grep -q '"old"' "$TMP/full.out" && ok "--overwrite: only this run's lines" || notok "--overwrite: only this run's lines"
+expect_exit "--chat with --raw exits 2" 2 $TG -i "$TMP/dup.jsonl" -o "$TMP/chatraw.out" --chat --raw
+
+# Ctrl-C: generate stops between steps (exit 130), the finished requests
+# have their lines, and stderr gives the command to finish: the same one
+# with --resume; run as printed, it completes every prompt once.
+for i in $(seq 1 3000); do echo "Prompt number $i says hello to the little model"; done > "$TMP/int.txt"
+python3 - "$TMP/int.out" $TG -n 24 --max-seqs 8 -i "$TMP/int.txt" -o "$TMP/int.out" > "$TMP/int.rc" 2> "$TMP/int.err" <<'PY'
+import os, signal, subprocess, sys, time
+out, cmd = sys.argv[1], sys.argv[2:]
+p = subprocess.Popen(cmd)
+t = time.time()
+while p.poll() is None and time.time() - t < 60:
+    if os.path.exists(out) and os.path.getsize(out) > 0: break
+    time.sleep(0.05)
+p.send_signal(signal.SIGINT)
+print(p.wait())
+PY
+n_int=$(lines "$TMP/int.out")
+[ "$(cat "$TMP/int.rc")" = 130 ] && ok "SIGINT: exit 130" || notok "SIGINT: exit 130" "rc $(cat "$TMP/int.rc")" "$(tail -3 "$TMP/int.err")"
+[ "$n_int" -gt 0 ] && [ "$n_int" -lt 3000 ] && [ "$(tail -c 1 "$TMP/int.out" | od -An -c | tr -d ' ')" = '\n' ] \
+    && ok "SIGINT: stopped partway, whole lines ($n_int)" || notok "SIGINT: stopped partway, whole lines" "$n_int lines"
+expect_grep "SIGINT: says how many lines are where" "$TMP/int.err" "interrupted; the [0-9]+ finished requests have their lines in $TMP/int.out"
+resume_cmd=$(grep -A1 'To run the rest:' "$TMP/int.err" | tail -1 | sed 's/^ *cllm //')
+case "$resume_cmd" in
+    "generate -m tests/fixtures/tiny/llama.gguf --cpu -n 2 --temp 0 -c 64 -n 24 --max-seqs 8 -i $TMP/int.txt -o $TMP/int.out --resume")
+        ok "SIGINT: the resume command is the same command with --resume" ;;
+    *) notok "SIGINT: the resume command is the same command with --resume" "got: $resume_cmd" ;;
+esac
+expect_exit "SIGINT: the printed command resumes" 0 sh -c "$CLLM $resume_cmd"
+n=$(lines "$TMP/int.out"); u=$(grep -o '"id":"[^"]*"' "$TMP/int.out" | sort -u | wc -l | tr -d ' ')
+[ "$n" = 3000 ] && [ "$u" = 3000 ] && ok "SIGINT then --resume: every prompt once" || notok "SIGINT then --resume: every prompt once" "lines $n, distinct $u"
+
 # Per-request sampling values out of range fail that request alone.
 printf '%s\n' '{"id": "t", "prompt": "Hi", "temperature": -1}' '{"id": "p", "prompt": "Hi", "top_p": 5}' \
     '{"id": "m", "prompt": "Hi", "min_p": 2}' '{"id": "r", "prompt": "Hi", "repetition_penalty": 0}' \
@@ -68,24 +126,24 @@ expect_grep "torn last line reported with file and bytes" "$TMP/err" "torn-cut.o
 for f in empty blank; do
     if [ $f = empty ]; then : > "$TMP/$f.txt"; else printf '\n  \n' > "$TMP/$f.txt"; fi
     echo '{"id":"stale"}' > "$TMP/stale.out"
-    expect_exit "$f input exits 1" 1 $TG -i "$TMP/$f.txt" -o "$TMP/stale.out"
+    expect_exit "$f input exits 1" 1 $TG -i "$TMP/$f.txt" -o "$TMP/stale.out" --overwrite
     expect_grep "$f input says so" "$TMP/err" "$f.txt: the input holds no prompts"
     [ -e "$TMP/stale.out" ] && [ ! -s "$TMP/stale.out" ] && ok "$f input empties the output" || notok "$f input empties the output" "$(lines "$TMP/stale.out") lines"
 done
 echo '{"id":"stale"}' > "$TMP/stale.out"
 printf '\x1f\x8b\x08\x00garbage that does not inflate' > "$TMP/junk.gz"
-expect_exit "undecompressable .gz exits 1" 1 $TG -i "$TMP/junk.gz" -o "$TMP/stale.out"
+expect_exit "undecompressable .gz exits 1" 1 $TG -i "$TMP/junk.gz" -o "$TMP/stale.out" --overwrite
 expect_grep "undecompressable .gz named" "$TMP/err" "junk.gz: read failed"
 [ -e "$TMP/stale.out" ] && [ ! -s "$TMP/stale.out" ] && ok "undecompressable .gz empties the output" || notok "undecompressable .gz empties the output"
 for i in $(seq 1 300); do echo "Prompt number $i says hello"; done | gzip -c > "$TMP/full.gz"
 head -c $(( $(wc -c < "$TMP/full.gz") * 6 / 10 )) "$TMP/full.gz" > "$TMP/cut.gz"
 echo '{"id":"stale"}' > "$TMP/stale.out"
-expect_exit "cut .gz exits 1" 1 $TG -i "$TMP/cut.gz" -o "$TMP/stale.out"
+expect_exit "cut .gz exits 1" 1 $TG -i "$TMP/cut.gz" -o "$TMP/stale.out" --overwrite
 expect_grep "cut .gz named" "$TMP/err" "cut.gz: the gzip data is cut short after line"
 n_read=$(sed -n 's/.*cut short after line \([0-9]*\).*/\1/p' "$TMP/err")
 [ -n "$n_read" ] && [ "$n_read" -gt 0 ] && [ "$(lines "$TMP/stale.out")" = "$n_read" ] && ! grep -q stale "$TMP/stale.out" \
     && ok "cut .gz: the $n_read requests before the cut have their lines" || notok "cut .gz: the requests before the cut have their lines" "read $n_read, lines $(lines "$TMP/stale.out")"
-expect_exit "missing input exits 2, output untouched" 2 $TG -i "$TMP/none.txt" -o "$TMP/stale.out"
+expect_exit "missing input exits 2, output untouched" 2 $TG -i "$TMP/none.txt" -o "$TMP/stale.out" --overwrite
 [ "$(lines "$TMP/stale.out")" = "$n_read" ] && ok "missing input leaves the output alone" || notok "missing input leaves the output alone"
 GEN="$CLLM generate -m $M --cpu -n 4 --temp 0 -c 256"
 
@@ -131,6 +189,19 @@ n=$(wc -l < "$TMP/part.jsonl"); u=$(grep -o '"id":"[^"]*"' "$TMP/part.jsonl" | s
 [ "$n" = 100 ] && [ "$u" = 100 ] && ok "resume completes to 100 distinct lines" || notok "resume completes to 100 distinct lines" "lines $n, distinct ids $u"
 cmp -s <(sort "$TMP/out.jsonl" | sed 's/"seconds":[0-9.e-]*//') <(sort "$TMP/part.jsonl" | sed 's/"seconds":[0-9.e-]*//') \
     && ok "resumed output equals a full run (greedy)" || notok "resumed output equals a full run (greedy)" "$(diff <(sort "$TMP/out.jsonl") <(sort "$TMP/part.jsonl") | head -5)"
+
+# A text file sent to a model with a chat template: each line is a user turn
+# (the same prompt as {"messages": [{"role": "user", ...}]}), unless --raw;
+# JSON Lines "prompt" stays raw (the completions API) unless --chat.
+printf 'Hi\n' > "$TMP/hi.txt"
+echo '{"id": "m", "messages": [{"role": "user", "content": "Hi"}]}' > "$TMP/hi-msg.jsonl"
+echo '{"id": "p", "prompt": "Hi"}' > "$TMP/hi-prompt.jsonl"
+ptok() { $GEN -i "$@" 2>/dev/null | sed -n 's/.*"prompt_tokens":\([0-9]*\).*/\1/p'; }
+t_msg=$(ptok "$TMP/hi-msg.jsonl"); t_txt=$(ptok "$TMP/hi.txt"); t_raw=$(ptok "$TMP/hi.txt" --raw)
+t_prompt=$(ptok "$TMP/hi-prompt.jsonl"); t_pchat=$(ptok "$TMP/hi-prompt.jsonl" --chat)
+[ -n "$t_msg" ] && [ "$t_txt" = "$t_msg" ] && ok "text line = a user turn by default ($t_txt tokens)" || notok "text line = a user turn by default" "text $t_txt, messages $t_msg"
+[ -n "$t_raw" ] && [ "$t_raw" -lt "$t_msg" ] && ok "--raw: the line as it is ($t_raw tokens)" || notok "--raw: the line as it is" "raw $t_raw, messages $t_msg"
+[ "$t_prompt" = "$t_raw" ] && [ "$t_pchat" = "$t_msg" ] && ok "JSON Lines prompt raw, templated with --chat" || notok "JSON Lines prompt raw, templated with --chat" "prompt $t_prompt, --chat $t_pchat"
 
 printf 'The capital of France is\n\nOne, two,\n' > "$TMP/in.txt"
 expect_exit "generate from text, stdin, to stdout" 0 sh -c "$GEN -i - < $TMP/in.txt"
