@@ -12,16 +12,30 @@
 
 #include "base/clock.h"
 #include "engine/scheduler.h"
+#include "kernels/backend.h"
 #include "kernels/gpu_limits.h"
 
 void bench_options_default(BenchOptions *b) {
     memset(b, 0, sizeof *b);
-    b->prompt_lens[0] = 512, b->prompt_lens[1] = 4096, b->n_prompt_lens = 2;
-    b->ctxs[0] = 128, b->ctxs[1] = 4096, b->n_ctxs = 2;
-    b->decode_tokens = 64;
+    b->decode_tokens = b->reps = BENCH_UNSET; /* the backend's default (bench_options_for_backend) */
     b->batch = 1;
-    b->reps = 3;
     b->seed = 1234;
+}
+
+void bench_options_for_backend(BenchOptions *b, bool gpu) {
+    /* the CPU runs a 135M model at ~100 prefill and ~7 decode tok/s on 2 cores: short runs, one rep */
+    static const int gpu_prompts[] = {512, 4096}, gpu_ctxs[] = {128, 4096}, cpu_prompts[] = {128, 256},
+                     cpu_ctxs[] = {128, 256};
+    if (b->n_prompt_lens == 0) {
+        memcpy(b->prompt_lens, gpu ? gpu_prompts : cpu_prompts, sizeof gpu_prompts);
+        b->n_prompt_lens = 2;
+    }
+    if (b->n_ctxs == 0) {
+        memcpy(b->ctxs, gpu ? gpu_ctxs : cpu_ctxs, sizeof gpu_ctxs);
+        b->n_ctxs = 2;
+    }
+    if (b->decode_tokens == BENCH_UNSET) b->decode_tokens = gpu ? 64 : 32;
+    if (b->reps == BENCH_UNSET) b->reps = gpu ? 3 : 1;
 }
 
 int bench_parse_list(const char *s, int *out, int cap, int *n, Err *err) {
@@ -41,11 +55,11 @@ int bench_parse_list(const char *s, int *out, int cap, int *n, Err *err) {
 }
 
 int bench_options_check(const BenchOptions *b, Err *err) {
-    if (b->decode_tokens < 1 || b->decode_tokens > 100000)
+    if (b->decode_tokens != BENCH_UNSET && (b->decode_tokens < 1 || b->decode_tokens > 100000))
         return err_set(err, "--decode-tokens %d: expected 1 to 100000", b->decode_tokens);
     if (b->batch < 1 || b->batch > BENCH_MAX_BATCH)
         return err_set(err, "--batch %d: expected 1 to %d", b->batch, BENCH_MAX_BATCH);
-    if (b->reps < 1 || b->reps > BENCH_MAX_REPS) return err_set(err, "--reps %d: expected 1 to %d", b->reps, BENCH_MAX_REPS);
+    if (b->reps != BENCH_UNSET && (b->reps < 1 || b->reps > BENCH_MAX_REPS)) return err_set(err, "--reps %d: expected 1 to %d", b->reps, BENCH_MAX_REPS);
     return 0;
 }
 
@@ -100,9 +114,10 @@ static double layer_bytes(const LayerWeights *lw, double share) {
     return b;
 }
 
-double bench_decode_bytes_at(const ModelConfig *c, const ModelWeights *w, const int *ctx, int batch, KVDtype kv) {
+double bench_decode_bytes_at(const ModelConfig *c, const ModelWeights *w, const int *ctx, int batch,
+                             double kv_head_token) {
     double share = expert_share(c, batch), bytes = 0;
-    double kv_row = (double)c->n_kv_heads * kv_head_token_bytes(kv, c->head_dim_k, c->head_dim_v); /* K, V of a token */
+    double kv_row = (double)c->n_kv_heads * kv_head_token; /* K, V of a token */
     for (int l = 0; l < c->n_layers; l++) {
         bytes += layer_bytes(&w->layers[l], share);
         for (int i = 0; i < batch; i++) {
@@ -135,13 +150,14 @@ typedef struct {
     Scheduler sched;
     bool sched_ready;
     const BenchOptions *b;
-    KVDtype kv_dtype;        /* of the cache (bytes a decode step reads) */
+    KVDtype kv_dtype;        /* of the cache (--kv-dtype) */
+    bool gpu;                /* the backend is a GPU's (else the CPU's: bf16 is held as fp32) */
     uint64_t rng;
     int32_t *ids;            /* [longest prompt] */
     volatile sig_atomic_t stop; /* ends the decode requests once timed */
     double load_s;
-    GpuLimits lim;           /* of the GPU it runs on; each 0 where not known */
-    char lim_why[200];       /* why there are no limits (no GPU, the query failed), or "" */
+    GpuLimits lim;           /* of the GPU or CPU it runs on; each 0 where not known */
+    char lim_why[200];       /* why there are no limits (the query failed), or "" */
     PrefillResult prefill[BENCH_MAX_LIST];
     DecodeResult decode[BENCH_MAX_LIST];
 } Bench;
@@ -217,6 +233,18 @@ static int bench_prefill(Bench *bn, int T, PrefillResult *r, Err *err) {
     return 0;
 }
 
+/* The cache's element type as the backend holds it: the CPU keeps bf16's in fp32. */
+static const char *kv_name(const Bench *bn) {
+    return !bn->gpu && bn->kv_dtype == KV_DTYPE_BF16 ? "fp32" : kv_dtype_name(bn->kv_dtype);
+}
+
+/* Bytes of one KV head's K and V of one token, as the cache holds them. */
+static double kv_token_bytes(const Bench *bn) {
+    const ModelConfig *c = &bn->rt.model.cfg;
+    if (!bn->gpu && bn->kv_dtype == KV_DTYPE_BF16) return 4.0 * (c->head_dim_k + c->head_dim_v);
+    return (double)kv_head_token_bytes(bn->kv_dtype, c->head_dim_k, c->head_dim_v);
+}
+
 /* Each running sequence's context (tokens whose K/V a decode row reads,
  * less its own) after `ahead` more steps; their count. */
 static int batch_contexts(const Scheduler *s, int ahead, int *ctx) {
@@ -258,7 +286,7 @@ static int bench_decode(Bench *bn, int ctx, DecodeResult *r, Err *err) {
          * early holds a token more: each one's bytes at its own context */
         r->ctx_mean = 0;
         for (int i = 0; i < n_ctx; i++) r->ctx_mean += (double)ctxs[i] / n_ctx;
-        r->bytes = bench_decode_bytes_at(&bn->rt.model.cfg, counted_weights(bn), ctxs, n_ctx, bn->kv_dtype);
+        r->bytes = bench_decode_bytes_at(&bn->rt.model.cfg, counted_weights(bn), ctxs, n_ctx, kv_token_bytes(bn));
         r->gbps = r->bytes / r->step_s / 1e9;
     }
     free(times);
@@ -267,23 +295,19 @@ static int bench_decode(Bench *bn, int ctx, DecodeResult *r, Err *err) {
 
 /* ---------- report ---------- */
 
-static bool on_gpu(const Bench *bn) {
-    return !strncmp(bn->rt.be->name, "cuda", 4);
-}
-
-/* The limits a % is taken of: 0 where unknown (the CPU, a card not in the spec table). */
-static double peak_tflops(const Bench *bn) { return on_gpu(bn) ? bn->lim.bf16_tflops : 0; }
-static double peak_tbps(const Bench *bn) { return on_gpu(bn) ? bn->lim.copy_tbps : 0; }
+/* The limits a % is taken of: 0 where unknown (the CPU's FLOP rate, a card not in the spec table). */
+static double peak_tflops(const Bench *bn) { return bn->gpu ? bn->lim.bf16_tflops : 0; }
+static double peak_tbps(const Bench *bn) { return bn->lim.copy_tbps; }
 
 static void tbps_source(const Bench *bn, char *out, size_t cap) {
-    if (peak_tbps(bn) > 0)
+    if (peak_tbps(bn) <= 0) snprintf(out, cap, "%s", bn->lim_why);
+    else if (bn->gpu)
         snprintf(out, cap, "measured: device-to-device copy of %.2f GiB, best of %d", bn->lim.copy_gib, bn->lim.copy_reps);
-    else snprintf(out, cap, "%s", on_gpu(bn) ? bn->lim_why : "no GPU");
+    else snprintf(out, cap, "measured: memcpy of %.2f GiB on one thread, best of %d", bn->lim.copy_gib, bn->lim.copy_reps);
 }
 
 static void tflops_source(const Bench *bn, char *out, size_t cap) {
-    if (!on_gpu(bn)) snprintf(out, cap, "no GPU");
-    else snprintf(out, cap, "%s", bn->lim_why[0] ? bn->lim_why : bn->lim.flops_source);
+    snprintf(out, cap, "%s", bn->lim_why[0] ? bn->lim_why : bn->lim.flops_source);
 }
 
 /* The limits and where each came from, for the header. */
@@ -291,15 +315,15 @@ static void print_limits(const Bench *bn) {
     char mem[512], fl[512];
     tbps_source(bn, mem, sizeof mem);
     tflops_source(bn, fl, sizeof fl);
-    if (!on_gpu(bn)) {
-        printf("limits   none: no GPU (%s backend), so no %% of them\n", bn->rt.be->name);
-        return;
-    }
-    printf("GPU      %s (compute capability %d.%d)\n", bn->lim.name[0] ? bn->lim.name : "?", bn->lim.cc_major,
-           bn->lim.cc_minor);
-    if (peak_tbps(bn) > 0) printf("limits   memory %.2f TB/s (%s)\n", peak_tbps(bn), mem);
+    if (bn->gpu)
+        printf("GPU      %s (compute capability %d.%d)\n", bn->lim.name[0] ? bn->lim.name : "?", bn->lim.cc_major,
+               bn->lim.cc_minor);
+    if (peak_tbps(bn) > 0 && bn->gpu) printf("limits   memory %.2f TB/s (%s)\n", peak_tbps(bn), mem);
+    else if (peak_tbps(bn) > 0) printf("limits   CPU memory %.1f GB/s (%s)\n", peak_tbps(bn) * 1e3, mem);
     else printf("limits   memory unknown (%s): no %% of it\n", mem);
-    if (peak_tflops(bn) > 0) {
+    if (!bn->gpu) {
+        printf("         %s: no %% for prefill\n", fl);
+    } else if (peak_tflops(bn) > 0) {
         printf("         bf16 %.1f TFLOP/s", peak_tflops(bn));
         if (bn->lim.fp8_tflops > 0) printf(", fp8 %.1f TFLOP/s", bn->lim.fp8_tflops);
         else printf(", no fp8 tensor cores");
@@ -326,7 +350,7 @@ static void print_table(const Bench *bn) {
     printf("model    %s (%s, %s parameters, %s of weights)\n", m->cfg.name, arch_name(m->cfg.arch), params, bytes);
     printf("backend  %s\n", bn->rt.be->name);
     print_limits(bn);
-    printf("KV cache %s, %lld tokens (%d blocks)\n", kv_dtype_name(bn->kv_dtype), (long long)bn->rt.kv_tokens,
+    printf("KV cache %s, %lld tokens (%d blocks)\n", kv_name(bn), (long long)bn->rt.kv_tokens,
            bn->rt.be->kv_n_blocks);
     printf("load     %.2f s, %.2f GB/s", bn->load_s, m->weight_bytes / bn->load_s / 1e9);
     if (bn->rt.load_gbps > 0) printf(" (GPU upload %.2f GB/s)", bn->rt.load_gbps);
@@ -373,13 +397,13 @@ static void json_peak(FILE *f, const char *key, double v, const char *fmt) {
 static int write_json(const Bench *bn, FILE *f, Err *err) {
     const BenchOptions *b = bn->b;
     const Model *m = &bn->rt.model;
-    bool gpu = on_gpu(bn);
+    bool gpu = bn->gpu;
     fputs("{\"model\": ", f);
     json_string(f, m->cfg.name);
     fprintf(f, ", \"path\": ");
     json_string(f, m->path);
     fprintf(f, ", \"arch\": \"%s\", \"kv_dtype\": \"%s\", \"backend\": ", arch_name(m->cfg.arch),
-            kv_dtype_name(bn->kv_dtype));
+            kv_name(bn));
     json_string(f, bn->rt.be->name);
     fprintf(f, ",\n \"params\": %llu, \"weight_bytes\": %llu, \"gpu\": ", (unsigned long long)m->n_params,
             (unsigned long long)m->weight_bytes);
@@ -394,11 +418,12 @@ static int write_json(const Bench *bn, FILE *f, Err *err) {
     fputs(", \"peak_tflops_source\": ", f);
     json_string(f, src);
     fputs(",\n ", f);
-    json_peak(f, "peak_tbps", peak_tbps(bn), "%.3f");
+    json_peak(f, "peak_tbps", peak_tbps(bn), "%.5g");
     tbps_source(bn, src, sizeof src);
     fputs(", \"peak_tbps_source\": ", f);
     json_string(f, src);
     fputs(",\n", f);
+    fprintf(f, " \"reps\": %d, \"decode_tokens\": %d,\n", b->reps, b->decode_tokens);
     fprintf(f, " \"load_s\": %.4f, \"load_gbps\": %.3f, \"upload_gbps\": %.3f,\n \"prefill\": [", bn->load_s,
             m->weight_bytes / bn->load_s / 1e9, bn->rt.load_gbps);
     for (int i = 0; i < b->n_prompt_lens; i++) {
@@ -448,9 +473,15 @@ static int first_gpu(const RunOptions *o) {
     return o->gpus && *o->gpus >= '0' && *o->gpus <= '9' ? atoi(o->gpus) : o->gpu;
 }
 
-int bench_main(const RunOptions *o_in, const BenchOptions *b) {
+int bench_main(const RunOptions *o_in, const BenchOptions *b_in) {
     Bench *bn = calloc(1, sizeof *bn);
     if (!bn) { fprintf(stderr, "cllm bench: out of memory\n"); return 1; }
+    /* the backend decides the defaults: on a GPU unless --cpu or none is there (as runtime_open picks) */
+    Err why = {{0}};
+    bn->gpu = !o_in->cpu && backend_gpu_count(&why) > 0;
+    BenchOptions bo = *b_in;
+    const BenchOptions *b = &bo;
+    bench_options_for_backend(&bo, bn->gpu);
     bn->b = b;
     bn->rng = b->seed;
     bn->kv_dtype = o_in->kv_dtype;
@@ -470,11 +501,9 @@ int bench_main(const RunOptions *o_in, const BenchOptions *b) {
         return 2;
     }
     /* the limits first: the copy test needs memory the KV cache will take */
-    if (!o.cpu) {
-        Err lerr = {{0}};
-        if (gpu_limits_query(first_gpu(&o), &bn->lim, &lerr))
-            snprintf(bn->lim_why, sizeof bn->lim_why, "not measured: %.180s", lerr.msg);
-    }
+    Err lerr = {{0}};
+    if (bn->gpu ? gpu_limits_query(first_gpu(&o), &bn->lim, &lerr) : gpu_limits_cpu_measure(&bn->lim, &lerr))
+        snprintf(bn->lim_why, sizeof bn->lim_why, "not measured: %.180s", lerr.msg);
     double t0 = now_seconds();
     int rc = runtime_open(&bn->rt, &o, &err);
     bn->load_s = now_seconds() - t0;

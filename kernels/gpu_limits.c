@@ -4,7 +4,10 @@
 #include "kernels/gpu_limits.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "base/clock.h"
 
 typedef struct {
     const char *words;   /* every word must appear whole in the device name */
@@ -72,4 +75,36 @@ int gpu_limits_query(int device, GpuLimits *lim, Err *err) {
     snprintf(lim->flops_source, sizeof lim->flops_source, "no GPU");
     return err_set(err, "no GPU: this cllm was built without CUDA");
 #endif
+}
+
+int gpu_limits_cpu_measure(GpuLimits *lim, Err *err) {
+    memset(lim, 0, sizeof *lim);
+    snprintf(lim->name, sizeof lim->name, "CPU");
+    snprintf(lim->flops_source, sizeof lim->flops_source, "no FLOP rate for the CPU");
+    /* 256 MiB outsizes any last-level cache, so the copy runs at the memory's rate */
+    size_t bytes = (size_t)256 << 20;
+    char *src = NULL, *dst = NULL;
+    for (; bytes >= ((size_t)16 << 20); bytes /= 2) {
+        src = malloc(bytes), dst = malloc(bytes);
+        if (src && dst) break;
+        free(src), free(dst);
+        src = dst = NULL;
+    }
+    if (!src) return err_set(err, "CPU memory bandwidth: no memory for two 16 MiB buffers");
+    memset(src, 1, bytes), memset(dst, 2, bytes); /* the pages faulted in before the clock runs */
+    double best = 0;
+    enum { REPS = 5 };
+    for (int i = 0; i < REPS; i++) {
+        double t0 = now_seconds();
+        memcpy(dst, src, bytes);
+        double dt = now_seconds() - t0;
+        src[i] = dst[bytes - 1 - i]; /* the copy's result used, so it is not optimized away */
+        if (dt > 0 && (best == 0 || dt < best)) best = dt;
+    }
+    free(src), free(dst);
+    if (best <= 0) return err_set(err, "CPU memory bandwidth: the clock did not advance over a copy");
+    lim->copy_tbps = 2.0 * (double)bytes / best / 1e12; /* bytes read + written, as the GPU's copy */
+    lim->copy_gib = (double)bytes / 1073741824.0;
+    lim->copy_reps = REPS;
+    return 0;
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "formats/detect.h"
 #include "model/dummy.h"
 #include "model/model.h"
 #include "model/tensor_names.h"
@@ -287,15 +288,6 @@ static bool path_is_file(const char *p) {
     return stat(p, &s) == 0 && S_ISREG(s.st_mode);
 }
 
-static bool file_has_gguf_magic(const char *p) {
-    FILE *f = fopen(p, "rb");
-    char magic[4] = {0};
-    if (!f) return false;
-    size_t n = fread(magic, 1, 4, f);
-    fclose(f);
-    return n == 4 && !memcmp(magic, "GGUF", 4);
-}
-
 static int model_open_hf(Model *m, int flags, Err *err) {
     if (m->dummy) {
         if (!path_is_dir(m->path)) return err_set(err, "%s: dummy weights need a folder with config.json", m->path);
@@ -355,12 +347,15 @@ static int model_load_as(Model *m, const char *path, int flags, DType dummy_type
     m->path = strdup(path);
     if (!m->path) return err_set(err, "out of memory");
     int rc;
+    ModelFileKind kind;
     if (!path_is_dir(path) && !path_is_file(path)) {
         rc = err_set(err, "%s: no such file or folder", path);
     } else if (flags & MODEL_LOAD_DUMMY_WEIGHTS) {
         m->dummy = true;
         rc = model_open_hf(m, flags, err);
-    } else if (path_is_file(path) && file_has_gguf_magic(path)) {
+    } else if (model_file_detect(path, &kind, err)) { /* by the first bytes: a clear error for what is no model */
+        rc = -1;
+    } else if (kind == MODEL_FILE_GGUF) {
         m->is_gguf = true;
         rc = model_open_gguf(m, flags, err);
     } else {

@@ -17,6 +17,7 @@
 
 #include "base/dtype.h"
 #include "base/json.h"
+#include "formats/detect.h"
 #include "formats/gguf.h"
 #include "test.h"
 
@@ -667,10 +668,51 @@ static void test_hostile_files(void) {
     unlink(h.path);
 }
 
+/* Detection (formats/detect.h): the GGUF magic makes a GGUF file whatever
+ * its name or version (gguf_open names a bad version); without it, a file
+ * named .gguf is named as not a model. */
+static void test_detect(void) {
+    char src[1024], path[] = "/tmp/cllm_test_gguf_det_XXXXXX";
+    snprintf(src, sizeof src, "%s/gguf/valid_v3.gguf", test_fixture_dir());
+    ModelFileKind kind = (ModelFileKind)-1;
+    Err err = {{0}};
+    CHECK(model_file_detect(src, &kind, &err) == 0 && kind == MODEL_FILE_GGUF, "%s: kind %d: %s", src, (int)kind,
+          err.msg);
+    uint8_t head[16] = "GGUF\x07\0\0\0"; /* version 7 */
+    kind = (ModelFileKind)-1;
+    CHECK(model_file_detect_bytes("x.bin", head, sizeof head, sizeof head, &kind, &err) == 0 && kind == MODEL_FILE_GGUF,
+          "GGUF magic, version 7: kind %d: %s", (int)kind, err.msg);
+    memcpy(head, "GGML", 4); /* the format before GGUF */
+    CHECK(model_file_detect_bytes("old.gguf", head, sizeof head, 1000, &kind, &err) == -1 &&
+              strstr(err.msg, "old.gguf: not a model file") && strstr(err.msg, "no 'GGUF' magic") &&
+              strstr(err.msg, "named .gguf"),
+          "GGML file: %s", err.msg);
+    CHECK(model_file_detect_bytes("short.gguf", (const uint8_t *)"GGU", 3, 3, &kind, &err) == -1 &&
+              strstr(err.msg, "short.gguf: not a model file"),
+          "3-byte file: %s", err.msg);
+    /* the real file: a v3 file edited to version 7 is detected, then refused by the reader with its version */
+    size_t n = 0;
+    uint8_t *b = read_all(src, &n);
+    int fd = mkstemp(path);
+    CHECK(b && n > 8 && fd >= 0, "%s", src);
+    if (b && n > 8 && fd >= 0) {
+        close(fd);
+        b[4] = 7;
+        write_file(path, b, n);
+        kind = (ModelFileKind)-1;
+        CHECK(model_file_detect(path, &kind, &err) == 0 && kind == MODEL_FILE_GGUF, "%s: %s", path, err.msg);
+        GGUFFile f;
+        CHECK(gguf_open(&f, path, &err) == -1 && strstr(err.msg, "GGUF version 7 is not supported"), "%s", err.msg);
+        unlink(path);
+    }
+    free(b);
+}
+
 int main(void) {
     RUN(test_valid_fixtures);
     RUN(test_getters);
     RUN(test_real_models);
     RUN(test_hostile_files);
+    RUN(test_detect);
     TEST_EXIT();
 }

@@ -7,7 +7,10 @@
  * Bad files: made in memory from a valid one (every truncation, header
  * length fields, malformed headers, wrong field types, offsets, dtypes,
  * dims, names, shards) and written to a temporary folder; each must fail
- * with an error naming the file and the tensor or field.
+ * with an error naming the file and the tensor or field. Detection
+ * (formats/detect.h): what is a safetensors file or folder, and what is not
+ * (text, empty, PyTorch zip or pickle, ONNX, a folder without config.json)
+ * named as such.
  */
 #include <stdint.h>
 #include <sys/stat.h>
@@ -15,6 +18,7 @@
 
 #include "base/dtype.h"
 #include "base/json.h"
+#include "formats/detect.h"
 #include "formats/safetensors.h"
 #include "tests/test.h"
 
@@ -429,6 +433,67 @@ static void test_bad_sharded(void) {
     rmdir(tmp_path("ck"));
 }
 
+/* path must be detected as `want`. */
+static void expect_kind(const char *path, ModelFileKind want) {
+    ModelFileKind kind = (ModelFileKind)-1;
+    Err err = {{0}};
+    int rc = model_file_detect(path, &kind, &err);
+    CHECK(rc == 0 && kind == want, "%s: kind %d (want %d), rc %d: %s", path, (int)kind, (int)want, rc, err.msg);
+}
+
+/* path must not be detected as a model; the message names it and holds every piece. */
+#define expect_not_model(path, ...) expect_not_model_(__LINE__, path, (const char *[]){__VA_ARGS__, NULL})
+static void expect_not_model_(int line, const char *path, const char **pieces) {
+    ModelFileKind kind;
+    Err err = {{0}};
+    CHECK(model_file_detect(path, &kind, &err) == -1, "line %d: %s detected as a model", line, path);
+    CHECK(strstr(err.msg, path) != NULL, "line %d: '%s' does not name %s", line, err.msg, path);
+    for (const char **p = pieces; *p; p++)
+        CHECK(strstr(err.msg, *p) != NULL, "line %d: '%s' lacks '%s'", line, err.msg, *p);
+}
+
+static void test_detect(void) {
+    expect_kind(fixture("single.safetensors"), MODEL_FILE_SAFETENSORS);
+    const char *p = tmp_path("det.safetensors");
+    /* a header length past the end is still safetensors (a truncated one: the reader says so) */
+    write_st_raw(p, 1000, "{\"a\": 1}", 0);
+    expect_kind(p, MODEL_FILE_SAFETENSORS);
+    const char *reads = "cllm reads .gguf files and Hugging Face folders";
+    const char *txt = tmp_path("notes.txt");
+    write_all(txt, "These are my notes about the model.\n", 36);
+    expect_not_model(txt, "not a model file", "no 'GGUF' magic", "no JSON header", reads);
+    const char *junk = tmp_path("junk.gguf");
+    write_all(junk, "junk", 4);
+    expect_not_model(junk, "not a model file", "named .gguf", reads);
+    write_all(p, "{\"a\": 1}", 8); /* JSON, but no length field before it */
+    expect_not_model(p, "not a model file", "named .safetensors");
+    const char *empty = tmp_path("empty.gguf");
+    write_all(empty, "", 0);
+    expect_not_model(empty, "an empty file", reads);
+    const char *pt = tmp_path("model.pt");
+    write_all(pt, "PK\x03\x04\x14\0\0\0\x08\0", 10);
+    expect_not_model(pt, "PyTorch", "convert it to safetensors or GGUF");
+    const char *bin = tmp_path("pytorch_model.bin");
+    write_all(bin, "\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8", 12);
+    expect_not_model(bin, "a PyTorch checkpoint (a pickle, protocol 2)", "convert it to safetensors or GGUF");
+    const char *onnx = tmp_path("model.onnx");
+    write_all(onnx, "\x08\x07\x12\x07pytorch", 11);
+    expect_not_model(onnx, "an ONNX model", "convert it to safetensors or GGUF");
+    const char *idx = tmp_path("model.safetensors.index.json");
+    write_all(idx, " {\"weight_map\": {}}", 19);
+    expect_kind(idx, MODEL_FILE_ST_INDEX);
+    const char *dir = tmp_path("det_dir");
+    CHECK(mkdir(dir, 0700) == 0, "mkdir %s", dir);
+    expect_not_model(dir, "a folder without config.json", reads);
+    const char *cfg = tmp_path("det_dir/config.json");
+    write_all(cfg, "{}", 2);
+    expect_kind(dir, MODEL_FILE_HF_FOLDER);
+    expect_not_model(tmp_path("nope.gguf"), "no such file or folder");
+    const char *made[] = {p, txt, junk, empty, pt, bin, onnx, idx, cfg};
+    for (size_t i = 0; i < sizeof made / sizeof *made; i++) unlink(made[i]);
+    rmdir(dir);
+}
+
 int main(void) {
     if (!mkdtemp(tmp_dir)) { printf("not ok - mkdtemp\n"); return 1; }
     RUN(test_single_file);
@@ -439,6 +504,7 @@ int main(void) {
     RUN(test_header_length);
     RUN(test_bad_headers);
     RUN(test_bad_sharded);
+    RUN(test_detect);
     unlink(tmp_path("corner.safetensors"));
     unlink(tmp_path("trunc.safetensors"));
     unlink(tmp_path("hlen.safetensors"));

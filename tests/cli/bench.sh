@@ -12,7 +12,7 @@ expect_grep "bench: load line" "$TMP/out" "^load +[0-9.]+ s, [0-9.]+ GB/s"
 expect_grep "bench: model line" "$TMP/out" "^model +tiny-llama \(llama, 94.54 K parameters"
 n=$(grep -cE "^ +(16|40|7) +[0-9.]+ +[0-9.]+ +[0-9.]+ +-$" "$TMP/out")
 [ "$n" = 3 ] && ok "bench: a prefill row per length" || notok "bench: a prefill row per length" "$n rows: $(cat "$TMP/out")"
-n=$(grep -cE "^ +(8|33) +1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +-$" "$TMP/out")
+n=$(grep -cE "^ +(8|33) +1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +([0-9.]+%|-)$" "$TMP/out")
 [ "$n" = 2 ] && ok "bench: a decode row per context" || notok "bench: a decode row per context" "$n rows: $(cat "$TMP/out")"
 
 # The fixtures: 2 layers, C 64, 4 heads / 2 KV heads of 16, F32 weights.
@@ -22,12 +22,13 @@ n=$(grep -cE "^ +(8|33) +1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +-$" "$TMP/out")
 #   + the LM head 2*V*64 (one row).
 # Decode, K/V cached at ctx + 2 + steps/2 (the median step; +1 warm-up, +1 itself); a batch's
 # sequences each at their own context (ctx_mean: their mean at the median step; no window here):
-#   4 bytes * (matrices + norms + head + final norm) + batch * keys (at most W) * 2*(16+16)*2 bytes of bf16 K/V
-#   (KV_BYTES, a layer's K/V of one token: 128; --kv-dtype fp8: 2 heads * (16+16 codes + 2*4 scale bytes) = 80).
+#   4 bytes * (matrices + norms + head + final norm) + batch * keys (at most W) * 2*(16+16)*4 bytes of K/V, which
+#   the CPU holds in fp32 for --kv-dtype bf16 (KV_BYTES, a layer's K/V of one token: 256; --kv-dtype fp8:
+#   2 heads * (16+16 codes + 2*4 scale bytes) = 80).
 # check_json FILE PREFILL_ROWS DECODE_ROWS STEPS BATCH MATRICES HEAD WEIGHT_BYTES WINDOW0 [KV_BYTES]
 check_json() {
     awk -v want_p="$2" -v want_d="$3" -v steps="$4" -v batch="$5" -v mm="$6" -v head="$7" -v wb="$8" -v w0="$9" \
-        -v kvb="${10:-128}" '
+        -v kvb="${10:-256}" '
         function num(key,   m) { if (match($0, "\"" key "\": [-0-9.e+]+")) { m = substr($0, RSTART, RLENGTH); sub(/.*: /, "", m); return m + 0 } return -1 }
         function rel(a, b) { return (a > b ? a - b : b - a) / b }
         function pairs(T, W) { return (W <= 0 || W >= T) ? T*(T+1)/2 : W*(W+1)/2 + (T-W)*W }
@@ -45,13 +46,37 @@ check_json() {
 LLAMA="73728 20480 378112 0"
 msg=$(check_json "$TMP/b.json" 3 2 6 1 $LLAMA) && ok "bench JSON: TFLOP/s and GB/s from hand-counted FLOPs and bytes" \
     || notok "bench JSON: TFLOP/s and GB/s from hand-counted FLOPs and bytes" "$msg" "$(cat "$TMP/b.json")"
-expect_grep "bench JSON: CPU has no % of the GPU limits" "$TMP/b.json" '"pct_peak": null'
-# The limits are the GPU's own, each with its source; the CPU has none (not an H200's).
-expect_grep "bench: the header states the limits' source" "$TMP/out" "^limits +none: no GPU \(cpu backend\), so no % of them"
-sed -n "1,/^load/p" "$TMP/out" | grep -qE "TFLOP/s|TB/s" && notok "bench: no other card's limits on the CPU" "$(head -4 "$TMP/out")" \
-    || ok "bench: no other card's limits on the CPU"
-expect_grep "bench JSON: no FLOP limit on the CPU, and why" "$TMP/b.json" '"peak_tflops": null, .*"peak_tflops_source": "no GPU"'
-expect_grep "bench JSON: no bandwidth limit on the CPU, and why" "$TMP/b.json" '"peak_tbps": null, "peak_tbps_source": "no GPU"'
+# The limits are the backend's own, each with its source: the CPU's memory bandwidth measured by a memcpy
+# (decode is a % of it), no FLOP rate (prefill is not), no GPU's.
+expect_grep "bench JSON: no % of a FLOP rate on the CPU" "$TMP/b.json" '"tokens": 16, .*"pct_peak": null'
+expect_grep "bench: the header states the CPU's bandwidth and its source" "$TMP/out" \
+    "^limits +CPU memory [0-9.]+ GB/s \(measured: memcpy of 0.[0-9]+ GiB on one thread, best of 5\)$"
+expect_grep "bench: the header says the CPU has no FLOP rate" "$TMP/out" "^ +no FLOP rate for the CPU: no % for prefill$"
+sed -n "1,/^load/p" "$TMP/out" | grep -qE "TFLOP/s|TB/s|^GPU " && notok "bench: no GPU's limits on the CPU" "$(head -5 "$TMP/out")" \
+    || ok "bench: no GPU's limits on the CPU"
+expect_grep "bench: the header names the CPU cache's own dtype" "$TMP/out" "^KV cache fp32, [0-9]+ tokens"
+expect_grep "bench JSON: the CPU cache's own dtype" "$TMP/b.json" '"kv_dtype": "fp32"'
+expect_grep "bench JSON: no FLOP limit on the CPU, and why" "$TMP/b.json" \
+    '"peak_tflops": null, .*"peak_tflops_source": "no FLOP rate for the CPU"'
+expect_grep "bench JSON: the CPU's bandwidth, and its source" "$TMP/b.json" \
+    '"peak_tbps": [0-9.e-]+, "peak_tbps_source": "measured: memcpy of 0.[0-9]+ GiB on one thread, best of 5"'
+# decode's % peak is its GB/s over the measured bandwidth (TB/s * 1000), on every decode row
+msg=$(awk 'function num(key,   m) { if (match($0, "\"" key "\": [-0-9.e+]+")) { m = substr($0, RSTART, RLENGTH); sub(/.*: /, "", m); return m + 0 } return -1 }
+    /"peak_tbps":/ { peak = num("peak_tbps") }
+    /"ctx":/ { n++; want = 100 * num("gbps") / (peak * 1000); got = num("pct_peak")
+        if (peak <= 0 || got <= 0 || (got - want > 0.01 + want * 1e-3) || (want - got > 0.01 + want * 1e-3)) bad = bad " ctx" num("ctx") ": " got " vs " want }
+    END { if (n != 2 || bad != "") { print n " rows, wrong:" bad; exit 1 } }' "$TMP/b.json") \
+    && ok "bench JSON: decode % of the CPU's bandwidth" || notok "bench JSON: decode % of the CPU's bandwidth" "$msg" "$(cat "$TMP/b.json")"
+n=$(grep -cE "^ +(8|33) +1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+%$" "$TMP/out")
+[ "$n" = 2 ] && ok "bench: decode rows show a % on the CPU" || notok "bench: decode rows show a % on the CPU" "$(cat "$TMP/out")"
+
+# the CPU's defaults: short runs (2 prompt lengths and contexts of 128 and 256, 32 decode steps, 1 rep)
+expect_exit "bench defaults on the CPU" 0 $B --json "$TMP/def.json"
+expect_grep "bench defaults on the CPU: 1 rep, 32 decode steps" "$TMP/def.json" '"reps": 1, "decode_tokens": 32'
+n=$(grep -cE '"tokens": (128|256), ' "$TMP/def.json")
+[ "$n" = 2 ] && ok "bench defaults on the CPU: prompts 128 and 256" || notok "bench defaults on the CPU: prompts 128 and 256" "$(cat "$TMP/def.json")"
+n=$(grep -cE '"ctx": (128|256), "batch": 1, "steps": 32,' "$TMP/def.json")
+[ "$n" = 2 ] && ok "bench defaults on the CPU: contexts 128 and 256" || notok "bench defaults on the CPU: contexts 128 and 256" "$(cat "$TMP/def.json")"
 
 # a prompt longer than every decode context: the context is sized for the prompt and its sampled token
 expect_exit "bench prompt longer than the decode contexts" 0 $B --prompt-lens 200 --ctx 8 --decode-tokens 4 --reps 1
@@ -84,6 +109,10 @@ expect_exit "bench --dummy-weights=q2_k exits 2" 2 $B --dummy-weights=q2_k
 expect_grep "bench --dummy-weights=q2_k: value named" "$TMP/err" "dummy-weights=q2_k"
 expect_exit "bench --help exits 0" 0 $CLLM bench --help
 expect_grep "bench --help lists --prompt-lens" "$TMP/out" "--prompt-lens"
+expect_grep "bench --help: prompt lengths per backend" "$TMP/out" "default: GPU 512,4096; CPU 128,256"
+expect_grep "bench --help: contexts per backend" "$TMP/out" "default: GPU 128,4096; CPU 128,256"
+expect_grep "bench --help: decode steps per backend" "$TMP/out" "default: GPU 64, CPU 32"
+expect_grep "bench --help: reps per backend" "$TMP/out" "default: GPU 3, CPU 1"
 expect_exit "cllm --help exits 0" 0 $CLLM --help && expect_grep "help lists bench" "$TMP/out" "^  bench "
 
 for bad in "--prompt-lens 0" "--prompt-lens abc" "--prompt-lens 512,,4096" "--prompt-lens 512," "--ctx -5" \
