@@ -258,20 +258,20 @@ static int cmd_tokenize(int argc, char **argv) {
 #define RUN_OPTS(o)                                                                                            \
     {"--model", "-m", OPT_STR, &(o)->model, "model file or folder (default: first model of models.txt)"},      \
     {"--cpu", NULL, OPT_FLAG, &(o)->cpu, "run on the CPU even where a GPU is present (default: the GPU when there is one)"},                       \
-    {"--gpu", NULL, OPT_INT, &(o)->gpu, "CUDA device to use (default 0)"},                                     \
+    {"--gpu", NULL, OPT_INT, &(o)->gpu, "CUDA device to use (default 0; with no usable GPU, N > 0 exits 2 saying why)"},                                     \
     {"--gpu-mem-util", NULL, OPT_FLOAT, &(o)->gpu_mem_util,                                                    \
      "fraction of the GPU's memory to use; what weights and activations leave holds the KV cache (default 0.9)"}, \
-    {"--pp", NULL, OPT_INT, &(o)->pp, "pipeline stages: the layers split over this many GPUs (with --cpu: CPU backends; default 1)"}, \
+    {"--pp", NULL, OPT_INT, &(o)->pp, "pipeline stages: the layers split over this many GPUs (with --cpu or no usable GPU: CPU backends, said once; default 1)"}, \
     {"--pp-split", NULL, OPT_STR, &(o)->pp_split, "layers per stage, comma-separated (default: balanced by bytes)"}, \
-    {"--gpus", NULL, OPT_STR, &(o)->gpus, "the stages' GPUs, comma-separated (default 0,1,...)"}, \
+    {"--gpus", NULL, OPT_STR, &(o)->gpus, "the stages' GPUs, comma-separated (default 0,1,...; with no usable GPU: exits 2 saying why)"}, \
     {"--threads", "-t", OPT_INT, &(o)->threads, "CPU threads (default: one per core)"},                        \
     {"--ctx-size", "-c", OPT_INT, &(o)->ctx_size, "context size in tokens (default: min(model, 4096))"},        \
     {"--max-tokens", "-n", OPT_INT, &(o)->max_tokens, "most tokens per reply (default: generate 512, chat until the context fills)"},                               \
-    {"--temp", NULL, OPT_FLOAT, &(o)->sampling.temperature, "temperature, 0 = greedy (default: chat the model's own setting, else 0.8 as llama.cpp; generate 0.8)"},                      \
-    {"--top-k", NULL, OPT_INT, &(o)->sampling.top_k, "top-k, 0 = off (default: chat the model's, else 40; generate 40)"},                                      \
-    {"--top-p", NULL, OPT_FLOAT, &(o)->sampling.top_p, "top-p, 1 = off (default: chat the model's, else 0.95; generate 0.95)"},                                    \
-    {"--min-p", NULL, OPT_FLOAT, &(o)->sampling.min_p, "min-p, 0 = off (default: chat the model's, else 0.05; generate 0.05)"},                                    \
-    {"--repeat-penalty", NULL, OPT_FLOAT, &(o)->sampling.repetition_penalty, "repetition penalty, 1 = off (default: chat the model's, else 1)"},  \
+    {"--temp", NULL, OPT_FLOAT, &(o)->sampling.temperature, "temperature, 0 = greedy (default: the model's own setting, else 0.8 as llama.cpp)"},                      \
+    {"--top-k", NULL, OPT_INT, &(o)->sampling.top_k, "top-k, 0 = off (default: the model's, else 40)"},                                      \
+    {"--top-p", NULL, OPT_FLOAT, &(o)->sampling.top_p, "top-p, 1 = off (default: the model's, else 0.95)"},                                    \
+    {"--min-p", NULL, OPT_FLOAT, &(o)->sampling.min_p, "min-p, 0 = off (default: the model's, else 0.05)"},                                    \
+    {"--repeat-penalty", NULL, OPT_FLOAT, &(o)->sampling.repetition_penalty, "repetition penalty, 1 = off (default: the model's, else 1)"},  \
     {"--presence-penalty", NULL, OPT_FLOAT, &(o)->sampling.presence_penalty, "presence penalty (default 0 = off)"},             \
     {"--frequency-penalty", NULL, OPT_FLOAT, &(o)->sampling.frequency_penalty, "frequency penalty (default 0 = off)"},          \
     {"--seed", NULL, OPT_INT, &seed, "random seed: reproducible sampling (default: chat a fresh seed per reply, generate 0)"},                                  \
@@ -371,6 +371,7 @@ static int cmd_generate(int argc, char **argv) {
     int seed;
     const char *kv_dtype = NULL, *dummy = NULL;
     run_ints_unset(&o, &seed);
+    sampling_unset(&o.sampling);
     const Opt opts[] = {
         RUN_OPTS(&o),
         {"--input", "-i", OPT_STR, &b.input, "prompts: text (a prompt per line), JSON Lines, OpenAI batch; .gz; - = stdin"},
@@ -409,6 +410,7 @@ static int cmd_generate(int argc, char **argv) {
                                "(finished prompts have their lines; the message gives the --resume command)",
                                argc, argv, opts, pos, 0, &n_pos);
     if (rc) return rc == 1 ? 0 : rc;
+    b.sampling_given = sampling_given(&o.sampling);
     if ((rc = check_run_options("generate", &o, &seed)) || (rc = parse_kv_dtype("generate", kv_dtype, &o.kv_dtype)) ||
         (rc = parse_dummy_weights("generate", dummy, &o.dummy_weights, &o.dummy_type)))
         return rc;

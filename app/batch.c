@@ -23,6 +23,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "app/models.h"
 #include "app/prompts.h"
 #include "app/results.h"
 #include "base/clock.h"
@@ -509,6 +510,11 @@ int batch_main(const RunOptions *o, const BatchOptions *b) {
         prompts_close(bt.in);
         return 2;
     }
+    if (app_sampling_from_model(&ro.sampling, b->sampling_given, &bt.rt.model.gen))
+        fprintf(stderr, "cllm generate: sampling as the model's %s recommends (options and request fields given "
+                        "override it): temperature %g, top-k %d, top-p %g, min-p %g, repeat penalty %g\n",
+                bt.rt.model.gen.source, ro.sampling.temperature, ro.sampling.top_k, ro.sampling.top_p,
+                ro.sampling.min_p, ro.sampling.repetition_penalty);
     if (runtime_chat_template(&bt.rt, o->chat_template, &bt.tmpl, &err) ||
         vengines_init(&bt.ve, &bt.rt.engine, &so, 0, &err)) {
         fprintf(stderr, "cllm generate: %s\n", err.msg);

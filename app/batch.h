@@ -15,6 +15,7 @@ typedef struct {
     bool raw;                /* text-file lines stay raw completions even when the model has a template */
     bool overwrite;          /* replace an output that already holds results */
     bool retry_errors;       /* with resume: run failed ids again */
+    unsigned sampling_given; /* SAMPLING_GIVEN_* options the user gave: they win over the model's own settings */
     int max_seqs;            /* sequences per step (default 256) */
     int max_batched_tokens;  /* tokens per step (default 8192) */
     int argc;                /* the generate command's arguments, for the resume hint */

@@ -145,6 +145,30 @@ n_read=$(sed -n 's/.*cut short after line \([0-9]*\).*/\1/p' "$TMP/err")
     && ok "cut .gz: the $n_read requests before the cut have their lines" || notok "cut .gz: the requests before the cut have their lines" "read $n_read, lines $(lines "$TMP/stale.out")"
 expect_exit "missing input exits 2, output untouched" 2 $TG -i "$TMP/none.txt" -o "$TMP/stale.out" --overwrite
 [ "$(lines "$TMP/stale.out")" = "$n_read" ] && ok "missing input leaves the output alone" || notok "missing input leaves the output alone"
+# The model's own sampling settings (generation_config.json) are used where
+# neither an option nor a request field is given: do_sample false makes the
+# run greedy, so its text equals a --temp 0 run's; a given option wins.
+mkdir -p "$TMP/gen" && cp tests/fixtures/tiny/llama/* "$TMP/gen/"
+printf '%s\n' '{"id": "g", "prompt": "One two three", "max_tokens": 12}' > "$TMP/gen.jsonl"
+GG="$CLLM generate -m $TMP/gen --cpu -c 64 -i $TMP/gen.jsonl --overwrite"
+expect_exit "generate --temp 0 (generation_config.json without sampling keys)" 0 $GG -o "$TMP/gen-greedy.out" --temp 0
+expect_exit "generate at cllm's default sampling" 0 $GG -o "$TMP/gen-default.out"
+echo '{"do_sample": false, "temperature": 0.7}' > "$TMP/gen/generation_config.json"
+expect_exit "generate with generation_config.json" 0 $GG -o "$TMP/gen-model.out"
+expect_grep "generate: the model's sampling settings named" "$TMP/err" "generation_config.json recommends.*temperature 0,"
+text_of() { python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["text"])' "$1"; }
+[ "$(text_of "$TMP/gen-model.out")" = "$(text_of "$TMP/gen-greedy.out")" ] \
+    && ok "generate: do_sample false gives the greedy text" \
+    || notok "generate: do_sample false gives the greedy text" "$(text_of "$TMP/gen-model.out") / $(text_of "$TMP/gen-greedy.out")"
+[ "$(text_of "$TMP/gen-default.out")" != "$(text_of "$TMP/gen-greedy.out")" ] \
+    && ok "generate: cllm's default sampling is not greedy (the check above can fail)" \
+    || notok "generate: cllm's default sampling is not greedy (the check above can fail)"
+echo '{"do_sample": true, "temperature": 0.5, "top_k": 7}' > "$TMP/gen/generation_config.json"
+expect_exit "generate: --temp over generation_config.json" 0 $GG -o "$TMP/gen-opt.out" --temp 0.9
+expect_grep "generate: a given option wins over the model's" "$TMP/err" "recommends.*temperature 0.9, top-k 7,"
+echo '{"temperature": -1}' > "$TMP/gen/generation_config.json"
+expect_exit "generate: a hostile generation_config.json exits 2" 2 $GG -o "$TMP/gen-bad.out"
+expect_grep "generate: hostile generation_config.json named" "$TMP/err" "generation_config.json: temperature is -1"
 GEN="$CLLM generate -m $M --cpu -n 4 --temp 0 -c 256"
 
 python3 - "$TMP/in.jsonl" <<'PY' 2>/dev/null || {

@@ -4,7 +4,8 @@
 # compressed, into .gpu/ (git-ignored; name it in the call's carry). There,
 # tests/gpu/unbundle.sh unpacks them into build/cuda and links the checks.
 #   tests/gpu/bundle.sh [BUILD_DIR] [extra-binary-to-carry-as-NAME=PATH...]
-# Build first: make BUILD=build/cuda CUDA=1 CUDA_ARCHS=90 (an H100/H200-only build).
+# Build first: ./build.sh --cuda-archs 90 (an H100/H200-only build in
+# build/cuda-90, which build/cuda links to).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=${1:-build/cuda}; shift || true
