@@ -374,10 +374,12 @@ static int chat_setup(Chat *c, const RunOptions *o) {
                         "model (e.g. smollm2-135m-instruct).\n");
     c->sampling = o->sampling;
     const SamplerParams *s = &c->sampling;
-    if (app_sampling_from_model(&c->sampling, c->given, &m->gen))
+    GenerationDefaults gen;
+    if (app_generation_defaults(m, &gen, &err)) { fprintf(stderr, "cllm chat: %s\n", err.msg); return 2; }
+    if (app_sampling_from_model(&c->sampling, c->given, &gen))
         fprintf(stderr, "cllm: sampling as the model's %s recommends (options given override it): "
                         "temperature %g, top-k %d, top-p %g, min-p %g, repeat penalty %g\n",
-                m->gen.source, s->temperature, s->top_k, s->top_p, s->min_p, s->repetition_penalty);
+                gen.source, s->temperature, s->top_k, s->top_p, s->min_p, s->repetition_penalty);
     return 0;
 }
 

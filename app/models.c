@@ -18,6 +18,15 @@ static void exe_dir(char *out, size_t cap) {
     if (slash) *slash = 0;
 }
 
+/* Where models/fetch.sh puts model NAME.FMT: models/cache beside the
+ * executable, or $CLLM_MODELS. -1 when the path does not fit. */
+static int model_cache_path(const char *dir, const char *name, const char *fmt, char *out, size_t cap) {
+    const char *cache = getenv("CLLM_MODELS");
+    int n = cache ? snprintf(out, cap, "%s/%s.%s", cache, name, fmt)
+                  : snprintf(out, cap, "%s/models/cache/%s.%s", dir, name, fmt);
+    return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
 /* Path of the first model of models.txt in models/cache (or $CLLM_MODELS). */
 int app_default_model(char *out, size_t cap) {
     char dir[PATH_MAX], list[PATH_MAX + 16], line[1024], name[256] = "", fmt[32] = "", kind[32] = "";
@@ -35,10 +44,7 @@ int app_default_model(char *out, size_t cap) {
         fprintf(stderr, "cllm: no -m MODEL given and no default model listed in %s\n", list);
         return 2;
     }
-    const char *cache = getenv("CLLM_MODELS");
-    int n = cache ? snprintf(out, cap, "%s/%s.%s", cache, name, fmt)
-                  : snprintf(out, cap, "%s/models/cache/%s.%s", dir, name, fmt);
-    if (n < 0 || (size_t)n >= cap) {
+    if (model_cache_path(dir, name, fmt, out, cap)) {
         fprintf(stderr, "cllm: the default model's path is too long\n");
         return 2;
     }
@@ -79,6 +85,36 @@ void app_warn_unused(const Model *m) {
                 m->path, (unsigned long long)(m->n_unused - UNUSED_WARN_MAX));
 }
 
+
+/* The model card's sampling of m when m is a model of models.txt (the file
+ * models/fetch.sh put in the cache): its 8th column. */
+static int model_card_sampling(const Model *m, GenerationDefaults *g, Err *err) {
+    char dir[PATH_MAX], list[PATH_MAX + 16], line[1024], name[256], fmt[32], samp[256], path[PATH_MAX];
+    char want[PATH_MAX], have[PATH_MAX];
+    memset(g, 0, sizeof *g);
+    exe_dir(dir, sizeof dir);
+    snprintf(list, sizeof list, "%s/models.txt", dir);
+    if (!realpath(m->path, want)) return 0;
+    FILE *f = fopen(list, "r");
+    int rc = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        if (line[0] == '#' || sscanf(line, "%255s %*s %31s %*s %*s %*s %*s %255s", name, fmt, samp) != 3) continue;
+        if (model_cache_path(dir, name, fmt, path, sizeof path) || !realpath(path, have) || strcmp(have, want))
+            continue;
+        char src[sizeof list + sizeof name + 32];
+        snprintf(src, sizeof src, "%s (%s's sampling column)", list, name);
+        if (generation_defaults_from_list(g, samp, src, err)) rc = -1;
+        else if (g->source[0]) snprintf(g->source, sizeof g->source, "card (models.txt)");
+        break;
+    }
+    if (f) fclose(f);
+    return rc;
+}
+
+int app_generation_defaults(const Model *m, GenerationDefaults *g, Err *err) {
+    *g = m->gen;
+    return g->source[0] ? 0 : model_card_sampling(m, g, err);
+}
 
 int app_sampling_from_model(SamplerParams *s, unsigned given, const GenerationDefaults *g) {
     int n = 0;

@@ -21,6 +21,11 @@ enum {
  * s's value (cllm's default). Returns how many fields the model set. */
 int app_sampling_from_model(SamplerParams *s, unsigned given, const GenerationDefaults *g);
 
+/* The sampling settings m's own files recommend (m->gen); when they carry
+ * none and m is a model of models.txt, the model card's recommendation its
+ * sampling column gives. -1 with err set when that column is malformed. */
+int app_generation_defaults(const Model *m, GenerationDefaults *g, Err *err);
+
 /* Path of the default model: the first of models.txt beside the executable,
  * in models/cache (or $CLLM_MODELS). 0, or 2 after printing why there is none. */
 int app_default_model(char *out, size_t cap);

@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -103,5 +104,43 @@ int generation_defaults_from_gguf(GenerationDefaults *g, const GGUFFile *f, Err 
     if (check_all(g, f->path, keys, err)) { memset(g, 0, sizeof *g); return -1; }
     if (g->has_temperature || g->has_top_k || g->has_top_p || g->has_min_p || g->has_repetition_penalty)
         snprintf(g->source, sizeof g->source, "GGUF general.sampling.*");
+    return 0;
+}
+
+int generation_defaults_from_list(GenerationDefaults *g, const char *list, const char *src, Err *err) {
+    memset(g, 0, sizeof *g);
+    static const char *const keys[5] = {"temperature", "top_k", "top_p", "min_p", "repetition_penalty"};
+    bool *has[5] = {&g->has_temperature, &g->has_top_k, &g->has_top_p, &g->has_min_p, &g->has_repetition_penalty};
+    double v[5] = {0};
+    if (strcmp(list, "-") == 0) return 0;
+    for (const char *p = list; *p;) {
+        size_t n = strcspn(p, ",");
+        const char *eq = memchr(p, '=', n);
+        int i = 0;
+        while (eq && i < 5 && !(strlen(keys[i]) == (size_t)(eq - p) && !memcmp(p, keys[i], (size_t)(eq - p)))) i++;
+        if (!eq || i == 5) {
+            memset(g, 0, sizeof *g);
+            return err_set(err, "%s: '%.*s' is not KEY=VALUE with KEY temperature, top_k, top_p, min_p or "
+                                "repetition_penalty", src, (int)n, p);
+        }
+        char num[32], *end;
+        size_t len = n - (size_t)(eq + 1 - p);
+        snprintf(num, sizeof num, "%.*s", (int)(len < sizeof num ? len : sizeof num - 1), eq + 1);
+        v[i] = strtod(num, &end);
+        if (len == 0 || len >= sizeof num || *end || (i == 1 && (v[i] != floor(v[i]) || v[i] < 0 || v[i] > 1e9))) {
+            memset(g, 0, sizeof *g);
+            return err_set(err, "%s: %s '%.*s' must be %s", src, keys[i], (int)len, eq + 1,
+                           i == 1 ? "an integer in [0, 1000000000]" : "a number");
+        }
+        *has[i] = true;
+        p += n + (p[n] == ',');
+    }
+    g->temperature = (float)v[0];
+    g->top_k = (int)v[1];
+    g->top_p = (float)v[2];
+    g->min_p = (float)v[3];
+    g->repetition_penalty = (float)v[4];
+    if (check_all(g, src, keys, err)) { memset(g, 0, sizeof *g); return -1; }
+    snprintf(g->source, sizeof g->source, "%s", src);
     return 0;
 }

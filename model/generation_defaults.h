@@ -28,4 +28,10 @@ int generation_defaults_from_hf(GenerationDefaults *g, const char *dir, Err *err
 /* GGUF general.sampling.{temp,top_k,top_p,min_p,penalty_repeat}; same rules. */
 int generation_defaults_from_gguf(GenerationDefaults *g, const GGUFFile *f, Err *err);
 
+/* A list "temperature=0.2,top_p=0.9" (keys as in generation_config.json:
+ * temperature, top_k, top_p, min_p, repetition_penalty), as models.txt's
+ * sampling column gives a model card's recommendation; "-" is none. src
+ * names the list in errors and becomes g->source. Same rules. */
+int generation_defaults_from_list(GenerationDefaults *g, const char *list, const char *src, Err *err);
+
 #endif

@@ -16,7 +16,7 @@ fetch_one() {
     if [ "$want" = default ]; then line=$(grep -v '^#' models.txt | grep -v '^\s*$' | head -1)
     else line=$(grep -v '^#' models.txt | awk -v n="$want" '$1 == n' | head -1); fi
     [ -n "$line" ] || { echo "models/fetch.sh: '$want' is not in models.txt" >&2; return 2; }
-    read -r name arch fmt src sha size kind <<< "$line"
+    read -r name arch fmt src sha size kind _ <<< "$line"
     case "$kind" in instruct|base) ;; *) echo "models/fetch.sh: $name: kind '$kind' in models.txt must be instruct or base" >&2; return 2;; esac
     local dest=models/cache/$name.$fmt
     if [ -f "$dest" ] && [ "$(sha256sum "$dest" | cut -d' ' -f1)" = "$sha" ]; then

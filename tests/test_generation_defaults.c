@@ -174,6 +174,37 @@ static void test_gguf_hostile(void) {
     expect_gguf_error((GGUFKV)KV_F32("general.sampling.penalty_repeat", 0), "0");
 }
 
+/* models.txt's sampling column: the model card's recommendation. */
+static void test_list(void) {
+    GenerationDefaults g;
+    Err err = {{0}};
+    CHECK(generation_defaults_from_list(&g, "temperature=0.2,top_p=0.9", "card", &err) == 0, "%s", err.msg);
+    CHECK(g.has_temperature && g.has_top_p && !g.has_top_k && !g.has_min_p && !g.has_repetition_penalty,
+          "only the two keys given are set");
+    CHECK_NEAR(g.temperature, 0.2, 1e-6);
+    CHECK_NEAR(g.top_p, 0.9, 1e-6);
+    CHECK(!strcmp(g.source, "card"), "source '%s'", g.source);
+    CHECK(generation_defaults_from_list(&g, "top_k=64,min_p=0.01,repetition_penalty=1.1", "card", &err) == 0, "%s",
+          err.msg);
+    CHECK(g.has_top_k && g.top_k == 64 && g.has_min_p && g.has_repetition_penalty, "top_k %d", g.top_k);
+    CHECK_NEAR(g.repetition_penalty, 1.1, 1e-6);
+    CHECK(generation_defaults_from_list(&g, "-", "card", &err) == 0 && !g.source[0] && !g.has_temperature,
+          "'-' is none");
+    static const char *const bad[][2] = {
+        {"temperature=hot", "temperature 'hot'"}, {"temp=0.2", "'temp=0.2' is not KEY=VALUE"},
+        {"temperature=0.2,,top_p=0.9", "'' is not KEY=VALUE"}, {"top_p=1.5", "top_p is 1.5"},
+        {"top_k=2.5", "top_k '2.5'"}, {"temperature=", "temperature ''"}, {"temperature=-1", "temperature is -1"},
+        {"temperature=0.2,top_p", "'top_p' is not KEY=VALUE"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err.msg[0] = 0;
+        CHECK(generation_defaults_from_list(&g, bad[i][0], "card", &err) == -1, "'%s' accepted", bad[i][0]);
+        CHECK(strstr(err.msg, "card: ") && strstr(err.msg, bad[i][1]), "'%s': message '%s' lacks '%s'", bad[i][0],
+              err.msg, bad[i][1]);
+        CHECK(!g.has_temperature && !g.has_top_p && !g.source[0], "'%s': a refused list sets nothing", bad[i][0]);
+    }
+}
+
 int main(void) {
     RUN(test_hf_absent);
     RUN(test_hf_sampling);
@@ -181,5 +212,6 @@ int main(void) {
     RUN(test_hf_hostile);
     RUN(test_gguf);
     RUN(test_gguf_hostile);
+    RUN(test_list);
     TEST_EXIT();
 }
