@@ -50,7 +50,8 @@ static int parse_number(const char *cmd, const char *opt, const char *s, OptKind
         *(int *)dest = (int)v;
     } else {
         float v = strtof(s, &end);
-        if (*s == 0 || *end || errno) goto bad;
+        /* NaN is the mark of a sampling option not given; no option takes it. */
+        if (*s == 0 || *end || errno || isnan(v)) goto bad;
         *(float *)dest = v;
     }
     return 0;
