@@ -5,8 +5,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "formats/gguf_write.h"
 #include "model/config.h"
+#include "tests/gguf_kv.h"
 #include "tests/test.h"
 
 static Json *load_fixture(const char *rel) {
@@ -201,11 +201,6 @@ static void test_hf_implemented(void) {
 
 /* ---- GGUF metadata written here: a small llama plus extra keys ---- */
 
-#define KV_U32(k, x) {(char *)(k), {GGUF_UINT32, {.u = (x)}}}
-#define KV_I32(k, x) {(char *)(k), {GGUF_INT32, {.i = (x)}}}
-#define KV_F32(k, x) {(char *)(k), {GGUF_FLOAT32, {.f = (x)}}}
-#define KV_STR(k, s) {(char *)(k), {GGUF_STRING, {.str = {(s), sizeof(s) - 1}}}}
-
 static int gguf_config(const char *arch, const GGUFKV *extra, size_t n_extra, ModelConfig *c, char *path, Err *err) {
     char key[5][64];
     const char *suffix[5] = {"block_count", "embedding_length", "attention.head_count", "feed_forward_length",
@@ -219,16 +214,10 @@ static int gguf_config(const char *arch, const GGUFKV *extra, size_t n_extra, Mo
         kv[n++] = (GGUFKV){key[i], {GGUF_UINT32, {.u = val[i]}}};
     }
     for (size_t i = 0; i < n_extra && n < 16; i++) kv[n++] = extra[i];
-    strcpy(path, "/tmp/cllm_cfg_XXXXXX.gguf");
-    int fd = mkstemps(path, 5);
-    if (fd < 0) return err_set(err, "mkstemps failed");
-    close(fd);
     GGUFFile f;
-    int rc = gguf_write(path, kv, n, NULL, 0, 32, NULL, NULL, err);
-    if (rc == 0 && (rc = gguf_open(&f, path, err)) == 0) {
-        rc = config_from_gguf(c, &f, err);
-        gguf_close(&f);
-    }
+    if (test_gguf_open_kv(kv, n, path, &f, err)) return -1;
+    int rc = config_from_gguf(c, &f, err);
+    gguf_close(&f);
     remove(path);
     return rc;
 }

@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include "app/models.h"
-#include "formats/gguf_write.h"
 #include "model/generation_defaults.h"
+#include "tests/gguf_kv.h"
 #include "tests/test.h"
 
 /* A folder holding config.json and, when json is not NULL, generation_config.json. */
@@ -57,17 +57,23 @@ static void test_hf_absent(void) {
     CHECK(!g.has_temperature && g.source[0] == 0, "token ids only: no sampling settings");
 }
 
+/* All five settings read, with these values. */
+static void check_five(const GenerationDefaults *g, double temp, int top_k, double top_p, double min_p, double rep) {
+    CHECK(g->has_temperature && g->has_top_k && g->has_top_p && g->has_min_p && g->has_repetition_penalty,
+          "all five read");
+    CHECK_NEAR(g->temperature, temp, 1e-6);
+    CHECK(g->top_k == top_k, "top_k %d, want %d", g->top_k, top_k);
+    CHECK_NEAR(g->top_p, top_p, 1e-6);
+    CHECK_NEAR(g->min_p, min_p, 1e-6);
+    CHECK_NEAR(g->repetition_penalty, rep, 1e-6);
+}
+
 static void test_hf_sampling(void) {
     GenerationDefaults g;
     Err err = {{0}};
     CHECK(read_hf("{\"do_sample\": true, \"temperature\": 0.6, \"top_k\": 20, \"top_p\": 0.95, \"min_p\": 0.0,"
                   " \"repetition_penalty\": 1.05, \"eos_token_id\": [1, 2]}", &g, &err) == 0, "%s", err.msg);
-    CHECK(g.has_temperature && g.has_top_k && g.has_top_p && g.has_min_p && g.has_repetition_penalty, "all five read");
-    CHECK_NEAR(g.temperature, 0.6, 1e-6);
-    CHECK(g.top_k == 20, "top_k %d", g.top_k);
-    CHECK_NEAR(g.top_p, 0.95, 1e-6);
-    CHECK_NEAR(g.min_p, 0.0, 1e-6);
-    CHECK_NEAR(g.repetition_penalty, 1.05, 1e-6);
+    check_five(&g, 0.6, 20, 0.95, 0.0, 1.05);
     CHECK(!strcmp(g.source, "generation_config.json"), "source '%s'", g.source);
 
     /* Applied under the user's options: given ones stay, the others take the model's. */
@@ -118,22 +124,12 @@ static void test_hf_hostile(void) {
     expect_hf_error("{\"temperature\": ", "generation_config.json", NULL); /* truncated JSON */
 }
 
-#define KV_F32(k, x) {(char *)(k), {GGUF_FLOAT32, {.f = (x)}}}
-#define KV_U32(k, x) {(char *)(k), {GGUF_UINT32, {.u = (x)}}}
-#define KV_I32(k, x) {(char *)(k), {GGUF_INT32, {.i = (x)}}}
-#define KV_STR(k, s) {(char *)(k), {GGUF_STRING, {.str = {(s), sizeof(s) - 1}}}}
-
 static int read_gguf(const GGUFKV *kv, size_t n, GenerationDefaults *g, Err *err) {
-    char path[64] = "/tmp/cllm_gen_XXXXXX.gguf";
-    int fd = mkstemps(path, 5);
-    if (fd < 0) return err_set(err, "mkstemps failed");
-    close(fd);
+    char path[64];
     GGUFFile f;
-    int rc = gguf_write(path, kv, n, NULL, 0, 32, NULL, NULL, err);
-    if (rc == 0 && (rc = gguf_open(&f, path, err)) == 0) {
-        rc = generation_defaults_from_gguf(g, &f, err);
-        gguf_close(&f);
-    }
+    if (test_gguf_open_kv(kv, n, path, &f, err)) return -1;
+    int rc = generation_defaults_from_gguf(g, &f, err);
+    gguf_close(&f);
     remove(path);
     return rc;
 }
@@ -148,12 +144,7 @@ static void test_gguf(void) {
                    KV_F32("general.sampling.top_p", 0.8), KV_F32("general.sampling.min_p", 0.1),
                    KV_F32("general.sampling.penalty_repeat", 1.1)};
     CHECK(read_gguf(kv, 5, &g, &err) == 0, "%s", err.msg);
-    CHECK(g.has_temperature && g.has_top_k && g.has_top_p && g.has_min_p && g.has_repetition_penalty, "all five read");
-    CHECK_NEAR(g.temperature, 0.7, 1e-6);
-    CHECK(g.top_k == 20, "top_k %d", g.top_k);
-    CHECK_NEAR(g.top_p, 0.8, 1e-6);
-    CHECK_NEAR(g.min_p, 0.1, 1e-6);
-    CHECK_NEAR(g.repetition_penalty, 1.1, 1e-6);
+    check_five(&g, 0.7, 20, 0.8, 0.1, 1.1);
     CHECK(strstr(g.source, "general.sampling") != NULL, "source '%s'", g.source);
 }
 
