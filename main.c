@@ -268,7 +268,7 @@ static int cmd_tokenize(int argc, char **argv) {
     {"--threads", "-t", OPT_INT, &(o)->threads, "CPU threads (default: one per core)"},                        \
     {"--ctx-size", "-c", OPT_INT, &(o)->ctx_size, "context size in tokens (default: min(model, 4096))"},        \
     {"--max-tokens", "-n", OPT_INT, &(o)->max_tokens, "most tokens per reply (default: generate 512, chat until the context fills)"},                               \
-    {"--temp", NULL, OPT_FLOAT, &(o)->sampling.temperature, "temperature, 0 = greedy (default: the model's own setting or its card's in models.txt, else 0.8 as llama.cpp)"},                      \
+    {"--temp", NULL, OPT_FLOAT, &(o)->sampling.temperature, "temperature, 0 = greedy (default: the model's own setting or its models.txt entry's, else 0.8 as llama.cpp)"},                      \
     {"--top-k", NULL, OPT_INT, &(o)->sampling.top_k, "top-k, 0 = off (default: the model's, else 40)"},                                      \
     {"--top-p", NULL, OPT_FLOAT, &(o)->sampling.top_p, "top-p, 1 = off (default: the model's, else 0.95)"},                                    \
     {"--min-p", NULL, OPT_FLOAT, &(o)->sampling.min_p, "min-p, 0 = off (default: the model's, else 0.05)"},                                    \

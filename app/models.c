@@ -86,9 +86,9 @@ void app_warn_unused(const Model *m) {
 }
 
 
-/* The model card's sampling of m when m is a model of models.txt (the file
+/* The sampling models.txt lists for m when m is one of its models (the file
  * models/fetch.sh put in the cache): its 8th column. */
-static int model_card_sampling(const Model *m, GenerationDefaults *g, Err *err) {
+static int models_txt_sampling(const Model *m, GenerationDefaults *g, Err *err) {
     char dir[PATH_MAX], list[PATH_MAX + 16], line[1024], name[256], fmt[32], samp[256], path[PATH_MAX];
     char want[PATH_MAX], have[PATH_MAX];
     memset(g, 0, sizeof *g);
@@ -104,7 +104,7 @@ static int model_card_sampling(const Model *m, GenerationDefaults *g, Err *err) 
         char src[sizeof list + sizeof name + 32];
         snprintf(src, sizeof src, "%s (%s's sampling column)", list, name);
         if (generation_defaults_from_list(g, samp, src, err)) rc = -1;
-        else if (g->source[0]) snprintf(g->source, sizeof g->source, "card (models.txt)");
+        else if (g->source[0]) snprintf(g->source, sizeof g->source, "models.txt entry");
         break;
     }
     if (f) fclose(f);
@@ -113,7 +113,7 @@ static int model_card_sampling(const Model *m, GenerationDefaults *g, Err *err) 
 
 int app_generation_defaults(const Model *m, GenerationDefaults *g, Err *err) {
     *g = m->gen;
-    return g->source[0] ? 0 : model_card_sampling(m, g, err);
+    return g->source[0] ? 0 : models_txt_sampling(m, g, err);
 }
 
 int app_sampling_from_model(SamplerParams *s, unsigned given, const GenerationDefaults *g) {

@@ -22,8 +22,8 @@ enum {
 int app_sampling_from_model(SamplerParams *s, unsigned given, const GenerationDefaults *g);
 
 /* The sampling settings m's own files recommend (m->gen); when they carry
- * none and m is a model of models.txt, the model card's recommendation its
- * sampling column gives. -1 with err set when that column is malformed. */
+ * none and m is a model of models.txt, the settings its sampling column
+ * gives (the card's recommendation, measured). -1 with err set when that column is malformed. */
 int app_generation_defaults(const Model *m, GenerationDefaults *g, Err *err);
 
 /* Path of the default model: the first of models.txt beside the executable,

@@ -178,24 +178,24 @@ echo '{"temperature": "hot"}' > "$TMP/gen/generation_config.json"
 expect_exit "chat: a hostile generation_config.json exits 2" 2 sh -c "$G < $TMP/turns4"
 expect_grep "chat: hostile generation_config.json named" "$TMP/err" "generation_config.json: field 'temperature' must be a number"
 
-# A model of models.txt whose file carries no sampling settings takes its
-# card's from models.txt's sampling column (the file found by path in the
+# A model of models.txt whose file carries no sampling settings takes the
+# settings of models.txt's sampling column (the file found by path in the
 # cache, $CLLM_MODELS); a model outside models.txt does not; a malformed
 # column (models.txt beside a copied binary) is refused naming the file.
 mkdir -p "$TMP/cache" "$TMP/bin"
 cp tests/fixtures/tiny/llama.gguf "$TMP/cache/smollm2-135m-instruct.gguf"
 card=$(grep -v '^#' models.txt | awk '$1 == "smollm2-135m-instruct" {print $8}')
 ctemp=$(echo "$card" | tr ',' '\n' | sed -n 's/^temperature=//p'); ctop=$(echo "$card" | tr ',' '\n' | sed -n 's/^top_p=//p')
-[ -n "$ctemp" ] && [ -n "$ctop" ] && ok "models.txt: the default model's card sampling listed ($card)" \
-    || notok "models.txt: the default model's card sampling listed" "'$card'"
+[ -n "$ctemp" ] && [ -n "$ctop" ] && ok "models.txt: the default model's sampling listed ($card)" \
+    || notok "models.txt: the default model's sampling listed" "'$card'"
 expect_exit "chat: a models.txt model" 0 sh -c "CLLM_MODELS=$TMP/cache $CLLM chat -m $TMP/cache/smollm2-135m-instruct.gguf --cpu -n 2 < $TMP/turns4"
-expect_grep "chat: models.txt's card sampling used" "$TMP/err" "card \(models.txt\) recommends.*temperature $ctemp, top-k 40, top-p $ctop,"
+expect_grep "chat: models.txt's sampling used" "$TMP/err" "models.txt entry recommends.*temperature $ctemp, top-k 40, top-p $ctop,"
 expect_exit "chat: a models.txt model with --top-p" 0 sh -c "CLLM_MODELS=$TMP/cache $CLLM chat -m $TMP/cache/smollm2-135m-instruct.gguf --cpu -n 2 --top-p 0.5 < $TMP/turns4"
-expect_grep "chat: --top-p over the card's" "$TMP/err" "temperature $ctemp, top-k 40, top-p 0.5,"
+expect_grep "chat: --top-p over models.txt's" "$TMP/err" "temperature $ctemp, top-k 40, top-p 0.5,"
 cp tests/fixtures/tiny/llama.gguf "$TMP/cache/other.gguf"
 expect_exit "chat: a model outside models.txt" 0 sh -c "CLLM_MODELS=$TMP/cache $CLLM chat -m $TMP/cache/other.gguf --cpu -n 2 < $TMP/turns4"
-grep -q "recommends" "$TMP/err" && notok "chat: no card sampling outside models.txt" "$(cat "$TMP/err")" \
-    || ok "chat: no card sampling outside models.txt"
+grep -q "recommends" "$TMP/err" && notok "chat: no models.txt sampling outside models.txt" "$(cat "$TMP/err")" \
+    || ok "chat: no models.txt sampling outside models.txt"
 cp "$CLLM" "$TMP/bin/cllm"
 grep '^#' models.txt > "$TMP/bin/models.txt"
 grep -v '^#' models.txt | awk '$1 == "smollm2-135m-instruct" {$8 = "temperature=warm"} {print}' >> "$TMP/bin/models.txt"
