@@ -121,7 +121,7 @@ QM_FN void qm_q4k_b(const uint32_t X[4], int s, uint32_t b[2]) {
 }
 
 /* Q4_K: mul and add - 128 mul of 4 sub-blocks (half 0: 0..3, 1: 4..7) of
- * the block whose 16-byte header is hdr (kernels/dtype.c's 6-bit unpacking,
+ * the block whose 16-byte header is hdr (base/dtype.c's 6-bit unpacking,
  * four at a time as bytes of a word). */
 QM_FN void qm_q4k_scales(const uint32_t hdr[4], int half, float mul[4], float addp[4]) {
     uint32_t sc, mn;

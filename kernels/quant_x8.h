@@ -127,7 +127,7 @@ static inline void qx_round_group(const float x[QX_GROUP], int8_t q1[QX_GROUP], 
 }
 
 /* mul (d sc) and mn (dmin m) of sub-blocks 2j and 2j + 1 of a Q4_K block
- * whose 16-byte header is hdr (kernels/dtype.c's 6-bit unpacking, as in
+ * whose 16-byte header is hdr (base/dtype.c's 6-bit unpacking, as in
  * qm_q4k_scales, without branches on j: it differs between lanes). */
 QM_FN void qx_q4k_scales(const uint32_t hdr[4], int j, float mul[2], float mn[2]) {
     uint32_t sc = j < 2 ? hdr[1] & 0x3f3f3f3fu : (hdr[3] & 0x0f0f0f0fu) | ((hdr[1] >> 2) & 0x30303030u);

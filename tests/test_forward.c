@@ -457,7 +457,7 @@ static const char DUMMY_CONFIG[] =
     "\"rope_theta\": 10000.0, \"tie_word_embeddings\": false, \"hidden_act\": \"silu\"}";
 
 /* GGUF's block table (ggml.c type_traits), written out here rather than read
- * from kernels/dtype.c, so the sizes are checked against an independent copy */
+ * from base/dtype.c, so the sizes are checked against an independent copy */
 static const struct { DType t; int elems, bytes, scale_at[2]; } GGUF_BLOCKS[] = {
     {DT_Q8_0, 32, 34, {0, -1}},   {DT_Q4_0, 32, 18, {0, -1}},   {DT_Q4_1, 32, 20, {0, 2}},
     {DT_Q4_K, 256, 144, {0, 2}}, {DT_Q5_K, 256, 176, {0, 2}}, {DT_Q6_K, 256, 210, {208, -1}},

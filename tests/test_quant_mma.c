@@ -6,7 +6,7 @@
  * each lane builds its A and B registers from the block bytes and x exactly
  * as the kernel does, an emulated mma.sync m16n8k16 (the PTX ISA fragment
  * layout, in double) multiplies them, and each lane scales its C into the
- * accumulators. The result must match dequantize_row (kernels/dtype.c, the
+ * accumulators. The result must match dequantize_row (base/dtype.c, the
  * reference every other quantized path is checked against) times x. A
  * mapping mistake (a wrong pair, a wrong k order between A and B, a wrong
  * scale) gives errors of order 1; a control with B in the wrong order

@@ -7,7 +7,7 @@
  * once, inside the padded plane), then each row's product is replayed lane by lane as the kernel
  * walks it (Q4_K, Q5_K: lane 4 s + j takes chunk j of blocks s, s + 8, ...;
  * Q6_K likewise quarter j; Q8_0, Q4_0, Q4_1: lane L takes blocks L, L + 32, ...), through
- * emulated dp4a, and the 32 lane sums added. The reference is dequantize_row (kernels/dtype.c) times
+ * emulated dp4a, and the 32 lane sums added. The reference is dequantize_row (base/dtype.c) times
  * the rounded x in double: the error must be fp32 rounding only (1e-5).
  * Against the unrounded x the error is what the two int8 terms cost
  * (bounded by 2e-4). Controls that must fail: the high-nibble x words taken

@@ -1,11 +1,11 @@
-/* test_quantize.c — the CPU quantizer (model/quantize.c), the GGUF writer
- * (model/gguf_write.c) and `cllm quantize` (engine/quantize_cmd.c).
+/* test_quantize.c — the CPU quantizer (base/quantize.c), the GGUF writer
+ * (formats/gguf_write.c) and `cllm quantize` (app/quantize_cmd.c).
  *
  *   - Q8_0, Q4_0, Q4_1, Q5_0, Q5_1: the same bytes as the gguf Python
  *     package's gguf.quants.quantize on tests/fixtures/quant (made by
  *     make_quant_fixtures.py: scales, ties, zeros, rounding boundaries);
  *   - Q4_K, Q5_K, Q6_K (the package has no quantizer for them): round trip
- *     through dequantize_row (kernels/dtype.c) within error bounds that
+ *     through dequantize_row (base/dtype.c) within error bounds that
  *     shrink with the bits and beat the 4/5-bit reference formats; zeros stay
  *     zeros, no NaN;
  *   - quantize_model on the tiny Llama GGUF and on a written GGUF with

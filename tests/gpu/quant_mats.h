@@ -1,7 +1,7 @@
 /* quant_mats.h — random quantized matrices for the GPU kernel checks
  * (test_quant.c, test_quant_gemm.c): random GGUF blocks uploaded and
  * repacked on the device, the native bytes kept on the host for the CPU
- * reference (kernels/dtype.c dequantize_row). Header-only, test code. */
+ * reference (base/dtype.c dequantize_row). Header-only, test code. */
 #ifndef CLLM_TESTS_GPU_QUANT_MATS_H
 #define CLLM_TESTS_GPU_QUANT_MATS_H
 

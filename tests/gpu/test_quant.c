@@ -1,6 +1,6 @@
 /* test_quant.c — the quantized-weight kernels (kernels/cuda/quant_gemv.cu,
  * quant_gemv_mma.cu, quant_gemv_x8.cu, quant_repack.cu) against the CPU
- * reference dequantizer (kernels/dtype.c), run on a GPU machine by
+ * reference dequantizer (base/dtype.c), run on a GPU machine by
  * tests/gpu/run.sh; never in CI.
  *
  *   - GEMV: for Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, matrices of random GGUF
