@@ -286,7 +286,7 @@ __device__ __forceinline__ float fp8_v_ref(float m, float &vref, float *rescale)
 __device__ __forceinline__ float to_f32(float x) { return x; }
 __device__ __forceinline__ float to_f32(bf16 x) { return __bfloat162float(x); }
 
-/* fp8_quantize_row (kernels/dtype.c) by one warp, to the same bytes: amax
+/* fp8_quantize_row (base/dtype.c) by one warp, to the same bytes: amax
  * (nans ignored: a comparison with a nan is false), scale = amax / 448 and
  * code = e4m3(x / scale), both divisions IEEE-rounded like the host's; the
  * conversion is the GPU's round-to-nearest-even saturating one, its nan made

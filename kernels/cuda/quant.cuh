@@ -155,7 +155,7 @@ int quant_gemm_epi(const QuantMatrix *W, const void *x, int T, const QuantGemmEp
                    const QuantGemmWork *work, cudaStream_t s, Err *err);
 
 /* dst [n_rows][cols] bf16 (16-byte aligned) = rows row0 .. row0+n_rows-1 of
- * W, bit-exact with dequantize_row (kernels/dtype.c) followed by
+ * W, bit-exact with dequantize_row (base/dtype.c) followed by
  * round-to-nearest-even bf16. */
 int quant_dequant_bf16(const QuantMatrix *W, int64_t row0, int64_t n_rows, void *dst, cudaStream_t s, Err *err);
 

@@ -243,7 +243,7 @@ static __device__ __forceinline__ uint32_t bf2_fma(uint32_t a, uint32_t b, uint3
 
 #define QR_BF16_128 0x43004300u /* bf16 128.0 twice: OR a 7-bit q into the mantissa and it reads 128 + q */
 
-/* Q4_K sub-block j's 6-bit scale and min (kernels/dtype.c kquant_scale_min)
+/* Q4_K sub-block j's 6-bit scale and min (base/dtype.c kquant_scale_min)
  * as the bf16 pair (128 + scale, 128 + min): header bytes gathered into the
  * two halves by PRMTs, masked and OR-ed onto 128.0 by LOP3s (j is a
  * compile-time constant) */
