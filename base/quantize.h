@@ -26,7 +26,7 @@ bool quantize_type_supported(DType t);
 int quantize_row(DType t, const float *src, void *dst, int64_t n);
 
 /* The 12 scale bytes of a Q4_K / Q5_K block from its 8 sub-block scales
- * and 8 mins (each 0..63); the layout is in base/dtype.c (k_scale_min). */
+ * and 8 mins (each 0..63); the layout is in base/dtype.c (kquant_scale_min). */
 void quantize_pack_k_scales(const int sc[8], const int mn[8], uint8_t s12[12]);
 
 #endif

@@ -92,7 +92,7 @@ static __device__ __forceinline__ UnitRaw unit_load(const uint8_t *qs, const uin
     return r;
 }
 
-/* Q4_K/Q5_K 6-bit scale and min of sub-block j (base/dtype.c k_scale_min);
+/* Q4_K/Q5_K 6-bit scale and min of sub-block j (base/dtype.c kquant_scale_min);
  * the header's bytes 4..15 are the 12 packed scale bytes. */
 static __device__ __forceinline__ void k_scale_min(uint4 hdr, int j, int *scale, int *min) {
     uint4 sc = make_uint4(hdr.y, hdr.z, hdr.w, 0);
