@@ -77,7 +77,8 @@ typedef struct BatchItem {
 
 /* The request's sampling and stop settings over the command line's. */
 static void batch_params(const Batch *bt, const PromptRequest *r, GenParams *p) {
-    *p = (GenParams){bt->o->sampling, bt->o->max_tokens > 0 ? bt->o->max_tokens : 512, NULL, 0, bt->o->ignore_eos};
+    *p = (GenParams){.sampling = bt->o->sampling, .max_tokens = bt->o->max_tokens > 0 ? bt->o->max_tokens : 512,
+                     .ignore_eos = bt->o->ignore_eos};
     if (r->max_tokens > 0) p->max_tokens = r->max_tokens;
     if (!isnan(r->temperature)) p->sampling.temperature = r->temperature;
     if (!isnan(r->top_p)) p->sampling.top_p = r->top_p;
