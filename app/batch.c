@@ -23,6 +23,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "app/logprobs_json.h"
 #include "app/models.h"
 #include "app/prompts.h"
 #include "app/results.h"
@@ -77,7 +78,8 @@ typedef struct BatchItem {
 
 /* The request's sampling and stop settings over the command line's. */
 static void batch_params(const Batch *bt, const PromptRequest *r, GenParams *p) {
-    *p = (GenParams){bt->o->sampling, bt->o->max_tokens > 0 ? bt->o->max_tokens : 512, NULL, 0, bt->o->ignore_eos};
+    *p = (GenParams){.sampling = bt->o->sampling, .max_tokens = bt->o->max_tokens > 0 ? bt->o->max_tokens : 512,
+                     .ignore_eos = bt->o->ignore_eos};
     if (r->max_tokens > 0) p->max_tokens = r->max_tokens;
     if (!isnan(r->temperature)) p->sampling.temperature = r->temperature;
     if (!isnan(r->top_p)) p->sampling.top_p = r->top_p;
@@ -89,6 +91,31 @@ static void batch_params(const Batch *bt, const PromptRequest *r, GenParams *p) 
     if (r->has_seed) p->sampling.seed = (uint64_t)r->seed;
     p->stop = (const char *const *)r->stop;
     p->n_stop = r->n_stop;
+    if (r->logprobs >= 0) {
+        p->logprobs = true;
+        p->top_logprobs = r->logprobs;
+    }
+    /* the prompt's entries: for echo with logprobs, and for prompt_logprobs */
+    int k = r->echo && r->logprobs >= 0 ? r->logprobs : -1;
+    if (r->prompt_logprobs > k) k = r->prompt_logprobs;
+    if (k >= 0) {
+        p->prompt_logprobs = true;
+        p->prompt_top = k;
+    }
+}
+
+/* The log-probability values of a finished request's line, as asked. */
+static int batch_logprobs_json(const Batch *bt, const PromptRequest *r, const SchedRequest *sr, JsonBuf *lp,
+                               JsonBuf *plp) {
+    const Tokenizer *tok = bt->rt.model.tok;
+    int rc = 0;
+    if (r->logprobs >= 0 && r->is_chat) rc |= logprobs_json_chat(lp, tok, sr->lp.v, sr->lp.n, r->logprobs);
+    else if (r->logprobs >= 0)
+        rc |= logprobs_json_completion(lp, tok, r->echo ? sr->prompt_lp : NULL, r->echo ? sr->n_prompt : 0, sr->lp.v,
+                                       sr->lp.n, r->logprobs);
+    if (r->prompt_logprobs >= 0) rc |= logprobs_json_prompt(plp, tok, sr->prompt_lp, sr->n_prompt, r->prompt_logprobs);
+    rc |= textbuf_append(lp, "", 1) | textbuf_append(plp, "", 1); /* NUL-terminated */
+    return rc;
 }
 
 /* Prompt text → ids: messages (and prompts_chat prompts) through the template. */
@@ -192,7 +219,27 @@ static int batch_finish(Batch *bt, SchedRequest *sr) {
     line.prompt_tokens = it->prompt_tokens;
     line.completion_tokens = sr->n_generated;
     line.seconds = now_seconds() - it->t_start;
+    JsonBuf lp = {0}, plp = {0}, echo = {0};
+    if (!failed && batch_logprobs_json(bt, r, sr, &lp, &plp)) {
+        line = (ResultLine){.id = r->id, .id_is_number = r->id_is_number, .is_chat = r->is_chat, .model = r->model,
+                            .text = "", .error = "out of memory writing logprobs", .prompt_tokens = it->prompt_tokens};
+        failed = true;
+    }
+    if (!failed && r->logprobs >= 0) line.logprobs = lp.data;
+    if (!failed && r->prompt_logprobs >= 0) line.prompt_logprobs = plp.data;
+    if (!failed && r->echo && r->prompt) { /* OpenAI's echo: the prompt, then the reply */
+        if (textbuf_append(&echo, r->prompt, strlen(r->prompt)) || textbuf_append(&echo, line.text, line.text_len)) {
+            line.error = "out of memory echoing the prompt";
+            line.text_len = 0;
+        } else {
+            line.text = echo.data;
+            line.text_len = echo.len;
+        }
+    }
     int rc = batch_write(bt, r->index, &line);
+    jsonbuf_free(&lp);
+    jsonbuf_free(&plp);
+    jsonbuf_free(&echo);
     if (!rc) rc = batch_release_held(bt, r->id);
     prompt_request_free(&it->req);
     free(it);

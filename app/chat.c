@@ -157,7 +157,7 @@ static int chat_system_fits(Chat *c, const char *system, const char *source) {
 
 /* Runs the conversation's prompt as one request until it finishes. */
 static SchedRequest *chat_run(Chat *c, const TokenIds *ids, Err *err) {
-    GenParams gp = {c->sampling, c->o->max_tokens, NULL, 0, c->o->ignore_eos};
+    GenParams gp = {.sampling = c->sampling, .max_tokens = c->o->max_tokens, .ignore_eos = c->o->ignore_eos};
     gp.sampling.seed = c->seed_given ? c->o->sampling.seed + c->n_replies : chat_fresh_seed();
     c->n_replies++;
     SchedRequest *r = scheduler_submit(&c->sched, ids->ids, (int)ids->n, &gp, NULL, err);

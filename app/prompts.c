@@ -540,7 +540,9 @@ static int parse_body(Parse *p, const JsonValue *o, int want_chat) {
                           json_get(o, "body") ? " (this looks like an OpenAI batch line, but the first line made the "
                                                 "format JSON Lines)" : "");
     if (messages ? parse_messages(p, messages) : parse_prompt(p, prompt)) return -1;
-    return parse_sampling(p, o);
+    if (parse_sampling(p, o)) return -1;
+    char msg[256];
+    return prompts_parse_logprobs(o, p->pfx, p->req, msg, sizeof msg) ? parse_fail(p, "%s", msg) : 0;
 }
 
 /* Reads the id member; an id of the wrong kind is an error (the request
@@ -671,6 +673,7 @@ static void request_init(PromptRequest *req) {
     memset(req, 0, sizeof *req);
     req->max_tokens = -1;
     req->top_k = -1;
+    req->logprobs = req->prompt_logprobs = -1;
     req->temperature = req->top_p = req->min_p = NAN;
     req->repetition_penalty = req->presence_penalty = req->frequency_penalty = NAN;
 }

@@ -56,6 +56,7 @@ typedef struct {
  *   temperature, top_p, min_p, repetition_penalty, presence_penalty,
  *   frequency_penalty: NAN not given (test with isnan)
  *   seed        valid only when has_seed
+ *   logprobs, prompt_logprobs: -1 not asked (prompt_logprobs.c reads them)
  * JSON null counts as not given. */
 typedef struct {
     char *id;            /* never NULL: the line's id or "line-N" */
@@ -75,6 +76,10 @@ typedef struct {
     bool has_seed;
     char **stop;
     int n_stop;
+    int logprobs;        /* -1 not asked; else the alternatives per generated token (completions:
+                            "logprobs": K; chat: "logprobs": true with "top_logprobs": K, default 0) */
+    bool echo;           /* completions: the prompt comes first in the text (and in logprobs) */
+    int prompt_logprobs; /* -1 not asked; else "prompt_logprobs": K (vLLM) */
     char *error;         /* non-NULL: this line is bad; says which line and why. Such a
                             request keeps id, line, index, occurrence, is_chat and model only. */
 } PromptRequest;
@@ -95,6 +100,11 @@ PromptFormat prompts_format(const PromptReader *r);
 const char *prompts_format_name(PromptFormat fmt); /* "auto", "text", "jsonl", "openai" */
 void prompt_request_free(PromptRequest *req);
 void prompts_close(PromptReader *r);
+
+/* The log-probability fields of a parsed line or body o (prompt_logprobs.c);
+ * req->is_chat picks the form. -1 with a message (field named with pfx)
+ * in msg when a value is bad. */
+int prompts_parse_logprobs(const JsonValue *o, const char *pfx, PromptRequest *req, char *msg, size_t cap);
 
 /* ---- helpers shared with results.c ---- */
 

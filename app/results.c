@@ -98,7 +98,7 @@ int results_write_raw(ResultWriter *w, const char *bytes, size_t len, Err *err) 
 /* --------------------------------------------------------------- format */
 
 /* A JSON string of s[0..n) with every invalid UTF-8 sequence as U+FFFD. */
-static int put_text(JsonBuf *b, const char *s, size_t n) {
+int results_put_text(JsonBuf *b, const char *s, size_t n) {
     if (utf8_valid_prefix(s, n) == n) return jsonbuf_put_string(b, s, n);
     JsonBuf clean = {0};
     uint32_t cp;
@@ -115,6 +115,7 @@ static int put_text(JsonBuf *b, const char *s, size_t n) {
     return rc;
 }
 
+static int put_text(JsonBuf *b, const char *s, size_t n) { return results_put_text(b, s, n); }
 static int put_cstr(JsonBuf *b, const char *s) { return put_text(b, s ? s : "", s ? strlen(s) : 0); }
 
 /* Whether s is a JSON number as the grammar writes it (so a raw id can go
@@ -158,6 +159,8 @@ static int format_jsonl(const ResultLine *l, JsonBuf *b) {
                          l->completion_tokens);
     rc |= put_cstr(b, finish_of(l));
     rc |= jsonbuf_printf(b, ",\"seconds\":%.3f", secs);
+    if (l->logprobs) rc |= jsonbuf_printf(b, ",\"logprobs\":%s", l->logprobs);
+    if (l->prompt_logprobs) rc |= jsonbuf_printf(b, ",\"prompt_logprobs\":%s", l->prompt_logprobs);
     if (l->error) {
         rc |= jsonbuf_printf(b, ",\"error\":");
         rc |= put_cstr(b, l->error);
@@ -190,7 +193,9 @@ static int format_openai(ResultWriter *w, const ResultLine *l, JsonBuf *b) {
     rc |= jsonbuf_printf(b, l->is_chat ? ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":"
                                        : ",\"choices\":[{\"index\":0,\"text\":");
     rc |= put_text(b, l->text ? l->text : "", tlen);
-    rc |= jsonbuf_printf(b, "%s,\"logprobs\":null,\"finish_reason\":", l->is_chat ? "}" : "");
+    rc |= jsonbuf_printf(b, "%s,\"logprobs\":%s", l->is_chat ? "}" : "", l->logprobs ? l->logprobs : "null");
+    if (l->prompt_logprobs) rc |= jsonbuf_printf(b, ",\"prompt_logprobs\":%s", l->prompt_logprobs);
+    rc |= jsonbuf_printf(b, ",\"finish_reason\":");
     rc |= put_cstr(b, openai_finish(l));
     rc |= jsonbuf_printf(b, "}],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%lld}}},"
                             "\"error\":null}\n",

@@ -14,13 +14,14 @@
  * Output lines. For text and JSON Lines input:
  *   {"id": ..., "text": "...", "prompt_tokens": N, "completion_tokens": N,
  *    "finish_reason": "stop"|"length"|..., "seconds": S, "error": "..."}
- *   ("error" only when the request failed). For OpenAI batch input, the
+ *   ("error" only when the request failed; "logprobs" and "prompt_logprobs"
+ *   after "seconds" only when asked, see app/logprobs_json.h). For OpenAI batch input, the
  *   OpenAI batch output shape:
  *   {"id": "batch_req_…", "custom_id": ..., "response": {"status_code": 200,
  *    "request_id": "…", "body": {"id": "chatcmpl-…" | "cmpl-…", "object":
  *    "chat.completion" | "text_completion", "created": T, "model": "…",
  *    "choices": [{"index": 0, "message": {"role": "assistant", "content": …}
- *    | "text": …, "logprobs": null, "finish_reason": …}], "usage":
+ *    | "text": …, "logprobs": null | {…}, ["prompt_logprobs": […],] "finish_reason": …}], "usage":
  *    {"prompt_tokens", "completion_tokens", "total_tokens"}}}, "error": null}
  *   and for a failed request "response": null, "error": {"message": "…"}.
  * Ids are written back as given: strings as strings, numeric ids as the same
@@ -50,6 +51,9 @@ typedef struct {
     double seconds;             /* wall time of the request */
     bool is_chat;               /* OpenAI output: chat.completion (else text_completion) */
     const char *model;          /* OpenAI output: body "model"; NULL = "" */
+    const char *logprobs;       /* JSON value (app/logprobs_json.h) when asked: JSONL "logprobs"
+                                   member; OpenAI choices[0].logprobs (NULL: null there, absent in JSONL) */
+    const char *prompt_logprobs; /* JSON value when asked (vLLM's list); NULL: absent */
 } ResultLine;
 
 /* What resume found in the existing output. */
@@ -108,6 +112,9 @@ void results_close(ResultWriter *w);
  * is the input format, as for results_open. Lines of failed requests are
  * added unless retry_errors. Reads only; cuts nothing. */
 int results_done_ids(const char *path, PromptFormat fmt, bool retry_errors, IdSet *done, Err *err);
+
+/* A JSON string of s[0..n) with every invalid UTF-8 sequence as U+FFFD. */
+int results_put_text(JsonBuf *b, const char *s, size_t n);
 
 /* The two halves of results_write: format the line (with its '\n') into
  * out, and write bytes that form whole lines. */

@@ -19,6 +19,14 @@ typedef struct {
     const char *const *stop;      /* stop strings */
     int n_stop;
     bool ignore_eos;
+    /* Log-probabilities (engine/logprobs.h; all off when zeroed): of each
+     * generated token with its top_logprobs alternatives, and of each prompt
+     * token with prompt_top alternatives. A request asking for the prompt's
+     * takes none of it from the prefix cache (its logits are needed). */
+    bool logprobs;
+    int top_logprobs;             /* 0..LOGPROBS_MAX_TOP */
+    bool prompt_logprobs;
+    int prompt_top;               /* 0..LOGPROBS_MAX_TOP */
 } GenParams;
 
 typedef struct {

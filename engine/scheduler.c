@@ -6,6 +6,7 @@
  * go through the model; its row at tokens.n - 1 gives the next logits. */
 #include "engine/scheduler.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,11 +80,15 @@ int scheduler_init(Scheduler *s, Engine *e, const SchedOptions *o, Err *err) {
     s->logit_rows = malloc((size_t)S * sizeof *s->logit_rows);
     s->sel = malloc((size_t)S * sizeof *s->sel);
     s->sel_chunk = malloc((size_t)S * sizeof *s->sel_chunk);
+    s->sel_logits = malloc((size_t)S * sizeof *s->sel_logits);
+    s->logit_req = malloc((size_t)S * sizeof *s->logit_req);
+    s->logit_pos = malloc((size_t)S * sizeof *s->logit_pos);
     s->tables = malloc((size_t)S * sizeof *s->tables);
     s->logits = malloc((size_t)S * e->model->cfg.vocab * sizeof *s->logits);
     s->draw_req = malloc((size_t)S * sizeof *s->draw_req);
     s->drawn = malloc((size_t)S * sizeof *s->drawn);
-    if (!s->ids || !s->pos || !s->seq || !s->slot || !s->logit_rows || !s->sel || !s->sel_chunk || !s->tables ||
+    if (!s->ids || !s->pos || !s->seq || !s->slot || !s->logit_rows || !s->sel || !s->sel_chunk || !s->sel_logits || !s->logit_req ||
+        !s->logit_pos || !s->tables ||
         !s->logits || !s->draw_req || !s->drawn || queues_grow(s, 64)) {
         scheduler_free(s);
         return err_set(err, "scheduler: out of memory for %d sequences x %d vocabulary logits", S,
@@ -123,6 +128,8 @@ void sched_request_free(SchedRequest *r) {
     if (r->sampler_ready) sampler_free(&r->sampler);
     stop_matcher_free(&r->sm);
     textbuf_free(&r->text);
+    token_logprobs_free(&r->lp);
+    free(r->prompt_lp);
     free(r);
 }
 
@@ -144,6 +151,9 @@ void scheduler_free(Scheduler *s) {
     free(s->logit_rows);
     free(s->sel);
     free(s->sel_chunk);
+    free(s->sel_logits);
+    free(s->logit_req);
+    free(s->logit_pos);
     free(s->tables);
     free(s->logits);
     free(s->draw_req);
@@ -157,6 +167,22 @@ void scheduler_free(Scheduler *s) {
 }
 
 /* ---- submission ---- */
+
+static int clamp_top(int k) { return k < 0 ? 0 : k > LOGPROBS_MAX_TOP ? LOGPROBS_MAX_TOP : k; }
+
+/* The prompt's entries when the request asks for them; the first token has
+ * no logits before it (OpenAI writes null). */
+static int request_init_logprobs(SchedRequest *r) {
+    r->params.top_logprobs = clamp_top(r->params.top_logprobs);
+    r->params.prompt_top = clamp_top(r->params.prompt_top);
+    if (!r->params.prompt_logprobs) return 0;
+    r->prompt_lp = calloc((size_t)r->n_prompt, sizeof *r->prompt_lp);
+    if (!r->prompt_lp) return -1;
+    for (int i = 0; i < r->n_prompt; i++) r->prompt_lp[i].id = r->tokens.ids[i];
+    r->prompt_lp[0].logprob = NAN;
+    r->n_prompt_lp = 1;
+    return 0;
+}
 
 SchedRequest *scheduler_submit(Scheduler *s, const int32_t *prompt, int n, const GenParams *p, void *user,
                                Err *err) {
@@ -178,6 +204,7 @@ SchedRequest *scheduler_submit(Scheduler *s, const int32_t *prompt, int n, const
     r->user = user;
     r->params = *p;
     r->n_prompt = n;
+    if (request_init_logprobs(r)) { sched_request_free(r); err_set(err, "out of memory"); return NULL; }
     r->order = (*s->order_counter)++;
     r->chain = BLOCK_CHAIN_START;
     r->state = REQ_WAITING;
@@ -197,6 +224,19 @@ SchedRequest *scheduler_pop_finished(Scheduler *s) {
 }
 
 /* ---- block bookkeeping of one request ---- */
+
+/* Whether the request still needs logits of prompt rows: the row at
+ * position p scores the prompt token at p + 1. */
+static bool wants_prompt_rows(const SchedRequest *r) {
+    return r->params.prompt_logprobs && r->n_prompt_lp < r->n_prompt;
+}
+
+/* Whether the row at position p gets a logits row: the last token's (it
+ * draws), or a prompt row whose next token is not scored yet. */
+static bool row_has_logits(const SchedRequest *r, int p) {
+    if (p == (int)r->tokens.n - 1) return true;
+    return r->params.prompt_logprobs && p + 1 < r->n_prompt && p + 1 >= r->n_prompt_lp;
+}
 
 /* Releases the blocks the request still holds (not those the window gave back). */
 static void request_release_blocks(Scheduler *s, SchedRequest *r) {
@@ -218,7 +258,7 @@ static void request_drop_blocks(Scheduler *s, SchedRequest *r) {
 static void request_match_prefix(Scheduler *s, SchedRequest *r) {
     int bs = s->e->block_size;
     r->cached_tokens = 0;
-    if (s->o.no_prefix_cache) return;
+    if (s->o.no_prefix_cache || wants_prompt_rows(r)) return;
     int keep = r->tokens.n >= 2 ? 2 : 1;
     while ((r->n_chained + 1) * bs <= (int)r->tokens.n - keep) {
         if (r->bt.n_blocks == r->bt.cap) {
@@ -378,6 +418,23 @@ static int draw_on_device(Scheduler *s, int n, Err *err) {
     return be->read(be, s->logits, s->e->fw.logits, (int64_t)n * s->e->model->cfg.vocab, err) ? -1 : 1;
 }
 
+/* The entry of a drawn token, from its row's logits (on the host: the
+ * step's logits were copied here, build_rows). */
+static int record_logprob(Scheduler *s, SchedRequest *r, int32_t id, const float *row) {
+    TokenLogprob *e = token_logprobs_push(&r->lp);
+    if (!e) return -1;
+    logprobs_row(row, s->e->model->cfg.vocab, id, r->params.top_logprobs, e);
+    return 0;
+}
+
+/* The entry of the prompt token after position p. A recomputed row (after a
+ * preemption) writes the same entry again. */
+static void record_prompt_logprob(Scheduler *s, SchedRequest *r, int p, const float *row) {
+    TokenLogprob *e = &r->prompt_lp[p + 1];
+    logprobs_row(row, s->e->model->cfg.vocab, r->tokens.ids[p + 1], r->params.prompt_top, e);
+    if (p + 2 > r->n_prompt_lp) r->n_prompt_lp = p + 2;
+}
+
 /* Samples every request that got logits this step (on the device, or here
  * in parallel when the scheduler has a thread pool), then applies stop
  * conditions in order. */
@@ -390,6 +447,10 @@ static int sample_all(Scheduler *s, int n_logits, Err *err) {
     else if (rc == 1) draw_rows(s, 0, n_logits);
     for (int i = 0; i < n_logits; i++) {
         SchedRequest *r = s->draw_req[i];
+        if (r && r->params.logprobs && record_logprob(s, r, s->drawn[i], s->logits + (size_t)i * s->e->model->cfg.vocab)) {
+            request_fail(s, r, "out of memory");
+            continue;
+        }
         const char *why = r ? request_accept_token(s, r, s->drawn[i]) : NULL;
         if (why) request_end(s, r, why);
     }
@@ -411,9 +472,11 @@ static void preempt_newest(Scheduler *s, int *budget) {
     int k = sel_index(s, v);
     if (k >= 0) {
         *budget += s->sel_chunk[k];
+        s->n_sel_logits -= s->sel_logits[k];
         s->n_sel--;
         memmove(s->sel + k, s->sel + k + 1, (size_t)(s->n_sel - k) * sizeof *s->sel);
         memmove(s->sel_chunk + k, s->sel_chunk + k + 1, (size_t)(s->n_sel - k) * sizeof *s->sel_chunk);
+        memmove(s->sel_logits + k, s->sel_logits + k + 1, (size_t)(s->n_sel - k) * sizeof *s->sel_logits);
     }
     request_drop_blocks(s, v);
     s->n_running--;
@@ -423,10 +486,28 @@ static void preempt_newest(Scheduler *s, int *budget) {
     queue_insert(s->waiting, &s->n_waiting, v);
 }
 
+/* A request's logits rows take a row of the logits buffer each (at least
+ * one: every selected request may reach its last token). */
 static void select_rows(Scheduler *s, SchedRequest *r, int chunk, int *budget) {
+    int nl = 0;
+    if (r->params.prompt_logprobs)
+        for (int p = r->n_cached; p < r->n_cached + chunk; p++) nl += row_has_logits(r, p);
+    if (nl < 1) nl = 1;
     s->sel[s->n_sel] = r;
+    s->sel_logits[s->n_sel] = nl;
+    s->n_sel_logits += nl;
     s->sel_chunk[s->n_sel++] = chunk;
     *budget -= chunk;
+}
+
+/* The rows of the next chunk of a request that needs `need`: a request
+ * scoring its prompt takes a logits row per row, so its chunk is held to the
+ * logits rows left (chunked prefill goes on at the next steps). */
+static int request_chunk(const Scheduler *s, const SchedRequest *r, int need, int budget) {
+    if (!wants_prompt_rows(r)) return engine_prompt_chunk(need, budget, s->o.max_batched_tokens);
+    int slots = s->o.max_seqs - s->n_sel_logits;
+    int full = s->o.max_batched_tokens < s->o.max_seqs ? s->o.max_batched_tokens : s->o.max_seqs;
+    return engine_prompt_chunk(need, budget < slots ? budget : slots, full);
 }
 
 /* Schedules running requests: decodes (pass 0) or partial prefills (pass 1).
@@ -437,8 +518,8 @@ static void schedule_running(Scheduler *s, int pass, int *budget) {
         SchedRequest *r = s->running[i];
         int need = (int)r->tokens.n - r->n_cached;
         if ((pass == 0) != (need == 1) || sel_index(s, r) >= 0) continue;
-        if (s->n_sel == s->o.max_seqs || *budget == 0) return;
-        int chunk = engine_prompt_chunk(need, *budget, s->o.max_batched_tokens);
+        if (s->n_sel_logits >= s->o.max_seqs || *budget == 0) return;
+        int chunk = request_chunk(s, r, need, *budget);
         if (chunk == 0) continue; /* a prefill chunk of >= 2 rows does not fit this step */
         bool wait = false;
         while (block_manager_reserve(s->bm, &r->bt, r->n_cached + chunk)) {
@@ -462,11 +543,11 @@ static void schedule_running(Scheduler *s, int pass, int *budget) {
 
 /* Admits waiting requests in order while sequence slots, budget and blocks last. */
 static void schedule_waiting(Scheduler *s, int *budget) {
-    while (s->n_waiting > 0 && s->n_sel < s->o.max_seqs && *budget > 0) {
+    while (s->n_waiting > 0 && s->n_sel_logits < s->o.max_seqs && *budget > 0) {
         SchedRequest *r = s->waiting[0];
         request_match_prefix(s, r);
         int need = (int)r->tokens.n - r->n_cached;
-        int chunk = engine_prompt_chunk(need, *budget, s->o.max_batched_tokens);
+        int chunk = request_chunk(s, r, need, *budget);
         if (chunk == 0 || block_manager_reserve(s->bm, &r->bt, r->n_cached + chunk)) {
             request_drop_blocks(s, r);
             return;
@@ -481,10 +562,12 @@ static void schedule_waiting(Scheduler *s, int *budget) {
 }
 
 /* The rows of the selected requests; a request whose rows reach its last
- * token gets a logits row. Returns the row count. */
+ * token gets a logits row, and one scoring its prompt one per prompt row.
+ * A step where a request wants logprobs brings its logits to the host.
+ * Returns the row count. */
 static int build_rows(Scheduler *s, int *n_logits) {
-    int bs = s->e->block_size, t = 0;
-    *n_logits = 0;
+    int bs = s->e->block_size, t = 0, n = 0;
+    s->step_host_logits = false;
     for (int k = 0; k < s->n_sel; k++) {
         SchedRequest *r = s->sel[k];
         for (int i = 0; i < s->sel_chunk[k]; i++, t++) {
@@ -493,12 +576,17 @@ static int build_rows(Scheduler *s, int *n_logits) {
             s->pos[t] = p;
             s->seq[t] = k;
             s->slot[t] = block_table_slot(&r->bt, p, bs);
+            if (!row_has_logits(r, p)) continue;
+            s->logit_req[n] = r;
+            s->logit_pos[n] = p;
+            s->logit_rows[n++] = t;
+            if (r->params.logprobs || p != (int)r->tokens.n - 1) s->step_host_logits = true;
         }
         s->tables[k] = r->bt.blocks;
-        if (r->n_cached + s->sel_chunk[k] == (int)r->tokens.n) s->logit_rows[(*n_logits)++] = t - 1;
         if (s->sel_chunk[k] == 1 && r->n_cached + 1 == (int)r->tokens.n && r->n_generated > 0) s->stats.n_decode++;
         else s->stats.n_prefill += s->sel_chunk[k];
     }
+    *n_logits = n;
     return t;
 }
 
@@ -520,7 +608,7 @@ int scheduler_prepare(Scheduler *s, SchedBatch *out) {
     double t0 = now_seconds();
     int budget = s->o.max_batched_tokens;
     int64_t preempted = s->stats.preemptions;
-    s->n_sel = 0;
+    s->n_sel = s->n_sel_logits = 0;
     s->step_rows = s->step_logits = 0;
     s->stats.n_decode = s->stats.n_prefill = 0;
     s->stats.forward_seconds = s->stats.sample_seconds = s->stats.own_seconds = 0;
@@ -539,7 +627,8 @@ int scheduler_prepare(Scheduler *s, SchedBatch *out) {
     }
     s->step_rows = build_rows(s, &s->step_logits);
     *out = (SchedBatch){s->ids, {s->step_rows, s->pos, s->seq, s->slot, s->n_sel, s->tables, s->e->block_size},
-                        s->logit_rows, s->step_logits, s->device_sampling ? NULL : s->logits};
+                        s->logit_rows, s->step_logits,
+                        s->device_sampling && !s->step_host_logits ? NULL : s->logits};
     s->t_prepare = t0;
     s->stats.own_seconds = now_seconds() - t0;
     s->stats.scheduler_seconds += s->stats.own_seconds;
@@ -548,12 +637,17 @@ int scheduler_prepare(Scheduler *s, SchedBatch *out) {
 
 int scheduler_complete(Scheduler *s, Err *err) {
     double t0 = now_seconds();
-    int l = 0;
     for (int k = 0; k < s->n_sel; k++) {
         SchedRequest *r = s->sel[k];
         r->n_cached += s->sel_chunk[k];
         request_after_compute(s, r);
-        if (r->n_cached == (int)r->tokens.n) s->draw_req[l++] = r;
+    }
+    int l = s->step_logits;
+    for (int i = 0; i < l; i++) {
+        SchedRequest *r = s->logit_req[i];
+        bool draws = s->logit_pos[i] == (int)r->tokens.n - 1;
+        s->draw_req[i] = draws ? r : NULL;
+        if (!draws) record_prompt_logprob(s, r, s->logit_pos[i], s->logits + (size_t)i * s->e->model->cfg.vocab);
     }
     double t_sample = now_seconds();
     if (sample_all(s, l, err)) return -1;

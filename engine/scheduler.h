@@ -25,6 +25,14 @@
  *
  * Models whose every layer has a sliding window give back the blocks wholly
  * behind the window as a sequence grows.
+ *
+ * Log-probabilities (GenParams.logprobs, prompt_logprobs; engine/logprobs.h):
+ * a step where a request wants them brings the step's logits to the host
+ * (the host-sampling copy; on a backend that samples, the draw still happens
+ * there), and the entries are computed there, so other steps pay nothing. A
+ * request scoring its prompt gets a logits row for each prompt row: its
+ * chunks are held to the logits rows a step has (max_seqs), and it takes
+ * nothing from the prefix cache until its prompt is scored.
  */
 #ifndef CLLM_SCHEDULER_H
 #define CLLM_SCHEDULER_H
@@ -35,6 +43,7 @@
 
 #include "engine/block_manager.h"
 #include "engine/engine.h"
+#include "engine/logprobs.h"
 #include "engine/request.h"
 #include "engine/stop.h"
 
@@ -73,6 +82,9 @@ typedef struct SchedRequest {
     Detok dt;
     TextBuf text;                 /* the reply text */
     int n_generated;
+    TokenLogprobs lp;             /* params.logprobs: one entry per generated token, in order */
+    TokenLogprob *prompt_lp;      /* params.prompt_logprobs: [n_prompt]; entry 0 has logprob NAN */
+    int n_prompt_lp;              /* prompt_lp[0..n_prompt_lp) are filled */
     int cached_tokens;            /* prompt tokens found in the prefix cache (last admission) */
     int n_preempted;
     const char *finish_reason;    /* "stop", "length", "context", "interrupted", "error" */
@@ -105,11 +117,16 @@ typedef struct {
     SchedRequest **waiting, **running, **finished, **sel; /* queues, sorted by order */
     int n_waiting, n_running, n_finished, cap_queue;
     int *sel_chunk;               /* [max_seqs] rows this step gives each selected request */
+    int *sel_logits;              /* [max_seqs] logits rows each selected request takes (at least 1) */
+    int n_sel_logits;             /* their sum: at most max_seqs (the logits buffer's rows) */
     int n_sel;
     int32_t *ids, *pos, *seq, *logit_rows; /* [max_batched_tokens] step rows */
     int64_t *slot;
     const int32_t **tables;       /* [max_seqs] */
     float *logits;                /* [max_seqs][vocab] */
+    SchedRequest **logit_req;     /* [max_seqs] the request of each logits row */
+    int32_t *logit_pos;           /* [max_seqs] the position of each logits row's token */
+    bool step_host_logits;        /* a request of this step wants logprobs: its logits come to the host */
     SchedRequest **draw_req;      /* [max_seqs] the request of each logits row (NULL: no draw) */
     int32_t *drawn;               /* [max_seqs] the token drawn for each row */
     bool device_sampling;         /* the backend draws; logits stay in its memory */

@@ -60,7 +60,7 @@ static int load_ref(int32_t *prompt, int *n_prompt, int32_t *greedy, int *n_gree
 }
 
 static GenParams greedy_params(int max_tokens) {
-    GenParams p = {sampler_params_default(), max_tokens, NULL, 0, true};
+    GenParams p = {.sampling = sampler_params_default(), .max_tokens = max_tokens, .ignore_eos = true};
     p.sampling.temperature = 0;
     return p;
 }

@@ -99,7 +99,8 @@ static void make_cases(Case *cs, int n, int vocab, uint64_t seed, int shared, bo
         c->n_prompt = shared + extra;
         for (int i = 0; i < c->n_prompt; i++)
             c->prompt[i] = i < shared ? prefix[i] : 3 + (int32_t)(rng_next(&seed) % (vocab - 3));
-        c->p = (GenParams){sampler_params_default(), 2 + (int)(rng_next(&seed) % 20), NULL, 0, true};
+        c->p = (GenParams){.sampling = sampler_params_default(), .max_tokens = 2 + (int)(rng_next(&seed) % 20),
+                           .ignore_eos = true};
         c->p.sampling.temperature = 0;
         if (variety && k % 4 == 1) { /* sampled, each with its own seed */
             c->p.sampling.temperature = 0.9f;
@@ -374,7 +375,7 @@ static void test_submit_errors(void) {
     CHECK(scheduler_init(&s, &r.e, &o, &err) == 0, "%s", err.msg);
     CHECK(s.o.max_batched_tokens == 16, "budget capped at the engine's chunk: %d", s.o.max_batched_tokens);
     int32_t p[80] = {0};
-    GenParams gp = {sampler_params_default(), 4, NULL, 0, true};
+    GenParams gp = {.sampling = sampler_params_default(), .max_tokens = 4, .ignore_eos = true};
     CHECK(!scheduler_submit(&s, p, 0, &gp, NULL, &err) && strstr(err.msg, "empty"), "empty: %s", err.msg);
     CHECK(!scheduler_submit(&s, p, 64, &gp, NULL, &err) && strstr(err.msg, "context"), "context: %s", err.msg);
     CHECK(!scheduler_submit(&s, p, 40, &gp, NULL, &err) && strstr(err.msg, "KV cache"), "cache: %s", err.msg);

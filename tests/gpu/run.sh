@@ -108,6 +108,27 @@ generate_fp8_check() {
         python3 tests/gpu/compare_generate.py "$OUT/f8-batched.jsonl" "$OUT/f8-single.jsonl" 0.5
 }
 run_check generate_batched_fp8 generate_fp8_check
+# Logprobs (issue 38): the same greedy requests on the GPU and the CPU (tiny
+# llama, fp32 weights; the GPU computes in bf16). Both take the log-softmax on
+# the host (engine/logprobs.c), so they differ only by their logits: bf16
+# keeps 8 mantissa bits (relative 2^-9 per rounding), and this model's logits
+# (|x| up to ~20) come out of bf16 GEMMs within a few hundredths, so 0.1
+# absolute on every logprob and top-k value (prompt rows included, each step's
+# logits copied to the host) leaves room while a wrong row or an unnormalized
+# softmax is off by far more. Positions after a near-tie flips a token are
+# counted, not compared.
+logprobs_check() {
+    local i
+    for i in $(seq 1 16); do
+        printf '{"id":"p%d","prompt":"prompt %d: the quick brown fox %d","max_tokens":12,"logprobs":5,"echo":true,"prompt_logprobs":5}\n' \
+            "$i" "$i" $((i * 7919 % 1000))
+    done > "$OUT/lp.jsonl"
+    local lp="$BIN/cllm generate -m tests/fixtures/tiny/llama.gguf -i $OUT/lp.jsonl --temp 0 --ignore-eos -c 128 --overwrite"
+    $lp -o "$OUT/lp-gpu.jsonl" && $lp -o "$OUT/lp-gpu4.jsonl" --max-seqs 4 && $lp -o "$OUT/lp-cpu.jsonl" --cpu &&
+        python3 tests/gpu/compare_logprobs.py "$OUT/lp-gpu.jsonl" "$OUT/lp-cpu.jsonl" 0.1 &&
+        python3 tests/gpu/compare_logprobs.py "$OUT/lp-gpu4.jsonl" "$OUT/lp-cpu.jsonl" 0.1
+}
+run_check generate_logprobs logprobs_check
 # Sampling on the GPU (the default there) vs on the host, from the same
 # device logits: same seeds, same draws; a differing token is a bug.
 sample_check() {
