@@ -69,6 +69,7 @@ typedef struct {
     FILE *ref;
     const char *ref_path;
     LogitsRow row;
+    bool bad_ref;            /* a row of the file was refused: bad input (exit 2) */
     KlStats kl;
 } PplRun;
 
@@ -91,7 +92,10 @@ static int score_row(PplRun *r, const float *logits, int32_t target, Err *err) {
     r->nll_sum -= r->logp[target];
     if (r->save && logits_file_write_row(r->save, r->save_path, r->logp, r->vocab, target, r->scratch, err)) return -1;
     if (r->ref) {
-        if (logits_file_read_row(r->ref, r->ref_path, r->n_scored, r->vocab, &r->row, err)) return -1;
+        if (logits_file_read_row(r->ref, r->ref_path, r->n_scored, r->vocab, &r->row, err)) {
+            r->bad_ref = true;
+            return -1;
+        }
         logits_row_logp(&r->row, r->vocab, r->ref_logp);
         kl_stats_add(&r->kl, r->ref_logp, r->logp, r->vocab, target, r->row.target_logp, r->row.top1);
     }
@@ -308,7 +312,8 @@ int perplexity_main(const PerplexityOptions *o) {
     PplCmd c = {.o = o};
     Err err = {{0}};
     int rc = ppl_prepare(&c, &err);
-    if (rc == 0 && run_windows(&c.run, (int64_t)c.ids.n, c.ctx, c.stride, o->run.verbose, &err)) rc = 1;
+    if (rc == 0 && run_windows(&c.run, (int64_t)c.ids.n, c.ctx, c.stride, o->run.verbose, &err))
+        rc = c.run.bad_ref ? 2 : 1;
     if (c.run.save && fclose(c.run.save) && rc == 0) {
         err_set(&err, "%s: write failed", o->save_logits);
         rc = 1;
