@@ -541,6 +541,11 @@ static int cmd_perplexity(int argc, char **argv) {
         fprintf(stderr, "cllm perplexity: --ctx and --stride come from the --kl-divergence file; leave them out\n");
         return 2;
     }
+    if (p.kl_file && p.save_logits && !strcmp(p.kl_file, p.save_logits)) {
+        fprintf(stderr, "cllm perplexity: --save-logits %s would overwrite the --kl-divergence file it reads\n",
+                p.save_logits);
+        return 2;
+    }
     p.ctx = ctx;
     p.stride = stride;
     char def[PATH_MAX];

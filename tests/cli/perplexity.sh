@@ -20,6 +20,7 @@ expect_exit "ctx 1 exits 2" 2 $P -m $L -f $D/tiny.txt --ctx 1
 expect_grep "ctx 1 names the range" "$TMP/err" "--ctx 1: must be an integer in \[2, "
 expect_exit "stride 0 exits 2" 2 $P -m $L -f $D/tiny.txt --stride 0
 expect_exit "ctx with --kl-divergence exits 2" 2 $P -m $L -f $D/tiny.txt --ctx 16 --kl-divergence x
+expect_exit "--save-logits over the --kl-divergence file exits 2" 2 $P -m $L -f $D/tiny.txt --kl-divergence x --save-logits x
 expect_exit "a missing text exits 2" 2 $P -m $L -f "$TMP/none.txt"
 expect_grep "a missing text is named" "$TMP/err" "none.txt: No such file"
 : > "$TMP/empty.txt"
