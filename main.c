@@ -14,6 +14,7 @@
 #include "app/chat.h"
 #include "app/info.h"
 #include "app/models.h"
+#include "app/perplexity.h"
 #include "app/quantize_cmd.h"
 #include "app/runtime.h"
 #include "app/tokenize_cmd.h"
@@ -488,6 +489,76 @@ static int cmd_bench(int argc, char **argv) {
     return bench_main(&o, &b);
 }
 
+/* ---------- perplexity ---------- */
+
+static int cmd_perplexity(int argc, char **argv) {
+    PerplexityOptions p = {0};
+    RunOptions *o = &p.run;
+    run_options_default(o);
+    const char *kv_dtype = NULL;
+    int ctx = OPT_UNSET, stride = OPT_UNSET;
+    o->gpu = o->threads = OPT_UNSET;
+    const Opt opts[] = {
+        {"--model", "-m", OPT_STR, &o->model, "model file or folder (default: first model of models.txt)"},
+        {"--file", "-f", OPT_STR, &p.file, "the text to score"},
+        {"--ctx", NULL, OPT_INT, &ctx, "tokens per window (default: min(512, the model's context))"},
+        {"--stride", NULL, OPT_INT, &stride, "tokens between window starts, in [1, ctx] (default: ctx, disjoint windows)"},
+        {"--save-logits", NULL, OPT_STR, &p.save_logits, "write every scored position's distribution here (for --kl-divergence)"},
+        {"--kl-divergence", NULL, OPT_STR, &p.kl_file, "compare with a --save-logits file (its ctx and stride; same tokens)"},
+        {"--cpu", NULL, OPT_FLAG, &o->cpu, "run on the CPU even where a GPU is present"},
+        {"--gpu", NULL, OPT_INT, &o->gpu, "CUDA device to use (default 0)"},
+        {"--gpu-mem-util", NULL, OPT_FLOAT, &o->gpu_mem_util, "fraction of the GPU's memory to use (default 0.9)"},
+        {"--threads", "-t", OPT_INT, &o->threads, "CPU threads (default: one per core)"},
+        {"--bf16-weights", NULL, OPT_FLAG, &o->bf16_weights, "GPU: dequantize quantized weights to bf16 at load"},
+        {"--batch-invariant", NULL, OPT_FLAG, &o->batch_invariant, "GPU: the batch-invariant kernels (see README)"},
+        {"--kv-dtype", NULL, OPT_STR, &kv_dtype, KV_DTYPE_HELP},
+        {"--verbose", "-v", OPT_FLAG, &o->verbose, "print each window's figures"},
+        {0},
+    };
+    const char *pos[1];
+    int n_pos, rc = parse_opts("perplexity", "perplexity -m MODEL -f TEXT [options]\n\n"
+                               "Teacher-forced negative log-likelihood and perplexity = exp(mean NLL) of a text.\n"
+                               "The text is tokenized whole (BOS first when the model's tokenizer adds one; special-\n"
+                               "token text is plain text). Windows of --ctx tokens start every --stride tokens, each\n"
+                               "from an empty KV cache, and score only the tokens no earlier window scored, never\n"
+                               "their own first token: Hugging Face's strided sliding window, so transformers gives\n"
+                               "the same numbers. Exit status: 0 done, 2 bad options or input, 1 a failure while running",
+                               argc, argv, opts, pos, 0, &n_pos);
+    if (rc) return rc == 1 ? 0 : rc;
+    const IntRange ints[] = {
+        {"--gpu", &o->gpu, 0, 1023, 0, NULL},
+        {"--threads", &o->threads, 1, MAX_THREADS, 0, "leave it out for one per core"},
+        {"--ctx", &ctx, 2, MAX_CTX_TOKENS, 0, "leave it out for min(512, the model's context)"},
+        {"--stride", &stride, 1, MAX_CTX_TOKENS, 0, "leave it out for --ctx"},
+    };
+    if ((rc = check_ints("perplexity", ints, 4)) || (rc = parse_kv_dtype("perplexity", kv_dtype, &o->kv_dtype)) ||
+        check_float("perplexity", "--gpu-mem-util", o->gpu_mem_util, 0, true, 1, "a fraction"))
+        return rc ? rc : 2;
+    if (!p.file) {
+        fprintf(stderr, "cllm perplexity: give the text with -f FILE\n");
+        return 2;
+    }
+    if (ctx > 0 && stride > ctx) {
+        fprintf(stderr, "cllm perplexity: --stride %d: must be at most --ctx %d (a larger stride leaves tokens unscored)\n",
+                stride, ctx);
+        return 2;
+    }
+    if (p.kl_file && (ctx > 0 || stride > 0)) {
+        fprintf(stderr, "cllm perplexity: --ctx and --stride come from the --kl-divergence file; leave them out\n");
+        return 2;
+    }
+    if (p.kl_file && p.save_logits && !strcmp(p.kl_file, p.save_logits)) {
+        fprintf(stderr, "cllm perplexity: --save-logits %s would overwrite the --kl-divergence file it reads\n",
+                p.save_logits);
+        return 2;
+    }
+    p.ctx = ctx;
+    p.stride = stride;
+    char def[PATH_MAX];
+    if ((rc = resolve_model(o, def, sizeof def))) return rc;
+    return perplexity_main(&p);
+}
+
 static void print_usage(FILE *out) {
     fprintf(out,
             "cllm %s — LLM inference in C (GGUF / safetensors; CUDA and CPU)\n\n"
@@ -498,6 +569,7 @@ static void print_usage(FILE *out) {
             "  info        describe a model file\n"
             "  tokenize    print the token ids of a text\n"
             "  bench       measure load, prefill and decode speed on random tokens\n"
+            "  perplexity  perplexity of a text; KL divergence against a saved run\n"
             "  quantize    write a GGUF copy with the weight matrices quantized (q8_0, q4_k, ...)\n\n"
             "  cllm SUBCOMMAND --help   options of one subcommand\n"
             "  cllm --version           version\n",
@@ -519,6 +591,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "chat")) return cmd_chat(argc - 2, argv + 2);
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
+    if (!strcmp(cmd, "perplexity")) return cmd_perplexity(argc - 2, argv + 2);
     if (!strcmp(cmd, "quantize")) return quantize_main(argc - 2, argv + 2);
     if (argc >= 2 && argv[1][0] == '-') return cmd_chat(argc - 1, argv + 1); /* `cllm -m X` = chat */
     if (argc < 2) return cmd_chat(0, argv);

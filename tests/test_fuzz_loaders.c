@@ -15,6 +15,8 @@
  *   prompts     the prompt fixtures (text, JSONL, OpenAI batch) mutated ->
  *               prompts_open (auto and forced formats, short line limits)
  *               and every request read
+ *   logits      a --save-logits file (a small one written here) mutated ->
+ *               the header, ids and every row as --kl-divergence reads them
  * Seeds: the committed fixtures under tests/fixtures (tiny models, prompts).
  * Inputs are files in a fresh folder under $TMPDIR (else /dev/shm, else
  * /tmp; printed): after a crash the input that caused it is still there.
@@ -23,6 +25,7 @@
  * prompts, the tokenizer and GGUF metadata N/4, whole models N/8). The
  * default N = 16000 takes about 20 s under ASan on 2 cores.
  */
+#include <math.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -43,6 +46,7 @@ typedef struct {
     size_t gguf_head[N_ARCHS];     /* bytes before each GGUF's tensor data */
     Seeds st;                      /* tiny/<arch>/model.safetensors */
     Seeds prompts;                 /* prompt fixtures */
+    Seeds logits;                  /* --save-logits files written by make_logits_seeds */
     char text[8192];               /* the text the current tokenizer encodes */
     size_t text_len;
     long accepted;
@@ -84,6 +88,36 @@ static void load_seeds(Fuzz *fz) {
     for (size_t i = 0; i < sizeof prompt_files / sizeof *prompt_files; i++) {
         snprintf(path, sizeof path, "%s/prompts/%s", fx, prompt_files[i]);
         seeds_add_file(&fz->prompts, path, 1 << 20);
+    }
+}
+
+/* Small --save-logits files (no fixture is committed: the writer makes
+ * them): vocab 8 or 40, windows over 10 or 23 tokens, rows of random
+ * log-probabilities. */
+static void make_logits_seeds(Fuzz *fz) {
+    static const int shapes[][4] = {{8, 10, 4, 2}, {40, 23, 8, 8}, {8, 2, 2, 1}}; /* vocab, tokens, ctx, stride */
+    char path[200];
+    path_in(fz, path, sizeof path, "seed.logits");
+    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+        int V = shapes[k][0];
+        int32_t ids[32];
+        double logp[40];
+        uint16_t scratch[40];
+        for (int i = 0; i < shapes[k][1]; i++) ids[i] = (int32_t)rng_below(&fz->rng, (uint64_t)V);
+        LogitsHeader h = {V, shapes[k][2], shapes[k][3], shapes[k][1], ppl_n_scored(shapes[k][1], shapes[k][2], shapes[k][3]), ids};
+        FILE *f = fopen(path, "wb");
+        Err err;
+        int rc = f ? logits_file_write_header(f, path, &h, &err) : -1;
+        for (int64_t r = 0; rc == 0 && r < h.n_scored; r++) {
+            double m = 0, s = 0;
+            for (int v = 0; v < V; v++) { logp[v] = -8.0 * (double)rng_below(&fz->rng, 1000) / 1000; m = logp[v] > m ? logp[v] : m; }
+            for (int v = 0; v < V; v++) s += exp(logp[v]);
+            for (int v = 0; v < V; v++) logp[v] -= log(s);
+            rc = logits_file_write_row(f, path, logp, V, ids[1], scratch, &err);
+        }
+        if (f) fclose(f);
+        if (rc == 0) seeds_add_file(&fz->logits, path, 1 << 20);
+        unlink(path);
     }
 }
 
@@ -147,6 +181,17 @@ static void test_seeds_load(Fuzz *fz) {
               fz->prompts.n == 3,
           "seeds: %zu config, %zu tokenizer, %zu gguf, %zu safetensors, %zu prompts", fz->config.n, fz->tok_json.n,
           fz->gguf.n, fz->st.n, fz->prompts.n);
+    /* the logits seeds are read whole: the fuzzing starts from accepted files */
+    char lpath[200];
+    path_in(fz, lpath, sizeof lpath, "check.logits");
+    long acc = 0;
+    for (size_t k = 0; k < fz->logits.n; k++) {
+        write_file(lpath, fz->logits.items[k].b, fz->logits.items[k].n);
+        const char *why = fuzz_logits_file(lpath, &acc);
+        CHECK(why == NULL, "logits seed %zu: %s", k, why);
+    }
+    unlink(lpath);
+    CHECK(fz->logits.n == 3 && acc == 3, "logits seeds: %zu written, %ld accepted", fz->logits.n, acc);
     /* every seed loads whole, so the fuzzing starts from inputs that reach the end */
     char path[200];
     for (size_t a = 0; a < fz->gguf.n; a++) {
@@ -276,15 +321,30 @@ static void fuzz_prompts_run(Fuzz *fz, long n) {
     free(b.b);
 }
 
+/* Mutations anywhere: the header's sizes, the ids, the rows' fields. */
+static void fuzz_logits_run(Fuzz *fz, long n) {
+    Buf b = {0};
+    char path[160];
+    path_in(fz, path, sizeof path, "input.logits");
+    int bad = 0;
+    for (long it = 0; it < n; it++) {
+        const Buf *s = &fz->logits.items[rng_below(&fz->rng, fz->logits.n)];
+        buf_set(&b, s->b, s->n);
+        mutate_n(&fz->rng, &b, &fz->logits, false);
+        write_file(path, b.b, b.n);
+        report(fz, "logits", it, fuzz_logits_file(path, &fz->accepted), &bad);
+    }
+    free(b.b);
+}
 
 static void seeds_free_all(Fuzz *fz) {
-    Seeds *all[] = {&fz->config, &fz->tok_json, &fz->tok_cfg, &fz->gguf, &fz->st, &fz->prompts};
+    Seeds *all[] = {&fz->config, &fz->tok_json, &fz->tok_cfg, &fz->gguf, &fz->st, &fz->prompts, &fz->logits};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) seeds_free(all[i]);
 }
 
 static void remove_inputs(const Fuzz *fz) {
     static const char *names[] = {"meta.gguf", "tokenizer.json", "tokenizer_config.json",
-                                  "model.gguf", "prompts.jsonl"};
+                                  "model.gguf", "prompts.jsonl", "input.logits"};
     char path[200];
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         path_in(fz, path, sizeof path, names[i]);
@@ -305,6 +365,7 @@ int main(void) {
     printf("# fuzz loaders: seed %llu (CLLM_FUZZ_SEED), N = %ld (CLLM_FUZZ_ITERS), inputs in %s\n",
            (unsigned long long)fz.seed, fz.iters, fz.tmp);
     load_seeds(&fz);
+    make_logits_seeds(&fz);
     test_failed_checks = 0;
     test_seeds_load(&fz);
     printf("%s - test_seeds_load\n", test_failed_checks ? "not ok" : "ok");
@@ -315,6 +376,7 @@ int main(void) {
     FUZZ_RUN(fuzz_gguf_meta_run, &fz, fz.iters / 4);
     FUZZ_RUN(fuzz_model_gguf_run, &fz, fz.iters / 8);
     FUZZ_RUN(fuzz_model_st_run, &fz, fz.iters / 8);
+    FUZZ_RUN(fuzz_logits_run, &fz, fz.iters / 4);
     if (!test_failed_tests) remove_inputs(&fz); /* kept for replay when something failed */
     seeds_free_all(&fz);
     TEST_EXIT();

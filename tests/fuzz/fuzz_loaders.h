@@ -17,8 +17,11 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 
+#include "app/logits_file.h"
+#include "app/perplexity.h"
 #include "app/prompts.h"
 #include "base/json.h"
 #include "formats/gguf.h"
@@ -219,6 +222,46 @@ static inline const char *fuzz_prompts(const char *path, PromptFormat fmt, size_
         prompt_request_free(&req);
     }
     prompts_close(r);
+    return bad;
+}
+
+/* A --save-logits file (app/logits_file.h) read as `cllm perplexity
+ * --kl-divergence` reads it: the header (sizes against the file's, the
+ * windows' count), the ids, every row. Promises: ids inside the vocabulary,
+ * a row's fields in range and its renormalized log-probabilities finite. */
+static inline const char *fuzz_logits_file(const char *path, long *accepted) {
+    Err err = {{0}};
+    FILE *f = fopen(path, "rb");
+    struct stat st;
+    if (!f || fstat(fileno(f), &st)) { if (f) fclose(f); return "cannot open the input"; }
+    LogitsHeader h;
+    const char *bad = NULL;
+    if (logits_file_read_header(f, path, (int64_t)st.st_size, ppl_n_scored, &h, &err)) {
+        fclose(f);
+        return err.msg[0] && strstr(err.msg, path) ? NULL : "a refused header without the file's name";
+    }
+    for (int64_t i = 0; i < h.n_tokens && !bad; i++)
+        if (h.ids[i] < 0 || h.ids[i] >= h.vocab) bad = "an id outside the vocabulary";
+    LogitsRow r = {0};
+    double *logp = malloc((size_t)h.vocab * sizeof *logp);
+    r.q = malloc((size_t)h.vocab * sizeof *r.q);
+    if (!logp || !r.q) abort();
+    int64_t i = 0;
+    for (; i < h.n_scored && !bad; i++) {
+        if (logits_file_read_row(f, path, i, h.vocab, &r, &err)) {
+            if (!err.msg[0] || !strstr(err.msg, path)) bad = "a refused row without the file's name";
+            break;
+        }
+        logits_row_logp(&r, h.vocab, logp);
+        for (int v = 0; v < h.vocab && !bad; v++)
+            if (!(logp[v] <= 1e-9 && logp[v] > -2e6)) bad = "a row's log-probability out of range";
+        if (r.top1 < 0 || r.top1 >= h.vocab || !(r.target_logp <= 0)) bad = "a row field out of range";
+    }
+    if (!bad && i == h.n_scored && accepted) ++*accepted;
+    free(logp);
+    free(r.q);
+    logits_header_free(&h);
+    fclose(f);
     return bad;
 }
 
