@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -322,15 +323,24 @@ static int read_request(Conn *c, HttpRequest *h) {
     Server *s = c->s;
     double t0 = now_seconds();
     char buf[16384];
+    bool continued = false;
     for (;;) {
         int status;
         Err err = {{0}};
+        if (!c->in.len) memset(h, 0, sizeof *h);
         HttpParse p = c->in.len ? http_parse_request(c->in.data, c->in.len, s->so->max_request_bytes, h, &status, &err)
                                 : HTTP_INCOMPLETE;
         if (p == HTTP_COMPLETE) return 1;
         if (p == HTTP_BAD) {
             respond_error(c, status, err.msg, "invalid_request_error", "", false);
             return -1;
+        }
+        /* curl asks before sending a body over 1 KiB, and waits a second for the answer */
+        size_t en;
+        const char *ex = p == HTTP_INCOMPLETE && h->header_bytes ? http_header(h, "expect", &en) : NULL;
+        if (ex && !continued && en == 12 && !strncasecmp(ex, "100-continue", 12)) {
+            continued = true;
+            if (send_all(c->fd, "HTTP/1.1 100 Continue\r\n\r\n", 25)) return 0;
         }
         /* idle keep-alive connections and slow senders are let go */
         if (now_seconds() - t0 > (c->in.len ? 30 : 60)) return 0;

@@ -138,24 +138,34 @@ static void cancel_one(Server *s, SchedRequest *sr, void *all) {
     if (j->cancel || *(bool *)all) j->interrupt = 1;
 }
 
-/* Under mu, after a failed forward pass: every choice ends with the error. */
-static void fail_one(Server *s, SchedRequest *sr, void *msg) {
+/* Under mu, after a failed forward pass: every choice ends with the error;
+ * jobs their connections already let go are listed for freeing. */
+static void fail_one(Server *s, SchedRequest *sr, void *orphans) {
     ServeChoice *c = sr->user;
     if (c->done) return;
-    snprintf(c->error, sizeof c->error, "the engine failed: %.900s", (const char *)msg);
+    snprintf(c->error, sizeof c->error, "the engine failed; every request now fails");
     c->finish_reason = "length";
     c->done = true;
     c->job->n_done++;
     pthread_cond_broadcast(&c->job->cv);
+    if (job_orphaned(c->job)) {
+        c->job->next = *(ServeJob **)orphans;
+        *(ServeJob **)orphans = c->job;
+    }
 }
 
 static void fail_all(Server *s, const char *msg) {
     fprintf(stderr, "cllm serve: %s; every request now fails\n", msg);
+    ServeJob *orphans = NULL;
     pthread_mutex_lock(&s->mu);
     s->engine_failed = true;
-    each_request(s, fail_one, (void *)msg);
+    each_request(s, fail_one, &orphans);
     pthread_mutex_unlock(&s->mu);
-    /* their jobs are freed by their connections (every choice is done) */
+    while (orphans) {
+        ServeJob *next = orphans->next;
+        job_free(orphans);
+        orphans = next;
+    }
 }
 
 /* The finished requests of the last step go to their connections. */

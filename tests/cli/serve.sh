@@ -3,7 +3,7 @@
 # (installed on first use into a venv under tests/out/, or $CLLM_PYVENV), the
 # client side in serve_client.py. On the tiny model: the API (chat,
 # completions, streaming, n, usage, errors, 404/405/411/413, keep-alive,
-# /metrics, /health) and --api-key. On the default model (CPU): stop strings,
+# /metrics, /health), --api-key and --max-connections. On the default model (CPU): stop strings,
 # seeds, a client that disconnects mid-stream, SIGTERM with a request
 # running (it finishes, exit 0; after --grace it is cut short, exit 0), and
 # a load test: 64 concurrent streaming clients whose greedy replies must
@@ -57,8 +57,9 @@ if start tiny -m $TINY --cpu -c 512 --max-request-bytes 65536; then
     $PY $PORT api
     stop tiny
 fi
-if start key -m $TINY --cpu -c 512 --api-key s3cret; then
+if start key -m $TINY --cpu -c 512 --api-key s3cret --max-connections 3; then
     $PY $PORT key s3cret
+    $PY $PORT conns 3
     stop key
 fi
 

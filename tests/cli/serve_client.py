@@ -6,6 +6,7 @@ client library never sends), printing "ok - NAME" / "not ok - NAME" lines.
     python serve_client.py PORT text      # answers that need a real model (stop, seed)
     python serve_client.py PORT key KEY   # --api-key: 401 without it, 200 with it
     python serve_client.py PORT disconnect
+    python serve_client.py PORT conns N   # --max-connections N: one more gets 503
     python serve_client.py PORT load EXPECTED.jsonl N_CLIENTS   # every reply equals generate's
     python serve_client.py PORT wait-running N                  # /metrics until running == N
 """
@@ -264,6 +265,18 @@ async def load(expected_path, n_clients):
           "; ".join(f"{k}: served {got.get(k)!r} generate {want.get(k)!r}" for k in diff[:3]) + f" ({len(diff)} differ)")
 
 
+def conns(limit):
+    held = [socket.create_connection(("127.0.0.1", PORT), timeout=30) for _ in range(limit)]
+    time.sleep(0.5)  # the server has accepted them
+    st, b = raw(b"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n")
+    check(f"--max-connections {limit}: one more connection gets 503", st == 503 and b"error" in b, (st, b))
+    for h in held:
+        h.close()
+    time.sleep(0.5)
+    st, b = raw(b"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n")
+    check(f"--max-connections {limit}: served again once they close", st == 200, (st, b))
+
+
 def wait_running(n):
     t0 = time.time()
     while time.time() - t0 < 60:
@@ -283,6 +296,8 @@ elif what == "disconnect":
     disconnect()
 elif what == "load":
     asyncio.run(load(sys.argv[3], int(sys.argv[4])))
+elif what == "conns":
+    conns(int(sys.argv[3]))
 elif what == "wait-running":
     wait_running(int(sys.argv[3]))
 sys.exit(1 if failed else 0)
