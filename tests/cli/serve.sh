@@ -12,12 +12,19 @@ source "$(dirname "$0")/lib.sh"
 M=$MODELS/smollm2-135m-instruct.gguf
 TINY=tests/fixtures/tiny/llama.gguf
 
+# The openai package: in a venv, or (no python3-venv) pip's --target folder on PYTHONPATH.
 VENV=${CLLM_PYVENV:-tests/out/pyvenv-openai}
-if ! "$VENV/bin/python" -c 'import openai' 2> /dev/null; then
-    python3 -m venv "$VENV" && "$VENV/bin/pip" install -q openai > "$TMP/pip.log" 2>&1 \
-        || { notok "install the openai package" "$(tail -5 "$TMP/pip.log")"; exit 1; }
+if "$VENV/bin/python" -c 'import openai' 2> /dev/null; then
+    PY="$VENV/bin/python tests/cli/serve_client.py"
+elif PYTHONPATH="$VENV/site" python3 -c 'import openai' 2> /dev/null; then
+    PY="env PYTHONPATH=$VENV/site python3 tests/cli/serve_client.py"
+elif rm -rf "$VENV" && python3 -m venv "$VENV" > "$TMP/pip.log" 2>&1 && "$VENV/bin/pip" install -q openai >> "$TMP/pip.log" 2>&1; then
+    PY="$VENV/bin/python tests/cli/serve_client.py"
+elif rm -rf "$VENV" && python3 -m pip install -q --target "$VENV/site" openai >> "$TMP/pip.log" 2>&1; then
+    PY="env PYTHONPATH=$VENV/site python3 tests/cli/serve_client.py"
+else
+    notok "install the openai package (pip, from PyPI)" "$(tail -5 "$TMP/pip.log")"; exit 1
 fi
-PY="$VENV/bin/python tests/cli/serve_client.py"
 
 # start NAME ARGS...: `cllm serve ARGS --port 0` in the background; sets
 # PORT and PID once it listens (the port it bound is in its first line).
