@@ -76,6 +76,19 @@ static bool peer_gone(int fd) {
     return recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
+/* Closes after an answer: the client's unread bytes (a body never read, a
+ * request sent to a full server) would make close() send a reset, which can
+ * destroy the answer before the client reads it; so the write side shuts
+ * first and what the client still sends is read and dropped for a moment. */
+static void close_gently(int fd) {
+    shutdown(fd, SHUT_WR);
+    char buf[4096];
+    double t0 = now_seconds();
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    while (now_seconds() - t0 < 0.5 && poll(&p, 1, 100) > 0 && recv(fd, buf, sizeof buf, MSG_DONTWAIT) > 0) {}
+    close(fd);
+}
+
 static bool server_stopping(Server *s) {
     pthread_mutex_lock(&s->mu);
     bool st = s->stopping;
@@ -367,7 +380,7 @@ static void *conn_main(void *arg) {
         memmove(c->in.data, c->in.data + used, c->in.len - used);
         c->in.len -= used;
     }
-    close(c->fd);
+    close_gently(c->fd);
     textbuf_free(&c->in);
     free(c);
     pthread_mutex_lock(&s->mu);
@@ -427,7 +440,7 @@ static void accept_one(Server *s, int lfd) {
     pthread_attr_destroy(&at);
     Conn tmp = {.s = s, .fd = fd};
     respond_error(&tmp, 503, "too many connections (--max-connections)", "server_error", "", false);
-    close(fd);
+    close_gently(fd);
     if (c) {
         free(c);
         pthread_mutex_lock(&s->mu);

@@ -26,6 +26,9 @@ else
     notok "install the openai package (pip, from PyPI)" "$(tail -5 "$TMP/pip.log")"; exit 1
 fi
 
+# py ARGS...: serve_client.py; a crash (no "not ok" of its own) fails too.
+py() { $PY "$@" || notok "serve_client.py $*: exit $?"; }
+
 # start NAME ARGS...: `cllm serve ARGS --port 0` in the background; sets
 # PORT and PID once it listens (the port it bound is in its first line).
 start() {
@@ -61,12 +64,12 @@ expect_grep "serve --help lists --api-key" "$TMP/out" "--api-key"
 
 # ---- the tiny model: the API
 if start tiny -m $TINY --cpu -c 512 --max-request-bytes 65536; then
-    $PY $PORT api
+    py $PORT api
     stop tiny
 fi
 if start key -m $TINY --cpu -c 512 --api-key s3cret --max-connections 3; then
-    $PY $PORT key s3cret
-    $PY $PORT conns 3
+    py $PORT key s3cret
+    py $PORT conns 3
     stop key
 fi
 
@@ -74,8 +77,8 @@ fi
 
 # ---- the default model: text, disconnect, load
 if start real -m $M --cpu --temp 0; then
-    $PY $PORT text
-    $PY $PORT disconnect
+    py $PORT text
+    py $PORT disconnect
     # 64 prompts, chat and completions alternately, through generate and through 64 clients at once
     python3 - "$TMP/load.in" <<'PY'
 import json, sys
@@ -91,7 +94,7 @@ with open(sys.argv[1], "w") as f:
         f.write(json.dumps(o) + "\n")
 PY
     if $CLLM generate -m $M --cpu --temp 0 -i "$TMP/load.in" -o "$TMP/load.out" 2> "$TMP/gen.err"; then
-        $PY $PORT load "$TMP/load.out" 64
+        py $PORT load "$TMP/load.out" 64
     else
         notok "generate for the load test" "$(tail -3 "$TMP/gen.err")"
     fi
@@ -102,7 +105,7 @@ fi
 if start term -m $M --cpu --temp 0 --ignore-eos; then
     curl -s "http://127.0.0.1:$PORT/v1/completions" -d '{"prompt": "Once upon a time", "max_tokens": 40}' > "$TMP/term.json" &
     CURL=$!
-    $PY $PORT wait-running 1
+    py $PORT wait-running 1
     stop term
     wait $CURL
     python3 -c 'import json,sys; u = json.load(open(sys.argv[1]))["usage"]; sys.exit(u["completion_tokens"] != 40)' "$TMP/term.json" \
@@ -111,7 +114,7 @@ fi
 if start grace -m $M --cpu --temp 0 --ignore-eos --grace 1; then
     curl -s "http://127.0.0.1:$PORT/v1/completions" -d '{"prompt": "Once upon a time", "max_tokens": 3000}' > "$TMP/grace.json" &
     CURL=$!
-    $PY $PORT wait-running 1
+    py $PORT wait-running 1
     t0=$(date +%s)
     stop grace
     wait $CURL
