@@ -534,7 +534,8 @@ int serve_main(const RunOptions *o, const ServeOptions *so) {
     pthread_sigmask(SIG_BLOCK, &block, &old);
     bool started = pthread_create(&engine, NULL, serve_engine_main, s) == 0;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    struct sigaction sa = {.sa_handler = serve_on_signal}, old_int, old_term;
+    /* SA_RESETHAND: a second signal ends the process at once (a client that never reads cannot hold it) */
+    struct sigaction sa = {.sa_handler = serve_on_signal, .sa_flags = SA_RESETHAND}, old_int, old_term;
     sigemptyset(&sa.sa_mask);
     serve_signalled = 0;
     sigaction(SIGINT, &sa, &old_int);
