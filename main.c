@@ -17,6 +17,7 @@
 #include "app/perplexity.h"
 #include "app/quantize_cmd.h"
 #include "app/runtime.h"
+#include "app/serve.h"
 #include "app/tokenize_cmd.h"
 #include "model/dummy.h"
 #include "model/model.h"
@@ -435,6 +436,70 @@ static int cmd_generate(int argc, char **argv) {
     return batch_main(&o, &b);
 }
 
+/* ---------- serve ---------- */
+
+static int cmd_serve(int argc, char **argv) {
+    RunOptions o;
+    ServeOptions so;
+    run_options_default(&o);
+    serve_options_default(&so);
+    int seed, max_req = OPT_UNSET;
+    const char *kv_dtype = NULL, *dummy = NULL;
+    run_ints_unset(&o, &seed);
+    sampling_unset(&o.sampling);
+    so.port = so.max_connections = so.max_seqs = so.max_batched_tokens = so.grace_seconds = OPT_UNSET;
+    const Opt opts[] = {
+        RUN_OPTS(&o),
+        {"--host", NULL, OPT_STR, &so.host, "address to listen on (default 127.0.0.1: this machine only)"},
+        {"--port", NULL, OPT_INT, &so.port, "TCP port (default 8080; 0 = any free port, printed at start)"},
+        {"--api-key", NULL, OPT_STR, &so.api_key, "require 'Authorization: Bearer KEY' on /v1/ (default: none)"},
+        {"--model-name", NULL, OPT_STR, &so.model_name, "the model id /v1/models and responses give (default: the file's name)"},
+        {"--max-request-bytes", NULL, OPT_INT, &max_req, "largest request body in bytes (default 1048576)"},
+        {"--max-connections", NULL, OPT_INT, &so.max_connections, "connections served at once; more get 503 (default 256)"},
+        {"--max-seqs", NULL, OPT_INT, &so.max_seqs, "most sequences per step (default 256)"},
+        {"--max-batched-tokens", NULL, OPT_INT, &so.max_batched_tokens, "most tokens per step (default 8192)"},
+        {"--grace", NULL, OPT_INT, &so.grace_seconds,
+         "seconds running requests get to finish after SIGTERM/SIGINT before they are cut short (default 30)"},
+        {0},
+    };
+    const char *pos[1];
+    int n_pos, rc = parse_opts("serve", "serve -m MODEL [options]\n\n"
+                               "An OpenAI-compatible HTTP server: POST /v1/chat/completions, POST /v1/completions\n"
+                               "(stream, n, stop, seed, max_tokens, temperature, top_p, top_k, min_p, penalties;\n"
+                               "logprobs accepted, answered null), GET /v1/models, GET /health, GET /metrics\n"
+                               "(Prometheus). SIGTERM or SIGINT stops it: running requests finish, exit 0.\n"
+                               "Without --max-tokens or a request's max_tokens a reply runs until the context fills.",
+                               argc, argv, opts, pos, 0, &n_pos);
+    if (rc) return rc == 1 ? 0 : rc;
+    so.sampling_given = sampling_given(&o.sampling);
+    const IntRange ints[] = {
+        {"--port", &so.port, 0, 65535, 8080, NULL},
+        {"--max-request-bytes", &max_req, 1024, 1 << 30, 1 << 20, NULL},
+        {"--max-connections", &so.max_connections, 1, 65536, 256, NULL},
+        {"--max-seqs", &so.max_seqs, 1, 65536, 256, NULL},
+        {"--max-batched-tokens", &so.max_batched_tokens, 1, 1 << 24, 8192, NULL},
+        {"--grace", &so.grace_seconds, 0, 86400, 30, NULL},
+    };
+    if ((rc = check_run_options("serve", &o, &seed)) || (rc = check_ints("serve", ints, 6)) ||
+        (rc = parse_kv_dtype("serve", kv_dtype, &o.kv_dtype)) ||
+        (rc = parse_dummy_weights("serve", dummy, &o.dummy_weights, &o.dummy_type)))
+        return rc;
+    if (o.system) {
+        fprintf(stderr, "cllm serve: --system is chat's; a request gives its own system message\n");
+        return 2;
+    }
+    if (so.api_key && !*so.api_key) {
+        fprintf(stderr, "cllm serve: --api-key must not be empty\n");
+        return 2;
+    }
+    so.max_request_bytes = (size_t)max_req;
+    if (seed >= 0) o.sampling.seed = (uint64_t)seed;
+    so.seed_given = seed >= 0;
+    char def[PATH_MAX];
+    if ((rc = resolve_model(&o, def, sizeof def)) || (rc = env_run_options("serve", &o))) return rc;
+    return serve_main(&o, &so);
+}
+
 /* ---------- bench ---------- */
 
 static int cmd_bench(int argc, char **argv) {
@@ -566,6 +631,7 @@ static void print_usage(FILE *out) {
             "subcommands:\n"
             "  chat        interactive chat (the default when no subcommand is given)\n"
             "  generate    answer every prompt of a file\n"
+            "  serve       an OpenAI-compatible HTTP server (chat and completions, streaming)\n"
             "  info        describe a model file\n"
             "  tokenize    print the token ids of a text\n"
             "  bench       measure load, prefill and decode speed on random tokens\n"
@@ -590,6 +656,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "chat")) return cmd_chat(argc - 2, argv + 2);
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 2, argv + 2);
+    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 2, argv + 2);
     if (!strcmp(cmd, "perplexity")) return cmd_perplexity(argc - 2, argv + 2);
     if (!strcmp(cmd, "quantize")) return quantize_main(argc - 2, argv + 2);

@@ -17,6 +17,8 @@
  *               and every request read
  *   logits      a --save-logits file (a small one written here) mutated ->
  *               the header, ids and every row as --kl-divergence reads them
+ *   http        HTTP requests with OpenAI bodies mutated -> cllm serve's
+ *               request parser and body parser (app/http.c, serve_api.c)
  * Seeds: the committed fixtures under tests/fixtures (tiny models, prompts).
  * Inputs are files in a fresh folder under $TMPDIR (else /dev/shm, else
  * /tmp; printed): after a crash the input that caused it is still there.
@@ -47,6 +49,7 @@ typedef struct {
     Seeds st;                      /* tiny/<arch>/model.safetensors */
     Seeds prompts;                 /* prompt fixtures */
     Seeds logits;                  /* --save-logits files written by make_logits_seeds */
+    Seeds http;                    /* HTTP requests (written here) */
     char text[8192];               /* the text the current tokenizer encodes */
     size_t text_len;
     long accepted;
@@ -89,6 +92,15 @@ static void load_seeds(Fuzz *fz) {
         snprintf(path, sizeof path, "%s/prompts/%s", fx, prompt_files[i]);
         seeds_add_file(&fz->prompts, path, 1 << 20);
     }
+    static const char *http[] = {
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: a\r\nContent-Length: 187\r\n\r\n"
+        "{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}], \"n\": 2, \"stream\": true, "
+        "\"stop\": [\"a\", \"b\"], \"temperature\": 0.5, \"top_k\": 3, \"seed\": 7, \"logprobs\": true, \"top_logprobs\": 2}",
+        "POST /v1/completions HTTP/1.1\r\nContent-Length: 93\r\nAuthorization: Bearer k\r\n\r\n"
+        "{\"prompt\": [\"Once\"], \"max_tokens\": 5, \"stop\": \"x\", \"stream_options\": {\"include_usage\": true}}",
+        "GET /v1/models HTTP/1.1\r\nConnection: close\r\n\r\nGET /health HTTP/1.0\r\n\r\n",
+    };
+    for (size_t i = 0; i < sizeof http / sizeof *http; i++) seeds_add(&fz->http, http[i], strlen(http[i]));
 }
 
 /* Small --save-logits files (no fixture is committed: the writer makes
@@ -337,8 +349,42 @@ static void fuzz_logits_run(Fuzz *fz, long n) {
     free(b.b);
 }
 
+/* Sets a mutated request's Content-Length to its body's real length, so the
+ * body parser behind the HTTP parser gets the mutated bodies too. */
+static void fix_content_length(Buf *b) {
+    const char *key = "Content-Length: ";
+    size_t k = strlen(key), at = 0, end = 0;
+    while (at + k <= b->n && memcmp(b->b + at, key, k)) at++;
+    while (end + 4 <= b->n && memcmp(b->b + end, "\r\n\r\n", 4)) end++;
+    if (at + k > b->n || end + 4 > b->n || at > end) return;
+    size_t v = at + k, ve = v;
+    while (ve < b->n && b->b[ve] >= '0' && b->b[ve] <= '9') ve++;
+    char len[32];
+    int n = snprintf(len, sizeof len, "%zu", b->n - (end + 4));
+    /* the body's length does not change when the digits do */
+    buf_splice(b, v, ve - v, (const uint8_t *)len, (size_t)n);
+}
+
+/* In memory: the parsers take a buffer. */
+static void fuzz_http_run(Fuzz *fz, long n) {
+    Buf b = {0};
+    int bad = 0;
+    for (long it = 0; it < n; it++) {
+        const Buf *s = &fz->http.items[rng_below(&fz->rng, fz->http.n)];
+        buf_set(&b, s->b, s->n);
+        mutate_json(fz, &b, &fz->http);
+        if (rng_below(&fz->rng, 4)) fix_content_length(&b);
+        uint8_t *exact = malloc(b.n ? b.n : 1); /* no slack behind the bytes: ASan sees any overread */
+        memcpy(exact, b.b, b.n);
+        report(fz, "http", it, fuzz_http(exact, b.n, &fz->accepted), &bad);
+        free(exact);
+    }
+    free(b.b);
+}
+
 static void seeds_free_all(Fuzz *fz) {
-    Seeds *all[] = {&fz->config, &fz->tok_json, &fz->tok_cfg, &fz->gguf, &fz->st, &fz->prompts, &fz->logits};
+    Seeds *all[] = {&fz->config, &fz->tok_json, &fz->tok_cfg, &fz->gguf, &fz->st, &fz->prompts, &fz->logits,
+                    &fz->http};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) seeds_free(all[i]);
 }
 
@@ -372,6 +418,7 @@ int main(void) {
     if (test_failed_checks) test_failed_tests++;
     FUZZ_RUN(fuzz_config_run, &fz, fz.iters);
     FUZZ_RUN(fuzz_prompts_run, &fz, fz.iters / 4);
+    FUZZ_RUN(fuzz_http_run, &fz, fz.iters / 4);
     FUZZ_RUN(fuzz_tokenizer_run, &fz, fz.iters / 4);
     FUZZ_RUN(fuzz_gguf_meta_run, &fz, fz.iters / 4);
     FUZZ_RUN(fuzz_model_gguf_run, &fz, fz.iters / 8);

@@ -3,7 +3,8 @@
  * beside this file (README.md): config.json -> ModelConfig, GGUF metadata ->
  * ModelConfig and GGUF vocabulary -> Tokenizer, tokenizer.json (+
  * tokenizer_config.json) -> Tokenizer, a whole model file or folder through
- * model_load, and the prompt-file reader (text, JSONL, OpenAI batch).
+ * model_load, the prompt-file reader (text, JSONL, OpenAI batch), and
+ * `cllm serve`'s HTTP request parser with the OpenAI body parser behind it.
  *
  * A loaded tokenizer then encodes text (fuzz_text: words, special tokens,
  * multi-byte and invalid UTF-8, long runs) and every id is decoded back.
@@ -22,7 +23,9 @@
 
 #include "app/logits_file.h"
 #include "app/perplexity.h"
+#include "app/http.h"
 #include "app/prompts.h"
+#include "app/serve_api.h"
 #include "base/json.h"
 #include "formats/gguf.h"
 #include "model/config.h"
@@ -263,6 +266,39 @@ static inline const char *fuzz_logits_file(const char *path, long *accepted) {
     logits_header_free(&h);
     fclose(f);
     return bad;
+}
+
+/* ---------- HTTP requests (cllm serve) ---------- */
+
+/* data as the bytes a client sent: the request parser (the body limit from
+ * the last byte: 1 MiB, or an eighth of the time a short one to reach 413), then a whole
+ * request's body through the OpenAI parser as both endpoints read it. */
+static inline const char *fuzz_http(const uint8_t *data, size_t n, long *accepted) {
+    size_t max_body = n && (data[n - 1] & 7) == 7 ? n / 2 : (size_t)1 << 20;
+    HttpRequest h;
+    int status = 0;
+    Err err = {{0}};
+    HttpParse rc = http_parse_request((const char *)data, n, max_body, &h, &status, &err);
+    if (rc == HTTP_BAD) return status >= 400 && status < 600 && err.msg[0] ? NULL : "a refusal without status or message";
+    if (rc != HTTP_COMPLETE) return rc == HTTP_INCOMPLETE ? NULL : "an unknown parse result";
+    if (h.header_bytes > n || h.content_length > n - h.header_bytes) return "a request past the bytes given";
+    if (h.content_length > max_body) return "a body over the limit accepted";
+    if (h.n_headers > HTTP_MAX_HEADERS || h.method_len == 0 || h.target_len == 0 || h.target[0] != '/')
+        return "a request line or headers out of their limits";
+    for (int kind = 0; kind < 2; kind++) {
+        ApiRequest r;
+        ApiError e;
+        if (api_parse((const char *)data + h.header_bytes, h.content_length, kind ? API_COMPLETIONS : API_CHAT, &r,
+                      &e)) {
+            if (!e.message[0]) return "a body refused without a message";
+            continue;
+        }
+        if (r.n < 1 || r.n > API_MAX_N || r.n_stop > API_MAX_STOP) return "n or stop out of range accepted";
+        if (kind ? !r.prompt : r.n_messages < 1) return "a body without its prompt accepted";
+        if (accepted) ++*accepted;
+        api_request_free(&r);
+    }
+    return NULL;
 }
 
 #endif
