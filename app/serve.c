@@ -124,7 +124,7 @@ static void job_meta(Server *s, const ServeJob *j, char *id, size_t cap, ApiMeta
     unsigned long long n = ++s->next_id;
     pthread_mutex_unlock(&s->mu);
     snprintf(id, cap, "%s-%llu", j->req.kind == API_CHAT ? "chatcmpl" : "cmpl", n);
-    *m = (ApiMeta){id, s->model_id, (long long)time(NULL)};
+    *m = (ApiMeta){id, s->model_id, (long long)time(NULL), s->rt.model.tok};
 }
 
 /* Waits (under mu) up to 250 ms on j; true when its client went away. */
@@ -158,6 +158,7 @@ static int stream_job(Conn *c, ServeJob *j) {
     bool first[API_MAX_N], ended[API_MAX_N];
     for (int i = 0; i < j->req.n; i++) first[i] = true, ended[i] = false;
     TextBuf piece[API_MAX_N] = {{0}};
+    TokenLogprobs lp[API_MAX_N] = {{0}}; /* each choice's entries taken with its piece */
     JsonBuf b = {0};
     int n_ended = 0, completion = 0;
     while (!rc && n_ended < j->req.n) {
@@ -171,6 +172,11 @@ static int stream_job(Conn *c, ServeJob *j) {
             piece[i] = j->ch[i].pending;
             j->ch[i].pending = t;
             j->ch[i].pending.len = 0;
+            for (ServeChoice *ch = &j->ch[i]; !rc && ch->lp_taken < ch->lp.n; ch->lp_taken++) {
+                TokenLogprob *e = token_logprobs_push(&lp[i]);
+                if (e) *e = ch->lp.v[ch->lp_taken];
+                else rc = -1;
+            }
             done[i] = j->ch[i].done;
         }
         pthread_mutex_unlock(&s->mu);
@@ -179,11 +185,16 @@ static int stream_job(Conn *c, ServeJob *j) {
             if (ended[i]) continue;
             /* chat's first chunk names the role even before any text; completions send text only */
             if (piece[i].len > 0 || (first[i] && j->req.kind == API_CHAT)) {
-                rc = api_put_chunk(&b, &j->req, &m, i, piece[i].data, piece[i].len, first[i], NULL) || send_event(c, &b);
+                rc = api_put_chunk(&b, &j->req, &m, i, piece[i].data, piece[i].len, first[i], NULL, lp[i].v, lp[i].n) ||
+                     send_event(c, &b);
                 first[i] = false;
+                lp[i].n = 0;
             }
             if (!rc && done[i]) {
-                rc = api_put_chunk(&b, &j->req, &m, i, "", 0, false, j->ch[i].finish_reason) || send_event(c, &b);
+                /* entries whose text the stop matcher held back or cut come with the last chunk */
+                rc = api_put_chunk(&b, &j->req, &m, i, "", 0, false, j->ch[i].finish_reason, lp[i].v, lp[i].n) ||
+                     send_event(c, &b);
+                lp[i].n = 0;
                 ended[i] = true;
                 n_ended++;
                 completion += j->ch[i].completion_tokens;
@@ -193,7 +204,7 @@ static int stream_job(Conn *c, ServeJob *j) {
     if (!rc && j->req.include_usage)
         rc = api_put_usage_chunk(&b, &j->req, &m, (int)j->ids.n, completion) || send_event(c, &b);
     if (!rc) rc = send_all(c->fd, "data: [DONE]\n\n", 14);
-    for (int i = 0; i < API_MAX_N; i++) textbuf_free(&piece[i]);
+    for (int i = 0; i < API_MAX_N; i++) textbuf_free(&piece[i]), token_logprobs_free(&lp[i]);
     jsonbuf_free(&b);
     return rc ? -1 : 0;
 }
@@ -214,7 +225,8 @@ static int answer_job(Conn *c, ServeJob *j, bool keep_alive) {
     ApiChoice ch[API_MAX_N];
     int completion = 0;
     for (int i = 0; i < j->req.n; i++) {
-        ch[i] = (ApiChoice){j->ch[i].pending.data, j->ch[i].pending.len, j->ch[i].finish_reason};
+        ch[i] = (ApiChoice){j->ch[i].pending.data, j->ch[i].pending.len, j->ch[i].finish_reason, j->ch[i].lp.v,
+                            j->ch[i].lp.n};
         completion += j->ch[i].completion_tokens;
     }
     JsonBuf b = {0};

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "app/logprobs_json.h"
 #include "base/utf8.h"
 
 static int api_fail(ApiError *e, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -278,6 +279,8 @@ void api_gen_params(const ApiRequest *r, const GenParams *dflt, uint64_t fallbac
     p->sampling.seed = (r->has_seed ? (uint64_t)r->seed : fallback_seed) + (uint64_t)i;
     p->stop = (const char *const *)r->stop;
     p->n_stop = r->n_stop;
+    p->logprobs = r->logprobs;
+    p->top_logprobs = r->top_logprobs > 0 ? r->top_logprobs : 0;
 }
 
 /* ---------------------------------------------------------------- output */
@@ -298,10 +301,11 @@ static int put_usage(JsonBuf *out, int prompt_tokens, int completion_tokens) {
                           prompt_tokens, completion_tokens, prompt_tokens + completion_tokens);
 }
 
-int api_put_logprobs(JsonBuf *out, const ApiRequest *r, const void *token_data) {
-    (void)r;
-    (void)token_data; /* the engine's per-token logprobs, once it records them */
-    return jsonbuf_printf(out, "null");
+int api_put_logprobs(JsonBuf *out, const ApiRequest *r, const Tokenizer *tok, const TokenLogprob *lp, int n) {
+    if (!r->logprobs || !tok) return jsonbuf_printf(out, "null");
+    int top = r->top_logprobs > 0 ? r->top_logprobs : 0;
+    return r->kind == API_CHAT ? logprobs_json_chat(out, tok, lp, n, top)
+                               : logprobs_json_completion(out, tok, NULL, 0, lp, n, top);
 }
 
 /* "finish_reason": a string, or null. */
@@ -320,14 +324,14 @@ int api_put_response(JsonBuf *out, const ApiRequest *r, const ApiMeta *m, const 
             return -1;
         if (jsonbuf_put_string(out, c[i].text ? c[i].text : "", c[i].len) ||
             jsonbuf_printf(out, "%s,\"logprobs\":", r->kind == API_CHAT ? "}" : "") ||
-            api_put_logprobs(out, r, NULL) || put_finish(out, c[i].finish_reason))
+            api_put_logprobs(out, r, m->tok, c[i].lp, c[i].n_lp) || put_finish(out, c[i].finish_reason))
             return -1;
     }
     return jsonbuf_printf(out, "],") || put_usage(out, prompt_tokens, completion_tokens) || jsonbuf_printf(out, "}");
 }
 
 int api_put_chunk(JsonBuf *out, const ApiRequest *r, const ApiMeta *m, int index, const char *text, size_t len,
-                  bool first, const char *finish_reason) {
+                  bool first, const char *finish_reason, const TokenLogprob *lp, int n_lp) {
     if (put_head(out, r, m, true) || jsonbuf_printf(out, ",\"choices\":[{\"index\":%d,", index)) return -1;
     int rc;
     if (r->kind == API_COMPLETIONS) {
@@ -338,7 +342,8 @@ int api_put_chunk(JsonBuf *out, const ApiRequest *r, const ApiMeta *m, int index
             rc = jsonbuf_printf(out, "%s\"content\":", first ? "," : "") || jsonbuf_put_string(out, text ? text : "", len);
         if (!rc) rc = jsonbuf_printf(out, "}");
     }
-    return rc || jsonbuf_printf(out, ",\"logprobs\":") || api_put_logprobs(out, r, NULL) ||
+    /* a chunk without tokens (the role, the finish reason) says null */
+    return rc || jsonbuf_printf(out, ",\"logprobs\":") || api_put_logprobs(out, r, n_lp ? m->tok : NULL, lp, n_lp) ||
            put_finish(out, finish_reason) || jsonbuf_printf(out, "]}");
 }
 

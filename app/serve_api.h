@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "base/json.h"
+#include "engine/logprobs.h"
 #include "engine/request.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -66,12 +67,15 @@ typedef struct {
     const char *id;               /* "chatcmpl-7" */
     const char *model;
     long long created;            /* Unix seconds */
+    const Tokenizer *tok;         /* names the tokens of "logprobs" */
 } ApiMeta;
 
 typedef struct {
     const char *text;
     size_t len;
     const char *finish_reason;    /* "stop" or "length" */
+    const TokenLogprob *lp;       /* the generated tokens' logprobs (request asked for logprobs) */
+    int n_lp;
 } ApiChoice;
 
 /* The whole (non-streaming) response body. */
@@ -80,14 +84,14 @@ int api_put_response(JsonBuf *out, const ApiRequest *r, const ApiMeta *m, const 
 /* One stream chunk's JSON (no "data: " framing): choice index, its new text,
  * first (chat: the delta carries the role), finish_reason (NULL: null). */
 int api_put_chunk(JsonBuf *out, const ApiRequest *r, const ApiMeta *m, int index, const char *text, size_t len,
-                  bool first, const char *finish_reason);
+                  bool first, const char *finish_reason, const TokenLogprob *lp, int n_lp);
 /* The last chunk of a stream that asked for usage: no choices, the counts. */
 int api_put_usage_chunk(JsonBuf *out, const ApiRequest *r, const ApiMeta *m, int prompt_tokens,
                         int completion_tokens);
-/* A choice's "logprobs" value. The engine gives no per-token data yet, so
- * this writes null; once it does, this is the one function to change (its
- * argument then the choice's tokens with their logprobs and alternatives). */
-int api_put_logprobs(JsonBuf *out, const ApiRequest *r, const void *token_data);
+/* A choice's (or a chunk's) "logprobs" value: null unless the request asked;
+ * else the tokens lp[0..n) in the shape of its API (app/logprobs_json.h:
+ * chat {"content": [...]}, completions {"tokens", "token_logprobs", ...}). */
+int api_put_logprobs(JsonBuf *out, const ApiRequest *r, const Tokenizer *tok, const TokenLogprob *lp, int n);
 /* {"error": {"message", "type", "param", "code"}}; param "" writes null. */
 int api_put_error(JsonBuf *out, const char *message, const char *type, const char *param, const char *code);
 

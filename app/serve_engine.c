@@ -25,7 +25,7 @@ ServeJob *serve_job_new(ApiRequest *req, TokenIds *ids) {
 }
 
 static void job_free(ServeJob *j) {
-    for (int i = 0; i < API_MAX_N; i++) textbuf_free(&j->ch[i].pending);
+    for (int i = 0; i < API_MAX_N; i++) textbuf_free(&j->ch[i].pending), token_logprobs_free(&j->ch[i].lp);
     api_request_free(&j->req);
     token_ids_free(&j->ids);
     pthread_cond_destroy(&j->cv);
@@ -56,11 +56,22 @@ void serve_job_release(Server *s, ServeJob *j) {
     if (engine_done) job_free(j);
 }
 
+/* Copies (under mu) the scheduler's logprob entries c has not yet: the
+ * connection reads c->lp, the engine thread grows sr->lp. -1: out of memory. */
+static int choice_take_logprobs(ServeChoice *c, const SchedRequest *sr) {
+    while (sr && c->lp.n < sr->lp.n) {
+        TokenLogprob *e = token_logprobs_push(&c->lp);
+        if (!e) return -1;
+        *e = sr->lp.v[c->lp.n - 1];
+    }
+    return 0;
+}
+
 /* A choice's new text (the scheduler's emit callback, on the engine thread). */
 static int choice_emit(void *ctx, const char *text, size_t len) {
     ServeChoice *c = ctx;
     pthread_mutex_lock(c->job->mu);
-    int rc = textbuf_append(&c->pending, text, len);
+    int rc = textbuf_append(&c->pending, text, len) || choice_take_logprobs(c, c->sr);
     c->emitted += len;
     bool cancel = c->job->cancel;
     pthread_cond_broadcast(&c->job->cv);
@@ -77,6 +88,8 @@ static void choice_finish_locked(ServeChoice *c, const SchedRequest *sr) {
     /* "interrupted" is a reply cut short (a cancel, the server stopping): OpenAI has no word for it */
     c->finish_reason = !strcmp(sr->finish_reason, "stop") ? "stop" : "length";
     c->completion_tokens = sr->n_generated;
+    choice_take_logprobs(c, sr); /* out of memory: the entries so far */
+    c->sr = NULL;
     c->done = true;
     c->job->n_done++;
     pthread_cond_broadcast(&c->job->cv);
@@ -97,6 +110,7 @@ static void job_submit(Server *s, ServeJob *j) {
         if (!sr) break;
         sr->emit = choice_emit;
         sr->emit_ctx = c;
+        c->sr = sr;
         sr->interrupt = &j->interrupt;
     }
     pthread_mutex_lock(&s->mu);

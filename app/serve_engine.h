@@ -33,6 +33,9 @@ typedef struct {
     const char *finish_reason;    /* "stop" or "length" once done */
     char error[1024];              /* non-empty: it failed */
     int completion_tokens;
+    TokenLogprobs lp;             /* the generated tokens' logprobs so far, when asked (under mu) */
+    int lp_taken;                 /* entries of lp a stream has sent (under mu) */
+    const SchedRequest *sr;       /* its scheduler request while it runs (engine thread only) */
 } ServeChoice;
 
 struct ServeJob {

@@ -85,8 +85,9 @@ static void test_responses(void) {
     ApiRequest r;
     ApiError e;
     CHECK(parse("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"n\": 2}", API_CHAT, &r, &e) == 0, "body");
-    ApiMeta m = {"chatcmpl-1", "model \"q\"", 1700000000};
-    ApiChoice ch[2] = {{"Hello \"you\"\n", 12, "stop"}, {"", 0, "length"}};
+    ApiMeta m = {.id = "chatcmpl-1", .model = "model \"q\"", .created = 1700000000};
+    ApiChoice ch[2] = {{.text = "Hello \"you\"\n", .len = 12, .finish_reason = "stop"},
+                       {.text = "", .len = 0, .finish_reason = "length"}};
     JsonBuf b = {0};
     CHECK(api_put_response(&b, &r, &m, ch, 2, 10, 5) == 0, "response");
     Json *doc = reparse(&b);
@@ -102,7 +103,7 @@ static void test_responses(void) {
     }
     json_free(doc);
     b.len = 0;
-    CHECK(api_put_chunk(&b, &r, &m, 1, "hi", 2, true, NULL) == 0, "chunk");
+    CHECK(api_put_chunk(&b, &r, &m, 1, "hi", 2, true, NULL, NULL, 0) == 0, "chunk");
     doc = reparse(&b);
     if (doc) {
         const JsonValue *c = json_at(json_get(json_root(doc), "choices"), 0), *d = json_get(c, "delta");

@@ -79,6 +79,23 @@ fi
 if start real -m $M --cpu --temp 0; then
     py $PORT text
     py $PORT disconnect
+    # logprobs through the server equal generate's (greedy, fp32 CPU), whole and streamed
+    printf '%s\n' '{"id": "lc", "messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 6, "logprobs": true, "top_logprobs": 3}' \
+        '{"id": "lp", "prompt": "The capital of France is", "max_tokens": 5, "logprobs": 2}' > "$TMP/lp.in"
+    if $CLLM generate -m $M --cpu --temp 0 -i "$TMP/lp.in" -o "$TMP/lp.out" 2> "$TMP/gen.err"; then
+        python3 - "$TMP/lp.in" "$TMP/lp.out" "$TMP/lp.want" <<'PY'
+import json, sys
+reqs = {json.loads(l)["id"]: json.loads(l) for l in open(sys.argv[1])}
+with open(sys.argv[3], "w") as f:
+    for l in open(sys.argv[2]):
+        o = json.loads(l)
+        o["request"] = reqs[o["id"]]
+        f.write(json.dumps(o) + "\n")
+PY
+        py $PORT logprobs "$TMP/lp.want"
+    else
+        notok "generate for the logprobs check" "$(tail -3 "$TMP/gen.err")"
+    fi
     # 64 prompts, chat and completions alternately, through generate and through 64 clients at once
     python3 - "$TMP/load.in" <<'PY'
 import json, sys

@@ -9,6 +9,7 @@ client library never sends), printing "ok - NAME" / "not ok - NAME" lines.
     python serve_client.py PORT conns N   # --max-connections N: one more gets 503
     python serve_client.py PORT load EXPECTED.jsonl N_CLIENTS   # every reply equals generate's
     python serve_client.py PORT wait-running N                  # /metrics until running == N
+    python serve_client.py PORT logprobs GENERATED.jsonl        # logprobs equal generate's (greedy)
 """
 import asyncio
 import json
@@ -130,9 +131,15 @@ def api():
             err = error_of(e)
             check(f"{name}: 400 naming the field", err.get("param") == param and err.get("type") ==
                   "invalid_request_error" and err.get("message"), err)
-    r = c.chat.completions.create(model=mid, messages=[{"role": "user", "content": "Hi"}], max_tokens=2,
-                                  logprobs=True, top_logprobs=2)
-    check("logprobs true, top_logprobs 2: accepted, logprobs null", r.choices[0].logprobs is None, r)
+    r = c.chat.completions.create(model=mid, messages=[{"role": "user", "content": "Hi"}], max_tokens=3,
+                                  logprobs=True, top_logprobs=2, temperature=0)
+    lp = r.choices[0].logprobs
+    check("logprobs true, top_logprobs 2: an entry per token, 2 alternatives, greedy = the first",
+          lp is not None and len(lp.content) == r.usage.completion_tokens and
+          all(len(t.top_logprobs) == 2 and t.logprob <= 0 and t.logprob == t.top_logprobs[0].logprob
+              and t.top_logprobs[0].logprob >= t.top_logprobs[1].logprob for t in lp.content), r)
+    r = c.chat.completions.create(model=mid, messages=[{"role": "user", "content": "Hi"}], max_tokens=2)
+    check("no logprobs asked: logprobs null", r.choices[0].logprobs is None, r)
     try:
         c.chat.completions.create(model=mid, messages=[{"role": "wizard", "content": "Hi"}])
         check("bad role: 400", False)
@@ -191,6 +198,48 @@ def text():
     check("seed: the same seed gives the same text", a[0] == a[1], a)
     check("seed with n=2: choice 0 is the seed's, choice 1 another draw",
           b.choices[0].message.content == a[0] and b.choices[1].message.content != a[0], (a, b))
+
+
+def logprobs(generated):
+    """The requests of GENERATED.jsonl (written by cllm generate with logprobs,
+    greedy) through the server, whole and streamed: the same tokens and
+    logprobs (both on the fp32 CPU backend: 1e-4)."""
+    c = client()
+    for line in open(generated):
+        want = json.loads(line)
+        req = want["request"]
+        if "messages" in req:
+            kw = dict(model="m", messages=req["messages"], max_tokens=req["max_tokens"], temperature=0,
+                      logprobs=True, top_logprobs=req["top_logprobs"])
+            got = c.chat.completions.create(**kw).choices[0].logprobs.content
+            streamed = [t for ch in c.chat.completions.create(stream=True, **kw) for ch_ in ch.choices
+                        if ch_.logprobs for t in ch_.logprobs.content]
+            ref = want["logprobs"]["content"]
+            pairs = lambda l: [(t.token, t.logprob, [(a.token, a.logprob) for a in t.top_logprobs]) for t in l]
+            refp = [(t["token"], t["logprob"], [(a["token"], a["logprob"]) for a in t["top_logprobs"]]) for t in ref]
+            for name, g in (("whole", pairs(got)), ("streamed", pairs(streamed))):
+                ok = len(g) == len(refp) and all(a[0] == b[0] and abs(a[1] - b[1]) < 1e-4 and
+                                                 [x[0] for x in a[2]] == [x[0] for x in b[2]] and
+                                                 all(abs(x[1] - y[1]) < 1e-4 for x, y in zip(a[2], b[2]))
+                                                 for a, b in zip(g, refp))
+                check(f"chat logprobs {want['id']} {name} = generate's", ok, (g[:3], refp[:3]))
+        else:
+            kw = dict(model="m", prompt=req["prompt"], max_tokens=req["max_tokens"], temperature=0,
+                      logprobs=req["logprobs"])
+            got = c.completions.create(**kw).choices[0].logprobs
+            toks, lps = [], []
+            for ch in c.completions.create(stream=True, **kw):
+                for ch_ in ch.choices:
+                    if ch_.logprobs:
+                        toks += ch_.logprobs.tokens
+                        lps += ch_.logprobs.token_logprobs
+            ref = want["logprobs"]
+            for name, t, l, top in (("whole", got.tokens, got.token_logprobs, got.top_logprobs),
+                                    ("streamed", toks, lps, None)):
+                ok = t == ref["tokens"] and len(l) == len(ref["token_logprobs"]) and \
+                    all(abs(a - b) < 1e-4 for a, b in zip(l, ref["token_logprobs"])) and \
+                    (top is None or [sorted(x) for x in top] == [sorted(x) for x in ref["top_logprobs"]])
+                check(f"completion logprobs {want['id']} {name} = generate's", ok, (t, l, ref))
 
 
 def key(k):
@@ -298,6 +347,8 @@ elif what == "load":
     asyncio.run(load(sys.argv[3], int(sys.argv[4])))
 elif what == "conns":
     conns(int(sys.argv[3]))
+elif what == "logprobs":
+    logprobs(sys.argv[3])
 elif what == "wait-running":
     wait_running(int(sys.argv[3]))
 sys.exit(1 if failed else 0)
