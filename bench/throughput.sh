@@ -36,7 +36,7 @@ head -n "$SEQ" "$OUT/tp-prompts.txt" > "$OUT/tp-seq-prompts.txt"
 run() { # out-file, extra args, prompts: prints wall seconds
     local t0 t1
     t0=$(date +%s.%N)
-    "$CLLM" generate -m "$MODEL" -i "$3" -o "$1" -n 256 --ignore-eos --temp 0 -v ${THROUGHPUT_ARGS:-} $2 \
+    "$CLLM" generate --overwrite -m "$MODEL" -i "$3" -o "$1" -n 256 --ignore-eos --temp 0 -v ${THROUGHPUT_ARGS:-} $2 \
         2> "$1.log" >&2
     t1=$(date +%s.%N)
     python3 -c "print($t1 - $t0)"

@@ -29,8 +29,8 @@ head -16 "$OUT/prompts.txt" > "$OUT/prompts16.txt"
 # only (the random 8B shape's logits are nearly flat: replies part early).
 same_check() { # model, prompts, extra args of the --pp 2 run
     local m=$1 p=$2; shift 2
-    timeout 120 "$BIN/cllm" generate -m "$m" -i "$p" --temp 0 -n 32 --ignore-eos --max-seqs 1 -o "$OUT/pp1.jsonl" &&
-        timeout 120 "$BIN/cllm" generate -m "$m" -i "$p" --temp 0 -n 32 --ignore-eos --max-seqs 1 --pp 2 -v "$@" \
+    timeout 120 "$BIN/cllm" generate --overwrite -m "$m" -i "$p" --temp 0 -n 32 --ignore-eos --max-seqs 1 -o "$OUT/pp1.jsonl" &&
+        timeout 120 "$BIN/cllm" generate --overwrite -m "$m" -i "$p" --temp 0 -n 32 --ignore-eos --max-seqs 1 --pp 2 -v "$@" \
             -o "$OUT/pp2.jsonl" 2> "$OUT/pp2.err" &&
         grep -E "stage [01] on cuda" "$OUT/pp2.err" &&
         grep "done (" "$OUT/pp2.err" | tail -1 | grep -E "KV 0/" &&
@@ -58,8 +58,8 @@ if [ -f "$REAL/smollm2-135m-instruct.gguf" ] && [ -f "$REAL/gemma3-270m.gguf" ];
 fi
 [ -f "$OUT/pp_ok" ] || { echo "--pp 2 broken: no benchmarks"; print_rows; exit 1; }
 pp_batched() {
-    timeout 120 "$BIN/cllm" generate -m "$MODELS/llama3-8b" -i "$OUT/prompts.txt" --temp 0 -n 64 --ignore-eos -o "$OUT/b1.jsonl" &&
-        timeout 120 "$BIN/cllm" generate -m "$MODELS/llama3-8b" -i "$OUT/prompts.txt" --temp 0 -n 64 --ignore-eos --pp 2 \
+    timeout 120 "$BIN/cllm" generate --overwrite -m "$MODELS/llama3-8b" -i "$OUT/prompts.txt" --temp 0 -n 64 --ignore-eos -o "$OUT/b1.jsonl" &&
+        timeout 120 "$BIN/cllm" generate --overwrite -m "$MODELS/llama3-8b" -i "$OUT/prompts.txt" --temp 0 -n 64 --ignore-eos --pp 2 \
             -o "$OUT/b2.jsonl" && python3 tests/gpu/compare_generate.py "$OUT/b2.jsonl" "$OUT/b1.jsonl" 0
 }
 run_check pp2_batched_vs_one_gpu pp_batched
@@ -67,9 +67,9 @@ run_check pp2_batched_vs_one_gpu pp_batched
 # batched vs one GPU batched, on the tiny Llama (reported, not asserted).
 pp_batch_effects() {
     local m=tests/fixtures/tiny/llama.gguf
-    timeout 60 "$BIN/cllm" generate -m $m -i "$OUT/prompts.txt" --temp 0 -n 64 --ignore-eos -o "$OUT/t1b.jsonl" &&
-        timeout 60 "$BIN/cllm" generate -m $m -i "$OUT/prompts.txt" --temp 0 -n 64 --ignore-eos --max-seqs 1 -o "$OUT/t1s.jsonl" &&
-        timeout 60 "$BIN/cllm" generate -m $m -i "$OUT/prompts.txt" --temp 0 -n 64 --ignore-eos --pp 2 -o "$OUT/t2b.jsonl" &&
+    timeout 60 "$BIN/cllm" generate --overwrite -m $m -i "$OUT/prompts.txt" --temp 0 -n 64 --ignore-eos -o "$OUT/t1b.jsonl" &&
+        timeout 60 "$BIN/cllm" generate --overwrite -m $m -i "$OUT/prompts.txt" --temp 0 -n 64 --ignore-eos --max-seqs 1 -o "$OUT/t1s.jsonl" &&
+        timeout 60 "$BIN/cllm" generate --overwrite -m $m -i "$OUT/prompts.txt" --temp 0 -n 64 --ignore-eos --pp 2 -o "$OUT/t2b.jsonl" &&
         echo "# one GPU, batched vs one at a time:" && python3 tests/gpu/compare_generate.py "$OUT/t1b.jsonl" "$OUT/t1s.jsonl" 0 &&
         echo "# --pp 2 batched vs one GPU batched:" && python3 tests/gpu/compare_generate.py "$OUT/t2b.jsonl" "$OUT/t1b.jsonl" 0
 }
@@ -78,11 +78,11 @@ run_check pp2_batch_effects_tiny pp_batch_effects
 # rank 0 serves stage 0; NCCL through ncclCommInitRank): one GPU's tokens.
 mp_check() { # model, prompts
     local port=$((29500 + RANDOM % 1000))
-    timeout 120 "$BIN/cllm" generate -m "$1" -i "$2" --temp 0 -n 32 --ignore-eos --max-seqs 1 -o "$OUT/mp1.jsonl" || return 1
-    timeout 120 "$BIN/cllm" generate -m "$1" -i "$2" --temp 0 -n 32 --ignore-eos --max-seqs 1 --world-size 2 --rank 1 \
+    timeout 120 "$BIN/cllm" generate --overwrite -m "$1" -i "$2" --temp 0 -n 32 --ignore-eos --max-seqs 1 -o "$OUT/mp1.jsonl" || return 1
+    timeout 120 "$BIN/cllm" generate --overwrite -m "$1" -i "$2" --temp 0 -n 32 --ignore-eos --max-seqs 1 --world-size 2 --rank 1 \
         --master 127.0.0.1:$port -o "$OUT/mp2.jsonl" 2> "$OUT/mp-r1.err" &
     local driver=$!
-    timeout 120 "$BIN/cllm" generate -m "$1" --world-size 2 --rank 0 --master 127.0.0.1:$port -v 2> "$OUT/mp-r0.err"
+    timeout 120 "$BIN/cllm" generate --overwrite -m "$1" --world-size 2 --rank 0 --master 127.0.0.1:$port -v 2> "$OUT/mp-r0.err"
     local rc0=$?
     wait $driver; local rc1=$?
     echo "# rank 0 exit $rc0, rank 1 exit $rc1"; cat "$OUT/mp-r0.err" | tail -2; tail -2 "$OUT/mp-r1.err"

@@ -42,7 +42,7 @@ if [ -f "$REAL/smollm2-135m-instruct.gguf" ] && [ -f "$REAL/gemma3-270m.gguf" ];
     # and two default batched runs against each other (run-to-run) reported.
     python3 tests/gpu/real_prompts.py > "$OUT/real-prompts.txt"
     for m in smollm2-135m-instruct gemma3-270m; do
-        run_check "batched_real_$m" sh -c "g() { $BIN/cllm generate -m $REAL/$m.gguf -i $OUT/real-prompts.txt --chat \
+        run_check "batched_real_$m" sh -c "g() { $BIN/cllm generate --overwrite -m $REAL/$m.gguf -i $OUT/real-prompts.txt --chat \
             --temp 0 -n 64 --ignore-eos 2>/dev/null \"\$@\"; }; \
             g --batch-invariant -o $OUT/real-$m-bi-256.jsonl && g --batch-invariant --max-seqs 1 -o $OUT/real-$m-bi-1.jsonl && \
             g -o $OUT/real-$m-256.jsonl && g -o $OUT/real-$m-256b.jsonl && g --max-seqs 1 -o $OUT/real-$m-1.jsonl || exit 1; \
@@ -92,7 +92,7 @@ command -v compute-sanitizer >/dev/null && run_check sanitizer_cuda_batch comput
 for i in $(seq 1 64); do echo "prompt $i: the quick brown fox $((i * 7919 % 1000)) jumps"; done > "$OUT/prompts.txt"
 # Issue 5's >= 95% is asserted in the batch-invariant mode (the default
 # mode's count is reported: near-ties flip there).
-gen() { "$BIN/cllm" generate -m "$MODELS/llama3-8b" -i "$OUT/prompts.txt" --temp 0 -n 48 --ignore-eos -v "$@"; }
+gen() { "$BIN/cllm" generate --overwrite -m "$MODELS/llama3-8b" -i "$OUT/prompts.txt" --temp 0 -n 48 --ignore-eos -v "$@"; }
 generate_check() {
     gen -o "$OUT/batched.jsonl" && gen -o "$OUT/single.jsonl" --max-seqs 1 && gen -o "$OUT/cpu.jsonl" --cpu &&
         gen -o "$OUT/batched-bi.jsonl" --batch-invariant && gen -o "$OUT/single-bi.jsonl" --batch-invariant --max-seqs 1 &&
@@ -147,15 +147,15 @@ if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
         # GPU's scheduler), and batched in the batch-invariant mode
         for m in "$MODELS/llama3-8b" "$MODELS/gemma2-9b" tests/fixtures/tiny/gpt-oss.gguf; do
             for mode in "--max-seqs 1" "--batch-invariant"; do
-                "$BIN/cllm" generate -m "$m" -i "$OUT/prompts.txt" --temp 0 -n 32 --ignore-eos $mode -o "$OUT/pp1.jsonl" &&
-                    "$BIN/cllm" generate -m "$m" -i "$OUT/prompts.txt" --temp 0 -n 32 --ignore-eos --pp 2 -v $mode \
+                "$BIN/cllm" generate --overwrite -m "$m" -i "$OUT/prompts.txt" --temp 0 -n 32 --ignore-eos $mode -o "$OUT/pp1.jsonl" &&
+                    "$BIN/cllm" generate --overwrite -m "$m" -i "$OUT/prompts.txt" --temp 0 -n 32 --ignore-eos --pp 2 -v $mode \
                         -o "$OUT/pp2.jsonl" && python3 tests/gpu/compare_generate.py "$OUT/pp2.jsonl" "$OUT/pp1.jsonl" \
                         1.0 --min-identical 1.0 || return 1
             done
         done
         # stages placed the other way round (the handoff must not race the stream)
-        "$BIN/cllm" generate -m "$MODELS/llama3-8b" -i "$OUT/prompts.txt" --temp 0 -n 32 --ignore-eos --pp 2 \
-            --gpus 1,0 --max-seqs 1 -o "$OUT/pp2r.jsonl" && "$BIN/cllm" generate -m "$MODELS/llama3-8b" -i "$OUT/prompts.txt" \
+        "$BIN/cllm" generate --overwrite -m "$MODELS/llama3-8b" -i "$OUT/prompts.txt" --temp 0 -n 32 --ignore-eos --pp 2 \
+            --gpus 1,0 --max-seqs 1 -o "$OUT/pp2r.jsonl" && "$BIN/cllm" generate --overwrite -m "$MODELS/llama3-8b" -i "$OUT/prompts.txt" \
             --temp 0 -n 32 --ignore-eos --max-seqs 1 -o "$OUT/pp1.jsonl" &&
             python3 tests/gpu/compare_generate.py "$OUT/pp2r.jsonl" "$OUT/pp1.jsonl" 1.0 --min-identical 1.0
     }
