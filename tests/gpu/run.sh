@@ -129,6 +129,31 @@ logprobs_check() {
         python3 tests/gpu/compare_logprobs.py "$OUT/lp-gpu4.jsonl" "$OUT/lp-cpu.jsonl" 0.1
 }
 run_check generate_logprobs logprobs_check
+# cllm perplexity on the GPU against the fp32 CPU backend, same text and
+# windows: mean NLL within 1% (bf16 weights and activations move it by
+# tenths of a percent; a wrong row or window is off by whole units), and the
+# GPU's KL from the CPU's saved logits small with top-1 mostly agreeing.
+perplexity_check() {
+    local m p="$BIN/cllm perplexity -f tests/fixtures/perplexity/text.txt --ctx 64 --stride 48"
+    for m in tests/fixtures/tiny/llama tests/fixtures/tiny/gemma3; do
+        $p -m $m --cpu --save-logits "$OUT/ppl-cpu.logits" > "$OUT/ppl-cpu.txt" &&
+            $p -m $m > "$OUT/ppl-gpu.txt" && $BIN/cllm perplexity -m $m -f tests/fixtures/perplexity/text.txt \
+            --kl-divergence "$OUT/ppl-cpu.logits" > "$OUT/ppl-kl.txt" || return 1
+        python3 - "$OUT/ppl-cpu.txt" "$OUT/ppl-gpu.txt" "$OUT/ppl-kl.txt" "$m" <<'PY' || return 1
+import re, sys
+nll = lambda f: float(re.search(r"mean NLL: ([0-9.]+)", open(f).read()).group(1))
+c, g = nll(sys.argv[1]), nll(sys.argv[2])
+kl = open(sys.argv[3]).read()
+mkl = float(re.search(r"mean KL[^0-9]*([0-9.e-]+)", kl).group(1))
+top1 = float(re.search(r"top-1[^0-9]*([0-9.]+)", kl).group(1))
+ok = abs(g - c) / c < 0.01 and mkl < 0.05 and top1 > 80
+print(f"{'ok' if ok else 'not ok'} - perplexity {sys.argv[4]}: mean NLL cpu {c:.6f} gpu {g:.6f} "
+      f"({(g - c) / c:+.2e}), KL gpu||cpu {mkl:.2e}, top-1 {top1:.1f}%")
+sys.exit(0 if ok else 1)
+PY
+    done
+}
+run_check perplexity_gpu_vs_cpu perplexity_check
 # Sampling on the GPU (the default there) vs on the host, from the same
 # device logits: same seeds, same draws; a differing token is a bug.
 sample_check() {
