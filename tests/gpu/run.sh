@@ -124,9 +124,17 @@ logprobs_check() {
             "$i" "$i" $((i * 7919 % 1000))
     done > "$OUT/lp.jsonl"
     local lp="$BIN/cllm generate -m tests/fixtures/tiny/llama.gguf -i $OUT/lp.jsonl --temp 0 --ignore-eos -c 128 --overwrite"
+    # The device draws, the host computes logprobs from the step's copied
+    # logits: with --host-sampling the same logits are drawn on the host, so
+    # the values must be the same bits (a stale or misplaced copy differs).
+    # Against the fp32 CPU: 0.5, bf16's noise on this random model, whose
+    # logits span ~25 units (H200: GPU vs CPU worst 0.40, GPU batched vs one
+    # at a time 0.13 by themselves; a wrong row is off by whole units).
     $lp -o "$OUT/lp-gpu.jsonl" && $lp -o "$OUT/lp-gpu4.jsonl" --max-seqs 4 && $lp -o "$OUT/lp-cpu.jsonl" --cpu &&
-        python3 tests/gpu/compare_logprobs.py "$OUT/lp-gpu.jsonl" "$OUT/lp-cpu.jsonl" 0.1 &&
-        python3 tests/gpu/compare_logprobs.py "$OUT/lp-gpu4.jsonl" "$OUT/lp-cpu.jsonl" 0.1
+        $lp -o "$OUT/lp-host.jsonl" --host-sampling &&
+        python3 tests/gpu/compare_logprobs.py "$OUT/lp-gpu.jsonl" "$OUT/lp-host.jsonl" 0.000001 &&
+        python3 tests/gpu/compare_logprobs.py "$OUT/lp-gpu.jsonl" "$OUT/lp-cpu.jsonl" 0.5 &&
+        python3 tests/gpu/compare_logprobs.py "$OUT/lp-gpu4.jsonl" "$OUT/lp-cpu.jsonl" 0.5
 }
 run_check generate_logprobs logprobs_check
 # cllm perplexity on the GPU against the fp32 CPU backend, same text and
