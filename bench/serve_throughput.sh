@@ -18,18 +18,7 @@ N=${2:-512}
 C=${3:-256}
 [ -n "$MODEL" ] || MODEL=$(bench_model llama3-8b)
 read -r LO HI <<< "${ST_LEN:-128 1024}"
-python3 - "$N" "$LO" "$HI" "${ST_TOKENS:-256}" > "$OUT/st-prompts.jsonl" <<'PY'
-import json, random, string, sys
-rng = random.Random(1234)
-lo, hi, tokens = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-for i in range(int(sys.argv[1])):
-    want, words, n = rng.randint(lo, hi) * 1.75, [], 0
-    while n < want:
-        w = "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 9)))
-        words.append(w)
-        n += len(w) + 1
-    print(json.dumps({"id": f"p{i}", "prompt": " ".join(words), "max_tokens": tokens}))
-PY
+python3 bench/random_prompts.py "$N" "$LO" "$HI" --jsonl "${ST_TOKENS:-256}" > "$OUT/st-prompts.jsonl"
 t0=$(date +%s.%N)
 "$CLLM" generate --overwrite -m "$MODEL" -i "$OUT/st-prompts.jsonl" -o "$OUT/st-generate.jsonl" --ignore-eos --temp 0 \
     --max-seqs "$C" -v 2> "$OUT/st-generate.log"

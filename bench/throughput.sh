@@ -18,20 +18,7 @@ SEQ=${3:-8}
 NAME=${THROUGHPUT_NAME:-throughput}
 [ -n "$MODEL" ] || MODEL=$(bench_model llama3-8b)
 bench_limits || echo "throughput.sh: limits not measured; no % of limit" >&2
-# ~1.75 characters per token (measured: 2.2 gave 163-1292 tokens) for the synthetic byte-pair tokenizer of
-# bench/make_model.py; the real counts come back in prompt_tokens.
-python3 - "$N" > "$OUT/tp-prompts.txt" <<'PY'
-import random, string, sys
-rng = random.Random(1234)
-for i in range(int(sys.argv[1])):
-    want = rng.randint(128, 1024) * 1.75
-    words, n = [], 0
-    while n < want:
-        w = "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 9)))
-        words.append(w)
-        n += len(w) + 1
-    print(" ".join(words))
-PY
+python3 bench/random_prompts.py "$N" > "$OUT/tp-prompts.txt"
 head -n "$SEQ" "$OUT/tp-prompts.txt" > "$OUT/tp-seq-prompts.txt"
 run() { # out-file, extra args, prompts: prints wall seconds
     local t0 t1
