@@ -392,13 +392,16 @@ static void *conn_main(void *arg) {
         memmove(c->in.data, c->in.data + used, c->in.len - used);
         c->in.len -= used;
     }
-    close_gently(c->fd);
-    textbuf_free(&c->in);
-    free(c);
+    /* The slot goes back before the client can see the end of its answer
+     * (close_gently's FIN), not after its linger: a client that reconnects
+     * at once was refused with 503 under a full load. */
     pthread_mutex_lock(&s->mu);
     s->n_conns--;
     pthread_cond_broadcast(&s->conns_cv);
     pthread_mutex_unlock(&s->mu);
+    close_gently(c->fd);
+    textbuf_free(&c->in);
+    free(c);
     return NULL;
 }
 

@@ -24,7 +24,7 @@ t0=$(date +%s.%N)
     --max-seqs "$C" -v 2> "$OUT/st-generate.log"
 t1=$(date +%s.%N)
 PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"$CLLM" serve -m "$MODEL" --port "$PORT" --ignore-eos --temp 0 --max-seqs "$C" --max-connections $((C * 4)) \
+"$CLLM" serve -m "$MODEL" --port "$PORT" --ignore-eos --temp 0 --max-seqs "$C" --max-connections "$C" \
     2> "$OUT/st-serve.log" &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true' EXIT
