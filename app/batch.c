@@ -81,13 +81,9 @@ static void batch_params(const Batch *bt, const PromptRequest *r, GenParams *p) 
     *p = (GenParams){.sampling = bt->o->sampling, .max_tokens = bt->o->max_tokens > 0 ? bt->o->max_tokens : 512,
                      .ignore_eos = bt->o->ignore_eos};
     if (r->max_tokens > 0) p->max_tokens = r->max_tokens;
-    if (!isnan(r->temperature)) p->sampling.temperature = r->temperature;
-    if (!isnan(r->top_p)) p->sampling.top_p = r->top_p;
-    if (!isnan(r->min_p)) p->sampling.min_p = r->min_p;
-    if (r->top_k >= 0) p->sampling.top_k = r->top_k;
-    if (!isnan(r->repetition_penalty)) p->sampling.repetition_penalty = r->repetition_penalty;
-    if (!isnan(r->presence_penalty)) p->sampling.presence_penalty = r->presence_penalty;
-    if (!isnan(r->frequency_penalty)) p->sampling.frequency_penalty = r->frequency_penalty;
+    sampler_params_override(&p->sampling, &(SamplerOverrides){r->temperature, r->top_p, r->min_p,
+                                                                r->repetition_penalty, r->presence_penalty,
+                                                                r->frequency_penalty, r->top_k});
     if (r->has_seed) p->sampling.seed = (uint64_t)r->seed;
     p->stop = (const char *const *)r->stop;
     p->n_stop = r->n_stop;

@@ -333,21 +333,9 @@ static int parse_fail(Parse *p, const char *fmt, ...) {
     return -1;
 }
 
-/* Describes a JSON value for "(got ...)". */
-static void value_describe(const JsonValue *v, char *out, size_t n) {
-    switch (v->type) {
-    case JSON_NULL: snprintf(out, n, "null"); break;
-    case JSON_BOOL: snprintf(out, n, "%s", v->u.boolean ? "true" : "false"); break;
-    case JSON_NUMBER: snprintf(out, n, "%.10g", v->u.number.num); break;
-    case JSON_STRING: snprintf(out, n, "'%.40s%s'", v->u.string.s, v->u.string.len > 40 ? "..." : ""); break;
-    case JSON_ARRAY: snprintf(out, n, "an array"); break;
-    case JSON_OBJECT: snprintf(out, n, "an object"); break;
-    }
-}
-
 static int fail_field(Parse *p, const char *field, const char *must, const JsonValue *v) {
     char got[80];
-    value_describe(v, got, sizeof got);
+    json_describe(v, got, sizeof got);
     return parse_fail(p, "field '%s%s' must %s (got %s)", p->pfx, field, must, got);
 }
 
@@ -364,26 +352,10 @@ static int parse_string(Parse *p, const JsonValue *v, const char *field, char **
     return 0;
 }
 
-/* An optional member: NULL when absent or JSON null. */
-static const JsonValue *member(const JsonValue *o, const char *key) {
-    const JsonValue *v = json_get(o, key);
-    return v && v->type != JSON_NULL ? v : NULL;
-}
-
-/* An integral number as int64 (1e3 and 100.0 count; 1.5 does not). */
-static bool value_int(const JsonValue *v, int64_t *out) {
-    if (v->type != JSON_NUMBER) return false;
-    if (v->u.number.is_int) { *out = v->u.number.i; return true; }
-    double d = v->u.number.num;
-    if (!isfinite(d) || d != floor(d) || fabs(d) > 9007199254740992.0) return false;
-    *out = (int64_t)d;
-    return true;
-}
-
 /* A float field in [lo, hi] (open ends when lo_open / hi_open). */
 static int parse_float(Parse *p, const JsonValue *o, const char *field, float *out, double lo, bool lo_open,
                        double hi, bool hi_open) {
-    const JsonValue *v = member(o, field);
+    const JsonValue *v = json_member(o, field);
     if (!v) return 0;
     double d = v->type == JSON_NUMBER ? v->u.number.num : NAN;
     bool ok = isfinite(d) && (lo_open ? d > lo : d >= lo) && (hi_open ? d < hi : d <= hi);
@@ -398,7 +370,7 @@ static int parse_float(Parse *p, const JsonValue *o, const char *field, float *o
 }
 
 static int parse_stop(Parse *p, const JsonValue *o) {
-    const JsonValue *v = member(o, "stop");
+    const JsonValue *v = json_member(o, "stop");
     if (!v) return 0;
     const char *must = "be a string or an array of strings";
     if (v->type != JSON_STRING && v->type != JSON_ARRAY) return fail_field(p, "stop", must, v);
@@ -425,22 +397,22 @@ static int parse_ints(Parse *p, const JsonValue *o) {
     const char *mt[] = {"max_tokens", "max_completion_tokens"};
     int64_t i;
     for (int k = 0; k < 2; k++) {
-        const JsonValue *v = member(o, mt[k]);
+        const JsonValue *v = json_member(o, mt[k]);
         if (!v) continue;
-        if (!value_int(v, &i) || i < 1 || i > INT_MAX) return fail_field(p, mt[k], "be a positive integer", v);
+        if (!json_as_int64(v, &i) || i < 1 || i > INT_MAX) return fail_field(p, mt[k], "be a positive integer", v);
         req->max_tokens = (int)i;
     }
-    const JsonValue *v = member(o, "top_k");
+    const JsonValue *v = json_member(o, "top_k");
     if (v) {
-        if (!value_int(v, &i) || i < -1 || i > INT_MAX)
+        if (!json_as_int64(v, &i) || i < -1 || i > INT_MAX)
             return fail_field(p, "top_k", "be an integer >= -1 (-1 or 0: no limit)", v);
         req->top_k = i <= 0 ? 0 : (int)i;
     }
-    if ((v = member(o, "seed"))) {
-        if (!value_int(v, &req->seed)) return fail_field(p, "seed", "be an integer", v);
+    if ((v = json_member(o, "seed"))) {
+        if (!json_as_int64(v, &req->seed)) return fail_field(p, "seed", "be an integer", v);
         req->has_seed = true;
     }
-    if ((v = member(o, "n")) && !(value_int(v, &i) && i == 1))
+    if ((v = json_member(o, "n")) && !(json_as_int64(v, &i) && i == 1))
         return fail_field(p, "n", "be 1", v);
     return 0;
 }
@@ -456,7 +428,7 @@ static int parse_sampling(Parse *p, const JsonValue *o) {
     if (parse_float(p, o, "presence_penalty", &req->presence_penalty, -2, false, 2, false)) return -1;
     if (parse_float(p, o, "frequency_penalty", &req->frequency_penalty, -2, false, 2, false)) return -1;
     if (parse_stop(p, o)) return -1;
-    const JsonValue *v = member(o, "model");
+    const JsonValue *v = json_member(o, "model");
     if (v && parse_string(p, v, "model", &req->model)) return -1;
     return 0;
 }
@@ -508,14 +480,14 @@ static int parse_messages(Parse *p, const JsonValue *m) {
         if (msg->type != JSON_OBJECT) return fail_field(p, field, "be an object with role and content", msg);
         PromptMessage *pm = &req->messages[req->n_messages++];
         snprintf(field, sizeof field, "messages[%zu].role", i);
-        if (!(role = member(msg, "role"))) return parse_fail(p, "missing field '%s%s'", p->pfx, field);
+        if (!(role = json_member(msg, "role"))) return parse_fail(p, "missing field '%s%s'", p->pfx, field);
         if (parse_string(p, role, field, &pm->role)) return -1;
         size_t r = 0;
         while (r < sizeof ROLES / sizeof *ROLES && strcmp(pm->role, ROLES[r])) r++;
         if (r == sizeof ROLES / sizeof *ROLES)
             return fail_field(p, field, "be one of system, developer, user, assistant, tool", role);
         snprintf(field, sizeof field, "messages[%zu].content", i);
-        if (!(content = member(msg, "content"))) return parse_fail(p, "missing field '%s%s'", p->pfx, field);
+        if (!(content = json_member(msg, "content"))) return parse_fail(p, "missing field '%s%s'", p->pfx, field);
         if (parse_content(p, content, field, &pm->content)) return -1;
     }
     return 0;
@@ -530,7 +502,7 @@ static int parse_prompt(Parse *p, const JsonValue *v) {
 /* The prompt part: exactly one of prompt / messages; want_chat: 1 needs
  * messages, 0 needs a prompt, -1 either. */
 static int parse_body(Parse *p, const JsonValue *o, int want_chat) {
-    const JsonValue *prompt = member(o, "prompt"), *messages = member(o, "messages");
+    const JsonValue *prompt = json_member(o, "prompt"), *messages = json_member(o, "messages");
     if (prompt && messages) return parse_fail(p, "give '%sprompt' or '%smessages', not both", p->pfx, p->pfx);
     if (want_chat == 1 && !messages)
         return parse_fail(p, "missing field '%smessages' (required for /v1/chat/completions)", p->pfx);
@@ -549,7 +521,7 @@ static int parse_body(Parse *p, const JsonValue *o, int want_chat) {
  * then keeps "line-N"). */
 static int parse_id(Parse *p, const JsonValue *o, const char *key, const char *line, size_t len) {
     PromptRequest *req = p->req;
-    const JsonValue *v = member(o, key);
+    const JsonValue *v = json_member(o, key);
     if (!v) return 0;
     if (v->type == JSON_STRING) {
         if (v->u.string.len == 0) return parse_fail(p, "field '%s' must not be empty", key);
@@ -561,9 +533,9 @@ static int parse_id(Parse *p, const JsonValue *o, const char *key, const char *l
 }
 
 static int parse_openai(Parse *p, const JsonValue *o, const char *line, size_t len) {
-    if (!member(o, "custom_id")) return parse_fail(p, "missing field 'custom_id'");
+    if (!json_member(o, "custom_id")) return parse_fail(p, "missing field 'custom_id'");
     if (parse_id(p, o, "custom_id", line, len)) return -1;
-    const JsonValue *method = member(o, "method"), *url = member(o, "url"), *body = member(o, "body");
+    const JsonValue *method = json_member(o, "method"), *url = json_member(o, "url"), *body = json_member(o, "body");
     if (method && (method->type != JSON_STRING || strcmp(method->u.string.s, "POST")))
         return fail_field(p, "method", "be \"POST\"", method);
     int want_chat = -1; /* no url: whichever the body gives */

@@ -24,27 +24,10 @@ static int api_fail(ApiError *e, const char *param, const char *fmt, ...) {
     return -1;
 }
 
-static void describe(const JsonValue *v, char *out, size_t n) {
-    switch (v->type) {
-    case JSON_NULL: snprintf(out, n, "null"); break;
-    case JSON_BOOL: snprintf(out, n, "%s", v->u.boolean ? "true" : "false"); break;
-    case JSON_NUMBER: snprintf(out, n, "%.10g", v->u.number.num); break;
-    case JSON_STRING: snprintf(out, n, "'%.40s%s'", v->u.string.s, v->u.string.len > 40 ? "..." : ""); break;
-    case JSON_ARRAY: snprintf(out, n, "an array"); break;
-    case JSON_OBJECT: snprintf(out, n, "an object"); break;
-    }
-}
-
 static int fail_field(ApiError *e, const char *field, const char *must, const JsonValue *v) {
     char got[80];
-    describe(v, got, sizeof got);
+    json_describe(v, got, sizeof got);
     return api_fail(e, field, "field '%s' must %s (got %s)", field, must, got);
-}
-
-/* An optional member: NULL when absent or JSON null. */
-static const JsonValue *member(const JsonValue *o, const char *key) {
-    const JsonValue *v = json_get(o, key);
-    return v && v->type != JSON_NULL ? v : NULL;
 }
 
 /* A copy of a JSON string: no NUL, valid UTF-8 (the tokenizer takes C strings). */
@@ -58,21 +41,12 @@ static int dup_string(const JsonValue *v, const char *field, char **out, ApiErro
     return 0;
 }
 
-static bool value_int(const JsonValue *v, int64_t *out) {
-    if (v->type != JSON_NUMBER) return false;
-    if (v->u.number.is_int) { *out = v->u.number.i; return true; }
-    double d = v->u.number.num;
-    if (!isfinite(d) || d != floor(d) || fabs(d) > 9007199254740992.0) return false;
-    *out = (int64_t)d;
-    return true;
-}
-
 /* An optional integer in [lo, hi] into *out. */
 static int get_int(const JsonValue *o, const char *field, int64_t lo, int64_t hi, int *out, ApiError *e) {
-    const JsonValue *v = member(o, field);
+    const JsonValue *v = json_member(o, field);
     int64_t i;
     if (!v) return 0;
-    if (!value_int(v, &i) || i < lo || i > hi) {
+    if (!json_as_int64(v, &i) || i < lo || i > hi) {
         char must[96];
         snprintf(must, sizeof must, "be an integer in [%lld, %lld]", (long long)lo, (long long)hi);
         return fail_field(e, field, must, v);
@@ -84,7 +58,7 @@ static int get_int(const JsonValue *o, const char *field, int64_t lo, int64_t hi
 /* An optional float in [lo, hi] (lo_open: (lo, hi]). */
 static int get_float(const JsonValue *o, const char *field, float *out, double lo, bool lo_open, double hi,
                      ApiError *e) {
-    const JsonValue *v = member(o, field);
+    const JsonValue *v = json_member(o, field);
     if (!v) return 0;
     double d = v->type == JSON_NUMBER ? v->u.number.num : NAN;
     if (isfinite(d) && (lo_open ? d > lo : d >= lo) && d <= hi) { *out = (float)d; return 0; }
@@ -95,7 +69,7 @@ static int get_float(const JsonValue *o, const char *field, float *out, double l
 }
 
 static int parse_stop(const JsonValue *o, ApiRequest *r, ApiError *e) {
-    const JsonValue *v = member(o, "stop");
+    const JsonValue *v = json_member(o, "stop");
     if (!v) return 0;
     const char *must = "be a string or an array of strings";
     if (v->type != JSON_STRING && v->type != JSON_ARRAY) return fail_field(e, "stop", must, v);
@@ -116,7 +90,7 @@ static int parse_stop(const JsonValue *o, ApiRequest *r, ApiError *e) {
 /* logprobs / top_logprobs: chat takes logprobs true|false and top_logprobs
  * 0..20 (only with logprobs); completions takes logprobs 0..5. */
 static int parse_logprobs(const JsonValue *o, ApiRequest *r, ApiError *e) {
-    const JsonValue *lp = member(o, "logprobs");
+    const JsonValue *lp = json_member(o, "logprobs");
     if (r->kind == API_COMPLETIONS) {
         int k = -1;
         if (get_int(o, "logprobs", 0, 5, &k, e)) return -1;
@@ -148,21 +122,21 @@ static int parse_fields(const JsonValue *o, ApiRequest *r, ApiError *e) {
         return -1;
     if (top_k != INT_MIN) r->top_k = top_k < 0 ? 0 : top_k; /* -1 and 0: no limit */
     const JsonValue *v;
-    if ((v = member(o, "seed"))) {
-        if (!value_int(v, &r->seed)) return fail_field(e, "seed", "be an integer", v);
+    if ((v = json_member(o, "seed"))) {
+        if (!json_as_int64(v, &r->seed)) return fail_field(e, "seed", "be an integer", v);
         r->has_seed = true;
     }
-    if ((v = member(o, "stream"))) {
+    if ((v = json_member(o, "stream"))) {
         if (v->type != JSON_BOOL) return fail_field(e, "stream", "be true or false", v);
         r->stream = v->u.boolean;
     }
-    if ((v = member(o, "stream_options"))) {
-        const JsonValue *u = member(v, "include_usage");
+    if ((v = json_member(o, "stream_options"))) {
+        const JsonValue *u = json_member(v, "include_usage");
         if (v->type != JSON_OBJECT || (u && u->type != JSON_BOOL))
             return fail_field(e, "stream_options", "be an object {\"include_usage\": bool}", v);
         r->include_usage = u && u->u.boolean;
     }
-    if ((v = member(o, "model")) && v->type != JSON_STRING) return fail_field(e, "model", "be a string", v);
+    if ((v = json_member(o, "model")) && v->type != JSON_STRING) return fail_field(e, "model", "be a string", v);
     return 0;
 }
 
@@ -196,7 +170,7 @@ static int parse_messages(const JsonValue *m, ApiRequest *r, ApiError *e) {
     if (n == 0) return api_fail(e, "messages", "field 'messages' must not be empty");
     if (!(r->messages = calloc(n, sizeof *r->messages))) return api_fail(e, "", "out of memory");
     for (size_t i = 0; i < n; i++) {
-        const JsonValue *msg = json_at(m, i), *role = member(msg, "role"), *content = member(msg, "content");
+        const JsonValue *msg = json_at(m, i), *role = json_member(msg, "role"), *content = json_member(msg, "content");
         char field[48];
         ChatMessage *cm = &r->messages[r->n_messages++];
         snprintf(field, sizeof field, "messages[%zu].role", i);
@@ -237,7 +211,7 @@ int api_parse(const char *body, size_t len, ApiKind kind, ApiRequest *r, ApiErro
     const JsonValue *o = json_root(doc);
     int rc;
     if (o->type != JSON_OBJECT) rc = api_fail(e, "", "the request body must be a JSON object");
-    else rc = kind == API_CHAT ? parse_messages(member(o, "messages"), r, e) : parse_prompt(member(o, "prompt"), r, e);
+    else rc = kind == API_CHAT ? parse_messages(json_member(o, "messages"), r, e) : parse_prompt(json_member(o, "prompt"), r, e);
     if (!rc) rc = parse_fields(o, r, e);
     json_free(doc);
     if (rc) api_request_free(r);
@@ -269,13 +243,9 @@ int api_prompt_ids(const ApiRequest *r, const Tokenizer *tok, const ChatTemplate
 void api_gen_params(const ApiRequest *r, const GenParams *dflt, uint64_t fallback_seed, int i, GenParams *p) {
     *p = *dflt;
     if (r->max_tokens > 0) p->max_tokens = r->max_tokens;
-    if (!isnan(r->temperature)) p->sampling.temperature = r->temperature;
-    if (!isnan(r->top_p)) p->sampling.top_p = r->top_p;
-    if (!isnan(r->min_p)) p->sampling.min_p = r->min_p;
-    if (r->top_k >= 0) p->sampling.top_k = r->top_k;
-    if (!isnan(r->repetition_penalty)) p->sampling.repetition_penalty = r->repetition_penalty;
-    if (!isnan(r->presence_penalty)) p->sampling.presence_penalty = r->presence_penalty;
-    if (!isnan(r->frequency_penalty)) p->sampling.frequency_penalty = r->frequency_penalty;
+    sampler_params_override(&p->sampling, &(SamplerOverrides){r->temperature, r->top_p, r->min_p,
+                                                                r->repetition_penalty, r->presence_penalty,
+                                                                r->frequency_penalty, r->top_k});
     p->sampling.seed = (r->has_seed ? (uint64_t)r->seed : fallback_seed) + (uint64_t)i;
     p->stop = (const char *const *)r->stop;
     p->n_stop = r->n_stop;

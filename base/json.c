@@ -20,6 +20,7 @@
 
 #include <errno.h>
 #include <locale.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -508,6 +509,31 @@ Json *json_parse_file(const char *path, Err *err) {
 const JsonValue *json_root(const Json *doc) { return doc ? &doc->root : NULL; }
 
 /* ---------- lookups ---------- */
+
+void json_describe(const JsonValue *v, char *out, size_t n) {
+    switch (v->type) {
+    case JSON_NULL: snprintf(out, n, "null"); break;
+    case JSON_BOOL: snprintf(out, n, "%s", v->u.boolean ? "true" : "false"); break;
+    case JSON_NUMBER: snprintf(out, n, "%.10g", v->u.number.num); break;
+    case JSON_STRING: snprintf(out, n, "'%.40s%s'", v->u.string.s, v->u.string.len > 40 ? "..." : ""); break;
+    case JSON_ARRAY: snprintf(out, n, "an array"); break;
+    case JSON_OBJECT: snprintf(out, n, "an object"); break;
+    }
+}
+
+const JsonValue *json_member(const JsonValue *obj, const char *key) {
+    const JsonValue *v = json_get(obj, key);
+    return v && v->type != JSON_NULL ? v : NULL;
+}
+
+bool json_as_int64(const JsonValue *v, int64_t *out) {
+    if (v->type != JSON_NUMBER) return false;
+    if (v->u.number.is_int) { *out = v->u.number.i; return true; }
+    double d = v->u.number.num;
+    if (!isfinite(d) || d != floor(d) || fabs(d) > 9007199254740992.0) return false;
+    *out = (int64_t)d;
+    return true;
+}
 
 const JsonValue *json_get(const JsonValue *obj, const char *key) {
     if (!obj || obj->type != JSON_OBJECT || !key) return NULL;

@@ -51,6 +51,15 @@ const JsonValue *json_get(const JsonValue *obj, const char *key);
 const JsonValue *json_at(const JsonValue *arr, size_t i);
 size_t json_len(const JsonValue *v); /* items of an array, members of an object, else 0 */
 
+/* v in a few words for an error's "(got ...)": null, true, 3.5, 'text...'
+ * (40 bytes at most), an array, an object. */
+void json_describe(const JsonValue *v, char *out, size_t n);
+
+/* A member of obj that is present and not null, else NULL. */
+const JsonValue *json_member(const JsonValue *obj, const char *key);
+/* v as an exact integer (1e3 and 100.0 count; 1.5, 2^53+ and non-numbers do not). */
+bool json_as_int64(const JsonValue *v, int64_t *out);
+
 /* Typed getters with a default, for optional config fields. A present member
  * of the wrong type returns the default too; use json_get + type to tell. */
 double json_get_num(const JsonValue *obj, const char *key, double def);

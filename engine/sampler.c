@@ -354,6 +354,16 @@ static int sampler_build(Sampler *s, float *logits, int n, bool *sorted) {
     return kept;
 }
 
+void sampler_params_override(SamplerParams *p, const SamplerOverrides *o) {
+    if (!isnan(o->temperature)) p->temperature = o->temperature;
+    if (!isnan(o->top_p)) p->top_p = o->top_p;
+    if (!isnan(o->min_p)) p->min_p = o->min_p;
+    if (o->top_k >= 0) p->top_k = o->top_k;
+    if (!isnan(o->repetition_penalty)) p->repetition_penalty = o->repetition_penalty;
+    if (!isnan(o->presence_penalty)) p->presence_penalty = o->presence_penalty;
+    if (!isnan(o->frequency_penalty)) p->frequency_penalty = o->frequency_penalty;
+}
+
 int32_t sampler_sample(Sampler *s, float *logits, int n) {
     if (n > s->n_vocab) n = s->n_vocab; /* the buffers hold n_vocab; ids beyond it are not drawn */
     if (n <= 0) return 0;

@@ -71,6 +71,14 @@ void sampler_accept(Sampler *s, int32_t token);
  * fresh row each call. Never fails: a row with no finite logit gives token 0. */
 int32_t sampler_sample(Sampler *s, float *logits, int n_vocab);
 
+/* A request's own sampling fields over p: a NaN float or a negative top_k
+ * leaves p's value (the field was not given). */
+typedef struct {
+    float temperature, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty;
+    int top_k;
+} SamplerOverrides;
+void sampler_params_override(SamplerParams *p, const SamplerOverrides *o);
+
 /* The candidate list sampling would draw from for these logits, without
  * drawing: writes up to n_vocab ids and probabilities (summing to 1), most
  * likely first (ties: lower id first), and returns how many. Modifies logits
