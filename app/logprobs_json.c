@@ -63,11 +63,14 @@ int logprobs_json_completion(JsonBuf *b, const Tokenizer *tok, const TokenLogpro
         rc |= jsonbuf_printf(b, "}");
     }
     rc |= jsonbuf_printf(b, "],\"text_offset\":[");
+    /* Byte offsets into "text", which echoes the prompt as given: a BOS the
+     * tokenizer added stands in no byte of it. */
     long long off = 0;
+    bool added_bos = n_prompt > 0 && tokenizer_add_bos(tok) && prompt[0].id == tokenizer_bos(tok);
     for (int i = 0; i < n; i++) {
         char s[512];
         rc |= jsonbuf_printf(b, "%s%lld", i ? "," : "", off);
-        off += token_text(tok, nth(prompt, n_prompt, gen, i)->id, s, sizeof s);
+        if (!(i == 0 && added_bos)) off += token_text(tok, nth(prompt, n_prompt, gen, i)->id, s, sizeof s);
     }
     return rc | jsonbuf_printf(b, "]}");
 }

@@ -34,6 +34,10 @@ def near(a, b, what):
 lp, plp, n = c["logprobs"], c["prompt_logprobs"], len(ref["prompt_ids"])
 assert c["text"] == ref["prompt"] + ref["text"], (c["text"], ref["text"])
 assert len(lp["tokens"]) == n + len(ref["greedy"]), lp["tokens"]
+# text_offset: byte offsets into the echoed text; an added BOS takes no byte of it
+off, raw = lp["text_offset"], c["text"].encode()
+assert off[0] == 0 and off[-1] + len(lp["tokens"][-1].encode()) == len(raw), (off, lp["tokens"], c["text"])
+assert all(raw[off[i]:off[i + 1]].decode(errors="replace") == lp["tokens"][i] for i in range(1, n - 1)), (off, lp["tokens"])
 assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None and plp[0] is None
 for i in range(1, n):
     near(lp["token_logprobs"][i], ref["prompt_logprobs"][i], f"echo logprob {i}")
