@@ -466,7 +466,7 @@ static int cmd_serve(int argc, char **argv) {
     int n_pos, rc = parse_opts("serve", "serve -m MODEL [options]\n\n"
                                "An OpenAI-compatible HTTP server: POST /v1/chat/completions, POST /v1/completions\n"
                                "(stream, n, stop, seed, max_tokens, temperature, top_p, top_k, min_p, penalties;\n"
-                               "logprobs accepted, answered null), GET /v1/models, GET /health, GET /metrics\n"
+                               "logprobs, top_logprobs), GET /v1/models, GET /health, GET /metrics\n"
                                "(Prometheus). SIGTERM or SIGINT stops it: running requests finish, exit 0.\n"
                                "Without --max-tokens or a request's max_tokens a reply runs until the context fills.",
                                argc, argv, opts, pos, 0, &n_pos);

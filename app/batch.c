@@ -553,14 +553,8 @@ int batch_main(const RunOptions *o, const BatchOptions *b) {
         prompts_close(bt.in);
         return 2;
     }
-    GenerationDefaults gen;
-    if (app_generation_defaults(&bt.rt.model, &gen, &err) == 0 &&
-        app_sampling_from_model(&ro.sampling, b->sampling_given, &gen))
-        fprintf(stderr, "cllm generate: sampling as the model's %s recommends (options and request fields given "
-                        "override it): temperature %g, top-k %d, top-p %g, min-p %g, repeat penalty %g\n",
-                gen.source, ro.sampling.temperature, ro.sampling.top_k, ro.sampling.top_p, ro.sampling.min_p,
-                ro.sampling.repetition_penalty);
-    if (err.msg[0] || runtime_chat_template(&bt.rt, o->chat_template, &bt.tmpl, &err) ||
+    if (app_model_sampling("generate", &bt.rt.model, b->sampling_given, &ro.sampling, &err) ||
+        runtime_chat_template(&bt.rt, o->chat_template, &bt.tmpl, &err) ||
         vengines_init(&bt.ve, &bt.rt.engine, &so, 0, &err)) {
         fprintf(stderr, "cllm generate: %s\n", err.msg);
         prompts_close(bt.in);

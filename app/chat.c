@@ -373,13 +373,10 @@ static int chat_setup(Chat *c, const RunOptions *o) {
                         "text rather than answering, and may ramble or repeat. For a conversation use an instruct "
                         "model (e.g. smollm2-135m-instruct).\n");
     c->sampling = o->sampling;
-    const SamplerParams *s = &c->sampling;
-    GenerationDefaults gen;
-    if (app_generation_defaults(m, &gen, &err)) { fprintf(stderr, "cllm chat: %s\n", err.msg); return 2; }
-    if (app_sampling_from_model(&c->sampling, c->given, &gen))
-        fprintf(stderr, "cllm: sampling as the model's %s recommends (options given override it): "
-                        "temperature %g, top-k %d, top-p %g, min-p %g, repeat penalty %g\n",
-                gen.source, s->temperature, s->top_k, s->top_p, s->min_p, s->repetition_penalty);
+    if (app_model_sampling("chat", m, c->given, &c->sampling, &err)) {
+        fprintf(stderr, "cllm chat: %s\n", err.msg);
+        return 2;
+    }
     return 0;
 }
 

@@ -111,9 +111,20 @@ static int models_txt_sampling(const Model *m, GenerationDefaults *g, Err *err) 
     return rc;
 }
 
-int app_generation_defaults(const Model *m, GenerationDefaults *g, Err *err) {
+/* m->gen, else (none) the models.txt entry's. */
+static int app_generation_defaults(const Model *m, GenerationDefaults *g, Err *err) {
     *g = m->gen;
     return g->source[0] ? 0 : models_txt_sampling(m, g, err);
+}
+
+int app_model_sampling(const char *cmd, const Model *m, unsigned given, SamplerParams *s, Err *err) {
+    GenerationDefaults gen;
+    if (app_generation_defaults(m, &gen, err)) return -1;
+    if (app_sampling_from_model(s, given, &gen))
+        fprintf(stderr, "cllm %s: sampling as the model's %s recommends (options given override it): "
+                        "temperature %g, top-k %d, top-p %g, min-p %g, repeat penalty %g\n",
+                cmd, gen.source, s->temperature, s->top_k, s->top_p, s->min_p, s->repetition_penalty);
+    return 0;
 }
 
 int app_sampling_from_model(SamplerParams *s, unsigned given, const GenerationDefaults *g) {

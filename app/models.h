@@ -21,10 +21,12 @@ enum {
  * s's value (cllm's default). Returns how many fields the model set. */
 int app_sampling_from_model(SamplerParams *s, unsigned given, const GenerationDefaults *g);
 
-/* The sampling settings m's own files recommend (m->gen); when they carry
- * none and m is a model of models.txt, the settings its sampling column
- * gives (the card's recommendation, measured). -1 with err set when that column is malformed. */
-int app_generation_defaults(const Model *m, GenerationDefaults *g, Err *err);
+/* The sampling m's own files recommend (m->gen); when they carry none and m
+ * is a model of models.txt, the settings of its sampling column. Put into the
+ * fields of s the user did not give, said once on stderr as "cllm CMD:
+ * sampling as ... recommends" when it set any. -1 with err set on a
+ * malformed models.txt column. */
+int app_model_sampling(const char *cmd, const Model *m, unsigned given, SamplerParams *s, Err *err);
 
 /* Path of the default model: the first of models.txt beside the executable,
  * in models/cache (or $CLLM_MODELS). 0, or 2 after printing why there is none. */

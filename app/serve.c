@@ -497,19 +497,13 @@ static void model_id(const ServeOptions *so, const char *path, char *out, size_t
  * stays open. */
 static int server_open(Server *s, RunOptions *ro, Err *err) {
     if (runtime_open(&s->rt, ro, err)) return -1;
-    GenerationDefaults gen;
     SchedOptions so = {.max_seqs = s->so->max_seqs, .max_batched_tokens = s->so->max_batched_tokens,
                        .sample_threads = ro->threads, .host_sampling = ro->host_sampling};
-    if (app_generation_defaults(&s->rt.model, &gen, err) ||
+    if (app_model_sampling("serve", &s->rt.model, s->so->sampling_given, &ro->sampling, err) ||
         runtime_chat_template(&s->rt, ro->chat_template, &s->tmpl, err)) {
         runtime_close(&s->rt);
         return -1;
     }
-    if (app_sampling_from_model(&ro->sampling, s->so->sampling_given, &gen))
-        fprintf(stderr, "cllm serve: sampling as the model's %s recommends (options and request fields given "
-                "override it): temperature %g, top-k %d, top-p %g, min-p %g, repeat penalty %g\n", gen.source,
-                ro->sampling.temperature, ro->sampling.top_k, ro->sampling.top_p, ro->sampling.min_p,
-                ro->sampling.repetition_penalty);
     s->dflt = (GenParams){.sampling = ro->sampling, .max_tokens = ro->max_tokens > 0 ? ro->max_tokens : 0,
                            .ignore_eos = ro->ignore_eos};
     if (vengines_init(&s->ve, &s->rt.engine, &so, 0, err)) {
