@@ -91,6 +91,7 @@ $(BUILD)/%.o: %.c
 	$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/kernels/cuda/quant_gemm.o: GENCODE = $(GENCODE_90A)
+$(BUILD)/kernels/cuda/attention_prefill_sm90.o: GENCODE = $(GENCODE_90A)
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	@$(PROGRESS) $<

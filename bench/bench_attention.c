@@ -186,6 +186,8 @@ static void bench_decode(int n_seqs, int ctx, int n_sms, bool fp8) {
 int main(void) {
     int n_sms = 0;
     cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, 0);
+    printf("# prefill kernel: bf16 %s, fp8 %s\n", cuda_attention_prefill_kernel(D, D, false),
+           cuda_attention_prefill_kernel(D, D, true));
     for (int f = 0; f < 2; f++) {
         bench_prefill(16, 1024, f);
         bench_prefill(4, 4096, f);

@@ -68,8 +68,8 @@ void cuda_attention_generic(void *out, const void *q, const KVLayerDev *kv, cons
 /* (head_dim_k, head_dim_v) pairs with compiled kernels; each has 8 variants
  * (soft-cap on/off x window on/off x bf16/fp8 cache); sinks and GQA ratio
  * are run-time. */
-#define ATTN_HEAD_DIMS(X) X(64, 64) X(80, 80) X(96, 96) X(128, 128) X(256, 256) X(128, 64)
-#define ATTN_HEAD_DIMS_TEXT "64/64, 80/80, 96/96, 128/128, 256/256, 128/64"
+#define ATTN_HEAD_DIMS(X) X(64, 64) X(80, 80) X(96, 96) X(128, 128) X(256, 256) X(128, 64) X(192, 128)
+#define ATTN_HEAD_DIMS_TEXT "64/64, 80/80, 96/96, 128/128, 256/256, 128/64, 192/128"
 
 /* The device side of an AttnMeta: its counts and offsets, and where its
  * buffer was copied. */
@@ -120,6 +120,10 @@ int cuda_attention_check(const AttnParams *p, int block_size, Err *err);
 int cuda_attention(void *out, const void *q, const KVLayerDev *kv, const AttnDevMeta *m, const AttnParams *p,
                    const float *d_sinks, const AttnDecodeWork *w, cudaStream_t s, Err *err);
 
+/* Which prefill kernel runs for these head sizes and cache type on this
+ * device: "sm90a" (attention_prefill_sm90.cu) or "fa2" (attention_prefill.cu). */
+const char *cuda_attention_prefill_kernel(int head_dim_k, int head_dim_v, bool fp8);
+
 /* The two halves alone (benchmarks, graph capture of decode steps). */
 int cuda_attention_prefill(void *out, const void *q, const KVLayerDev *kv, const AttnDevMeta *m, const AttnParams *p,
                            const float *d_sinks, cudaStream_t s, Err *err);
@@ -142,6 +146,10 @@ int cuda_attention_decode_rope(void *out, const void *q, const KVLayerDev *kv, c
 #include "kernels/cuda/attention_common.cuh"
 extern "C" int attn_prefill_launch(const AttnKParams *kp, int head_dim_k, int head_dim_v, int n_tiles, cudaStream_t s,
                                    Err *err);
+/* attention_prefill_sm90.cu: 1 ran, 0 no sm_90a kernel for the case, -1 error */
+extern "C" bool attn_prefill_sm90_has(int head_dim_k, int head_dim_v, bool fp8);
+extern "C" int attn_prefill_sm90_launch(const AttnKParams *kp, int head_dim_k, int head_dim_v, int n_tiles,
+                                        cudaStream_t s, Err *err);
 extern "C" int attn_decode_launch(const AttnKParams *kp, int head_dim_k, int head_dim_v, int n_decode, cudaStream_t s,
                                   Err *err);
 #endif

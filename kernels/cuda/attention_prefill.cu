@@ -28,6 +28,9 @@
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/cuda_check.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 /* ---- kernels ---- */
 
 template <int HDK, int HDV, bool FP8> struct PrefillShape {
@@ -287,9 +290,26 @@ static int prefill_variant(const AttnKParams *kp, int n_tiles, cudaStream_t s, E
     return prefill_launch<HDK, HDV, false, false, FP8>(kp, n_tiles, s, err);
 }
 
+/* CLLM_ATTENTION_PREFILL=fa2: this file's kernel even where the sm_90a one
+ * has the variant (tests and benchmarks compare the two); read once */
+static bool prefill_fa2_forced(void) {
+    static int forced = -1;
+    if (forced < 0) {
+        const char *v = getenv("CLLM_ATTENTION_PREFILL");
+        forced = v && !strcmp(v, "fa2");
+    }
+    return forced;
+}
+
+extern "C" const char *cuda_attention_prefill_kernel(int head_dim_k, int head_dim_v, bool fp8) {
+    return !prefill_fa2_forced() && attn_prefill_sm90_has(head_dim_k, head_dim_v, fp8) ? "sm90a" : "fa2";
+}
+
 extern "C" int attn_prefill_launch(const AttnKParams *kp, int head_dim_k, int head_dim_v, int n_tiles, cudaStream_t s,
                                    Err *err) {
     if (n_tiles == 0) return 0;
+    const int sm90 = prefill_fa2_forced() ? 0 : attn_prefill_sm90_launch(kp, head_dim_k, head_dim_v, n_tiles, s, err);
+    if (sm90) return sm90 < 0 ? -1 : 0;
 #define ATTN_HD(K, V)                                                                                  \
     if (head_dim_k == K && head_dim_v == V)                                                            \
         return kp->fp8 ? prefill_variant<K, V, true>(kp, n_tiles, s, err) : prefill_variant<K, V, false>(kp, n_tiles, s, err);

@@ -26,13 +26,10 @@
 #include <stdint.h>
 
 #include "kernels/cuda/tensor_core.cuh"
+#include "kernels/cuda/wgmma.cuh"
 #include "base/dtype.h"
 
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define QM_WGMMA 1 /* wgmma exists only in the arch-specific sm_90a target */
-#else
-#define QM_WGMMA 0
-#endif
+#define QM_WGMMA WG_SM90A
 
 #define QM_BM 128 /* W rows a block */
 /* A stage is x's tile and W's raw bytes, 128 rows of 32 codes + 16 header
@@ -78,17 +75,6 @@ template <int Q, int BN, int MB = 1> static __host__ __device__ constexpr int qr
 static __device__ __forceinline__ uint64_t qm_desc(uint32_t saddr) {
     return (uint64_t)((saddr >> 4) & 0x3fff) | (uint64_t)1 << 16 | (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
 }
-static __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-static __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N> static __device__ __forceinline__ void wg_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-/* keeps the compiler from moving accumulator reads above the last wait */
-template <int NA> static __device__ __forceinline__ void wg_hold(float (&d)[NA]) {
-#pragma unroll
-    for (int i = 0; i < NA; i++) asm volatile("" : "+f"(d[i])::"memory");
-}
-
 /* the 64 fp32 accumulators of an m64n128 wgmma: operands %0-%63 of the asm */
 #define QM_ACC_OPERANDS                                                                                               \
     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,"  \
@@ -153,27 +139,7 @@ static __device__ __forceinline__ void wg_mma_rs(float (&d)[NA], const uint32_t 
     }
 }
 
-/* mbarriers (PTX ISA 7.8, sm_90) and the TMA tile load */
-static __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-static __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar), "r"(bytes)
-                 : "memory");
-}
-static __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
-}
-/* until completion number n of the barrier (counted from 0) has happened: parity n % 2 */
-static __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-    uint32_t done;
-    do {
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done)
-                     : "r"(bar), "r"(parity)
-                     : "memory");
-    } while (!done);
-}
+/* the TMA tile load */
 static __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
                  "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar)

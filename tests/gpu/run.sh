@@ -65,6 +65,8 @@ run_check sampling "$BIN/tests/gpu/test_sampling"
 # finishes in time (attention, quant; not cuda_forward or quant_gemm)
 SAN="compute-sanitizer --error-exitcode 9 --tool"
 run_check attention sh -c "$BIN/tests/gpu/test_attention && if command -v compute-sanitizer >/dev/null; then $SAN memcheck $BIN/tests/gpu/test_attention --quick && $SAN racecheck $BIN/tests/gpu/test_attention --quick; fi"
+# the FlashAttention-2 prefill kernel where the sm_90a one would run (it stays the path for other GPUs)
+run_check attention_fa2 env CLLM_ATTENTION_PREFILL=fa2 "$BIN/tests/gpu/test_attention"
 run_check quant sh -c "$BIN/tests/gpu/test_quant && if command -v compute-sanitizer >/dev/null; then $SAN memcheck $BIN/tests/gpu/test_quant --quick && $SAN racecheck $BIN/tests/gpu/test_quant --quick; fi"
 # the fused prefill GEMM (wgmma, quant_gemm.cu) against the CPU; its timing table beside dequantize + cuBLASLt
 run_check quant_gemm sh -c "$BIN/tests/gpu/test_quant_gemm && if command -v compute-sanitizer >/dev/null; then compute-sanitizer --error-exitcode 9 --tool memcheck $BIN/tests/gpu/test_quant_gemm --quick; fi"

@@ -297,6 +297,17 @@ static const Case k_cases[] = {
      .start = {4999, 3000, 4095, 17, 1, 2047, 4500, 63}, .len = {1, 1, 1, 1, 1, 1, 1, 1}},
     {"long decode window 256", 128, 64, 8, 2, 64, 256, 0, 1, .n_seqs = 3, .start = {4999, 255, 3000}, .len = {1, 1, 1}},
     {"long prefill 700 + window 200", 80, 80, 4, 2, 32, 200, 0, 0, .n_seqs = 2, .start = {0, 100}, .len = {700, 300}},
+    /* the sm_90a kernel's cases (128-key tiles, 64 at head size 256): runs over many tiles, chunks starting
+     * mid-tile, windows ending mid-tile, every K/V head size pair it has */
+    {"hd192/128 mixed", 192, 128, 8, 2, 16, 0, 0, 0, MIX()},
+    {"long prefill 1000 + chunk 333 at 517", 128, 128, 8, 2, 16, 0, 0, 0, .n_seqs = 2, .start = {0, 517},
+     .len = {1000, 333}},
+    {"prefill 600 window 129 softcap sinks", 128, 128, 8, 1, 16, 129, 20.f, 1, .n_seqs = 2, .start = {0, 300},
+     .len = {600, 257}},
+    {"prefill hd256 500 window 100 bs8", 256, 256, 4, 2, 8, 100, 0, 0, .n_seqs = 2, .start = {0, 77}, .len = {500, 129}},
+    {"prefill hd64 mqa 16 heads 700", 64, 64, 16, 1, 32, 0, 0, 1, .n_seqs = 2, .start = {0, 1}, .len = {700, 255}},
+    {"prefill hd192/128 400 + window 64", 192, 128, 4, 4, 16, 64, 0, 0, .n_seqs = 2, .start = {0, 200},
+     .len = {400, 129}},
 };
 
 /* A decode step captured in a CUDA graph, replayed after the metadata
@@ -391,7 +402,7 @@ static int g_quick, g_case = -1;
 static void run_cases(void) {
     int n = (int)(sizeof k_cases / sizeof *k_cases);
     for (int i = 0; i < n; i++)
-        if (g_case >= 0 ? i == g_case : !g_quick || i == 1 || i == 6 || i == 17 || i == 19 || i == 20) run_case(&k_cases[i]);
+        if (g_case >= 0 ? i == g_case : !g_quick || i == 1 || i == 6 || i == 17 || i == 19 || i == 20 || i == 23 || i == 25) run_case(&k_cases[i]);
 }
 static void test_cases(void) { g_dtype = KV_DTYPE_BF16; run_cases(); }
 static void test_cases_fp8(void) { g_dtype = KV_DTYPE_FP8; run_cases(); g_dtype = KV_DTYPE_BF16; }
