@@ -123,7 +123,8 @@ __global__ void __launch_bounds__(384, 1) attn_prefill_sm90_kernel(const AttnKPa
     auto empty = [&](int s) { return bars + 8 * (2 * NS + s); };
 
     const int h = blockIdx.y, kvh = h / p.group;
-    const int32_t *tile = p.meta + p.off_tiles + 2 * blockIdx.x;
+    /* the last tiles of a run see the most keys: launched first, so the short ones fill the tail */
+    const int32_t *tile = p.meta + p.off_tiles + 2 * (gridDim.x - 1 - blockIdx.x);
     const int32_t *run = p.meta + p.off_prefill + 4 * tile[0];
     const int m0 = tile[1], q_start = run[0], q_len = run[1], pos0 = run[2];
     const int32_t *tab = p.meta + p.off_tables + (int64_t)run[3] * p.table_width;
@@ -258,33 +259,51 @@ __global__ void __launch_bounds__(384, 1) attn_prefill_sm90_kernel(const AttnKPa
         }
     };
 
+    /* ping-pong (both warpgroups have rows): a warpgroup issues its wgmma only on its turn and passes the
+     * turn when they are issued, so one's softmax runs while the other's products hold the tensor cores;
+     * named barriers 3 (warpgroup 0's turn) and 4 (warpgroup 1's), warpgroup 0 first */
+    const bool pingpong = rows > 64;
+    auto turn_wait = [&]() {
+        if (pingpong) asm volatile("bar.sync %0, 256;\n" ::"r"(3 + w) : "memory");
+    };
+    auto turn_pass = [&](bool last) { /* warpgroup 1's last pass has no wait to meet */
+        if (pingpong && !(last && w == 1)) asm volatile("bar.arrive %0, 256;\n" ::"r"(4 - w) : "memory");
+    };
+    if (pingpong && w == 1) asm volatile("bar.arrive 3, 256;\n" ::: "memory");
     if (wrow < rows) {
         /* software pipeline within the warpgroup: S of tile i is computed on the tensor cores while P V of
          * tile i - 1 is too, and the softmax of tile i runs while P V of tile i - 1 finishes */
         float sc[BN / 2], alpha[2];
         uint32_t pa[BN / 16][4];
+        turn_wait();
         qk(sc, 0, 0);
+        turn_pass(false);
         wg_wait<0>();
         wg_hold<BN / 2>(sc);
         softmax(sc, t_begin, alpha);
         pack(pa, sc);
         for (int i = 1; i < n_t; i++) {
             const int s = i % NS, sp = (i - 1) % NS;
+            turn_wait();
             qk(sc, s, (i / NS) & 1);
             pv(pa, sp, ((i - 1) / NS) & 1);
+            turn_pass(false);
             wg_wait<1>(); /* S_i is in */
             wg_hold<BN / 2>(sc);
             softmax(sc, t_begin + i, alpha);
             wg_wait<0>(); /* P V of tile i - 1 is in: its stage is free, O takes this tile's factor */
             wg_hold<HDV / 2>(o);
             mbar_arrive(empty(sp));
+            if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) /* no row's max moved: nothing to scale */
 #pragma unroll
-            for (int j = 0; j < HDV / 8; j++)
-                o[4 * j] *= alpha[0], o[4 * j + 1] *= alpha[0], o[4 * j + 2] *= alpha[1], o[4 * j + 3] *= alpha[1];
+                for (int j = 0; j < HDV / 8; j++)
+                    o[4 * j] *= alpha[0], o[4 * j + 1] *= alpha[0], o[4 * j + 2] *= alpha[1], o[4 * j + 3] *= alpha[1];
             pack(pa, sc);
         }
         const int sl = (n_t - 1) % NS;
+        turn_wait();
         pv(pa, sl, ((n_t - 1) / NS) & 1);
+        turn_pass(true);
         wg_wait<0>();
         wg_hold<HDV / 2>(o);
         mbar_arrive(empty(sl));
