@@ -7,6 +7,7 @@ GPU machine (a Llama-3-70B in bf16 is 141 GB).
     python3 bench/make_dummy_model.py llama3-8b /tmp/l8      # A/B runs without a 16 GB file to make
     python3 bench/make_dummy_model.py llama3-70b /tmp/l70
     python3 bench/make_dummy_model.py llama3.1-405b /tmp/l405
+    python3 bench/make_dummy_model.py gemma2-9b /tmp/g9      # windows + soft-caps, head size 256
 
 `--dummy-weights=q4_k` (or q8_0, q4_0, q4_1, q5_k, q6_k) makes the matrices
 random but valid GGUF blocks of that type instead of bf16, as a llama.cpp
@@ -27,6 +28,12 @@ SHAPES = {
                        num_key_value_heads=8),
     "llama3.1-405b": dict(hidden_size=16384, intermediate_size=53248, num_hidden_layers=126, num_attention_heads=128,
                           num_key_value_heads=8),
+    # gemma-2-9b config.json: windows of 4096 on every other layer, soft-caps 50 / 30, head size 256
+    "gemma2-9b": dict(architectures=["Gemma2ForCausalLM"], model_type="gemma2", hidden_size=3584,
+                      intermediate_size=14336, num_hidden_layers=42, num_attention_heads=16, num_key_value_heads=8,
+                      head_dim=256, vocab_size=256000, rope_theta=10000.0, rms_norm_eps=1e-6, sliding_window=4096,
+                      query_pre_attn_scalar=256, attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
+                      tie_word_embeddings=True, hidden_activation="gelu_pytorch_tanh", hidden_act=None),
 }
 
 
@@ -35,11 +42,14 @@ def main():
     ap.add_argument("shape", choices=sorted(SHAPES))
     ap.add_argument("out", help="folder to write (created)")
     a = ap.parse_args()
-    vocab = 128256
+    shape = SHAPES[a.shape]
+    vocab = shape.get("vocab_size", 128256)
     tok, tok_cfg, bos, eos = make_tokenizer(vocab)
     cfg = dict(architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=vocab, max_position_embeddings=8192,
                rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=False, hidden_act="silu",
-               torch_dtype="bfloat16", bos_token_id=bos, eos_token_id=eos, **SHAPES[a.shape])
+               torch_dtype="bfloat16", bos_token_id=bos, eos_token_id=eos)
+    cfg.update(shape)
+    cfg = {k: v for k, v in cfg.items() if v is not None}
     os.makedirs(a.out, exist_ok=True)
     for name, obj in (("config.json", cfg), ("tokenizer.json", tok), ("tokenizer_config.json", tok_cfg)):
         with open(os.path.join(a.out, name), "w") as f:
