@@ -6,7 +6,7 @@
  *
  * A block: one tile of 128 query rows of one prefill run, one query head;
  * 384 threads in three warpgroups.
- *   - Warpgroup 0, the producer (setmaxnreg down to 56 registers): gathers
+ *   - Warpgroup 0, the producer (setmaxnreg down to 96 registers): gathers
  *     each K and V tile of BN keys through the block table with 16-byte
  *     cp.async (keys outside [lo, hi) zero-filled, so any block size >= 8
  *     works and no tensor map is built per layer), straight into wgmma's
@@ -14,7 +14,7 @@
  *     cp.async.mbarrier.arrive.noinc makes the stage's full_k / full_v
  *     barrier complete when all its copies have landed, so the producer
  *     never waits on its own loads, only on a stage's empty barrier.
- *   - Warpgroups 1 and 2, the consumers (up to 224 registers): rows 0-63
+ *   - Warpgroups 1 and 2, the consumers (up to 200 registers): rows 0-63
  *     and 64-127. S = Q K^T by wgmma m64nBNk16 with Q and K from shared
  *     memory; the softmax in registers (fp32, exp2 domain, the masks of
  *     attention_prefill.cu); O += P V by wgmma with P from registers (the S
@@ -83,7 +83,7 @@ __device__ __forceinline__ void sm90_load_rows(uint32_t dst, const bf16 *cache, 
     constexpr int U = HD / 8, RW = BN / 4; /* 16-byte units a row, rows a warp */
     static_assert((RW * U) % 32 == 0, "whole warp copies");
     const int lane = pt & 31, r0 = (pt >> 5) * RW;
-#pragma unroll 4
+#pragma unroll 16
     for (int it = 0; it < RW * U / 32; it++) {
         const int idx = it * 32 + lane, rl = idx / U, u = idx % U;
         const int64_t v = __shfl_sync(0xffffffffu, vec, rl);
@@ -143,8 +143,10 @@ __global__ void __launch_bounds__(384, 1) attn_prefill_sm90_kernel(const AttnKPa
     }
     __syncthreads();
 
+    /* registers: the block holds 384 x 168; the producer gives 128 x 72 back and the consumers take 256 x 32 of
+     * them (setmaxnreg.inc waits for registers the block does not have: more would hang) */
     if (wg == 0) { /* the producer */
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n");
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 96;\n");
         const int pt = threadIdx.x;
         for (int i = 0; i < n_t; i++) {
             const int s = i % NS, n0 = (t_begin + i) * BN;
@@ -160,7 +162,7 @@ __global__ void __launch_bounds__(384, 1) attn_prefill_sm90_kernel(const AttnKPa
         return;
     }
 
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 200;\n");
     const int w = wg - 1, ct = threadIdx.x - 128 * wg; /* consumer warpgroup, its thread */
     const int lane = ct & 31, wi = ct >> 5, g = lane >> 2, tg = lane & 3;
     const int wrow = 64 * w; /* the warpgroup's first tile row */
