@@ -38,13 +38,18 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/wgmma.cuh"
 
-template <int HDK, int HDV> struct Sm90Shape {
-    static constexpr int BM = 128, BN = HDV > 128 ? 64 : 128, NT = 384;
+template <int HDK, int HDV, bool FP8> struct Sm90Shape {
+    /* fp8: 64-key tiles, so two raw tiles of codes fit beside the f16 stages */
+    static constexpr int BM = 128, BN = FP8 || HDV > 128 ? 64 : 128, NT = 384;
     static constexpr int Q_BYTES = BM * HDK * 2, K_BYTES = BN * HDK * 2, V_BYTES = BN * HDV * 2;
     static constexpr int STAGE = K_BYTES + V_BYTES;
+    /* fp8: per stage the keys' and values' scales; two raw tiles (codes K | V, scales K | V); Q's row factors */
+    static constexpr int SC_BYTES = FP8 ? 2 * BN * 4 : 0, RAW = BN * (HDK + HDV) + 2 * BN * 4;
+    static constexpr int EXTRA = FP8 ? 2 * RAW + BM * 4 : 0;
     /* as many stages as shared memory holds, up to 4 */
-    static constexpr int NS_FIT = (227 * 1024 - 1024 - 128 - Q_BYTES) / STAGE, NS = NS_FIT < 4 ? NS_FIT : 4;
-    static constexpr int SMEM = 1024 + Q_BYTES + NS * STAGE + 3 * NS * 8;
+    static constexpr int NS_FIT = (227 * 1024 - 1024 - 128 - Q_BYTES - EXTRA) / (STAGE + SC_BYTES);
+    static constexpr int NS = NS_FIT < 4 ? NS_FIT : 4;
+    static constexpr int SMEM = 1024 + Q_BYTES + NS * (STAGE + SC_BYTES) + EXTRA + 3 * NS * 8;
     static_assert(BM == ATTN_TILE_M, "the metadata's tile height is the kernel's");
     static_assert(HDK % 64 == 0 && HDV % 64 == 0, "64-column swizzle chunks");
     static_assert(NS >= 2 && SMEM <= 227 * 1024, "two stages at least in one block's shared memory");
@@ -91,31 +96,110 @@ __device__ __forceinline__ void sm90_load_rows(uint32_t dst, const bf16 *cache, 
     }
 }
 
+/* fp8: the producer warp's BN/4 rows of codes (HD bytes a row) into a raw
+ * [BN][HD] byte tile, and (lanes < BN/4) their scales; rows without a
+ * vector become code 0 with scale 0 */
+template <int HD, int BN>
+__device__ __forceinline__ void sm90_load_raw(uint8_t *dst, float *sc, const uint8_t *cache, const float *scales,
+                                              int64_t vec, int pt) {
+    constexpr int U = HD / 16, RW = BN / 4;
+    static_assert((RW * U) % 32 == 0, "whole warp copies");
+    const int lane = pt & 31, r0 = (pt >> 5) * RW;
+#pragma unroll
+    for (int it = 0; it < RW * U / 32; it++) {
+        const int idx = it * 32 + lane, rl = idx / U, u = idx % U;
+        const int64_t v = __shfl_sync(0xffffffffu, vec, rl);
+        cp_async16(smem_u32(dst + (r0 + rl) * HD + u * 16), cache + (v >= 0 ? v * HD + u * 16 : 0), v >= 0);
+    }
+    if (lane < RW)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(sc + r0 + lane)),
+                     "l"(scales + (vec >= 0 ? vec : 0)), "r"(vec >= 0 ? 4 : 0));
+}
+
+/* fp8: a raw [BN][HD] tile of codes into the swizzled f16 tile, exactly (8 codes a step) */
+template <int HD, int BN> __device__ __forceinline__ void sm90_convert(uint8_t *smem, uint32_t dst, const uint8_t *raw,
+                                                                       int pt) {
+    constexpr int U = HD / 8;
+    for (int i = pt; i < BN * U; i += 128) {
+        const int r = i / U, u = i % U;
+        const uint2 c = *reinterpret_cast<const uint2 *>(raw + r * HD + u * 8);
+        *reinterpret_cast<uint4 *>(smem + (dst - smem_u32(smem)) + swz<BN>(r, u)) =
+            make_uint4(e4m3x2_to_f16x2(c.x), e4m3x2_to_f16x2(c.x >> 16), e4m3x2_to_f16x2(c.y),
+                       e4m3x2_to_f16x2(c.y >> 16));
+    }
+}
+
+/* fp8: row r of the swizzled bf16 Q tile to f16 in place, times 2^(14 - e) with amax < 2^e (q_rows_to_f16's
+ * rule: the largest value in [2^13, 2^14), f16's range kept); two threads a row (half = which half of its
+ * 16-byte units), qsc[r] = 2^(e - 14) undoes it on the scores */
+template <int HD, int R> __device__ __forceinline__ void sm90_q_to_f16(uint8_t *smem, float *qsc, int r, int half) {
+    constexpr int U = HD / 8, H = U / 2;
+    float amax = 0.f;
+    for (int u = half * H; u < (half + 1) * H; u++) {
+        const uint4 w = *reinterpret_cast<const uint4 *>(smem + swz<R>(r, u));
+        const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            amax = fmaxf(amax, fmaxf(fabsf(__uint_as_float(ws[k] << 16)), fabsf(__uint_as_float(ws[k] & 0xffff0000u))));
+    }
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    int e;
+    frexpf(amax, &e);
+    e = amax <= 3.0e38f ? max(-100, min(100, e)) : 0; /* an inf row stays inf */
+    const float f = __int_as_float((127 + 14 - e) << 23);
+    for (int u = half * H; u < (half + 1) * H; u++) {
+        uint4 *p4 = reinterpret_cast<uint4 *>(smem + swz<R>(r, u));
+        const uint4 w = *p4;
+        const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+        uint32_t o[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            o[k] = pack_f16(__uint_as_float(ws[k] << 16) * f, __uint_as_float(ws[k] & 0xffff0000u) * f);
+        *p4 = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+    if (half == 0) qsc[r] = __int_as_float((127 + e - 14) << 23);
+}
+
 __device__ __forceinline__ float fast_exp2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
 }
 
-template <int BN> __device__ __forceinline__ void wg_ss(float (&d)[BN / 2], uint64_t da, uint64_t db, int acc) {
-    if constexpr (BN == 128) wg_ss_n128(d, da, db, acc);
+/* bf16, or f16 (fp8 cache: exact codes and Q in f16) */
+template <int BN, bool F16>
+__device__ __forceinline__ void wg_ss(float (&d)[BN / 2], uint64_t da, uint64_t db, int acc) {
+    if constexpr (F16) {
+        static_assert(BN == 64, "fp8 tiles are 64 keys");
+        wg_ss_f16_n64(d, da, db, acc);
+    } else if constexpr (BN == 128) wg_ss_n128(d, da, db, acc);
     else wg_ss_n64(d, da, db, acc);
 }
-template <int HDV> __device__ __forceinline__ void wg_rs_t(float (&d)[HDV / 2], const uint32_t (&a)[4], uint64_t db) {
-    if constexpr (HDV == 256) wg_rs_t_n256(d, a, db);
+template <int HDV, bool F16>
+__device__ __forceinline__ void wg_rs_t(float (&d)[HDV / 2], const uint32_t (&a)[4], uint64_t db) {
+    if constexpr (F16) {
+        static_assert(HDV <= 128, "fp8: value heads up to 128");
+        if constexpr (HDV == 128) wg_rs_t_f16_n128(d, a, db);
+        else wg_rs_t_f16_n64(d, a, db);
+    } else if constexpr (HDV == 256) wg_rs_t_n256(d, a, db);
     else if constexpr (HDV == 128) wg_rs_t_n128(d, a, db);
     else wg_rs_t_n64(d, a, db);
 }
 #endif
 
-template <int HDK, int HDV, bool CAP, bool WIN>
+template <int HDK, int HDV, bool CAP, bool WIN, bool FP8>
 __global__ void __launch_bounds__(384, 1) attn_prefill_sm90_kernel(const AttnKParams p) {
 #if WG_SM90A
-    using S = Sm90Shape<HDK, HDV>;
+    using S = Sm90Shape<HDK, HDV, FP8>;
     constexpr int BM = S::BM, BN = S::BN, NS = S::NS;
     extern __shared__ uint8_t sm90_smem_raw[];
     uint8_t *smem = sm90_smem_raw + ((1024 - (smem_u32(sm90_smem_raw) & 1023)) & 1023);
-    const uint32_t sQ = smem_u32(smem), sKV = sQ + S::Q_BYTES, bars = sKV + NS * S::STAGE;
+    const uint32_t sQ = smem_u32(smem), sKV = sQ + S::Q_BYTES;
+    /* fp8: the stages' scales [NS][K | V][BN], two raw tiles, Q's row factors */
+    float *stage_sc = (float *)(smem + S::Q_BYTES + NS * S::STAGE);
+    uint8_t *raw = (uint8_t *)(stage_sc + NS * 2 * S::BN * FP8);
+    float *qsc = (float *)(raw + 2 * S::RAW * FP8);
+    const uint32_t bars = sQ + S::Q_BYTES + NS * (S::STAGE + S::SC_BYTES) + S::EXTRA;
     auto sK = [&](int s) { return sKV + s * S::STAGE; };
     auto sV = [&](int s) { return sKV + s * S::STAGE + S::K_BYTES; };
     auto full_k = [&](int s) { return bars + 8 * s; };
@@ -148,15 +232,45 @@ __global__ void __launch_bounds__(384, 1) attn_prefill_sm90_kernel(const AttnKPa
     if (wg == 0) { /* the producer */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 96;\n");
         const int pt = threadIdx.x;
-        for (int i = 0; i < n_t; i++) {
-            const int s = i % NS, n0 = (t_begin + i) * BN;
-            if (i >= NS) mbar_wait(empty(s), (i / NS - 1) & 1);
-            /* each barrier completes when all 128 threads' copies so far have landed */
-            const int64_t vec = sm90_row_vec<BN>(tab, p, kvh, n0, lo, hi, pt);
-            sm90_load_rows<HDK, BN>(sK(s), (const bf16 *)p.k, vec, pt);
-            cp_async_arrive_noinc(full_k(s));
-            sm90_load_rows<HDV, BN>(sV(s), (const bf16 *)p.v, vec, pt);
-            cp_async_arrive_noinc(full_v(s));
+        if constexpr (FP8) {
+            /* codes of tile i + 1 stream into one raw tile while tile i's are converted from the other; the f16
+             * tiles are written by the threads (generic proxy): fence, then a plain arrive */
+            auto raw_k = [&](int b) { return raw + b * S::RAW; };
+            auto raw_v = [&](int b) { return raw_k(b) + BN * HDK; };
+            auto raw_ks = [&](int b) { return (float *)(raw_v(b) + BN * HDV); };
+            auto load = [&](int b, int t) {
+                const int64_t vec = sm90_row_vec<BN>(tab, p, kvh, t * BN, lo, hi, pt);
+                sm90_load_raw<HDK, BN>(raw_k(b), raw_ks(b), (const uint8_t *)p.k, p.k_scale, vec, pt);
+                sm90_load_raw<HDV, BN>(raw_v(b), raw_ks(b) + BN, (const uint8_t *)p.v, p.v_scale, vec, pt);
+            };
+            load(0, t_begin);
+            cp_async_commit();
+            for (int i = 0; i < n_t; i++) {
+                const int s = i % NS, b = i & 1;
+                if (i + 1 < n_t) load(b ^ 1, t_begin + i + 1);
+                cp_async_commit();
+                cp_async_wait<1>();
+                asm volatile("bar.sync 5, 128;\n" ::: "memory"); /* every thread's copies of tile i landed */
+                if (i >= NS) mbar_wait(empty(s), (i / NS - 1) & 1);
+                sm90_convert<HDK, BN>(smem, sK(s), raw_k(b), pt);
+                sm90_convert<HDV, BN>(smem, sV(s), raw_v(b), pt);
+                for (int j = pt; j < 2 * BN; j += 128) stage_sc[s * 2 * BN + j] = raw_ks(b)[j];
+                fence_proxy_async();
+                mbar_arrive(full_k(s));
+                mbar_arrive(full_v(s));
+                asm volatile("bar.sync 5, 128;\n" ::: "memory"); /* raw tile b read: the next load may refill it */
+            }
+        } else {
+            for (int i = 0; i < n_t; i++) {
+                const int s = i % NS, n0 = (t_begin + i) * BN;
+                if (i >= NS) mbar_wait(empty(s), (i / NS - 1) & 1);
+                /* each barrier completes when all 128 threads' copies so far have landed */
+                const int64_t vec = sm90_row_vec<BN>(tab, p, kvh, n0, lo, hi, pt);
+                sm90_load_rows<HDK, BN>(sK(s), (const bf16 *)p.k, vec, pt);
+                cp_async_arrive_noinc(full_k(s));
+                sm90_load_rows<HDV, BN>(sV(s), (const bf16 *)p.v, vec, pt);
+                cp_async_arrive_noinc(full_v(s));
+            }
         }
         cp_async_wait<0>(); /* the block's shared memory outlives every copy */
         return;
@@ -176,6 +290,10 @@ __global__ void __launch_bounds__(384, 1) attn_prefill_sm90_kernel(const AttnKPa
         }
         cp_async_commit();
         cp_async_wait<0>();
+        if constexpr (FP8) { /* Q to f16 in place, row r x 2^(14 - e_r) (attention_common.cuh q_rows_to_f16's rule) */
+            asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory");
+            sm90_q_to_f16<HDK, BM>(smem, qsc, wrow + (ct >> 1), ct & 1);
+        }
         fence_proxy_async();
         asm volatile("bar.sync %0, 128;\n" ::"r"(1 + w) : "memory");
     }
@@ -190,6 +308,9 @@ __global__ void __launch_bounds__(384, 1) attn_prefill_sm90_kernel(const AttnKPa
     const int r0 = wrow + 16 * wi + g; /* this thread's rows r0 and r0 + 8 */
     const int qpos0 = p_first + r0, qpos1 = qpos0 + 8;
     const int w_first = p_first + wrow, w_last = min(p_last, w_first + 63); /* the warpgroup's positions */
+    /* fp8: the rows' logit factors (attn_row_factor_fp8) and the warp's value-scale reference */
+    float qr[2] = {0.f, 0.f}, vref = 0.f;
+    if constexpr (FP8) qr[0] = attn_row_factor_fp8<CAP>(qsc[r0], p), qr[1] = attn_row_factor_fp8<CAP>(qsc[r0 + 8], p);
 
     /* S_i = Q K_i^T into sc (async) */
     auto qk = [&](float (&sc)[BN / 2], int s, uint32_t ph) {
@@ -199,7 +320,7 @@ __global__ void __launch_bounds__(384, 1) attn_prefill_sm90_kernel(const AttnKPa
 #pragma unroll
         for (int kk = 0; kk < HDK / 16; kk++) {
             const uint32_t off = (kk & 3) * 32; /* k16 steps inside a 64-column chunk */
-            wg_ss<BN>(sc, wg_desc_sw128(sQ + (kk >> 2) * BM * 128 + wrow * 128 + off, 16, 1024),
+            wg_ss<BN, FP8>(sc, wg_desc_sw128(sQ + (kk >> 2) * BM * 128 + wrow * 128 + off, 16, 1024),
                       wg_desc_sw128(sK(s) + (kk >> 2) * BN * 128 + off, 16, 1024), kk > 0);
         }
         wg_commit();
@@ -210,21 +331,27 @@ __global__ void __launch_bounds__(384, 1) attn_prefill_sm90_kernel(const AttnKPa
         fence_proxy_async();
         wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) wg_rs_t<HDV>(o, pa[kk], wg_desc_sw128(sV(s) + kk * 2048, BN * 128, 1024));
+        for (int kk = 0; kk < BN / 16; kk++)
+            wg_rs_t<HDV, FP8>(o, pa[kk], wg_desc_sw128(sV(s) + kk * 2048, BN * 128, 1024));
         wg_commit();
     };
     /* logits, masks and the online softmax of tile t (rows r0, r0 + 8): sc becomes P's fp32 values, alpha
      * the factor O must take before P V is added */
-    auto softmax = [&](float (&sc)[BN / 2], int t, float (&alpha)[2]) {
+    float vinv = 1.f; /* fp8: 1 / vref for the P of the tile the last softmax took */
+    auto softmax = [&](float (&sc)[BN / 2], int t, int s, float (&alpha)[2]) {
         /* without a soft-cap the logit is q.k x scale_log2 (scale > 0): the max is taken on the raw scores
-         * and the scale goes into one FFMA with the max, p = 2^(s scale - m) */
+         * and the scale goes into one FFMA with the max, p = 2^(s scale - m); fp8: the key's scale and the
+         * row's factor first (attn_logit_fp8: the FA2 kernel's multiplies) */
+        const float *ks = stage_sc + s * 2 * BN, *vs = ks + BN;
         const bool edge = (t + 1) * BN - 1 > w_first || (WIN && t * BN <= w_last - p.window);
         float tmax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int j = 0; j < BN / 8; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                float x = CAP ? attn_logit<true>(sc[4 * j + e], p) : sc[4 * j + e];
+                float x;
+                if constexpr (FP8) x = attn_logit_fp8<CAP>(sc[4 * j + e], ks[8 * j + 2 * tg + (e & 1)], qr[e >> 1], p);
+                else x = CAP ? attn_logit<true>(sc[4 * j + e], p) : sc[4 * j + e];
                 if (edge) {
                     const int key = t * BN + 8 * j + 2 * tg + (e & 1), qp = e < 2 ? qpos0 : qpos1;
                     if (key > qp || (WIN && qp - key >= p.window)) x = -INFINITY;
@@ -232,15 +359,23 @@ __global__ void __launch_bounds__(384, 1) attn_prefill_sm90_kernel(const AttnKPa
                 sc[4 * j + e] = x;
                 tmax[e >> 1] = fmaxf(tmax[e >> 1], x);
             }
-        const float f = CAP ? 1.f : p.scale_log2;
+        const float f = CAP || FP8 ? 1.f : p.scale_log2;
+        float vfac = 1.f; /* fp8: O to the new value-scale reference */
+        if constexpr (FP8) {
+            float vmax = 0.f;
+#pragma unroll
+            for (int j = 0; j < BN / 8; j++) vmax = fmaxf(vmax, fmaxf(vs[8 * j + 2 * tg], vs[8 * j + 2 * tg + 1]));
+            vinv = fp8_v_ref(vmax, vref, &vfac);
+        }
         float nbase[2];
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             const float mnew = fmaxf(mx[r], quad_max(tmax[r]) * f);
             const float base = mnew == -INFINITY ? 0.f : mnew; /* a row with nothing seen yet: no inf - inf */
-            alpha[r] = fast_exp2(mx[r] - base);
+            const float a = fast_exp2(mx[r] - base);
+            alpha[r] = a * vfac; /* fp8: O also moves to the new value-scale reference; the sum is of p alone */
             mx[r] = mnew;
-            l[r] *= alpha[r];
+            l[r] *= a;
             nbase[r] = -base;
         }
 #pragma unroll
@@ -251,13 +386,26 @@ __global__ void __launch_bounds__(384, 1) attn_prefill_sm90_kernel(const AttnKPa
                 l[e >> 1] += sc[4 * j + e];
             }
     };
-    auto pack = [&](uint32_t (&pa)[BN / 16][4], const float (&sc)[BN / 2]) {
+    auto pack = [&](uint32_t (&pa)[BN / 16][4], const float (&sc)[BN / 2], int s) {
+        if constexpr (FP8) { /* p x value scale / vref, in f16 (keys 2tg, 2tg + 1 of n-tiles 2kk and 2kk + 1) */
+            const float *vs = stage_sc + s * 2 * BN + BN;
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) {
-            pa[kk][0] = pack_bf16(sc[8 * kk], sc[8 * kk + 1]);
-            pa[kk][1] = pack_bf16(sc[8 * kk + 2], sc[8 * kk + 3]);
-            pa[kk][2] = pack_bf16(sc[8 * kk + 4], sc[8 * kk + 5]);
-            pa[kk][3] = pack_bf16(sc[8 * kk + 6], sc[8 * kk + 7]);
+            for (int kk = 0; kk < BN / 16; kk++) {
+                const float v0 = vs[16 * kk + 2 * tg] * vinv, v1 = vs[16 * kk + 2 * tg + 1] * vinv;
+                const float v2 = vs[16 * kk + 8 + 2 * tg] * vinv, v3 = vs[16 * kk + 9 + 2 * tg] * vinv;
+                pa[kk][0] = pack_f16(sc[8 * kk] * v0, sc[8 * kk + 1] * v1);
+                pa[kk][1] = pack_f16(sc[8 * kk + 2] * v0, sc[8 * kk + 3] * v1);
+                pa[kk][2] = pack_f16(sc[8 * kk + 4] * v2, sc[8 * kk + 5] * v3);
+                pa[kk][3] = pack_f16(sc[8 * kk + 6] * v2, sc[8 * kk + 7] * v3);
+            }
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; kk++) {
+                pa[kk][0] = pack_bf16(sc[8 * kk], sc[8 * kk + 1]);
+                pa[kk][1] = pack_bf16(sc[8 * kk + 2], sc[8 * kk + 3]);
+                pa[kk][2] = pack_bf16(sc[8 * kk + 4], sc[8 * kk + 5]);
+                pa[kk][3] = pack_bf16(sc[8 * kk + 6], sc[8 * kk + 7]);
+            }
         }
     };
 
@@ -282,8 +430,8 @@ __global__ void __launch_bounds__(384, 1) attn_prefill_sm90_kernel(const AttnKPa
         turn_pass(false);
         wg_wait<0>();
         wg_hold<BN / 2>(sc);
-        softmax(sc, t_begin, alpha);
-        pack(pa, sc);
+        softmax(sc, t_begin, 0, alpha);
+        pack(pa, sc, 0);
         for (int i = 1; i < n_t; i++) {
             const int s = i % NS, sp = (i - 1) % NS;
             turn_wait();
@@ -292,7 +440,7 @@ __global__ void __launch_bounds__(384, 1) attn_prefill_sm90_kernel(const AttnKPa
             turn_pass(false);
             wg_wait<1>(); /* S_i is in */
             wg_hold<BN / 2>(sc);
-            softmax(sc, t_begin + i, alpha);
+            softmax(sc, t_begin + i, s, alpha);
             wg_wait<0>(); /* P V of tile i - 1 is in: its stage is free, O takes this tile's factor */
             wg_hold<HDV / 2>(o);
             mbar_arrive(empty(sp));
@@ -300,7 +448,7 @@ __global__ void __launch_bounds__(384, 1) attn_prefill_sm90_kernel(const AttnKPa
 #pragma unroll
                 for (int j = 0; j < HDV / 8; j++)
                     o[4 * j] *= alpha[0], o[4 * j + 1] *= alpha[0], o[4 * j + 2] *= alpha[1], o[4 * j + 3] *= alpha[1];
-            pack(pa, sc);
+            pack(pa, sc, s);
         }
         const int sl = (n_t - 1) % NS;
         turn_wait();
@@ -320,7 +468,7 @@ __global__ void __launch_bounds__(384, 1) attn_prefill_sm90_kernel(const AttnKPa
     /* normalize and write the rows this tile owns */
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        const float sum = quad_sum(l[r]), inv = sum > 0.f ? 1.f / sum : 0.f;
+        const float sum = quad_sum(l[r]), inv = sum > 0.f ? (FP8 ? vref : 1.f) / sum : 0.f; /* fp8: O x vref */
         const int row = r0 + 8 * r;
         if (row >= rows) continue;
         bf16 *dst = p.out + ((int64_t)(q_start + m0 + row) * p.n_heads + h) * HDV + 2 * tg;
@@ -334,29 +482,36 @@ __global__ void __launch_bounds__(384, 1) attn_prefill_sm90_kernel(const AttnKPa
 
 /* ---- launchers ---- */
 
-template <int HDK, int HDV, bool CAP, bool WIN>
+template <int HDK, int HDV, bool CAP, bool WIN, bool FP8>
 static int sm90_launch(const AttnKParams *kp, int n_tiles, cudaStream_t s, Err *err) {
-    using S = Sm90Shape<HDK, HDV>;
-    CUDA_CHECK(cudaFuncSetAttribute(attn_prefill_sm90_kernel<HDK, HDV, CAP, WIN>,
+    using S = Sm90Shape<HDK, HDV, FP8>;
+    CUDA_CHECK(cudaFuncSetAttribute(attn_prefill_sm90_kernel<HDK, HDV, CAP, WIN, FP8>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM),
                err);
-    attn_prefill_sm90_kernel<HDK, HDV, CAP, WIN><<<dim3(n_tiles, kp->n_heads), S::NT, S::SMEM, s>>>(*kp);
+    attn_prefill_sm90_kernel<HDK, HDV, CAP, WIN, FP8><<<dim3(n_tiles, kp->n_heads), S::NT, S::SMEM, s>>>(*kp);
     CUDA_CHECK(cudaGetLastError(), err);
     return 0;
 }
 
-template <int HDK, int HDV> static int sm90_variant(const AttnKParams *kp, int n_tiles, cudaStream_t s, Err *err) {
+template <int HDK, int HDV, bool FP8>
+static int sm90_variant(const AttnKParams *kp, int n_tiles, cudaStream_t s, Err *err) {
     const bool cap = kp->cap_in != 0.f, win = kp->window > 0;
-    if (cap && win) return sm90_launch<HDK, HDV, true, true>(kp, n_tiles, s, err);
-    if (cap) return sm90_launch<HDK, HDV, true, false>(kp, n_tiles, s, err);
-    if (win) return sm90_launch<HDK, HDV, false, true>(kp, n_tiles, s, err);
-    return sm90_launch<HDK, HDV, false, false>(kp, n_tiles, s, err);
+    if (cap && win) return sm90_launch<HDK, HDV, true, true, FP8>(kp, n_tiles, s, err);
+    if (cap) return sm90_launch<HDK, HDV, true, false, FP8>(kp, n_tiles, s, err);
+    if (win) return sm90_launch<HDK, HDV, false, true, FP8>(kp, n_tiles, s, err);
+    return sm90_launch<HDK, HDV, false, false, FP8>(kp, n_tiles, s, err);
+}
+
+/* fp8 caches: head sizes whose tiles fit (value heads up to 128) */
+template <int HDK, int HDV> static int sm90_fp8(const AttnKParams *kp, int n_tiles, cudaStream_t s, Err *err) {
+    if constexpr (HDV > 128) return err_set(err, "attention: no sm_90a fp8 kernel for head size %d", HDV);
+    else return sm90_variant<HDK, HDV, true>(kp, n_tiles, s, err);
 }
 
 /* The kernel has a body only in an sm_90a build, and only that build's code runs on a 9.0 device. */
 static bool sm90_available(void) {
     cudaFuncAttributes fa;
-    if (cudaFuncGetAttributes(&fa, attn_prefill_sm90_kernel<128, 128, false, false>) != cudaSuccess) {
+    if (cudaFuncGetAttributes(&fa, attn_prefill_sm90_kernel<128, 128, false, false, false>) != cudaSuccess) {
         (void)cudaGetLastError();
         return false;
     }
@@ -365,9 +520,9 @@ static bool sm90_available(void) {
 
 static bool sm90_has(const AttnKParams *kp, int head_dim_k, int head_dim_v) {
     static int available = -1; /* the binary and the device do not change within a process */
-    if (kp->fp8) return false;
     if (available < 0) available = sm90_available();
     if (!available) return false;
+    if (kp->fp8 && head_dim_v > 128) return false; /* fp8 tiles of head 256 leave no room for two stages */
 #define SM90_HD(K, V) if (head_dim_k == K && head_dim_v == V) return true;
     SM90_HD(64, 64) SM90_HD(128, 128) SM90_HD(256, 256) SM90_HD(128, 64) SM90_HD(192, 128)
 #undef SM90_HD
@@ -386,7 +541,8 @@ extern "C" int attn_prefill_sm90_launch(const AttnKParams *kp, int head_dim_k, i
                                         cudaStream_t s, Err *err) {
     if (!sm90_has(kp, head_dim_k, head_dim_v)) return 0;
 #define SM90_HD(K, V) \
-    if (head_dim_k == K && head_dim_v == V) return sm90_variant<K, V>(kp, n_tiles, s, err) ? -1 : 1;
+    if (head_dim_k == K && head_dim_v == V)                                                                        \
+        return (kp->fp8 ? sm90_fp8<K, V>(kp, n_tiles, s, err) : sm90_variant<K, V, false>(kp, n_tiles, s, err)) ? -1 : 1;
     SM90_HD(64, 64) SM90_HD(128, 128) SM90_HD(256, 256) SM90_HD(128, 64) SM90_HD(192, 128)
 #undef SM90_HD
     return 0;
