@@ -368,7 +368,8 @@ static int cmd_chat(int argc, char **argv) {
     int n_pos, rc = parse_opts("chat", "chat [-m MODEL] [options]", argc, argv, opts, pos, 0, &n_pos);
     if (rc) return rc == 1 ? 0 : rc;
     unsigned given = sampling_given(&o.sampling);
-    if ((rc = check_run_options("chat", &o, &seed)) || (rc = parse_kv_dtype("chat", kv_dtype, &o.kv_dtype)) || (rc = parse_weights("chat", o.weights)) ||
+    if ((rc = check_run_options("chat", &o, &seed)) || (rc = parse_kv_dtype("chat", kv_dtype, &o.kv_dtype)) ||
+        (rc = parse_weights("chat", o.weights)) ||
         (rc = parse_dummy_weights("chat", dummy, &o.dummy_weights, &o.dummy_type)))
         return rc;
     if (seed >= 0) o.sampling.seed = (uint64_t)seed;
@@ -431,7 +432,8 @@ static int cmd_generate(int argc, char **argv) {
                                argc, argv, opts, pos, 0, &n_pos);
     if (rc) return rc == 1 ? 0 : rc;
     b.sampling_given = sampling_given(&o.sampling);
-    if ((rc = check_run_options("generate", &o, &seed)) || (rc = parse_kv_dtype("generate", kv_dtype, &o.kv_dtype)) || (rc = parse_weights("generate", o.weights)) ||
+    if ((rc = check_run_options("generate", &o, &seed)) || (rc = parse_kv_dtype("generate", kv_dtype, &o.kv_dtype)) ||
+        (rc = parse_weights("generate", o.weights)) ||
         (rc = parse_dummy_weights("generate", dummy, &o.dummy_weights, &o.dummy_type)))
         return rc;
     if ((rc = env_run_options("generate", &o))) return rc;
@@ -551,7 +553,8 @@ static int cmd_bench(int argc, char **argv) {
         {"--pp", &o.pp, 1, 1024, 0, NULL},
         {"--seed", &seed, 0, INT_MAX, -1, NULL},
     };
-    if ((rc = check_ints("bench", ints, 4)) || (rc = parse_kv_dtype("bench", kv_dtype, &o.kv_dtype)) || (rc = parse_weights("bench", o.weights)) ||
+    if ((rc = check_ints("bench", ints, 4)) || (rc = parse_kv_dtype("bench", kv_dtype, &o.kv_dtype)) ||
+        (rc = parse_weights("bench", o.weights)) ||
         (rc = parse_dummy_weights("bench", dummy, &o.dummy_weights, &o.dummy_type)))
         return rc;
     Err err = {{0}};
@@ -609,7 +612,8 @@ static int cmd_perplexity(int argc, char **argv) {
         {"--ctx", &ctx, 2, MAX_CTX_TOKENS, 0, "leave it out for min(512, the model's context)"},
         {"--stride", &stride, 1, MAX_CTX_TOKENS, 0, "leave it out for --ctx"},
     };
-    if ((rc = check_ints("perplexity", ints, 4)) || (rc = parse_kv_dtype("perplexity", kv_dtype, &o->kv_dtype)) || (rc = parse_weights("perplexity", o->weights)) ||
+    if ((rc = check_ints("perplexity", ints, 4)) || (rc = parse_kv_dtype("perplexity", kv_dtype, &o->kv_dtype)) ||
+        (rc = parse_weights("perplexity", o->weights)) ||
         check_float("perplexity", "--gpu-mem-util", o->gpu_mem_util, 0, true, 1, "a fraction"))
         return rc ? rc : 2;
     if (!p.file) {
