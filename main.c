@@ -181,6 +181,14 @@ static int parse_kv_dtype(const char *cmd, const char *name, KVDtype *t) {
     return 2;
 }
 
+/* --weights NAME: "fp8" quantizes the float matrices at load; "file" (the
+ * default) keeps them as stored. 2 (after saying why) for another name. */
+static int parse_weights(const char *cmd, const char *name) {
+    if (!name || !strcmp(name, "fp8") || !strcmp(name, "file")) return 0;
+    fprintf(stderr, "cllm %s: --weights '%s': expected file or fp8\n", cmd, name);
+    return 2;
+}
+
 /* --dummy-weights[=TYPE] (OPT_FLAG_VALUE: NULL when absent, "" without a
  * type: bf16) into *on and *type; 2 (after saying why) for a type cllm does
  * not make. */
@@ -197,6 +205,8 @@ static int parse_dummy_weights(const char *cmd, const char *arg, bool *on, DType
 #define DUMMY_HELP "random weights instead of reading them (a folder with config.json + tokenizer.json; " \
                    "benchmarks); =TYPE: the matrices in " DUMMY_TYPE_NAMES " (default bf16)"
 
+#define WEIGHTS_HELP "fp8: quantize the float matrices (attention, MLP, an untied LM head) to FP8 e4m3 at load, " \
+    "a scale per output row; refused for GGUF-quantized (Q*) matrices (default: file, as stored)"
 #define KV_DTYPE_HELP "KV cache elements: bf16 (default; fp32 on the CPU) or fp8 (e4m3, a scale per token and KV head)"
 
 /* ---------- subcommands ---------- */
@@ -290,6 +300,7 @@ static int cmd_tokenize(int argc, char **argv) {
     {"--batch-invariant", NULL, OPT_FLAG, &(o)->batch_invariant,                                              \
      "GPU: a sequence's tokens do not depend on the batch it runs in (slower; see README; default off)"},                  \
     {"--kv-dtype", NULL, OPT_STR, &kv_dtype, KV_DTYPE_HELP},                                                 \
+    {"--weights", NULL, OPT_STR, &(o)->weights, WEIGHTS_HELP},                                               \
     {"--verbose", "-v", OPT_FLAG, &(o)->verbose, "print statistics (default: chat prints them when stdout is a terminal)"}
 
 /* The integers of RUN_OPTS start as OPT_UNSET: a value given is checked, one
@@ -358,6 +369,7 @@ static int cmd_chat(int argc, char **argv) {
     if (rc) return rc == 1 ? 0 : rc;
     unsigned given = sampling_given(&o.sampling);
     if ((rc = check_run_options("chat", &o, &seed)) || (rc = parse_kv_dtype("chat", kv_dtype, &o.kv_dtype)) ||
+        (rc = parse_weights("chat", o.weights)) ||
         (rc = parse_dummy_weights("chat", dummy, &o.dummy_weights, &o.dummy_type)))
         return rc;
     if (seed >= 0) o.sampling.seed = (uint64_t)seed;
@@ -421,6 +433,7 @@ static int cmd_generate(int argc, char **argv) {
     if (rc) return rc == 1 ? 0 : rc;
     b.sampling_given = sampling_given(&o.sampling);
     if ((rc = check_run_options("generate", &o, &seed)) || (rc = parse_kv_dtype("generate", kv_dtype, &o.kv_dtype)) ||
+        (rc = parse_weights("generate", o.weights)) ||
         (rc = parse_dummy_weights("generate", dummy, &o.dummy_weights, &o.dummy_type)))
         return rc;
     if ((rc = env_run_options("generate", &o))) return rc;
@@ -481,7 +494,7 @@ static int cmd_serve(int argc, char **argv) {
         {"--grace", &so.grace_seconds, 0, 86400, 30, NULL},
     };
     if ((rc = check_run_options("serve", &o, &seed)) || (rc = check_ints("serve", ints, 6)) ||
-        (rc = parse_kv_dtype("serve", kv_dtype, &o.kv_dtype)) ||
+        (rc = parse_kv_dtype("serve", kv_dtype, &o.kv_dtype)) || (rc = parse_weights("serve", o.weights)) ||
         (rc = parse_dummy_weights("serve", dummy, &o.dummy_weights, &o.dummy_type)))
         return rc;
     if (o.system) {
@@ -519,6 +532,7 @@ static int cmd_bench(int argc, char **argv) {
         {"--dummy-weights", NULL, OPT_FLAG_VALUE, &dummy, DUMMY_HELP},
         {"--batch-invariant", NULL, OPT_FLAG, &o.batch_invariant, "GPU: the batch-invariant kernels (see README)"},
         {"--kv-dtype", NULL, OPT_STR, &kv_dtype, KV_DTYPE_HELP},
+        {"--weights", NULL, OPT_STR, &o.weights, WEIGHTS_HELP},
         {"--pp", NULL, OPT_INT, &o.pp, "pipeline stages (one GPU each)"},
         {"--gpus", NULL, OPT_STR, &o.gpus, "the stages' GPUs, comma-separated (default 0,1,...)"},
         {"--prompt-lens", NULL, OPT_STR, &prompt_lens, "prefill lengths, comma-separated (default: GPU 512,4096; CPU 128,256)"},
@@ -540,6 +554,7 @@ static int cmd_bench(int argc, char **argv) {
         {"--seed", &seed, 0, INT_MAX, -1, NULL},
     };
     if ((rc = check_ints("bench", ints, 4)) || (rc = parse_kv_dtype("bench", kv_dtype, &o.kv_dtype)) ||
+        (rc = parse_weights("bench", o.weights)) ||
         (rc = parse_dummy_weights("bench", dummy, &o.dummy_weights, &o.dummy_type)))
         return rc;
     Err err = {{0}};
@@ -577,6 +592,7 @@ static int cmd_perplexity(int argc, char **argv) {
         {"--bf16-weights", NULL, OPT_FLAG, &o->bf16_weights, "GPU: dequantize quantized weights to bf16 at load"},
         {"--batch-invariant", NULL, OPT_FLAG, &o->batch_invariant, "GPU: the batch-invariant kernels (see README)"},
         {"--kv-dtype", NULL, OPT_STR, &kv_dtype, KV_DTYPE_HELP},
+        {"--weights", NULL, OPT_STR, &o->weights, WEIGHTS_HELP},
         {"--verbose", "-v", OPT_FLAG, &o->verbose, "print each window's figures"},
         {0},
     };
@@ -597,6 +613,7 @@ static int cmd_perplexity(int argc, char **argv) {
         {"--stride", &stride, 1, MAX_CTX_TOKENS, 0, "leave it out for --ctx"},
     };
     if ((rc = check_ints("perplexity", ints, 4)) || (rc = parse_kv_dtype("perplexity", kv_dtype, &o->kv_dtype)) ||
+        (rc = parse_weights("perplexity", o->weights)) ||
         check_float("perplexity", "--gpu-mem-util", o->gpu_mem_util, 0, true, 1, "a fraction"))
         return rc ? rc : 2;
     if (!p.file) {

@@ -85,6 +85,48 @@ static void print_unused(FILE *out, const Model *m) {
     for (uint64_t i = 0; i < m->n_unused; i++) fprintf(out, "%-22s %s\n", "", m->unused[i]);
 }
 
+/* An FP8 matrix's scale as the file has it: "per-tensor" (one value),
+ * "per-channel" (one per row), or "per-row, made at load" for a matrix
+ * --weights fp8 quantized (no scale tensor in the file). */
+static const char *fp8_scale_kind(const Model *m, const char *name) {
+    char sn[512];
+    size_t l = strlen(name), k = l >= 6 && !strcmp(name + l - 6, "weight") ? l - 6 : l;
+    snprintf(sn, sizeof sn, "%.*sweight_scale", (int)k, name);
+    const TensorInfo *s = m->is_gguf || m->dummy ? NULL : safetensors_find(&m->st, sn);
+    if (!s) return "per-row, made at load";
+    return tensor_nelems(s) == 1 ? "per-tensor" : "per-channel";
+}
+
+/* The FP8 matrices bound, by scale kind, and how activations are scaled. */
+static void print_fp8(FILE *out, const Model *m) {
+    int n_tensor = 0, n_channel = 0, n_load = 0;
+    for (int l = 0; l <= m->cfg.n_layers; l++) {
+        const LayerWeights *lw = l < m->cfg.n_layers ? &m->w.layers[l] : NULL;
+        const WeightRef *mats[7] = {&m->w.output};
+        int n = 1;
+        if (lw) {
+            const WeightRef *lm[7] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w_gate, &lw->w_up, &lw->w_down};
+            memcpy(mats, lm, sizeof lm);
+            n = 7;
+        }
+        for (int i = 0; i < n; i++) {
+            if (mats[i]->type != DT_F8_E4M3 || !mats[i]->data) continue;
+            const char *k = fp8_scale_kind(m, mats[i]->name);
+            if (!strcmp(k, "per-tensor")) n_tensor++;
+            else if (!strcmp(k, "per-channel")) n_channel++;
+            else n_load++;
+        }
+    }
+    if (!n_tensor && !n_channel && !n_load) return;
+    fprintf(out, "%-22s %d matrices in e4m3:", "fp8 weights", n_tensor + n_channel + n_load);
+    if (n_tensor) fprintf(out, " %d with a per-tensor scale,", n_tensor);
+    if (n_channel) fprintf(out, " %d with per-channel scales,", n_channel);
+    if (n_load) fprintf(out, " %d with per-row scales made at load,", n_load);
+    fprintf(out, " activations %s", m->quant.static_input ? "static (input_scale)" : "dynamic per token");
+    if (m->quant.fp8) fprintf(out, " (quantization_config '%s')", m->quant.method);
+    fprintf(out, "\n");
+}
+
 void model_print_info(FILE *out, const Model *m, int kv_tokens, KVDtype kv_dtype, const char *chat_family) {
     const ModelConfig *c = &m->cfg;
     static const char *act[] = {"SwiGLU (silu)", "GeGLU (gelu tanh)", "SwiGLU (gpt-oss, clamped)"};
@@ -123,6 +165,7 @@ void model_print_info(FILE *out, const Model *m, int kv_tokens, KVDtype kv_dtype
         if (count[t]) fprintf(out, " %s x%llu", dtype_info(t)->name, (unsigned long long)count[t]);
     fprintf(out, "\n");
     print_unused(out, m);
+    print_fp8(out, m);
     fprintf(out, "%-22s %.3f B (%llu)\n", "parameters", m->n_params / 1e9, (unsigned long long)m->n_params);
     print_size(out, "weights as stored", (double)m->weight_bytes);
     print_size(out, "weights in bf16", (double)m->n_params * 2);
@@ -143,9 +186,10 @@ void model_print_tensors(FILE *out, const Model *m) {
     uint64_t n = model_tensor_count(m);
     for (uint64_t i = 0; i < n; i++) {
         const TensorInfo *t = model_tensor_at(m, i);
+        const char *kind = t->type == DT_F8_E4M3 ? fp8_scale_kind(m, t->name) : NULL;
         fprintf(out, "%-48s %-6s [", t->name, dtype_info(t->type)->name);
         for (int d = 0; d < t->n_dims; d++) fprintf(out, d ? ", %llu" : "%llu", (unsigned long long)t->ne[d]);
-        fprintf(out, "] %llu bytes\n", (unsigned long long)t->nbytes);
+        fprintf(out, "] %llu bytes%s%s\n", (unsigned long long)t->nbytes, kind ? ", scale " : "", kind ? kind : "");
     }
 }
 

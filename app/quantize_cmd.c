@@ -198,7 +198,13 @@ static void quantize_usage(FILE *out) {
                  "not whole 256-value blocks. q4_k_m / q5_k_m: llama.cpp's mixes (Q6_K for the\n"
                  "LM head and for attn_v and ffn_down in the first and last eighth of the layers\n"
                  "and every third layer between).\n\n"
-                 "TYPE: q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m q5_k_m f16 bf16 f32\n");
+                 "TYPE: q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m q5_k_m f16 bf16 f32\n\n"
+                 "       cllm quantize IN_FOLDER OUT_FOLDER --type fp8\n\n"
+                 "fp8 reads a safetensors model folder and writes an FP8 checkpoint folder (compressed-\n"
+                 "tensors float-quantized, as vLLM reads it): the attention and MLP matrices and an\n"
+                 "untied LM head as e4m3 with a scale per output row, activations dynamic per token\n"
+                 "(exactly --weights fp8's numbers); config.json gets quantization_config, the\n"
+                 "tokenizer files are copied.\n");
 }
 
 int quantize_main(int argc, char **argv) {
@@ -224,12 +230,20 @@ int quantize_main(int argc, char **argv) {
     }
     DType type;
     bool k_m;
+    Err err = {{0}};
+    if (!strcasecmp(type_name, "fp8")) {
+        if (quantize_fp8_checkpoint(pos[0], pos[1], &err)) {
+            fprintf(stderr, "cllm quantize: %s\n", err.msg);
+            return 2;
+        }
+        printf("cllm quantize: %s -> %s: FP8 (e4m3, per-channel scales) checkpoint written\n", pos[0], pos[1]);
+        return 0;
+    }
     if (quantize_parse_recipe(type_name, &type, &k_m)) {
         fprintf(stderr, "cllm quantize: unknown --type '%s' (q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k q4_k_m q5_k_m "
-                        "f16 bf16 f32)\n", type_name);
+                        "f16 bf16 f32 fp8)\n", type_name);
         return 2;
     }
-    Err err = {{0}};
     if (quantize_model_mix(pos[0], pos[1], type, k_m, stdout, &err)) {
         fprintf(stderr, "cllm quantize: %s\n", err.msg);
         return 2;

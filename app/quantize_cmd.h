@@ -22,6 +22,12 @@ int quantize_model(const char *in_path, const char *out_path, DType type, FILE *
  * Q5_K) and Q6_K (the LM head; attn_v and ffn_down in some layers). */
 int quantize_model_mix(const char *in_path, const char *out_path, DType type, bool k_m, FILE *log, Err *err);
 
+/* --type fp8 (app/quantize_fp8.c): the safetensors model folder in_path
+ * written to the folder out_dir as an FP8 checkpoint (compressed-tensors
+ * float-quantized, per-channel weight scales, dynamic per-token activations)
+ * whose matrices are exactly what --weights fp8 makes of them. */
+int quantize_fp8_checkpoint(const char *in_path, const char *out_dir, Err *err);
+
 /* "q8_0", "Q4_K", ... -> the type; -1 when not a type quantize_model writes. */
 int quantize_parse_type(const char *name);
 /* quantize_parse_type, and "q4_k_m" / "q5_k_m": the base type with *k_m set; -1 when neither. */

@@ -132,8 +132,9 @@ int runtime_open(Runtime *rt, const RunOptions *o, Err *err) {
     memset(rt, 0, sizeof *rt);
     if (!(o->gpu_mem_util > 0 && o->gpu_mem_util <= 1))
         return err_set(err, "--gpu-mem-util %g: must be a fraction in (0, 1]", o->gpu_mem_util);
-    if (o->dummy_weights ? model_load_dummy(&rt->model, o->model, 0, o->dummy_type, err)
-                         : model_load(&rt->model, o->model, 0, err))
+    int flags = o->weights && !strcmp(o->weights, "fp8") ? MODEL_LOAD_WEIGHTS_FP8 : 0;
+    if (o->dummy_weights ? model_load_dummy(&rt->model, o->model, flags, o->dummy_type, err)
+                         : model_load(&rt->model, o->model, flags, err))
         return -1;
     app_warn_unused(&rt->model);
     const ModelConfig *c = &rt->model.cfg;

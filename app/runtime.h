@@ -36,6 +36,7 @@ typedef struct {
     const char *master;           /* ADDR:PORT where the last rank (the driver) listens */
     bool batch_invariant;         /* GPU: each sequence's results independent of the batch it runs in */
     KVDtype kv_dtype;             /* KV cache elements (--kv-dtype): bf16 (fp32 on the CPU) or fp8 e4m3 + scales */
+    const char *weights;          /* --weights: "fp8" quantizes float matrices at load (MODEL_LOAD_WEIGHTS_FP8); NULL/"file": as stored */
 } RunOptions;
 
 void run_options_default(RunOptions *o);

@@ -40,11 +40,16 @@ static const DTypeInfo dtype_table[DT_COUNT] = {
     [DT_Q6_K] = {"Q6_K", QK_K, 210},
     [DT_BF16] = {"BF16", 1, 2},
     [DT_MXFP4] = {"MXFP4", 32, 17},
+    [DT_F8_E4M3] = {"F8_E4M3", 1, 1},
 };
 
 const DTypeInfo *dtype_info(uint32_t id) {
     if (id >= DT_COUNT || !dtype_table[id].name) return NULL;
     return &dtype_table[id];
+}
+
+bool dtype_is_ggml(uint32_t id) {
+    return id != DT_F8_E4M3 && dtype_info(id) != NULL;
 }
 
 uint64_t dtype_row_bytes(DType t, uint64_t n) {
@@ -155,6 +160,17 @@ void fp8_quantize_row(const float *x, int n, uint8_t *codes, float *scale) {
 
 void fp8_dequantize_row(const uint8_t *codes, int n, float scale, float *y) {
     for (int i = 0; i < n; i++) y[i] = e4m3_to_fp32(codes[i]) * scale;
+}
+
+float fp8_quantize_weight_row(const float *x, int64_t n, uint8_t *codes) {
+    float amax = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        float a = fabsf(x[i]);
+        if (a > amax) amax = a; /* false for a nan: ignored */
+    }
+    float s = amax > 0.0f && amax <= 3.4028235e38f ? amax / E4M3_MAX : 1.0f; /* an inf amax: scale 1, codes saturate */
+    for (int64_t i = 0; i < n; i++) codes[i] = fp32_to_e4m3(x[i] / s);
+    return s;
 }
 
 const char *kv_dtype_name(KVDtype t) { return t == KV_DTYPE_FP8 ? "fp8" : "bf16"; }
@@ -347,6 +363,9 @@ void dequantize_row(DType t, const void *src, float *dst, int64_t n) {
         return;
     case DT_BF16:
         for (int64_t i = 0; i < n; i++) dst[i] = bf16_to_fp32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+        return;
+    case DT_F8_E4M3: /* the codes' values; the row's scale is the caller's (WeightRef.scale) */
+        for (int64_t i = 0; i < n; i++) dst[i] = e4m3_to_fp32(p[i]);
         return;
     default: break;
     }

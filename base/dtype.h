@@ -5,7 +5,9 @@
  * `block_elems` values packed into `block_bytes` bytes. Unquantized types are
  * blocks of one element. A row of n elements (n a multiple of block_elems)
  * takes n / block_elems * block_bytes bytes. The numeric values of the enum are
- * GGUF's ggml_type ids, so a GGUF tensor info maps to DType without a table.
+ * GGUF's ggml_type ids, so a GGUF tensor info maps to DType without a table
+ * (except DT_F8_E4M3, cllm's own, which the GGUF reader refuses: see
+ * dtype_is_ggml).
  */
 #ifndef CLLM_DTYPE_H
 #define CLLM_DTYPE_H
@@ -33,7 +35,9 @@ typedef enum {
     DT_Q6_K = 14,
     DT_BF16 = 30,
     DT_MXFP4 = 39,
-    DT_COUNT = 40, /* one past the largest id; ids in between are unsupported */
+    DT_F8_E4M3 = 40, /* FP8 weights from safetensors or --weights fp8: one e4m3 code a value, times a
+                      * per-row fp32 scale (WeightRef.scale). Not a ggml type: GGUF's id 40 is refused */
+    DT_COUNT = 41, /* one past the largest id; ids in between are unsupported */
 } DType;
 
 typedef struct {
@@ -46,6 +50,10 @@ typedef struct {
  * including out-of-range ones read from a hostile file). */
 const DTypeInfo *dtype_info(uint32_t id);
 
+/* Whether id is a ggml type cllm reads from GGUF (dtype_info of it is
+ * non-NULL and it is not DT_F8_E4M3, which only safetensors carry). */
+bool dtype_is_ggml(uint32_t id);
+
 /* Bytes taken by n elements of type t, or 0 when n is not a whole number of
  * blocks or the size would overflow. */
 uint64_t dtype_row_bytes(DType t, uint64_t n);
@@ -57,7 +65,9 @@ uint64_t dtype_row_bytes(DType t, uint64_t n);
 bool dtype_gpu_keeps_blocks(DType t);
 
 /* Converts n values (n a multiple of block_elems) from src in type t to fp32.
- * The CPU reference of every quantized format. */
+ * The CPU reference of every quantized format. DT_F8_E4M3 gives the codes'
+ * values without the row's scale (which lives in WeightRef.scale, not in the
+ * row's bytes): callers multiply by it. */
 void dequantize_row(DType t, const void *src, float *dst, int64_t n);
 
 /* Q4_K / Q5_K: sub-block k's (0..7) 6-bit scale and min from the block's 12
@@ -90,6 +100,12 @@ float e4m3_to_fp32(uint8_t c); /* exact */
  * above 2^-6 * scale, absolute <= 2^-10 * scale below. */
 void fp8_quantize_row(const float *x, int n, uint8_t *codes, float *scale);
 void fp8_dequantize_row(const uint8_t *codes, int n, float scale, float *y);
+
+/* A weight row as e4m3 codes with one scale (--weights fp8, cllm quantize
+ * --type fp8): as fp8_quantize_row but an all-zero (or all-nan) row gets
+ * scale 1, never 0, so every scale of an FP8 matrix is a positive finite
+ * number (the loader refuses others). Returns the scale. */
+float fp8_quantize_weight_row(const float *x, int64_t n, uint8_t *codes);
 
 /* The element type of the KV cache (--kv-dtype). KV_DTYPE_BF16, the
  * default, is bf16 on the GPU and fp32 on the CPU backend (whose every

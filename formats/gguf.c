@@ -350,7 +350,7 @@ static int read_dims(Reader *r, GGUFTensor *t) {
 static int read_tensor_info(Reader *r, GGUFFile *f, GGUFTensor *t) {
     uint32_t type;
     if (read_dims(r, t) || rd_u32(r, &type, "type")) return -1;
-    const DTypeInfo *info = dtype_info(type);
+    const DTypeInfo *info = dtype_is_ggml(type) ? dtype_info(type) : NULL; /* 40 is cllm's F8_E4M3, no ggml type */
     if (!info)
         return err_set(r->err, "%s: %s: type id %u is not supported", r->path, r->ctx, type);
     t->type = (DType)type;

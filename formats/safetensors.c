@@ -37,7 +37,8 @@ static int st_dtype(const char *s, DType *out, int *elem_bytes) {
     if (!strcmp(s, "F32")) { *out = DT_F32; *elem_bytes = 4; return 0; }
     if (!strcmp(s, "F16")) { *out = DT_F16; *elem_bytes = 2; return 0; }
     if (!strcmp(s, "BF16")) { *out = DT_BF16; *elem_bytes = 2; return 0; }
-    return !strcmp(s, "F8_E4M3") || !strcmp(s, "F8_E5M2") ? -2 : -1;
+    if (!strcmp(s, "F8_E4M3")) { *out = DT_F8_E4M3; *elem_bytes = 1; return 0; }
+    return !strcmp(s, "F8_E5M2") ? -2 : -1;
 }
 
 static int st_map_file(SafetensorsShard *sh, const char *path, Err *err) {
@@ -117,8 +118,12 @@ static int st_add_tensor(Safetensors *st, int shard, const char *name, const Jso
         return err_set(err, "%s: tensor '%s': field 'data_offsets' missing or not [begin, end]", path, name);
     TensorInfo t = {0};
     int eb = 0, rc = st_dtype(dt->u.string.s, &t.type, &eb);
-    if (rc == -2) return err_set(err, "%s: tensor '%s': dtype %s is not supported yet", path, name, dt->u.string.s);
-    if (rc) return err_set(err, "%s: tensor '%s': unsupported dtype '%.32s' (F32, F16 and BF16 are)", path, name, dt->u.string.s);
+    if (rc == -2)
+        return err_set(err, "%s: tensor '%s': dtype %s is not supported (FP8 weights must be F8_E4M3)", path, name,
+                       dt->u.string.s);
+    if (rc)
+        return err_set(err, "%s: tensor '%s': unsupported dtype '%.32s' (F32, F16, BF16 and F8_E4M3 are)", path, name,
+                       dt->u.string.s);
     uint64_t n = 0;
     if (st_read_shape(&t, shape, path, name, &n, err) ||
         st_read_offsets(&t, offs, n, eb, dt->u.string.s, data_size, path, name, err))

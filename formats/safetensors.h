@@ -5,7 +5,7 @@
  * {"name": {"dtype": "BF16", "shape": [..], "data_offsets": [begin, end]}, ...,
  * "__metadata__": {...}}, then the data; offsets are relative to the data
  * start. Checked: N within the file, JSON well formed, each tensor's dtype
- * known (F32/F16/BF16; F8_E4M3 and others named as "not supported yet"),
+ * known (F32/F16/BF16/F8_E4M3; F8_E5M2 and others refused, named),
  * shape x dtype size == end - begin without overflow, the range inside the
  * file, names unique across shards, every tensor of the index found in its
  * shard. Errors name the file and the tensor.

@@ -8,10 +8,10 @@
 
 #include "formats/detect.h"
 #include "model/dummy.h"
-#include "model/model.h"
+#include "model/loader_internal.h"
 #include "model/tensor_names.h"
 
-static int model_own(Model *m, void *p, Err *err) {
+int model_own(Model *m, void *p, Err *err) {
     if (!p) return err_set(err, "%s: out of memory converting weights", m->path);
     if (m->n_owned == m->cap_owned) {
         int cap = m->cap_owned ? 2 * m->cap_owned : 64;
@@ -23,12 +23,11 @@ static int model_own(Model *m, void *p, Err *err) {
     return 0;
 }
 
-static const TensorInfo *model_find(const Model *m, const char *name) {
+const TensorInfo *model_find(const Model *m, const char *name) {
     return m->is_gguf ? gguf_find_tensor(&m->gguf, name) : safetensors_find(&m->st, name);
 }
 
-/* Marks a file tensor as read by a weight role (model_unused lists the rest). */
-static void model_mark_used(Model *m, const TensorInfo *t) {
+void model_mark_used(Model *m, const TensorInfo *t) {
     const TensorInfo *base = m->is_gguf ? m->gguf.tensors : m->st.tensors;
     if (m->tensor_used && t >= base && t < base + model_tensor_count(m)) m->tensor_used[t - base] = true;
 }
@@ -111,13 +110,19 @@ const TensorInfo *model_tensor_at(const Model *m, uint64_t i) {
     return m->dummy ? &m->dummy_tensors[i] : m->is_gguf ? &m->gguf.tensors[i] : &m->st.tensors[i];
 }
 
-/* Converts any-dtype rows to a new fp32 buffer the model owns. */
+/* Converts any-dtype rows to a new fp32 buffer the model owns (FP8 rows
+ * times their scales). */
 static int model_to_f32(Model *m, WeightRef *w, Err *err) {
     int64_t rows = w->rows * w->n_mats;
     float *f = malloc((size_t)rows * w->cols * sizeof *f);
     if (model_own(m, f, err)) return -1;
-    for (int64_t r = 0; r < rows; r++)
+    for (int64_t r = 0; r < rows; r++) {
         dequantize_row(w->type, (const char *)w->data + r * w->row_bytes, f + r * w->cols, w->cols);
+        if (w->scale)
+            for (int64_t c = 0; c < w->cols; c++) f[r * w->cols + c] *= w->scale[r];
+    }
+    w->scale = NULL;
+    w->input_scale = 0;
     w->data = f;
     w->type = DT_F32;
     w->row_bytes = w->cols * sizeof(float);
@@ -146,11 +151,17 @@ static int model_bind(Model *m, WeightRef *w, const char *name, int64_t n_mats, 
                        "[%llu, %llu, %llu, 1]", m->path, name, (unsigned long long)t->ne[0],
                        (unsigned long long)t->ne[1], (unsigned long long)t->ne[2], (unsigned long long)t->ne[3],
                        (unsigned long long)want[0], (unsigned long long)want[1], (unsigned long long)want[2]);
-    *w = (WeightRef){t->data, t->type, rows, cols, n_mats, dtype_row_bytes(t->type, cols), t->name};
+    *w = (WeightRef){t->data, t->type, rows, cols, n_mats, dtype_row_bytes(t->type, cols), t->name, NULL, 0};
     m->n_params += tensor_nelems(t);
     m->weight_bytes += t->nbytes;
     model_mark_used(m, t);
     if (!m->dummy && model_realign(m, w, t, err)) return -1;
+    if (t->type == DT_F8_E4M3) {
+        if (rows == 1 || n_mats != 1)
+            return err_set(err, "%s: tensor '%s' is F8_E4M3: cllm reads FP8 for single weight matrices only "
+                           "(not vectors or stacked experts)", m->path, name);
+        if (fp8_bind_scales(m, w, t, err)) return -1;
+    }
     return rows == 1 && t->type != DT_F32 ? model_to_f32(m, w, err) : 0;
 }
 
@@ -211,13 +222,13 @@ static int model_bind_hf_gpt_oss_experts(Model *m, int l, LayerWeights *lw, Err 
             bu[e * F + f] = GUB[e * 2 * F + 2 * f + 1];
         }
     }
-    WeightRef mat = {NULL, DT_F32, F, C, E, C * sizeof(float), gu.name};
+    WeightRef mat = {NULL, DT_F32, F, C, E, C * sizeof(float), gu.name, NULL, 0};
     lw->w_gate = mat; lw->w_gate.data = g;
     lw->w_up = mat; lw->w_up.data = u;
-    lw->w_down = (WeightRef){d, DT_F32, C, F, E, F * sizeof(float), dn.name};
-    lw->b_gate = (WeightRef){bg, DT_F32, 1, F, E, F * sizeof(float), gub.name};
+    lw->w_down = (WeightRef){d, DT_F32, C, F, E, F * sizeof(float), dn.name, NULL, 0};
+    lw->b_gate = (WeightRef){bg, DT_F32, 1, F, E, F * sizeof(float), gub.name, NULL, 0};
     lw->b_up = lw->b_gate; lw->b_up.data = bu;
-    lw->b_down = (WeightRef){dnb.data, DT_F32, 1, C, E, C * sizeof(float), dnb.name};
+    lw->b_down = (WeightRef){dnb.data, DT_F32, 1, C, E, C * sizeof(float), dnb.name, NULL, 0};
     return 0;
 }
 
@@ -271,6 +282,9 @@ static int model_bind_globals(Model *m, Err *err) {
         model_bind(m, &m->w.output_norm, g.output_norm, 1, 1, c->dim, true, DT_BF16, err) ||
         model_bind(m, &m->w.output, g.output, 1, c->vocab, c->dim, !c->tied_embeddings, dummy_head_type(t), err))
         return -1;
+    if (m->w.tok_embd.type == DT_F8_E4M3) /* the embedding lookup reads rows without scales */
+        return err_set(err, "%s: tensor '%s' is F8_E4M3: an FP8 embedding table is not supported", m->path,
+                       m->w.tok_embd.name);
     if (!m->w.output.data) m->w.output = m->w.tok_embd;
     else if (m->dummy && m->w.output.data == m->w.tok_embd.data && dummy_head_apart(m, err)) return -1;
     if (g.rope_freqs && model_bind(m, &m->w.rope_freqs, g.rope_freqs, 1, 1, c->rope_dim / 2, false, DT_BF16, err))
@@ -301,6 +315,7 @@ static int model_open_hf(Model *m, int flags, Err *err) {
     Json *cj = json_parse_file(cfg_path, err);
     if (!cj) return -1;
     int rc = config_from_hf(&m->cfg, json_root(cj), cfg_path, err);
+    if (rc == 0) rc = quant_config_from_hf(&m->quant, json_root(cj), cfg_path, err);
     json_free(cj);
     if (rc || generation_defaults_from_hf(&m->gen, m->st.dir, err)) return -1;
     if (!m->cfg.name[0]) {
@@ -329,6 +344,12 @@ static int model_open_gguf(Model *m, int flags, Err *err) {
  * apply. */
 static int model_find_unused(Model *m, Err *err) {
     uint64_t n = model_tensor_count(m);
+    if (m->quant.fp8) /* scales no FP8 weight reads (dynamic input_scale, KV k_scale / v_scale): nothing ignored */
+        for (uint64_t i = 0; i < n; i++) {
+            const char *nm = model_tensor_at(m, i)->name;
+            size_t l = strlen(nm);
+            if (l >= 6 && !strcmp(nm + l - 6, "_scale")) m->tensor_used[i] = true;
+        }
     for (uint64_t i = 0; i < n; i++) m->n_unused += !m->tensor_used[i];
     if (!m->n_unused) return 0;
     m->unused = malloc(m->n_unused * sizeof *m->unused);
@@ -365,6 +386,7 @@ static int model_load_as(Model *m, const char *path, int flags, DType dummy_type
         rc = err_set(err, "%s: out of memory", path);
     if (rc == 0) rc = model_bind_globals(m, err);
     if (rc == 0) rc = model_bind_layers(m, err);
+    if (rc == 0 && (flags & MODEL_LOAD_WEIGHTS_FP8)) rc = fp8_quantize_weights(m, err);
     if (rc == 0 && !m->dummy) rc = model_find_unused(m, err);
     if (rc == 0) rc = model_shape_build(&m->shape, &m->cfg, &m->w.rope_freqs, err);
     if (rc) model_free(m);

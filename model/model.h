@@ -20,12 +20,14 @@
 #include "kernels/weights.h"
 #include "model/config.h"
 #include "model/generation_defaults.h"
+#include "model/quant_config.h"
 #include "model/shape.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct {
     char *path;
     ModelConfig cfg;
+    QuantConfig quant;         /* config.json's quantization_config (FP8 checkpoints) */
     GenerationDefaults gen;    /* the sampling settings the files recommend (generation_defaults.h) */
     ModelWeights w;
     ModelShape shape;          /* what a backend is told of it (rope tables owned) */
@@ -57,7 +59,14 @@ typedef struct {
  * each type); optional ones are absent. weight_bytes counts every tensor in
  * its own type. For benchmarks of shapes too big for the disk (vLLM's
  * --load-format dummy); the outputs mean nothing. */
-enum { MODEL_LOAD_NO_TOKENIZER = 1, MODEL_LOAD_DUMMY_WEIGHTS = 2 };
+/* MODEL_LOAD_WEIGHTS_FP8 (--weights fp8): every F32/F16/BF16 matrix of the
+ * layers (wq wk wv wo w_gate w_up w_down) and an LM head not tied to the
+ * embedding becomes e4m3 codes with one scale per output row (scale =
+ * amax(row) / 448; codes fp32_to_e4m3(w / scale): round to nearest even,
+ * saturating; an all-zero row gets scale 1). Embeddings, norms, biases and
+ * routers stay as they are; a matrix in a GGUF block type (Q4_K, ...) is
+ * refused, naming it; one already F8_E4M3 stays as the file has it. */
+enum { MODEL_LOAD_NO_TOKENIZER = 1, MODEL_LOAD_DUMMY_WEIGHTS = 2, MODEL_LOAD_WEIGHTS_FP8 = 4 };
 
 int model_load(Model *m, const char *path, int flags, Err *err);
 /* model_load with MODEL_LOAD_DUMMY_WEIGHTS and the matrices in type (one

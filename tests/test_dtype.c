@@ -47,10 +47,19 @@ static void test_dtype_info_table(void) {
         CHECK(d->block_elems == known[i].elems && d->block_bytes == known[i].bytes, "%s", d->name);
     }
     for (uint32_t id = 0; id < 64; id++) n_known += dtype_info(id) != NULL;
-    CHECK(n_known == 14, "%d ids known", n_known);
+    CHECK(n_known == 15, "%d ids known", n_known);
     CHECK(dtype_info(4) == NULL && dtype_info(5) == NULL && dtype_info(9) == NULL, "unsupported ids");
-    CHECK(dtype_info(40) == NULL && dtype_info(1000) == NULL && dtype_info(UINT32_MAX) == NULL,
+    CHECK(dtype_info(41) == NULL && dtype_info(1000) == NULL && dtype_info(UINT32_MAX) == NULL,
           "out of range ids");
+    /* F8_E4M3 (40) is cllm's own: one byte a value, and no ggml type */
+    const DTypeInfo *f8 = dtype_info(DT_F8_E4M3);
+    CHECK(f8 && !strcmp(f8->name, "F8_E4M3") && f8->block_elems == 1 && f8->block_bytes == 1, "F8_E4M3");
+    CHECK(!dtype_is_ggml(DT_F8_E4M3) && dtype_is_ggml(DT_Q4_K) && dtype_is_ggml(DT_F32) && !dtype_is_ggml(4),
+          "dtype_is_ggml");
+    uint8_t codes[3] = {0x38, 0xfe, 0x7f};
+    float v[3];
+    dequantize_row(DT_F8_E4M3, codes, v, 3);
+    CHECK(v[0] == 1.0f && v[1] == -448.0f && isnan(v[2]), "F8_E4M3 rows decode to the codes' values");
 }
 
 static void test_dtype_row_bytes(void) {

@@ -534,6 +534,7 @@ static void test_tensor_mutations(Hostile *h) {
     EXPECT_PATCH_FAIL(h, p + 9, 1ull << 40, 8, "tensor 't.f32'", "past the end");
     EXPECT_PATCH_FAIL(h, p + 25, 99, 4, "tensor 't.f32'", "type id 99");
     EXPECT_PATCH_FAIL(h, p + 25, 4, 4, "tensor 't.f32'", "type id 4");
+    EXPECT_PATCH_FAIL(h, p + 25, 40, 4, "tensor 't.f32'", "type id 40 is not supported"); /* cllm's F8_E4M3, no ggml type */
     EXPECT_PATCH_FAIL(h, p + 29, 32, 8, "tensor 't.f32'", "offset 32", "alignment 64");
     EXPECT_PATCH_FAIL(h, p + 29, 1, 8, "tensor 't.f32'", "offset 1");
     EXPECT_PATCH_FAIL(h, p + 29, 4096, 8, "tensor 't.f32'", "past the end");

@@ -324,8 +324,8 @@ static const BadHeader bad_headers[] = {
      {"tensor 'w'", "data_offsets must be"}},
     {"{\"w\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 8]}}", 8, {"tensor 'w'", "span 8 bytes", "1 elements of F32"}},
     {"{\"w\": {\"dtype\": \"F16\", \"shape\": [2, 3], \"data_offsets\": [0, 24]}}", 24, {"tensor 'w'", "span 24 bytes", "6 elements of F16 = 12"}},
-    {"{\"w\": {\"dtype\": \"F8_E4M3\", \"shape\": [4], \"data_offsets\": [0, 4]}}", 4, {"tensor 'w'", "dtype F8_E4M3 is not supported yet"}},
-    {"{\"w\": {\"dtype\": \"F8_E5M2\", \"shape\": [4], \"data_offsets\": [0, 4]}}", 4, {"tensor 'w'", "dtype F8_E5M2 is not supported yet"}},
+    {"{\"w\": {\"dtype\": \"F8_E4M3\", \"shape\": [4], \"data_offsets\": [0, 3]}}", 4, {"tensor 'w'", "4 elements of F8_E4M3 = 4"}},
+    {"{\"w\": {\"dtype\": \"F8_E5M2\", \"shape\": [4], \"data_offsets\": [0, 4]}}", 4, {"tensor 'w'", "dtype F8_E5M2 is not supported (FP8 weights must be F8_E4M3)"}},
     {"{\"w\": {\"dtype\": \"I64\", \"shape\": [1], \"data_offsets\": [0, 8]}}", 8, {"tensor 'w'", "unsupported dtype 'I64'"}},
     {"{\"w\": {\"dtype\": \"BOOL\", \"shape\": [1], \"data_offsets\": [0, 1]}}", 1, {"tensor 'w'", "unsupported dtype 'BOOL'"}},
     {"{\"w\": {\"dtype\": \"U8\", \"shape\": [1], \"data_offsets\": [0, 1]}}", 1, {"tensor 'w'", "unsupported dtype 'U8'"}},
@@ -403,8 +403,8 @@ static void test_bad_sharded(void) {
     write_index("{\"a\": \"s1.safetensors\", \"c\": \"s2.safetensors\"}");
     expect_fail(tmp_path("ck"), "tensor 'a' appears twice", "s1.safetensors", "s2.safetensors");
     /* A bad shard: its own error, naming the shard and tensor. */
-    write_st(tmp_path("ck/s2.safetensors"), "{\"c\": {\"dtype\": \"F8_E4M3\", \"shape\": [1], \"data_offsets\": [0, 1]}}", 1);
-    expect_fail(tmp_path("ck"), tmp_path("ck/s2.safetensors"), "tensor 'c'", "not supported yet");
+    write_st(tmp_path("ck/s2.safetensors"), "{\"c\": {\"dtype\": \"F8_E5M2\", \"shape\": [1], \"data_offsets\": [0, 1]}}", 1);
+    expect_fail(tmp_path("ck"), tmp_path("ck/s2.safetensors"), "tensor 'c'", "not supported");
     /* Malformed indexes. */
     const char *bad_maps[][2] = {
         {"[\"s1.safetensors\"]", "'weight_map' missing or not an object"},

@@ -26,7 +26,7 @@ static CpuBackend *cpu(Backend *be) { return be->ctx; }
 
 static CpuMatrix cpu_matrix(const WeightRef *w, int mat) {
     return (CpuMatrix){(const char *)w->data + (uint64_t)mat * w->rows * w->row_bytes, w->type, w->rows, w->cols,
-                       w->row_bytes};
+                       w->row_bytes, w->scale ? w->scale + (int64_t)mat * w->rows : NULL, w->input_scale};
 }
 
 /* Scratch of at least n floats; activations were sized at init and this is

@@ -22,15 +22,20 @@
 
 
 /* A weight matrix W [rows][cols] (PyTorch Linear layout: rows = out features)
- * in any dtype; row r starts at data + r * row_bytes. */
+ * in any dtype; row r starts at data + r * row_bytes. DT_F8_E4M3: row r's
+ * values are its codes times scale[r], and input_scale is the static
+ * activation scale (0: per token), as in WeightRef. */
 typedef struct {
     const void *data;
     DType type;
     int64_t rows, cols;
     uint64_t row_bytes;
+    const float *scale;
+    float input_scale;
 } CpuMatrix;
 
-/* y[T][rows] = x[T][cols] @ W^T (+ bias[rows] when bias != NULL). */
+/* y[T][rows] = x[T][cols] @ W^T (+ bias[rows] when bias != NULL). An FP8
+ * matrix multiplies FP8 activations (matmul.c says how x is rounded). */
 void cpu_matmul(ThreadPool *tp, float *y, const float *x, const CpuMatrix *w, const float *bias, int T);
 
 /* out[t] = embedding row ids[t] of table E [vocab][C] (any dtype), times scale. */

@@ -10,7 +10,26 @@
  * buffer whatever the row length, so there is no allocation (and no failure
  * path) in an op that cannot return an error. A piece is a multiple of every
  * block size, so pieces start on block boundaries.
+ *
+ * FP8 (DT_F8_E4M3) weights multiply FP8 activations, as the GPU's FP8 x FP8
+ * tensor-core GEMMs do: each input row x_t is first rounded to e4m3 codes
+ * with one fp32 scale s_t, then
+ *
+ *     y[t][r] = (sum_i e4m3(xq_t[i]) * e4m3(w_r[i])) * (s_t * scale[r])
+ *
+ * with the sum in fp32 (each product of two e4m3 values is exact in fp32).
+ * The rounding of x (base/dtype.c fp32_to_e4m3: round to nearest, ties to
+ * even, saturating at +-448, NaN stays NaN):
+ *   dynamic (input_scale == 0): s_t = amax_t / 448 in fp32, amax_t = max_i
+ *     |x_t[i]|; code_i = fp32_to_e4m3(x_t[i] / s_t) (an all-zero row: s_t =
+ *     0, codes 0) -- fp8_quantize_row;
+ *   static (input_scale > 0): s_t = input_scale; code_i =
+ *     fp32_to_e4m3(x_t[i] / input_scale), saturating.
+ * The rounded rows live in one buffer per call (malloc'd; out of memory
+ * aborts, as the backend's scratch does: the op cannot return an error).
  */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/cpu_ops.h"
@@ -72,10 +91,11 @@ static void dot4_f32(const float *w, const float *x0, const float *x1, const flo
 
 typedef struct {
     float *y;                    /* [T][rows] */
-    const float *x;              /* [T][cols] */
+    const float *x;              /* [T][cols]; FP8 weights: the e4m3 values of x's codes */
     const CpuMatrix *w;
     const float *bias;           /* [rows] or NULL */
     int T;
+    const float *x_scale;        /* FP8 weights: [T] the scale of each row of x; else NULL */
 } MatmulJob;
 
 /* y[t][r] (+)= wrow[0..n) . x[t][c0 .. c0+n) for every t; `add` accumulates
@@ -117,15 +137,46 @@ static void matmul_rows(void *ctx, int64_t r0, int64_t r1) {
                 rows_times_piece(j, r, buf, c0, n, c0 > 0);
             }
         }
+        if (j->x_scale) /* FP8: the sum of code products times both scales */
+            for (int t = 0; t < j->T; t++) j->y[(int64_t)t * w->rows + r] *= j->x_scale[t] * w->scale[r];
         if (j->bias)
             for (int t = 0; t < j->T; t++) j->y[(int64_t)t * w->rows + r] += j->bias[r];
     }
 }
 
+/* x [T][cols] rounded to e4m3 as the header says: xq gets the codes'
+ * values (exact in fp32), s[t] each row's scale; codes is room for one row. */
+static void fp8_activations(const float *x, int T, int64_t cols, float input_scale, float *xq, float *s,
+                            uint8_t *codes) {
+    for (int t = 0; t < T; t++) {
+        const float *xt = x + (int64_t)t * cols;
+        if (input_scale > 0.0f) {
+            s[t] = input_scale;
+            for (int64_t i = 0; i < cols; i++) codes[i] = fp32_to_e4m3(xt[i] / input_scale);
+        } else {
+            fp8_quantize_row(xt, (int)cols, codes, &s[t]);
+        }
+        for (int64_t i = 0; i < cols; i++) xq[(int64_t)t * cols + i] = e4m3_to_fp32(codes[i]);
+    }
+}
+
 void cpu_matmul(ThreadPool *tp, float *y, const float *x, const CpuMatrix *w, const float *bias, int T) {
     if (T <= 0 || w->rows <= 0) return;
-    MatmulJob j = {y, x, w, bias, T};
+    MatmulJob j = {y, x, w, bias, T, NULL};
+    float *xq = NULL;
+    if (w->type == DT_F8_E4M3) {
+        size_t n = (size_t)T * (size_t)w->cols;
+        xq = malloc((n + (size_t)T) * sizeof *xq + (size_t)w->cols);
+        if (!xq) {
+            fprintf(stderr, "cllm: out of memory rounding %d activation rows to FP8\n", T);
+            abort();
+        }
+        fp8_activations(x, T, w->cols, w->input_scale, xq, xq + n, (uint8_t *)(xq + n + T));
+        j.x = xq;
+        j.x_scale = xq + (size_t)T * (size_t)w->cols;
+    }
     cpu_parallel_for(tp, w->rows, matmul_rows, &j);
+    free(xq);
 }
 
 /* An id outside the table (a hostile prompt file can carry any number) gives a

@@ -1,0 +1,118 @@
+/* fp8_weights.c — FP8 (e4m3) weight matrices: the scales of an FP8
+ * checkpoint bound and checked, and --weights fp8's quantization at load.
+ *
+ * A checkpoint's F8_E4M3 matrix "<p>.weight" has its scale in
+ * "<p>.weight_scale" (F32, BF16 or F16): one value (shape [] or [1]: per
+ * tensor, repeated for every row here so the backends see one layout) or one
+ * per output row (shape [rows, 1] or [rows]: per channel). With static
+ * activations "<p>.input_scale" holds one value. Every scale must be a
+ * positive finite number: a zero, negative or NaN scale would silently give
+ * zero or NaN outputs, so it is a load error naming the tensor. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/loader_internal.h"
+
+/* "<name minus its trailing 'weight'><suffix>" ("q_proj.weight" ->
+ * "q_proj.weight_scale" / "q_proj.input_scale"). */
+static void scale_name(char *out, size_t cap, const char *name, const char *suffix) {
+    size_t l = strlen(name), k = l >= 6 && !strcmp(name + l - 6, "weight") ? l - 6 : l;
+    snprintf(out, cap, "%.*s%s", (int)k, name, suffix);
+}
+
+/* Value i of a scale tensor (F32, BF16, F16; the bytes may be unaligned). */
+static float scale_at(const TensorInfo *t, uint64_t i) {
+    float v;
+    dequantize_row(t->type, (const char *)t->data + i * (uint64_t)dtype_info(t->type)->block_bytes, &v, 1);
+    return v;
+}
+
+/* Checks a scale tensor's dtype and every value. */
+static int check_scale_values(const Model *m, const TensorInfo *s, Err *err) {
+    if (s->type != DT_F32 && s->type != DT_BF16 && s->type != DT_F16)
+        return err_set(err, "%s: tensor '%s' is %s: a scale must be F32, BF16 or F16", m->path, s->name,
+                       dtype_info(s->type)->name);
+    uint64_t n = tensor_nelems(s);
+    for (uint64_t i = 0; i < n; i++) {
+        float v = scale_at(s, i);
+        if (!(v > 0.0f) || !isfinite(v))
+            return err_set(err, "%s: tensor '%s': value %llu is %g; a scale must be a positive finite number",
+                           m->path, s->name, (unsigned long long)i, v);
+    }
+    return 0;
+}
+
+int fp8_bind_scales(Model *m, WeightRef *w, const TensorInfo *t, Err *err) {
+    char name[512];
+    scale_name(name, sizeof name, t->name, "weight_scale");
+    const TensorInfo *s = model_find(m, name);
+    if (!s)
+        return err_set(err, "%s: tensor '%s' is F8_E4M3 but its scale '%s' is missing", m->path, t->name, name);
+    model_mark_used(m, s);
+    uint64_t n = tensor_nelems(s), rows = (uint64_t)w->rows;
+    bool per_tensor = n == 1 && s->ne[2] == 1 && s->ne[3] == 1;
+    bool per_row = n == rows && s->ne[2] == 1 && s->ne[3] == 1 && (s->ne[0] == rows || (s->ne[0] == 1 && s->ne[1] == rows));
+    if (!per_tensor && !per_row)
+        return err_set(err, "%s: tensor '%s' has shape [%llu, %llu] (innermost first); the scale of '%s' (%llu rows) "
+                       "must have shape [] or [1] (per tensor), or [%llu, 1] or [%llu] (per channel)", m->path, name,
+                       (unsigned long long)s->ne[0], (unsigned long long)s->ne[1], t->name, (unsigned long long)rows,
+                       (unsigned long long)rows, (unsigned long long)rows);
+    if (check_scale_values(m, s, err)) return -1;
+    float *sc = malloc(rows * sizeof *sc);
+    if (model_own(m, sc, err)) return -1;
+    for (uint64_t r = 0; r < rows; r++) sc[r] = scale_at(s, per_tensor ? 0 : r);
+    w->scale = sc;
+    w->input_scale = 0;
+    scale_name(name, sizeof name, t->name, "input_scale");
+    const TensorInfo *in = model_find(m, name);
+    if (in) model_mark_used(m, in);
+    if (!m->quant.static_input) return 0; /* dynamic: any input_scale is not used */
+    if (!in)
+        return err_set(err, "%s: tensor '%s' is missing: quantization_config (quant_method '%s') has static "
+                       "activation scales", m->path, name, m->quant.method);
+    if (tensor_nelems(in) != 1)
+        return err_set(err, "%s: tensor '%s' has %llu values; a static input scale is one value (shape [] or [1])",
+                       m->path, name, (unsigned long long)tensor_nelems(in));
+    if (check_scale_values(m, in, err)) return -1;
+    w->input_scale = scale_at(in, 0);
+    return 0;
+}
+
+/* One matrix to e4m3 codes and per-row scales, in buffers the model owns. */
+static int quantize_matrix(Model *m, WeightRef *w, Err *err) {
+    if (!w->data || w->type == DT_F8_E4M3) return 0;
+    if (w->type != DT_F32 && w->type != DT_F16 && w->type != DT_BF16)
+        return err_set(err, "%s: --weights fp8: tensor '%s' is already quantized (%s); --weights fp8 quantizes "
+                       "float (F32, F16, BF16) matrices only: load a float copy of the model", m->path, w->name,
+                       dtype_info(w->type)->name);
+    int64_t rows = w->rows * w->n_mats, cols = w->cols;
+    uint8_t *codes = malloc((size_t)rows * (size_t)cols);
+    float *scale = malloc((size_t)rows * sizeof *scale), *row = malloc((size_t)cols * sizeof *row);
+    int rc = model_own(m, codes, err) || model_own(m, scale, err) ? -1 : 0;
+    if (rc == 0 && !row) rc = err_set(err, "%s: out of memory quantizing '%s'", m->path, w->name);
+    for (int64_t r = 0; rc == 0 && r < rows; r++) {
+        dequantize_row(w->type, (const char *)w->data + r * w->row_bytes, row, cols);
+        scale[r] = fp8_quantize_weight_row(row, cols, codes + r * cols);
+    }
+    free(row);
+    if (rc) return -1;
+    w->data = codes;
+    w->type = DT_F8_E4M3;
+    w->row_bytes = (uint64_t)cols;
+    w->scale = scale;
+    w->input_scale = 0;
+    return 0;
+}
+
+int fp8_quantize_weights(Model *m, Err *err) {
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        LayerWeights *lw = &m->w.layers[l];
+        WeightRef *mats[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w_gate, &lw->w_up, &lw->w_down};
+        for (size_t i = 0; i < sizeof mats / sizeof *mats; i++)
+            if (quantize_matrix(m, mats[i], err)) return -1;
+    }
+    if (m->w.output.data == m->w.tok_embd.data) return 0; /* tied: the embedding stays as it is */
+    return quantize_matrix(m, &m->w.output, err);
+}
