@@ -13,6 +13,7 @@
  * killed while the first request ran never makes resume skip it. */
 #include "app/batch.h"
 
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -57,6 +58,9 @@ typedef struct {
     int n_done, n_failed, n_skipped;
     long long tokens_out;
     double t0, last_progress;
+    double t_launch;              /* batch_main's start: the run's wall time includes the load */
+    FILE *steps_csv;              /* --steps-csv: one line per step */
+    int64_t n_steps;
     bool painted;                 /* a progress line is on the terminal, not yet ended */
 } Batch;
 
@@ -74,6 +78,7 @@ typedef struct BatchItem {
     PromptRequest req;
     int prompt_tokens;
     double t_start;
+    int ctx_before, gen_before;   /* --steps-csv: computed and generated tokens before the step */
 } BatchItem;
 
 /* The request's sampling and stop settings over the command line's. */
@@ -117,6 +122,16 @@ static int batch_logprobs_json(const Batch *bt, const PromptRequest *r, const Sc
 /* Prompt text → ids: messages (and prompts_chat prompts) through the template. */
 static int batch_prompt_ids(Batch *bt, const PromptRequest *r, TokenIds *ids, Err *err) {
     const Tokenizer *tok = bt->rt.model.tok;
+    if (r->prompt_ids) { /* token ids: as given, in the vocabulary's range */
+        int32_t v = tokenizer_n_vocab(tok);
+        for (int i = 0; i < r->n_prompt_ids; i++)
+            if (r->prompt_ids[i] >= v)
+                return err_set(err, "prompt[%d]: token id %d is outside the vocabulary (0..%d)", i,
+                               (int)r->prompt_ids[i], (int)v - 1);
+        for (int i = 0; i < r->n_prompt_ids; i++)
+            if (token_ids_push(ids, r->prompt_ids[i])) return err_set(err, "out of memory");
+        return 0;
+    }
     if (r->n_messages == 0 && !bt->prompts_chat)
         return tokenizer_encode(tok, r->prompt, strlen(r->prompt), true, tokenizer_add_bos(tok), ids, err);
     ChatMessage one = {"user", r->prompt};
@@ -453,6 +468,57 @@ static void batch_step_log(const Batch *bt) {
             s->seconds * 1e3, s->forward_seconds * 1e3, s->sample_seconds * 1e3, s->own_seconds * 1e3);
 }
 
+/* --steps-csv, before a step: each request's computed and generated tokens,
+ * so that afterwards its share of the step shows as the difference. */
+static void batch_steps_mark(const Batch *bt) {
+    for (int k = 0; k < bt->ve.n; k++) {
+        const Scheduler *sc = &bt->ve.ve[k];
+        SchedRequest *const *qs[2] = {sc->waiting, sc->running};
+        int ns[2] = {sc->n_waiting, sc->n_running};
+        for (int q = 0; q < 2; q++)
+            for (int i = 0; i < ns[q]; i++) {
+                BatchItem *it = qs[q][i]->user;
+                it->ctx_before = qs[q][i]->n_cached;
+                it->gen_before = qs[q][i]->n_generated;
+            }
+    }
+}
+
+/* --steps-csv, after a step: its line, what a roofline needs (bench/roofline.py).
+ * Per sequence in the step: rows computed c (tokens whose K/V it wrote),
+ * context L (keys its attention read: the cache's tokens up to its last
+ * row), attention pairs c*L - c*(c-1)/2 (causal), and whether it drew a
+ * token. The step is the engine's that completed (virtual engines: one of
+ * them). A request admitted with prefix-cache hits counts from its cached
+ * tokens, so reused blocks are not counted as computed. */
+static void batch_steps_write(Batch *bt) {
+    const Scheduler *sc = &bt->ve.ve[bt->ve.last];
+    const SchedStats *st = &bt->ve.stats;
+    long long rows = 0, ctx = 0, pairs = 0;
+    int seqs = 0, drawn = 0;
+    SchedRequest *const *qs[2] = {sc->running, sc->finished};
+    int ns[2] = {sc->n_running, sc->n_finished};
+    for (int q = 0; q < 2; q++)
+        for (int i = 0; i < ns[q]; i++) {
+            const SchedRequest *r = qs[q][i];
+            const BatchItem *it = r->user;
+            long long after = r->n_cached, before = it->ctx_before;
+            if (r->state == REQ_FINISHED && after == 0) after = (long long)r->tokens.n - 1;
+            if (before == 0 && r->cached_tokens > 0 && r->cached_tokens < after) before = r->cached_tokens;
+            long long c = after - before;
+            if (c <= 0) continue;
+            seqs++;
+            rows += c;
+            ctx += after;
+            pairs += c * after - c * (c - 1) / 2;
+            drawn += r->n_generated > it->gen_before;
+        }
+    if (bt->n_steps++ == 0)
+        fprintf(bt->steps_csv, "step,seconds,seqs,prefill_rows,decode_rows,rows_seen,drawn,context_tokens,attn_pairs\n");
+    fprintf(bt->steps_csv, "%lld,%.6f,%d,%d,%d,%lld,%d,%lld,%lld\n", (long long)bt->n_steps, st->seconds, seqs,
+            st->n_prefill, st->n_decode, rows, drawn, ctx, pairs);
+}
+
 /* Steps until the input is read and every request has its line. */
 static int batch_loop(Batch *bt) {
     Err err = {{0}};
@@ -460,8 +526,10 @@ static int batch_loop(Batch *bt) {
         if (batch_interrupted) return 130;
         if (batch_fill(bt)) return 2;
         if (vengines_pending(&bt->ve) == 0) return batch_release_held(bt, NULL) ? 2 : 0;
+        if (bt->steps_csv) batch_steps_mark(bt);
         if (vengines_step(&bt->ve, &err)) { fprintf(stderr, "cllm generate: %s\n", err.msg); return 2; }
         if (bt->o->verbose && bt->ve.stats.n_tokens > 0) batch_step_log(bt);
+        if (bt->steps_csv && bt->ve.stats.n_tokens > 0) batch_steps_write(bt);
         SchedRequest *r;
         while ((r = vengines_pop_finished(&bt->ve)))
             if (batch_finish(bt, r)) return 2;
@@ -520,6 +588,7 @@ static int batch_input_verdict(const Batch *bt) {
 int batch_main(const RunOptions *o, const BatchOptions *b) {
     Batch bt = {0};
     bt.b = b;
+    bt.t_launch = now_seconds();
     Err err = {{0}};
     if (b->max_seqs <= 0 || b->max_batched_tokens <= 0) {
         fprintf(stderr, "cllm generate: --max-seqs (%d) and --max-batched-tokens (%d) must be positive\n", b->max_seqs,
@@ -575,6 +644,15 @@ int batch_main(const RunOptions *o, const BatchOptions *b) {
      * "messages" templated. */
     bt.prompts_chat = b->chat || (!b->raw && prompts_format(bt.in) == PROMPTS_TEXT &&
                                   (o->chat_template || tokenizer_chat_template(bt.rt.model.tok)));
+    if (b->steps_csv && !(bt.steps_csv = fopen(b->steps_csv, "w"))) {
+        fprintf(stderr, "cllm generate: --steps-csv %s: %s\n", b->steps_csv, strerror(errno));
+        results_ordered_free(bt.order);
+        results_close(bt.out);
+        vengines_free(&bt.ve);
+        prompts_close(bt.in);
+        runtime_close(&bt.rt);
+        return 2;
+    }
     bt.n_total = batch_count_inputs(b->input);
     bt.t0 = now_seconds();
     /* Ctrl-C stops between steps; a second one (SA_RESETHAND) kills at once,
@@ -597,6 +675,17 @@ int batch_main(const RunOptions *o, const BatchOptions *b) {
         results_ordered_free(bt.order);
     }
     if (bt.out && results_finish(bt.out, &err)) { fprintf(stderr, "cllm generate: %s\n", err.msg); rc = 2; }
+    if (bt.steps_csv && fclose(bt.steps_csv)) {
+        fprintf(stderr, "cllm generate: --steps-csv %s: %s\n", b->steps_csv, strerror(errno));
+        if (!rc) rc = 2;
+    }
+    /* The share of wall time in steps: what is outside them (loading, reading
+     * and tokenizing, writing) is time the GPU idles. */
+    double t_end = now_seconds();
+    if (o->verbose && bt.ve.busy_seconds > 0)
+        fprintf(stderr, "wall %.2f s: load %.2f s, then %.2f s of which steps %.2f s = %.2f%% (%.2f%% of the whole)\n",
+                t_end - bt.t_launch, bt.t0 - bt.t_launch, t_end - bt.t0, bt.ve.busy_seconds,
+                100.0 * bt.ve.busy_seconds / (t_end - bt.t0), 100.0 * bt.ve.busy_seconds / (t_end - bt.t_launch));
     if (rc == 130) batch_resume_hint(&bt);
     free(bt.held);
     vengines_free(&bt.ve);
