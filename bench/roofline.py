@@ -136,6 +136,8 @@ def roofline(steps, shape, limits, kv_elem_bytes=2.0, output_tokens=None, wall_s
 
 
 def summary(r):
+    if not r["roofline_s"] or not r["steps_s"]:
+        return f"no roofline: {r['steps']} steps"
     s = (f"roofline {r['roofline_tok_s']:,.0f} output tok/s ({r['roofline_s']:.2f} s over {r['steps']} steps, "
          f"{r['compute_bound_steps']} compute-bound); over the steps {r['steps_tok_s']:,.0f} tok/s = "
          f"{r['pct_steps']:.1f}% of it")
