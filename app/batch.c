@@ -434,7 +434,16 @@ static int batch_loop(Batch *bt) {
     Err err = {{0}};
     for (;;) {
         if (batch_interrupted) return 130;
-        if (batch_collect(bt, false) || batch_fill(bt) || batch_feed(bt)) return 2;
+        double t0 = now_seconds();
+        if (batch_collect(bt, false)) return 2;
+        double t1 = now_seconds();
+        if (batch_fill(bt)) return 2;
+        double t2 = now_seconds();
+        if (batch_feed(bt)) return 2;
+        double t3 = now_seconds();
+        bt->t_hand += t1 - t0;
+        bt->t_read += t2 - t1;
+        bt->t_feed += t3 - t2;
         if (vengines_pending(&bt->ve) == 0) {
             if (bt->in_done && ordered_work_size(bt->tokenizers) == 0) return batch_release_held(bt, NULL) ? 2 : 0;
             continue; /* what was fed so far only got error lines: read on */
@@ -444,9 +453,11 @@ static int batch_loop(Batch *bt) {
         if (bt->o->verbose && bt->ve.stats.n_tokens > 0) batch_step_log(bt);
         if (bt->steps_csv && bt->ve.stats.n_tokens > 0) batch_steps_write(bt);
         SchedRequest *r;
+        t0 = now_seconds();
         while ((r = vengines_pop_finished(&bt->ve)))
             if (batch_write_result(bt, r)) return 2;
         batch_progress(bt, false);
+        bt->t_hand += now_seconds() - t0;
     }
 }
 
@@ -589,7 +600,9 @@ int batch_main(const RunOptions *o, const BatchOptions *b) {
     /* Requests still being tokenized never ran: dropped. Every finished one
      * gets its line: the writer is drained. */
     ordered_work_free(bt.tokenizers, batch_tokenize_discard, NULL);
+    double t_drain = now_seconds();
     if (batch_collect(&bt, true) && (!rc || rc == 130)) rc = 2;
+    bt.t_drain = now_seconds() - t_drain;
     ordered_work_free(bt.writer, batch_write_discard, NULL);
     if (!rc) rc = batch_input_verdict(&bt);
     if (rc) batch_drop_pending(&bt);
@@ -614,6 +627,11 @@ int batch_main(const RunOptions *o, const BatchOptions *b) {
         fprintf(stderr, "wall %.2f s: load %.2f s, then %.2f s of which steps %.2f s = %.2f%% (%.2f%% of the whole)\n",
                 t_end - bt.t_launch, bt.t0 - bt.t_launch, t_end - bt.t0, bt.ve.busy_seconds,
                 100.0 * bt.ve.busy_seconds / (t_end - bt.t0), 100.0 * bt.ve.busy_seconds / (t_end - bt.t_launch));
+    if (o->verbose && bt.ve.busy_seconds > 0)
+        fprintf(stderr, "outside the steps: reading the input %.3f s, waiting for and submitting tokenized prompts "
+                "%.3f s, handing lines to the writer %.3f s, its last lines %.3f s, the rest %.3f s\n", bt.t_read,
+                bt.t_feed, bt.t_hand, bt.t_drain,
+                t_end - bt.t0 - bt.ve.busy_seconds - bt.t_read - bt.t_feed - bt.t_hand - bt.t_drain);
     if (rc == 130) batch_resume_hint(&bt);
     free(bt.held);
     vengines_free(&bt.ve);

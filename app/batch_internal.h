@@ -49,6 +49,9 @@ typedef struct {
     long long tokens_writing;     /* tokens of the finished requests queued for the writer */
     double t0, last_progress;
     double t_launch;              /* batch_main's start: the run's wall time includes the load */
+    double t_read, t_feed, t_hand, t_drain; /* -v: the loop's time outside steps: reading the input, waiting
+                                               for and submitting tokenized prompts, handing lines to the
+                                               writer (and the progress line), the writer's last lines */
     FILE *steps_csv;              /* --steps-csv: one line per step */
     int64_t n_steps;
     bool painted;                 /* a progress line is on the terminal, not yet ended */
