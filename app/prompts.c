@@ -503,10 +503,13 @@ static int parse_prompt_ids(Parse *p, const JsonValue *v) {
     for (size_t i = 0; i < n; i++) {
         int64_t id;
         const JsonValue *t = json_at(v, i);
+        if (t->type == JSON_STRING || t->type == JSON_ARRAY) /* a batch of prompts, as the API allows */
+            return fail_field(p, "prompt", "be a string or an array of token ids (arrays of prompts are not supported)",
+                              v);
         if (t->type != JSON_NUMBER || !json_as_int64(t, &id) || id < 0 || id > INT32_MAX) {
             char field[48];
             snprintf(field, sizeof field, "prompt[%zu]", i);
-            return fail_field(p, field, "be a token id (an integer >= 0; arrays of prompts are not supported)", t);
+            return fail_field(p, field, "be a token id (an integer >= 0)", t);
         }
         p->req->prompt_ids[p->req->n_prompt_ids++] = (int32_t)id;
     }

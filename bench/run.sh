@@ -9,8 +9,8 @@
 # (bench/kv_fp8.sh), attention (bench/attention.sh), throughput
 # (bench/throughput.sh), fixed_lengths (bench/fixed_lengths.sh: 128/128,
 # 128/2048, 2048/128, 1000/1000 tokens), pipeline (bench/pipeline.sh, >= 2
-# GPUs). Default: all
-# that this machine can run. --tiny: single on the tiny shapes (a smoke test).
+# GPUs). Default: all that this machine can run. --tiny: single on the tiny
+# shapes (a smoke test).
 # Writes $OUT/BENCH.md and $OUT/history.csv (bench/history.csv with this
 # generation's rows added); to adopt them here: cp $OUT/BENCH.md BENCH.md and
 # cp $OUT/history.csv bench/history.csv, or render again from the folder(s):
