@@ -400,6 +400,8 @@ static int cmd_generate(int argc, char **argv) {
         {"--retry-errors", NULL, OPT_FLAG, &b.retry_errors, "with --resume: run ids whose output line is an error again"},
         {"--max-seqs", NULL, OPT_INT, &b.max_seqs, "most sequences per step (default 256)"},
         {"--max-batched-tokens", NULL, OPT_INT, &b.max_batched_tokens, "most tokens per step (default 8192)"},
+        {"--steps-csv", NULL, OPT_STR, &b.steps_csv,
+         "write a CSV line per step (rows, context tokens, attention pairs, seconds: bench/roofline.py's input)"},
         {0},
     };
     const char *pos[1];
@@ -407,7 +409,8 @@ static int cmd_generate(int argc, char **argv) {
                                "input: a text file is one prompt per line, a user turn through the model's chat\n"
                                "template when it has one (--raw: a raw completion); JSON Lines, one object a line:\n"
                                "  id                  string or number (default line-N); written back in the output\n"
-                               "  prompt              text, completed raw (the OpenAI completions API)\n"
+                               "  prompt              text, completed raw (the OpenAI completions API); or an\n"
+                               "                      array of token ids, used as given (no BOS added)\n"
                                "  messages            [{role, content}], through the chat template (chat API);\n"
                                "                      role system|developer|user|assistant|tool, content a string\n"
                                "                      or [{type: text, text}]; one of prompt / messages\n"

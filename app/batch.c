@@ -1,11 +1,18 @@
 /* batch.c — `cllm generate`: reads requests as the scheduler has room for
- * them, renders and tokenizes each, runs them all through the continuous-
- * batching scheduler (engine/scheduler.h), and writes each result line as
- * soon as its request finishes (or, with --ordered, as soon as every earlier
- * input has been written). A bad request gets an error line and the run goes
- * on; --resume skips ids the output already holds. Input is read lazily: at
- * most about two batches of requests are in memory at once, so inputs of any
- * length work.
+ * them, tokenizes them on worker threads, runs them all through the
+ * continuous-batching scheduler (engine/scheduler.h), and writes each result
+ * line as soon as its request finishes (or, with --ordered, as soon as every
+ * earlier input has been written). A bad request gets an error line and the
+ * run goes on; --resume skips ids the output already holds. Input is read
+ * lazily: at most about two batches of requests are in memory at once, so
+ * inputs of any length work.
+ *
+ * Nothing but steps on the loop's path: the prompts are rendered and
+ * tokenized by worker threads and submitted in input order as each is ready
+ * (the first step starts once the first prompt is), and the result lines
+ * are formatted and written by a thread of their own (batch_write.c). The
+ * input is read here, on the loop's thread: a read that blocks (a pipe)
+ * then never leaves a thread that Ctrl-C cannot stop.
  *
  * A duplicate id's error line waits until the first request with that id has
  * written its own line: resume counts an id's lines, and the k-th request
@@ -13,6 +20,7 @@
  * killed while the first request ran never makes resume skip it. */
 #include "app/batch.h"
 
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -23,14 +31,10 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "app/logprobs_json.h"
+#include "app/batch_internal.h"
 #include "app/models.h"
-#include "app/prompts.h"
-#include "app/results.h"
 #include "base/clock.h"
 #include "engine/request.h"
-#include "engine/virtual_engines.h"
-#include "tokenizer/chat_template.h"
 
 void batch_options_default(BatchOptions *b) {
     memset(b, 0, sizeof *b);
@@ -39,27 +43,6 @@ void batch_options_default(BatchOptions *b) {
     b->max_batched_tokens = 8192;
 }
 
-typedef struct {
-    Runtime rt;
-    const RunOptions *o;
-    const BatchOptions *b;
-    ChatTemplate tmpl;
-    bool prompts_chat;            /* prompts without messages go through the template */
-    PromptReader *in;
-    bool in_done, in_failed;      /* in_failed: reading stopped at an error (exit 1) */
-    int64_t n_read;               /* requests read (resume's skipped ones too) */
-    ResultWriter *out;
-    ResultOrder *order;           /* --ordered */
-    VirtualEngines ve;            /* one scheduler per pipeline stage (virtual engines) */
-    int64_t n_total;              /* requests in the input, when it could be counted; else -1 */
-    struct BatchItem **held;      /* duplicates whose first request is still running */
-    int n_held, cap_held;
-    int n_done, n_failed, n_skipped;
-    long long tokens_out;
-    double t0, last_progress;
-    bool painted;                 /* a progress line is on the terminal, not yet ended */
-} Batch;
-
 /* Set by the SIGINT handler, read by the loop between steps: a handler can
  * reach nothing but a global. */
 static volatile sig_atomic_t batch_interrupted;
@@ -67,14 +50,6 @@ static void batch_on_sigint(int sig) {
     (void)sig;
     batch_interrupted = 1;
 }
-
-/* One request in flight: the parsed input line (its stop strings are
- * borrowed by the scheduler) and what the result line needs. */
-typedef struct BatchItem {
-    PromptRequest req;
-    int prompt_tokens;
-    double t_start;
-} BatchItem;
 
 /* The request's sampling and stop settings over the command line's. */
 static void batch_params(const Batch *bt, const PromptRequest *r, GenParams *p) {
@@ -100,23 +75,19 @@ static void batch_params(const Batch *bt, const PromptRequest *r, GenParams *p) 
     }
 }
 
-/* The log-probability values of a finished request's line, as asked. */
-static int batch_logprobs_json(const Batch *bt, const PromptRequest *r, const SchedRequest *sr, JsonBuf *lp,
-                               JsonBuf *plp) {
-    const Tokenizer *tok = bt->rt.model.tok;
-    int rc = 0;
-    if (r->logprobs >= 0 && r->is_chat) rc |= logprobs_json_chat(lp, tok, sr->lp.v, sr->lp.n, r->logprobs);
-    else if (r->logprobs >= 0)
-        rc |= logprobs_json_completion(lp, tok, r->echo ? sr->prompt_lp : NULL, r->echo ? sr->n_prompt : 0, sr->lp.v,
-                                       sr->lp.n, r->logprobs);
-    if (r->prompt_logprobs >= 0) rc |= logprobs_json_prompt(plp, tok, sr->prompt_lp, sr->n_prompt, r->prompt_logprobs);
-    rc |= textbuf_append(lp, "", 1) | textbuf_append(plp, "", 1); /* NUL-terminated */
-    return rc;
-}
-
 /* Prompt text → ids: messages (and prompts_chat prompts) through the template. */
-static int batch_prompt_ids(Batch *bt, const PromptRequest *r, TokenIds *ids, Err *err) {
+static int batch_prompt_ids(const Batch *bt, const PromptRequest *r, TokenIds *ids, Err *err) {
     const Tokenizer *tok = bt->rt.model.tok;
+    if (r->prompt_ids) { /* token ids: as given, in the vocabulary's range */
+        int32_t v = tokenizer_n_vocab(tok);
+        for (int i = 0; i < r->n_prompt_ids; i++)
+            if (r->prompt_ids[i] >= v)
+                return err_set(err, "prompt[%d]: token id %d is outside the vocabulary (0..%d)", i,
+                               (int)r->prompt_ids[i], (int)v - 1);
+        for (int i = 0; i < r->n_prompt_ids; i++)
+            if (token_ids_push(ids, r->prompt_ids[i])) return err_set(err, "out of memory");
+        return 0;
+    }
     if (r->n_messages == 0 && !bt->prompts_chat)
         return tokenizer_encode(tok, r->prompt, strlen(r->prompt), true, tokenizer_add_bos(tok), ids, err);
     ChatMessage one = {"user", r->prompt};
@@ -136,41 +107,33 @@ static int batch_prompt_ids(Batch *bt, const PromptRequest *r, TokenIds *ids, Er
     return rc;
 }
 
-/* Writes a result line now, or through the reorder buffer (--ordered).
- * Returns -1 only when the output cannot be written (the run must stop). */
-static int batch_write(Batch *bt, int64_t index, const ResultLine *line) {
+/* A tokenizer thread's work on one BatchItem (an OrderedWorkFn over a
+ * Batch): the model's tokenizer and the chat template are only read. */
+static void batch_tokenize(void *ctx, void *item) {
+    const Batch *bt = ctx;
+    BatchItem *it = item;
+    if (it->req.error) return; /* a bad line (or a duplicate): its error line is all it gets */
     Err err = {{0}};
-    int rc = bt->order ? results_ordered_put(bt->order, index, line, &err) : results_write(bt->out, line, &err);
-    if (rc) fprintf(stderr, "cllm generate: %s\n", err.msg);
-    bt->n_done++;
-    bt->n_failed += line->error != NULL;
-    bt->tokens_out += line->completion_tokens;
-    return rc;
-}
-
-/* The result line of a request that never reached the scheduler. */
-static int batch_write_error(Batch *bt, const PromptRequest *r, const char *error, int prompt_tokens) {
-    ResultLine line = {.id = r->id, .id_is_number = r->id_is_number, .text = "", .finish_reason = "error",
-                       .is_chat = r->is_chat, .model = r->model, .error = error, .prompt_tokens = prompt_tokens};
-    return batch_write(bt, r->index, &line);
-}
-
-/* Writes the error lines of the held duplicates of id (all of them when id
- * is NULL) and frees them. */
-static int batch_release_held(Batch *bt, const char *id) {
-    int rc = 0, kept = 0;
-    for (int i = 0; i < bt->n_held; i++) {
-        BatchItem *it = bt->held[i];
-        if (id && strcmp(it->req.id, id)) { bt->held[kept++] = it; continue; }
-        if (!rc) rc = batch_write_error(bt, &it->req, it->req.error, 0);
-        prompt_request_free(&it->req);
-        free(it);
+    if (batch_prompt_ids(bt, &it->req, &it->ids, &err)) {
+        it->tokenize_failed = true;
+        snprintf(it->tokenize_error, sizeof it->tokenize_error, "%s", err.msg);
     }
-    bt->n_held = kept;
-    return rc;
 }
 
-/* Whether the first request with id is in the scheduler (not yet written). */
+static void batch_item_free(BatchItem *it) {
+    prompt_request_free(&it->req);
+    token_ids_free(&it->ids);
+    free(it);
+}
+
+static void batch_tokenize_discard(void *ctx, void *item, bool ran) {
+    (void)ctx;
+    (void)ran;
+    batch_item_free(item);
+}
+
+/* Whether the first request with id is in the scheduler (its line not yet
+ * handed to the writer). */
 static bool batch_in_flight(const Batch *bt, const char *id) {
     for (int k = 0; k < bt->ve.n; k++) {
         const Scheduler *sc = &bt->ve.ve[k];
@@ -185,98 +148,47 @@ static bool batch_in_flight(const Batch *bt, const char *id) {
 
 /* A duplicate id: its error line now, or once its first request has its line. */
 static int batch_duplicate(Batch *bt, BatchItem *it) {
-    if (batch_in_flight(bt, it->req.id)) {
-        if (bt->n_held == bt->cap_held) {
-            int cap = bt->cap_held ? 2 * bt->cap_held : 16;
-            BatchItem **h = realloc(bt->held, (size_t)cap * sizeof *h);
-            if (!h) { fprintf(stderr, "cllm generate: out of memory\n"); return -1; }
-            bt->held = h;
-            bt->cap_held = cap;
+    if (!batch_in_flight(bt, it->req.id)) return batch_write_error(bt, it, it->req.error, 0);
+    if (bt->n_held == bt->cap_held) {
+        int cap = bt->cap_held ? 2 * bt->cap_held : 16;
+        BatchItem **h = realloc(bt->held, (size_t)cap * sizeof *h);
+        if (!h) {
+            fprintf(stderr, "cllm generate: out of memory\n");
+            batch_item_free(it);
+            return -1;
         }
-        bt->held[bt->n_held++] = it;
-        return 0;
+        bt->held = h;
+        bt->cap_held = cap;
     }
-    int rc = batch_write_error(bt, &it->req, it->req.error, 0);
-    prompt_request_free(&it->req);
-    free(it);
-    return rc;
+    bt->held[bt->n_held++] = it;
+    return 0;
 }
 
-/* The result line of a finished request; frees it. */
-static int batch_finish(Batch *bt, SchedRequest *sr) {
-    BatchItem *it = sr->user;
-    const PromptRequest *r = &it->req;
-    bool failed = !strcmp(sr->finish_reason, "error");
-    ResultLine line = {.id = r->id, .id_is_number = r->id_is_number, .is_chat = r->is_chat, .model = r->model};
-    line.text = !failed && sr->text.data ? sr->text.data : "";
-    line.text_len = failed ? 0 : sr->text.len;
-    line.finish_reason = failed ? "error" : !strcmp(sr->finish_reason, "stop") ? "stop" : "length";
-    line.error = failed ? sr->error : NULL;
-    line.prompt_tokens = it->prompt_tokens;
-    line.completion_tokens = sr->n_generated;
-    line.seconds = now_seconds() - it->t_start;
-    JsonBuf lp = {0}, plp = {0}, echo = {0};
-    if (!failed && batch_logprobs_json(bt, r, sr, &lp, &plp)) {
-        line = (ResultLine){.id = r->id, .id_is_number = r->id_is_number, .is_chat = r->is_chat, .model = r->model,
-                            .text = "", .error = "out of memory writing logprobs", .prompt_tokens = it->prompt_tokens};
-        failed = true;
-    }
-    if (!failed && r->logprobs >= 0) line.logprobs = lp.data;
-    if (!failed && r->prompt_logprobs >= 0) line.prompt_logprobs = plp.data;
-    if (!failed && r->echo && r->prompt) { /* OpenAI's echo: the prompt, then the reply */
-        if (textbuf_append(&echo, r->prompt, strlen(r->prompt)) || textbuf_append(&echo, line.text, line.text_len)) {
-            line.error = "out of memory echoing the prompt";
-            line.text_len = 0;
-        } else {
-            line.text = echo.data;
-            line.text_len = echo.len;
-        }
-    }
-    int rc = batch_write(bt, r->index, &line);
-    jsonbuf_free(&lp);
-    jsonbuf_free(&plp);
-    jsonbuf_free(&echo);
-    if (!rc) rc = batch_release_held(bt, r->id);
-    prompt_request_free(&it->req);
-    free(it);
-    sched_request_free(sr);
-    return rc;
-}
-
-/* Tokenizes and queues one request, or writes its error line. The item
- * is owned by the scheduler's request from here on. */
+/* Queues one tokenized request, or writes its error line. The item is
+ * owned by the scheduler's request from here on, or by the writer. */
 static int batch_submit(Batch *bt, BatchItem *it) {
     const PromptRequest *r = &it->req;
+    if (r->error) return batch_write_error(bt, it, r->error, 0);
+    if (it->tokenize_failed) return batch_write_error(bt, it, it->tokenize_error, 0);
+    if (it->ids.n == 0) return batch_write_error(bt, it, "the prompt is empty after tokenization", 0);
     Err err = {{0}};
-    TokenIds ids = {0};
-    int rc = 0;
-    if (r->error) {
-        rc = batch_write_error(bt, r, r->error, 0);
-    } else if (batch_prompt_ids(bt, r, &ids, &err)) {
-        rc = batch_write_error(bt, r, err.msg, 0);
-    } else if (ids.n == 0) {
-        rc = batch_write_error(bt, r, "the prompt is empty after tokenization", 0);
-    } else {
-        GenParams p;
-        batch_params(bt, r, &p);
-        it->prompt_tokens = (int)ids.n;
-        if (vengines_submit(&bt->ve, ids.ids, (int)ids.n, &p, it, &err)) {
-            token_ids_free(&ids);
-            return 0;
-        }
-        rc = batch_write_error(bt, r, err.msg, (int)ids.n);
+    GenParams p;
+    batch_params(bt, r, &p);
+    it->prompt_tokens = (int)it->ids.n;
+    if (vengines_submit(&bt->ve, it->ids.ids, (int)it->ids.n, &p, it, &err)) {
+        token_ids_free(&it->ids);
+        return 0;
     }
-    token_ids_free(&ids);
-    prompt_request_free(&it->req);
-    free(it);
-    return rc;
+    return batch_write_error(bt, it, err.msg, it->prompt_tokens);
 }
 
-/* Reads requests until the scheduler holds about two batches' worth.
- * Returns -1 when the run must stop (an unreadable input or output). */
+/* Reads requests until the scheduler and the tokenizers hold about two
+ * batches' worth, and hands them to the tokenizers. Returns -1 when the run
+ * must stop (an unreadable input or output). */
 static int batch_fill(Batch *bt) {
     Err err = {{0}};
-    while (!bt->in_done && vengines_pending(&bt->ve) < 2 * bt->ve.n * bt->ve.ve[0].o.max_seqs) {
+    while (!bt->in_done &&
+           vengines_pending(&bt->ve) + ordered_work_size(bt->tokenizers) < 2 * bt->ve.n * bt->ve.ve[0].o.max_seqs) {
         BatchItem *it = calloc(1, sizeof *it);
         if (!it) { fprintf(stderr, "cllm generate: out of memory\n"); return -1; }
         int got = prompts_next(bt->in, &it->req, &err);
@@ -289,16 +201,29 @@ static int batch_fill(Batch *bt) {
         }
         bt->n_read++;
         it->t_start = now_seconds();
+        /* the done ids are the earlier runs' lines, read at open: the writer never changes them */
         if (bt->b->resume && results_done_count(bt->out, it->req.id) >= it->req.occurrence) {
             bt->n_skipped++;
-            int rc = bt->order ? results_ordered_skip(bt->order, it->req.index, &err) : 0;
-            prompt_request_free(&it->req);
-            free(it);
-            if (rc) { fprintf(stderr, "cllm generate: %s\n", err.msg); return -1; }
+            int64_t index = it->req.index;
+            batch_item_free(it);
+            if (bt->order && batch_write_skip(bt, index)) return -1;
             continue;
         }
-        if (it->req.occurrence > 1 ? batch_duplicate(bt, it) : batch_submit(bt, it)) return -1;
+        if (ordered_work_push(bt->tokenizers, it)) {
+            fprintf(stderr, "cllm generate: out of memory\n");
+            batch_item_free(it);
+            return -1;
+        }
     }
+    return 0;
+}
+
+/* Submits the tokenized requests, in input order, as far as they are ready;
+ * when the scheduler has nothing to run, waits for the next one. */
+static int batch_feed(Batch *bt) {
+    BatchItem *it;
+    while ((it = ordered_work_pop(bt->tokenizers, vengines_pending(&bt->ve) == 0)))
+        if (it->req.occurrence > 1 ? batch_duplicate(bt, it) : batch_submit(bt, it)) return -1;
     return 0;
 }
 
@@ -323,10 +248,10 @@ static int64_t batch_count_inputs(const char *path) {
     return got < 0 ? -1 : n + !blank;
 }
 
-/* Tokens generated so far: the written requests' and the ones still in the
- * scheduler (running, finished this step, or preempted and waiting). */
+/* Tokens generated so far: the written requests', the ones queued for the
+ * writer, and the ones still in the scheduler (running, finished this step, or preempted and waiting). */
 static long long batch_tokens_now(const Batch *bt) {
-    long long n = bt->tokens_out;
+    long long n = bt->tokens_out + bt->tokens_writing;
     for (int k = 0; k < bt->ve.n; k++) {
         const Scheduler *sc = &bt->ve.ve[k];
         SchedRequest *const *qs[3] = {sc->waiting, sc->running, sc->finished};
@@ -453,19 +378,86 @@ static void batch_step_log(const Batch *bt) {
             s->seconds * 1e3, s->forward_seconds * 1e3, s->sample_seconds * 1e3, s->own_seconds * 1e3);
 }
 
+/* --steps-csv, before a step: each request's computed and generated tokens,
+ * so that afterwards its share of the step shows as the difference. */
+static void batch_steps_mark(const Batch *bt) {
+    for (int k = 0; k < bt->ve.n; k++) {
+        const Scheduler *sc = &bt->ve.ve[k];
+        SchedRequest *const *qs[2] = {sc->waiting, sc->running};
+        int ns[2] = {sc->n_waiting, sc->n_running};
+        for (int q = 0; q < 2; q++)
+            for (int i = 0; i < ns[q]; i++) {
+                BatchItem *it = qs[q][i]->user;
+                it->ctx_before = qs[q][i]->n_cached;
+                it->gen_before = qs[q][i]->n_generated;
+            }
+    }
+}
+
+/* --steps-csv, after a step: its line, what a roofline needs (bench/roofline.py).
+ * Per sequence in the step: rows computed c (tokens whose K/V it wrote),
+ * context L (keys its attention read: the cache's tokens up to its last
+ * row), attention pairs c*L - c*(c-1)/2 (causal), and whether it drew a
+ * token. The step is the engine's that completed (virtual engines: one of
+ * them). A request admitted with prefix-cache hits counts from its cached
+ * tokens, so reused blocks are not counted as computed. */
+static void batch_steps_write(Batch *bt) {
+    const Scheduler *sc = &bt->ve.ve[bt->ve.last];
+    const SchedStats *st = &bt->ve.stats;
+    long long rows = 0, ctx = 0, pairs = 0;
+    int seqs = 0, drawn = 0;
+    SchedRequest *const *qs[2] = {sc->running, sc->finished};
+    int ns[2] = {sc->n_running, sc->n_finished};
+    for (int q = 0; q < 2; q++)
+        for (int i = 0; i < ns[q]; i++) {
+            const SchedRequest *r = qs[q][i];
+            const BatchItem *it = r->user;
+            long long after = r->n_cached, before = it->ctx_before;
+            if (r->state == REQ_FINISHED && after == 0) after = (long long)r->tokens.n - 1;
+            if (before == 0 && r->cached_tokens > 0 && r->cached_tokens < after) before = r->cached_tokens;
+            long long c = after - before;
+            if (c <= 0) continue;
+            seqs++;
+            rows += c;
+            ctx += after;
+            pairs += c * after - c * (c - 1) / 2;
+            drawn += r->n_generated > it->gen_before;
+        }
+    if (bt->n_steps++ == 0)
+        fprintf(bt->steps_csv, "step,seconds,seqs,prefill_rows,decode_rows,rows_seen,drawn,context_tokens,attn_pairs\n");
+    fprintf(bt->steps_csv, "%lld,%.6f,%d,%d,%d,%lld,%d,%lld,%lld\n", (long long)bt->n_steps, st->seconds, seqs,
+            st->n_prefill, st->n_decode, rows, drawn, ctx, pairs);
+}
+
 /* Steps until the input is read and every request has its line. */
 static int batch_loop(Batch *bt) {
     Err err = {{0}};
     for (;;) {
         if (batch_interrupted) return 130;
+        double t0 = now_seconds();
+        if (batch_collect(bt, false)) return 2;
+        double t1 = now_seconds();
         if (batch_fill(bt)) return 2;
-        if (vengines_pending(&bt->ve) == 0) return batch_release_held(bt, NULL) ? 2 : 0;
+        double t2 = now_seconds();
+        if (batch_feed(bt)) return 2;
+        double t3 = now_seconds();
+        bt->t_hand += t1 - t0;
+        bt->t_read += t2 - t1;
+        bt->t_feed += t3 - t2;
+        if (vengines_pending(&bt->ve) == 0) {
+            if (bt->in_done && ordered_work_size(bt->tokenizers) == 0) return batch_release_held(bt, NULL) ? 2 : 0;
+            continue; /* what was fed so far only got error lines: read on */
+        }
+        if (bt->steps_csv) batch_steps_mark(bt);
         if (vengines_step(&bt->ve, &err)) { fprintf(stderr, "cllm generate: %s\n", err.msg); return 2; }
         if (bt->o->verbose && bt->ve.stats.n_tokens > 0) batch_step_log(bt);
+        if (bt->steps_csv && bt->ve.stats.n_tokens > 0) batch_steps_write(bt);
         SchedRequest *r;
+        t0 = now_seconds();
         while ((r = vengines_pop_finished(&bt->ve)))
-            if (batch_finish(bt, r)) return 2;
+            if (batch_write_result(bt, r)) return 2;
         batch_progress(bt, false);
+        bt->t_hand += now_seconds() - t0;
     }
 }
 
@@ -476,16 +468,9 @@ static void batch_drop_pending(Batch *bt) {
         SchedRequest **qs[3] = {sc->waiting, sc->running, sc->finished};
         int ns[3] = {sc->n_waiting, sc->n_running, sc->n_finished};
         for (int q = 0; q < 3; q++)
-            for (int i = 0; i < ns[q]; i++) {
-                BatchItem *it = qs[q][i]->user;
-                prompt_request_free(&it->req);
-                free(it);
-            }
+            for (int i = 0; i < ns[q]; i++) batch_item_free(qs[q][i]->user);
     }
-    for (int i = 0; i < bt->n_held; i++) {
-        prompt_request_free(&bt->held[i]->req);
-        free(bt->held[i]);
-    }
+    for (int i = 0; i < bt->n_held; i++) batch_item_free(bt->held[i]);
     bt->n_held = 0;
 }
 
@@ -520,6 +505,7 @@ static int batch_input_verdict(const Batch *bt) {
 int batch_main(const RunOptions *o, const BatchOptions *b) {
     Batch bt = {0};
     bt.b = b;
+    bt.t_launch = now_seconds();
     Err err = {{0}};
     if (b->max_seqs <= 0 || b->max_batched_tokens <= 0) {
         fprintf(stderr, "cllm generate: --max-seqs (%d) and --max-batched-tokens (%d) must be positive\n", b->max_seqs,
@@ -575,6 +561,32 @@ int batch_main(const RunOptions *o, const BatchOptions *b) {
      * "messages" templated. */
     bt.prompts_chat = b->chat || (!b->raw && prompts_format(bt.in) == PROMPTS_TEXT &&
                                   (o->chat_template || tokenizer_chat_template(bt.rt.model.tok)));
+    if (b->steps_csv && !(bt.steps_csv = fopen(b->steps_csv, "w"))) {
+        fprintf(stderr, "cllm generate: --steps-csv %s: %s\n", b->steps_csv, strerror(errno));
+        results_ordered_free(bt.order);
+        results_close(bt.out);
+        vengines_free(&bt.ve);
+        prompts_close(bt.in);
+        runtime_close(&bt.rt);
+        return 2;
+    }
+    /* Tokenizers: half the cores (the rest keep the CPU backend's and the
+     * sampler's threads busy), at most 8; one writer. */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int n_tokenizers = cores >= 4 ? (int)(cores / 2) : 1;
+    if (n_tokenizers > 8) n_tokenizers = 8;
+    if (!(bt.tokenizers = ordered_work_new(n_tokenizers, batch_tokenize, &bt, &err)) ||
+        !(bt.writer = ordered_work_new(1, batch_write_job, &bt, &err))) {
+        fprintf(stderr, "cllm generate: %s\n", err.msg);
+        ordered_work_free(bt.tokenizers, NULL, NULL);
+        if (bt.steps_csv) fclose(bt.steps_csv);
+        results_ordered_free(bt.order);
+        results_close(bt.out);
+        vengines_free(&bt.ve);
+        prompts_close(bt.in);
+        runtime_close(&bt.rt);
+        return 2;
+    }
     bt.n_total = batch_count_inputs(b->input);
     bt.t0 = now_seconds();
     /* Ctrl-C stops between steps; a second one (SA_RESETHAND) kills at once,
@@ -585,6 +597,13 @@ int batch_main(const RunOptions *o, const BatchOptions *b) {
     sigaction(SIGINT, &sa, &old_sa);
     int rc = batch_loop(&bt);
     sigaction(SIGINT, &old_sa, NULL);
+    /* Requests still being tokenized never ran: dropped. Every finished one
+     * gets its line: the writer is drained. */
+    ordered_work_free(bt.tokenizers, batch_tokenize_discard, NULL);
+    double t_drain = now_seconds();
+    if (batch_collect(&bt, true) && (!rc || rc == 130)) rc = 2;
+    bt.t_drain = now_seconds() - t_drain;
+    ordered_work_free(bt.writer, batch_write_discard, NULL);
     if (!rc) rc = batch_input_verdict(&bt);
     if (rc) batch_drop_pending(&bt);
     batch_progress(&bt, true);
@@ -597,6 +616,22 @@ int batch_main(const RunOptions *o, const BatchOptions *b) {
         results_ordered_free(bt.order);
     }
     if (bt.out && results_finish(bt.out, &err)) { fprintf(stderr, "cllm generate: %s\n", err.msg); rc = 2; }
+    if (bt.steps_csv && fclose(bt.steps_csv)) {
+        fprintf(stderr, "cllm generate: --steps-csv %s: %s\n", b->steps_csv, strerror(errno));
+        if (!rc) rc = 2;
+    }
+    /* The share of wall time in steps: what is outside them (loading, reading
+     * and tokenizing, writing) is time the GPU idles. */
+    double t_end = now_seconds();
+    if (o->verbose && bt.ve.busy_seconds > 0)
+        fprintf(stderr, "wall %.2f s: load %.2f s, then %.2f s of which steps %.2f s = %.2f%% (%.2f%% of the whole)\n",
+                t_end - bt.t_launch, bt.t0 - bt.t_launch, t_end - bt.t0, bt.ve.busy_seconds,
+                100.0 * bt.ve.busy_seconds / (t_end - bt.t0), 100.0 * bt.ve.busy_seconds / (t_end - bt.t_launch));
+    if (o->verbose && bt.ve.busy_seconds > 0)
+        fprintf(stderr, "outside the steps: reading the input %.3f s, waiting for and submitting tokenized prompts "
+                "%.3f s, handing lines to the writer %.3f s, its last lines %.3f s, the rest %.3f s\n", bt.t_read,
+                bt.t_feed, bt.t_hand, bt.t_drain,
+                t_end - bt.t0 - bt.ve.busy_seconds - bt.t_read - bt.t_feed - bt.t_hand - bt.t_drain);
     if (rc == 130) batch_resume_hint(&bt);
     free(bt.held);
     vengines_free(&bt.ve);

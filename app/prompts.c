@@ -493,8 +493,32 @@ static int parse_messages(Parse *p, const JsonValue *m) {
     return 0;
 }
 
+/* "prompt": [ids]: one prompt of token ids (OpenAI's token form); their range
+ * is the vocabulary's, checked where the tokenizer is known. */
+static int parse_prompt_ids(Parse *p, const JsonValue *v) {
+    size_t n = json_len(v);
+    if (n == 0) return parse_fail(p, "field '%sprompt' must not be empty", p->pfx);
+    if (n > INT32_MAX) return parse_fail(p, "field '%sprompt' holds too many token ids", p->pfx);
+    if (!(p->req->prompt_ids = malloc(n * sizeof *p->req->prompt_ids))) { p->oom = true; return -1; }
+    for (size_t i = 0; i < n; i++) {
+        int64_t id;
+        const JsonValue *t = json_at(v, i);
+        if (t->type == JSON_STRING || t->type == JSON_ARRAY) /* a batch of prompts, as the API allows */
+            return fail_field(p, "prompt", "be a string or an array of token ids (arrays of prompts are not supported)",
+                              v);
+        if (t->type != JSON_NUMBER || !json_as_int64(t, &id) || id < 0 || id > INT32_MAX) {
+            char field[48];
+            snprintf(field, sizeof field, "prompt[%zu]", i);
+            return fail_field(p, field, "be a token id (an integer >= 0)", t);
+        }
+        p->req->prompt_ids[p->req->n_prompt_ids++] = (int32_t)id;
+    }
+    return 0;
+}
+
 static int parse_prompt(Parse *p, const JsonValue *v) {
-    if (v->type != JSON_STRING) return fail_field(p, "prompt", "be a string (arrays of prompts are not supported)", v);
+    if (v->type == JSON_ARRAY) return parse_prompt_ids(p, v);
+    if (v->type != JSON_STRING) return fail_field(p, "prompt", "be a string or an array of token ids", v);
     if (v->u.string.len == 0) return parse_fail(p, "field '%sprompt' must not be empty", p->pfx);
     return parse_string(p, v, "prompt", &p->req->prompt);
 }
@@ -660,6 +684,7 @@ static void request_clear_body(PromptRequest *req) {
     keep.stop = NULL;
     keep.n_stop = 0;
     free(req->prompt);
+    free(req->prompt_ids);
     for (int i = 0; i < req->n_messages; i++) {
         free(req->messages[i].role);
         free(req->messages[i].content);

@@ -12,7 +12,9 @@
  *   text    one prompt per line; id "line-N" (N = 1-based line number).
  *   JSONL   {"id": string|number, "prompt": "..."} or {"id", "messages":
  *           [{"role","content"},...]} with optional sampling fields (below);
- *           a missing id becomes "line-N".
+ *           a missing id becomes "line-N". "prompt" may also be an array of
+ *           token ids (OpenAI's token prompt: [1, 2, 3]), used as they are:
+ *           no template, no BOS added; exact prompt lengths for benchmarks.
  *   OpenAI  {"custom_id", "method": "POST", "url": "/v1/chat/completions" |
  *           "/v1/completions", "body": {"messages" | "prompt", "max_tokens" |
  *           "max_completion_tokens", "temperature", ...}}.
@@ -64,7 +66,9 @@ typedef struct {
     int64_t index;       /* 0-based count of requests returned before this one */
     int64_t line;        /* 1-based line number in the input */
     int64_t occurrence;  /* 1: the first request with this id; k > 1: the k-th (a duplicate, error set) */
-    char *prompt;        /* plain prompt, or NULL when messages are given */
+    char *prompt;        /* plain prompt, or NULL when messages or token ids are given */
+    int32_t *prompt_ids; /* "prompt": [ids]: the prompt's tokens as given (each >= 0), else NULL */
+    int n_prompt_ids;
     PromptMessage *messages;
     int n_messages;
     bool is_chat;        /* given as messages (chat completion) */

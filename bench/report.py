@@ -5,7 +5,7 @@ and one row per figure appended to the history CSV (stdlib only).
     python3 bench/report.py OUT [OUT2 ...] --out BENCH.md [--history bench/history.csv | --no-history]
 
 Each folder holds the sections' JSON (single.json, quant.json, kv_fp8.json,
-attention.json, throughput.json, pipeline.json; bench/results.py says what
+attention.json, throughput.json, fixed_lengths.json, pipeline.json; bench/results.py says what
 they carry) and run.json (why a section has none). With several folders
 (sections run in separate calls), a section's results come from the last
 folder that has them. Every table gets a device line (GPU as nvidia-smi
@@ -21,7 +21,8 @@ import json
 import os
 import sys
 
-from results import load  # bench/, the script's own folder, is on the path
+import fixed_lengths  # bench/, the script's own folder, is on the path
+from results import load
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -31,6 +32,8 @@ SECTIONS = [
     ("kv_fp8", "FP8 KV cache", "bench/kv_fp8.sh: `--kv-dtype fp8` against the bf16 cache"),
     ("attention", "Attention kernels", "bench/attention.sh: cllm's kernels against PyTorch SDPA"),
     ("throughput", "Offline throughput", "bench/throughput.sh: 1000 prompts through `cllm generate`"),
+    ("fixed_lengths", "Fixed lengths", "bench/fixed_lengths.sh: input/output lengths of the published tables "
+     "through `cllm generate`"),
     ("pipeline", "Pipeline stages", "bench/pipeline.sh: `--pp 2` against one GPU"),
 ]
 
@@ -442,6 +445,16 @@ def render_throughput(doc, fig):
     notes = []
     if s and tp_rates(s)[0] and tp_rates(b)[0]:
         notes.append(f"Batched ÷ one at a time (output tok/s, whole process): {ratio(tp_rates(b)[0], tp_rates(s)[0])}.")
+    for label, key, r in (("batched", "batched", b), ("one-at-a-time", "one at a time", s)):
+        rl = (r or {}).get("roofline") or {}
+        if rl.get("roofline_tok_s") and rl.get("pct_steps") is not None:
+            whole = f", {rl['pct_wall']:.1f}% over the whole process" if rl.get("pct_wall") is not None else ""
+            notes.append(f"Roofline of the {label} run's own steps (bench/roofline.py: per step max(FLOPs / matmul "
+                         f"rate, (weight + KV bytes read) / copy rate)): {num(rl['roofline_tok_s'])} output tok/s; "
+                         f"reached {rl['pct_steps']:.1f}% of it over the steps{whole}.")
+            fig.add(model, f"{key}: roofline output tok/s", rl["roofline_tok_s"], "tok/s")
+        if r and r.get("steps_pct_after_load") is not None:
+            notes.append(f"Steps' share of the {label} run's wall time after the load: {r['steps_pct_after_load']:.2f}%.")
     if b.get("scheduler_pct") is not None:
         notes.append(f"Scheduler's own work (outside forward and sampling): {b['scheduler_pct']:.2f}% of step time.")
         fig.add(model, "batched: scheduler's own work, share of step time", b["scheduler_pct"], "%")
@@ -516,8 +529,24 @@ def render_pipeline(doc, fig):
     return out + [""]
 
 
+def render_fixed_lengths(doc, fig):
+    model = doc.get("model", "?")
+    out = [fixed_lengths.about(dict(doc, model=TITLES.get(model, model))), ""] + fixed_lengths.table(doc)
+    for r in doc.get("runs", []):
+        if r.get("error"):
+            continue
+        shape, rl = f"{r['input']}/{r['output']}", r.get("roofline") or {}
+        if r.get("wall_s"):
+            fig.add(model, f"{shape}: output tok/s, whole process", r["output_tokens"] / r["wall_s"], "tok/s",
+                    rl.get("pct_wall"))
+        if r.get("steps_s"):
+            fig.add(model, f"{shape}: output tok/s over the steps", r["output_tokens"] / r["steps_s"], "tok/s",
+                    rl.get("pct_steps"))
+    return out + [""]
+
+
 RENDER = {"single": render_single, "quant": render_quant, "kv_fp8": render_kv_fp8, "attention": render_attention,
-          "throughput": render_throughput, "pipeline": render_pipeline}
+          "throughput": render_throughput, "fixed_lengths": render_fixed_lengths, "pipeline": render_pipeline}
 
 
 # ---------- the document ----------
@@ -552,7 +581,7 @@ def render(dirs, note=""):
            f"{commit}. Not edited by hand: to regenerate, on a GPU machine with a build (`./build.sh`) and "
            "torch + transformers:", "",
            "    CLLM=./cllm OUT=/tmp/bench bench/run.sh        # every section this machine can run; "
-           "--sections single,quant,kv_fp8,attention,throughput,pipeline picks",
+           "--sections single,quant,kv_fp8,attention,throughput,fixed_lengths,pipeline picks",
            "    cp /tmp/bench/BENCH.md BENCH.md; cp /tmp/bench/history.csv bench/history.csv", "",
            "or one section alone (`OUT=/tmp/bench bench/quant.sh`, ...) and `python3 bench/report.py /tmp/bench "
            "[MORE_FOLDERS] --out BENCH.md`, which also appends the figures to bench/history.csv (one row per figure "

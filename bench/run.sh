@@ -7,8 +7,10 @@
 # LIST, comma-separated, of: single (bench/single.sh: cllm bench vs transformers
 # on the Llama-3-8B and Gemma-2-9B shapes), quant (bench/quant.sh), kv_fp8
 # (bench/kv_fp8.sh), attention (bench/attention.sh), throughput
-# (bench/throughput.sh), pipeline (bench/pipeline.sh, >= 2 GPUs). Default: all
-# that this machine can run. --tiny: single on the tiny shapes (a smoke test).
+# (bench/throughput.sh), fixed_lengths (bench/fixed_lengths.sh: 128/128,
+# 128/2048, 2048/128, 1000/1000 tokens), pipeline (bench/pipeline.sh, >= 2
+# GPUs). Default: all that this machine can run. --tiny: single on the tiny
+# shapes (a smoke test).
 # Writes $OUT/BENCH.md and $OUT/history.csv (bench/history.csv with this
 # generation's rows added); to adopt them here: cp $OUT/BENCH.md BENCH.md and
 # cp $OUT/history.csv bench/history.csv, or render again from the folder(s):
@@ -18,7 +20,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 source bench/lib.sh
-ALL=(single quant kv_fp8 attention throughput pipeline)
+ALL=(single quant kv_fp8 attention throughput fixed_lengths pipeline)
 SECTIONS=""
 TINY=""
 while [ $# -gt 0 ]; do
@@ -26,14 +28,14 @@ while [ $# -gt 0 ]; do
         --sections) SECTIONS=$2; shift ;;
         --sections=*) SECTIONS=${1#--sections=} ;;
         --tiny) TINY=--tiny ;;
-        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
         *) echo "bench/run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
 done
 gpus=$(bench_gpu_count)
 if [ -z "$SECTIONS" ]; then
-    SECTIONS=single,quant,kv_fp8,attention,throughput
+    SECTIONS=single,quant,kv_fp8,attention,throughput,fixed_lengths
     [ "${gpus:-0}" -ge 2 ] && SECTIONS+=,pipeline
 fi
 for s in ${SECTIONS//,/ }; do
@@ -73,6 +75,7 @@ for s in ${SECTIONS//,/ }; do
         kv_fp8) cmd=(bench/kv_fp8.sh) ;;
         attention) cmd=(bench/attention.sh ${BENCH_ATTENTION_BIN:-}) ;;
         throughput) cmd=(bench/throughput.sh) ;;
+        fixed_lengths) cmd=(bench/fixed_lengths.sh) ;;
         pipeline) cmd=(bench/pipeline.sh) ;;
     esac
     say "$s: ${cmd[*]}"

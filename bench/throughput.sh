@@ -3,8 +3,11 @@
 # machine: N prompts of random lengths (about 128-1024 tokens of the bench
 # models' tokenizer), 256 output tokens each (EOS ignored), greedy, through
 # `cllm generate`; then the first SEQ prompts one at a time (--max-seqs 1) for
-# the sequential rate (SEQ=0: not run). Writes $OUT/$THROUGHPUT_NAME.json
-# (default throughput.json) and prints a markdown summary.
+# the sequential rate (SEQ=0: not run). Each run writes its steps
+# (--steps-csv), and bench/roofline.py sets them against the measured limits:
+# the run's roofline (output tok/s) and the % of it reached, over the steps
+# and over the whole process. Writes $OUT/$THROUGHPUT_NAME.json (default
+# throughput.json) and prints a markdown summary.
 #   bench/throughput.sh [MODEL_DIR] [N=1000] [SEQ=8]   (MODEL_DIR default: the random
 #                        Llama-3-8B of bench/make_model.py in $BENCH_MODELS, made when missing)
 # Environment: see bench/lib.sh (CLLM, OUT, BENCH_MODELS, BENCH_COMMIT); extra
@@ -23,7 +26,8 @@ head -n "$SEQ" "$OUT/tp-prompts.txt" > "$OUT/tp-seq-prompts.txt"
 run() { # out-file, extra args, prompts: prints wall seconds
     local t0 t1
     t0=$(date +%s.%N)
-    "$CLLM" generate --overwrite -m "$MODEL" -i "$3" -o "$1" -n 256 --ignore-eos --temp 0 -v ${THROUGHPUT_ARGS:-} $2 \
+    "$CLLM" generate --overwrite -m "$MODEL" -i "$3" -o "$1" -n 256 --ignore-eos --temp 0 -v --steps-csv "$1.csv" \
+        ${THROUGHPUT_ARGS:-} $2 \
         2> "$1.log" >&2
     t1=$(date +%s.%N)
     python3 -c "print($t1 - $t0)"
@@ -34,7 +38,7 @@ single=0
 python3 - "$OUT" "$batched" "$single" "$MODEL" "$NAME" "${THROUGHPUT_ARGS:-}" <<'PY'
 import glob, json, os, re, struct, sys
 sys.path.insert(0, "bench")
-import results
+import results, roofline
 out, tb, ts, model, name, args = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6]
 
 def matrix_params(folder):
@@ -66,7 +70,16 @@ def run(path, wall):
     log = open(path + ".log").read()
     steps = re.search(r"steps took ([0-9.]+) s; .* = ([0-9.]+)%", log)
     lens = sorted(r.get("prompt_tokens", 0) for r in rows)
+    lim = results.load(f"{out}/limits.json") or {}
+    rl = None
+    if os.path.exists(path + ".csv") and lim.get("copy_tbps") and lim.get("matmul_tflops"):
+        rl = roofline.roofline(roofline.read_steps(path + ".csv"), roofline.model_shape(model), lim,
+                               kv_elem_bytes=1 if "fp8" in args else 2,
+                               output_tokens=sum(r.get("completion_tokens", 0) for r in rows), wall_s=wall)
+        print(f"{os.path.basename(path)}: {roofline.summary(rl)}", file=sys.stderr)
+    wall_line = re.search(r"then [0-9.]+ s of which steps [0-9.]+ s = ([0-9.]+)% \(([0-9.]+)% of the whole\)", log)
     return {"prompts": len(rows), "failed": sum(1 for r in rows if r.get("error")),
+            "roofline": rl, "steps_pct_after_load": float(wall_line.group(1)) if wall_line else None,
             "prompt_tokens": sum(r.get("prompt_tokens", 0) for r in rows),
             "output_tokens": sum(r.get("completion_tokens", 0) for r in rows),
             "prompt_min": lens[0] if lens else 0, "prompt_max": lens[-1] if lens else 0, "wall_s": wall,
@@ -96,4 +109,9 @@ for label, r in (("batched", b), ("one at a time (--max-seqs 1)", s)):
 ratio = f"{rate(b, 'output_tokens') / rate(s, 'output_tokens'):.1f}×" if rate(s, "output_tokens") else "n/a"
 print(f"\nBatched ÷ one at a time (output tokens/s): {ratio}. Scheduler's own work (outside forward and sampling): "
       f"{b['scheduler_pct'] if b['scheduler_pct'] is not None else '?'}% of step time.")
+for label, r in (("batched", b), ("one at a time", s)):
+    if r and r["roofline"]:
+        print(f"\nRoofline, {label}: {roofline.summary(r['roofline'])}.")
+    elif r:
+        print(f"\nRoofline, {label}: not computed (no limits.json with copy and matmul rates, or no steps CSV).")
 PY
