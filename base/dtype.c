@@ -40,6 +40,7 @@ static const DTypeInfo dtype_table[DT_COUNT] = {
     [DT_Q6_K] = {"Q6_K", QK_K, 210},
     [DT_BF16] = {"BF16", 1, 2},
     [DT_MXFP4] = {"MXFP4", 32, 17},
+    [DT_F8_E4M3] = {"F8_E4M3", 1, 1},
 };
 
 const DTypeInfo *dtype_info(uint32_t id) {
@@ -56,7 +57,8 @@ uint64_t dtype_row_bytes(DType t, uint64_t n) {
 }
 
 bool dtype_gpu_keeps_blocks(DType t) {
-    return t == DT_Q8_0 || t == DT_Q4_0 || t == DT_Q4_1 || t == DT_Q4_K || t == DT_Q5_K || t == DT_Q6_K;
+    return t == DT_Q8_0 || t == DT_Q4_0 || t == DT_Q4_1 || t == DT_Q4_K || t == DT_Q5_K || t == DT_Q6_K ||
+           t == DT_F8_E4M3;
 }
 
 /* ---- scalar conversions ---- */

@@ -33,7 +33,8 @@ typedef enum {
     DT_Q6_K = 14,
     DT_BF16 = 30,
     DT_MXFP4 = 39,
-    DT_COUNT = 40, /* one past the largest id; ids in between are unsupported */
+    DT_F8_E4M3 = 40,
+    DT_COUNT = 41, /* one past the largest id; ids in between are unsupported */
 } DType;
 
 typedef struct {
@@ -51,7 +52,8 @@ const DTypeInfo *dtype_info(uint32_t id);
 uint64_t dtype_row_bytes(DType t, uint64_t n);
 
 /* Whether the CUDA backend keeps a weight matrix of type t in its blocks on
- * the GPU (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K; the rest become bf16 there).
+ * the GPU (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, and F8_E4M3 as its codes plus
+ * fp32 row scales; the rest become bf16 there).
  * The list behind quant_type_supported (kernels/cuda/quant.cuh), here so
  * code built without CUDA sizes stages the same way (`--pp`, `cllm info`). */
 bool dtype_gpu_keeps_blocks(DType t);

@@ -21,6 +21,8 @@ typedef struct {
     int64_t n_mats;       /* 1, or E for stacked experts */
     uint64_t row_bytes;   /* bytes of one row */
     const char *name;     /* the file's tensor name, for messages */
+    const float *scale;   /* DT_F8_E4M3: [rows * n_mats] fp32, one per output row (a per-tensor scale repeated); else NULL */
+    float input_scale;    /* DT_F8_E4M3: static activation scale from the checkpoint; 0: dynamic (per token) */
 } WeightRef;
 
 typedef struct {
