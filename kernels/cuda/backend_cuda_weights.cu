@@ -121,6 +121,8 @@ static int upload_weight(CudaBackend *cb, Staging *stg, const WeightRef *hw, Wei
     dw->data = dev;
     dw->type = vec ? DT_F32 : DT_BF16;
     dw->row_bytes = row_out;
+    dw->scale = NULL; /* an F8_E4M3 matrix's scales are in its bf16 values now */
+    dw->input_scale = 0.0f;
     return 0;
 }
 

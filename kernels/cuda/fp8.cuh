@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "kernels/activation.h"
 #include "kernels/cuda/cuda_libs.h"
 #include "kernels/cuda/gemv_out.cuh"
 #include "kernels/cuda/quant.cuh"
@@ -42,6 +43,13 @@ bool fp8_gemv_takes(const QuantMatrix *W, int T);
  * GEMV, T in 1 .. FP8_GEMV_MAX_T; x [T][cols] bf16, 16-byte aligned. Each
  * block quantizes x itself (no kernel before it). */
 int fp8_gemv(const QuantMatrix *W, const void *x, const GemvOut *out, int T, cudaStream_t s, Err *err);
+
+/* The same over W = Wgate | Wup (2F rows, one matrix) with the gated
+ * activation fused: out [T][F] bf16 = act(x Wgate^T + bg, x Wup^T + bu) from
+ * the fp32 values, as the dp4a GEMV's GLU (biases may be NULL); replaces
+ * the GEMV and the GLU kernel at decode. */
+int fp8_gemv_glu(const QuantMatrix *W, const void *x, void *out, const float *bg, const float *bu, Activation act,
+                 float limit, int T, cudaStream_t s, Err *err);
 
 /* x [T][K] bf16 -> codes [T][K] e4m3 and a_scale [T] fp32 (input_scale > 0:
  * that scale for every row, else each row's amax / 448); K % 8 == 0, both

@@ -10,7 +10,7 @@
  *     activation scales; with and without bias; the GEMV also with q|k|v
  *     parts and with the residual add (GemvOut.add); the GEMM into bf16 and
  *     fp32 y, in cuBLASLt's mode and forced into the fallback (unit scales,
- *     then the rescale kernel).
+ *     then the rescale kernel); the GEMV with the GLU fused (Wgate | Wup).
  *   - reference: x quantized by base/dtype.c (fp8_quantize_row, or
  *     fp32_to_e4m3(x / input_scale)), code products summed in double (exact),
  *     times a_scale[t] * scale[n] (that fp32 product, as the kernels take it),
@@ -259,13 +259,70 @@ static void run_case(Fp8Gemm *g, const char *gname, F8Mat *M, int T, int route, 
     free(base);
 }
 
+/* The GLU GEMV on M = Wgate | Wup (2F rows): out [T][F] = silu(gate + bg) x (up + bu) from the fp32 values.
+ * Tolerance: each of gate and up within the GEMV's bound (tg, tu), carried through silu(g) u (|silu'| < 1.1),
+ * plus 2^-8 |ref| for the bf16 output and expf's few ulps. */
+static void run_glu_case(F8Mat *M, int T, bool bias) {
+    const int64_t K = M->cols, F = M->rows / 2;
+    uint16_t *xh = malloc((size_t)T * K * 2), *yh = malloc((size_t)T * F * 2);
+    float *xc = malloc((size_t)T * K * sizeof(float)), as[FP8_GEMV_MAX_T], *bh = NULL;
+    void *dx = NULL, *dy = NULL;
+    float *db = NULL;
+    make_x(xh, T, K);
+    ref_quantize(xh, T, K, M->m.input_scale, xc, as);
+    int rc = cudaMalloc(&dx, (size_t)T * K * 2) || cudaMalloc(&dy, (size_t)T * F * 2) ||
+             cudaMemcpy(dx, xh, (size_t)T * K * 2, cudaMemcpyHostToDevice) || cudaMemset(dy, 0xff, (size_t)T * F * 2);
+    if (bias) {
+        bh = malloc((size_t)2 * F * sizeof(float));
+        for (int64_t n = 0; n < 2 * F; n++) bh[n] = frand();
+        rc = rc || cudaMalloc((void **)&db, (size_t)2 * F * sizeof(float)) ||
+             cudaMemcpy(db, bh, (size_t)2 * F * sizeof(float), cudaMemcpyHostToDevice);
+    }
+    Err err = {{0}};
+    rc = rc || fp8_gemv_glu(&M->m, dx, dy, db, db ? db + F : NULL, ACT_SILU, 0.0f, T, 0, &err);
+    CHECK(!rc, "glu [%lld][%lld] T=%d: %s", (long long)M->rows, (long long)K, T, err.msg);
+    rc = rc || cudaDeviceSynchronize() || cudaMemcpy(yh, dy, (size_t)T * F * 2, cudaMemcpyDeviceToHost);
+    int64_t bad = 0;
+    for (int64_t n = 0; !rc && n < F; n++)
+        for (int t = 0; t < T; t++) {
+            double v[2], tv[2];
+            for (int h = 0; h < 2; h++) {
+                const int64_t row = n + h * F;
+                double s = 0, sa = 0;
+                for (int64_t k = 0; k < K; k++) {
+                    double p = (double)e4m3_to_fp32(M->codes[row * K + k]) * xc[(int64_t)t * K + k];
+                    s += p;
+                    sa += fabs(p);
+                }
+                const float sc = as[t] * M->scale[row];
+                v[h] = (double)sc * s + (bh ? bh[row] : 0.0);
+                tv[h] = ldexp(1, -16) * fabs((double)sc) * sa + ldexp(fabs(v[h]), -22);
+            }
+            const double sg = v[0] / (1.0 + exp(-v[0])), ref = sg * v[1];
+            const double tol = ldexp(fabs(ref), -8) + 1.1 * fabs(v[1]) * tv[0] + fabs(sg) * tv[1] + 1e-6 * fabs(ref);
+            const double got = bf16_to_fp32(yh[(int64_t)t * F + n]);
+            if (!(fabs(got - ref) <= tol) && bad++ < 5)
+                printf("  glu [%lld][%lld] T=%d: out[%d][%lld] = %.9g, want %.9g (tol %.3g)\n", (long long)M->rows,
+                       (long long)K, T, t, (long long)n, got, ref, tol);
+        }
+    CHECK(bad == 0, "glu [%lld][%lld] T=%d bias %d: %lld elements off", (long long)M->rows, (long long)K, T, bias,
+          (long long)bad);
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(db);
+    free(xh);
+    free(yh);
+    free(xc);
+    free(bh);
+}
+
 /* ---- cases ---- */
 
 static bool quick;
 
 static void test_routes(void) {
     /* rows: a base + 1..37; columns: multiples of 16, not of 256 */
-    const int64_t shapes[][2] = {{1, 16}, {37, 48}, {147, 272}, {549, 1040}, {4096 + 21, 4112}};
+    const int64_t shapes[][2] = {{1, 16}, {38, 48}, {147, 272}, {2 * 273, 1040}, {4096 + 21, 4112}};
     const int Ts[] = {1, 2, 3, 8, 9, 17, 128, 300, 1024};
     const int n_shapes = quick ? 3 : 5, n_T = quick ? 6 : 9;
     Err err = {{0}};
@@ -289,6 +346,7 @@ static void test_routes(void) {
                 if (M.rows > 1024 && T > 300) continue;
                 for (int bias = 0; bias < 2; bias++) {
                     if (T <= FP8_GEMV_MAX_T) {
+                        if (M.rows % 2 == 0 && M.rows <= 1024) run_glu_case(&M, T, bias);
                         run_case(&g, "", &M, T, 0, bias, false, step);
                         if (M.rows >= 3) run_case(&g, "", &M, T, 1, bias, false, step);
                         run_case(&g, "", &M, T, 2, bias, false, step);
