@@ -36,7 +36,7 @@ static void test_dtype_info_table(void) {
         {3, "Q4_1", 32, 20},     {6, "Q5_0", 32, 22},    {7, "Q5_1", 32, 24},
         {8, "Q8_0", 32, 34},     {10, "Q2_K", 256, 84},  {11, "Q3_K", 256, 110},
         {12, "Q4_K", 256, 144},  {13, "Q5_K", 256, 176}, {14, "Q6_K", 256, 210},
-        {30, "BF16", 1, 2},      {39, "MXFP4", 32, 17},
+        {30, "BF16", 1, 2},      {39, "MXFP4", 32, 17},  {40, "F8_E4M3", 1, 1},
     };
     int n_known = 0;
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
@@ -47,9 +47,9 @@ static void test_dtype_info_table(void) {
         CHECK(d->block_elems == known[i].elems && d->block_bytes == known[i].bytes, "%s", d->name);
     }
     for (uint32_t id = 0; id < 64; id++) n_known += dtype_info(id) != NULL;
-    CHECK(n_known == 14, "%d ids known", n_known);
+    CHECK(n_known == 15, "%d ids known", n_known);
     CHECK(dtype_info(4) == NULL && dtype_info(5) == NULL && dtype_info(9) == NULL, "unsupported ids");
-    CHECK(dtype_info(40) == NULL && dtype_info(1000) == NULL && dtype_info(UINT32_MAX) == NULL,
+    CHECK(dtype_info(41) == NULL && dtype_info(1000) == NULL && dtype_info(UINT32_MAX) == NULL,
           "out of range ids");
 }
 
