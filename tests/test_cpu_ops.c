@@ -316,7 +316,7 @@ static void matmul_case(const Fixture *f, const char *name, ThreadPool *tp) {
     CHECK(row_bytes > 0, "%s: dtype %d", name, (int)type);
     if (!w || !x || !bias || !y || !yb || !absdot || !row_bytes) return;
 
-    CpuMatrix m = {w, type, rows, cols, row_bytes};
+    CpuMatrix m = {w, type, rows, cols, row_bytes, NULL, 0};
     float *got = malloc((size_t)T * rows * sizeof *got), got1[64];
     if (!got || rows > 64) { free(got); CHECK(0, "%s: too many rows for the test", name); return; }
     for (int with_bias = 0; with_bias < 2; with_bias++) {
@@ -345,7 +345,7 @@ static void test_matmul(void) {
     matmul_case(&f, "Q4_K", NULL);
     /* A dtype cllm does not know is a caller bug: NaN outputs, no crash. */
     float w[64] = {0}, x[32] = {0}, y[2];
-    CpuMatrix bad = {w, (DType)4, 2, 32, 128};
+    CpuMatrix bad = {w, (DType)4, 2, 32, 128, NULL, 0};
     cpu_matmul(tp, y, x, &bad, NULL, 1);
     CHECK(isnan(y[0]) && isnan(y[1]), "unknown dtype: %g %g", y[0], y[1]);
     thread_pool_destroy(tp);
@@ -370,7 +370,7 @@ static void test_embed(void) {
         snprintf(key, sizeof key, "%s/wdeq", cases[c]);
         const float *deq = fx_get(&f, key, FX_F32, (uint64_t)rows * cols);
         if (!w || !deq) continue;
-        CpuMatrix m = {w, (DType)dims[0], rows, cols, rb};
+        CpuMatrix m = {w, (DType)dims[0], rows, cols, rb, NULL, 0};
         int32_t ids[5] = {3, 0, rows - 1, -1, rows};
         float *out = malloc(5 * (size_t)cols * sizeof *out), *want = calloc(5 * (size_t)cols, sizeof *want);
         if (out && want) {
@@ -695,7 +695,7 @@ static void bench(void) {
         memcpy(wq + blk, &d, 2);
         memcpy(wq + blk + 2, &m, 2);
     }
-    CpuMatrix mats[2] = {{wf, DT_F32, rows, cols, (uint64_t)cols * 4}, {wq, DT_Q4_1, rows, cols, rb}};
+    CpuMatrix mats[2] = {{wf, DT_F32, rows, cols, (uint64_t)cols * 4, NULL, 0}, {wq, DT_Q4_1, rows, cols, rb, NULL, 0}};
     const char *names[2] = {"F32", "Q4_1"};
     for (int threads = 1; threads <= 2; threads++) {
         ThreadPool *tp = thread_pool_create(threads, &err);
