@@ -502,6 +502,18 @@ static int batch_input_verdict(const Batch *bt) {
     return 1;
 }
 
+/* The setup failed after the output was opened: everything opened so far
+ * closed, the command's exit code for it. */
+static int batch_setup_failed(Batch *bt) {
+    if (bt->steps_csv) fclose(bt->steps_csv);
+    results_ordered_free(bt->order);
+    results_close(bt->out);
+    vengines_free(&bt->ve);
+    prompts_close(bt->in);
+    runtime_close(&bt->rt);
+    return 2;
+}
+
 int batch_main(const RunOptions *o, const BatchOptions *b) {
     Batch bt = {0};
     bt.b = b;
@@ -549,12 +561,7 @@ int batch_main(const RunOptions *o, const BatchOptions *b) {
     }
     if (batch_open_output(&bt, &err)) {
         fprintf(stderr, "cllm generate: %s\n", err.msg);
-        results_ordered_free(bt.order);
-        results_close(bt.out);
-        vengines_free(&bt.ve);
-        prompts_close(bt.in);
-        runtime_close(&bt.rt);
-        return 2;
+        return batch_setup_failed(&bt);
     }
     /* A text file's lines are user turns when the model has a chat template
      * (an instruct model); JSON Lines keep the OpenAI meaning: "prompt" raw,
@@ -563,12 +570,7 @@ int batch_main(const RunOptions *o, const BatchOptions *b) {
                                   (o->chat_template || tokenizer_chat_template(bt.rt.model.tok)));
     if (b->steps_csv && !(bt.steps_csv = fopen(b->steps_csv, "w"))) {
         fprintf(stderr, "cllm generate: --steps-csv %s: %s\n", b->steps_csv, strerror(errno));
-        results_ordered_free(bt.order);
-        results_close(bt.out);
-        vengines_free(&bt.ve);
-        prompts_close(bt.in);
-        runtime_close(&bt.rt);
-        return 2;
+        return batch_setup_failed(&bt);
     }
     /* Tokenizers: half the cores (the rest keep the CPU backend's and the
      * sampler's threads busy), at most 8; one writer. */
@@ -579,13 +581,7 @@ int batch_main(const RunOptions *o, const BatchOptions *b) {
         !(bt.writer = ordered_work_new(1, batch_write_job, &bt, &err))) {
         fprintf(stderr, "cllm generate: %s\n", err.msg);
         ordered_work_free(bt.tokenizers, NULL, NULL);
-        if (bt.steps_csv) fclose(bt.steps_csv);
-        results_ordered_free(bt.order);
-        results_close(bt.out);
-        vengines_free(&bt.ve);
-        prompts_close(bt.in);
-        runtime_close(&bt.rt);
-        return 2;
+        return batch_setup_failed(&bt);
     }
     bt.n_total = batch_count_inputs(b->input);
     bt.t0 = now_seconds();

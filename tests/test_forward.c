@@ -21,6 +21,7 @@
 #include "model/dummy.h"
 #include "model/model.h"
 #include "tests/ref/ref_engine.h"
+#include "tests/b64_floats.h"
 #include "tests/test.h"
 
 #define TOL 1e-4
@@ -34,32 +35,6 @@
 #define FP8_TOL 0.5
 
 static const char *ARCHS[] = {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "gpt-oss", "llama-mlp-bias"};
-
-static int b64_value(char ch) {
-    if (ch >= 'A' && ch <= 'Z') return ch - 'A';
-    if (ch >= 'a' && ch <= 'z') return ch - 'a' + 26;
-    if (ch >= '0' && ch <= '9') return ch - '0' + 52;
-    return ch == '+' ? 62 : ch == '/' ? 63 : -1;
-}
-
-/* Decodes base64 little-endian float32s; returns the count. */
-static size_t b64_floats(const char *s, size_t len, float *out, size_t cap) {
-    size_t n = 0;
-    uint32_t acc = 0;
-    int bits = 0;
-    unsigned char *bytes = (unsigned char *)out;
-    for (size_t i = 0; i < len; i++) {
-        int v = b64_value(s[i]);
-        if (v < 0) continue;
-        acc = acc << 6 | (uint32_t)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            if (n < cap * 4) bytes[n++] = (acc >> bits) & 0xff;
-        }
-    }
-    return n / 4;
-}
 
 typedef struct {
     Model m;
@@ -111,34 +86,21 @@ static void scatter_pool(Rig *r, int *held, int *n_held) {
 /* Whole prompt in one step: every row's logits (copied to keep, when given). */
 static double check_full(Rig *r, const int32_t *ids, int T, const float *ref, float *keep) {
     int V = r->m.cfg.vocab;
-    Sequence s = {0};
     Err err = {{0}};
     float *logits = malloc((size_t)T * V * sizeof *logits);
-    int32_t *rows = malloc(T * sizeof *rows), *pos = malloc(T * sizeof *pos), *seq = calloc(T, sizeof *seq);
-    int64_t *slot = malloc(T * sizeof *slot);
     double worst = INFINITY;
-    if (block_table_reserve(&s.bt, &r->e.pool, T, r->e.block_size) == 0) {
-        for (int i = 0; i < T; i++) {
-            rows[i] = pos[i] = i;
-            slot[i] = block_table_slot(&s.bt, i, r->e.block_size);
+    for (int i = 0; i < T * V; i++) logits[i] = NAN; /* poisoned */
+    if (engine_prompt_logits(&r->e, ids, T, logits, &err) == 0) {
+        worst = 0;
+        if (keep) memcpy(keep, logits, (size_t)T * V * sizeof *logits);
+        for (int t = 0; t < T; t++) {
+            double e = test_row_err(logits + (size_t)t * V, ref + (size_t)t * V, V);
+            if (!(e <= worst)) worst = e;
         }
-        const int32_t *tables[1] = {s.bt.blocks};
-        AttnBatch b = {T, pos, seq, slot, 1, tables, r->e.block_size};
-        for (int i = 0; i < T * V; i++) logits[i] = NAN; /* poisoned */
-        if (forward_run(&r->e.fw, ids, &b, rows, T, logits, &err) == 0) {
-            worst = 0;
-            if (keep) memcpy(keep, logits, (size_t)T * V * sizeof *logits);
-            for (int t = 0; t < T; t++) {
-                double e = test_row_err(logits + (size_t)t * V, ref + (size_t)t * V, V);
-                if (!(e <= worst)) worst = e;
-            }
-        } else {
-            printf("  %s\n", err.msg);
-        }
+    } else {
+        printf("  %s\n", err.msg);
     }
-    block_table_release(&s.bt, &r->e.pool);
-    block_table_free(&s.bt);
-    free(logits); free(rows); free(pos); free(seq); free(slot);
+    free(logits);
     return worst;
 }
 

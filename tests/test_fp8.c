@@ -28,37 +28,12 @@
 #include "model/model.h"
 #include "model/quant_config.h"
 #include "tests/ref/ref_engine.h"
+#include "tests/b64_floats.h"
 #include "tests/test.h"
 
 #define EXACT 1e-5
 #define MIN_EXACT 0.75
 #define FLIP_TOL 0.1
-
-static int b64_value(char ch) {
-    if (ch >= 'A' && ch <= 'Z') return ch - 'A';
-    if (ch >= 'a' && ch <= 'z') return ch - 'a' + 26;
-    if (ch >= '0' && ch <= '9') return ch - '0' + 52;
-    return ch == '+' ? 62 : ch == '/' ? 63 : -1;
-}
-
-/* Decodes base64 little-endian float32s; returns the count. */
-static size_t b64_floats(const char *s, size_t len, float *out, size_t cap) {
-    size_t n = 0;
-    uint32_t acc = 0;
-    int bits = 0;
-    unsigned char *bytes = (unsigned char *)out;
-    for (size_t i = 0; i < len; i++) {
-        int v = b64_value(s[i]);
-        if (v < 0) continue;
-        acc = acc << 6 | (uint32_t)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            if (n < cap * 4) bytes[n++] = (acc >> bits) & 0xff;
-        }
-    }
-    return n / 4;
-}
 
 static float f32_of_bits(uint32_t u) {
     float f;
@@ -150,28 +125,12 @@ static void rig_close(Rig *r) {
 
 /* The logits of every row of ids in one step (NULL on failure). */
 static float *prompt_logits(Rig *r, const int32_t *ids, int T) {
-    int V = r->m.cfg.vocab;
-    Sequence s = {0};
     Err err = {{0}};
-    float *logits = malloc((size_t)T * V * sizeof *logits);
-    int32_t *rows = malloc(T * sizeof *rows), *pos = malloc(T * sizeof *pos), *seq = calloc(T, sizeof *seq);
-    int64_t *slot = malloc(T * sizeof *slot);
-    bool ok = false;
-    if (block_table_reserve(&s.bt, &r->e.pool, T, r->e.block_size) == 0) {
-        for (int i = 0; i < T; i++) {
-            rows[i] = pos[i] = i;
-            slot[i] = block_table_slot(&s.bt, i, r->e.block_size);
-        }
-        const int32_t *tables[1] = {s.bt.blocks};
-        AttnBatch b = {T, pos, seq, slot, 1, tables, r->e.block_size};
-        ok = forward_run(&r->e.fw, ids, &b, rows, T, logits, &err) == 0;
-        if (!ok) printf("  %s\n", err.msg);
-    }
-    block_table_release(&s.bt, &r->e.pool);
-    block_table_free(&s.bt);
-    free(rows); free(pos); free(seq); free(slot);
-    if (!ok) { free(logits); return NULL; }
-    return logits;
+    float *logits = malloc((size_t)T * r->m.cfg.vocab * sizeof *logits);
+    if (logits && engine_prompt_logits(&r->e, ids, T, logits, &err) == 0) return logits;
+    printf("  %s\n", err.msg);
+    free(logits);
+    return NULL;
 }
 
 /* How the logits of a model compare with a golden, row by row. */

@@ -31,6 +31,9 @@
 #include <cuda_fp8.h>
 #include <stdint.h>
 
+#include <type_traits>
+
+#include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/rope_head.cuh"
 #include "kernels/cuda/tensor_core.cuh"
 
@@ -306,6 +309,49 @@ __device__ __forceinline__ void warp_quantize_fp8(const T *x, int n, uint8_t *co
         codes[i] = e != e ? 0x7f : __nv_cvt_float_to_fp8(e, __NV_SATFINITE, __NV_E4M3);
     }
     if (lane == 0) *scale = sc;
+}
+
+/* A prefill tile (metadata entry i): its head, KV head, first row m0 of
+ * its run, the run's first row in q, the tile's row count, the positions
+ * of its first and last rows, the keys it sees [lo, hi) and the run's
+ * block table. Both prefill kernels read their tile through it. */
+typedef struct {
+    int h, kvh, m0, q_start, rows, p_first, p_last, lo, hi;
+    const int32_t *tab;
+} PrefillTile;
+
+template <int BM, bool WIN> __device__ __forceinline__ PrefillTile prefill_tile(const AttnKParams &p, int i) {
+    PrefillTile t;
+    const int32_t *tile = p.meta + p.off_tiles + 2 * i;
+    const int32_t *run = p.meta + p.off_prefill + 4 * tile[0];
+    t.h = blockIdx.y, t.kvh = t.h / p.group;
+    t.m0 = tile[1], t.q_start = run[0];
+    t.tab = p.meta + p.off_tables + (int64_t)run[3] * p.table_width;
+    t.rows = min(BM, run[1] - t.m0);
+    t.p_first = run[2] + t.m0, t.p_last = t.p_first + t.rows - 1;
+    t.lo = WIN ? max(0, t.p_first - p.window + 1) : 0, t.hi = t.p_last + 1;
+    return t;
+}
+
+/* Launchers: run(cap, win) with std::true_type / std::false_type for kp's
+ * soft-cap and window, so a kernel family's four mask variants are
+ * instantiated and picked in one place. */
+template <typename Run> static int attn_cap_win(const AttnKParams *kp, Run run) {
+    const bool cap = kp->cap_in != 0.f, win = kp->window > 0;
+    if (cap && win) return run(std::true_type{}, std::true_type{});
+    if (cap) return run(std::true_type{}, std::false_type{});
+    if (win) return run(std::false_type{}, std::true_type{});
+    return run(std::false_type{}, std::false_type{});
+}
+
+/* One launch of an attention kernel with `smem` bytes of dynamic shared memory. */
+template <typename Kernel>
+static int attn_launch(Kernel kernel, dim3 grid, int threads, int smem, cudaStream_t s, const AttnKParams &kp,
+                       Err *err) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem), err);
+    kernel<<<grid, threads, smem, s>>>(kp);
+    CUDA_CHECK(cudaGetLastError(), err);
+    return 0;
 }
 
 /* Copies rows [0, rows) of a [*][HD] bf16 matrix whose row r starts at

@@ -533,25 +533,16 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
 
 /* ---- launchers ---- */
 
-template <int HDK, int HDV, bool CAP, bool WIN, bool FP8>
-static int decode_launch(const AttnKParams *kp, int n_decode, cudaStream_t s, Err *err) {
-    constexpr int SMEM = DecodeShape<HDK, HDV, FP8>::SMEM;
-    CUDA_CHECK(cudaFuncSetAttribute(attn_decode_kernel<HDK, HDV, CAP, WIN, FP8>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM),
-               err);
-    CUDA_CHECK(launch_pdl(attn_decode_kernel<HDK, HDV, CAP, WIN, FP8>,
-                          dim3(kp->n_splits, kp->n_kv_heads * kp->n_groups, n_decode), 128, SMEM, s, *kp),
-               err);
-    return 0;
-}
-
 template <int HDK, int HDV, bool FP8>
 static int decode_variant(const AttnKParams *kp, int n_decode, cudaStream_t s, Err *err) {
-    bool cap = kp->cap_in != 0.f, win = kp->window > 0;
-    if (cap && win) return decode_launch<HDK, HDV, true, true, FP8>(kp, n_decode, s, err);
-    if (cap) return decode_launch<HDK, HDV, true, false, FP8>(kp, n_decode, s, err);
-    if (win) return decode_launch<HDK, HDV, false, true, FP8>(kp, n_decode, s, err);
-    return decode_launch<HDK, HDV, false, false, FP8>(kp, n_decode, s, err);
+    constexpr int SMEM = DecodeShape<HDK, HDV, FP8>::SMEM;
+    return attn_cap_win(kp, [&](auto cap, auto win) {
+        auto kernel = attn_decode_kernel<HDK, HDV, decltype(cap)::value, decltype(win)::value, FP8>;
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM), err);
+        CUDA_CHECK(launch_pdl(kernel, dim3(kp->n_splits, kp->n_kv_heads * kp->n_groups, n_decode), 128, SMEM, s, *kp),
+                   err);
+        return 0;
+    });
 }
 
 extern "C" int attn_decode_launch(const AttnKParams *kp, int head_dim_k, int head_dim_v, int n_decode, cudaStream_t s,

@@ -60,14 +60,10 @@ __global__ void __launch_bounds__(PrefillShape<HDK, HDV, FP8>::NT) attn_prefill_
     bf16 *sQ = (bf16 *)smem, *sK = sQ + BM * SK, *sV = sK + (FP8 ? 1 : 2) * BN * SK;
     uint8_t *stage8 = (uint8_t *)(sV + (FP8 ? 1 : 2) * BN * SV);
     float *qsc = (float *)(stage8 + 2 * S::STAGE8); /* fp8: Q's row factors */
-    const int h = blockIdx.y, kvh = h / p.group;
-    const int32_t *tile = p.meta + p.off_tiles + 2 * blockIdx.x;
-    const int32_t *run = p.meta + p.off_prefill + 4 * tile[0];
-    const int m0 = tile[1], q_start = run[0], q_len = run[1], pos0 = run[2];
-    const int32_t *tab = p.meta + p.off_tables + (int64_t)run[3] * p.table_width;
-    const int rows = min(BM, q_len - m0);
-    const int p_first = pos0 + m0, p_last = p_first + rows - 1;
-    const int lo = WIN ? max(0, p_first - p.window + 1) : 0, hi = p_last + 1;
+    const PrefillTile pt_ = prefill_tile<BM, WIN>(p, blockIdx.x);
+    const int h = pt_.h, kvh = pt_.kvh, m0 = pt_.m0, q_start = pt_.q_start, rows = pt_.rows;
+    const int p_first = pt_.p_first, p_last = pt_.p_last, lo = pt_.lo, hi = pt_.hi;
+    const int32_t *tab = pt_.tab;
     const int t_begin = lo / BN, t_end = (hi + BN - 1) / BN;
     /* fp8 stage b: K bytes | V bytes | K scales | V scales */
     auto k8 = [&](int b) { return stage8 + b * S::STAGE8; };
@@ -270,24 +266,13 @@ __global__ void __launch_bounds__(PrefillShape<HDK, HDV, FP8>::NT) attn_prefill_
 
 /* ---- launchers ---- */
 
-template <int HDK, int HDV, bool CAP, bool WIN, bool FP8>
-static int prefill_launch(const AttnKParams *kp, int n_tiles, cudaStream_t s, Err *err) {
-    using S = PrefillShape<HDK, HDV, FP8>;
-    CUDA_CHECK(cudaFuncSetAttribute(attn_prefill_kernel<HDK, HDV, CAP, WIN, FP8>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM),
-               err);
-    attn_prefill_kernel<HDK, HDV, CAP, WIN, FP8><<<dim3(n_tiles, kp->n_heads), S::NT, S::SMEM, s>>>(*kp);
-    CUDA_CHECK(cudaGetLastError(), err);
-    return 0;
-}
-
 template <int HDK, int HDV, bool FP8>
 static int prefill_variant(const AttnKParams *kp, int n_tiles, cudaStream_t s, Err *err) {
-    bool cap = kp->cap_in != 0.f, win = kp->window > 0;
-    if (cap && win) return prefill_launch<HDK, HDV, true, true, FP8>(kp, n_tiles, s, err);
-    if (cap) return prefill_launch<HDK, HDV, true, false, FP8>(kp, n_tiles, s, err);
-    if (win) return prefill_launch<HDK, HDV, false, true, FP8>(kp, n_tiles, s, err);
-    return prefill_launch<HDK, HDV, false, false, FP8>(kp, n_tiles, s, err);
+    using S = PrefillShape<HDK, HDV, FP8>;
+    return attn_cap_win(kp, [&](auto cap, auto win) {
+        return attn_launch(attn_prefill_kernel<HDK, HDV, decltype(cap)::value, decltype(win)::value, FP8>,
+                           dim3(n_tiles, kp->n_heads), S::NT, S::SMEM, s, *kp, err);
+    });
 }
 
 /* CLLM_ATTENTION_PREFILL=fa2: this file's kernel even where the sm_90a one

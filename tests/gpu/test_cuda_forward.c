@@ -26,6 +26,7 @@
 #include "model/model.h"
 #include "tests/gpu/gpu_backend.h"
 #include "tests/ref/ref_engine.h"
+#include "tests/b64_floats.h"
 #include "tests/test.h"
 
 #define TOL 6e-2       /* max |diff| / max |ref| of a row, dense models */
@@ -37,28 +38,6 @@ static const struct { const char *arch; double max, norm; } BF16_REF[] = {
     {"qwen3", 2.57e-2, 2.46e-2}, {"gemma2", 6.01e-2, 3.18e-2},  {"gemma3", 6.37e-2, 6.01e-2},
     {"gpt-oss", 2.62e-1, 2.20e-1},
 };
-
-static int b64v(char ch) {
-    if (ch >= 'A' && ch <= 'Z') return ch - 'A';
-    if (ch >= 'a' && ch <= 'z') return ch - 'a' + 26;
-    if (ch >= '0' && ch <= '9') return ch - '0' + 52;
-    return ch == '+' ? 62 : ch == '/' ? 63 : -1;
-}
-
-static size_t b64_floats(const char *s, size_t len, float *out, size_t cap) {
-    size_t n = 0;
-    uint32_t acc = 0;
-    int bits = 0;
-    unsigned char *bytes = (unsigned char *)out;
-    for (size_t i = 0; i < len; i++) {
-        int v = b64v(s[i]);
-        if (v < 0) continue;
-        acc = acc << 6 | (uint32_t)v;
-        bits += 6;
-        if (bits >= 8) { bits -= 8; if (n < cap * 4) bytes[n++] = (acc >> bits) & 0xff; }
-    }
-    return n / 4;
-}
 
 /* ||got - want|| / ||want|| over a row (NaN: infinite) */
 static double row_norm_err(const float *got, const float *want, int n) {

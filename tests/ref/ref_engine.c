@@ -134,3 +134,30 @@ int generate_reply(Engine *e, Sequence *s, const int32_t *prompt, int n_prompt, 
     st->total_s = now_seconds() - t0;
     return rc;
 }
+
+int engine_prompt_logits(Engine *e, const int32_t *ids, int T, float *logits, Err *err) {
+    Sequence s = {0};
+    int32_t *rows = malloc(T * sizeof *rows), *pos = malloc(T * sizeof *pos), *seq = calloc(T, sizeof *seq);
+    int64_t *slot = malloc(T * sizeof *slot);
+    int rc = -1;
+    if (!rows || !pos || !seq || !slot) {
+        err_set(err, "engine_prompt_logits: out of memory");
+    } else if (block_table_reserve(&s.bt, &e->pool, T, e->block_size) == 0) {
+        for (int i = 0; i < T; i++) {
+            rows[i] = pos[i] = i;
+            slot[i] = block_table_slot(&s.bt, i, e->block_size);
+        }
+        const int32_t *tables[1] = {s.bt.blocks};
+        AttnBatch b = {T, pos, seq, slot, 1, tables, e->block_size};
+        rc = forward_run(&e->fw, ids, &b, rows, T, logits, err);
+    } else {
+        err_set(err, "engine_prompt_logits: no room in the cache for %d tokens", T);
+    }
+    block_table_release(&s.bt, &e->pool);
+    block_table_free(&s.bt);
+    free(rows);
+    free(pos);
+    free(seq);
+    free(slot);
+    return rc;
+}

@@ -32,6 +32,11 @@ void sequence_truncate(Engine *e, Sequence *s, int n);
 /* Returns the sequence's blocks and frees its arrays. */
 void sequence_release(Engine *e, Sequence *s);
 
+/* The logits [T][vocab] of every row of ids, a new sequence's T tokens from
+ * position 0 in one forward step (its blocks returned after); 0, or -1
+ * with err. */
+int engine_prompt_logits(Engine *e, const int32_t *ids, int T, float *logits, Err *err);
+
 int generate_reply(Engine *e, Sequence *s, const int32_t *prompt, int n_prompt, const GenParams *p, GenEmit emit,
                    void *emit_ctx, volatile sig_atomic_t *interrupt, GenStats *st, Err *err);
 
