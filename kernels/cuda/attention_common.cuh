@@ -227,6 +227,17 @@ __device__ __forceinline__ void convert_kv_tile_fp8(__half *dst, const uint8_t *
  * 2t + 9, the order in which decode's fp8 K fragments hold the dimensions
  * (attention_decode.cu). 8 lanes a row, each owning whole chunks of 16, so
  * no lane writes what another reads. R * 8 must be a multiple of NT. */
+/* The factor 2^(14 - e) that takes a query row of largest magnitude amax <
+ * 2^e into f16's range (its largest value in [2^13, 2^14)); *undo gets
+ * 2^(e - 14), the scores' factor. An inf row stays inf. */
+__device__ __forceinline__ float q_row_f16_factor(float amax, float *undo) {
+    int e;
+    frexpf(amax, &e);
+    e = amax <= 3.0e38f ? max(-100, min(100, e)) : 0;
+    *undo = __int_as_float((127 + e - 14) << 23);
+    return __int_as_float((127 + 14 - e) << 23);
+}
+
 template <int HD, int R, int NT, bool PERM> __device__ void q_rows_to_f16(bf16 *sq, float *qsc) {
     constexpr int CH = HD / 16;
     static_assert((R * 8) % NT == 0, "every lane of a warp takes the same number of rows");
@@ -248,10 +259,8 @@ template <int HD, int R, int NT, bool PERM> __device__ void q_rows_to_f16(bf16 *
         }
 #pragma unroll
         for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        int e;
-        frexpf(amax, &e);
-        e = amax <= 3.0e38f ? max(-100, min(100, e)) : 0; /* an inf row stays inf */
-        const float f = __int_as_float((127 + 14 - e) << 23);
+        float undo;
+        const float f = q_row_f16_factor(amax, &undo);
         for (int c = l8; c < CH; c += 8) {
             load16(row + 16 * c, x);
 #pragma unroll
@@ -266,7 +275,7 @@ template <int HD, int R, int NT, bool PERM> __device__ void q_rows_to_f16(bf16 *
             dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
             dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
         }
-        if (l8 == 0) qsc[r] = __int_as_float((127 + e - 14) << 23);
+        if (l8 == 0) qsc[r] = undo;
     }
 }
 

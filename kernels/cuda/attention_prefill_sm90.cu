@@ -1,8 +1,8 @@
 /* attention_prefill_sm90.cu — the Hopper (sm_90a) prefill over the paged
- * bf16 KV cache: the same tiles, masks and online softmax as
- * attention_prefill.cu (its FlashAttention-2 kernel stays the path for the
- * fp8 cache, other head sizes and other GPUs), with the products on wgmma
- * and the loads in a warp-specialised pipeline.
+ * KV cache, bf16 or fp8: the same tiles, masks and online softmax as
+ * attention_prefill.cu (its FlashAttention-2 kernel stays the path for head
+ * sizes 80/96, fp8 at head size 256 and other GPUs), with the products on
+ * wgmma and the loads in a warp-specialised pipeline.
  *
  * A block: one tile of 128 query rows of one prefill run, one query head;
  * 384 threads in three warpgroups.
@@ -143,10 +143,8 @@ template <int HD, int R> __device__ __forceinline__ void sm90_q_to_f16(uint8_t *
             amax = fmaxf(amax, fmaxf(fabsf(__uint_as_float(ws[k] << 16)), fabsf(__uint_as_float(ws[k] & 0xffff0000u))));
     }
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-    int e;
-    frexpf(amax, &e);
-    e = amax <= 3.0e38f ? max(-100, min(100, e)) : 0; /* an inf row stays inf */
-    const float f = __int_as_float((127 + 14 - e) << 23);
+    float undo;
+    const float f = q_row_f16_factor(amax, &undo);
     for (int u = half * H; u < (half + 1) * H; u++) {
         uint4 *p4 = reinterpret_cast<uint4 *>(smem + swz<R>(r, u));
         const uint4 w = *p4;
@@ -157,7 +155,7 @@ template <int HD, int R> __device__ __forceinline__ void sm90_q_to_f16(uint8_t *
             o[k] = pack_f16(__uint_as_float(ws[k] << 16) * f, __uint_as_float(ws[k] & 0xffff0000u) * f);
         *p4 = make_uint4(o[0], o[1], o[2], o[3]);
     }
-    if (half == 0) qsc[r] = __int_as_float((127 + e - 14) << 23);
+    if (half == 0) qsc[r] = undo;
 }
 
 __device__ __forceinline__ float fast_exp2(float x) {
