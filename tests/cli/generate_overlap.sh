@@ -81,6 +81,10 @@ print(sum(int(x['prefill_rows']) + int(x['decode_rows']) for x in r), sum(int(x[
 set -- $rows
 [ "$1 $2" = "$3 $4" ] && ok "--steps-csv: rows and draws add up ($1 rows, $2 tokens)" \
     || notok "--steps-csv: rows and draws add up" "steps: $1 rows, $2 draws; output: $3, $4"
+expect_exit "--steps-csv in a missing folder: exit 2" 2 $TG -n 1 -i "$TMP/ids.jsonl" -o "$TMP/ids2.out" \
+    --steps-csv "$TMP/no/such/steps.csv"
+expect_grep "--steps-csv in a missing folder: the file and the reason named" "$TMP/err" \
+    "steps-csv $TMP/no/such/steps.csv: No such file or directory"
 
 # The roofline's arithmetic, by hand.
 python3 bench/test_roofline.py > "$TMP/roofline.txt" 2>&1; rc=$?
