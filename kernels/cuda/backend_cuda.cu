@@ -177,6 +177,7 @@ static void cuda_destroy(Backend *be) {
     if (cb->sampler_built) gpu_sampler_free(&cb->sampler);
     graphs_drop(cb);
     deq_ahead_free(&cb->deq);
+    fp8_gemm_free(&cb->fp8);
     free(cb->qnext);
     for (int i = 0; i < cb->n_allocs; i++) cudaFree(cb->allocs[i]);
     for (int i = 0; i < cb->n_bufs; i++) cudaFree(cb->bufs[i].ptr);
@@ -212,6 +213,11 @@ static int read_tuning(CudaTuning *t, const BackendOptions *o, const CudaChecks 
     t->graphs = !(ck && ck->no_graphs);
     t->rope_in_decode = !(ck && ck->rope_apart);
     t->quant_gemm = !o->batch_invariant && quant_gemm_available();
+    int dev = 0, major = 0, minor = 0; /* FP8 tensor cores: Ada (8.9) and newer */
+    if (cudaGetDevice(&dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess)
+        t->fp8_gemm = !o->batch_invariant && major * 10 + minor >= 89;
     const char *ps = getenv("CLLM_PROFILE_STEPS");
     if (ps && *ps && (sscanf(ps, "%d,%d", &t->prof_first, &t->prof_count) != 2 || t->prof_first < 0 ||
                       t->prof_count < 1))

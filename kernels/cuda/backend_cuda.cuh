@@ -22,6 +22,7 @@
 #include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/dequant_ahead.cuh"
+#include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/gemm_bi.cuh"
 #include "kernels/cuda/nccl_link.cuh"
 #include "kernels/cuda/quant.cuh"
@@ -59,6 +60,9 @@ typedef struct {
                                     kernel (CudaChecks.rope_apart: two launches, as prefill does) */
     bool quant_gemm;             /* the fused quantized GEMM can run: an sm_90a build on a 9.0 GPU, and not
                                     the batch-invariant mode */
+    bool fp8_gemm;               /* FP8 weights' GEMMs on FP8 tensor cores (cuBLASLt, fp8.cuh): a GPU of compute
+                                    capability 8.9 or newer, and not the batch-invariant mode; else they are
+                                    dequantized to bf16 first */
     int prof_first, prof_count;  /* CLLM_PROFILE_STEPS=FIRST,COUNT: the profiler (ncu --profile-from-start off)
                                     records steps FIRST .. FIRST + COUNT - 1 only (0-based); count 0: off */
 } CudaTuning;
@@ -99,6 +103,8 @@ typedef struct {
     size_t qnative_cap;
     DeqAhead deq;                /* bf16 copies of quantized matrices for GEMMs of more than 8 rows */
     QuantGemmWork qwork;         /* quant_gemm's split-K partials and counters (zeroed once; qgemm_mode != NEVER) */
+    Fp8Gemm fp8;                 /* FP8 weights' GEMM: quantized x, cuBLASLt FP8 plans (tune.fp8_gemm, FP8 matrices) */
+    int64_t fp8_max_cols;        /* the widest FP8 matrix kept as codes (0: none) */
     int64_t deq_elems;
     const QuantMatrix **qnext;   /* [n_layers * LAYER_REFS + 1] the quantized matrix a step multiplies after each slot's */
     float *d_inv_freq;           /* [n_layers][rope_dim/2] (ModelShape's, on the device) */
@@ -170,6 +176,8 @@ typedef enum {
     MM_QGEMM,             /* quantized: tiles dequantized in shared memory for wgmma */
     MM_DEQUANT_CUBLASLT,  /* quantized: dequantized to the bf16 scratch, then cuBLASLt */
     MM_DEQUANT_GEMM_BI,   /* quantized, batch-invariant: dequantized, then the batch-invariant GEMM */
+    MM_FP8_GEMV,          /* FP8 weights: x quantized per token in each block, fp32 sums of exact code products */
+    MM_FP8_GEMM,          /* FP8 weights: x quantized per token, then cuBLASLt's FP8 GEMM (fp8.cuh) */
 } MatmulRoute;
 MatmulRoute matmul_route(const CudaBackend *cb, const WeightRef *w, int T);
 bool route_is_qgemv(MatmulRoute r);
@@ -179,7 +187,7 @@ void wgemm(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const WeightRef 
 /* The same for a bf16 matrix W [M][K] that is not a WeightRef (a concatenation's part, an expert). */
 void gemm(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const bf16 *W, const float *bias, int M, int T,
           int K);
-/* A quantized GEMV of route r (an MM_QGEMV_*) with y in parts. */
+/* A quantized GEMV of route r (an MM_QGEMV_*, or MM_FP8_GEMV) with y in parts. */
 void qgemv(CudaBackend *cb, MatmulRoute r, const bf16 *x, const QuantMatrix *W, const GemvOut *out, int T);
 /* The fused GEMM with its parts or GLU epilogue where W's route at T is MM_QGEMM and it takes e; false:
  * nothing done. */

@@ -3,7 +3,7 @@
  * and read): each runs the kernels of its family, its matrix products by the
  * route table (backend_cuda_matmul.cu). Where a step allows, ops fold into
  * one launch: the norm into the dp4a GEMV that reads its output, the
- * activation into the gate|up GEMV or the fused GEMM's epilogue, the q|k|v
+ * activation into the gate|up GEMV (dp4a or FP8) or the fused GEMM's epilogue, the q|k|v
  * split into the GEMV's or GEMM's store, the rope and cache write into the
  * decode attention kernel, the residual add into the down / o GEMV. */
 #include <math.h>
@@ -139,6 +139,9 @@ static void cuda_be_gate_up(Backend *be, void *out, const void *x, const LayerWe
     if (glu_x8_matrix(cb, lw, T)) {
         Err e = {}; /* one row: the dp4a GEMV with the activation fused (no GLU kernel) */
         if (quant_gemv_x8_glu(qgu, x, NULL, out, bg, bu, act, limit, cb->stream, &e)) cb_fail(cb, &e);
+    } else if (qgu && matmul_route(cb, &lw->w_gate, T) == MM_FP8_GEMV) {
+        Err e = {}; /* FP8 Wgate|Wup at decode: the GEMV with the activation fused */
+        if (fp8_gemv_glu(qgu, x, out, bg, bu, act, limit, T, cb->stream, &e)) cb_fail(cb, &e);
     } else if (qgu) { /* one repacked Wgate|Wup: the GLU in the fused GEMM's epilogue, or its kernel after */
         QuantGemmEpi epi = {NULL, true, out, bg, bu, act, limit};
         if (qgemm_epi(cb, (const bf16 *)x, qgu, &epi, T)) return;

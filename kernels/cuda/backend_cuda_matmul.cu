@@ -8,7 +8,10 @@
  *   quantized         rows <= qgemv_rows        MM_QGEMV_X8 / _MMA / _SCALAR (quant.cuh, by type and shape)
  *                     up to QGEMM_FUSED_MAX_T   MM_QGEMM       (where it takes the type: quant_gemm_supported)
  *                     more, or not taken        MM_DEQUANT_CUBLASLT (bf16 scratch, made one matrix ahead)
- *   batch-invariant   every rows                MM_GEMM_BI, or MM_DEQUANT_GEMM_BI for quantized weights
+ *   FP8 (e4m3)        rows <= FP8_GEMV_MAX_T    MM_FP8_GEMV    (fp8.cuh; where it takes W: T x cols fits a block)
+ *                     more, FP8 tensor cores    MM_FP8_GEMM    (x quantized per token, cuBLASLt FP8)
+ *                     more, sm_80 / sm_86       MM_DEQUANT_CUBLASLT
+ *   batch-invariant   every rows                MM_GEMM_BI, or MM_DEQUANT_GEMM_BI for quantized and FP8 weights
  *
  * The batch-invariant mode takes one GEMM with one sum order at every T
  * (gemm_bi.cuh): a quantized GEMV's fp32 sums of dequantized values could
@@ -130,17 +133,28 @@ static MatmulRoute qgemv_route(const QuantMatrix *W, int T) {
     return MM_QGEMV_SCALAR;
 }
 
+/* FP8 weights: the GEMV multiplies the same e4m3 codes of x as the GEMM (fp8.cuh), so where both run the
+ * route changes only the order of fp32 sums; without FP8 tensor cores (sm_80/86) the GEMM dequantizes W to
+ * bf16 and multiplies the bf16 x (not x's codes). */
+static MatmulRoute fp8_route(const CudaBackend *cb, const QuantMatrix *W, int T) {
+    if (T <= FP8_GEMV_MAX_T && fp8_gemv_takes(W, T)) return MM_FP8_GEMV;
+    return cb->tune.fp8_gemm && cb->fp8.xq ? MM_FP8_GEMM : MM_DEQUANT_CUBLASLT;
+}
+
 MatmulRoute matmul_route(const CudaBackend *cb, const WeightRef *w, int T) {
     if (!is_quant(w)) return cb->bi ? MM_GEMM_BI : T <= BF16_GEMV_MAX_T ? MM_GEMV : MM_CUBLASLT;
     const QuantMatrix *W = qm_of(w);
     if (cb->bi) return MM_DEQUANT_GEMM_BI;
+    if (W->type == DT_F8_E4M3) return fp8_route(cb, W, T);
     if (T <= qgemv_rows(cb, W)) return qgemv_route(W, T);
     int fused_max = W->type == DT_Q5_K || W->type == DT_Q6_K ? QGEMM_FUSED_MAX_T_K56 : QGEMM_FUSED_MAX_T;
     if (T <= fused_max && qgemm_takes(cb, W)) return MM_QGEMM;
     return MM_DEQUANT_CUBLASLT;
 }
 
-bool route_is_qgemv(MatmulRoute r) { return r == MM_QGEMV_X8 || r == MM_QGEMV_MMA || r == MM_QGEMV_SCALAR; }
+bool route_is_qgemv(MatmulRoute r) {
+    return r == MM_QGEMV_X8 || r == MM_QGEMV_MMA || r == MM_QGEMV_SCALAR || r == MM_FP8_GEMV;
+}
 
 /* ---------- the routes ---------- */
 
@@ -154,6 +168,11 @@ void gemm(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const bf16 *W, co
 }
 
 void qgemv(CudaBackend *cb, MatmulRoute r, const bf16 *x, const QuantMatrix *W, const GemvOut *out, int T) {
+    if (r == MM_FP8_GEMV) {
+        Err e = {};
+        if (fp8_gemv(W, x, out, T, cb->stream, &e)) cb_fail(cb, &e);
+        return;
+    }
     QuantGemvKernel k = r == MM_QGEMV_X8 ? QGEMV_X8 : r == MM_QGEMV_MMA ? QGEMV_MMA : QGEMV_SCALAR;
     Err e = {};
     if (quant_gemv(W, x, false, out, T, k, cb->stream, &e)) cb_fail(cb, &e);
@@ -165,13 +184,14 @@ static const QuantMatrix *qnext_of(const CudaBackend *cb, const QuantMatrix *W) 
     return W && slot < n_slots ? cb->qnext[slot] : NULL;
 }
 
-/* The next matrix after W that a step of T rows dequantizes (the ones it runs fused are passed
- * over, a layer's worth at most), or NULL. */
+/* The next matrix after W that a step of T rows dequantizes (the ones it runs fused, or FP8 ones it
+ * multiplies as codes, are passed over, a layer's worth at most), or NULL. */
 static const QuantMatrix *qnext_dequantized(const CudaBackend *cb, const QuantMatrix *W, int T) {
     for (int hop = 0; hop < LAYER_REFS; hop++) {
         if (!(W = qnext_of(cb, W))) return NULL;
-        WeightRef w = {W, W->type, W->rows, W->cols, 1, 0, NULL};
-        if (matmul_route(cb, &w, T) != MM_QGEMM) return W;
+        WeightRef w = {W, W->type, W->rows, W->cols, 1, 0, NULL, NULL, 0.0f};
+        MatmulRoute r = matmul_route(cb, &w, T);
+        if (r == MM_DEQUANT_CUBLASLT || r == MM_DEQUANT_GEMM_BI) return W;
     }
     return NULL;
 }
@@ -218,6 +238,8 @@ void wgemm(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const WeightRef 
     if (route_is_qgemv(r)) {
         GemvOut out = gemv_out_one(y, y_f32, bias, W->rows);
         qgemv(cb, r, x, W, &out, T);
+    } else if (r == MM_FP8_GEMM) {
+        if (fp8_gemm(&cb->fp8, W, x, T, y, y_f32, bias, cb->stream, &e)) cb_fail(cb, &e);
     } else if (r == MM_QGEMM) {
         if (quant_gemm(W, x, T, y, y_f32, 0, 0, &cb->qwork, cb->stream, &e)) cb_fail(cb, &e);
         else if (bias) cuda_add_bias(y, y_f32, bias, T, (int)W->rows, cb->stream);
@@ -227,7 +249,7 @@ void wgemm(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const WeightRef 
 }
 
 bool qgemm_epi(CudaBackend *cb, const bf16 *x, const QuantMatrix *W, const QuantGemmEpi *e, int T) {
-    WeightRef w = {W, W->type, W->rows, W->cols, 1, 0, NULL};
+    WeightRef w = {W, W->type, W->rows, W->cols, 1, 0, NULL, NULL, 0.0f};
     if (cb->failed || matmul_route(cb, &w, T) != MM_QGEMM || !quant_gemm_epi_takes(W, e)) return false;
     Err err = {};
     if (quant_gemm_epi(W, x, T, e, 0, 0, &cb->qwork, cb->stream, &err)) cb_fail(cb, &err);

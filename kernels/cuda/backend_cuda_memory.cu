@@ -40,6 +40,9 @@ int cuda_alloc_step(CudaBackend *cb, const ModelShape *c, Err *err) {
         CUDA_CHECK(cudaMalloc(&cb->moe_act, (size_t)rows * c->ffn_dim * sizeof(bf16)), err);
         CUDA_CHECK(cudaMalloc(&cb->moe_acc, (size_t)T * c->dim * sizeof(float)), err);
     }
+    if (cb->fp8_max_cols > 0 && cb->tune.fp8_gemm && /* x's codes for FP8 weights' GEMMs (fp8.cuh) */
+        fp8_gemm_init(&cb->fp8, cb->lt, cb->workspace, cb->workspace_bytes, T, cb->fp8_max_cols, err))
+        return -1;
     size_t fbytes = (size_t)c->n_layers * (c->rope_dim / 2) * sizeof(float);
     CUDA_CHECK(cudaMalloc(&cb->d_inv_freq, fbytes > 0 ? fbytes : sizeof(float)), err);
     if (fbytes > 0) CUDA_CHECK(cudaMemcpy(cb->d_inv_freq, c->rope_inv_freq, fbytes, cudaMemcpyHostToDevice), err);

@@ -7,8 +7,12 @@
  * Q4_0, Q4_1, Q4_K, Q5_K, Q6_K) stay in their blocks instead: the file's
  * bytes are copied up and repacked on the device, a concatenation of one
  * type as one matrix; their WeightRef keeps the file's type and row_bytes and
- * points at a QuantMatrix. Embedding tables and stacked MoE experts stay
- * bf16; BackendOptions.bf16_weights makes every matrix bf16. */
+ * points at a QuantMatrix. F8_E4M3 matrices (FP8 checkpoints) stay too, as
+ * their codes plus their fp32 row scales (WeightRef.scale), a group of them
+ * concatenated like any other when their static input scales agree.
+ * Embedding tables and stacked MoE experts stay bf16; BackendOptions.
+ * bf16_weights makes every matrix bf16. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,7 +52,7 @@ typedef struct {
 static void convert_rows(void *ctx, int64_t a, int64_t b) {
     const ConvertJob *j = (const ConvertJob *)ctx;
     const WeightRef *hw = j->hw;
-    float *tmp = j->vec || hw->type == DT_BF16 ? NULL : (float *)malloc(hw->cols * sizeof(float));
+    float *tmp = j->vec || hw->type == DT_BF16 || hw->type == DT_F8_E4M3 ? NULL : (float *)malloc(hw->cols * sizeof(float));
     for (int64_t r = a; r < b; r++) {
         const void *src = (const char *)hw->data + (j->r0 + r) * hw->row_bytes;
         char *out = j->dst + r * j->row_out;
@@ -58,6 +62,11 @@ static void convert_rows(void *ctx, int64_t a, int64_t b) {
             dequantize_row(hw->type, src, (float *)out, hw->cols);
         } else if (hw->type == DT_BF16) { /* already the device format */
             memcpy(out, src, j->row_out);
+        } else if (hw->type == DT_F8_E4M3) { /* code x its row's scale, in fp32 as the host's dequantization */
+            const uint8_t *q = (const uint8_t *)src;
+            const float sc = hw->scale ? hw->scale[j->r0 + r] : NAN; /* no scales: NaN, seen downstream */
+            uint16_t *o = (uint16_t *)out;
+            for (int64_t c = 0; c < hw->cols; c++) o[c] = fp32_to_bf16(e4m3_to_fp32(q[c]) * sc);
         } else if (tmp) {
             dequantize_row(hw->type, src, tmp, hw->cols);
             uint16_t *o = (uint16_t *)out;
@@ -75,8 +84,6 @@ static void convert_rows(void *ctx, int64_t a, int64_t b) {
  * one is copied). */
 static int stage_rows(CudaBackend *cb, Staging *stg, const WeightRef *hw, void *dev, size_t row_out, bool vec,
                       bool raw, Err *err) {
-    if (hw->type == DT_F8_E4M3) /* its codes need WeightRef.scale; the FP8 kernels come in their own change */
-        return err_set(err, "tensor '%s': FP8 (F8_E4M3) weights are not yet supported on the GPU; add --cpu", hw->name);
     int64_t rows = hw->rows * hw->n_mats;
     size_t rows_per_chunk = STAGING_BYTES / row_out;
     if (rows_per_chunk == 0) return err_set(err, "tensor '%s' row too large to stage", hw->name);
@@ -114,12 +121,16 @@ static int upload_weight(CudaBackend *cb, Staging *stg, const WeightRef *hw, Wei
     dw->data = dev;
     dw->type = vec ? DT_F32 : DT_BF16;
     dw->row_bytes = row_out;
+    dw->scale = NULL; /* an F8_E4M3 matrix's scales are in its bf16 values now */
+    dw->input_scale = 0.0f;
     return 0;
 }
 
 /* Whether a host matrix stays in its blocks on the device (expert stacks,
  * vectors and the embedding table never do). */
 static bool keep_quant(bool bf16_weights, const WeightRef *w) {
+    if (w->type == DT_F8_E4M3 && (w->cols % 16 || !w->scale || w->row_bytes != (uint64_t)w->cols))
+        return false; /* the GEMV's 16-byte loads need rows of whole 16-byte chunks: bf16 otherwise */
     return !bf16_weights && w->data && w->n_mats == 1 && w->rows > 1 && quant_type_supported(w->type);
 }
 
@@ -134,8 +145,47 @@ static bool can_concat(bool bf16_weights, const WeightRef *const *m, int n) {
         if (!m[i]->data || m[i]->n_mats != 1 || m[i]->rows <= 1 || m[i]->cols != m[0]->cols) return false;
         bool q = keep_quant(bf16_weights, m[i]), q0 = keep_quant(bf16_weights, m[0]);
         if (q != q0 || (q && m[i]->type != m[0]->type)) return false;
+        if (q && m[i]->input_scale != m[0]->input_scale) return false; /* FP8: one x quantization for all */
     }
     return true;
+}
+
+/* n F8_E4M3 matrices of one width (and input scale) as one: their codes
+ * back to back in the qs plane, each row as the file has it, their row
+ * scales back to back in sc. Each dst keeps its file type and shape, points
+ * at slot, and its scale at its rows' device scales. */
+static int upload_fp8(CudaBackend *cb, Staging *stg, const WeightRef *const *src, WeightRef *const *dst, int n,
+                      QuantMatrix *slot, Err *err) {
+    int64_t rows = 0, cols = src[0]->cols;
+    for (int i = 0; i < n; i++) rows += src[i]->rows;
+    size_t bytes = 0;
+    Err why = {};
+    if (quant_matrix_bytes(DT_F8_E4M3, rows, cols, &bytes, &why))
+        return err_set(err, "tensor '%s': %s", src[0]->name, why.msg);
+    void *buf = NULL;
+    CUDA_CHECK(cudaMalloc(&buf, bytes), err);
+    if (cb_track(cb, buf, err)) return -1;
+    cb->weight_bytes += bytes;
+    if (quant_matrix_init(slot, DT_F8_E4M3, rows, cols, buf, err)) return -1;
+    slot->input_scale = src[0]->input_scale;
+    int64_t r0 = 0;
+    for (int i = 0; i < n; i++) {
+        if (!src[i]->scale) return err_set(err, "tensor '%s': F8_E4M3 without its scales", src[i]->name);
+        char *codes = (char *)slot->qs + r0 * cols;
+        float *scales = (float *)slot->sc + r0;
+        if (stage_rows(cb, stg, src[i], codes, (size_t)cols, false, true, err)) return -1;
+        /* pageable source: the call returns once the bytes are staged, and the host copy outlives the upload */
+        CUDA_CHECK(cudaMemcpyAsync(scales, src[i]->scale, (size_t)src[i]->rows * sizeof(float), cudaMemcpyHostToDevice,
+                                   cb->stream), err);
+        *dst[i] = *src[i];
+        dst[i]->data = slot;
+        dst[i]->scale = scales; /* on the device now */
+        r0 += src[i]->rows;
+    }
+    if (cols > cb->fp8_max_cols) cb->fp8_max_cols = cols;
+    /* the bf16 scratch, where FP8 GEMMs dequantize first (no FP8 tensor cores, or the batch-invariant mode) */
+    if ((cb->bi || !cb->tune.fp8_gemm) && rows * cols > cb->deq_elems) cb->deq_elems = rows * cols;
+    return 0;
 }
 
 /* Uploads n quantized matrices of one type and width as one repacked
@@ -145,6 +195,7 @@ static bool can_concat(bool bf16_weights, const WeightRef *const *m, int n) {
  * points at slot (qkv / gate_up find the concatenation that way). */
 static int upload_quant(CudaBackend *cb, Staging *stg, const WeightRef *const *src, WeightRef *const *dst, int n,
                         QuantMatrix *slot, Err *err) {
+    if (src[0]->type == DT_F8_E4M3) return upload_fp8(cb, stg, src, dst, n, slot, err);
     int64_t rows = 0, cols = src[0]->cols;
     for (int i = 0; i < n; i++) rows += src[i]->rows;
     size_t native = (size_t)rows * src[0]->row_bytes, bytes = 0;

@@ -3,7 +3,11 @@
  * the fused prefill GEMM (Hopper wgmma), and dequantize to bf16 (a bf16
  * scratch for cuBLASLt).
  *
- * Types: Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K (quant_type_supported).
+ * Types: Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K (quant_type_supported), and
+ * F8_E4M3 (FP8 checkpoints), whose matrices are plain [rows][cols] e4m3 codes
+ * in the qs plane and one fp32 scale a row in the sc plane; its products are
+ * fp8.cuh's (the GEMV and GEMM entry points here refuse it), its
+ * quant_dequant_bf16 is bf16(e4m3 code x row scale).
  *
  * Layout on the device ("split" layout, made by quant_repack from the GGUF
  * bytes). GGUF blocks of 34, 18, 20 and 210 bytes do not keep 16-byte
@@ -45,7 +49,8 @@ typedef struct {
     DType type;
     int64_t rows, cols;     /* W is [rows][cols]: y = x @ W^T */
     void *qs;               /* device: the qs plane (16-byte aligned) */
-    void *sc;               /* device: the sc plane; NULL for Q4_K/Q5_K */
+    void *sc;               /* device: the sc plane; NULL for Q4_K/Q5_K; F8_E4M3: float [rows] */
+    float input_scale;      /* F8_E4M3: the checkpoint's static activation scale; 0: per token (fp8.cuh) */
 } QuantMatrix;
 
 bool quant_type_supported(DType t);
@@ -60,7 +65,8 @@ int quant_matrix_bytes(DType t, int64_t rows, int64_t cols, size_t *bytes, Err *
 int quant_matrix_init(QuantMatrix *m, DType t, int64_t rows, int64_t cols, void *buf, Err *err);
 
 /* Fills m from the GGUF tensor bytes `native` (device memory, rows *
- * dtype_row_bytes(t, cols) bytes, any alignment). */
+ * dtype_row_bytes(t, cols) bytes, any alignment). Not F8_E4M3: its codes
+ * are copied into the qs plane as they are and its scales into sc. */
 int quant_repack(const QuantMatrix *m, const void *native, cudaStream_t s, Err *err);
 
 /* The quantized matrix-vector kernels (T <= QUANT_GEMV_MAX_T rows of x), by

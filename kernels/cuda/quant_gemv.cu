@@ -27,6 +27,7 @@
 #include <cuda_fp16.h>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/gemv_out.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/quant.cuh"
@@ -466,7 +467,7 @@ static int quant_gemv_scalar(const QuantMatrix *W, const void *x, bool x_f32, co
 bool quant_gemv_takes(QuantGemvKernel k, const QuantMatrix *W, int T, bool x_f32) {
     Err e = {};
     size_t bytes;
-    if (quant_matrix_bytes(W->type, W->rows, W->cols, &bytes, &e)) return false;
+    if (W->type == DT_F8_E4M3 || quant_matrix_bytes(W->type, W->rows, W->cols, &bytes, &e)) return false; /* fp8.cuh's */
     switch (k) {
     case QGEMV_SCALAR: return T >= 1 && T <= QUANT_GEMV_MAX_T;
     case QGEMV_MMA: return quant_gemv_mma_takes(W->type, W->cols, T, x_f32);
@@ -513,6 +514,7 @@ int quant_dequant_bf16(const QuantMatrix *W, int64_t row0, int64_t n_rows, void 
     if ((uintptr_t)dst % 16) return err_set(err, "quant_dequant_bf16: dst must be 16-byte aligned");
     if (n_rows == 0) return 0;
     switch (W->type) {
+    case DT_F8_E4M3: return fp8_dequant_bf16(W, row0, n_rows, dst, s, err);
     case DT_Q8_0: return launch_dequant<DT_Q8_0>(W, row0, n_rows, dst, s, err);
     case DT_Q4_0: return launch_dequant<DT_Q4_0>(W, row0, n_rows, dst, s, err);
     case DT_Q4_1: return launch_dequant<DT_Q4_1>(W, row0, n_rows, dst, s, err);

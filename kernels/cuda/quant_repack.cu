@@ -13,8 +13,13 @@ bool quant_type_supported(DType t) { return dtype_gpu_keeps_blocks(t); } /* one 
  * the rest (in order, minus that range) to the sc plane. */
 static __device__ int qs_from(int q) { return q == DT_Q8_0 || q == DT_Q4_0 ? 2 : q == DT_Q4_1 ? 4 : 0; }
 
+/* F8_E4M3: no blocks; a row is cols one-byte codes (cols % 16 == 0 keeps each row's 16-byte loads
+ * aligned) and one fp32 scale. */
+#define F8_COLS_ALIGN 16
+
 static size_t qs_plane_bytes(DType t, int64_t rows, int64_t cols) {
-    size_t b = (size_t)rows * (size_t)(cols / quant_block_elems(t)) * quant_qs_bytes(t);
+    size_t b = t == DT_F8_E4M3 ? (size_t)rows * (size_t)cols
+                               : (size_t)rows * (size_t)(cols / quant_block_elems(t)) * quant_qs_bytes(t);
     return (b + QUANT_PLANE_ALIGN - 1) / QUANT_PLANE_ALIGN * QUANT_PLANE_ALIGN;
 }
 
@@ -22,6 +27,13 @@ int quant_matrix_bytes(DType t, int64_t rows, int64_t cols, size_t *bytes, Err *
     if (!quant_type_supported(t))
         return err_set(err, "quantized GEMV: type %s is not supported on the GPU",
                        dtype_info(t) ? dtype_info(t)->name : "?");
+    if (t == DT_F8_E4M3) {
+        if (rows <= 0 || cols <= 0 || cols % F8_COLS_ALIGN || cols > INT32_MAX)
+            return err_set(err, "F8_E4M3 matrix [%lld][%lld]: columns must be a positive multiple of %d",
+                           (long long)rows, (long long)cols, F8_COLS_ALIGN);
+        *bytes = qs_plane_bytes(t, rows, cols) + (size_t)rows * sizeof(float);
+        return 0;
+    }
     if (rows <= 0 || cols <= 0 || cols % quant_block_elems(t) || cols > INT32_MAX)
         return err_set(err, "quantized GEMV: %s matrix [%lld][%lld]: columns must be a positive multiple of %d",
                        dtype_info(t)->name, (long long)rows, (long long)cols, quant_block_elems(t));
@@ -37,7 +49,8 @@ int quant_matrix_init(QuantMatrix *m, DType t, int64_t rows, int64_t cols, void 
     m->rows = rows;
     m->cols = cols;
     m->qs = buf;
-    m->sc = quant_sc_bytes(t) ? (char *)buf + qs_plane_bytes(t, rows, cols) : NULL;
+    m->sc = t == DT_F8_E4M3 || quant_sc_bytes(t) ? (char *)buf + qs_plane_bytes(t, rows, cols) : NULL;
+    m->input_scale = 0.0f;
     return 0;
 }
 
@@ -56,6 +69,7 @@ __global__ void kernel_quant_repack(uint8_t *qs, uint8_t *sc, const uint8_t *nat
 int quant_repack(const QuantMatrix *m, const void *native, cudaStream_t s, Err *err) {
     size_t bytes;
     if (quant_matrix_bytes(m->type, m->rows, m->cols, &bytes, err)) return -1;
+    if (m->type == DT_F8_E4M3) return err_set(err, "quant_repack: F8_E4M3 codes are not repacked");
     int64_t n_blocks = m->rows * (m->cols / quant_block_elems(m->type));
     int64_t grid = (n_blocks + 255) / 256;
     kernel_quant_repack<<<(unsigned)grid, 256, 0, s>>>((uint8_t *)m->qs, (uint8_t *)m->sc, (const uint8_t *)native,

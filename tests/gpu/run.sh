@@ -70,6 +70,9 @@ run_check attention_fa2 env CLLM_ATTENTION_PREFILL=fa2 "$BIN/tests/gpu/test_atte
 run_check quant sh -c "$BIN/tests/gpu/test_quant && if command -v compute-sanitizer >/dev/null; then $SAN memcheck $BIN/tests/gpu/test_quant --quick && $SAN racecheck $BIN/tests/gpu/test_quant --quick; fi"
 # the fused prefill GEMM (wgmma, quant_gemm.cu) against the CPU; its timing table beside dequantize + cuBLASLt
 run_check quant_gemm sh -c "$BIN/tests/gpu/test_quant_gemm && if command -v compute-sanitizer >/dev/null; then compute-sanitizer --error-exitcode 9 --tool memcheck $BIN/tests/gpu/test_quant_gemm --quick; fi"
+# FP8 (e4m3) weights: the GEMV, the GEMM (cuBLASLt's outer-vector scales and the rescale fallback) and the
+# bf16 dequantization against the host's definition (x quantized per token); its --bench prints GB/s and TFLOP/s
+run_check fp8_matmul sh -c "$BIN/tests/gpu/test_fp8_matmul && if command -v compute-sanitizer >/dev/null; then $SAN memcheck $BIN/tests/gpu/test_fp8_matmul --quick && $SAN racecheck $BIN/tests/gpu/test_fp8_matmul --quick; fi"
 if command -v compute-sanitizer >/dev/null; then
     run_check sanitizer_cuda_forward compute-sanitizer --error-exitcode 9 --tool memcheck "$BIN/tests/gpu/test_cuda_forward"
 else

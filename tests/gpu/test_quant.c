@@ -333,11 +333,11 @@ static void test_refused(void) {
     CHECK(quant_matrix_bytes(DT_Q2_K, 8, 256, &b, &err) == -1, "Q2_K accepted");
     CHECK(quant_matrix_bytes(DT_Q8_0, 8, 64, &b, &err) == 0 && b >= 8 * 68, "Q8_0 8x64: %zu bytes", b);
     /* which kernel takes what; refused before any launch (no pointers needed) */
-    QuantMatrix q4k = {DT_Q4_K, 16, 4096, NULL, NULL}, q40 = {DT_Q4_0, 16, 4096, NULL, NULL};
-    QuantMatrix q8 = {DT_Q8_0, 16, 512, NULL, NULL}, q8n = {DT_Q8_0, 16, 96, NULL, NULL};
-    QuantMatrix q41 = {DT_Q4_1, 16, 96, NULL, NULL}, q50 = {DT_Q5_0, 16, 4096, NULL, NULL};
-    QuantMatrix q4k288 = {DT_Q4_K, 16, 288, NULL, NULL}, wide = {DT_Q8_0, 16, 65536 + 32, NULL, NULL};
-    QuantMatrix tall = {DT_Q8_0, (int64_t)1 << 25, 32, NULL, NULL};
+    QuantMatrix q4k = {DT_Q4_K, 16, 4096, NULL, NULL, 0.0f}, q40 = {DT_Q4_0, 16, 4096, NULL, NULL, 0.0f};
+    QuantMatrix q8 = {DT_Q8_0, 16, 512, NULL, NULL, 0.0f}, q8n = {DT_Q8_0, 16, 96, NULL, NULL, 0.0f};
+    QuantMatrix q41 = {DT_Q4_1, 16, 96, NULL, NULL, 0.0f}, q50 = {DT_Q5_0, 16, 4096, NULL, NULL, 0.0f};
+    QuantMatrix q4k288 = {DT_Q4_K, 16, 288, NULL, NULL, 0.0f}, wide = {DT_Q8_0, 16, 65536 + 32, NULL, NULL, 0.0f};
+    QuantMatrix tall = {DT_Q8_0, (int64_t)1 << 25, 32, NULL, NULL, 0.0f};
     CHECK(quant_gemv_takes(QGEMV_SCALAR, &q40, 8, true) && quant_gemv_takes(QGEMV_SCALAR, &q4k, 1, false) &&
               !quant_gemv_takes(QGEMV_SCALAR, &q4k, 9, false) && !quant_gemv_takes(QGEMV_SCALAR, &q4k, 0, false) &&
               !quant_gemv_takes(QGEMV_SCALAR, &q50, 1, false) && !quant_gemv_takes(QGEMV_SCALAR, &q4k288, 1, false),

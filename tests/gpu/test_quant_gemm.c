@@ -349,7 +349,7 @@ static void test_epilogues(void) {
         CHECK(!quant_gemm_epi_takes(&M.m, &ge) && quant_gemm_epi(&M.m, d, 8, &ge, 0, 0, &work, 0, &err) != 0 &&
                   strstr(err.msg, "aligned"), "unaligned glu out: '%s'", err.msg);
         ge.out = d;
-        const QuantMatrix q8_576 = {DT_Q8_0, 384, 576, M.m.qs, M.m.sc}; /* not a whole number of TMA boxes */
+        const QuantMatrix q8_576 = {DT_Q8_0, 384, 576, M.m.qs, M.m.sc, 0.0f}; /* not a whole number of TMA boxes */
         err.msg[0] = 0;
         CHECK(quant_gemm_epi_takes(&M.m, &ge) && !quant_gemm_epi_takes(&q8_576, &ge) &&
                   quant_gemm_epi(&q8_576, d, 8, &ge, 128, 1, &work, 0, &err) != 0 && strstr(err.msg, "576"),
