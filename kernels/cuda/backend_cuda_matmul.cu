@@ -138,7 +138,7 @@ static MatmulRoute qgemv_route(const QuantMatrix *W, int T) {
  * bf16 and multiplies the bf16 x (not x's codes). */
 static MatmulRoute fp8_route(const CudaBackend *cb, const QuantMatrix *W, int T) {
     if (T <= FP8_GEMV_MAX_T && fp8_gemv_takes(W, T)) return MM_FP8_GEMV;
-    return cb->tune.fp8_gemm && cb->fp8.xq ? MM_FP8_GEMM : MM_DEQUANT_CUBLASLT;
+    return cb->tune.fp8_gemm && cb->fp8.xq && fp8_gemm_takes(W) ? MM_FP8_GEMM : MM_DEQUANT_CUBLASLT;
 }
 
 MatmulRoute matmul_route(const CudaBackend *cb, const WeightRef *w, int T) {

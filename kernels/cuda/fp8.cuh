@@ -51,6 +51,12 @@ int fp8_gemv(const QuantMatrix *W, const void *x, const GemvOut *out, int T, cud
 int fp8_gemv_glu(const QuantMatrix *W, const void *x, void *out, const float *bg, const float *bu, Activation act,
                  float limit, int T, cudaStream_t s, Err *err);
 
+/* Whether fp8_gemm takes W: F8_E4M3, rows and columns multiples of 16.
+ * cuBLASLt's FP8 kernels want leading dimensions in 16-byte multiples (y's
+ * rows are W's rows) and had no algorithm for a 1-row W at T <= 3 on an
+ * H200; a matrix of other rows (odd vocabularies) is dequantized instead. */
+bool fp8_gemm_takes(const QuantMatrix *W);
+
 /* x [T][K] bf16 -> codes [T][K] e4m3 and a_scale [T] fp32 (input_scale > 0:
  * that scale for every row, else each row's amax / 448); K % 8 == 0, both
  * buffers 16-byte aligned. */

@@ -244,11 +244,17 @@ static void fall_back(Fp8Gemm *g) {
     g->mode = FP8_MODE_RESCALE;
 }
 
+extern "C" bool fp8_gemm_takes(const QuantMatrix *W) {
+    return W->type == DT_F8_E4M3 && W->rows > 0 && W->rows % 16 == 0 && W->rows <= INT32_MAX && W->cols % 16 == 0 &&
+           W->cols <= INT32_MAX;
+}
+
 int fp8_gemm(Fp8Gemm *g, const QuantMatrix *W, const void *x, int T, void *y, bool y_f32, const float *bias,
              cudaStream_t s, Err *err) {
     if (T <= 0) return T == 0 ? 0 : err_set(err, "fp8_gemm: T = %d", T);
-    if (W->type != DT_F8_E4M3 || W->cols % 16 || W->rows > INT32_MAX)
-        return err_set(err, "fp8_gemm: not an F8_E4M3 matrix with columns a multiple of 16");
+    if (!fp8_gemm_takes(W))
+        return err_set(err, "fp8_gemm: a %lld x %lld matrix (F8_E4M3, rows and columns multiples of 16 only)",
+                       (long long)W->rows, (long long)W->cols);
     if (!g->xq || T > g->max_t || W->cols > g->max_k)
         return err_set(err, "fp8_gemm: %d rows of %lld columns exceed its buffers (%d x %lld)", T, (long long)W->cols,
                        g->max_t, (long long)g->max_k);

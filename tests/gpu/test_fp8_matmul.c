@@ -5,7 +5,8 @@
  *   - random e4m3 weights (every finite code) with random row scales in
  *     [2^-9, 2^-6], random bf16 x (a few values large enough to saturate a
  *     static scale, some rows all zero); rows = a base + 1..37, columns a
- *     multiple of 16 and not of 256; T = 1, 2, 3, 8 (GEMV and GEMM), 9, 17,
+ *     multiple of 16 and not of 256 (the GEMM's matrices: rows rounded up
+ *     to 16, the odd ones checked refused); T = 1, 2, 3, 8 (GEMV and GEMM), 9, 17,
  *     128, 300, 1024 (GEMM); dynamic (per-token amax / 448) and static
  *     activation scales; with and without bias; the GEMV also with q|k|v
  *     parts and with the residual add (GemvOut.add); the GEMM into bf16 and
@@ -338,8 +339,15 @@ static void test_routes(void) {
     gr.force_rescale = true;
     for (int si = 0; si < n_shapes; si++)
         for (int dyn = 0; dyn < 2; dyn++) {
-            F8Mat M;
-            CHECK(f8_build(&M, shapes[si][0], shapes[si][1], dyn ? 0.0f : 0.0035f) == 0, "matrix");
+            /* M: the GEMV's odd rows; Ma: the GEMM's, rounded up to 16 (fp8_gemm refuses M) */
+            F8Mat M, Ma;
+            const float in_scale = dyn ? 0.0f : 0.0035f;
+            CHECK(f8_build(&M, shapes[si][0], shapes[si][1], in_scale) == 0, "matrix");
+            CHECK(f8_build(&Ma, (shapes[si][0] + 15) / 16 * 16, shapes[si][1], in_scale) == 0, "matrix");
+            CHECK(!fp8_gemm_takes(&M.m) && fp8_gemm_takes(&Ma.m), "fp8_gemm_takes: %lld rows no, %lld rows yes",
+                  (long long)M.rows, (long long)Ma.rows);
+            CHECK(fp8_gemm(&g, &M.m, NULL, 9, NULL, false, NULL, 0, &err) == -1 && strstr(err.msg, "multiples of 16"),
+                  "fp8_gemm refuses %lld rows: %s", (long long)M.rows, err.msg);
             const int64_t step = M.rows > 1024 ? 61 : 1; /* the 4117-row matrix: every 61st row and the last */
             for (int ti = 0; ti < n_T; ti++) {
                 const int T = Ts[ti];
@@ -351,11 +359,12 @@ static void test_routes(void) {
                         if (M.rows >= 3) run_case(&g, "", &M, T, 1, bias, false, step);
                         run_case(&g, "", &M, T, 2, bias, false, step);
                     }
-                    run_case(&g, "gemm", &M, T, 3, bias, bias && T == 9, step); /* fp32 y once: logits */
-                    run_case(&gr, "gemm rescale", &M, T, 3, bias, bias && T == 17, step);
+                    run_case(&g, "gemm", &Ma, T, 3, bias, bias && T == 9, step); /* fp32 y once: logits */
+                    run_case(&gr, "gemm rescale", &Ma, T, 3, bias, bias && T == 17, step);
                 }
             }
             f8_free(&M);
+            f8_free(&Ma);
         }
     printf("  cuBLASLt FP8: first plan %s; plans %d outer-vector, %d rescale (the fallback forced: %d / %d)\n",
            fp8_gemm_mode_name(g.mode), g.n_outer, g.n_rescale, gr.n_outer, gr.n_rescale);
