@@ -84,6 +84,7 @@ typedef struct {
     int m, n, k;
     int ldd;               /* D's leading dimension: m (OUTER_VEC, D is y), m padded to 16 (RESCALE, D is acc) */
     bool out_f32;          /* D fp32 (the OUTER_VEC mode's logits); the fallback's D is always fp32 */
+    bool rescale_only;     /* asked for RESCALE (a bias into bf16 y): a separate entry of the same shape */
     Fp8GemmMode mode;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, d;

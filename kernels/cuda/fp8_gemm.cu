@@ -188,14 +188,17 @@ static int fp8_plan(Fp8Gemm *g, int m, int n, int k, bool out_f32, bool rescale_
     if (!L) return -1;
     for (int i = 0; i < g->n_plans; i++) {
         Fp8Plan *p = &g->plans[i];
-        if (p->m == m && p->n == n && p->k == k && p->out_f32 == out_f32 &&
-            (!rescale_only || p->mode == FP8_MODE_RESCALE)) { *out = p; return 0; }
+        if (p->m == m && p->n == n && p->k == k && p->out_f32 == out_f32 && p->rescale_only == rescale_only) {
+            *out = p;
+            return 0;
+        }
     }
     if (g->n_plans == FP8_PLANS) plan_destroy(L, &g->plans[--g->n_plans]); /* full: recycle the last slot */
     Fp8Plan *p = &g->plans[g->n_plans];
     bool ok = !rescale_only && !g->force_rescale && plan_try(g, L, p, FP8_MODE_OUTER_VEC, m, n, k, out_f32, wscale);
     if (!ok) ok = plan_try(g, L, p, FP8_MODE_RESCALE, m, n, k, out_f32, wscale);
     if (!ok) return err_set(err, "cuBLASLt: no FP8 (e4m3) algorithm for a %d x %d x %d GEMM", m, n, k);
+    p->rescale_only = rescale_only;
     if (g->mode == FP8_MODE_UNKNOWN) g->mode = p->mode;
     if (p->mode == FP8_MODE_OUTER_VEC) g->n_outer++;
     else g->n_rescale++;
@@ -261,8 +264,12 @@ int fp8_gemm(Fp8Gemm *g, const QuantMatrix *W, const void *x, int T, void *y, bo
     const int M = (int)W->rows, K = (int)W->cols;
     const float *ws = (const float *)W->sc;
     if (fp8_quantize_rows(x, T, K, W->input_scale, g->xq, g->xs, s, err)) return -1;
+    /* a bias into bf16 y goes the RESCALE way, added to the fp32 value before the one rounding: added to y
+     * after cuBLASLt rounded it, it cancelled against the rounded sum (errors of 1-2 bf16 steps of the
+     * result on an H200) */
+    const bool rescale_only = bias && !y_f32;
     Fp8Plan *p = NULL;
-    if (fp8_plan(g, M, T, K, y_f32, false, ws, &p, err)) return -1;
+    if (fp8_plan(g, M, T, K, y_f32, rescale_only, ws, &p, err)) return -1;
     const CublasLt *L = cublaslt_lib(NULL); /* fp8_plan loaded it */
     const float alpha = 1.0f, beta = 0.0f;
     cublasStatus_t st = CUBLAS_STATUS_SUCCESS;

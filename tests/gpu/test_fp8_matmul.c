@@ -23,8 +23,10 @@
  *     relative) each way, 2^-8 covers both and the fp32 scale products, and
  *     (2) the order of the fp32 sums: e = 2^-16 for the GEMV (fp32 FMAs:
  *     the error of a K-term sum stays far below K x 2^-24 of sum |terms| for
- *     random signs), e = 2^-12 for cuBLASLt (Hopper's FP8 tensor cores add
- *     products in fewer than fp32's bits between promotions to fp32).
+ *     random signs), e = 2^-10 for cuBLASLt (Hopper's FP8 tensor cores add
+ *     products in fewer than fp32's bits between promotions to fp32: on an
+ *     H200 the worst element of 163,840 at K = 272 was 2^-11.4 of the sum
+ *     of |products| off, past the 2^-12 first tried).
  *     A dropped or wrong scale moves an element by a factor (scales are
  *     2^-9 .. 2^-6, row scales differ by up to 8x): each case also checks
  *     that the reference without W's scales, and without x's, fails the same
@@ -243,7 +245,7 @@ static void run_case(Fp8Gemm *g, const char *gname, F8Mat *M, int T, int route, 
         free(whole);
     }
     if (!rc) {
-        Check c = {what, route < 3 ? ldexp(1, -16) : ldexp(1, -12), f32, route == 2, bh, base};
+        Check c = {what, route < 3 ? ldexp(1, -16) : ldexp(1, -10), f32, route == 2, bh, base};
         int64_t drop = 0, n = 0, bad = check_y(M, xc, as, T, yh, &c, step, &drop, &n);
         CHECK(bad == 0, "%s [%lld][%lld] T=%d scale %s bias %d: %lld of %lld elements off", what, (long long)R,
               (long long)K, T, M->m.input_scale > 0 ? "static" : "dynamic", bias, (long long)bad, (long long)n);
