@@ -16,7 +16,7 @@
 
 #include "base/quantize.h"
 
-static const DType SUPPORTED[] = {DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+static const DType SUPPORTED[] = {DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_F8_E4M3};
 #define N_SUPPORTED (sizeof SUPPORTED / sizeof SUPPORTED[0])
 
 bool dummy_type_supported(DType t) {
@@ -26,6 +26,7 @@ bool dummy_type_supported(DType t) {
 }
 
 int dummy_type_parse(const char *name, DType *t, Err *err) {
+    if (name && !strcasecmp(name, "fp8")) { *t = DT_F8_E4M3; return 0; } /* --weights fp8's spelling */
     for (size_t i = 0; name && i < N_SUPPORTED; i++)
         if (!strcasecmp(name, dtype_info(SUPPORTED[i])->name)) { *t = SUPPORTED[i]; return 0; }
     return err_set(err, "--dummy-weights=%s: not a type cllm makes dummy weights in (one of %s)", name ? name : "",
@@ -39,7 +40,20 @@ DType dummy_tensor_type(DType t, int64_t rows, int64_t cols) {
 }
 
 DType dummy_head_type(DType t) {
+    if (t == DT_F8_E4M3) return DT_BF16; /* FP8 checkpoints keep lm_head in bf16 */
     return t == DT_BF16 || t == DT_Q8_0 ? t : DT_Q6_K;
+}
+
+float dummy_fp8_scale(void) {
+    double sum = 0;
+    int n = 0;
+    for (int c = 0; c < 256; c++)
+        if ((c & 0x7f) != 0x7f) { /* the two NaN codes: never stored (fix_f8_e4m3) */
+            double v = e4m3_to_fp32((uint8_t)c);
+            sum += v * v;
+            n++;
+        }
+    return (float)(DUMMY_STD / sqrt(sum / n));
 }
 
 /* ---- random sources ---- */
@@ -136,6 +150,12 @@ static void fix_q6_k(uint8_t *b) {
     put_fp16(b + 208, DUMMY_STD / (uniform_rms(8, 15) * uniform_rms(-32, 31)));
 }
 
+/* F8_E4M3: a code a byte, uniform over the 254 finite ones (0x7f and 0xff
+ * are NaN in e4m3fn); the row scale is dummy_fp8_scale() */
+static void fix_f8_e4m3(uint8_t *b) {
+    if ((*b & 0x7f) == 0x7f) *b ^= 1;
+}
+
 typedef void (*BlockFix)(uint8_t *b);
 
 static BlockFix block_fix(DType t) {
@@ -146,6 +166,7 @@ static BlockFix block_fix(DType t) {
     case DT_Q4_K: return fix_q4_k;
     case DT_Q5_K: return fix_q5_k;
     case DT_Q6_K: return fix_q6_k;
+    case DT_F8_E4M3: return fix_f8_e4m3;
     default: return NULL;
     }
 }

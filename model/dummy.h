@@ -2,6 +2,10 @@
  * benchmarks of shapes too big for the disk, in bf16 or in a quantized GGUF
  * type the GPU keeps in its blocks.
  *
+ * fp8 (F8_E4M3) is an FP8 checkpoint's layout: the attention and MLP
+ * matrices in e4m3 with a scale per row (dummy_fp8_scale, the same for
+ * every row), the embedding, the LM head and stacked experts in bf16.
+ *
  * Which tensor gets which type (dummy_tensor_type, dummy_head_type) mirrors a
  * llama.cpp file of that type: every weight matrix and the token embedding
  * in TYPE, the LM head (output.weight) in Q6_K (Q8_0 for a q8_0 model), norms
@@ -23,7 +27,7 @@
 #include "base/err.h"
 
 #define DUMMY_STD 0.02
-#define DUMMY_TYPE_NAMES "bf16, q8_0, q4_0, q4_1, q4_k, q5_k, q6_k"
+#define DUMMY_TYPE_NAMES "bf16, q8_0, q4_0, q4_1, q4_k, q5_k, q6_k, fp8"
 
 /* true for BF16 and the block types of DUMMY_TYPE_NAMES */
 bool dummy_type_supported(DType t);
@@ -40,6 +44,10 @@ DType dummy_tensor_type(DType t, int64_t rows, int64_t cols);
 /* The LM head's type in a model whose matrices are t (llama.cpp's rule:
  * Q6_K unless the model is Q8_0; bf16 stays bf16). */
 DType dummy_head_type(DType t);
+
+/* The row scale of dummy F8_E4M3 matrices: DUMMY_STD over the rms of the
+ * finite e4m3 codes (uniform random codes then have about DUMMY_STD). */
+float dummy_fp8_scale(void);
 
 /* Fills bytes of buf (a whole number of blocks of t, a supported type) with
  * random values of type t as described above. The same t and bytes give the

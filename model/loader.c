@@ -67,6 +67,21 @@ static int dummy_reserve(Model *m, DType t, uint64_t bytes, Err *err) {
     return 0;
 }
 
+/* A dummy FP8 matrix's row scales: a shared vector of dummy_fp8_scale(),
+ * grown to the most rows (as dummy_reserve). */
+static int dummy_fp8_bind(Model *m, WeightRef *w, Err *err) {
+    if (w->rows > m->dummy_fp8_rows) {
+        float *s = malloc((size_t)w->rows * sizeof *s);
+        if (model_own(m, s, err)) return -1;
+        const float v = dummy_fp8_scale();
+        for (int64_t r = 0; r < w->rows; r++) s[r] = v;
+        m->dummy_fp8_scales = s;
+        m->dummy_fp8_rows = w->rows;
+    }
+    w->scale = m->dummy_fp8_scales;
+    return 0;
+}
+
 /* A new entry of the dummy tensor list (model_tensor_at lists it, as a
  * file's tensors are; nothing keeps a pointer to an entry, so the list may
  * move when it grows). */
@@ -94,7 +109,8 @@ static const TensorInfo *dummy_tensor(Model *m, const char *name, const uint64_t
     t->name = nm;
     t->n_dims = want[2] > 1 ? 3 : want[1] > 1 ? 2 : 1;
     memcpy(t->ne, want, sizeof t->ne);
-    t->type = dummy_tensor_type(type, rows, (int64_t)want[0]);
+    /* FP8 for single matrices only (a stack of experts stays bf16, as checkpoints keep it) */
+    t->type = dummy_tensor_type(type == DT_F8_E4M3 && want[2] > 1 ? DT_BF16 : type, rows, (int64_t)want[0]);
     t->nbytes = dtype_row_bytes(t->type, want[0]) * (tensor_nelems(t) / want[0]);
     if (dummy_reserve(m, t->type, t->nbytes, err)) return NULL;
     t->data = m->dummy_data[t->type];
@@ -160,7 +176,7 @@ static int model_bind(Model *m, WeightRef *w, const char *name, int64_t n_mats, 
         if (rows == 1 || n_mats != 1)
             return err_set(err, "%s: tensor '%s' is F8_E4M3: cllm reads FP8 for single weight matrices only "
                            "(not vectors or stacked experts)", m->path, name);
-        if (fp8_bind_scales(m, w, t, err)) return -1;
+        if (m->dummy ? dummy_fp8_bind(m, w, err) : fp8_bind_scales(m, w, t, err)) return -1;
     }
     return rows == 1 && t->type != DT_F32 ? model_to_f32(m, w, err) : 0;
 }
@@ -278,7 +294,8 @@ static int model_bind_globals(Model *m, Err *err) {
     const ModelConfig *c = &m->cfg;
     GlobalTensorNames g = tensor_names_global(c->source);
     DType t = m->dummy_type;
-    if (model_bind(m, &m->w.tok_embd, g.tok_embd, 1, c->vocab, c->dim, true, t, err) ||
+    DType embd = t == DT_F8_E4M3 ? DT_BF16 : t; /* the lookup reads rows without scales */
+    if (model_bind(m, &m->w.tok_embd, g.tok_embd, 1, c->vocab, c->dim, true, embd, err) ||
         model_bind(m, &m->w.output_norm, g.output_norm, 1, 1, c->dim, true, DT_BF16, err) ||
         model_bind(m, &m->w.output, g.output, 1, c->vocab, c->dim, !c->tied_embeddings, dummy_head_type(t), err))
         return -1;

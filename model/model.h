@@ -43,6 +43,8 @@ typedef struct {
     DType dummy_type;          /* their matrices' type (model_load_dummy; DT_BF16 otherwise) */
     void *dummy_data[DT_COUNT];     /* per type: the random values dummy tensors point at (owned) */
     uint64_t dummy_bytes[DT_COUNT];
+    float *dummy_fp8_scales;        /* dummy F8_E4M3 matrices' row scales, dummy_fp8_rows long (owned) */
+    int64_t dummy_fp8_rows;
     TensorInfo *dummy_tensors;      /* the made-up tensors, in binding order (model_tensor_at) */
     uint64_t n_dummy, cap_dummy;
     bool *tensor_used;         /* per file tensor (model_tensor_at order): read by a weight role */

@@ -435,13 +435,41 @@ static int gguf_block(DType t) {
 /* The type a [rows][cols] matrix should get when the model asks for want,
  * and its bytes in that type. */
 static DType expect_type(DType want, int64_t cols) {
+    if (want == DT_F8_E4M3) return want; /* a byte a value: any cols */
     int b = gguf_block(want);
     return b >= 0 && cols % GGUF_BLOCKS[b].elems == 0 ? want : DT_BF16;
 }
 
 static uint64_t expect_bytes(DType t, int64_t rows, int64_t cols) {
+    if (t == DT_F8_E4M3) return (uint64_t)(rows * cols);
     int b = gguf_block(t);
     return b < 0 ? (uint64_t)(rows * cols * 2) : (uint64_t)(rows * (cols / GGUF_BLOCKS[b].elems) * GGUF_BLOCKS[b].bytes);
+}
+
+/* A dummy FP8 matrix: a finite scale a row, no NaN code (0x7f, 0xff), values
+ * code x scale with mean ~0 and sd ~0.02 (decoded by the e4m3 table that
+ * test_fp8 checks against torch). */
+static void check_dummy_fp8(const WeightRef *w) {
+    CHECK(w->scale && w->row_bytes == (uint64_t)w->cols, "%s: no row scales, or %llu bytes a row", w->name,
+          (unsigned long long)w->row_bytes);
+    if (!w->scale) return;
+    const uint8_t *p = w->data;
+    int64_t nan_codes = 0, bad_scales = 0;
+    double sum = 0, sq = 0;
+    for (int64_t r = 0; r < w->rows; r++) {
+        bad_scales += !(w->scale[r] > 0.0f && isfinite(w->scale[r]));
+        for (int64_t c = 0; c < w->cols; c++) {
+            uint8_t code = p[r * w->cols + c];
+            nan_codes += (code & 0x7f) == 0x7f;
+            double v = (double)e4m3_to_fp32(code) * w->scale[r];
+            sum += v, sq += v * v;
+        }
+    }
+    double n = (double)w->rows * w->cols, mean = sum / n, sd = sqrt(sq / n - mean * mean);
+    CHECK(nan_codes == 0 && bad_scales == 0, "%s: %lld NaN codes, %lld bad scales", w->name, (long long)nan_codes,
+          (long long)bad_scales);
+    CHECK(fabs(mean) < 0.002 && sd > 0.017 && sd < 0.023, "%s (F8_E4M3): mean %.5f sd %.5f, want ~0 and ~0.02",
+          w->name, mean, sd);
 }
 
 /* Checks w's type and, for a block type, every block's fp16 scales (finite,
@@ -451,6 +479,7 @@ static uint64_t check_dummy_matrix(const WeightRef *w, DType want, int64_t rows,
     DType t = expect_type(want, cols);
     CHECK(w->type == t && w->rows == rows && w->cols == cols, "%s: type %d [%lld][%lld], want type %d [%lld][%lld]",
           w->name, (int)w->type, (long long)w->rows, (long long)w->cols, (int)t, (long long)rows, (long long)cols);
+    if (w->type == t && t == DT_F8_E4M3) check_dummy_fp8(w);
     int b = gguf_block(w->type);
     if (w->type != t || b < 0) return expect_bytes(t, rows, cols);
     const uint8_t *p = w->data;
@@ -482,7 +511,9 @@ static void check_dummy_weights(const Model *m, DType want) {
     int64_t C = 256, F = 384, V = 320, Q = 4 * 64, KV = 2 * 64;
     /* llama.cpp: output.weight Q6_K unless the model is Q8_0 (and bf16 stays bf16) */
     DType head = want == DT_Q8_0 || want == DT_BF16 ? want : DT_Q6_K;
-    uint64_t bytes = check_dummy_matrix(&m->w.tok_embd, want, V, C) + check_dummy_matrix(&m->w.output, head, V, C) + 2 * C;
+    DType embd = want;
+    if (want == DT_F8_E4M3) head = embd = DT_BF16; /* as FP8 checkpoints keep them */
+    uint64_t bytes = check_dummy_matrix(&m->w.tok_embd, embd, V, C) + check_dummy_matrix(&m->w.output, head, V, C) + 2 * C;
     for (int l = 0; l < c->n_layers; l++) {
         const LayerWeights *lw = &m->w.layers[l];
         bytes += check_dummy_matrix(&lw->wq, want, Q, C) + check_dummy_matrix(&lw->wk, want, KV, C) +
@@ -533,7 +564,7 @@ static void remove_dummy_dir(const char *dir) {
 }
 
 static void test_dummy_weights_quantized(void) {
-    static const DType TYPES[] = {DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+    static const DType TYPES[] = {DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_F8_E4M3};
     char dir[] = "/tmp/cllm-dummy-XXXXXX";
     CHECK(write_dummy_dir(dir) == 0, "cannot write a config to %s", dir);
     for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) {
@@ -559,6 +590,7 @@ static void test_dummy_weights_refused(void) {
     DType t = DT_F32;
     CHECK(dummy_type_parse("Q4_K", &t, &err) == 0 && t == DT_Q4_K, "Q4_K: %s", err.msg);
     CHECK(dummy_type_parse("q6_k", &t, &err) == 0 && t == DT_Q6_K, "q6_k: %s", err.msg);
+    CHECK(dummy_type_parse("fp8", &t, &err) == 0 && t == DT_F8_E4M3, "fp8: %s", err.msg);
     const char *bad[] = {"q3_k", "f32", "q4_k_m", "", "bf16x"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err.msg[0] = 0;
