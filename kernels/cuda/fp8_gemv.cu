@@ -2,28 +2,29 @@
  * x @ W^T for T <= FP8_GEMV_MAX_T rows of x, W e4m3 codes with a scale a row.
  *
  * It is a stream over W's bytes (the floor is their size over the memory
- * bandwidth), built like quant_gemv_x8.cu:
- *   - a persistent grid (up to two blocks an SM, fewer when the rows are
- *     fewer); each block quantizes x itself into shared memory as e4m3
- *     codes, T x cols bytes, by the same rule as the GEMM's quantize kernel
- *     (fp8.cuh), so the GEMV and the GEMM multiply the same codes. A kernel
- *     of its own for that would put its launch and drain on the critical
- *     path of every decode GEMV (1-3 us each for the dp4a GEMV's rounding);
- *     here the first weight rows are asked into L2 before pdl_wait, and the
- *     rounding (one or two reads of x from L2) runs under them;
- *   - a warp takes R rows at a time (R = 1 up to T = 2, then 2: each x chunk
- *     read from shared memory then serves R rows; 4 rows at T = 8 spill
- *     past the 128 registers a 512-thread block allows), every lane
- *     keeping 64 bytes of weight loads in flight (16-byte loads that bypass
- *     L1: each byte is read once) before converting the first;
- *   - codes become fp32 exactly (e4m3 -> f16x2 by one cvt on sm_89+, then
- *     f16 -> f32), products and sums in fp32 (exact products: 4-bit
- *     significands), a shuffle reduction, then a_scale[t] x scale[row] x sum;
- *   - GLU variant (W = Wgate | Wup): a warp takes gate row r and up row
- *     F + r and stores act(gate + bg, up + bu) from the fp32 sums, as the
- *     dp4a GEMV's GLU does (no bf16 round trip, no GLU kernel).
- * At T >= 3 the fp32 FMAs (T a weight byte) bound it, not bytes: an
- * e4m3 mma.sync (sm_89+) is the lever there. */
+ * bandwidth):
+ *   - a persistent grid (up to two blocks an SM, no more than tiles); each
+ *     block quantizes x itself into shared memory as e4m3 codes, T x cols
+ *     bytes, by the same rule as the GEMM's quantize kernel (fp8.cuh), so
+ *     the GEMV and the GEMM multiply the same codes. A kernel of its own for
+ *     that would put its launch and drain on the critical path of every
+ *     decode GEMV; here the first tile's rows are asked into L2 before
+ *     pdl_wait, and the rounding (one or two reads of x from L2) runs under
+ *     them;
+ *   - a block takes a tile of 16 rows at a time (GLU: 16 gate rows and the
+ *     16 up rows they pair with), its 8 warps splitting K in 64-byte chunks
+ *     (neighbouring warps, neighbouring chunks), each lane with 128 bytes of
+ *     loads in flight (16-byte loads that bypass L1: each byte is read once);
+ *     blocks are small enough for 2-3 an SM, so one block's loads run while
+ *     another sums its tile;
+ *   - the products by FP8 tensor cores (mma m16n8k32 e4m3, fp32 accumulate):
+ *     x's T rows are the 8 columns of B, so T = 1..8 costs the same and no
+ *     weight byte is converted. An fp32 FFMA loop before it converted every
+ *     code and was bound by that (on an H200 at T = 8 it ran at 0.8-1.2 TB/s
+ *     and a batch-8 decode step of the 8B shape took 7.7 ms);
+ *   - the warps' partial sums meet in shared memory, then a_scale[t] x
+ *     scale[row] x sum is stored through GemvOut (bias, parts, residual
+ *     add), or, for the GLU, act(gate + bg, up + bu) from the fp32 values. */
 #include <cuda_bf16.h>
 #include <stdint.h>
 
@@ -31,14 +32,16 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/pdl.cuh"
+#include "kernels/cuda/tensor_core.cuh"
 
-#define FG_THREADS 512
+#define FG_THREADS 256
 #define FG_WARPS (FG_THREADS / 32)
-#define FG_LANE_BYTES 64               /* weight bytes a lane has in flight (R rows x U loads of 16) */
 #define FG_PREFETCH 2048               /* bytes of each first row asked into L2 before pdl_wait */
 #define FG_MAX_SMEM (200 * 1024)       /* x codes of T rows: T x cols bytes */
-#define FG_BLOCKS_PER_SM 2             /* each block quantizes x again: more blocks, more of that; 2 x 16 warps an SM
-                                          keep 64 KB of weight loads in flight */
+#define FG_BLOCKS_PER_SM 4             /* each block quantizes x again: more blocks, more of that; 8 warps a block, so
+                                          registers (80-120 a thread) allow 2-3 an SM: 512-thread blocks fitted one
+                                          an SM and waited out each tile's loads and reduction (gate|up at T = 1
+                                          ran at 2.8 TB/s, below the FFMA kernel's 3.4)*/
 
 static __device__ __forceinline__ uint4 ld_stream(const void *p) {
     uint4 r;
@@ -46,10 +49,6 @@ static __device__ __forceinline__ uint4 ld_stream(const void *p) {
                  : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                  : "l"(p));
     return r;
-}
-
-static __device__ __forceinline__ uint32_t word_of(uint4 v, int i) {
-    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
 /* The block's x rows as codes in xs [NT][K] and their scales in a_scale
@@ -89,131 +88,170 @@ static __device__ __forceinline__ void quantize_x_block(const __nv_bfloat16 *x, 
     __syncthreads();
 }
 
-/* acc[r][t] += this lane's share of row r . x row t (codes); c0 = lane. */
-template <int NT, int R, int U>
-static __device__ __forceinline__ void fp8_rows(float (*acc)[NT], const uint8_t *const *wrow, const uint8_t *xs,
-                                                int K, int lane) {
-    const int n16 = K / 16;
-    for (int c0 = lane; c0 < n16; c0 += 32 * U) {
-        uint4 wv[R][U];
+/* ---- a 16-row tile by FP8 tensor cores ----
+ *
+ * mma.sync m16n8k32 e4m3 x e4m3 -> fp32: A = 16 weight rows x 32 k, B = 32 k
+ * x 8 rows of x (T <= 8: the columns past T are zeros), C fp32. A dot
+ * product does not care in which order its k are summed, so the k slots of
+ * the fragments are mapped to whatever keeps the loads plain: lane (g, q)
+ * (g = lane / 4, q = lane % 4) loads 16 contiguous bytes of rows g and g + 8
+ * at k = kb + 16q (the four lanes of a row cover 64 contiguous bytes) and 16
+ * bytes of x row g at the same k; bytes 0-7 feed one mma (slots 4q.., 16 +
+ * 4q..), bytes 8-15 a second. Each weight byte is loaded once and never
+ * converted. */
+
+/* c += A B, m16n8k32, e4m3 in, fp32 accumulate. Before sm_89 (no FP8 mma):
+ * the codes to f16 (exact) and two m16n8k16, the same slots in A and B. */
+static __device__ __forceinline__ void mma_e4m3(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    const uint32_t lo[4] = {fp8x2_to_f16x2(a[0]), fp8x2_to_f16x2(a[1]), fp8x2_to_f16x2(a[0] >> 16),
+                            fp8x2_to_f16x2(a[1] >> 16)};
+    const uint32_t hi[4] = {fp8x2_to_f16x2(a[2]), fp8x2_to_f16x2(a[3]), fp8x2_to_f16x2(a[2] >> 16),
+                            fp8x2_to_f16x2(a[3] >> 16)};
+    mma_f16(c, lo, fp8x2_to_f16x2(b0), fp8x2_to_f16x2(b0 >> 16));
+    mma_f16(c, hi, fp8x2_to_f16x2(b1), fp8x2_to_f16x2(b1 >> 16));
+#endif
+}
+
+/* The two mmas of one lane's 16 bytes of rows g (w0) and g + 8 (w1) against x's (xv). */
+static __device__ __forceinline__ void mma_chunk(float (&c)[4], uint4 w0, uint4 w1, uint4 xv) {
+    const uint32_t a0[4] = {w0.x, w1.x, w0.y, w1.y}, a1[4] = {w0.z, w1.z, w0.w, w1.w};
+    mma_e4m3(c, a0, xv.x, xv.y);
+    mma_e4m3(c, a1, xv.z, xv.w);
+}
+
+/* This warp's share of NR tiles of 16 rows (tile i at rows[i]: its row g
+ * and g + 8, already clamped to the matrix) over K: 64-byte chunks w, w +
+ * FG_WARPS, ... (the block's warps read neighbouring chunks), 4 / NR chunks
+ * in flight. c[i]: tile i's C fragment. */
+template <int NT, int NR>
+static __device__ __forceinline__ void fp8_tile_k(float (&c)[NR][4], const uint8_t *const *r0,
+                                                  const uint8_t *const *r1, const uint8_t *xs, int K, int wib,
+                                                  int lane) {
+    constexpr int FG_U = 4 / NR; /* 128 bytes of loads in flight a lane */
+    const int q = lane % 4, n = lane / 4, n_chunks = (K + 63) / 64;
+    const uint8_t *xrow = xs + (int64_t)(n < NT ? n : 0) * K;
+    for (int ch0 = wib; ch0 < n_chunks; ch0 += FG_WARPS * FG_U) {
+        uint4 w0[FG_U][NR], w1[FG_U][NR];
 #pragma unroll
-        for (int r = 0; r < R; r++)
+        for (int u = 0; u < FG_U; u++) {
+            const int k = (ch0 + u * FG_WARPS) * 64 + 16 * q;
+            const bool in = ch0 + u * FG_WARPS < n_chunks && k < K;
 #pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int c = c0 + 32 * u;
-                wv[r][u] = c < n16 ? ld_stream((const uint4 *)wrow[r] + c) : make_uint4(0, 0, 0, 0);
+            for (int i = 0; i < NR; i++) {
+                w0[u][i] = in ? ld_stream(r0[i] + k) : make_uint4(0, 0, 0, 0);
+                w1[u][i] = in ? ld_stream(r1[i] + k) : make_uint4(0, 0, 0, 0);
             }
+        }
 #pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int c = c0 + 32 * u;
-            if (c >= n16) break;
+        for (int u = 0; u < FG_U; u++) {
+            const int k = (ch0 + u * FG_WARPS) * 64 + 16 * q;
+            if (ch0 + u * FG_WARPS >= n_chunks) break;
+            const uint4 xv = n < NT && k < K ? *(const uint4 *)(xrow + k) : make_uint4(0, 0, 0, 0);
 #pragma unroll
-            for (int h = 0; h < 2; h++) { /* 8 codes at a time: fewer live registers */
-                float wf[R][8];
-#pragma unroll
-                for (int r = 0; r < R; r++) {
-                    fp8x4_to_f32(word_of(wv[r][u], 2 * h), wf[r]);
-                    fp8x4_to_f32(word_of(wv[r][u], 2 * h + 1), wf[r] + 4);
-                }
-#pragma unroll
-                for (int t = 0; t < NT; t++) {
-                    const uint2 xv = *((const uint2 *)(xs + (int64_t)t * K + 16 * c) + h);
-                    float xf[8];
-                    fp8x4_to_f32(xv.x, xf);
-                    fp8x4_to_f32(xv.y, xf + 4);
-#pragma unroll
-                    for (int r = 0; r < R; r++)
-#pragma unroll
-                        for (int i = 0; i < 8; i++) acc[r][t] = fmaf(wf[r][i], xf[i], acc[r][t]);
-                }
-            }
+            for (int i = 0; i < NR; i++) mma_chunk(c[i], w0[u][i], w1[u][i], xv);
         }
     }
 }
 
-template <int NT, int R>
+/* The block's warps' C fragments summed: red [NR][FG_WARPS][16][8] gets them,
+ * then sum(i, row, t) reads the total of tile i, row, column t. */
+template <int NR>
+static __device__ __forceinline__ void fp8_tile_spill(float (*red)[FG_WARPS][16][8], const float (&c)[NR][4], int wib,
+                                                      int lane) {
+    const int g = lane / 4, t = 2 * (lane % 4);
+#pragma unroll
+    for (int i = 0; i < NR; i++) {
+        red[i][wib][g][t] = c[i][0];
+        red[i][wib][g][t + 1] = c[i][1];
+        red[i][wib][g + 8][t] = c[i][2];
+        red[i][wib][g + 8][t + 1] = c[i][3];
+    }
+}
+
+static __device__ __forceinline__ float fp8_tile_sum(const float (*red)[FG_WARPS][16][8], int i, int row, int t) {
+    float s = 0.0f;
+#pragma unroll
+    for (int w = 0; w < FG_WARPS; w++) s += red[i][w][row][t];
+    return s;
+}
+
+/* Rows r and r + 8 of tile `tile` (clamped: past the end a duplicate of the last row, never stored). */
+static __device__ __forceinline__ const uint8_t *fp8_row(const uint8_t *W, int tile, int r, int rows, int K) {
+    const int row = tile * 16 + r;
+    return W + (int64_t)(row < rows ? row : rows - 1) * K;
+}
+
+template <int NT>
 __global__ void __launch_bounds__(FG_THREADS)
 kernel_fp8_gemv(const uint8_t *Wq, const float *wscale, int rows, int K, const __nv_bfloat16 *x, float input_scale,
                 GemvOut out) {
-    constexpr int U = FG_LANE_BYTES / 16 / R;
     extern __shared__ __align__(16) uint8_t fg_xs[];
-    __shared__ float red[FG_WARPS][NT];
+    __shared__ float red[1][FG_WARPS][16][8];
+    __shared__ float xred[FG_WARPS][NT];
     __shared__ float a_scale[NT];
-    const int lane = threadIdx.x % 32, wib = threadIdx.x / 32;
-    const int stride = gridDim.x * FG_WARPS, n_groups = (rows + R - 1) / R;
-    int g = blockIdx.x * FG_WARPS + wib;
-    if (g < n_groups) /* the weights are constant: ask for the first rows before the inputs are ready */
-        for (int r = 0; r < R; r++)
-            prefetch_l2_span(Wq + (int64_t)(g * R + r < rows ? g * R + r : rows - 1) * K, K, FG_PREFETCH, lane);
+    const int lane = threadIdx.x % 32, wib = threadIdx.x / 32, n_tiles = (rows + 15) / 16;
+    if ((int)blockIdx.x < n_tiles) /* the weights are constant: ask for the first tile before the inputs are ready */
+        for (int r = wib; r < 16; r += FG_WARPS) prefetch_l2_span(fp8_row(Wq, blockIdx.x, r, rows, K), K, FG_PREFETCH, lane);
     pdl_wait();
-    quantize_x_block<NT>(x, K, input_scale, fg_xs, a_scale, red);
+    quantize_x_block<NT>(x, K, input_scale, fg_xs, a_scale, xred);
     pdl_launch_dependents();
-    for (; g < n_groups; g += stride) {
-        float acc[R][NT];
-        const uint8_t *wrow[R];
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            const int row = g * R + r;
-            wrow[r] = Wq + (int64_t)(row < rows ? row : rows - 1) * K; /* past the end: a duplicate, never stored */
-#pragma unroll
-            for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
+    for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+        float c[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
+        const uint8_t *r0[1] = {fp8_row(Wq, tile, lane / 4, rows, K)}, *r1[1] = {fp8_row(Wq, tile, lane / 4 + 8, rows, K)};
+        fp8_tile_k<NT, 1>(c, r0, r1, fg_xs, K, wib, lane);
+        fp8_tile_spill<1>(red, c, wib, lane);
+        __syncthreads();
+        if (threadIdx.x < 16 * NT) {
+            const int r = threadIdx.x % 16, t = threadIdx.x / 16, row = tile * 16 + r;
+            if (row < rows) gemv_out_store(out, t, row, a_scale[t] * wscale[row] * fp8_tile_sum(red, 0, r, t));
         }
-        fp8_rows<NT, R, U>(acc, wrow, fg_xs, K, lane);
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int t = 0; t < NT; t++)
-#pragma unroll
-                for (int o = 16; o > 0; o >>= 1) acc[r][t] += __shfl_xor_sync(0xffffffffu, acc[r][t], o);
-        if (lane != 0) continue;
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            const int row = g * R + r;
-            if (row >= rows) break;
-            const float ws = wscale[row];
-#pragma unroll
-            for (int t = 0; t < NT; t++) gemv_out_store(out, t, row, a_scale[t] * ws * acc[r][t]);
-        }
+        __syncthreads(); /* red is the next tile's */
     }
 }
 
-/* GLU: W is Wgate | Wup (2F rows); warp g takes gate row g and up row F + g,
- * out [T][F] = act(a_scale x scale x sum + bias) of the pair. */
+/* GLU: W is Wgate | Wup (2F rows); a tile is gate rows 16j.. and up rows F +
+ * 16j.., out [T][F] = act(a_scale x scale x sum + bias) of each pair. */
 template <int NT>
 __global__ void __launch_bounds__(FG_THREADS)
 kernel_fp8_gemv_glu(const uint8_t *Wq, const float *wscale, int F, int K, const __nv_bfloat16 *x, float input_scale,
                     __nv_bfloat16 *out, const float *bg, const float *bu, Activation act, float limit) {
-    constexpr int U = FG_LANE_BYTES / 16 / 2;
     extern __shared__ __align__(16) uint8_t fg_xs[];
-    __shared__ float red[FG_WARPS][NT];
+    __shared__ float red[2][FG_WARPS][16][8];
+    __shared__ float xred[FG_WARPS][NT];
     __shared__ float a_scale[NT];
-    const int lane = threadIdx.x % 32, wib = threadIdx.x / 32, stride = gridDim.x * FG_WARPS;
-    int g = blockIdx.x * FG_WARPS + wib;
-    if (g < F) {
-        prefetch_l2_span(Wq + (int64_t)g * K, K, FG_PREFETCH, lane);
-        prefetch_l2_span(Wq + (int64_t)(F + g) * K, K, FG_PREFETCH, lane);
+    const int lane = threadIdx.x % 32, wib = threadIdx.x / 32, n_tiles = (F + 15) / 16;
+    const uint8_t *Wu = Wq + (int64_t)F * K;
+    for (int r = wib; (int)blockIdx.x < n_tiles && r < 16; r += FG_WARPS) {
+        prefetch_l2_span(fp8_row(Wq, blockIdx.x, r, F, K), K, FG_PREFETCH, lane);
+        prefetch_l2_span(fp8_row(Wu, blockIdx.x, r, F, K), K, FG_PREFETCH, lane);
     }
     pdl_wait();
-    quantize_x_block<NT>(x, K, input_scale, fg_xs, a_scale, red);
+    quantize_x_block<NT>(x, K, input_scale, fg_xs, a_scale, xred);
     pdl_launch_dependents();
-    for (; g < F; g += stride) {
-        float acc[2][NT];
-        const uint8_t *wrow[2] = {Wq + (int64_t)g * K, Wq + (int64_t)(F + g) * K};
-#pragma unroll
-        for (int t = 0; t < NT; t++) acc[0][t] = acc[1][t] = 0.0f;
-        fp8_rows<NT, 2, U>(acc, wrow, fg_xs, K, lane);
-#pragma unroll
-        for (int r = 0; r < 2; r++)
-#pragma unroll
-            for (int t = 0; t < NT; t++)
-#pragma unroll
-                for (int o = 16; o > 0; o >>= 1) acc[r][t] += __shfl_xor_sync(0xffffffffu, acc[r][t], o);
-        if (lane != 0) continue;
-        const float wg = wscale[g], wu = wscale[F + g], b0 = bg ? bg[g] : 0.0f, b1 = bu ? bu[g] : 0.0f;
-#pragma unroll
-        for (int t = 0; t < NT; t++)
-            out[(int64_t)t * F + g] = __float2bfloat16_rn(
-                act_glu(a_scale[t] * wg * acc[0][t] + b0, a_scale[t] * wu * acc[1][t] + b1, act, limit));
+    for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+        float c[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+        const int g = lane / 4;
+        const uint8_t *r0[2] = {fp8_row(Wq, tile, g, F, K), fp8_row(Wu, tile, g, F, K)};
+        const uint8_t *r1[2] = {fp8_row(Wq, tile, g + 8, F, K), fp8_row(Wu, tile, g + 8, F, K)};
+        fp8_tile_k<NT, 2>(c, r0, r1, fg_xs, K, wib, lane);
+        fp8_tile_spill<2>(red, c, wib, lane);
+        __syncthreads();
+        if (threadIdx.x < 16 * NT) {
+            const int r = threadIdx.x % 16, t = threadIdx.x / 16, row = tile * 16 + r;
+            if (row < F) {
+                const float a = a_scale[t];
+                const float gv = a * wscale[row] * fp8_tile_sum(red, 0, r, t) + (bg ? bg[row] : 0.0f);
+                const float uv = a * wscale[F + row] * fp8_tile_sum(red, 1, r, t) + (bu ? bu[row] : 0.0f);
+                out[(int64_t)t * F + row] = __float2bfloat16_rn(act_glu(gv, uv, act, limit));
+            }
+        }
+        __syncthreads();
     }
 }
 
@@ -224,21 +262,28 @@ static bool fg_takes(const QuantMatrix *W, int T) {
            W->rows <= INT32_MAX && fg_smem(T, W->cols) <= FG_MAX_SMEM;
 }
 
-template <int NT>
-static int fg_launch(const QuantMatrix *W, const void *x, const GemvOut &out, cudaStream_t s, Err *err) {
-    constexpr int R = NT <= 2 ? 1 : 2;
-    auto kernel = kernel_fp8_gemv<NT, R>;
-    const size_t smem = fg_smem(NT, W->cols);
+/* A persistent grid over the tiles of 16 rows: up to FG_BLOCKS_PER_SM blocks an SM, no more than tiles. */
+template <typename Kernel>
+static int fg_blocks(Kernel kernel, size_t smem, int64_t n_tiles, const char *what, int64_t *blocks, Err *err) {
     int dev = 0, sms = 0, per_sm = 0;
     CUDA_CHECK(cudaGetDevice(&dev), err);
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), err);
-    if (smem > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), err);
+    /* the static arrays count against the 48 KB default too: opt in whatever the size */
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), err);
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, FG_THREADS, smem), err);
     if (per_sm > FG_BLOCKS_PER_SM) per_sm = FG_BLOCKS_PER_SM;
-    if (per_sm < 1) return err_set(err, "fp8_gemv: a block of %zu bytes of x codes does not fit an SM", smem);
-    const int64_t groups = (W->rows + R - 1) / R, want = (groups + FG_WARPS - 1) / FG_WARPS;
-    const int64_t fit = (int64_t)sms * per_sm, blocks = want < fit ? want : fit;
+    if (per_sm < 1) return err_set(err, "%s: a block of %zu bytes of x codes does not fit an SM", what, smem);
+    const int64_t fit = (int64_t)sms * per_sm;
+    *blocks = n_tiles < fit ? n_tiles : fit;
+    return 0;
+}
+
+template <int NT>
+static int fg_launch(const QuantMatrix *W, const void *x, const GemvOut &out, cudaStream_t s, Err *err) {
+    auto kernel = kernel_fp8_gemv<NT>;
+    const size_t smem = fg_smem(NT, W->cols);
+    int64_t blocks = 0;
+    if (fg_blocks(kernel, smem, (W->rows + 15) / 16, "fp8_gemv", &blocks, err)) return -1;
     CUDA_CHECK(launch_pdl(kernel, dim3((unsigned)blocks), dim3(FG_THREADS), smem, s, (const uint8_t *)W->qs,
                           (const float *)W->sc, (int)W->rows, (int)W->cols, (const __nv_bfloat16 *)x,
                           W->input_scale, out), err);
@@ -251,16 +296,8 @@ static int fg_launch_glu(const QuantMatrix *W, const void *x, void *out, const f
     auto kernel = kernel_fp8_gemv_glu<NT>;
     const size_t smem = fg_smem(NT, W->cols);
     const int F = (int)(W->rows / 2);
-    int dev = 0, sms = 0, per_sm = 0;
-    CUDA_CHECK(cudaGetDevice(&dev), err);
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), err);
-    if (smem > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), err);
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, FG_THREADS, smem), err);
-    if (per_sm > FG_BLOCKS_PER_SM) per_sm = FG_BLOCKS_PER_SM;
-    if (per_sm < 1) return err_set(err, "fp8_gemv_glu: a block of %zu bytes of x codes does not fit an SM", smem);
-    const int64_t want = ((int64_t)F + FG_WARPS - 1) / FG_WARPS, fit = (int64_t)sms * per_sm;
-    const int64_t blocks = want < fit ? want : fit;
+    int64_t blocks = 0;
+    if (fg_blocks(kernel, smem, ((int64_t)F + 15) / 16, "fp8_gemv_glu", &blocks, err)) return -1;
     CUDA_CHECK(launch_pdl(kernel, dim3((unsigned)blocks), dim3(FG_THREADS), smem, s, (const uint8_t *)W->qs,
                           (const float *)W->sc, F, (int)W->cols, (const __nv_bfloat16 *)x, W->input_scale,
                           (__nv_bfloat16 *)out, bg, bu, act, limit), err);

@@ -113,6 +113,27 @@ generate_fp8_check() {
         python3 tests/gpu/compare_generate.py "$OUT/f8-batched.jsonl" "$OUT/f8-single.jsonl" 0.5
 }
 run_check generate_batched_fp8 generate_fp8_check
+# FP8 weights (--weights fp8) through the whole forward, teacher-forced over
+# README.md: the GPU's FP8 path must sit closer to the CPU's FP8 path (the same
+# codes and scales; the GPU rounds activations to bf16 before quantizing them,
+# which moves a few codes a step) than FP8 itself sits from fp32 (the CPU's
+# FP8 path against its fp32 one). A dropped scale, a wrong row or tile would
+# put it orders of magnitude past that; random weights make greedy generation
+# part early, so this compares distributions (KL), not replies.
+fp8_forward_check() {
+    local P="$BIN/cllm perplexity -m $MODELS/llama3-8b -f README.md"
+    $P --ctx 256 --cpu --save-logits "$OUT/ppl-f32.bin" > /dev/null &&
+        $P --ctx 256 --cpu --weights fp8 --save-logits "$OUT/ppl-f8.bin" > /dev/null &&
+        $P --cpu --weights fp8 --kl-divergence "$OUT/ppl-f32.bin" > "$OUT/kl-cpu-f8-vs-f32.txt" &&
+        $P --weights fp8 --kl-divergence "$OUT/ppl-f8.bin" > "$OUT/kl-gpu-f8-vs-cpu-f8.txt" &&
+        python3 - "$OUT/kl-cpu-f8-vs-f32.txt" "$OUT/kl-gpu-f8-vs-cpu-f8.txt" <<'PY'
+import re, sys
+kl = [float(re.search(r"mean KL divergence: ([0-9.e+-]+)", open(f).read()).group(1)) for f in sys.argv[1:]]
+print(f"KL: CPU fp8 vs fp32 {kl[0]:.3g}; GPU fp8 vs CPU fp8 {kl[1]:.3g}")
+sys.exit(0 if kl[1] < kl[0] else 1)
+PY
+}
+run_check fp8_forward fp8_forward_check
 # Logprobs (issue 38): the same greedy requests on the GPU and the CPU (tiny
 # llama, fp32 weights; the GPU computes in bf16). Both take the log-softmax on
 # the host (engine/logprobs.c), so they differ only by their logits: bf16
