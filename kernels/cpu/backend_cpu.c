@@ -30,6 +30,7 @@ typedef struct {
     AttnCascadePlan plan;     /* of this step, for layers of window plan_window */
     int plan_window;
     bool plan_built;          /* plan is this step's (begin_step clears it) */
+    int64_t cascade_rows;     /* rows x layers attended through a group, ever */
 } CpuBackend;
 
 static CpuBackend *cpu(Backend *be) { return be->ctx; }
@@ -145,7 +146,9 @@ static const AttnCascadePlan *cascade_plan(CpuBackend *cb, const AttnParams *p) 
 
 static void cpu_be_attention(Backend *be, void *out, const void *q, int layer, const AttnParams *p, int T) {
     CpuBackend *cb = cpu(be);
-    cpu_attention_cascade(cb->tp, out, q, &cb->kv, layer, cb->batch, p, cascade_plan(cb, p));
+    const AttnCascadePlan *plan = cascade_plan(cb, p);
+    for (int g = 0; plan && g < plan->n_groups; g++) cb->cascade_rows += plan->groups[g].n_rows;
+    cpu_attention_cascade(cb->tp, out, q, &cb->kv, layer, cb->batch, p, plan);
 }
 
 static void cpu_be_gate_up(Backend *be, void *out, const void *x, const LayerWeights *lw, int mat, int T,
@@ -266,4 +269,8 @@ Backend *backend_cpu_create(const ModelShape *c, const ModelWeights *w, int n_th
         .write = cpu_be_write, .destroy = cpu_destroy,
     };
     return be;
+}
+
+int64_t backend_cpu_cascade_rows(const Backend *be) {
+    return be && be->destroy == cpu_destroy ? cpu((Backend *)be)->cascade_rows : 0;
 }

@@ -21,4 +21,8 @@ int cpu_cascade_mode(const char *v, CpuCascadeMode *mode, Err *err);
 Backend *backend_cpu_create(const ModelShape *shape, const ModelWeights *w, int n_threads, int block_size,
                             int n_blocks, KVDtype kv_dtype, Err *err);
 
+/* Rows x layers attended through a cascade group, ever (0 for a backend
+ * that is not the CPU's): tests see the cascade path ran. */
+int64_t backend_cpu_cascade_rows(const Backend *be);
+
 #endif
