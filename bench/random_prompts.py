@@ -18,6 +18,12 @@ the tokenizer's added (special) tokens (tokenizer.json's added_tokens).
 
     random_prompts.py N --ids LEN --model DIR [--max-tokens OUT]
     random_prompts.py N --ids LEN --vocab V [--max-tokens OUT]
+
+Shared prefix (bench/cascade.sh): --shared P puts one common prefix of P
+random ids before every prompt's own ids, and --ids LO-HI draws each
+prompt's own length from LO..HI (a system prompt shared by many requests).
+
+    random_prompts.py N --ids LO-HI --shared P --model DIR [--max-tokens OUT]
 """
 import json
 import os
@@ -58,13 +64,18 @@ def main(argv):
     args = list(argv)
     ids_len, model_dir = opt(args, "--ids"), opt(args, "--model")
     vocab, max_tokens = opt(args, "--vocab"), opt(args, "--max-tokens")
+    shared = int(opt(args, "--shared", "0"))
     jsonl_tokens = opt(args, "--jsonl")
     n = int(args[0])
     rng = random.Random(1234)
     if ids_len is not None:
         ids = vocabulary(model_dir, int(vocab) if vocab else None)
+        lo, _, hi = ids_len.partition("-")
+        lo, hi = int(lo), int(hi or lo)
+        prefix = [rng.choice(ids) for _ in range(shared)]
         for i in range(n):
-            line = {"id": f"p{i}", "prompt": [rng.choice(ids) for _ in range(int(ids_len))]}
+            own = rng.randint(lo, hi) if hi > lo else lo
+            line = {"id": f"p{i}", "prompt": prefix + [rng.choice(ids) for _ in range(own)]}
             if max_tokens:
                 line["max_tokens"] = int(max_tokens)
             print(json.dumps(line, separators=(",", ":")))

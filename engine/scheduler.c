@@ -541,11 +541,39 @@ static void schedule_running(Scheduler *s, int pass, int *budget) {
     }
 }
 
-/* Admits waiting requests in order while sequence slots, budget and blocks last. */
+/* Whether a running request is computing the block r would take next from
+ * the prefix cache (the one after those r matched): its chain stands where
+ * r's does, it has not computed that block yet, and the block's tokens are
+ * r's. r then waits for the block to be cached instead of computing it a
+ * second time (prompts sharing a system prompt, submitted together, compute
+ * it once). Only this scheduler's requests are seen: each virtual engine
+ * computes a shared prefix at most once. */
+static bool prefix_in_flight(const Scheduler *s, const SchedRequest *r) {
+    int bs = s->e->block_size, b = r->n_chained, keep = r->tokens.n >= 2 ? 2 : 1;
+    if (s->o.no_prefix_cache || wants_prompt_rows(r) || (b + 1) * bs > (int)r->tokens.n - keep) return false;
+    for (int i = 0; i < s->n_running; i++) {
+        const SchedRequest *q = s->running[i];
+        if (q->n_chained != b || q->n_cached >= (b + 1) * bs || (int)q->tokens.n < (b + 1) * bs) continue;
+        if (q->chain.key != r->chain.key || q->chain.block != r->chain.block || q->chain.gen != r->chain.gen) continue;
+        if (!memcmp(q->tokens.ids + (size_t)b * bs, r->tokens.ids + (size_t)b * bs, (size_t)bs * sizeof *r->tokens.ids))
+            return true;
+    }
+    return false;
+}
+
+/* Admits waiting requests in order while sequence slots, budget and blocks
+ * last; a request whose next prefix block is in flight (prefix_in_flight)
+ * is passed over until it is cached. */
 static void schedule_waiting(Scheduler *s, int *budget) {
-    while (s->n_waiting > 0 && s->n_sel_logits < s->o.max_seqs && *budget > 0) {
-        SchedRequest *r = s->waiting[0];
+    int i = 0;
+    while (i < s->n_waiting && s->n_sel_logits < s->o.max_seqs && *budget > 0) {
+        SchedRequest *r = s->waiting[i];
         request_match_prefix(s, r);
+        if (prefix_in_flight(s, r)) {
+            request_drop_blocks(s, r);
+            i++;
+            continue;
+        }
         int need = (int)r->tokens.n - r->n_cached;
         int chunk = request_chunk(s, r, need, *budget);
         if (chunk == 0 || block_manager_reserve(s->bm, &r->bt, r->n_cached + chunk)) {

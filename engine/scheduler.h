@@ -15,7 +15,12 @@
  *
  * KV blocks come from a BlockManager over the engine's pool. A waiting
  * request first takes the full blocks of its prompt that the prefix cache
- * holds (a shared system prompt is computed once). When a running request
+ * holds (a shared system prompt is computed once). Blocks are indexed after
+ * the step that computes them, so a request whose next prompt block is being
+ * computed by a running request waits (passed over, the requests behind it
+ * admitted) until that block is cached: prompts sharing a prefix submitted
+ * together compute it once, the first of them, and the others share its
+ * blocks (what cascade attention needs: kernels/attn_cascade.h). When a running request
  * needs a block and none is left, the newest running request is preempted:
  * its blocks are released (full ones stay in the prefix cache) and it goes
  * back to the head of the queue to recompute its tokens later; its sampler

@@ -4,6 +4,8 @@
  * finish reasons:
  *   - 64 prompts (16 with CLLM_QUICK) with a shared system prefix, greedy,
  *     stop strings, sampled requests with their own seeds;
+ *   - prompts sharing a prefix submitted together compute it once (prompt
+ *     rows counted), and give the same outputs with cascade attention;
  *   - a small KV cache that forces preemption and recompute;
  *   - random request streams (fixed seeds): random budgets, cache sizes and
  *     arrival times; every step within its budgets, no deadlock, no block
@@ -129,6 +131,7 @@ typedef struct {
     int steps, max_rows, max_seqs, over_budget;
     int lone_prompt_rows;  /* one-row chunks of a longer prompt (engine_prompt_chunk forbids them) */
     int64_t preemptions, hits;
+    int64_t prefill_rows; /* prompt rows computed (recomputed ones too) */
     int max_blocks_one;  /* most blocks any running request held */
     int max_blocks_used; /* most blocks in use at once (all engines) */
     int max_held[FORWARD_MAX_STAGES]; /* most blocks each virtual engine's requests held at once */
@@ -138,6 +141,7 @@ static void watch_step(const VirtualEngines *g, Watch *w) {
     const SchedStats *st = &g->stats;
     const SchedOptions *o = &g->ve[0].o;
     w->steps++;
+    w->prefill_rows += st->n_prefill;
     if (st->n_tokens > w->max_rows) w->max_rows = st->n_tokens;
     if (st->n_seqs > w->max_seqs) w->max_seqs = st->n_seqs;
     if (st->blocks_used > w->max_blocks_used) w->max_blocks_used = st->blocks_used;
@@ -272,6 +276,78 @@ static void test_same_as_one_at_a_time(void) {
     }
     free(cs);
     rig_close(&r);
+}
+
+/* Prompts sharing a prefix, all submitted at once: the prefix is computed
+ * once. The first request computes it; the others wait while its blocks are
+ * in flight and then take them from the prefix cache, so the prompt rows
+ * computed are the first prompt's plus every other prompt's uncached tail.
+ * Outputs equal the one-at-a-time reference; with budgets above and below
+ * the prefix (chunked prefill of the prefix: the others wait block by
+ * block); and with the prefix cache off every prompt is computed whole. */
+static void test_shared_prefix_computed_once(void) {
+    Rig r;
+    int n = quick() ? 8 : 24, shared = 32;
+    Case *cs = calloc(24, sizeof *cs);
+    if (rig_open(&r, "llama", 512, 256, 64) || prepare(&r, cs, n, 23, shared, true)) {
+        CHECK(0, "setup failed");
+    } else {
+        int64_t all = 0, once = 0;
+        for (int k = 0; k < n; k++) {
+            int matched = (cs[k].n_prompt - 2) / BS * BS; /* request_match_prefix leaves 2 tokens to compute */
+            if (matched > shared / BS * BS) matched = shared / BS * BS;
+            all += cs[k].n_prompt;
+            once += k == 0 ? cs[k].n_prompt : cs[k].n_prompt - matched;
+        }
+        int budgets[] = {64, 20, 9};
+        for (int i = 0; i < 3; i++) {
+            SchedOptions o = {.max_seqs = 16, .max_batched_tokens = budgets[i]};
+            Watch w;
+            int bad = run_scheduled(&r.e, cs, n, &o, 0, &w);
+            CHECK(bad == 0, "budget %d: %d mismatches", budgets[i], bad);
+            CHECK(w.preemptions == 0, "budget %d: %lld preemptions", budgets[i], (long long)w.preemptions);
+            CHECK(w.prefill_rows == once, "budget %d: %lld prompt rows computed, want %lld (the prefix once; %lld "
+                  "with it computed by every prompt)", budgets[i], (long long)w.prefill_rows, (long long)once,
+                  (long long)all);
+        }
+        SchedOptions o = {.max_seqs = 16, .max_batched_tokens = 64, .no_prefix_cache = true};
+        Watch w;
+        int bad = run_scheduled(&r.e, cs, n, &o, 0, &w);
+        CHECK(bad == 0 && w.prefill_rows == all, "no prefix cache: %d mismatches, %lld prompt rows (want %lld)", bad,
+              (long long)w.prefill_rows, (long long)all);
+    }
+    free(cs);
+    rig_close(&r);
+}
+
+/* Cascade attention forced on every group (CLLM_CASCADE=always: the tiny
+ * prefixes are far below the rule's threshold) in batches of prompts sharing
+ * a prefix: outputs identical to each request run alone (no group there),
+ * on a global model, one with a window and soft-caps (gemma2) and one with
+ * sinks and a window (gpt-oss); the cascade path must have run. */
+static void test_cascade_identical(void) {
+    const char *archs[] = {"llama", "gemma2", "gpt-oss"};
+    setenv("CLLM_CASCADE", "always", 1);
+    for (int a = 0; a < 3; a++) {
+        Rig r;
+        int n = quick() ? 8 : 16;
+        Case *cs = calloc(16, sizeof *cs);
+        if (rig_open(&r, archs[a], 512, 256, 64) || prepare(&r, cs, n, 31 + a, 32, true)) {
+            CHECK(0, "%s: setup failed", archs[a]);
+        } else {
+            int64_t before = backend_cpu_cascade_rows(r.be);
+            SchedOptions o = {.max_seqs = 16, .max_batched_tokens = 64};
+            Watch w;
+            int bad = run_scheduled(&r.e, cs, n, &o, 0, &w);
+            int64_t rows = backend_cpu_cascade_rows(r.be) - before;
+            CHECK(bad == 0, "%s: %d mismatches with cascade", archs[a], bad);
+            CHECK(rows > 0, "%s: no row went through a cascade group", archs[a]);
+            printf("  %s: %lld rows x layers through cascade groups\n", archs[a], (long long)rows);
+        }
+        free(cs);
+        rig_close(&r);
+    }
+    unsetenv("CLLM_CASCADE");
 }
 
 /* A cache too small for everyone at once: the newest requests are
@@ -421,6 +497,8 @@ static void test_prompt_chunk(void) {
 int main(void) {
     RUN(test_prompt_chunk);
     RUN(test_same_as_one_at_a_time);
+    RUN(test_shared_prefix_computed_once);
+    RUN(test_cascade_identical);
     RUN(test_preemption_identical);
     RUN(test_random_streams);
     RUN(test_window_gives_blocks_back);

@@ -2,7 +2,13 @@
  * host fp32 buffers, implemented by the reference ops of kernels/cpu/ (each
  * fused op is its plain ops in sequence, so this stays the oracle of the
  * fused GPU kernels). Weights are read in the model file's own dtype
- * (cpu_matmul dequantizes a row at a time). Both buffer kinds are fp32. */
+ * (cpu_matmul dequantizes a row at a time). Both buffer kinds are fp32.
+ *
+ * Cascade attention (kernels/attn_cascade.h) is on by default: each layer's
+ * plan is built from the step's batch (once per distinct window in a step)
+ * and groups that pay attend their shared prefix once. CLLM_CASCADE, read at
+ * creation: "off" (the plain path, for A/B runs), "on", "always" (every
+ * group that can be formed, pays or not: tests). */
 #include "kernels/cpu/backend_cpu.h"
 
 #include <math.h>
@@ -20,9 +26,22 @@ typedef struct {
     const int32_t *logit_rows;
     float *scratch;           /* gate/up of gate_up; MoE: router, rows, gate/up, out */
     int64_t scratch_elems;
+    CpuCascadeMode cascade;
+    AttnCascadePlan plan;     /* of this step, for layers of window plan_window */
+    int plan_window;
+    bool plan_built;          /* plan is this step's (begin_step clears it) */
+    int64_t cascade_rows;     /* rows x layers attended through a group, ever */
 } CpuBackend;
 
 static CpuBackend *cpu(Backend *be) { return be->ctx; }
+
+int cpu_cascade_mode(const char *v, CpuCascadeMode *mode, Err *err) {
+    if (!v || !*v || !strcmp(v, "on")) *mode = CPU_CASCADE_ON;
+    else if (!strcmp(v, "off")) *mode = CPU_CASCADE_OFF;
+    else if (!strcmp(v, "always")) *mode = CPU_CASCADE_ALWAYS;
+    else return err_set(err, "CLLM_CASCADE: '%.64s' is not off, on or always", v);
+    return 0;
+}
 
 static CpuMatrix cpu_matrix(const WeightRef *w, int mat) {
     return (CpuMatrix){(const char *)w->data + (uint64_t)mat * w->rows * w->row_bytes, w->type, w->rows, w->cols,
@@ -50,6 +69,7 @@ static int cpu_begin_step(Backend *be, const int32_t *ids, const AttnBatch *b, c
     cb->ids = ids;
     cb->batch = b;
     cb->logit_rows = logit_rows;
+    cb->plan_built = false;
     *rows = (StepRows){b->n_tokens, n_logits};
     return 0;
 }
@@ -110,8 +130,25 @@ static void cpu_be_rope_kv_write(Backend *be, int layer, void *q, void *k, const
     cpu_kv_write(&cb->kv, layer, cb->batch, k, v);
 }
 
+/* The step's cascade plan for a layer of p's window; NULL when cascade is
+ * off or the plan cannot be built (the plain path then runs: same result). */
+static const AttnCascadePlan *cascade_plan(CpuBackend *cb, const AttnParams *p) {
+    if (cb->cascade == CPU_CASCADE_OFF) return NULL;
+    if (cb->plan_built && cb->plan_window == p->window) return &cb->plan;
+    attn_cascade_free(&cb->plan);
+    AttnCascadeOpts o = {cb->cascade == CPU_CASCADE_ALWAYS, thread_pool_size(cb->tp),
+                         CPU_CASCADE_UNIT_ROWS * (p->n_heads / p->n_kv_heads), 64};
+    Err err = {{0}};
+    cb->plan_built = attn_cascade_plan(&cb->plan, cb->batch, p, &o, &err) == 0;
+    cb->plan_window = p->window;
+    return cb->plan_built ? &cb->plan : NULL;
+}
+
 static void cpu_be_attention(Backend *be, void *out, const void *q, int layer, const AttnParams *p, int T) {
-    cpu_attention(cpu(be)->tp, out, q, &cpu(be)->kv, layer, cpu(be)->batch, p);
+    CpuBackend *cb = cpu(be);
+    const AttnCascadePlan *plan = cascade_plan(cb, p);
+    for (int g = 0; plan && g < plan->n_groups; g++) cb->cascade_rows += plan->groups[g].n_rows;
+    cpu_attention_cascade(cb->tp, out, q, &cb->kv, layer, cb->batch, p, plan);
 }
 
 static void cpu_be_gate_up(Backend *be, void *out, const void *x, const LayerWeights *lw, int mat, int T,
@@ -200,6 +237,7 @@ static void cpu_destroy(Backend *be) {
     CpuBackend *cb = cpu(be);
     thread_pool_destroy(cb->tp);
     kv_cache_host_free(&cb->kv);
+    attn_cascade_free(&cb->plan);
     free(cb->scratch);
     free(cb);
     free(be);
@@ -211,6 +249,7 @@ Backend *backend_cpu_create(const ModelShape *c, const ModelWeights *w, int n_th
     CpuBackend *cb = calloc(1, sizeof *cb);
     if (!be || !cb) { free(be); free(cb); err_set(err, "out of memory"); return NULL; }
     cb->shape = c;
+    if (cpu_cascade_mode(getenv("CLLM_CASCADE"), &cb->cascade, err)) { free(cb); free(be); return NULL; }
     cb->tp = thread_pool_create(n_threads, err);
     if (!cb->tp ||
         kv_cache_host_alloc(&cb->kv, c->n_layers, c->n_kv_heads, c->head_dim_k, c->head_dim_v, block_size, n_blocks,
@@ -230,4 +269,8 @@ Backend *backend_cpu_create(const ModelShape *c, const ModelWeights *w, int n_th
         .write = cpu_be_write, .destroy = cpu_destroy,
     };
     return be;
+}
+
+int64_t backend_cpu_cascade_rows(const Backend *be) {
+    return be && be->destroy == cpu_destroy ? cpu((Backend *)be)->cascade_rows : 0;
 }

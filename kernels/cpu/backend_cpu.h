@@ -9,7 +9,20 @@
 /* A thread pool (n_threads <= 0: one per core) and a host KV cache of
  * n_blocks blocks of block_size tokens, fp32 (KV_DTYPE_BF16) or e4m3 with
  * scales (KV_DTYPE_FP8). shape and w are borrowed for the backend's life. */
+/* CLLM_CASCADE's values (read by backend_cpu_create): cascade attention off,
+ * on where attn_cascade_pays says it pays (the default), or for every group
+ * that can be formed (tests). */
+typedef enum { CPU_CASCADE_ON, CPU_CASCADE_OFF, CPU_CASCADE_ALWAYS } CpuCascadeMode;
+
+/* The mode of CLLM_CASCADE's value v (NULL or empty: on); -1 with err naming
+ * the value when it is none of off, on, always. */
+int cpu_cascade_mode(const char *v, CpuCascadeMode *mode, Err *err);
+
 Backend *backend_cpu_create(const ModelShape *shape, const ModelWeights *w, int n_threads, int block_size,
                             int n_blocks, KVDtype kv_dtype, Err *err);
+
+/* Rows x layers attended through a cascade group, ever (0 for a backend
+ * that is not the CPU's): tests see the cascade path ran. */
+int64_t backend_cpu_cascade_rows(const Backend *be);
 
 #endif

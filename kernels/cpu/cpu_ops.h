@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "kernels/attn_batch.h"
+#include "kernels/attn_cascade.h"
 #include "kernels/activation.h"
 #include "kernels/cpu/kv_cache_host.h"
 #include "base/dtype.h"
@@ -68,6 +69,17 @@ void cpu_kv_write(KVCacheHost *c, int layer, const AttnBatch *batch, const float
  * it (scale, soft-cap, causal, window, sinks, GQA). */
 void cpu_attention(ThreadPool *tp, float *out, const float *q, const KVCacheHost *c, int layer,
                    const AttnBatch *batch, const AttnParams *p);
+/* Query rows one unit of cascade's shared pass takes (times the query heads
+ * of its KV head): their partial sums stay in cache while the keys stream
+ * by. The backend's plan is costed with it (AttnCascadeOpts.rows_per_unit). */
+#define CPU_CASCADE_UNIT_ROWS 16
+
+/* The same with a cascade plan built from batch and p (NULL or no group:
+ * cpu_attention): each group's shared prefix attended once for all its
+ * rows, merged with each row's own keys by log-sum-exp; equal to
+ * cpu_attention up to fp32 rounding. */
+void cpu_attention_cascade(ThreadPool *tp, float *out, const float *q, const KVCacheHost *c, int layer,
+                           const AttnBatch *batch, const AttnParams *p, const AttnCascadePlan *plan);
 
 /* Gated activations over gate/up halves: out[t][i] = act(gate[t][i]) * up[t][i]
  * (kernels/activation.h). */
