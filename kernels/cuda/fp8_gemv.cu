@@ -12,11 +12,10 @@
  *     pdl_wait, and the rounding (one or two reads of x from L2) runs under
  *     them;
  *   - a block takes a tile of 16 rows at a time (GLU: 16 gate rows and the
- *     16 up rows they pair with), its 8 warps splitting K in 64-byte chunks
+ *     16 up rows they pair with), its warps splitting K in 64-byte chunks
  *     (neighbouring warps, neighbouring chunks), each lane with 128 bytes of
  *     loads in flight (16-byte loads that bypass L1: each byte is read once);
- *     blocks are small enough for 2-3 an SM, so one block's loads run while
- *     another sums its tile;
+ *     block sizes below (FG_THREADS_*);
  *   - the products by FP8 tensor cores (mma m16n8k32 e4m3, fp32 accumulate):
  *     x's T rows are the 8 columns of B, so T = 1..8 costs the same and no
  *     weight byte is converted. An fp32 FFMA loop before it converted every
@@ -34,14 +33,16 @@
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/tensor_core.cuh"
 
-#define FG_THREADS 256
-#define FG_WARPS (FG_THREADS / 32)
+/* Threads a block: the GEMV 512 (one block an SM at its 80-87 registers, 16 warps splitting each tile's K),
+ * the GLU 256 (2-3 blocks an SM; at 512 threads its 117-121 registers fitted one, which waited out each
+ * tile's loads and sums). Measured on an H200 (8B shapes, T = 1 / 8):
+ * 512 for both put gate|up at 42.1 / 45.4 us, 256 for both put down at 25.2 / 53.6 and o at 7.6 / 17.1;
+ * this split takes the better of each (down 21.3 / 38.2, gate|up 33.2 / 42.7, o 7.2 / 11.6). */
+#define FG_THREADS_GEMV 512
+#define FG_THREADS_GLU 256
 #define FG_PREFETCH 2048               /* bytes of each first row asked into L2 before pdl_wait */
 #define FG_MAX_SMEM (200 * 1024)       /* x codes of T rows: T x cols bytes */
-#define FG_BLOCKS_PER_SM 4             /* each block quantizes x again: more blocks, more of that; 8 warps a block, so
-                                          registers (80-120 a thread) allow 2-3 an SM: 512-thread blocks fitted one
-                                          an SM and waited out each tile's loads and reduction (gate|up at T = 1
-                                          ran at 2.8 TB/s, below the FFMA kernel's 3.4)*/
+#define FG_BLOCKS_PER_SM 4             /* each block quantizes x again: more blocks, more of that */
 
 static __device__ __forceinline__ uint4 ld_stream(const void *p) {
     uint4 r;
@@ -53,7 +54,7 @@ static __device__ __forceinline__ uint4 ld_stream(const void *p) {
 
 /* The block's x rows as codes in xs [NT][K] and their scales in a_scale
  * [NT]: one pass for each row's amax (dynamic scale), one for the codes. */
-template <int NT>
+template <int NT, int WARPS>
 static __device__ __forceinline__ void quantize_x_block(const __nv_bfloat16 *x, int K, float input_scale,
                                                         uint8_t *xs, float *a_scale, float (*red)[NT]) {
     const int n8 = K / 8, lane = threadIdx.x % 32, wib = threadIdx.x / 32;
@@ -63,7 +64,7 @@ static __device__ __forceinline__ void quantize_x_block(const __nv_bfloat16 *x, 
         float am[NT];
 #pragma unroll
         for (int t = 0; t < NT; t++) am[t] = 0.0f;
-        for (int c = threadIdx.x; c < n8; c += FG_THREADS)
+        for (int c = threadIdx.x; c < n8; c += (WARPS * 32))
 #pragma unroll
             for (int t = 0; t < NT; t++) am[t] = bf16x8_amax(__ldg((const uint4 *)(x + (int64_t)t * K) + c), am[t]);
 #pragma unroll
@@ -75,12 +76,12 @@ static __device__ __forceinline__ void quantize_x_block(const __nv_bfloat16 *x, 
         __syncthreads();
         if (threadIdx.x < NT) {
             float m = 0.0f;
-            for (int w = 0; w < FG_WARPS; w++) m = fmaxf(m, red[w][threadIdx.x]);
+            for (int w = 0; w < WARPS; w++) m = fmaxf(m, red[w][threadIdx.x]);
             a_scale[threadIdx.x] = __fdiv_rn(m, 448.0f); /* as fp8_quantize_row: amax / 448, IEEE */
         }
     }
     __syncthreads();
-    for (int c = threadIdx.x; c < n8; c += FG_THREADS)
+    for (int c = threadIdx.x; c < n8; c += (WARPS * 32))
 #pragma unroll
         for (int t = 0; t < NT; t++)
             *((uint2 *)(xs + (int64_t)t * K) + c) = fp8_encode8(__ldg((const uint4 *)(x + (int64_t)t * K) + c),
@@ -127,21 +128,21 @@ static __device__ __forceinline__ void mma_chunk(float (&c)[4], uint4 w0, uint4 
 
 /* This warp's share of NR tiles of 16 rows (tile i at rows[i]: its row g
  * and g + 8, already clamped to the matrix) over K: 64-byte chunks w, w +
- * FG_WARPS, ... (the block's warps read neighbouring chunks), 4 / NR chunks
+ * WARPS, ... (the block's warps read neighbouring chunks), 4 / NR chunks
  * in flight. c[i]: tile i's C fragment. */
-template <int NT, int NR>
+template <int NT, int NR, int WARPS>
 static __device__ __forceinline__ void fp8_tile_k(float (&c)[NR][4], const uint8_t *const *r0,
                                                   const uint8_t *const *r1, const uint8_t *xs, int K, int wib,
                                                   int lane) {
     constexpr int FG_U = 4 / NR; /* 128 bytes of loads in flight a lane */
     const int q = lane % 4, n = lane / 4, n_chunks = (K + 63) / 64;
     const uint8_t *xrow = xs + (int64_t)(n < NT ? n : 0) * K;
-    for (int ch0 = wib; ch0 < n_chunks; ch0 += FG_WARPS * FG_U) {
+    for (int ch0 = wib; ch0 < n_chunks; ch0 += WARPS * FG_U) {
         uint4 w0[FG_U][NR], w1[FG_U][NR];
 #pragma unroll
         for (int u = 0; u < FG_U; u++) {
-            const int k = (ch0 + u * FG_WARPS) * 64 + 16 * q;
-            const bool in = ch0 + u * FG_WARPS < n_chunks && k < K;
+            const int k = (ch0 + u * WARPS) * 64 + 16 * q;
+            const bool in = ch0 + u * WARPS < n_chunks && k < K;
 #pragma unroll
             for (int i = 0; i < NR; i++) {
                 w0[u][i] = in ? ld_stream(r0[i] + k) : make_uint4(0, 0, 0, 0);
@@ -150,8 +151,8 @@ static __device__ __forceinline__ void fp8_tile_k(float (&c)[NR][4], const uint8
         }
 #pragma unroll
         for (int u = 0; u < FG_U; u++) {
-            const int k = (ch0 + u * FG_WARPS) * 64 + 16 * q;
-            if (ch0 + u * FG_WARPS >= n_chunks) break;
+            const int k = (ch0 + u * WARPS) * 64 + 16 * q;
+            if (ch0 + u * WARPS >= n_chunks) break;
             const uint4 xv = n < NT && k < K ? *(const uint4 *)(xrow + k) : make_uint4(0, 0, 0, 0);
 #pragma unroll
             for (int i = 0; i < NR; i++) mma_chunk(c[i], w0[u][i], w1[u][i], xv);
@@ -159,10 +160,10 @@ static __device__ __forceinline__ void fp8_tile_k(float (&c)[NR][4], const uint8
     }
 }
 
-/* The block's warps' C fragments summed: red [NR][FG_WARPS][16][8] gets them,
+/* The block's warps' C fragments summed: red [NR][WARPS][16][8] gets them,
  * then sum(i, row, t) reads the total of tile i, row, column t. */
-template <int NR>
-static __device__ __forceinline__ void fp8_tile_spill(float (*red)[FG_WARPS][16][8], const float (&c)[NR][4], int wib,
+template <int NR, int WARPS>
+static __device__ __forceinline__ void fp8_tile_spill(float (*red)[WARPS][16][8], const float (&c)[NR][4], int wib,
                                                       int lane) {
     const int g = lane / 4, t = 2 * (lane % 4);
 #pragma unroll
@@ -174,10 +175,11 @@ static __device__ __forceinline__ void fp8_tile_spill(float (*red)[FG_WARPS][16]
     }
 }
 
-static __device__ __forceinline__ float fp8_tile_sum(const float (*red)[FG_WARPS][16][8], int i, int row, int t) {
+template <int WARPS>
+static __device__ __forceinline__ float fp8_tile_sum(const float (*red)[WARPS][16][8], int i, int row, int t) {
     float s = 0.0f;
 #pragma unroll
-    for (int w = 0; w < FG_WARPS; w++) s += red[i][w][row][t];
+    for (int w = 0; w < WARPS; w++) s += red[i][w][row][t];
     return s;
 }
 
@@ -188,24 +190,25 @@ static __device__ __forceinline__ const uint8_t *fp8_row(const uint8_t *W, int t
 }
 
 template <int NT>
-__global__ void __launch_bounds__(FG_THREADS)
+__global__ void __launch_bounds__(FG_THREADS_GEMV)
 kernel_fp8_gemv(const uint8_t *Wq, const float *wscale, int rows, int K, const __nv_bfloat16 *x, float input_scale,
                 GemvOut out) {
+    constexpr int WARPS = FG_THREADS_GEMV / 32;
     extern __shared__ __align__(16) uint8_t fg_xs[];
-    __shared__ float red[1][FG_WARPS][16][8];
-    __shared__ float xred[FG_WARPS][NT];
+    __shared__ float red[1][WARPS][16][8];
+    __shared__ float xred[WARPS][NT];
     __shared__ float a_scale[NT];
     const int lane = threadIdx.x % 32, wib = threadIdx.x / 32, n_tiles = (rows + 15) / 16;
     if ((int)blockIdx.x < n_tiles) /* the weights are constant: ask for the first tile before the inputs are ready */
-        for (int r = wib; r < 16; r += FG_WARPS) prefetch_l2_span(fp8_row(Wq, blockIdx.x, r, rows, K), K, FG_PREFETCH, lane);
+        for (int r = wib; r < 16; r += WARPS) prefetch_l2_span(fp8_row(Wq, blockIdx.x, r, rows, K), K, FG_PREFETCH, lane);
     pdl_wait();
-    quantize_x_block<NT>(x, K, input_scale, fg_xs, a_scale, xred);
+    quantize_x_block<NT, WARPS>(x, K, input_scale, fg_xs, a_scale, xred);
     pdl_launch_dependents();
     for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
         float c[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
         const uint8_t *r0[1] = {fp8_row(Wq, tile, lane / 4, rows, K)}, *r1[1] = {fp8_row(Wq, tile, lane / 4 + 8, rows, K)};
-        fp8_tile_k<NT, 1>(c, r0, r1, fg_xs, K, wib, lane);
-        fp8_tile_spill<1>(red, c, wib, lane);
+        fp8_tile_k<NT, 1, WARPS>(c, r0, r1, fg_xs, K, wib, lane);
+        fp8_tile_spill<1, WARPS>(red, c, wib, lane);
         __syncthreads();
         if (threadIdx.x < 16 * NT) {
             const int r = threadIdx.x % 16, t = threadIdx.x / 16, row = tile * 16 + r;
@@ -218,29 +221,30 @@ kernel_fp8_gemv(const uint8_t *Wq, const float *wscale, int rows, int K, const _
 /* GLU: W is Wgate | Wup (2F rows); a tile is gate rows 16j.. and up rows F +
  * 16j.., out [T][F] = act(a_scale x scale x sum + bias) of each pair. */
 template <int NT>
-__global__ void __launch_bounds__(FG_THREADS)
+__global__ void __launch_bounds__(FG_THREADS_GLU)
 kernel_fp8_gemv_glu(const uint8_t *Wq, const float *wscale, int F, int K, const __nv_bfloat16 *x, float input_scale,
                     __nv_bfloat16 *out, const float *bg, const float *bu, Activation act, float limit) {
+    constexpr int WARPS = FG_THREADS_GLU / 32;
     extern __shared__ __align__(16) uint8_t fg_xs[];
-    __shared__ float red[2][FG_WARPS][16][8];
-    __shared__ float xred[FG_WARPS][NT];
+    __shared__ float red[2][WARPS][16][8];
+    __shared__ float xred[WARPS][NT];
     __shared__ float a_scale[NT];
     const int lane = threadIdx.x % 32, wib = threadIdx.x / 32, n_tiles = (F + 15) / 16;
     const uint8_t *Wu = Wq + (int64_t)F * K;
-    for (int r = wib; (int)blockIdx.x < n_tiles && r < 16; r += FG_WARPS) {
+    for (int r = wib; (int)blockIdx.x < n_tiles && r < 16; r += WARPS) {
         prefetch_l2_span(fp8_row(Wq, blockIdx.x, r, F, K), K, FG_PREFETCH, lane);
         prefetch_l2_span(fp8_row(Wu, blockIdx.x, r, F, K), K, FG_PREFETCH, lane);
     }
     pdl_wait();
-    quantize_x_block<NT>(x, K, input_scale, fg_xs, a_scale, xred);
+    quantize_x_block<NT, WARPS>(x, K, input_scale, fg_xs, a_scale, xred);
     pdl_launch_dependents();
     for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
         float c[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
         const int g = lane / 4;
         const uint8_t *r0[2] = {fp8_row(Wq, tile, g, F, K), fp8_row(Wu, tile, g, F, K)};
         const uint8_t *r1[2] = {fp8_row(Wq, tile, g + 8, F, K), fp8_row(Wu, tile, g + 8, F, K)};
-        fp8_tile_k<NT, 2>(c, r0, r1, fg_xs, K, wib, lane);
-        fp8_tile_spill<2>(red, c, wib, lane);
+        fp8_tile_k<NT, 2, WARPS>(c, r0, r1, fg_xs, K, wib, lane);
+        fp8_tile_spill<2, WARPS>(red, c, wib, lane);
         __syncthreads();
         if (threadIdx.x < 16 * NT) {
             const int r = threadIdx.x % 16, t = threadIdx.x / 16, row = tile * 16 + r;
@@ -264,13 +268,14 @@ static bool fg_takes(const QuantMatrix *W, int T) {
 
 /* A persistent grid over the tiles of 16 rows: up to FG_BLOCKS_PER_SM blocks an SM, no more than tiles. */
 template <typename Kernel>
-static int fg_blocks(Kernel kernel, size_t smem, int64_t n_tiles, const char *what, int64_t *blocks, Err *err) {
+static int fg_blocks(Kernel kernel, int threads, size_t smem, int64_t n_tiles, const char *what, int64_t *blocks,
+                     Err *err) {
     int dev = 0, sms = 0, per_sm = 0;
     CUDA_CHECK(cudaGetDevice(&dev), err);
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), err);
     /* the static arrays count against the 48 KB default too: opt in whatever the size */
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), err);
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, FG_THREADS, smem), err);
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem), err);
     if (per_sm > FG_BLOCKS_PER_SM) per_sm = FG_BLOCKS_PER_SM;
     if (per_sm < 1) return err_set(err, "%s: a block of %zu bytes of x codes does not fit an SM", what, smem);
     const int64_t fit = (int64_t)sms * per_sm;
@@ -283,8 +288,8 @@ static int fg_launch(const QuantMatrix *W, const void *x, const GemvOut &out, cu
     auto kernel = kernel_fp8_gemv<NT>;
     const size_t smem = fg_smem(NT, W->cols);
     int64_t blocks = 0;
-    if (fg_blocks(kernel, smem, (W->rows + 15) / 16, "fp8_gemv", &blocks, err)) return -1;
-    CUDA_CHECK(launch_pdl(kernel, dim3((unsigned)blocks), dim3(FG_THREADS), smem, s, (const uint8_t *)W->qs,
+    if (fg_blocks(kernel, FG_THREADS_GEMV, smem, (W->rows + 15) / 16, "fp8_gemv", &blocks, err)) return -1;
+    CUDA_CHECK(launch_pdl(kernel, dim3((unsigned)blocks), dim3(FG_THREADS_GEMV), smem, s, (const uint8_t *)W->qs,
                           (const float *)W->sc, (int)W->rows, (int)W->cols, (const __nv_bfloat16 *)x,
                           W->input_scale, out), err);
     return 0;
@@ -297,8 +302,8 @@ static int fg_launch_glu(const QuantMatrix *W, const void *x, void *out, const f
     const size_t smem = fg_smem(NT, W->cols);
     const int F = (int)(W->rows / 2);
     int64_t blocks = 0;
-    if (fg_blocks(kernel, smem, ((int64_t)F + 15) / 16, "fp8_gemv_glu", &blocks, err)) return -1;
-    CUDA_CHECK(launch_pdl(kernel, dim3((unsigned)blocks), dim3(FG_THREADS), smem, s, (const uint8_t *)W->qs,
+    if (fg_blocks(kernel, FG_THREADS_GLU, smem, ((int64_t)F + 15) / 16, "fp8_gemv_glu", &blocks, err)) return -1;
+    CUDA_CHECK(launch_pdl(kernel, dim3((unsigned)blocks), dim3(FG_THREADS_GLU), smem, s, (const uint8_t *)W->qs,
                           (const float *)W->sc, F, (int)W->cols, (const __nv_bfloat16 *)x, W->input_scale,
                           (__nv_bfloat16 *)out, bg, bu, act, limit), err);
     return 0;
