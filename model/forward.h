@@ -27,6 +27,7 @@ typedef struct {
     void *act;               /* act(gate) * up [T][F] */
     void *last;              /* rows that need logits [T][C] */
     void *logits;            /* [T][V] (fp32) */
+    void *logits_part;       /* a tensor-parallel rank: its vocabulary range's logits [T][its V] (fp32), else NULL */
     /* A pipeline stage (parallel/stage.h) runs a slice of the layers: with
      * from_prev, x and proj arrive from the previous stage (no embedding;
      * the first layer adds proj to x); with to_next, the step stops after

@@ -17,7 +17,7 @@ uint64_t weight_device_bytes(const WeightRef *w) {
 
 /* The token embedding as the GPU holds it: bf16 whatever its file type (a
  * lookup reads T rows; a tied LM head shares the table). */
-static uint64_t table_device_bytes(const WeightRef *w) {
+uint64_t table_device_bytes(const WeightRef *w) {
     return w->data ? (uint64_t)w->rows * w->cols * 2 : 0;
 }
 
@@ -123,8 +123,7 @@ int stage_plan_parse(StagePlan *p, const ModelConfig *c, const ModelWeights *w, 
     return stage_plan_from_counts(p, c, w, n_stages, counts, err);
 }
 
-/* bytes as GB, or MB below 1 GB */
-static void print_size(FILE *out, uint64_t b) {
+void plan_print_size(FILE *out, uint64_t b) {
     if (b >= 1000000000ULL) fprintf(out, "%.2f GB", b / 1e9);
     else fprintf(out, "%.1f MB", b / 1e6);
 }
@@ -138,11 +137,11 @@ void stage_plan_print(FILE *out, const StagePlan *p, const ModelConfig *c, int64
         fprintf(out, "  stage %-2d             layers %d-%d (%d)%s%s: weights ", s, p->first_layer[s],
                 p->first_layer[s] + p->n_layers[s] - 1, p->n_layers[s], s == 0 ? ", embedding" : "",
                 s == p->n_stages - 1 ? ", final norm + LM head" : "");
-        print_size(out, p->bytes[s]);
+        plan_print_size(out, p->bytes[s]);
         fprintf(out, " + KV ");
-        print_size(out, kv);
+        plan_print_size(out, kv);
         fprintf(out, " = ");
-        print_size(out, p->bytes[s] + kv);
+        plan_print_size(out, p->bytes[s] + kv);
         fprintf(out, "\n");
     }
 }

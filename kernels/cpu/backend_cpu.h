@@ -11,5 +11,8 @@
  * scales (KV_DTYPE_FP8). shape and w are borrowed for the backend's life. */
 Backend *backend_cpu_create(const ModelShape *shape, const ModelWeights *w, int n_threads, int block_size,
                             int n_blocks, KVDtype kv_dtype, Err *err);
+/* Makes be rank `rank` of group g (kernels/tp_group.h): gives it the
+ * all_reduce and all_gather ops over host buffers. */
+void backend_cpu_join_tp(Backend *be, TpGroup *g, int rank);
 
 #endif
