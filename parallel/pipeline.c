@@ -101,8 +101,10 @@ static void *stage_main(void *arg) {
         Err err = {{0}};
         bool launched = false;
         if (!j.failed) {
+            TpStep step = {j.ids, j.b, NULL, 0, NULL};
             j.failed = (s > 0 && link_recv(p, s, &p->fw[s], &j, &err)) ||
-                       forward_launch(&p->fw[s], j.ids, &j.b, NULL, 0, &err) ||
+                       (p->tp[s] ? tp_ranks_run(p->tp[s], &p->fw[s], &step, &err)
+                                 : forward_launch(&p->fw[s], j.ids, &j.b, NULL, 0, &err)) ||
                        (!device_link && link_send(p, s, &j, &err));
             launched = !j.failed;
             if (j.failed) record_error(p, s, &err);
@@ -169,7 +171,7 @@ int pipeline_start(Pipeline *p, int max_tokens, Err *err) {
     }
     if (p->remote) return start_remote(p, max_tokens, err);
     for (int s = 0; s < n - 1; s++) {
-        if (forward_init(&p->fw[s], &p->sm[s].cfg, p->be[s], max_tokens, err)) return -1;
+        if (forward_init(&p->fw[s], pipeline_stage_cfg(p, s), p->be[s], max_tokens, err)) return -1;
         p->fw[s].from_prev = s > 0;
         p->fw[s].to_next = true;
         if (!linked(p, s) && alloc_handover(p, s, max_tokens, err)) return -1;
@@ -225,7 +227,12 @@ int pipeline_finish(Pipeline *p, Forward *last, Err *err) {
     pthread_mutex_unlock(&p->err_mu);
     if (failed || j.failed) return failed ? -1 : err_set(err, "pipeline: an earlier stage failed");
     if (link_recv(p, ls, last, &j, err)) return -1;
+    if (p->tp[ls]) return tp_ranks_run(p->tp[ls], last, &(TpStep){j.ids, j.b, j.logit_rows, j.n_logits, j.logits_out}, err);
     return forward_run(last, j.ids, &j.b, j.logit_rows, j.n_logits, j.logits_out, err);
+}
+
+const ModelConfig *pipeline_stage_cfg(const Pipeline *p, int s) {
+    return p->tp[s] ? tp_ranks_cfg(p->tp[s]) : &p->sm[s].cfg;
 }
 
 
@@ -266,6 +273,10 @@ void pipeline_free(Pipeline *p) {
         pthread_mutex_unlock(&p->q[s].mu);
     }
     for (int s = 0; s < p->n_threads; s++) pthread_join(p->thread[s], NULL);
+    for (int s = 0; s < n; s++) { /* each group's ranks after 0 (rank 0's backend is be[s]) */
+        if (p->tp[s]) tp_ranks_free(p->tp[s]);
+        free(p->tp[s]);
+    }
     for (int s = 0; s < n - 1; s++) {
         if (p->fw[s].cfg) forward_free(&p->fw[s]);
         if (p->be[s]) p->be[s]->destroy(p->be[s]);

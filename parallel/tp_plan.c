@@ -136,6 +136,7 @@ int tp_plan_make(TpPlan *p, const ModelConfig *c, const ModelWeights *w, int n, 
     if (F % n) return err_set(err, "--tp %d: the MLP's %d columns (ffn_dim) do not split evenly over %d ranks", n, F, n);
     if (V < n) return err_set(err, "--tp %d: a vocabulary of %d tokens", n, V);
     p->n_ranks = n;
+    p->head = w->output.data != NULL;
     for (int r = 0; r < n; r++) {
         p->head0[r] = r * (H / n);
         p->n_heads[r] = H / n;
@@ -159,19 +160,27 @@ int tp_plan_make(TpPlan *p, const ModelConfig *c, const ModelWeights *w, int n, 
     return 0;
 }
 
+/* "a-b", or "a" for one */
+static const char *span(char *buf, size_t cap, int first, int n) {
+    if (n == 1) snprintf(buf, cap, "%d", first);
+    else snprintf(buf, cap, "%d-%d", first, first + n - 1);
+    return buf;
+}
+
 void tp_plan_print(FILE *out, const TpPlan *p, const ModelConfig *c, int64_t kv_tokens, KVDtype kv_dtype,
                    int pp_stage) {
     uint64_t kv_head = kv_head_token_bytes(kv_dtype, c->head_dim_k, c->head_dim_v) * (uint64_t)c->n_layers;
-    const char *in = pp_stage >= 0 ? "    " : "  ";
     if (pp_stage < 0)
         fprintf(out, "tensor parallel        %d ranks (one GPU each), KV cache of %lld tokens (%s)\n", p->n_ranks,
                 (long long)kv_tokens, kv_dtype_name(kv_dtype));
     for (int r = 0; r < p->n_ranks; r++) {
         uint64_t kv = kv_head * p->n_kv[r] * (uint64_t)kv_tokens;
-        fprintf(out, "%srank %-2d%s heads %d-%d, KV heads %d-%d, MLP columns %d-%d, vocab %d-%d: weights ", in, r,
-                pp_stage >= 0 ? "" : "              ", p->head0[r], p->head0[r] + p->n_heads[r] - 1, p->kv0[r],
-                p->kv0[r] + p->n_kv[r] - 1, p->ffn0[r], p->ffn0[r] + p->n_ffn[r] - 1, p->vocab0[r],
-                p->vocab0[r] + p->n_vocab[r] - 1);
+        char label[32], h[32], k[32], f[32], v[32];
+        snprintf(label, sizeof label, "%srank %d", pp_stage >= 0 ? "    " : "  ", r);
+        fprintf(out, "%-22s heads %s, KV heads %s, MLP columns %s", label, span(h, sizeof h, p->head0[r], p->n_heads[r]),
+                span(k, sizeof k, p->kv0[r], p->n_kv[r]), span(f, sizeof f, p->ffn0[r], p->n_ffn[r]));
+        if (p->head) fprintf(out, ", LM head vocab %s", span(v, sizeof v, p->vocab0[r], p->n_vocab[r]));
+        fprintf(out, ": weights ");
         plan_print_size(out, p->bytes[r]);
         fprintf(out, " + KV ");
         plan_print_size(out, kv);

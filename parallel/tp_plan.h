@@ -35,6 +35,7 @@ typedef struct {
     int kv0[TP_MAX], n_kv[TP_MAX];          /* KV heads */
     int ffn0[TP_MAX], n_ffn[TP_MAX];        /* MLP columns */
     int vocab0[TP_MAX], n_vocab[TP_MAX];    /* LM head rows */
+    bool head;                              /* the part split holds the LM head (a pipeline's last stage, or no pipeline) */
     uint64_t bytes[TP_MAX];                 /* weight bytes on the rank's GPU (stage_plan.h's weight_device_bytes) */
 } TpPlan;
 
