@@ -29,10 +29,26 @@ static int argmax(const float *x, int n) {
     return b;
 }
 
-static void check_tp(const char *path, int n_ranks) {
+/* Every FP8 matrix of the layers gets a static activation scale. */
+static void set_input_scales(Model *m, float scale) {
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        LayerWeights *lw = &m->w.layers[l];
+        WeightRef *mats[] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w_gate, &lw->w_up, &lw->w_down};
+        for (int i = 0; i < 7; i++) {
+            CHECK(mats[i]->type == DT_F8_E4M3, "layer %d matrix %d is not FP8", l, i);
+            mats[i]->input_scale = scale;
+        }
+    }
+}
+
+/* flags: model_load's; input_scale > 0: FP8 weights with that static
+ * activation scale. The logits must be within 1e-5 of the row's largest
+ * and the greedy token the same. */
+static void check_tp(const char *path, int flags, float input_scale, int n_ranks) {
     Err err = {{0}};
     Model m;
-    if (model_load(&m, path, MODEL_LOAD_NO_TOKENIZER, &err)) { CHECK(0, "%s", err.msg); return; }
+    if (model_load(&m, path, MODEL_LOAD_NO_TOKENIZER | flags, &err)) { CHECK(0, "%s", err.msg); return; }
+    if (input_scale > 0) set_input_scales(&m, input_scale);
     const ModelConfig *c = &m.cfg;
     Backend *whole = backend_cpu_create(&m.shape, &m.w, 1, BLOCK, N_BLOCKS, KV_DTYPE_BF16, &err);
     Forward fw = {0}, rank0 = {0};
@@ -90,8 +106,21 @@ static void test_tiny_models_tp2_tp4(void) {
     for (int i = 0; i < 7; i++)
         for (int n = 2; n <= 4; n += 2) {
             snprintf(path, sizeof path, "%s/tiny/%s.gguf", test_fixture_dir(), archs[i]);
-            check_tp(path, n);
+            check_tp(path, 0, 0, n);
         }
+}
+
+/* FP8 weights (--weights fp8): each row's scale goes with its row. With
+ * static activation scales the ranks quantize their inputs exactly as one
+ * backend does, so the sums differ only in order. (With dynamic per-token
+ * scales, the default, a rank's Wo and Wdown scale their input slice by the
+ * slice's own largest value, as vLLM's row-parallel layers do: the results
+ * move by e4m3 roundings, which tests/cli/tensor_parallel.sh tolerates.) */
+static void test_fp8_weights(void) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tiny/mistral", test_fixture_dir());
+    check_tp(path, MODEL_LOAD_WEIGHTS_FP8, 0.02f, 2);
+    check_tp(path, MODEL_LOAD_WEIGHTS_FP8, 0.02f, 4);
 }
 
 /* Ranges: 4 heads / 2 KV heads over 4 ranks replicate each KV head on 2. */
@@ -176,5 +205,6 @@ int main(void) {
     RUN(test_plan_ranges);
     RUN(test_refusals);
     RUN(test_tiny_models_tp2_tp4);
+    RUN(test_fp8_weights);
     TEST_EXIT();
 }
