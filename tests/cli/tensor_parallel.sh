@@ -99,3 +99,8 @@ for n in 2 4; do
     cmp -s <(strip "$TMP/g-tp$n.jsonl") <(strip "$TMP/g-one.jsonl") && ok "Gemma 3 270M --tp $n equals one backend" \
         || notok "Gemma 3 270M --tp $n equals one backend" "$(diff <(strip "$TMP/g-tp$n.jsonl") <(strip "$TMP/g-one.jsonl") | head -4)"
 done
+
+# ---- bench, chat ----
+expect_exit "bench --tp 2" 0 $CLLM bench -m $F/llama.gguf --cpu --tp 2 --prompt-lens 12 --ctx 20 --decode-tokens 5 --reps 1
+expect_grep "bench --tp 2 decodes" "$TMP/out" "^ +20 +1 +[0-9.]+ +[0-9.]+"
+expect_exit "chat --tp 2" 0 sh -c "echo hello | $CLLM chat -m $F/llama.gguf --cpu --tp 2 -n 4 --temp 0"
