@@ -56,6 +56,17 @@ int forward_launch(Forward *fw, const int32_t *ids, const AttnBatch *batch, cons
                    Err *err);
 int forward_wait(Forward *fw, int n_logits, float *logits_out, Err *err);
 
+/* forward_run's arguments as one value: a step handed to another thread
+ * (a pipeline stage's, a tensor-parallel rank's), kept by pointer until it
+ * is finished. */
+typedef struct {
+    const int32_t *ids;
+    AttnBatch b;
+    const int32_t *logit_rows;
+    int n_logits;
+    float *logits_out;
+} ForwardStep;
+
 /* The stages a step passes before the last one's Forward when the model
  * runs as a pipeline (parallel/pipeline.h makes one): launch sends a step in
  * (forward_run's arguments, kept by pointer until finish; up to n_stages

@@ -31,11 +31,7 @@
 /* One step on its way through the stages: the caller's arrays, untouched
  * until the step is finished. */
 typedef struct {
-    const int32_t *ids;
-    AttnBatch b;
-    const int32_t *logit_rows;
-    int n_logits;
-    float *logits_out;
+    ForwardStep step;
     int slot;                     /* host hand-over buffers of the step */
     bool failed;                  /* a stage before failed: the rest skip it */
 } StageJob;

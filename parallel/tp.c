@@ -17,7 +17,7 @@ static void *rank_main(void *arg) {
         while (t->steps == seen && !t->stopping) pthread_cond_wait(&t->go, &t->mu);
         if (t->steps == seen) { pthread_mutex_unlock(&t->mu); break; }
         seen = t->steps;
-        TpStep s = t->step;
+        ForwardStep s = t->step;
         pthread_mutex_unlock(&t->mu);
         Err e = {{0}};
         int rc = forward_run(&t->fw[r], s.ids, &s.b, s.logit_rows, s.n_logits, NULL, &e);
@@ -88,7 +88,7 @@ static int copy_inputs(TpRanks *t, Forward *rank0, int T, Err *err) {
     return 0;
 }
 
-int tp_ranks_run(TpRanks *t, Forward *rank0, const TpStep *s, Err *err) {
+int tp_ranks_run(TpRanks *t, Forward *rank0, const ForwardStep *s, Err *err) {
     int n = t->plan.n_ranks;
     if (t->broken) return err_set(err, "tensor parallel: a rank failed earlier; its state is unknown");
     if (s->b.n_tokens > t->max_tokens)
@@ -123,7 +123,7 @@ static int stages_launch(void *ctx, const int32_t *ids, const AttnBatch *b, cons
                          float *logits_out, Err *err) {
     TpRanks *t = ctx;
     if (t->has_pending) return err_set(err, "tensor parallel: a step already in flight");
-    t->pending = (TpStep){ids, *b, logit_rows, n_logits, logits_out};
+    t->pending = (ForwardStep){ids, *b, logit_rows, n_logits, logits_out};
     t->has_pending = true;
     return 0;
 }

@@ -26,15 +26,6 @@ typedef struct {
     int rank;
 } TpRankThread;
 
-/* The step the ranks run (forward_run's arguments, the caller's). */
-typedef struct {
-    const int32_t *ids;
-    AttnBatch b;
-    const int32_t *logit_rows;
-    int n_logits;
-    float *logits_out;
-} TpStep;
-
 struct TpRanks {
     TpPlan plan;
     TpGroup *group;
@@ -48,13 +39,13 @@ struct TpRanks {
     pthread_cond_t go, done;
     uint64_t steps;              /* steps handed to the threads */
     int n_done;
-    TpStep step;
+    ForwardStep step;
     bool failed[TP_MAX];
     Err err[TP_MAX];
     bool stopping, broken;
     float *x_host, *proj_host;   /* a stage after the first: rank 0's inputs, copied to the others */
     int dim, max_tokens;
-    TpStep pending;              /* tp_stages: the step launched, not yet finished */
+    ForwardStep pending;              /* tp_stages: the step launched, not yet finished */
     bool has_pending;
 };
 
@@ -67,7 +58,7 @@ int tp_ranks_open(TpRanks *t, const ModelConfig *c, const ModelShape *shape, con
 /* One step on every rank; rank0 is rank 0's Forward (the caller's, on
  * be[0]); the others take its from_prev / to_next and, with from_prev, its
  * x and proj. A failed rank fails this step and every later one. */
-int tp_ranks_run(TpRanks *t, Forward *rank0, const TpStep *s, Err *err);
+int tp_ranks_run(TpRanks *t, Forward *rank0, const ForwardStep *s, Err *err);
 /* rank 0's config (its heads and MLP columns): what its Forward is made with. */
 const ModelConfig *tp_ranks_cfg(const TpRanks *t);
 /* The group alone as the engine's stages (no pipeline): one step in flight. */

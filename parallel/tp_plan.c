@@ -180,12 +180,7 @@ void tp_plan_print(FILE *out, const TpPlan *p, const ModelConfig *c, int64_t kv_
         fprintf(out, "%-22s heads %s, KV heads %s, MLP columns %s", label, span(h, sizeof h, p->head0[r], p->n_heads[r]),
                 span(k, sizeof k, p->kv0[r], p->n_kv[r]), span(f, sizeof f, p->ffn0[r], p->n_ffn[r]));
         if (p->head) fprintf(out, ", LM head vocab %s", span(v, sizeof v, p->vocab0[r], p->n_vocab[r]));
-        fprintf(out, ": weights ");
-        plan_print_size(out, p->bytes[r]);
-        fprintf(out, " + KV ");
-        plan_print_size(out, kv);
-        fprintf(out, " = ");
-        plan_print_size(out, p->bytes[r] + kv);
-        fprintf(out, "\n");
+        fprintf(out, ": ");
+        plan_print_memory(out, p->bytes[r], kv);
     }
 }

@@ -16,11 +16,20 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "parallel/tp.h"
+#include "tests/one_seq_steps.h"
 #include "tests/test.h"
 
-#define BLOCK 16
-#define N_BLOCKS 8
-#define MAX_T 16
+#define MAX_T ONE_SEQ_MAX_T
+
+/* tests/fixtures/tiny/NAME without its tokenizer; false (a failed check) when it does not load. */
+static bool load_tiny(Model *m, const char *name, int flags) {
+    Err err = {{0}};
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tiny/%s", test_fixture_dir(), name);
+    if (model_load(m, path, MODEL_LOAD_NO_TOKENIZER | flags, &err) == 0) return true;
+    CHECK(0, "%s", err.msg);
+    return false;
+}
 
 static int argmax(const float *x, int n) {
     int b = 0;
@@ -44,49 +53,38 @@ static void set_input_scales(Model *m, float scale) {
 /* flags: model_load's; input_scale > 0: FP8 weights with that static
  * activation scale. The logits must be within 1e-5 of the row's largest
  * and the greedy token the same. */
-static void check_tp(const char *path, int flags, float input_scale, int n_ranks) {
+static void check_tp(const char *name, int flags, float input_scale, int n_ranks) {
     Err err = {{0}};
     Model m;
-    if (model_load(&m, path, MODEL_LOAD_NO_TOKENIZER | flags, &err)) { CHECK(0, "%s", err.msg); return; }
+    if (!load_tiny(&m, name, flags)) return;
     if (input_scale > 0) set_input_scales(&m, input_scale);
     const ModelConfig *c = &m.cfg;
-    Backend *whole = backend_cpu_create(&m.shape, &m.w, 1, BLOCK, N_BLOCKS, KV_DTYPE_BF16, &err);
+    Backend *whole = backend_cpu_create(&m.shape, &m.w, 1, ONE_SEQ_BLOCK, ONE_SEQ_N_BLOCKS, KV_DTYPE_BF16, &err);
     Forward fw = {0}, rank0 = {0};
     TpRanks t;
-    BackendOptions bo = {.device = -1, .threads = 1, .block_size = BLOCK, .n_blocks = N_BLOCKS, .max_tokens = MAX_T};
+    BackendOptions bo = {.device = -1, .threads = 1, .block_size = ONE_SEQ_BLOCK, .n_blocks = ONE_SEQ_N_BLOCKS,
+                         .max_tokens = MAX_T};
     bool ok = whole && forward_init(&fw, c, whole, MAX_T, &err) == 0;
     bool opened = ok && tp_ranks_open(&t, c, &m.shape, &m.w, n_ranks, &bo, "the model", &err) == 0;
     ok = opened && forward_init(&rank0, tp_ranks_cfg(&t), t.be[0], MAX_T, &err) == 0;
-    CHECK(ok, "%s --tp %d: %s", path, n_ranks, err.msg);
-    int V = c->vocab, n_pos = 0, steps = 0, differ = 0;
+    CHECK(ok, "%s --tp %d: %s", name, n_ranks, err.msg);
+    int V = c->vocab, steps = 0, differ = 0;
     double worst = 0;
     float *want = malloc((size_t)V * sizeof *want), *got = malloc((size_t)V * sizeof *got);
-    int32_t table[N_BLOCKS] = {5, 2, 7, 0, 3, 1, 6, 4};
-    const int32_t *tables[1] = {table};
-    int32_t ids[MAX_T], pos[MAX_T], seq[MAX_T], row;
-    int64_t slot[MAX_T];
-    uint32_t r = 7;
-    while (ok && n_pos < 19) {
-        int T = n_pos < 13 ? (13 - n_pos < 5 ? 13 - n_pos : 5) : 1;
-        for (int i = 0; i < T; i++) {
-            r = r * 1664525u + 1013904223u;
-            ids[i] = (int32_t)((r >> 8) % (uint32_t)V);
-            pos[i] = n_pos + i, seq[i] = 0;
-            slot[i] = (int64_t)table[pos[i] / BLOCK] * BLOCK + pos[i] % BLOCK;
-        }
-        row = T - 1;
-        AttnBatch b = {T, pos, seq, slot, 1, tables, BLOCK};
-        TpStep s = {ids, b, &row, 1, got};
-        ok = forward_run(&fw, ids, &b, &row, 1, want, &err) == 0 && tp_ranks_run(&t, &rank0, &s, &err) == 0;
-        CHECK(ok, "%s --tp %d step %d: %s", path, n_ranks, steps, err.msg);
+    OneSeqSteps q;
+    one_seq_init(&q, V, 7);
+    while (ok && one_seq_next(&q)) {
+        ForwardStep s = {q.ids, q.b, &q.row, 1, got};
+        ok = forward_run(&fw, q.ids, &q.b, &q.row, 1, want, &err) == 0 && tp_ranks_run(&t, &rank0, &s, &err) == 0;
+        CHECK(ok, "%s --tp %d step %d: %s", name, n_ranks, steps, err.msg);
         double e = ok ? test_row_err(got, want, V) : 0;
         worst = e > worst ? e : worst;
         if (ok && (e > 1e-5 || argmax(got, V) != argmax(want, V))) differ++;
-        n_pos += T, steps++;
+        steps++;
     }
-    printf("# %s --tp %d: %d steps, largest logit error %.3g of the row's largest, %d steps differ\n", path, n_ranks,
+    printf("# %s --tp %d: %d steps, largest logit error %.3g of the row's largest, %d steps differ\n", name, n_ranks,
            steps, worst, differ);
-    CHECK(ok && steps == 9 && differ == 0, "%s --tp %d: %d of %d steps differ (largest error %.3g)", path, n_ranks,
+    CHECK(ok && steps == ONE_SEQ_STEPS && differ == 0, "%s --tp %d: %d of %d steps differ (largest error %.3g)", name, n_ranks,
           differ, steps, worst);
     if (rank0.cfg) forward_free(&rank0);
     if (opened) {
@@ -101,13 +99,10 @@ static void check_tp(const char *path, int flags, float input_scale, int n_ranks
 }
 
 static void test_tiny_models_tp2_tp4(void) {
-    const char *archs[] = {"llama", "llama-mlp-bias", "mistral", "qwen2", "qwen3", "gemma2", "gemma3"};
-    char path[1024];
+    const char *files[] = {"llama.gguf", "llama-mlp-bias.gguf", "mistral.gguf", "qwen2.gguf", "qwen3.gguf",
+                           "gemma2.gguf", "gemma3.gguf"};
     for (int i = 0; i < 7; i++)
-        for (int n = 2; n <= 4; n += 2) {
-            snprintf(path, sizeof path, "%s/tiny/%s.gguf", test_fixture_dir(), archs[i]);
-            check_tp(path, 0, 0, n);
-        }
+        for (int n = 2; n <= 4; n += 2) check_tp(files[i], 0, 0, n);
 }
 
 /* FP8 weights (--weights fp8): each row's scale goes with its row. With
@@ -117,19 +112,15 @@ static void test_tiny_models_tp2_tp4(void) {
  * slice's own largest value, as vLLM's row-parallel layers do: the results
  * move by e4m3 roundings, which tests/cli/tensor_parallel.sh tolerates.) */
 static void test_fp8_weights(void) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/tiny/mistral", test_fixture_dir());
-    check_tp(path, MODEL_LOAD_WEIGHTS_FP8, 0.02f, 2);
-    check_tp(path, MODEL_LOAD_WEIGHTS_FP8, 0.02f, 4);
+    check_tp("mistral", MODEL_LOAD_WEIGHTS_FP8, 0.02f, 2);
+    check_tp("mistral", MODEL_LOAD_WEIGHTS_FP8, 0.02f, 4);
 }
 
 /* Ranges: 4 heads / 2 KV heads over 4 ranks replicate each KV head on 2. */
 static void test_plan_ranges(void) {
     Err err = {{0}};
-    char path[1024];
-    snprintf(path, sizeof path, "%s/tiny/qwen2.gguf", test_fixture_dir());
     Model m;
-    if (model_load(&m, path, MODEL_LOAD_NO_TOKENIZER, &err)) { CHECK(0, "%s", err.msg); return; }
+    if (!load_tiny(&m, "qwen2.gguf", 0)) return;
     TpPlan p;
     CHECK(tp_plan_make(&p, &m.cfg, &m.w, 4, &err) == 0, "%s", err.msg);
     int V = m.cfg.vocab, F = m.cfg.ffn_dim, sum_v = 0;
@@ -170,10 +161,8 @@ static void expect_refused(const ModelConfig *c, const ModelWeights *w, int n, c
 
 static void test_refusals(void) {
     Err err = {{0}};
-    char path[1024];
-    snprintf(path, sizeof path, "%s/tiny/gpt-oss.gguf", test_fixture_dir());
     Model m;
-    if (model_load(&m, path, MODEL_LOAD_NO_TOKENIZER, &err)) { CHECK(0, "%s", err.msg); return; }
+    if (!load_tiny(&m, "gpt-oss.gguf", 0)) return;
     expect_refused(&m.cfg, &m.w, 2, "mixture-of-experts model (4 experts)");
     model_free(&m);
     /* counts checked before any weight is read: a config alone */
