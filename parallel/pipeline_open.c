@@ -61,7 +61,7 @@ static int stage_group(Pipeline *p, const PipelineOptions *o, int s, int dev, in
     if (!(p->tp[s] = calloc(1, sizeof *p->tp[s]))) return err_set(err, "out of memory");
     if (tp_ranks_open(p->tp[s], &p->sm[s].cfg, &p->sm[s].shape, &p->sm[s].w, o->tp, &bo, what, err)) {
         p->be[s] = p->tp[s]->be[0]; /* destroyed with the pipeline */
-        return -1;
+        return strncmp(err->msg, what, strlen(what)) ? stage_failed(err, s, &p->plan) : -1;
     }
     p->be[s] = p->tp[s]->be[0];
     return 0;
