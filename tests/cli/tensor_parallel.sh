@@ -7,7 +7,8 @@
 # 9 heads, 3 KV heads: --tp 3; Gemma 3 270M: 4 heads, 1 KV head: --tp 2 and
 # 4). Refused, exit 2, naming why: out-of-range values, heads that do not
 # split, a split inside a quantized block, mixture-of-experts, --world-size.
-# `cllm info --tp N` shows each rank's part and memory.
+# `cllm info --tp N` shows each rank's part and memory; bench and chat run
+# with --tp 2, and a serve --tp 2 completion equals one backend's.
 source "$(dirname "$0")/lib.sh"
 F=tests/fixtures/tiny
 for i in $(seq 1 6); do echo "The ranks read the file $i and"; done > "$TMP/p.txt"
@@ -104,3 +105,27 @@ done
 expect_exit "bench --tp 2" 0 $CLLM bench -m $F/llama.gguf --cpu --tp 2 --prompt-lens 12 --ctx 20 --decode-tokens 5 --reps 1
 expect_grep "bench --tp 2 decodes" "$TMP/out" "^ +20 +1 +[0-9.]+ +[0-9.]+"
 expect_exit "chat --tp 2" 0 sh -c "echo hello | $CLLM chat -m $F/llama.gguf --cpu --tp 2 -n 4 --temp 0"
+
+# ---- serve: the same completion from a --tp 2 server as from one backend ----
+complete() { # PORT: the text of a greedy completion
+    python3 -c 'import json, sys, urllib.request as u
+r = u.Request("http://127.0.0.1:%s/v1/completions" % sys.argv[1], json.dumps({"model": "m", "prompt": "The ranks read",
+    "max_tokens": 8, "temperature": 0}).encode(), {"Content-Type": "application/json"})
+print(json.load(u.urlopen(r, timeout=60))["choices"][0]["text"])' "$1"
+}
+serve_text() { # NAME ARGS...: starts `cllm serve ARGS`, asks, stops; the text in $TMP/NAME.txt
+    local name=$1 port=; shift
+    $CLLM serve "$@" --port 0 2> "$TMP/$name.err" > /dev/null &
+    local pid=$!
+    for _ in $(seq 300); do
+        port=$(sed -n 's|.*listening on http://127.0.0.1:\([0-9]*\).*|\1|p' "$TMP/$name.err")
+        [ -n "$port" ] || ! kill -0 $pid 2> /dev/null && break
+        sleep 0.1
+    done
+    [ -n "$port" ] && complete $port > "$TMP/$name.txt" 2>> "$TMP/$name.err"
+    kill -TERM $pid; wait $pid
+}
+serve_text s-one -m $F/qwen2.gguf --cpu -c 128
+serve_text s-tp2 -m $F/qwen2.gguf --cpu -c 128 --tp 2
+if [ -s "$TMP/s-one.txt" ] && cmp -s "$TMP/s-one.txt" "$TMP/s-tp2.txt"; then ok "serve --tp 2 completes as one backend"
+else notok "serve --tp 2 completes as one backend" "one: $(cat "$TMP/s-one.txt")" "tp2: $(cat "$TMP/s-tp2.txt")" "$(tail -3 "$TMP/s-tp2.err")"; fi
