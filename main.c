@@ -214,7 +214,7 @@ static int parse_dummy_weights(const char *cmd, const char *arg, bool *on, DType
 static int cmd_info(int argc, char **argv) {
     const char *model = NULL;
     bool tensors = false, dummy = false;
-    int kv_tokens = OPT_UNSET, pp = OPT_UNSET;
+    int kv_tokens = OPT_UNSET, pp = OPT_UNSET, tp = OPT_UNSET;
     const char *pp_split = NULL, *kv_name = NULL, *dummy_arg = NULL;
     DType dummy_type = DT_BF16;
     KVDtype kv_dtype = KV_DTYPE_BF16;
@@ -225,6 +225,7 @@ static int cmd_info(int argc, char **argv) {
         {"--kv-dtype", NULL, OPT_STR, &kv_name, "KV cache elements to size: bf16 (default) or fp8"},
         {"--pp", NULL, OPT_INT, &pp, "show the split into N pipeline stages and the memory per GPU"},
         {"--pp-split", NULL, OPT_STR, &pp_split, "layers per stage, comma-separated (default: balanced by bytes)"},
+        {"--tp", NULL, OPT_INT, &tp, "show the split over N tensor-parallel ranks (per --pp stage) and the memory per GPU"},
         {"--dummy-weights", NULL, OPT_FLAG_VALUE, &dummy_arg,
          "a folder with config.json only: the shapes, no weights read; =TYPE: the matrices in " DUMMY_TYPE_NAMES},
         {0},
@@ -235,11 +236,12 @@ static int cmd_info(int argc, char **argv) {
     const IntRange ints[] = {
         {"--ctx-size", &kv_tokens, 1, MAX_CTX_TOKENS, 0, "leave it out for the model's context"},
         {"--pp", &pp, 1, 1024, 0, NULL},
+        {"--tp", &tp, 1, TP_GROUP_MAX, 0, NULL},
     };
-    if ((rc = check_ints("info", ints, 2)) || (rc = parse_kv_dtype("info", kv_name, &kv_dtype)) ||
+    if ((rc = check_ints("info", ints, 3)) || (rc = parse_kv_dtype("info", kv_name, &kv_dtype)) ||
         (rc = parse_dummy_weights("info", dummy_arg, &dummy, &dummy_type)))
         return rc;
-    InfoOptions io = {n_pos ? pos[0] : model, tensors, dummy, dummy_type, kv_tokens, kv_dtype, pp, pp_split};
+    InfoOptions io = {n_pos ? pos[0] : model, tensors, dummy, dummy_type, kv_tokens, kv_dtype, pp, pp_split, tp};
     return info_main(&io);
 }
 
@@ -276,6 +278,7 @@ static int cmd_tokenize(int argc, char **argv) {
      "fraction of the GPU's memory to use; what weights and activations leave holds the KV cache (default 0.9)"}, \
     {"--pp", NULL, OPT_INT, &(o)->pp, "pipeline stages: the layers split over this many GPUs (with --cpu or no usable GPU: CPU backends, said once; default 1)"}, \
     {"--pp-split", NULL, OPT_STR, &(o)->pp_split, "layers per stage, comma-separated (default: balanced by bytes)"}, \
+    {"--tp", NULL, OPT_INT, &(o)->tp, "tensor-parallel ranks: every layer's heads and MLP split over N (per --pp stage; CPU backends so far: needs --cpu or no usable GPU; default 1)"}, \
     {"--gpus", NULL, OPT_STR, &(o)->gpus, "the stages' GPUs, comma-separated (default 0,1,...; with no usable GPU: exits 2 saying why)"}, \
     {"--threads", "-t", OPT_INT, &(o)->threads, "CPU threads (default: one per core)"},                        \
     {"--ctx-size", "-c", OPT_INT, &(o)->ctx_size, "context size in tokens (default: min(model, 4096))"},        \
@@ -306,7 +309,7 @@ static int cmd_tokenize(int argc, char **argv) {
 /* The integers of RUN_OPTS start as OPT_UNSET: a value given is checked, one
  * not given takes RunOptions' default ("0 = the default" is never typed). */
 static void run_ints_unset(RunOptions *o, int *seed) {
-    o->gpu = o->threads = o->ctx_size = o->max_tokens = o->pp = *seed = OPT_UNSET;
+    o->gpu = o->threads = o->ctx_size = o->max_tokens = o->pp = o->tp = *seed = OPT_UNSET;
 }
 
 static int check_run_options(const char *cmd, RunOptions *o, int *seed) {
@@ -316,6 +319,7 @@ static int check_run_options(const char *cmd, RunOptions *o, int *seed) {
         {"--ctx-size", &o->ctx_size, 1, MAX_CTX_TOKENS, 0, "leave it out for min(model, 4096)"},
         {"--max-tokens", &o->max_tokens, 1, INT_MAX, 0, NULL},
         {"--pp", &o->pp, 1, 1024, 0, NULL},
+        {"--tp", &o->tp, 1, TP_GROUP_MAX, 0, NULL},
         {"--seed", seed, 0, INT_MAX, -1, NULL},
     };
     int rc = check_ints(cmd, ints, (int)(sizeof ints / sizeof *ints));
@@ -525,7 +529,7 @@ static int cmd_bench(int argc, char **argv) {
     bench_options_default(&b);
     const char *prompt_lens = NULL, *ctxs = NULL, *kv_dtype = NULL, *dummy = NULL;
     int seed = OPT_UNSET;
-    o.gpu = o.threads = o.pp = OPT_UNSET;
+    o.gpu = o.threads = o.pp = o.tp = OPT_UNSET;
     const Opt opts[] = {
         {"--model", "-m", OPT_STR, &o.model, "model file or folder (default: first model of models.txt)"},
         {"--cpu", NULL, OPT_FLAG, &o.cpu, "run on the CPU even where a GPU is present"},
@@ -537,6 +541,7 @@ static int cmd_bench(int argc, char **argv) {
         {"--kv-dtype", NULL, OPT_STR, &kv_dtype, KV_DTYPE_HELP},
         {"--weights", NULL, OPT_STR, &o.weights, WEIGHTS_HELP},
         {"--pp", NULL, OPT_INT, &o.pp, "pipeline stages (one GPU each)"},
+        {"--tp", NULL, OPT_INT, &o.tp, "tensor-parallel ranks (per --pp stage; CPU backends so far)"},
         {"--gpus", NULL, OPT_STR, &o.gpus, "the stages' GPUs, comma-separated (default 0,1,...)"},
         {"--prompt-lens", NULL, OPT_STR, &prompt_lens, "prefill lengths, comma-separated (default: GPU 512,4096; CPU 128,256)"},
         {"--ctx", NULL, OPT_STR, &ctxs, "decode context lengths, comma-separated (default: GPU 128,4096; CPU 128,256)"},
@@ -554,9 +559,10 @@ static int cmd_bench(int argc, char **argv) {
         {"--gpu", &o.gpu, 0, 1023, 0, NULL},
         {"--threads", &o.threads, 1, MAX_THREADS, 0, "leave it out for one per core"},
         {"--pp", &o.pp, 1, 1024, 0, NULL},
+        {"--tp", &o.tp, 1, TP_GROUP_MAX, 0, NULL},
         {"--seed", &seed, 0, INT_MAX, -1, NULL},
     };
-    if ((rc = check_ints("bench", ints, 4)) || (rc = parse_kv_dtype("bench", kv_dtype, &o.kv_dtype)) ||
+    if ((rc = check_ints("bench", ints, 5)) || (rc = parse_kv_dtype("bench", kv_dtype, &o.kv_dtype)) ||
         (rc = parse_weights("bench", o.weights)) ||
         (rc = parse_dummy_weights("bench", dummy, &o.dummy_weights, &o.dummy_type)))
         return rc;

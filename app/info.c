@@ -3,11 +3,14 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "app/models.h"
 #include "model/forward.h"
+#include "parallel/stage.h"
 #include "parallel/stage_plan.h"
+#include "parallel/tp_plan.h"
 #include "tokenizer/chat_template.h"
 
 /* GPU 0's plan for m at the defaults of chat/generate (--gpu-mem-util 0.9,
@@ -212,6 +215,37 @@ static int plan_pipeline(const Model *m, int pp, const char *split, StagePlan *p
     return 0;
 }
 
+/* `info --tp N`: every stage's split over the ranks (the model as one
+ * stage without --pp), checked before anything is printed. */
+static int plan_tensor_parallel(const Model *m, const StagePlan *plan, int tp, TpPlan *tps) {
+    Err err = {{0}};
+    int n = plan ? plan->n_stages : 1;
+    for (int s = 0; s < n; s++) {
+        StageModel sm;
+        if (plan && stage_model_make(&sm, &m->cfg, &m->shape, &m->w, plan, s, &err)) break;
+        if (tp_plan_make(&tps[s], plan ? &sm.cfg : &m->cfg, plan ? &sm.w : &m->w, tp, &err)) break;
+    }
+    if (err.msg[0]) { fprintf(stderr, "cllm info: %s\n", err.msg); return 2; }
+    return 0;
+}
+
+static void print_tensor_parallel(const Model *m, const StagePlan *plan, const TpPlan *tps, int64_t kv_tokens,
+                                  KVDtype kv_dtype) {
+    if (!plan) {
+        tp_plan_print(stdout, &tps[0], &m->cfg, kv_tokens, kv_dtype, -1);
+        return;
+    }
+    printf("tensor parallel        %d ranks per stage (one GPU each: %d GPUs)\n", tps[0].n_ranks,
+           tps[0].n_ranks * plan->n_stages);
+    for (int s = 0; s < plan->n_stages; s++) {
+        StageModel sm;
+        Err ignore = {{0}};
+        stage_model_make(&sm, &m->cfg, &m->shape, &m->w, plan, s, &ignore); /* made once already */
+        printf("  stage %d\n", s);
+        tp_plan_print(stdout, &tps[s], &sm.cfg, kv_tokens, kv_dtype, s);
+    }
+}
+
 int info_main(const InfoOptions *o) {
     int rc, pp = o->pp, kv_tokens = o->kv_tokens;
     const char *pp_split = o->pp_split;
@@ -226,9 +260,18 @@ int info_main(const InfoOptions *o) {
     StagePlan plan;
     bool piped = pp > 0 || pp_split;
     if (piped && (rc = plan_pipeline(&m, pp, pp_split, &plan))) { model_free(&m); return rc; }
-    model_print_info(stdout, &m, kv_tokens > 0 ? kv_tokens : m.cfg.ctx_len, kv_dtype, family);
-    if (piped) stage_plan_print(stdout, &plan, &m.cfg, kv_tokens > 0 ? kv_tokens : m.cfg.ctx_len, kv_dtype);
+    TpPlan *tps = o->tp > 1 ? calloc(piped ? (size_t)plan.n_stages : 1, sizeof *tps) : NULL;
+    if (o->tp > 1 && (rc = tps ? plan_tensor_parallel(&m, piped ? &plan : NULL, o->tp, tps) : 1)) {
+        free(tps);
+        model_free(&m);
+        return rc;
+    }
+    int64_t kv = kv_tokens > 0 ? kv_tokens : m.cfg.ctx_len;
+    model_print_info(stdout, &m, (int)kv, kv_dtype, family);
+    if (piped) stage_plan_print(stdout, &plan, &m.cfg, kv, kv_dtype);
+    if (tps) print_tensor_parallel(&m, piped ? &plan : NULL, tps, kv, kv_dtype);
     if (tensors) model_print_tensors(stdout, &m);
+    free(tps);
     model_free(&m);
     return rc;
 }

@@ -13,7 +13,8 @@ void model_print_tensors(FILE *out, const Model *m);
 
 /* `cllm info`: what the model holds, what running it costs (the KV cache of
  * kv_tokens in kv_dtype; with pp or pp_split the split into pipeline
- * stages), and with tensors every tensor. The exit code. */
+ * stages, with tp each stage's (or the model's) split over tensor-parallel
+ * ranks), and with tensors every tensor. The exit code. */
 typedef struct {
     const char *model;         /* NULL: the default model */
     bool tensors;
@@ -23,6 +24,7 @@ typedef struct {
     KVDtype kv_dtype;
     int pp;                    /* stages to show (0: none, unless pp_split) */
     const char *pp_split;
+    int tp;                    /* tensor-parallel ranks to show (per stage with pp; <= 1: none) */
 } InfoOptions;
 int info_main(const InfoOptions *o);
 

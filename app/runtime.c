@@ -31,6 +31,9 @@ int run_options_from_env(RunOptions *o, Err *err) {
     if (o->world_size > 1 && o->rank <= 0) o->rank = env_int(rank, o->rank);
     if (!o->master) o->master = getenv("CLLM_MASTER");
     if (o->world_size <= 1) return 0;
+    if (o->tp > 1)
+        return err_set(err, "--tp %d with --world-size %d: the ranks of a tensor-parallel group run as threads of one "
+                       "process so far", o->tp, o->world_size);
     if (o->pp > 1 && o->pp != o->world_size)
         return err_set(err, "--pp %d but --world-size %d: one process per stage", o->pp, o->world_size);
     if (o->rank < 0 || o->rank >= o->world_size)
@@ -57,7 +60,7 @@ static double pp_timeout(void) {
 /* The stages of --pp N (one process) or --world-size N (this rank's), and
  * the engine over them where this process drives. */
 static int open_pipeline(Runtime *rt, const RunOptions *o, int ctx, int block, int chunk, Err *err) {
-    PipelineOptions po = {.n_stages = o->pp, .split = o->pp_split, .gpus = o->gpus, .cpu = o->cpu,
+    PipelineOptions po = {.n_stages = o->pp, .split = o->pp_split, .gpus = o->gpus, .cpu = o->cpu, .tp = o->tp,
                           .backend = backend_options(o, &rt->model.cfg, ctx, block, chunk), .ctx_tokens = ctx,
                           .rank = o->rank, .world_size = o->world_size, .master = o->master,
                           .timeout_s = pp_timeout()};
@@ -71,8 +74,8 @@ static int open_pipeline(Runtime *rt, const RunOptions *o, int ctx, int block, i
     rt->be = rt->pp.be[last];
     rt->kv_tokens = (int64_t)pipeline_kv_blocks(&rt->pp) * block;
     ForwardStages stages = pipeline_stages(&rt->pp);
-    if (engine_init_stages(&rt->engine, &rt->model, &rt->pp.sm[last].cfg, rt->be, pipeline_kv_blocks(&rt->pp), &stages,
-                           ctx, chunk, err))
+    if (engine_init_stages(&rt->engine, &rt->model, pipeline_stage_cfg(&rt->pp, last), rt->be,
+                           pipeline_kv_blocks(&rt->pp), &stages, ctx, chunk, err))
         return -1;
     if (o->verbose)
         for (int s = 0; s <= last && o->world_size <= 1; s++)
@@ -80,6 +83,37 @@ static int open_pipeline(Runtime *rt, const RunOptions *o, int ctx, int block, i
                     rt->pp.plan.first_layer[s], rt->pp.plan.first_layer[s] + rt->pp.plan.n_layers[s] - 1,
                     rt->pp.be[s]->kv_n_blocks, block);
     return 0;
+}
+
+/* --tp N without --pp: N rank backends in one group (CPU backends: the
+ * GPU all-reduce is not written yet, and backend_create says so), rank 0
+ * the engine's, the others on their threads (parallel/tp.h). */
+static int open_tensor_parallel(Runtime *rt, const RunOptions *o, int n_gpus, int ctx, int block, int chunk,
+                                Err *err) {
+    const Model *m = &rt->model;
+    BackendOptions bo = backend_options(o, &m->cfg, ctx, block, chunk);
+    bo.device = n_gpus > 0 ? o->gpu : -1;
+    bo.n_blocks = n_gpus > 0 ? 0 : (ctx + block - 1) / block + 1;
+    if (tp_ranks_open(&rt->tp, &m->cfg, &m->shape, &m->w, o->tp, &bo, "the model", err)) {
+        Backend *b0 = rt->tp.be[0];
+        tp_ranks_free(&rt->tp);
+        if (b0) b0->destroy(b0);
+        return -1;
+    }
+    rt->tensor_parallel = true;
+    rt->be = rt->tp.be[0];
+    rt->kv_tokens = (int64_t)rt->be->kv_n_blocks * block;
+    if (o->verbose)
+        for (int r = 0; r < o->tp; r++) {
+            const TpPlan *p = &rt->tp.plan;
+            fprintf(stderr, "tensor-parallel rank %d on %s: heads %d-%d, KV heads %d-%d, MLP columns %d-%d, vocab "
+                    "%d-%d\n", r, rt->tp.be[r]->name, p->head0[r], p->head0[r] + p->n_heads[r] - 1, p->kv0[r],
+                    p->kv0[r] + p->n_kv[r] - 1, p->ffn0[r], p->ffn0[r] + p->n_ffn[r] - 1, p->vocab0[r],
+                    p->vocab0[r] + p->n_vocab[r] - 1);
+        }
+    ForwardStages stages = tp_stages(&rt->tp);
+    return engine_init_stages(&rt->engine, m, tp_ranks_cfg(&rt->tp), rt->be, rt->be->kv_n_blocks, &stages, ctx, chunk,
+                              err);
 }
 
 /* One backend: the GPU unless --cpu or none is there (n_gpus); its KV cache
@@ -124,6 +158,7 @@ static int gpu_fallback(const RunOptions *o, int *n_gpus, Err *err) {
         return err_set(err, "--gpu %d: no usable GPU here (%s); leave --gpu out, or add --cpu, to run on the CPU",
                        o->gpu, reason);
     if (o->pp > 1) fprintf(stderr, "cllm: %s; --pp %d runs its stages on the CPU\n", reason, o->pp);
+    else if (o->tp > 1) fprintf(stderr, "cllm: %s; --tp %d runs its ranks on the CPU\n", reason, o->tp);
     else if (why.msg[0]) fprintf(stderr, "cllm: %s; running on the CPU\n", why.msg); /* a CUDA build */
     return 0;
 }
@@ -142,8 +177,9 @@ int runtime_open(Runtime *rt, const RunOptions *o, Err *err) {
     int block = 16, chunk = o->prefill_chunk > 0 ? o->prefill_chunk : 256;
     int n_gpus = 0, rc = o->cpu ? 0 : gpu_fallback(o, &n_gpus, err);
     if (rc == 0)
-        rc = o->pp > 1 ? open_pipeline(rt, o, ctx, block, chunk, err)
-                       : open_backend(rt, o, n_gpus, ctx, block, chunk, err);
+        rc = o->pp > 1   ? open_pipeline(rt, o, ctx, block, chunk, err)
+             : o->tp > 1 ? open_tensor_parallel(rt, o, n_gpus, ctx, block, chunk, err)
+                         : open_backend(rt, o, n_gpus, ctx, block, chunk, err);
     if (rc) runtime_close(rt);
     return rc;
 }
@@ -165,7 +201,8 @@ int runtime_serve_main(const RunOptions *o, const char *cmd) {
 void runtime_close(Runtime *rt) {
     engine_free(&rt->engine);
     if (rt->pipelined) pipeline_close(&rt->pp); /* the stages' backends, the engine's included */
-    else if (rt->be) rt->be->destroy(rt->be);
+    if (rt->tensor_parallel) tp_ranks_free(&rt->tp); /* ranks 1..N-1; rank 0's backend is rt->be */
+    if (!rt->pipelined && rt->be) rt->be->destroy(rt->be);
     model_free(&rt->model);
     memset(rt, 0, sizeof *rt);
 }

@@ -9,6 +9,7 @@
 #include "engine/sampler.h"
 #include "model/model.h"
 #include "parallel/pipeline_open.h"
+#include "parallel/tp.h"
 #include "tokenizer/chat_template.h"
 
 typedef struct {
@@ -23,6 +24,7 @@ typedef struct {
     SamplerParams sampling;
     int pp;                       /* pipeline stages (one GPU each); <= 1: none */
     const char *pp_split;         /* layers per stage ("14,18"), or NULL: balanced by bytes */
+    int tp;                       /* tensor-parallel ranks (per pipeline stage with --pp); <= 1: none */
     const char *gpus;             /* the stages' GPUs ("0,1"), or NULL: 0, 1, ... */
     const char *chat_template;    /* family name override, or NULL */
     const char *system;           /* system prompt, or NULL */
@@ -56,6 +58,8 @@ typedef struct {
     int64_t kv_tokens;                /* tokens the KV cache holds */
     Pipeline pp;                      /* the stages, when o->pp > 1 (pp.serving: this rank serves one, no engine) */
     bool pipelined;
+    TpRanks tp;                       /* the ranks, when o->tp > 1 without --pp (with it: the pipeline's stages hold them) */
+    bool tensor_parallel;
 } Runtime;
 
 /* Loads o->model and builds the backend and engine. Prints nothing. */

@@ -19,8 +19,15 @@ Backend *backend_create(const ModelShape *shape, const ModelWeights *w, const Ba
     if (o->block_size <= 0) return err_set(err, "backend: KV blocks of %d tokens", o->block_size), NULL;
     if (o->device < 0) {
         if (o->n_blocks <= 0) return err_set(err, "cpu: a KV cache of %d blocks", o->n_blocks), NULL;
-        return backend_cpu_create(shape, w, o->threads, o->block_size, o->n_blocks, o->kv_dtype, err);
+        Backend *be = backend_cpu_create(shape, w, o->threads, o->block_size, o->n_blocks, o->kv_dtype, err);
+        if (be && o->tp_group) backend_cpu_join_tp(be, o->tp_group, o->tp_rank);
+        return be;
     }
+    /* The CUDA backend has no all-reduce yet (NCCL over the group's GPUs):
+     * refused before any weights move. */
+    if (o->tp_group)
+        return err_set(err, "--tp %d: tensor parallelism runs on CPU backends only so far (the GPU all-reduce is "
+                       "not written yet); add --cpu", tp_group_size(o->tp_group)), NULL;
 #ifdef CLLM_CUDA
     return backend_cuda_create(shape, w, o, NULL, err);
 #else

@@ -29,6 +29,7 @@
 #include "base/err.h"
 #include "kernels/activation.h"
 #include "kernels/attn_batch.h"
+#include "kernels/tp_group.h"
 #include "kernels/weights.h"
 
 #ifdef __cplusplus
@@ -171,6 +172,15 @@ struct Backend {
      * of the step's ops (no wait: read waits, and times out on a dead peer). */
     int (*send_next)(Backend *be, const void *buf, int64_t n, Err *err);
     int (*recv_prev)(Backend *be, void *buf, int64_t n, Err *err);
+    /* Optional (NULL: not a rank of a tensor-parallel group, BackendOptions
+     * tp_group): every rank of the group calls these in the same order with
+     * its own buffers. all_reduce: buf [n] (kind) = its sum over the ranks,
+     * in rank order, the same bits on every rank. all_gather: dst [rows][V]
+     * (F32) = every rank's src [rows][cols of that rank] side by side in rank
+     * order (the logits of each rank's vocabulary range). A broken group
+     * (a rank failed) makes them do nothing and the step's read fail. */
+    void (*all_reduce)(Backend *be, void *buf, int64_t n, BufKind kind);
+    void (*all_gather)(Backend *be, void *dst, const void *src, int rows, int cols);
     void (*destroy)(Backend *be);
 };
 
@@ -187,6 +197,8 @@ typedef struct {
     KVDtype kv_dtype;      /* bf16 (fp32 on the CPU), or fp8 e4m3 with a scale per (token, KV head) */
     bool bf16_weights;     /* GPU: every matrix as bf16, also those it could keep quantized */
     bool batch_invariant;  /* GPU: each row's results independent of the other rows of its step */
+    TpGroup *tp_group;     /* a rank of this tensor-parallel group (NULL: none); the CPU backend only so far */
+    int tp_rank;
 } BackendOptions;
 
 /* The backend o asks for, over shape and host weights w (both borrowed for

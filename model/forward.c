@@ -14,6 +14,12 @@
  *     proj = rmsnorm(proj)                   post-norm: Gemma
  *   x += proj; logits = rmsnorm(x)[rows] @ Wout; soft-cap   final-logit cap: Gemma 2
  *
+ * A rank of a tensor-parallel group (the backend has all_reduce) holds some
+ * heads, some MLP columns and a vocabulary range: its o-proj and down
+ * products are partial sums, all-reduced over the group before they join x
+ * (and before a post-norm); its logits are its range's, gathered into the
+ * whole row. The biases of Wo and Wdown live on rank 0 only.
+ *
  * The residual add is fused with the norm that follows it, so the residual
  * stream x is read and written once per sublayer. The config says which
  * optional steps run; nothing here names an architecture.
@@ -51,7 +57,10 @@ int forward_init(Forward *fw, const ModelConfig *c, Backend *be, int max_tokens,
     fw->act = be->alloc(be, T * c->ffn_dim, BUF_ACT);
     fw->last = be->alloc(be, T * c->dim, BUF_ACT);
     fw->logits = be->alloc(be, (int64_t)fw->max_logits * c->vocab, BUF_F32);
-    if (!fw->x || !fw->xn || !fw->q || !fw->k || !fw->v || !fw->att || !fw->proj || !fw->act || !fw->last ||
+    const WeightRef *head = &be->weights->output;
+    bool part = be->all_gather && head->data;
+    if (part) fw->logits_part = be->alloc(be, (int64_t)fw->max_logits * head->rows, BUF_F32);
+    if ((part && !fw->logits_part) || !fw->x || !fw->xn || !fw->q || !fw->k || !fw->v || !fw->att || !fw->proj || !fw->act || !fw->last ||
         !fw->logits) {
         forward_free(fw);
         return err_set(err, "%s: cannot allocate activations for %d tokens", be->name, max_tokens);
@@ -61,7 +70,8 @@ int forward_init(Forward *fw, const ModelConfig *c, Backend *be, int max_tokens,
 
 void forward_free(Forward *fw) {
     Backend *be = fw->be;
-    void *bufs[] = {fw->x, fw->xn, fw->q, fw->k, fw->v, fw->att, fw->proj, fw->act, fw->last, fw->logits};
+    void *bufs[] = {fw->x, fw->xn, fw->q, fw->k, fw->v, fw->att, fw->proj, fw->act, fw->last, fw->logits,
+                    fw->logits_part};
     for (size_t i = 0; be && i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->release(be, bufs[i]);
     memset(fw, 0, sizeof *fw);
@@ -82,14 +92,18 @@ static void forward_run_add_norm(Forward *fw, const AddNorm *n, int T) {
 
 /* A sublayer's output projection: added to x by the product itself where
  * the backend can (matmul_add; not with a post-norm, nor when may_add is
- * false), else into proj (post-normed if the layer says so). Returns what is
- * still to be added to x: NULL or proj. */
+ * false, nor on a tensor-parallel rank, whose product is a partial sum),
+ * else into proj (all-reduced over a tensor-parallel group, then post-normed
+ * if the layer says so). Returns what is still to be added to x: NULL or
+ * proj. */
 static const void *forward_out_proj(Forward *fw, const void *in, const WeightRef *w, const WeightRef *b,
                                     const WeightRef *post_norm, bool may_add, int T) {
     const ModelConfig *c = fw->cfg;
     Backend *be = fw->be;
-    if (may_add && !post_norm->data && be->matmul_add && be->matmul_add(be, fw->x, in, w, 0, b, T)) return NULL;
+    bool tp = be->all_reduce != NULL;
+    if (!tp && may_add && !post_norm->data && be->matmul_add && be->matmul_add(be, fw->x, in, w, 0, b, T)) return NULL;
     be->matmul(be, fw->proj, in, w, 0, b, T);
+    if (tp) be->all_reduce(be, fw->proj, (int64_t)T * c->dim, BUF_ACT);
     if (post_norm->data) be->rmsnorm(be, fw->proj, fw->proj, post_norm, T, c->dim, c->norm_eps, c->norm_offset);
     return fw->proj;
 }
@@ -153,7 +167,12 @@ static void forward_ops(Forward *fw, int T, int n_logits) {
     if (n_logits == 0 || fw->to_next) return;
     be->add_rmsnorm(be, fw->x, pending, fw->xn, &w->output_norm, T, c->dim, c->norm_eps, c->norm_offset);
     be->gather_rows(be, fw->last, fw->xn, n_logits, c->dim);
-    be->logits(be, fw->logits, fw->last, &w->output, n_logits, c->final_softcap);
+    if (!fw->logits_part) {
+        be->logits(be, fw->logits, fw->last, &w->output, n_logits, c->final_softcap);
+        return;
+    }
+    be->logits(be, fw->logits_part, fw->last, &w->output, n_logits, c->final_softcap);
+    be->all_gather(be, fw->logits, fw->logits_part, n_logits, (int)w->output.rows);
 }
 
 int forward_launch(Forward *fw, const int32_t *ids, const AttnBatch *b, const int32_t *logit_rows, int n_logits,

@@ -27,6 +27,7 @@ typedef struct {
     void *act;               /* act(gate) * up [T][F] */
     void *last;              /* rows that need logits [T][C] */
     void *logits;            /* [T][V] (fp32) */
+    void *logits_part;       /* a tensor-parallel rank: its vocabulary range's logits [T][its V] (fp32), else NULL */
     /* A pipeline stage (parallel/stage.h) runs a slice of the layers: with
      * from_prev, x and proj arrive from the previous stage (no embedding;
      * the first layer adds proj to x); with to_next, the step stops after
@@ -54,6 +55,17 @@ int forward_run(Forward *fw, const int32_t *ids, const AttnBatch *batch, const i
 int forward_launch(Forward *fw, const int32_t *ids, const AttnBatch *batch, const int32_t *logit_rows, int n_logits,
                    Err *err);
 int forward_wait(Forward *fw, int n_logits, float *logits_out, Err *err);
+
+/* forward_run's arguments as one value: a step handed to another thread
+ * (a pipeline stage's, a tensor-parallel rank's), kept by pointer until it
+ * is finished. */
+typedef struct {
+    const int32_t *ids;
+    AttnBatch b;
+    const int32_t *logit_rows;
+    int n_logits;
+    float *logits_out;
+} ForwardStep;
 
 /* The stages a step passes before the last one's Forward when the model
  * runs as a pipeline (parallel/pipeline.h makes one): launch sends a step in

@@ -63,7 +63,7 @@ static bool linked(const Pipeline *p, int s) {
 static int link_send(Pipeline *p, int s, const StageJob *j, Err *err) {
     Backend *be = p->be[s];
     Forward *fw = &p->fw[s];
-    int64_t n = (int64_t)j->b.n_tokens * p->dim;
+    int64_t n = (int64_t)j->step.b.n_tokens * p->dim;
     if (linked(p, s)) return be->send_next(be, fw->x, n, err) || be->send_next(be, fw->proj, n, err);
     return be->read(be, p->x_host[s][j->slot], fw->x, n, err) ||
            be->read(be, p->proj_host[s][j->slot], fw->proj, n, err);
@@ -72,7 +72,7 @@ static int link_send(Pipeline *p, int s, const StageJob *j, Err *err) {
 /* Stage s (> 0) takes them from stage s - 1 into its Forward to. */
 static int link_recv(Pipeline *p, int s, Forward *to, const StageJob *j, Err *err) {
     Backend *be = p->be[s];
-    int64_t n = (int64_t)j->b.n_tokens * p->dim;
+    int64_t n = (int64_t)j->step.b.n_tokens * p->dim;
     if (linked(p, s - 1)) return be->recv_prev(be, to->x, n, err) || be->recv_prev(be, to->proj, n, err);
     if (p->remote) { /* CPU stages: the previous stage's process writes x, then proj, to its connection */
         char peer[64];
@@ -101,8 +101,10 @@ static void *stage_main(void *arg) {
         Err err = {{0}};
         bool launched = false;
         if (!j.failed) {
+            ForwardStep step = {j.step.ids, j.step.b, NULL, 0, NULL};
             j.failed = (s > 0 && link_recv(p, s, &p->fw[s], &j, &err)) ||
-                       forward_launch(&p->fw[s], j.ids, &j.b, NULL, 0, &err) ||
+                       (p->tp[s] ? tp_ranks_run(p->tp[s], &p->fw[s], &step, &err)
+                                 : forward_launch(&p->fw[s], step.ids, &step.b, NULL, 0, &err)) ||
                        (!device_link && link_send(p, s, &j, &err));
             launched = !j.failed;
             if (j.failed) record_error(p, s, &err);
@@ -169,7 +171,7 @@ int pipeline_start(Pipeline *p, int max_tokens, Err *err) {
     }
     if (p->remote) return start_remote(p, max_tokens, err);
     for (int s = 0; s < n - 1; s++) {
-        if (forward_init(&p->fw[s], &p->sm[s].cfg, p->be[s], max_tokens, err)) return -1;
+        if (forward_init(&p->fw[s], pipeline_stage_cfg(p, s), p->be[s], max_tokens, err)) return -1;
         p->fw[s].from_prev = s > 0;
         p->fw[s].to_next = true;
         if (!linked(p, s) && alloc_handover(p, s, max_tokens, err)) return -1;
@@ -186,7 +188,7 @@ int pipeline_start(Pipeline *p, int max_tokens, Err *err) {
 /* Multi-process: every other stage's process gets the step; the last
  * stage's queue holds it until pipeline_finish. */
 static int launch_remote(Pipeline *p, const StageJob *j, Err *err) {
-    size_t len = step_msg_encode(j->ids, &j->b, &p->msg, &p->msg_cap, err);
+    size_t len = step_msg_encode(j->step.ids, &j->step.b, &p->msg, &p->msg_cap, err);
     if (!len) return -1;
     for (int s = 0; s < p->plan.n_stages - 1; s++) {
         char peer[64];
@@ -204,7 +206,7 @@ int pipeline_launch(Pipeline *p, const int32_t *ids, const AttnBatch *b, const i
         return err_set(err, "pipeline: %d steps already in flight (at most one per stage)", p->in_flight);
     if (b->n_tokens > p->max_tokens)
         return err_set(err, "pipeline: a step of %d rows; the stages hold %d", b->n_tokens, p->max_tokens);
-    StageJob j = {ids, *b, logit_rows, n_logits, logits_out, p->next_slot, false};
+    StageJob j = {{ids, *b, logit_rows, n_logits, logits_out}, p->next_slot, false};
     p->next_slot = (p->next_slot + 1) % p->plan.n_stages;
     if (p->remote) return launch_remote(p, &j, err);
     p->in_flight++;
@@ -225,7 +227,13 @@ int pipeline_finish(Pipeline *p, Forward *last, Err *err) {
     pthread_mutex_unlock(&p->err_mu);
     if (failed || j.failed) return failed ? -1 : err_set(err, "pipeline: an earlier stage failed");
     if (link_recv(p, ls, last, &j, err)) return -1;
-    return forward_run(last, j.ids, &j.b, j.logit_rows, j.n_logits, j.logits_out, err);
+    const ForwardStep *st = &j.step;
+    if (p->tp[ls]) return tp_ranks_run(p->tp[ls], last, st, err);
+    return forward_run(last, st->ids, &st->b, st->logit_rows, st->n_logits, st->logits_out, err);
+}
+
+const ModelConfig *pipeline_stage_cfg(const Pipeline *p, int s) {
+    return p->tp[s] ? tp_ranks_cfg(p->tp[s]) : &p->sm[s].cfg;
 }
 
 
@@ -266,6 +274,10 @@ void pipeline_free(Pipeline *p) {
         pthread_mutex_unlock(&p->q[s].mu);
     }
     for (int s = 0; s < p->n_threads; s++) pthread_join(p->thread[s], NULL);
+    for (int s = 0; s < n; s++) { /* each group's ranks after 0 (rank 0's backend is be[s]) */
+        if (p->tp[s]) tp_ranks_free(p->tp[s]);
+        free(p->tp[s]);
+    }
     for (int s = 0; s < n - 1; s++) {
         if (p->fw[s].cfg) forward_free(&p->fw[s]);
         if (p->be[s]) p->be[s]->destroy(p->be[s]);

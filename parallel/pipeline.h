@@ -26,15 +26,12 @@
 #include "model/model.h"
 #include "parallel/stage.h"
 #include "parallel/stage_plan.h"
+#include "parallel/tp.h"
 
 /* One step on its way through the stages: the caller's arrays, untouched
  * until the step is finished. */
 typedef struct {
-    const int32_t *ids;
-    AttnBatch b;
-    const int32_t *logit_rows;
-    int n_logits;
-    float *logits_out;
+    ForwardStep step;
     int slot;                     /* host hand-over buffers of the step */
     bool failed;                  /* a stage before failed: the rest skip it */
 } StageJob;
@@ -58,6 +55,7 @@ struct Pipeline {
     StagePlan plan;
     StageModel sm[STAGE_MAX];     /* every stage's slice, the last included */
     Backend *be[STAGE_MAX];       /* every stage's backend; the caller makes them after pipeline_slice */
+    TpRanks *tp[STAGE_MAX];       /* --tp: each stage a tensor-parallel group, be[s] its rank 0 (else NULL) */
     Forward fw[STAGE_MAX];        /* stages 0 .. n-2 (the last stage's Forward is the engine's) */
     int dim, max_tokens;
     JobQueue q[STAGE_MAX];        /* q[s]: steps for stage s; q[n-1]: finished by the caller */
@@ -100,6 +98,8 @@ int pipeline_launch(Pipeline *p, const int32_t *ids, const AttnBatch *b, const i
 /* Waits for the oldest step launched to leave the stages before the last,
  * then runs it on last (the last stage's Forward, from_prev set). */
 int pipeline_finish(Pipeline *p, Forward *last, Err *err);
+/* The config stage s's Forward runs with: its slice's, or with --tp its rank 0's. */
+const ModelConfig *pipeline_stage_cfg(const Pipeline *p, int s);
 /* Fewest KV blocks of any stage's backend (the engine's pool). */
 int pipeline_kv_blocks(const Pipeline *p);
 /* The stages before the last, as the engine drives them. */

@@ -38,14 +38,33 @@ static int stage_failed(Err *err, int s, const StagePlan *p) {
 /* GPUs the stages may use: 0 with --cpu or none present. */
 static int stage_gpus(const PipelineOptions *o) { return o->cpu ? 0 : backend_gpu_count(NULL); }
 
-static Backend *stage_backend(const PipelineOptions *o, const StageModel *sm, int dev, int n_gpus, Err *err) {
+static BackendOptions stage_backend_options(const PipelineOptions *o, int dev, int n_gpus) {
     BackendOptions bo = o->backend;
     bo.device = n_gpus > 0 ? dev : -1;
     bo.n_blocks = n_gpus > 0 ? 0 : (o->ctx_tokens + bo.block_size - 1) / bo.block_size + 1;
     bo.max_seq_tokens = o->ctx_tokens;
+    return bo;
+}
+
+static Backend *stage_backend(const PipelineOptions *o, const StageModel *sm, int dev, int n_gpus, Err *err) {
+    BackendOptions bo = stage_backend_options(o, dev, n_gpus);
     if (n_gpus > 0 && dev >= n_gpus)
         return err_set(err, "--pp %d: GPU %d asked for, this machine has %d", o->n_stages, dev, n_gpus), NULL;
     return backend_create(&sm->shape, &sm->w, &bo, err);
+}
+
+/* --tp: stage s as a group of o->tp ranks, its backend rank 0's. */
+static int stage_group(Pipeline *p, const PipelineOptions *o, int s, int dev, int n_gpus, Err *err) {
+    BackendOptions bo = stage_backend_options(o, dev, n_gpus);
+    char what[32];
+    snprintf(what, sizeof what, "stage %d", s);
+    if (!(p->tp[s] = calloc(1, sizeof *p->tp[s]))) return err_set(err, "out of memory");
+    if (tp_ranks_open(p->tp[s], &p->sm[s].cfg, &p->sm[s].shape, &p->sm[s].w, o->tp, &bo, what, err)) {
+        p->be[s] = p->tp[s]->be[0]; /* destroyed with the pipeline */
+        return strncmp(err->msg, what, strlen(what)) ? stage_failed(err, s, &p->plan) : -1;
+    }
+    p->be[s] = p->tp[s]->be[0];
+    return 0;
 }
 
 static int make_plan(Pipeline *p, const Model *m, const PipelineOptions *o, int n, Err *err) {
@@ -77,8 +96,11 @@ static int open_stages(Pipeline *p, const Model *m, const PipelineOptions *o, Er
     for (int i = 0; i < n; i++)
         for (int j = 0; j < i; j++) shared |= dev[i] == dev[j];
     if (n_gpus > 0 && !shared && backend_link_available(err)) return -1; /* before any weights move */
-    for (int s = 0; s < n; s++)
-        if (!(p->be[s] = stage_backend(o, &p->sm[s], dev[s], n_gpus, err))) return stage_failed(err, s, &p->plan);
+    for (int s = 0; s < n; s++) {
+        if (o->tp > 1 && stage_group(p, o, s, dev[s], n_gpus, err)) return -1;
+        if (o->tp <= 1 && !(p->be[s] = stage_backend(o, &p->sm[s], dev[s], n_gpus, err)))
+            return stage_failed(err, s, &p->plan);
+    }
     for (int s = 1; s < n; s++)
         if (p->be[s]->kv_block_size != p->be[0]->kv_block_size)
             return err_set(err, "pipeline: stage %d has KV blocks of %d tokens, stage 0 of %d", s,
@@ -104,6 +126,9 @@ static int own_device(const PipelineOptions *o, Err *err) {
  * connect to it; the link id it makes travels with that rendezvous. */
 static int open_own_stage(Pipeline *p, const Model *m, const PipelineOptions *o, Err *err) {
     int n = o->world_size, r = o->rank, driver = n - 1;
+    if (o->tp > 1)
+        return err_set(err, "--tp %d with --world-size %d: the ranks of a tensor-parallel group run as threads of "
+                       "one process so far", o->tp, n);
     if (make_plan(p, m, o, n, err)) return -1;
     int dev = own_device(o, err), n_gpus = stage_gpus(o);
     if (dev < 0 || (n_gpus > 0 && backend_link_available(err))) return -1;

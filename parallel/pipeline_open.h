@@ -21,6 +21,7 @@ typedef struct {
     const char *split;          /* layers per stage ("14,18"), or NULL: balanced by weight bytes */
     const char *gpus;           /* the stages' GPUs ("0,1"), or NULL: 0, 1, ... */
     bool cpu;                   /* CPU backends, GPUs or not */
+    int tp;                     /* > 1: each stage a tensor-parallel group of tp ranks (one process) */
     BackendOptions backend;     /* every stage's (the device is set per stage) */
     int ctx_tokens;             /* tokens of one sequence: every stage's KV cache must hold them */
     int rank, world_size;       /* one process per stage: this one's rank of world_size (> 1); else 0, 0 */

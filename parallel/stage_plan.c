@@ -17,7 +17,7 @@ uint64_t weight_device_bytes(const WeightRef *w) {
 
 /* The token embedding as the GPU holds it: bf16 whatever its file type (a
  * lookup reads T rows; a tied LM head shares the table). */
-static uint64_t table_device_bytes(const WeightRef *w) {
+uint64_t table_device_bytes(const WeightRef *w) {
     return w->data ? (uint64_t)w->rows * w->cols * 2 : 0;
 }
 
@@ -123,10 +123,19 @@ int stage_plan_parse(StagePlan *p, const ModelConfig *c, const ModelWeights *w, 
     return stage_plan_from_counts(p, c, w, n_stages, counts, err);
 }
 
-/* bytes as GB, or MB below 1 GB */
-static void print_size(FILE *out, uint64_t b) {
+void plan_print_size(FILE *out, uint64_t b) {
     if (b >= 1000000000ULL) fprintf(out, "%.2f GB", b / 1e9);
     else fprintf(out, "%.1f MB", b / 1e6);
+}
+
+void plan_print_memory(FILE *out, uint64_t weights, uint64_t kv) {
+    fprintf(out, "weights ");
+    plan_print_size(out, weights);
+    fprintf(out, " + KV ");
+    plan_print_size(out, kv);
+    fprintf(out, " = ");
+    plan_print_size(out, weights + kv);
+    fprintf(out, "\n");
 }
 
 void stage_plan_print(FILE *out, const StagePlan *p, const ModelConfig *c, int64_t kv_tokens, KVDtype kv_dtype) {
@@ -135,14 +144,9 @@ void stage_plan_print(FILE *out, const StagePlan *p, const ModelConfig *c, int64
             (long long)kv_tokens, kv_dtype_name(kv_dtype));
     for (int s = 0; s < p->n_stages; s++) {
         uint64_t kv = kv_layer * p->n_layers[s] * (uint64_t)kv_tokens;
-        fprintf(out, "  stage %-2d             layers %d-%d (%d)%s%s: weights ", s, p->first_layer[s],
+        fprintf(out, "  stage %-2d             layers %d-%d (%d)%s%s: ", s, p->first_layer[s],
                 p->first_layer[s] + p->n_layers[s] - 1, p->n_layers[s], s == 0 ? ", embedding" : "",
                 s == p->n_stages - 1 ? ", final norm + LM head" : "");
-        print_size(out, p->bytes[s]);
-        fprintf(out, " + KV ");
-        print_size(out, kv);
-        fprintf(out, " = ");
-        print_size(out, p->bytes[s] + kv);
-        fprintf(out, "\n");
+        plan_print_memory(out, p->bytes[s], kv);
     }
 }

@@ -31,6 +31,13 @@ typedef struct {
  * blocks for a matrix of a type dtype_gpu_keeps_blocks, else bf16. */
 uint64_t weight_device_bytes(const WeightRef *w);
 uint64_t layer_device_bytes(const LayerWeights *lw);
+/* The token embedding (or a tied LM head) as the GPU holds it: bf16
+ * whatever its file type. */
+uint64_t table_device_bytes(const WeightRef *w);
+/* bytes as GB, or MB below 1 GB (the plans' printouts) */
+void plan_print_size(FILE *out, uint64_t b);
+/* "weights W + KV K = T" and the line's end */
+void plan_print_memory(FILE *out, uint64_t weights, uint64_t kv);
 
 /* The split into n_stages contiguous stages with the smallest largest stage. */
 int stage_plan_balanced(StagePlan *p, const ModelConfig *c, const ModelWeights *w, int n_stages, Err *err);

@@ -15,11 +15,12 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "parallel/stage.h"
+#include "tests/one_seq_steps.h"
 #include "tests/test.h"
 
-#define BLOCK 16
-#define N_BLOCKS 8
-#define MAX_T 16
+#define BLOCK ONE_SEQ_BLOCK
+#define N_BLOCKS ONE_SEQ_N_BLOCKS
+#define MAX_T ONE_SEQ_MAX_T
 
 typedef struct {
     StageModel sm;
@@ -73,35 +74,23 @@ static void check_split(const char *path, const int *counts, int n_stages) {
                        : stage_plan_balanced(&plan, c, &m.w, n_stages, &err)) == 0;
     for (int s = 0; ok && s < n_stages; s++) ok = stage_open(&st[s], &m, &plan, s, &err) == 0;
     CHECK(ok, "%s: %s", path, err.msg);
-    int V = c->vocab, C = c->dim, n_pos = 0, steps = 0, differ = 0;
+    int V = c->vocab, C = c->dim, steps = 0, differ = 0;
     float *want = malloc((size_t)V * sizeof *want), *got = malloc((size_t)V * sizeof *got);
     float *xbuf = malloc((size_t)MAX_T * C * sizeof *xbuf), *pbuf = malloc((size_t)MAX_T * C * sizeof *pbuf);
-    int32_t table[N_BLOCKS] = {5, 2, 7, 0, 3, 1, 6, 4}; /* scattered blocks, the same on every stage */
-    const int32_t *tables[1] = {table};
-    int32_t ids[MAX_T], pos[MAX_T], seq[MAX_T], row;
-    int64_t slot[MAX_T];
-    uint32_t r = 99;
-    while (ok && n_pos < 19) {
-        int T = n_pos < 13 ? (13 - n_pos < 5 ? 13 - n_pos : 5) : 1;
-        for (int i = 0; i < T; i++) {
-            r = r * 1664525u + 1013904223u;
-            ids[i] = (int32_t)((r >> 8) % (uint32_t)V);
-            pos[i] = n_pos + i, seq[i] = 0;
-            slot[i] = (int64_t)table[pos[i] / BLOCK] * BLOCK + pos[i] % BLOCK;
-        }
-        row = T - 1;
-        AttnBatch b = {T, pos, seq, slot, 1, tables, BLOCK};
+    OneSeqSteps q;
+    one_seq_init(&q, V, 99);
+    while (ok && one_seq_next(&q)) {
         for (int i = 0; i < V; i++) want[i] = got[i] = NAN;
-        ok = forward_run(&fw, ids, &b, &row, 1, want, &err) == 0 &&
-             run_stages(st, n_stages, ids, &b, &row, 1, got, xbuf, pbuf, C, &err) == 0;
+        ok = forward_run(&fw, q.ids, &q.b, &q.row, 1, want, &err) == 0 &&
+             run_stages(st, n_stages, q.ids, &q.b, &q.row, 1, got, xbuf, pbuf, C, &err) == 0;
         CHECK(ok, "%s step %d: %s", path, steps, err.msg);
         if (ok && memcmp(want, got, (size_t)V * sizeof *got)) differ++;
-        n_pos += T, steps++;
+        steps++;
     }
     printf("# %s in %d stages (layers", path, n_stages);
     for (int s = 0; ok && s < n_stages; s++) printf(" %d", plan.n_layers[s]);
     printf("): %d steps, %d with logits that differ from the whole model\n", steps, differ);
-    CHECK(ok && steps == 9 && differ == 0, "%s: %d of %d steps differ", path, differ, steps);
+    CHECK(ok && steps == ONE_SEQ_STEPS && differ == 0, "%s: %d of %d steps differ", path, differ, steps);
     for (int s = 0; s < n_stages; s++) stage_close(&st[s]);
     if (fw.cfg) forward_free(&fw);
     if (whole) whole->destroy(whole);

@@ -31,6 +31,8 @@ typedef struct {
     int plan_window;
     bool plan_built;          /* plan is this step's (begin_step clears it) */
     int64_t cascade_rows;     /* rows x layers attended through a group, ever */
+    TpGroup *tp_group;        /* its tensor-parallel group (backend_cpu_join_tp), or NULL */
+    int tp_rank;
 } CpuBackend;
 
 static CpuBackend *cpu(Backend *be) { return be->ctx; }
@@ -172,6 +174,8 @@ static void cpu_be_logits(Backend *be, void *logits, const void *x, const Weight
 }
 
 static int cpu_be_read(Backend *be, float *host, const void *buf, int64_t n, Err *err) {
+    if (cpu(be)->tp_group && tp_group_broken(cpu(be)->tp_group))
+        return err_set(err, "%s: tensor-parallel rank %d: another rank of its group failed", be->name, cpu(be)->tp_rank);
     if (n > 0) memcpy(host, buf, n * sizeof(float));
     return 0;
 }
@@ -231,6 +235,21 @@ static void cpu_be_moe(Backend *be, void *out_, const void *x_, const LayerWeigh
             for (int ch = 0; ch < C; ch++) out[(int64_t)t * C + ch] += wgt * eout[(int64_t)i * C + ch];
         }
     }
+}
+
+static void cpu_be_all_reduce(Backend *be, void *buf, int64_t n, BufKind kind) {
+    tp_group_all_reduce_f32(cpu(be)->tp_group, cpu(be)->tp_rank, buf, n);   /* both kinds are fp32 here */
+}
+
+static void cpu_be_all_gather(Backend *be, void *dst, const void *src, int rows, int cols) {
+    tp_group_all_gather_f32(cpu(be)->tp_group, cpu(be)->tp_rank, dst, src, rows, cols);
+}
+
+void backend_cpu_join_tp(Backend *be, TpGroup *g, int rank) {
+    cpu(be)->tp_group = g;
+    cpu(be)->tp_rank = rank;
+    be->all_reduce = cpu_be_all_reduce;
+    be->all_gather = cpu_be_all_gather;
 }
 
 static void cpu_destroy(Backend *be) {

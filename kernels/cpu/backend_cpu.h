@@ -20,6 +20,9 @@ int cpu_cascade_mode(const char *v, CpuCascadeMode *mode, Err *err);
 
 Backend *backend_cpu_create(const ModelShape *shape, const ModelWeights *w, int n_threads, int block_size,
                             int n_blocks, KVDtype kv_dtype, Err *err);
+/* Makes be rank `rank` of group g (kernels/tp_group.h): gives it the
+ * all_reduce and all_gather ops over host buffers. */
+void backend_cpu_join_tp(Backend *be, TpGroup *g, int rank);
 
 /* Rows x layers attended through a cascade group, ever (0 for a backend
  * that is not the CPU's): tests see the cascade path ran. */

@@ -1,0 +1,161 @@
+/* tp.c — the ranks of a tensor-parallel group, a thread each (parallel/tp.h). */
+#include "parallel/tp.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A rank after 0: waits for a step, runs it, says it is done. A rank that
+ * fails breaks the group, so no rank waits for it in a reduce. */
+static void *rank_main(void *arg) {
+    TpRankThread *rt = arg;
+    TpRanks *t = rt->t;
+    int r = rt->rank;
+    uint64_t seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&t->mu);
+        while (t->steps == seen && !t->stopping) pthread_cond_wait(&t->go, &t->mu);
+        if (t->steps == seen) { pthread_mutex_unlock(&t->mu); break; }
+        seen = t->steps;
+        ForwardStep s = t->step;
+        pthread_mutex_unlock(&t->mu);
+        Err e = {{0}};
+        int rc = forward_run(&t->fw[r], s.ids, &s.b, s.logit_rows, s.n_logits, NULL, &e);
+        if (rc) tp_group_abort(t->group);
+        pthread_mutex_lock(&t->mu);
+        t->failed[r] = rc != 0;
+        t->err[r] = e;
+        t->n_done++;
+        pthread_cond_signal(&t->done);
+        pthread_mutex_unlock(&t->mu);
+    }
+    return NULL;
+}
+
+static int rank_failed(Err *err, const TpRanks *t, int r, const char *what) {
+    char why[sizeof err->msg];
+    snprintf(why, sizeof why, "%s", err->msg);
+    return err_set(err, "%s, tensor-parallel rank %d of %d: %s", what, r, t->plan.n_ranks, why);
+}
+
+int tp_ranks_open(TpRanks *t, const ModelConfig *c, const ModelShape *shape, const ModelWeights *w, int n,
+                  const BackendOptions *o, const char *what, Err *err) {
+    memset(t, 0, sizeof *t);
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->go, NULL);
+    pthread_cond_init(&t->done, NULL);
+    t->dim = c->dim;
+    t->max_tokens = o->max_tokens;
+    if (tp_plan_make(&t->plan, c, w, n, err) || !(t->group = tp_group_create(n, err))) return -1;
+    for (int r = 0; r < n; r++) {
+        BackendOptions bo = *o;
+        bo.tp_group = t->group;
+        bo.tp_rank = r;
+        if (tp_rank_make(&t->rm[r], c, shape, w, &t->plan, r, true, err) ||
+            !(t->be[r] = backend_create(&t->rm[r].shape, &t->rm[r].w, &bo, err)))
+            return rank_failed(err, t, r, what);
+        if (t->be[r]->kv_n_blocks != t->be[0]->kv_n_blocks || t->be[r]->kv_block_size != t->be[0]->kv_block_size)
+            return err_set(err, "%s: tensor-parallel rank %d has %d KV blocks of %d tokens, rank 0 %d of %d", what, r,
+                           t->be[r]->kv_n_blocks, t->be[r]->kv_block_size, t->be[0]->kv_n_blocks,
+                           t->be[0]->kv_block_size);
+        if (r > 0 && forward_init(&t->fw[r], &t->rm[r].cfg, t->be[r], o->max_tokens, err))
+            return rank_failed(err, t, r, what);
+    }
+    size_t bytes = (size_t)o->max_tokens * c->dim * sizeof(float);
+    if (!(t->x_host = malloc(bytes)) || !(t->proj_host = malloc(bytes)))
+        return err_set(err, "%s: out of memory for the tensor-parallel hand-over of %d rows", what, o->max_tokens);
+    for (int r = 1; r < n; r++) {
+        t->rt[r] = (TpRankThread){t, r};
+        if (pthread_create(&t->thread[r], NULL, rank_main, &t->rt[r]))
+            return err_set(err, "%s: cannot start the thread of tensor-parallel rank %d", what, r);
+        t->n_threads = r;
+    }
+    return 0;
+}
+
+const ModelConfig *tp_ranks_cfg(const TpRanks *t) { return &t->rm[0].cfg; }
+
+/* With from_prev, every rank starts from rank 0's x and proj (they came
+ * from the previous pipeline stage, whole). */
+static int copy_inputs(TpRanks *t, Forward *rank0, int T, Err *err) {
+    int64_t n = (int64_t)T * t->dim;
+    Backend *be = rank0->be;
+    if (be->read(be, t->x_host, rank0->x, n, err) || be->read(be, t->proj_host, rank0->proj, n, err)) return -1;
+    for (int r = 1; r < t->plan.n_ranks; r++) {
+        Backend *b = t->be[r];
+        if (b->write(b, t->fw[r].x, t->x_host, n, err) || b->write(b, t->fw[r].proj, t->proj_host, n, err)) return -1;
+    }
+    return 0;
+}
+
+int tp_ranks_run(TpRanks *t, Forward *rank0, const ForwardStep *s, Err *err) {
+    int n = t->plan.n_ranks;
+    if (t->broken) return err_set(err, "tensor parallel: a rank failed earlier; its state is unknown");
+    if (s->b.n_tokens > t->max_tokens)
+        return err_set(err, "tensor parallel: a step of %d rows; the ranks hold %d", s->b.n_tokens, t->max_tokens);
+    for (int r = 1; r < n; r++) {
+        t->fw[r].from_prev = rank0->from_prev;
+        t->fw[r].to_next = rank0->to_next;
+    }
+    if (rank0->from_prev && copy_inputs(t, rank0, s->b.n_tokens, err)) return -1;
+    pthread_mutex_lock(&t->mu);
+    t->step = *s;
+    t->n_done = 0;
+    t->steps++;
+    pthread_cond_broadcast(&t->go);
+    pthread_mutex_unlock(&t->mu);
+    int rc = forward_run(rank0, s->ids, &s->b, s->logit_rows, s->n_logits, s->logits_out, err);
+    if (rc) tp_group_abort(t->group);
+    pthread_mutex_lock(&t->mu);
+    while (t->n_done < n - 1) pthread_cond_wait(&t->done, &t->mu);
+    pthread_mutex_unlock(&t->mu);
+    for (int r = 1; r < n; r++) /* a rank's own failure says more than "another rank failed" */
+        if (t->failed[r] && (rc == 0 || strstr(err->msg, "another rank"))) {
+            rc = -1;
+            err_set(err, "tensor-parallel rank %d: %s", r, t->err[r].msg);
+            break;
+        }
+    t->broken = rc != 0;
+    return rc;
+}
+
+static int stages_launch(void *ctx, const int32_t *ids, const AttnBatch *b, const int32_t *logit_rows, int n_logits,
+                         float *logits_out, Err *err) {
+    TpRanks *t = ctx;
+    if (t->has_pending) return err_set(err, "tensor parallel: a step already in flight");
+    t->pending = (ForwardStep){ids, *b, logit_rows, n_logits, logits_out};
+    t->has_pending = true;
+    return 0;
+}
+
+/* The engine's Forward is rank 0's; without a pipeline it embeds (the
+ * engine made it for a last stage, from_prev). */
+static int stages_finish(void *ctx, Forward *last, Err *err) {
+    TpRanks *t = ctx;
+    if (!t->has_pending) return err_set(err, "tensor parallel: no step in flight");
+    t->has_pending = false;
+    last->from_prev = false;
+    return tp_ranks_run(t, last, &t->pending, err);
+}
+
+ForwardStages tp_stages(TpRanks *t) { return (ForwardStages){t, 1, stages_launch, stages_finish}; }
+
+void tp_ranks_free(TpRanks *t) {
+    pthread_mutex_lock(&t->mu);
+    t->stopping = true;
+    pthread_cond_broadcast(&t->go);
+    pthread_mutex_unlock(&t->mu);
+    for (int r = 1; r <= t->n_threads; r++) pthread_join(t->thread[r], NULL);
+    for (int r = 1; r < TP_MAX; r++) {
+        if (t->fw[r].cfg) forward_free(&t->fw[r]);
+        if (t->be[r]) t->be[r]->destroy(t->be[r]);
+    }
+    for (int r = 0; r < TP_MAX; r++) tp_rank_free(&t->rm[r]);
+    tp_group_free(t->group);
+    free(t->x_host);
+    free(t->proj_host);
+    pthread_mutex_destroy(&t->mu);
+    pthread_cond_destroy(&t->go);
+    pthread_cond_destroy(&t->done);
+    memset(t, 0, sizeof *t);
+}
