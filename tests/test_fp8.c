@@ -112,7 +112,7 @@ typedef struct {
 static int rig_open(Rig *r, const char *path, int flags, Err *err) {
     memset(r, 0, sizeof *r);
     if (model_load(&r->m, path, flags | MODEL_LOAD_NO_TOKENIZER, err)) return -1;
-    r->be = backend_cpu_create(&r->m.shape, &r->m.w, 2, 16, 64, KV_DTYPE_BF16, err);
+    r->be = backend_cpu_create(&r->m.shape, &r->m.w, 2, 16, 64, KV_DTYPE_BF16, KV_SCALES_DYNAMIC, err);
     if (!r->be || engine_init(&r->e, &r->m, r->be, 64 * 16, 64, err)) return -1;
     return 0;
 }

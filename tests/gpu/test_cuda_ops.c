@@ -109,7 +109,7 @@ static int rig_open(Rig *r, int C, int H, int KV, int D, int F, int V, int rot, 
     }
     Err err = {{0}};
     r->cpu = rig_shape(r, &err) ? NULL
-                                : backend_cpu_create(&r->shape, &r->w, 2, BLOCK, N_BLOCKS, KV_DTYPE_BF16, &err);
+                                : backend_cpu_create(&r->shape, &r->w, 2, BLOCK, N_BLOCKS, KV_DTYPE_BF16, KV_SCALES_DYNAMIC, &err);
     GpuRig o = {.block_size = BLOCK, .n_blocks = N_BLOCKS, .max_tokens = MAX_T, .no_graphs = true};
     r->gpu = r->cpu ? gpu_backend(&r->shape, &r->w, &o, &err) : NULL;
     CHECK(r->cpu && r->gpu, "%s", err.msg);
@@ -365,7 +365,7 @@ static void test_moe(void) {
         L->b_down = stacked(&r, E, 1, C, 0.5f);
         Err err = {{0}};
         r.cpu = rig_shape(&r, &err) ? NULL
-                                    : backend_cpu_create(&r.shape, &r.w, 2, BLOCK, N_BLOCKS, KV_DTYPE_BF16, &err);
+                                    : backend_cpu_create(&r.shape, &r.w, 2, BLOCK, N_BLOCKS, KV_DTYPE_BF16, KV_SCALES_DYNAMIC, &err);
         GpuRig o = {.block_size = BLOCK, .n_blocks = N_BLOCKS, .max_tokens = MAX_T, .no_graphs = true};
         r.gpu = r.cpu ? gpu_backend(&r.shape, &r.w, &o, &err) : NULL;
         CHECK(r.cpu && r.gpu, "%s", err.msg);
@@ -418,7 +418,7 @@ static void test_gemv_rate(void) {
         r.w.layers = r.layers;
         r.layers[0].wo = weight(&r, M, K, 1.0f / sqrtf((float)K), 0);
         Err err = {{0}};
-        r.cpu = rig_shape(&r, &err) ? NULL : backend_cpu_create(&r.shape, &r.w, 0, 16, 4, KV_DTYPE_BF16, &err);
+        r.cpu = rig_shape(&r, &err) ? NULL : backend_cpu_create(&r.shape, &r.w, 0, 16, 4, KV_DTYPE_BF16, KV_SCALES_DYNAMIC, &err);
         GpuRig o = {.block_size = 16, .n_blocks = 4, .max_tokens = 8, .no_graphs = true};
         r.gpu = r.cpu ? gpu_backend(&r.shape, &r.w, &o, &err) : NULL;
         CHECK(r.cpu && r.gpu, "%s", err.msg);
