@@ -133,7 +133,7 @@ static int gpu_fallback(const RunOptions *o, int *n_gpus, Err *err) {
 /* --kv-scales against the model: checkpoint needs its scales; left out,
  * an fp8 cache takes them where the model has them. */
 static int resolve_kv_scales(const RunOptions *o, const Model *m, KVScales *out, Err *err) {
-    bool has = m->cfg.n_layers > 0 && m->w.layers && m->w.layers[0].k_scale;
+    bool has = m->cfg.n_layers > 0 && m->w.layers && m->w.layers[0].kv_scales.data;
     *out = o->kv_dtype == KV_DTYPE_FP8 && has ? KV_SCALES_CHECKPOINT : KV_SCALES_DYNAMIC;
     if (!o->kv_scales) return 0;
     if (kv_scales_from_name(o->kv_scales, out))

@@ -44,8 +44,8 @@ static const TensorInfo *find_form(const Model *m, const char *prefix, const cha
     return NULL;
 }
 
-/* [KV] fp32 scales of t (one value repeated, or one per head), owned by m. */
-static int bind_one(Model *m, const TensorInfo *t, const float **out, Err *err) {
+/* KV fp32 scales of t into out (one value repeated, or one per head). */
+static int bind_one(Model *m, const TensorInfo *t, float *out, Err *err) {
     int kv = m->cfg.n_kv_heads, at = -1;
     uint64_t n = tensor_nelems(t);
     for (int d = 0; d < TENSOR_MAX_DIMS; d++)
@@ -57,11 +57,8 @@ static int bind_one(Model *m, const TensorInfo *t, const float **out, Err *err) 
                        (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (unsigned long long)t->ne[2],
                        (unsigned long long)t->ne[3], kv);
     if (fp8_check_scale_values(m, t, err)) return -1;
-    float *s = malloc((size_t)kv * sizeof *s);
-    if (model_own(m, s, err)) return -1;
-    for (int h = 0; h < kv; h++) s[h] = fp8_scale_at(t, n == 1 ? 0 : (uint64_t)h);
+    for (int h = 0; h < kv; h++) out[h] = fp8_scale_at(t, n == 1 ? 0 : (uint64_t)h);
     model_mark_used(m, t);
-    *out = s;
     return 0;
 }
 
@@ -82,7 +79,10 @@ int kv_bind_scales(Model *m, Err *err) {
             continue;
         }
         if (!with++) snprintf(first, sizeof first, "%s", kname);
-        if (bind_one(m, k, &lw->k_scale, err) || bind_one(m, v, &lw->v_scale, err)) return -1;
+        int KV = m->cfg.n_kv_heads;
+        float *s = malloc(2 * (size_t)KV * sizeof *s);
+        if (model_own(m, s, err) || bind_one(m, k, s, err) || bind_one(m, v, s + KV, err)) return -1;
+        lw->kv_scales = (WeightRef){s, DT_F32, 1, 2 * KV, 1, 2 * (uint64_t)KV * sizeof *s, k->name, NULL, 0};
     }
     if (with > 0 && missing_at >= 0)
         return err_set(err, "%s: tensor '%s' is missing: the checkpoint has KV cache scales ('%s'), so every layer "

@@ -22,7 +22,7 @@ int fp8_bind_scales(Model *m, WeightRef *w, const TensorInfo *t, Err *err);
 float fp8_scale_at(const TensorInfo *t, uint64_t i);
 int fp8_check_scale_values(const Model *m, const TensorInfo *s, Err *err);
 /* kv_scales.c: the checkpoint's static FP8 KV-cache scales bound to every
- * layer's k_scale / v_scale (none in the file: left NULL), after the layers'
+ * layer's kv_scales (none in the file: left absent), after the layers'
  * matrices (their names give the attention prefix). */
 int kv_bind_scales(Model *m, Err *err);
 /* fp8_weights.c: --weights fp8: the float matrices of the layers and an

@@ -221,11 +221,11 @@ static int cpu_kv_scales(CpuBackend *cb, const ModelWeights *w, KVScales kv_scal
         return 0;
     }
     for (int l = 0; l < L; l++) {
-        const LayerWeights *lw = &w->layers[l];
-        if (!lw->k_scale || !lw->v_scale)
+        const WeightRef *s = &w->layers[l].kv_scales;
+        if (!s->data || s->type != DT_F32 || s->cols != 2 * KV)
             return err_set(err, "--kv-scales checkpoint: layer %d has no KV cache scales (k_scale / v_scale)", l);
-        memcpy(cb->kv.k_fixed + (size_t)l * KV, lw->k_scale, (size_t)KV * sizeof(float));
-        memcpy(cb->kv.v_fixed + (size_t)l * KV, lw->v_scale, (size_t)KV * sizeof(float));
+        memcpy(cb->kv.k_fixed + (size_t)l * KV, s->data, (size_t)KV * sizeof(float));
+        memcpy(cb->kv.v_fixed + (size_t)l * KV, (const float *)s->data + KV, (size_t)KV * sizeof(float));
     }
     return 0;
 }

@@ -9,7 +9,7 @@
 /* A thread pool (n_threads <= 0: one per core) and a host KV cache of
  * n_blocks blocks of block_size tokens, fp32 (KV_DTYPE_BF16) or e4m3 with
  * scales (KV_DTYPE_FP8) whose scales kv_scales says how to make
- * (KV_SCALES_CHECKPOINT: every layer of w must have k_scale / v_scale;
+ * (KV_SCALES_CHECKPOINT: every layer of w must have kv_scales;
  * anything but KV_SCALES_DYNAMIC needs KV_DTYPE_FP8). shape and w are
  * borrowed for the backend's life. */
 Backend *backend_cpu_create(const ModelShape *shape, const ModelWeights *w, int n_threads, int block_size,
