@@ -143,13 +143,13 @@ run_check generate_logprobs logprobs_check
 # windows: mean NLL within 1% (bf16 weights and activations move it by
 # tenths of a percent; a wrong row or window is off by whole units), and the
 # GPU's KL from the CPU's saved logits small with top-1 mostly agreeing.
-perplexity_check() {
-    local m p="$BIN/cllm perplexity -f tests/fixtures/perplexity/text.txt --ctx 64 --stride 48"
-    for m in tests/fixtures/tiny/llama tests/fixtures/tiny/gemma3; do
-        $p -m $m --cpu --save-logits "$OUT/ppl-cpu.logits" > "$OUT/ppl-cpu.txt" &&
-            $p -m $m > "$OUT/ppl-gpu.txt" && $BIN/cllm perplexity -m $m -f tests/fixtures/perplexity/text.txt \
-            --kl-divergence "$OUT/ppl-cpu.logits" > "$OUT/ppl-kl.txt" || return 1
-        python3 - "$OUT/ppl-cpu.txt" "$OUT/ppl-gpu.txt" "$OUT/ppl-kl.txt" "$m" <<'PY' || return 1
+perplexity_pair() { # model, options of both runs...
+    local m=$1; shift
+    local p="$BIN/cllm perplexity -f tests/fixtures/perplexity/text.txt --ctx 64 --stride 48"
+    $p -m $m "$@" --cpu --save-logits "$OUT/ppl-cpu.logits" > "$OUT/ppl-cpu.txt" &&
+        $p -m $m "$@" > "$OUT/ppl-gpu.txt" && $BIN/cllm perplexity -m $m "$@" -f tests/fixtures/perplexity/text.txt \
+        --kl-divergence "$OUT/ppl-cpu.logits" > "$OUT/ppl-kl.txt" || return 1
+    python3 - "$OUT/ppl-cpu.txt" "$OUT/ppl-gpu.txt" "$OUT/ppl-kl.txt" "$m $*" <<'PY' || return 1
 import re, sys
 nll = lambda f: float(re.search(r"mean NLL: ([0-9.]+)", open(f).read()).group(1))
 c, g = nll(sys.argv[1]), nll(sys.argv[2])
@@ -161,9 +161,21 @@ print(f"{'ok' if ok else 'not ok'} - perplexity {sys.argv[4]}: mean NLL cpu {c:.
       f"({(g - c) / c:+.2e}), KL gpu||cpu {mkl:.2e}, top-1 {top1:.1f}%")
 sys.exit(0 if ok else 1)
 PY
-    done
+}
+perplexity_check() {
+    perplexity_pair tests/fixtures/tiny/llama && perplexity_pair tests/fixtures/tiny/gemma3
 }
 run_check perplexity_gpu_vs_cpu perplexity_check
+# --kv-scales (issue 40): an fp8 cache with the checkpoint's static scales
+# (tests/fixtures/fp8kv/tensor: per tensor, some saturating) and with scales
+# calibrated on the first step, on the GPU against the CPU as above (the
+# first step is the same on both: same windows, same chunking).
+kv_scales_check() {
+    perplexity_pair tests/fixtures/fp8kv/tensor --kv-dtype fp8 --kv-scales checkpoint &&
+        perplexity_pair tests/fixtures/fp8kv/head --kv-dtype fp8 &&
+        perplexity_pair tests/fixtures/tiny/mistral --kv-dtype fp8 --kv-scales calibrate
+}
+run_check perplexity_kv_scales kv_scales_check
 # Sampling on the GPU (the default there) vs on the host, from the same
 # device logits: same seeds, same draws; a differing token is a bug.
 sample_check() {
