@@ -369,6 +369,29 @@ static void test_quant_configs(void) {
     QuantConfig q;
     CHECK(doc && quant_config_from_hf(&q, json_root(doc), "c", &err) == 0 && q.fp8 && q.static_input, "%s", err.msg);
     json_free(doc);
+    /* kv_cache_scheme: static per tensor or per head wants tensors; dynamic, none */
+    const struct { const char *scheme; int kv_static; } kv[] = {
+        {"{\"num_bits\": 8, \"type\": \"float\", \"strategy\": \"attn_head\", \"dynamic\": false}", 1},
+        {"{\"num_bits\": 8, \"type\": \"float\", \"strategy\": \"tensor\"}", 1},
+        {"{\"num_bits\": 8, \"type\": \"float\", \"strategy\": \"tensor\", \"dynamic\": true}", 0},
+        {"null", 0},
+        {"{\"num_bits\": 8, \"type\": \"int\", \"strategy\": \"tensor\"}", -1},
+        {"\"fp8\"", -1},
+    };
+    for (size_t i = 0; i < sizeof kv / sizeof *kv; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "{\"quantization_config\": {\"quant_method\": \"fp8\", \"kv_cache_scheme\": %s}}",
+                 kv[i].scheme);
+        doc = json_parse(text, strlen(text), "cfg", &err);
+        int rc = doc ? quant_config_from_hf(&q, json_root(doc), "config.json", &err) : -1;
+        if (kv[i].kv_static < 0)
+            CHECK(rc != 0 && strstr(err.msg, "config.json") && strstr(err.msg, "kv_cache_scheme"), "kv %zu: %s", i,
+                  err.msg);
+        else
+            CHECK(rc == 0 && q.kv_static == (kv[i].kv_static == 1), "kv %zu: rc %d, kv_static %d: %s", i, rc,
+                  (int)q.kv_static, err.msg);
+        json_free(doc);
+    }
 }
 
 /* ---- cllm quantize --type fp8 ---- */

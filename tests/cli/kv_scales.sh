@@ -50,3 +50,9 @@ expect_exit "generate --kv-scales calibrate" 0 $GEN -o "$TMP/cal.jsonl"
 expect_exit "generate --kv-scales calibrate --pp 2" 0 $GEN --pp 2 -o "$TMP/calpp.jsonl"
 cmp -s <(strip "$TMP/cal.jsonl") <(strip "$TMP/calpp.jsonl") && ok "calibrate: --pp 2 equals one stage" \
     || notok "calibrate: --pp 2 equals one stage" "$(diff <(strip "$TMP/cal.jsonl") <(strip "$TMP/calpp.jsonl") | head -4)"
+
+expect_exit "info of a checkpoint with KV scales" 0 $CLLM info $K
+expect_grep "info names the checkpoint's KV scales" "$TMP/out" \
+    "static fp8 scales in the checkpoint \('model.layers.0.self_attn.k_scale' \.\.\.\)"
+expect_exit "info of a model without" 0 $CLLM info $T
+grep -q "static fp8 scales" "$TMP/out" && notok "info: no KV scales line without scales" || ok "info: no KV scales line without scales"
