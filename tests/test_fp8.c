@@ -57,13 +57,19 @@ static char *fixture(char *buf, size_t cap, const char *rel) {
     return buf;
 }
 
+/* A fixture's JSON (NULL, after a failed CHECK, when it does not parse). */
+static Json *fixture_json(const char *rel) {
+    char path[1024];
+    Err err = {{0}};
+    Json *doc = json_parse_file(fixture(path, sizeof path, rel), &err);
+    CHECK(doc != NULL, "%s", err.msg);
+    return doc;
+}
+
 /* ---- e4m3 against torch's float8_e4m3fn ---- */
 
 static void test_e4m3_against_torch(void) {
-    char path[1024];
-    Err err = {{0}};
-    Json *doc = json_parse_file(fixture(path, sizeof path, "fp8/e4m3_torch.json"), &err);
-    CHECK(doc != NULL, "%s", err.msg);
+    Json *doc = fixture_json("fp8/e4m3_torch.json");
     if (!doc) return;
     const JsonValue *dec = json_get(json_root(doc), "decode"), *enc = json_get(json_root(doc), "encode");
     CHECK(json_len(dec) == 256, "decode has %zu codes", json_len(dec));
@@ -290,14 +296,38 @@ static void test_weights_fp8(void) {
 
 /* ---- load errors ---- */
 
+/* A checkpoint under tests/fixtures/<root>/<dir> whose load fails with an
+ * error holding both want strings. */
+typedef struct {
+    const char *dir, *want[2];
+} LoadCase;
+
+/* fixtures <root>/zero, negative, nan, inf: the scale tensor t (quoted)
+ * holds 0, -0.5, NaN, inf (fp8_check_scale_values' errors). */
+#define BAD_VALUE_CASES(t)                                                                  \
+    {"zero", {t, "value 0 is 0; a scale must be a positive finite number"}},               \
+    {"negative", {t, "value 0 is -0.5; a scale must be a positive finite number"}},        \
+    {"nan", {t, "is nan; a scale must be a positive finite number"}},                      \
+    {"inf", {t, "is inf; a scale must be a positive finite number"}}
+
+static void check_load_errors(const char *root, const LoadCase *cases, size_t n) {
+    char path[1024], rel[256];
+    for (size_t i = 0; i < n; i++) {
+        Model m;
+        Err err = {{0}};
+        snprintf(rel, sizeof rel, "%s/%s", root, cases[i].dir);
+        int rc = model_load(&m, fixture(path, sizeof path, rel), MODEL_LOAD_NO_TOKENIZER, &err);
+        if (rc == 0) model_free(&m);
+        CHECK(rc != 0 && strstr(err.msg, cases[i].want[0]) && strstr(err.msg, cases[i].want[1]), "%s: rc %d, '%s'",
+              cases[i].dir, rc, err.msg);
+    }
+}
+
 static void test_bad_scales(void) {
     const char *q = "'model.layers.0.self_attn.q_proj.weight_scale'";
     const char *qi = "'model.layers.0.self_attn.q_proj.input_scale'";
-    const struct { const char *dir, *want[2]; } cases[] = {
-        {"zero", {q, "value 0 is 0; a scale must be a positive finite number"}},
-        {"negative", {q, "value 0 is -0.5; a scale must be a positive finite number"}},
-        {"nan", {q, "is nan; a scale must be a positive finite number"}},
-        {"inf", {q, "is inf; a scale must be a positive finite number"}},
+    const LoadCase cases[] = {
+        BAD_VALUE_CASES(q),
         {"missing", {"tensor 'model.layers.0.self_attn.q_proj.weight' is F8_E4M3 but its scale", q}},
         {"shape", {q, "must have shape [] or [1] (per tensor), or [16, 1] or [16] (per channel)"}},
         {"dtype", {q, "is F8_E4M3: a scale must be F32, BF16 or F16"}},
@@ -310,15 +340,7 @@ static void test_bad_scales(void) {
     int rc = model_load(&m, fixture(path, sizeof path, "fp8/bad/good"), MODEL_LOAD_NO_TOKENIZER, &err);
     CHECK(rc == 0, "the unbroken micro checkpoint: %s", err.msg);
     if (rc == 0) model_free(&m);
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        char rel[256];
-        snprintf(rel, sizeof rel, "fp8/bad/%s", cases[i].dir);
-        err.msg[0] = 0;
-        rc = model_load(&m, fixture(path, sizeof path, rel), MODEL_LOAD_NO_TOKENIZER, &err);
-        if (rc == 0) model_free(&m);
-        CHECK(rc != 0 && strstr(err.msg, cases[i].want[0]) && strstr(err.msg, cases[i].want[1]),
-              "%s: rc %d, '%s'", cases[i].dir, rc, err.msg);
-    }
+    check_load_errors("fp8/bad", cases, sizeof cases / sizeof *cases);
 }
 
 static void test_quant_configs(void) {
@@ -428,10 +450,8 @@ static void test_quantize_fp8(void) {
 /* The static encode against torch's codes (fp8kv/codes.json), through
  * fp8_quantize_row_fixed and through an fp8 cache given fixed scales. */
 static void test_kv_fixed_codes(void) {
-    char path[1024];
     Err err = {{0}};
-    Json *doc = json_parse_file(fixture(path, sizeof path, "fp8kv/codes.json"), &err);
-    CHECK(doc != NULL, "%s", err.msg);
+    Json *doc = fixture_json("fp8kv/codes.json");
     if (!doc) return;
     const JsonValue *rows = json_get(json_root(doc), "rows");
     CHECK(json_len(rows) >= 4, "%zu rows", json_len(rows));
@@ -561,11 +581,8 @@ static void test_kv_scales_binding(void) {
 
 static void test_kv_scales_bad(void) {
     const char *k0 = "'model.layers.0.self_attn.k_scale'";
-    const struct { const char *dir, *want[2]; } cases[] = {
-        {"zero", {k0, "value 0 is 0; a scale must be a positive finite number"}},
-        {"negative", {k0, "value 0 is -0.5; a scale must be a positive finite number"}},
-        {"nan", {k0, "is nan; a scale must be a positive finite number"}},
-        {"inf", {k0, "is inf; a scale must be a positive finite number"}},
+    const LoadCase cases[] = {
+        BAD_VALUE_CASES(k0),
         {"head-zero", {"'model.layers.1.self_attn.v_proj.v_scale'", "value 1 is 0"}},
         {"shape", {k0, "a KV cache scale is one value (per tensor) or 2 (one per KV head)"}},
         {"shape2", {k0, "has shape [2, 2, 1, 1]"}},
@@ -576,16 +593,7 @@ static void test_kv_scales_bad(void) {
         {"scheme-bits", {"kv_cache_scheme.num_bits = 4", "only 8 is supported"}},
         {"scheme-strategy", {"kv_cache_scheme.strategy = 'channel'", "attn_head"}},
     };
-    char path[1024], rel[256];
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        Model m;
-        Err err = {{0}};
-        snprintf(rel, sizeof rel, "fp8kv/bad/%s", cases[i].dir);
-        int rc = model_load(&m, fixture(path, sizeof path, rel), MODEL_LOAD_NO_TOKENIZER, &err);
-        if (rc == 0) model_free(&m);
-        CHECK(rc != 0 && strstr(err.msg, cases[i].want[0]) && strstr(err.msg, cases[i].want[1]), "%s: rc %d, '%s'",
-              cases[i].dir, rc, err.msg);
-    }
+    check_load_errors("fp8kv/bad", cases, sizeof cases / sizeof *cases);
 }
 
 int main(void) {
