@@ -174,11 +174,25 @@ static int parse_opts(const char *cmd, const char *usage, int argc, char **argv,
     return 0;
 }
 
-/* --kv-dtype NAME into *t; 2 (after saying why) for a name cllm lacks. */
-static int parse_kv_dtype(const char *cmd, const char *name, KVDtype *t) {
-    if (!name || kv_dtype_from_name(name, t) == 0) return 0;
-    fprintf(stderr, "cllm %s: --kv-dtype '%s': expected one of %s\n", cmd, name, KV_DTYPE_NAMES);
-    return 2;
+/* --kv-dtype NAME into *t, and --kv-scales NAME (scales, or NULL) checked
+ * against it; 2 (after saying why) for a name cllm lacks, or static scales
+ * for a cache that has none. */
+static int parse_kv_dtype(const char *cmd, const char *name, KVDtype *t, const char *scales) {
+    if (name && kv_dtype_from_name(name, t)) {
+        fprintf(stderr, "cllm %s: --kv-dtype '%s': expected one of %s\n", cmd, name, KV_DTYPE_NAMES);
+        return 2;
+    }
+    KVScales s;
+    if (scales && kv_scales_from_name(scales, &s)) {
+        fprintf(stderr, "cllm %s: --kv-scales '%s': expected one of %s\n", cmd, scales, KV_SCALES_NAMES);
+        return 2;
+    }
+    if (scales && s != KV_SCALES_DYNAMIC && *t != KV_DTYPE_FP8) {
+        fprintf(stderr, "cllm %s: --kv-scales %s: only an fp8 KV cache has scales; add --kv-dtype fp8\n", cmd,
+                scales);
+        return 2;
+    }
+    return 0;
 }
 
 /* --weights NAME: "fp8" quantizes the float matrices at load; "file" (the
@@ -208,6 +222,9 @@ static int parse_dummy_weights(const char *cmd, const char *arg, bool *on, DType
 #define WEIGHTS_HELP "fp8: quantize the float matrices (attention, MLP, an untied LM head) to FP8 e4m3 at load, " \
     "a scale per output row; refused for GGUF-quantized (Q*) matrices (default: file, as stored)"
 #define KV_DTYPE_HELP "KV cache elements: bf16 (default; fp32 on the CPU) or fp8 (e4m3, a scale per token and KV head)"
+#define KV_SCALES_HELP "fp8 KV cache scales: dynamic (amax/448 per token and KV head), checkpoint (the model's " \
+    "k_scale/v_scale), calibrate (per KV head from the first step, then fixed) (default: checkpoint where the model " \
+    "has them, else dynamic)"
 
 /* ---------- subcommands ---------- */
 
@@ -238,7 +255,7 @@ static int cmd_info(int argc, char **argv) {
         {"--pp", &pp, 1, 1024, 0, NULL},
         {"--tp", &tp, 1, TP_GROUP_MAX, 0, NULL},
     };
-    if ((rc = check_ints("info", ints, 3)) || (rc = parse_kv_dtype("info", kv_name, &kv_dtype)) ||
+    if ((rc = check_ints("info", ints, 3)) || (rc = parse_kv_dtype("info", kv_name, &kv_dtype, NULL)) ||
         (rc = parse_dummy_weights("info", dummy_arg, &dummy, &dummy_type)))
         return rc;
     InfoOptions io = {n_pos ? pos[0] : model, tensors, dummy, dummy_type, kv_tokens, kv_dtype, pp, pp_split, tp};
@@ -303,6 +320,7 @@ static int cmd_tokenize(int argc, char **argv) {
     {"--batch-invariant", NULL, OPT_FLAG, &(o)->batch_invariant,                                              \
      "GPU: a sequence's tokens do not depend on the batch it runs in (slower; see README; default off)"},                  \
     {"--kv-dtype", NULL, OPT_STR, &kv_dtype, KV_DTYPE_HELP},                                                 \
+    {"--kv-scales", NULL, OPT_STR, &(o)->kv_scales, KV_SCALES_HELP},                                         \
     {"--weights", NULL, OPT_STR, &(o)->weights, WEIGHTS_HELP},                                               \
     {"--verbose", "-v", OPT_FLAG, &(o)->verbose, "print statistics (default: chat prints them when stdout is a terminal)"}
 
@@ -372,7 +390,7 @@ static int cmd_chat(int argc, char **argv) {
     int n_pos, rc = parse_opts("chat", "chat [-m MODEL] [options]", argc, argv, opts, pos, 0, &n_pos);
     if (rc) return rc == 1 ? 0 : rc;
     unsigned given = sampling_given(&o.sampling);
-    if ((rc = check_run_options("chat", &o, &seed)) || (rc = parse_kv_dtype("chat", kv_dtype, &o.kv_dtype)) ||
+    if ((rc = check_run_options("chat", &o, &seed)) || (rc = parse_kv_dtype("chat", kv_dtype, &o.kv_dtype, o.kv_scales)) ||
         (rc = parse_weights("chat", o.weights)) ||
         (rc = parse_dummy_weights("chat", dummy, &o.dummy_weights, &o.dummy_type)))
         return rc;
@@ -439,7 +457,7 @@ static int cmd_generate(int argc, char **argv) {
                                argc, argv, opts, pos, 0, &n_pos);
     if (rc) return rc == 1 ? 0 : rc;
     b.sampling_given = sampling_given(&o.sampling);
-    if ((rc = check_run_options("generate", &o, &seed)) || (rc = parse_kv_dtype("generate", kv_dtype, &o.kv_dtype)) ||
+    if ((rc = check_run_options("generate", &o, &seed)) || (rc = parse_kv_dtype("generate", kv_dtype, &o.kv_dtype, o.kv_scales)) ||
         (rc = parse_weights("generate", o.weights)) ||
         (rc = parse_dummy_weights("generate", dummy, &o.dummy_weights, &o.dummy_type)))
         return rc;
@@ -501,7 +519,7 @@ static int cmd_serve(int argc, char **argv) {
         {"--grace", &so.grace_seconds, 0, 86400, 30, NULL},
     };
     if ((rc = check_run_options("serve", &o, &seed)) || (rc = check_ints("serve", ints, 6)) ||
-        (rc = parse_kv_dtype("serve", kv_dtype, &o.kv_dtype)) || (rc = parse_weights("serve", o.weights)) ||
+        (rc = parse_kv_dtype("serve", kv_dtype, &o.kv_dtype, o.kv_scales)) || (rc = parse_weights("serve", o.weights)) ||
         (rc = parse_dummy_weights("serve", dummy, &o.dummy_weights, &o.dummy_type)))
         return rc;
     if (o.system) {
@@ -539,6 +557,7 @@ static int cmd_bench(int argc, char **argv) {
         {"--dummy-weights", NULL, OPT_FLAG_VALUE, &dummy, DUMMY_HELP},
         {"--batch-invariant", NULL, OPT_FLAG, &o.batch_invariant, "GPU: the batch-invariant kernels (see README)"},
         {"--kv-dtype", NULL, OPT_STR, &kv_dtype, KV_DTYPE_HELP},
+        {"--kv-scales", NULL, OPT_STR, &o.kv_scales, KV_SCALES_HELP},
         {"--weights", NULL, OPT_STR, &o.weights, WEIGHTS_HELP},
         {"--pp", NULL, OPT_INT, &o.pp, "pipeline stages (one GPU each)"},
         {"--tp", NULL, OPT_INT, &o.tp, "tensor-parallel ranks (per --pp stage; CPU backends so far)"},
@@ -562,7 +581,7 @@ static int cmd_bench(int argc, char **argv) {
         {"--tp", &o.tp, 1, TP_GROUP_MAX, 0, NULL},
         {"--seed", &seed, 0, INT_MAX, -1, NULL},
     };
-    if ((rc = check_ints("bench", ints, 5)) || (rc = parse_kv_dtype("bench", kv_dtype, &o.kv_dtype)) ||
+    if ((rc = check_ints("bench", ints, 5)) || (rc = parse_kv_dtype("bench", kv_dtype, &o.kv_dtype, o.kv_scales)) ||
         (rc = parse_weights("bench", o.weights)) ||
         (rc = parse_dummy_weights("bench", dummy, &o.dummy_weights, &o.dummy_type)))
         return rc;
@@ -601,6 +620,7 @@ static int cmd_perplexity(int argc, char **argv) {
         {"--bf16-weights", NULL, OPT_FLAG, &o->bf16_weights, "GPU: dequantize quantized weights to bf16 at load"},
         {"--batch-invariant", NULL, OPT_FLAG, &o->batch_invariant, "GPU: the batch-invariant kernels (see README)"},
         {"--kv-dtype", NULL, OPT_STR, &kv_dtype, KV_DTYPE_HELP},
+        {"--kv-scales", NULL, OPT_STR, &o->kv_scales, KV_SCALES_HELP},
         {"--weights", NULL, OPT_STR, &o->weights, WEIGHTS_HELP},
         {"--verbose", "-v", OPT_FLAG, &o->verbose, "print each window's figures"},
         {0},
@@ -621,7 +641,7 @@ static int cmd_perplexity(int argc, char **argv) {
         {"--ctx", &ctx, 2, MAX_CTX_TOKENS, 0, "leave it out for min(512, the model's context)"},
         {"--stride", &stride, 1, MAX_CTX_TOKENS, 0, "leave it out for --ctx"},
     };
-    if ((rc = check_ints("perplexity", ints, 4)) || (rc = parse_kv_dtype("perplexity", kv_dtype, &o->kv_dtype)) ||
+    if ((rc = check_ints("perplexity", ints, 4)) || (rc = parse_kv_dtype("perplexity", kv_dtype, &o->kv_dtype, o->kv_scales)) ||
         (rc = parse_weights("perplexity", o->weights)) ||
         check_float("perplexity", "--gpu-mem-util", o->gpu_mem_util, 0, true, 1, "a fraction"))
         return rc ? rc : 2;

@@ -182,6 +182,9 @@ void model_print_info(FILE *out, const Model *m, int kv_tokens, KVDtype kv_dtype
     fprintf(out, "%-22s %llu bytes per token (bf16), %llu (fp8: e4m3 + a scale per KV head)\n", "",
             (unsigned long long)config_kv_bytes_per_token(c, KV_DTYPE_BF16),
             (unsigned long long)config_kv_bytes_per_token(c, KV_DTYPE_FP8));
+    if (c->n_layers > 0 && m->w.layers && m->w.layers[0].kv_scales.data)
+        fprintf(out, "%-22s static fp8 scales in the checkpoint ('%s' ...): --kv-dtype fp8 uses them\n", "",
+                m->w.layers[0].kv_scales.name);
     if (gpu) print_kv_fit(out, kv_fit);
 }
 

@@ -44,9 +44,11 @@ int run_options_from_env(RunOptions *o, Err *err) {
 }
 
 /* What every backend of the run shares (the device is the caller's). */
-static BackendOptions backend_options(const RunOptions *o, const ModelConfig *c, int ctx, int block, int chunk) {
+static BackendOptions backend_options(const Runtime *rt, const RunOptions *o, const ModelConfig *c, int ctx, int block,
+                                      int chunk) {
     BackendOptions bo = {.device = -1, .threads = o->threads, .block_size = block, .max_seq_tokens = ctx,
                          .max_tokens = chunk, .mem_util = o->gpu_mem_util, .kv_dtype = o->kv_dtype,
+                         .kv_scales = rt->kv_scales,
                          .bf16_weights = o->bf16_weights, .batch_invariant = o->batch_invariant};
     forward_buffer_elems(c, chunk, &bo.act_elems, &bo.f32_elems);
     return bo;
@@ -61,7 +63,7 @@ static double pp_timeout(void) {
  * the engine over them where this process drives. */
 static int open_pipeline(Runtime *rt, const RunOptions *o, int ctx, int block, int chunk, Err *err) {
     PipelineOptions po = {.n_stages = o->pp, .split = o->pp_split, .gpus = o->gpus, .cpu = o->cpu, .tp = o->tp,
-                          .backend = backend_options(o, &rt->model.cfg, ctx, block, chunk), .ctx_tokens = ctx,
+                          .backend = backend_options(rt, o, &rt->model.cfg, ctx, block, chunk), .ctx_tokens = ctx,
                           .rank = o->rank, .world_size = o->world_size, .master = o->master,
                           .timeout_s = pp_timeout()};
     if (pipeline_open(&rt->pp, &rt->model, &po, err)) return -1;
@@ -91,7 +93,7 @@ static int open_pipeline(Runtime *rt, const RunOptions *o, int ctx, int block, i
 static int open_tensor_parallel(Runtime *rt, const RunOptions *o, int n_gpus, int ctx, int block, int chunk,
                                 Err *err) {
     const Model *m = &rt->model;
-    BackendOptions bo = backend_options(o, &m->cfg, ctx, block, chunk);
+    BackendOptions bo = backend_options(rt, o, &m->cfg, ctx, block, chunk);
     bo.device = n_gpus > 0 ? o->gpu : -1;
     bo.n_blocks = n_gpus > 0 ? 0 : (ctx + block - 1) / block + 1;
     if (tp_ranks_open(&rt->tp, &m->cfg, &m->shape, &m->w, o->tp, &bo, "the model", err)) {
@@ -120,7 +122,7 @@ static int open_tensor_parallel(Runtime *rt, const RunOptions *o, int n_gpus, in
  * takes what --gpu-mem-util leaves after weights and activations. */
 static int open_backend(Runtime *rt, const RunOptions *o, int n_gpus, int ctx, int block, int chunk, Err *err) {
     const ModelConfig *c = &rt->model.cfg;
-    BackendOptions bo = backend_options(o, c, ctx, block, chunk);
+    BackendOptions bo = backend_options(rt, o, c, ctx, block, chunk);
     int n_blocks = (ctx + block - 1) / block + 1;
     if (n_gpus > 0 && (o->gpu < 0 || o->gpu >= n_gpus))
         return err_set(err, "--gpu %d: this machine has %d GPU(s) (0..%d)", o->gpu, n_gpus, n_gpus - 1);
@@ -163,6 +165,22 @@ static int gpu_fallback(const RunOptions *o, int *n_gpus, Err *err) {
     return 0;
 }
 
+/* --kv-scales against the model: checkpoint needs its scales; left out,
+ * an fp8 cache takes them where the model has them. */
+static int resolve_kv_scales(const RunOptions *o, const Model *m, KVScales *out, Err *err) {
+    bool has = m->cfg.n_layers > 0 && m->w.layers && m->w.layers[0].kv_scales.data;
+    *out = o->kv_dtype == KV_DTYPE_FP8 && has ? KV_SCALES_CHECKPOINT : KV_SCALES_DYNAMIC;
+    if (!o->kv_scales) return 0;
+    if (kv_scales_from_name(o->kv_scales, out))
+        return err_set(err, "--kv-scales '%s': expected one of %s", o->kv_scales, KV_SCALES_NAMES);
+    if (*out != KV_SCALES_DYNAMIC && o->kv_dtype != KV_DTYPE_FP8)
+        return err_set(err, "--kv-scales %s: only an fp8 KV cache has scales; add --kv-dtype fp8", o->kv_scales);
+    if (*out == KV_SCALES_CHECKPOINT && !has)
+        return err_set(err, "--kv-scales checkpoint: %s has no KV cache scales (k_scale / v_scale tensors); use "
+                       "--kv-scales calibrate or dynamic", m->path);
+    return 0;
+}
+
 int runtime_open(Runtime *rt, const RunOptions *o, Err *err) {
     memset(rt, 0, sizeof *rt);
     if (!(o->gpu_mem_util > 0 && o->gpu_mem_util <= 1))
@@ -172,6 +190,10 @@ int runtime_open(Runtime *rt, const RunOptions *o, Err *err) {
                          : model_load(&rt->model, o->model, flags, err))
         return -1;
     app_warn_unused(&rt->model);
+    if (resolve_kv_scales(o, &rt->model, &rt->kv_scales, err)) {
+        runtime_close(rt);
+        return -1;
+    }
     const ModelConfig *c = &rt->model.cfg;
     int ctx = o->ctx_size > 0 ? o->ctx_size : (c->ctx_len < 4096 ? c->ctx_len : 4096);
     int block = 16, chunk = o->prefill_chunk > 0 ? o->prefill_chunk : 256;

@@ -38,6 +38,8 @@ typedef struct {
     const char *master;           /* ADDR:PORT where the last rank (the driver) listens */
     bool batch_invariant;         /* GPU: each sequence's results independent of the batch it runs in */
     KVDtype kv_dtype;             /* KV cache elements (--kv-dtype): bf16 (fp32 on the CPU) or fp8 e4m3 + scales */
+    const char *kv_scales;        /* --kv-scales: "dynamic", "checkpoint", "calibrate" (base/dtype.h KVScales), or
+                                     NULL: checkpoint where the model has KV cache scales and the cache is fp8 */
     const char *weights;          /* --weights: "fp8" quantizes float matrices at load (MODEL_LOAD_WEIGHTS_FP8); NULL/"file": as stored */
 } RunOptions;
 
@@ -56,6 +58,7 @@ typedef struct {
     char bos_text[64], eos_text[64];  /* the texts of BOS and EOS, for templates */
     double load_gbps;                 /* weight upload rate to the GPU (0 on the CPU) */
     int64_t kv_tokens;                /* tokens the KV cache holds */
+    KVScales kv_scales;               /* where the fp8 cache's scales come from (--kv-scales resolved) */
     Pipeline pp;                      /* the stages, when o->pp > 1 (pp.serving: this rank serves one, no engine) */
     bool pipelined;
     TpRanks tp;                       /* the ranks, when o->tp > 1 without --pp (with it: the pipeline's stages hold them) */

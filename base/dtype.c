@@ -163,6 +163,14 @@ void fp8_dequantize_row(const uint8_t *codes, int n, float scale, float *y) {
     for (int i = 0; i < n; i++) y[i] = e4m3_to_fp32(codes[i]) * scale;
 }
 
+void fp8_quantize_row_fixed(const float *x, int n, float scale, uint8_t *codes) {
+    for (int i = 0; i < n; i++) codes[i] = fp32_to_e4m3(x[i] / scale);
+}
+
+float fp8_scale_of_amax(float amax) {
+    return amax > 0.0f && amax <= 3.4028235e38f ? amax / E4M3_MAX : 1.0f;
+}
+
 float fp8_quantize_weight_row(const float *x, int64_t n, uint8_t *codes) {
     float amax = 0.0f;
     for (int64_t i = 0; i < n; i++) {
@@ -179,6 +187,18 @@ const char *kv_dtype_name(KVDtype t) { return t == KV_DTYPE_FP8 ? "fp8" : "bf16"
 int kv_dtype_from_name(const char *s, KVDtype *t) {
     if (s && !strcmp(s, "bf16")) *t = KV_DTYPE_BF16;
     else if (s && !strcmp(s, "fp8")) *t = KV_DTYPE_FP8;
+    else return -1;
+    return 0;
+}
+
+const char *kv_scales_name(KVScales s) {
+    return s == KV_SCALES_CHECKPOINT ? "checkpoint" : s == KV_SCALES_CALIBRATE ? "calibrate" : "dynamic";
+}
+
+int kv_scales_from_name(const char *s, KVScales *out) {
+    if (s && !strcmp(s, "dynamic")) *out = KV_SCALES_DYNAMIC;
+    else if (s && !strcmp(s, "checkpoint")) *out = KV_SCALES_CHECKPOINT;
+    else if (s && !strcmp(s, "calibrate")) *out = KV_SCALES_CALIBRATE;
     else return -1;
     return 0;
 }

@@ -102,6 +102,16 @@ float e4m3_to_fp32(uint8_t c); /* exact */
 void fp8_quantize_row(const float *x, int n, uint8_t *codes, float *scale);
 void fp8_dequantize_row(const uint8_t *codes, int n, float scale, float *y);
 
+/* A row as e4m3 codes under a scale fixed beforehand (the FP8 KV cache
+ * with static scales: --kv-scales checkpoint / calibrate): code_i =
+ * fp32_to_e4m3(x_i / scale), saturating at +-448, the division in fp32 as
+ * fp8_quantize_row's. scale must be a positive finite number. */
+void fp8_quantize_row_fixed(const float *x, int n, float scale, uint8_t *codes);
+/* The static scale of a calibration amax (--kv-scales calibrate): amax /
+ * 448, or 1 where amax is zero, NaN or infinite (a head that was all zeros
+ * on the first step: any scale keeps its zeros; an inf one saturates). */
+float fp8_scale_of_amax(float amax);
+
 /* A weight row as e4m3 codes with one scale (--weights fp8, cllm quantize
  * --type fp8): as fp8_quantize_row but an all-zero (or all-nan) row gets
  * scale 1, never 0, so every scale of an FP8 matrix is a positive finite
@@ -116,6 +126,17 @@ typedef enum { KV_DTYPE_BF16 = 0, KV_DTYPE_FP8 = 1 } KVDtype;
 #define KV_DTYPE_NAMES "bf16, fp8"
 const char *kv_dtype_name(KVDtype t);                 /* "bf16", "fp8" */
 int kv_dtype_from_name(const char *s, KVDtype *t);    /* 0, or -1 for a name not in KV_DTYPE_NAMES */
+/* Where the fp8 KV cache's scales come from (--kv-scales): computed per
+ * (token, KV head) as the token is written (amax / 448); the checkpoint's
+ * static k_scale / v_scale (per tensor or per KV head, per layer); or
+ * computed once from the first step's keys and values (per KV head, per
+ * layer: vLLM's calculate_kv_scales) and then fixed. Static scales are
+ * written into each (token, KV head)'s scale slot, so the cache layout and
+ * the attention kernels are the dynamic form's. */
+typedef enum { KV_SCALES_DYNAMIC = 0, KV_SCALES_CHECKPOINT = 1, KV_SCALES_CALIBRATE = 2 } KVScales;
+#define KV_SCALES_NAMES "dynamic, checkpoint, calibrate"
+const char *kv_scales_name(KVScales s);
+int kv_scales_from_name(const char *s, KVScales *out); /* 0, or -1 for a name not in KV_SCALES_NAMES */
 /* Bytes one token's K and V take on the GPU, per layer and KV head:
  * (head_dim_k + head_dim_v) x 2 (bf16), or x 1 + 2 x 4 (fp8 codes + scales). */
 uint64_t kv_head_token_bytes(KVDtype t, int head_dim_k, int head_dim_v);

@@ -19,7 +19,7 @@ Backend *backend_create(const ModelShape *shape, const ModelWeights *w, const Ba
     if (o->block_size <= 0) return err_set(err, "backend: KV blocks of %d tokens", o->block_size), NULL;
     if (o->device < 0) {
         if (o->n_blocks <= 0) return err_set(err, "cpu: a KV cache of %d blocks", o->n_blocks), NULL;
-        Backend *be = backend_cpu_create(shape, w, o->threads, o->block_size, o->n_blocks, o->kv_dtype, err);
+        Backend *be = backend_cpu_create(shape, w, o->threads, o->block_size, o->n_blocks, o->kv_dtype, o->kv_scales, err);
         if (be && o->tp_group) backend_cpu_join_tp(be, o->tp_group, o->tp_rank);
         return be;
     }

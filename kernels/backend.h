@@ -195,6 +195,8 @@ typedef struct {
     float mem_util;        /* GPU: the share of its memory cllm may take; <= 0: 0.9 */
     int64_t act_elems, f32_elems; /* GPU: the buffers the caller will alloc beside, by kind (forward_init's) */
     KVDtype kv_dtype;      /* bf16 (fp32 on the CPU), or fp8 e4m3 with a scale per (token, KV head) */
+    KVScales kv_scales;    /* fp8: those scales dynamic (amax / 448), the checkpoint's static ones (every
+                              layer's k_scale / v_scale), or calibrated on the first step (base/dtype.h) */
     bool bf16_weights;     /* GPU: every matrix as bf16, also those it could keep quantized */
     bool batch_invariant;  /* GPU: each row's results independent of the other rows of its step */
     TpGroup *tp_group;     /* a rank of this tensor-parallel group (NULL: none); the CPU backend only so far */

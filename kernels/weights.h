@@ -39,6 +39,8 @@ typedef struct {
     WeightRef b_gate, b_up, b_down; /* dense: [F],[F],[C]; MoE: E x [F], E x [C] (optional) */
     WeightRef router, router_bias;  /* [E][C], [E] (MoE) */
     WeightRef post_ffn_norm;   /* [C] (Gemma) */
+    WeightRef kv_scales;       /* [2*KV] fp32: the checkpoint's static FP8 KV-cache scales, K's per KV head
+                                  then V's (a per-tensor one repeated; model/kv_scales.c) (optional) */
 } LayerWeights;
 
 typedef struct {

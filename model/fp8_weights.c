@@ -24,20 +24,20 @@ static void scale_name(char *out, size_t cap, const char *name, const char *suff
 }
 
 /* Value i of a scale tensor (F32, BF16, F16; the bytes may be unaligned). */
-static float scale_at(const TensorInfo *t, uint64_t i) {
+float fp8_scale_at(const TensorInfo *t, uint64_t i) {
     float v;
     dequantize_row(t->type, (const char *)t->data + i * (uint64_t)dtype_info(t->type)->block_bytes, &v, 1);
     return v;
 }
 
 /* Checks a scale tensor's dtype and every value. */
-static int check_scale_values(const Model *m, const TensorInfo *s, Err *err) {
+int fp8_check_scale_values(const Model *m, const TensorInfo *s, Err *err) {
     if (s->type != DT_F32 && s->type != DT_BF16 && s->type != DT_F16)
         return err_set(err, "%s: tensor '%s' is %s: a scale must be F32, BF16 or F16", m->path, s->name,
                        dtype_info(s->type)->name);
     uint64_t n = tensor_nelems(s);
     for (uint64_t i = 0; i < n; i++) {
-        float v = scale_at(s, i);
+        float v = fp8_scale_at(s, i);
         if (!(v > 0.0f) || !isfinite(v))
             return err_set(err, "%s: tensor '%s': value %llu is %g; a scale must be a positive finite number",
                            m->path, s->name, (unsigned long long)i, v);
@@ -60,10 +60,10 @@ int fp8_bind_scales(Model *m, WeightRef *w, const TensorInfo *t, Err *err) {
                        "must have shape [] or [1] (per tensor), or [%llu, 1] or [%llu] (per channel)", m->path, name,
                        (unsigned long long)s->ne[0], (unsigned long long)s->ne[1], t->name, (unsigned long long)rows,
                        (unsigned long long)rows, (unsigned long long)rows);
-    if (check_scale_values(m, s, err)) return -1;
+    if (fp8_check_scale_values(m, s, err)) return -1;
     float *sc = malloc(rows * sizeof *sc);
     if (model_own(m, sc, err)) return -1;
-    for (uint64_t r = 0; r < rows; r++) sc[r] = scale_at(s, per_tensor ? 0 : r);
+    for (uint64_t r = 0; r < rows; r++) sc[r] = fp8_scale_at(s, per_tensor ? 0 : r);
     w->scale = sc;
     w->input_scale = 0;
     scale_name(name, sizeof name, t->name, "input_scale");
@@ -76,8 +76,8 @@ int fp8_bind_scales(Model *m, WeightRef *w, const TensorInfo *t, Err *err) {
     if (tensor_nelems(in) != 1)
         return err_set(err, "%s: tensor '%s' has %llu values; a static input scale is one value (shape [] or [1])",
                        m->path, name, (unsigned long long)tensor_nelems(in));
-    if (check_scale_values(m, in, err)) return -1;
-    w->input_scale = scale_at(in, 0);
+    if (fp8_check_scale_values(m, in, err)) return -1;
+    w->input_scale = fp8_scale_at(in, 0);
     return 0;
 }
 

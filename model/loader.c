@@ -403,6 +403,7 @@ static int model_load_as(Model *m, const char *path, int flags, DType dummy_type
         rc = err_set(err, "%s: out of memory", path);
     if (rc == 0) rc = model_bind_globals(m, err);
     if (rc == 0) rc = model_bind_layers(m, err);
+    if (rc == 0) rc = kv_bind_scales(m, err);
     if (rc == 0 && (flags & MODEL_LOAD_WEIGHTS_FP8)) rc = fp8_quantize_weights(m, err);
     if (rc == 0 && !m->dummy) rc = model_find_unused(m, err);
     if (rc == 0) rc = model_shape_build(&m->shape, &m->cfg, &m->w.rope_freqs, err);

@@ -96,6 +96,24 @@ static int read_compressed_tensors(QuantConfig *q, const JsonValue *qc, const ch
     return 0;
 }
 
+/* kv_cache_scheme: null, or static (or dynamic) float 8-bit per tensor or per head. */
+static int read_kv_scheme(QuantConfig *q, const JsonValue *qc, const char *src, const char *method, Err *err) {
+    const JsonValue *k = json_get(qc, "kv_cache_scheme");
+    if (!k || k->type == JSON_NULL) return 0;
+    if (k->type != JSON_OBJECT) return qc_fail(err, src, method, "kv_cache_scheme", k, "expected an object or null");
+    if (!is_int(json_get(k, "num_bits"), 8))
+        return qc_fail(err, src, method, "kv_cache_scheme.num_bits", json_get(k, "num_bits"), "only 8 is supported");
+    if (!is_str(json_get(k, "type"), "float"))
+        return qc_fail(err, src, method, "kv_cache_scheme.type", json_get(k, "type"),
+                       "only \"float\" (FP8 e4m3) is supported");
+    const JsonValue *st = json_get(k, "strategy");
+    if (st && !is_str(st, "tensor") && !is_str(st, "attn_head"))
+        return qc_fail(err, src, method, "kv_cache_scheme.strategy", st,
+                       "only \"tensor\" and \"attn_head\" (one scale per KV head) are supported");
+    q->kv_static = !is_true(json_get(k, "dynamic"));
+    return 0;
+}
+
 int quant_config_from_hf(QuantConfig *q, const JsonValue *root, const char *src, Err *err) {
     memset(q, 0, sizeof *q);
     const JsonValue *qc = root ? json_get(root, "quantization_config") : NULL;
@@ -111,6 +129,7 @@ int quant_config_from_hf(QuantConfig *q, const JsonValue *root, const char *src,
     else
         return err_set(err, "%s: quantization_config.quant_method '%.40s' is not supported (cllm reads FP8 "
                        "checkpoints: \"fp8\" and \"compressed-tensors\" float-quantized)", src, m->u.string.s);
+    if (rc == 0) rc = read_kv_scheme(q, qc, src, q->method, err);
     q->fp8 = rc == 0;
     return rc;
 }

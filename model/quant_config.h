@@ -10,7 +10,11 @@
  * block strategies, weight_block_size, awq, gptq, bitsandbytes, ...) is
  * refused with an error naming quant_method and the field. Which layers are
  * quantized follows the tensors' own dtypes (an `ignore`d layer is stored in
- * bf16), so the ignore list needs no reading.
+ * bf16), so the ignore list needs no reading. Either method may carry a
+ * kv_cache_scheme (compressed-tensors' form: {num_bits 8, type float,
+ * strategy tensor or attn_head, dynamic false}): the file then holds static
+ * FP8 KV-cache scales (model/kv_scales.c binds them); another scheme is
+ * refused, a dynamic one needs no tensors.
  */
 #ifndef CLLM_QUANT_CONFIG_H
 #define CLLM_QUANT_CONFIG_H
@@ -24,6 +28,7 @@ typedef struct {
     bool fp8;             /* a quantization_config of FP8 weights was read */
     char method[32];      /* its quant_method: "fp8", "compressed-tensors" */
     bool static_input;    /* activations use the checkpoint's input_scale tensors */
+    bool kv_static;       /* kv_cache_scheme: static FP8 KV-cache scales (k_scale / v_scale) are in the file */
 } QuantConfig;
 
 /* Reads root's "quantization_config" (absent: q->fp8 false, 0). src names

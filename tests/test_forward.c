@@ -45,7 +45,7 @@ typedef struct {
 /* The backend and engine over the rig's loaded model. */
 static int rig_start(Rig *r, int block_size, KVDtype kv) {
     Err err = {{0}};
-    r->be = backend_cpu_create(&r->m.shape, &r->m.w, 2, block_size, 64, kv, &err);
+    r->be = backend_cpu_create(&r->m.shape, &r->m.w, 2, block_size, 64, kv, KV_SCALES_DYNAMIC, &err);
     if (!r->be || engine_init(&r->e, &r->m, r->be, 64 * block_size, 64, &err)) { printf("  %s\n", err.msg); return -1; }
     return 0;
 }

@@ -3,7 +3,11 @@
  * per channel) and --weights fp8 through the CPU forward against goldens
  * computed in torch (tests/fixtures/make_fp8_models.py), the load errors of
  * broken scales and refused quantization layouts, and `cllm quantize --type
- * fp8`'s checkpoint against --weights fp8.
+ * fp8`'s checkpoint against --weights fp8; the FP8 KV cache's static scales
+ * (--kv-scales: checkpoint k_scale / v_scale per tensor and per head, and
+ * the first step's calibration) against goldens of the same torch
+ * arithmetic (tests/fixtures/make_fp8_kv_models.py), their binding and the
+ * load errors of broken ones.
  *
  * How the logits are compared (errors are max |diff| / max |ref| of a row).
  * The golden and cllm do the same roundings (e4m3 of the weights and of the
@@ -25,6 +29,7 @@
 #include "app/quantize_cmd.h"
 #include "engine/engine.h"
 #include "kernels/cpu/backend_cpu.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "model/model.h"
 #include "model/quant_config.h"
 #include "tests/ref/ref_engine.h"
@@ -52,13 +57,19 @@ static char *fixture(char *buf, size_t cap, const char *rel) {
     return buf;
 }
 
+/* A fixture's JSON (NULL, after a failed CHECK, when it does not parse). */
+static Json *fixture_json(const char *rel) {
+    char path[1024];
+    Err err = {{0}};
+    Json *doc = json_parse_file(fixture(path, sizeof path, rel), &err);
+    CHECK(doc != NULL, "%s", err.msg);
+    return doc;
+}
+
 /* ---- e4m3 against torch's float8_e4m3fn ---- */
 
 static void test_e4m3_against_torch(void) {
-    char path[1024];
-    Err err = {{0}};
-    Json *doc = json_parse_file(fixture(path, sizeof path, "fp8/e4m3_torch.json"), &err);
-    CHECK(doc != NULL, "%s", err.msg);
+    Json *doc = fixture_json("fp8/e4m3_torch.json");
     if (!doc) return;
     const JsonValue *dec = json_get(json_root(doc), "decode"), *enc = json_get(json_root(doc), "encode");
     CHECK(json_len(dec) == 256, "decode has %zu codes", json_len(dec));
@@ -109,10 +120,17 @@ typedef struct {
     Engine e;
 } Rig;
 
-static int rig_open(Rig *r, const char *path, int flags, Err *err) {
+/* The KV cache a rig runs with: fp32, or fp8 with its scales' source. */
+typedef struct {
+    KVDtype dtype;
+    KVScales scales;
+} RigKV;
+static const RigKV KV_FP32 = {KV_DTYPE_BF16, KV_SCALES_DYNAMIC};
+
+static int rig_open(Rig *r, const char *path, int flags, RigKV kv, Err *err) {
     memset(r, 0, sizeof *r);
     if (model_load(&r->m, path, flags | MODEL_LOAD_NO_TOKENIZER, err)) return -1;
-    r->be = backend_cpu_create(&r->m.shape, &r->m.w, 2, 16, 64, KV_DTYPE_BF16, err);
+    r->be = backend_cpu_create(&r->m.shape, &r->m.w, 2, 16, 64, kv.dtype, kv.scales, err);
     if (!r->be || engine_init(&r->e, &r->m, r->be, 64 * 16, 64, err)) return -1;
     return 0;
 }
@@ -121,6 +139,7 @@ static void rig_close(Rig *r) {
     engine_free(&r->e);
     if (r->be) r->be->destroy(r->be);
     model_free(&r->m);
+    memset(r, 0, sizeof *r); /* closing twice is harmless */
 }
 
 /* The logits of every row of ids in one step (NULL on failure). */
@@ -139,9 +158,11 @@ typedef struct {
     int rows, exact;   /* rows compared; rows within EXACT */
 } Agreement;
 
-/* The model at path loaded with flags against the prompts of ref
- * (fp8/<name>.ref.json); out_logits (when given) gets prompt 0's. */
-static Agreement check_against(const char *ref_name, const char *path, int flags, float **out_logits) {
+/* The model at path loaded with flags, with a KV cache kv, against the
+ * prompts of ref (fp8/<name>.ref.json); out_logits (when given) gets
+ * prompt 0's. --kv-scales calibrate: each prompt on a fresh backend (its
+ * scales from its own step, as the golden's). */
+static Agreement check_against_kv(const char *ref_name, const char *path, int flags, RigKV kv, float **out_logits) {
     char rp[1024];
     Err err = {{0}};
     Agreement a = {INFINITY, 0, 0};
@@ -149,13 +170,21 @@ static Agreement check_against(const char *ref_name, const char *path, int flags
     CHECK(doc != NULL, "%s", err.msg);
     if (!doc) return a;
     Rig r;
-    if (rig_open(&r, path, flags, &err)) {
+    if (rig_open(&r, path, flags, kv, &err)) {
         CHECK(0, "%s: %s", path, err.msg);
     } else {
         a.worst = 0;
         const JsonValue *prompts = json_get(json_root(doc), "prompts");
         int V = r.m.cfg.vocab;
         for (size_t p = 0; p < json_len(prompts); p++) {
+            if (p > 0 && kv.scales == KV_SCALES_CALIBRATE) {
+                rig_close(&r);
+                if (rig_open(&r, path, flags, kv, &err)) {
+                    CHECK(0, "%s: %s", path, err.msg);
+                    a.worst = INFINITY;
+                    break;
+                }
+            }
             const JsonValue *jids = json_get(json_at(prompts, p), "ids"), *b64 = json_get(json_at(prompts, p), "logits_f32_b64");
             int T = (int)json_len(jids);
             int32_t *ids = malloc(T * sizeof *ids);
@@ -180,6 +209,10 @@ static Agreement check_against(const char *ref_name, const char *path, int flags
     rig_close(&r);
     json_free(doc);
     return a;
+}
+
+static Agreement check_against(const char *ref_name, const char *path, int flags, float **out_logits) {
+    return check_against_kv(ref_name, path, flags, KV_FP32, out_logits);
 }
 
 /* Most rows equal to fp32 rounding, none beyond a flipped code's reach. */
@@ -263,14 +296,38 @@ static void test_weights_fp8(void) {
 
 /* ---- load errors ---- */
 
+/* A checkpoint under tests/fixtures/<root>/<dir> whose load fails with an
+ * error holding both want strings. */
+typedef struct {
+    const char *dir, *want[2];
+} LoadCase;
+
+/* fixtures <root>/zero, negative, nan, inf: the scale tensor t (quoted)
+ * holds 0, -0.5, NaN, inf (fp8_check_scale_values' errors). */
+#define BAD_VALUE_CASES(t)                                                                  \
+    {"zero", {t, "value 0 is 0; a scale must be a positive finite number"}},               \
+    {"negative", {t, "value 0 is -0.5; a scale must be a positive finite number"}},        \
+    {"nan", {t, "is nan; a scale must be a positive finite number"}},                      \
+    {"inf", {t, "is inf; a scale must be a positive finite number"}}
+
+static void check_load_errors(const char *root, const LoadCase *cases, size_t n) {
+    char path[1024], rel[256];
+    for (size_t i = 0; i < n; i++) {
+        Model m;
+        Err err = {{0}};
+        snprintf(rel, sizeof rel, "%s/%s", root, cases[i].dir);
+        int rc = model_load(&m, fixture(path, sizeof path, rel), MODEL_LOAD_NO_TOKENIZER, &err);
+        if (rc == 0) model_free(&m);
+        CHECK(rc != 0 && strstr(err.msg, cases[i].want[0]) && strstr(err.msg, cases[i].want[1]), "%s: rc %d, '%s'",
+              cases[i].dir, rc, err.msg);
+    }
+}
+
 static void test_bad_scales(void) {
     const char *q = "'model.layers.0.self_attn.q_proj.weight_scale'";
     const char *qi = "'model.layers.0.self_attn.q_proj.input_scale'";
-    const struct { const char *dir, *want[2]; } cases[] = {
-        {"zero", {q, "value 0 is 0; a scale must be a positive finite number"}},
-        {"negative", {q, "value 0 is -0.5; a scale must be a positive finite number"}},
-        {"nan", {q, "is nan; a scale must be a positive finite number"}},
-        {"inf", {q, "is inf; a scale must be a positive finite number"}},
+    const LoadCase cases[] = {
+        BAD_VALUE_CASES(q),
         {"missing", {"tensor 'model.layers.0.self_attn.q_proj.weight' is F8_E4M3 but its scale", q}},
         {"shape", {q, "must have shape [] or [1] (per tensor), or [16, 1] or [16] (per channel)"}},
         {"dtype", {q, "is F8_E4M3: a scale must be F32, BF16 or F16"}},
@@ -283,15 +340,7 @@ static void test_bad_scales(void) {
     int rc = model_load(&m, fixture(path, sizeof path, "fp8/bad/good"), MODEL_LOAD_NO_TOKENIZER, &err);
     CHECK(rc == 0, "the unbroken micro checkpoint: %s", err.msg);
     if (rc == 0) model_free(&m);
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        char rel[256];
-        snprintf(rel, sizeof rel, "fp8/bad/%s", cases[i].dir);
-        err.msg[0] = 0;
-        rc = model_load(&m, fixture(path, sizeof path, rel), MODEL_LOAD_NO_TOKENIZER, &err);
-        if (rc == 0) model_free(&m);
-        CHECK(rc != 0 && strstr(err.msg, cases[i].want[0]) && strstr(err.msg, cases[i].want[1]),
-              "%s: rc %d, '%s'", cases[i].dir, rc, err.msg);
-    }
+    check_load_errors("fp8/bad", cases, sizeof cases / sizeof *cases);
 }
 
 static void test_quant_configs(void) {
@@ -342,6 +391,29 @@ static void test_quant_configs(void) {
     QuantConfig q;
     CHECK(doc && quant_config_from_hf(&q, json_root(doc), "c", &err) == 0 && q.fp8 && q.static_input, "%s", err.msg);
     json_free(doc);
+    /* kv_cache_scheme: static per tensor or per head wants tensors; dynamic, none */
+    const struct { const char *scheme; int kv_static; } kv[] = {
+        {"{\"num_bits\": 8, \"type\": \"float\", \"strategy\": \"attn_head\", \"dynamic\": false}", 1},
+        {"{\"num_bits\": 8, \"type\": \"float\", \"strategy\": \"tensor\"}", 1},
+        {"{\"num_bits\": 8, \"type\": \"float\", \"strategy\": \"tensor\", \"dynamic\": true}", 0},
+        {"null", 0},
+        {"{\"num_bits\": 8, \"type\": \"int\", \"strategy\": \"tensor\"}", -1},
+        {"\"fp8\"", -1},
+    };
+    for (size_t i = 0; i < sizeof kv / sizeof *kv; i++) {
+        char text[512];
+        snprintf(text, sizeof text, "{\"quantization_config\": {\"quant_method\": \"fp8\", \"kv_cache_scheme\": %s}}",
+                 kv[i].scheme);
+        doc = json_parse(text, strlen(text), "cfg", &err);
+        int rc = doc ? quant_config_from_hf(&q, json_root(doc), "config.json", &err) : -1;
+        if (kv[i].kv_static < 0)
+            CHECK(rc != 0 && strstr(err.msg, "config.json") && strstr(err.msg, "kv_cache_scheme"), "kv %zu: %s", i,
+                  err.msg);
+        else
+            CHECK(rc == 0 && q.kv_static == (kv[i].kv_static == 1), "kv %zu: rc %d, kv_static %d: %s", i, rc,
+                  (int)q.kv_static, err.msg);
+        json_free(doc);
+    }
 }
 
 /* ---- cllm quantize --type fp8 ---- */
@@ -373,6 +445,157 @@ static void test_quantize_fp8(void) {
     CHECK(system(cmd) == 0, "cleanup");
 }
 
+/* ---- FP8 KV cache with static scales (--kv-scales) ---- */
+
+/* The static encode against torch's codes (fp8kv/codes.json), through
+ * fp8_quantize_row_fixed and through an fp8 cache given fixed scales. */
+static void test_kv_fixed_codes(void) {
+    Err err = {{0}};
+    Json *doc = fixture_json("fp8kv/codes.json");
+    if (!doc) return;
+    const JsonValue *rows = json_get(json_root(doc), "rows");
+    CHECK(json_len(rows) >= 4, "%zu rows", json_len(rows));
+    int bad = 0, saturated = 0;
+    for (size_t r = 0; r < json_len(rows); r++) {
+        const JsonValue *row = json_at(rows, r), *x = json_get(row, "x"), *codes = json_get(row, "codes");
+        float scale = (float)json_get(row, "scale")->u.number.num, xs[64];
+        int n = (int)json_len(x);
+        if (n != 64 || json_len(codes) != 64) { CHECK(0, "row %zu: %d values", r, n); continue; }
+        for (int i = 0; i < n; i++) xs[i] = (float)json_at(x, i)->u.number.num;
+        uint8_t got[64], cached[64];
+        fp8_quantize_row_fixed(xs, n, scale, got);
+        /* the same row through a one-layer, one-head cache with a fixed scale */
+        KVCacheHost c;
+        CHECK(kv_cache_host_alloc(&c, 1, 1, 64, 64, 1, 2, KV_DTYPE_FP8, &err) == 0 &&
+              kv_cache_host_fix_scales(&c, &err) == 0, "%s", err.msg);
+        c.k_fixed[0] = c.v_fixed[0] = scale;
+        kv_cache_store(&c, 0, 1, xs, xs);
+        memcpy(cached, c.k8[0] + 64, 64);
+        CHECK(c.ks[0][1] == scale && c.vs[0][1] == scale && !memcmp(c.v8[0] + 64, cached, 64),
+              "row %zu: the slot keeps the fixed scale", r);
+        kv_cache_host_free(&c);
+        for (int i = 0; i < n; i++) {
+            int want = (int)json_at(codes, i)->u.number.num;
+            saturated += (want & 0x7f) == 0x7e;
+            if ((got[i] != want || cached[i] != want) && bad++ < 5)
+                CHECK(0, "row %zu value %d (%a / %g): 0x%02x (cache 0x%02x), torch 0x%02x", r, i, xs[i], scale, got[i],
+                      cached[i], want);
+        }
+    }
+    CHECK(bad == 0 && saturated >= 20, "%d codes differ from torch; %d saturated", bad, saturated);
+    json_free(doc);
+}
+
+/* cpu_kv_calibrate: per head amax over the rows written (a padding row's
+ * huge values ignored) / 448; an all-zero head gets 1. */
+static void test_kv_calibrate_cpu(void) {
+    KVCacheHost c;
+    Err err = {{0}};
+    CHECK(kv_cache_host_alloc(&c, 2, 2, 4, 2, 4, 2, KV_DTYPE_FP8, &err) == 0 && kv_cache_host_fix_scales(&c, &err) == 0,
+          "%s", err.msg);
+    /* 3 rows of 2 KV heads: k [3][2][4], v [3][2][2]; row 1 is padding */
+    float k[24] = {1, -7, 2, 0, 0, 0, 0, 0, /* row 0 */ 900, 900, 900, 900, 900, 900, 900, 900, /* padding */
+                   3, 5, -2, 1, 0, 0, 0, 0};
+    float v[12] = {0.5f, -0.25f, 2, 1, -1e9f, 1e9f, 1e9f, 1e9f, 0.75f, 0.1f, -4, 0};
+    int32_t pos[3] = {0, 0, 1}, seq[3] = {0, 0, 0}, table[2] = {0, 1};
+    int64_t slot[3] = {0, -1, 1};
+    const int32_t *tables[1] = {table};
+    AttnBatch b = {3, pos, seq, slot, 1, tables, 4};
+    CHECK(cpu_kv_calibrate(&c, 1, &b, k, v), "rows were written");
+    CHECK(c.k_fixed[2] == 7.0f / 448.0f && c.k_fixed[3] == 1.0f, "K scales %g %g", c.k_fixed[2], c.k_fixed[3]);
+    CHECK(c.v_fixed[2] == 0.75f / 448.0f && c.v_fixed[3] == 4.0f / 448.0f, "V scales %g %g", c.v_fixed[2], c.v_fixed[3]);
+    CHECK(c.k_fixed[0] == 1.0f && c.v_fixed[1] == 1.0f, "layer 0 untouched");
+    int64_t none[3] = {-1, -1, 99};
+    AttnBatch pad = {3, pos, seq, none, 1, tables, 4};
+    CHECK(!cpu_kv_calibrate(&c, 0, &pad, k, v) && c.k_fixed[0] == 1.0f, "a step writing no row sets nothing");
+    kv_cache_host_free(&c);
+}
+
+static void check_kv_golden(const char *what, const char *ref, const char *model, KVScales scales) {
+    char path[1024];
+    RigKV kv = {KV_DTYPE_FP8, scales};
+    check_agreement(what, check_against_kv(ref, fixture(path, sizeof path, model), 0, kv, NULL));
+}
+
+static void test_kv_scales_per_tensor(void) {
+    check_kv_golden("kv per tensor", "fp8kv/tensor.ref.json", "fp8kv/tensor", KV_SCALES_CHECKPOINT);
+}
+
+static void test_kv_scales_per_head(void) {
+    check_kv_golden("kv per head", "fp8kv/head.ref.json", "fp8kv/head", KV_SCALES_CHECKPOINT);
+}
+
+static void test_kv_scales_calibrate(void) {
+    check_kv_golden("kv calibrate", "fp8kv/calibrate.ref.json", "tiny/mistral", KV_SCALES_CALIBRATE);
+}
+
+/* The dynamic form ignores the checkpoint's scales: its logits are not the
+ * static golden's (the goldens' sensitivity entries say by how much). */
+static void test_kv_scales_dynamic_differs(void) {
+    char path[1024];
+    RigKV kv = {KV_DTYPE_FP8, KV_SCALES_DYNAMIC};
+    Agreement a = check_against_kv("fp8kv/tensor.ref.json", fixture(path, sizeof path, "fp8kv/tensor"), 0, kv, NULL);
+    printf("# dynamic vs the static golden: %d of %d rows within %.0e, worst %.2e\n", a.exact, a.rows, EXACT, a.worst);
+    CHECK(a.rows > 0 && a.exact < a.rows / 2, "dynamic scales match the static golden in %d of %d rows", a.exact, a.rows);
+}
+
+/* Every name form binds, per tensor or per head, marked used. */
+static void test_kv_scales_binding(void) {
+    const struct { const char *dir; float k0[2], v1[2]; } cases[] = {
+        {"tensor", {0.02f, 0.02f}, {1.03f, 1.03f}},
+        {"head", {0.5f, 0.25f}, {0.125f, 2.0f}},
+        {"legacy", {0.04f, 0.04f}, {0.04f, 0.04f}},
+        {"output", {0.05f, 0.05f}, {0.06f, 0.06f}},
+    };
+    char path[1024], rel[256];
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        Model m;
+        Err err = {{0}};
+        snprintf(rel, sizeof rel, "fp8kv/bad/%s", cases[i].dir);
+        if (model_load(&m, fixture(path, sizeof path, rel), MODEL_LOAD_NO_TOKENIZER, &err)) {
+            CHECK(0, "%s: %s", cases[i].dir, err.msg);
+            continue;
+        }
+        const float *s0 = m.w.layers[0].kv_scales.data, *s1 = m.w.layers[1].kv_scales.data;
+        CHECK(s0 && s1 && m.w.layers[0].kv_scales.cols == 4, "%s: bound", cases[i].dir);
+        if (s0 && s1)
+            CHECK(s0[0] == cases[i].k0[0] && s0[1] == cases[i].k0[1] && s1[2] == cases[i].v1[0] &&
+                  s1[3] == cases[i].v1[1], "%s: k0 %g %g, v1 %g %g", cases[i].dir, s0[0], s0[1], s1[2], s1[3]);
+        CHECK(m.n_unused == 0, "%s: %llu unused tensors", cases[i].dir, (unsigned long long)m.n_unused);
+        model_free(&m);
+    }
+    Model m;
+    Err err = {{0}};
+    int rc = model_load(&m, fixture(path, sizeof path, "fp8kv/bad/none"), MODEL_LOAD_NO_TOKENIZER, &err);
+    CHECK(rc == 0, "%s", err.msg);
+    if (rc) return;
+    CHECK(!m.w.layers[0].kv_scales.data, "a checkpoint without KV scales has none");
+    Backend *be = backend_cpu_create(&m.shape, &m.w, 1, 16, 4, KV_DTYPE_FP8, KV_SCALES_CHECKPOINT, &err);
+    CHECK(!be && strstr(err.msg, "--kv-scales checkpoint: layer 0 has no KV cache scales"), "%s", err.msg);
+    if (be) be->destroy(be);
+    be = backend_cpu_create(&m.shape, &m.w, 1, 16, 4, KV_DTYPE_BF16, KV_SCALES_CALIBRATE, &err);
+    CHECK(!be && strstr(err.msg, "static scales need an fp8 cache"), "%s", err.msg);
+    if (be) be->destroy(be);
+    model_free(&m);
+}
+
+static void test_kv_scales_bad(void) {
+    const char *k0 = "'model.layers.0.self_attn.k_scale'";
+    const LoadCase cases[] = {
+        BAD_VALUE_CASES(k0),
+        {"head-zero", {"'model.layers.1.self_attn.v_proj.v_scale'", "value 1 is 0"}},
+        {"shape", {k0, "a KV cache scale is one value (per tensor) or 2 (one per KV head)"}},
+        {"shape2", {k0, "has shape [2, 2, 1, 1]"}},
+        {"dtype", {k0, "is F8_E4M3: a scale must be F32, BF16 or F16"}},
+        {"layer-missing", {"tensor 'model.layers.1.self_attn.k_scale' is missing", "every layer must (layer 1"}},
+        {"v-missing", {"tensor 'model.layers.0.self_attn.v_scale' is missing", "K and V pair"}},
+        {"scheme-missing", {"tensor 'model.layers.0.self_attn.k_scale' is missing", "static kv_cache_scheme"}},
+        {"scheme-bits", {"kv_cache_scheme.num_bits = 4", "only 8 is supported"}},
+        {"scheme-strategy", {"kv_cache_scheme.strategy = 'channel'", "attn_head"}},
+    };
+    check_load_errors("fp8kv/bad", cases, sizeof cases / sizeof *cases);
+}
+
 int main(void) {
     RUN(test_e4m3_against_torch);
     RUN(test_weight_row_quantizer);
@@ -384,5 +607,13 @@ int main(void) {
     RUN(test_bad_scales);
     RUN(test_quant_configs);
     RUN(test_quantize_fp8);
+    RUN(test_kv_fixed_codes);
+    RUN(test_kv_calibrate_cpu);
+    RUN(test_kv_scales_per_tensor);
+    RUN(test_kv_scales_per_head);
+    RUN(test_kv_scales_calibrate);
+    RUN(test_kv_scales_dynamic_differs);
+    RUN(test_kv_scales_binding);
+    RUN(test_kv_scales_bad);
     TEST_EXIT();
 }

@@ -23,7 +23,7 @@ static int rig_open(Rig *r, int ctx) {
     memset(r, 0, sizeof *r);
     snprintf(path, sizeof path, "%s/tiny/llama.gguf", test_fixture_dir());
     if (model_load(&r->m, path, 0, &err)) { printf("  %s\n", err.msg); return -1; }
-    r->be = backend_cpu_create(&r->m.shape, &r->m.w, 2, 4, 64, KV_DTYPE_BF16, &err);
+    r->be = backend_cpu_create(&r->m.shape, &r->m.w, 2, 4, 64, KV_DTYPE_BF16, KV_SCALES_DYNAMIC, &err);
     if (!r->be || engine_init(&r->e, &r->m, r->be, ctx, 7, &err)) { printf("  %s\n", err.msg); return -1; }
     return 0;
 }

@@ -31,7 +31,7 @@ typedef struct {
 static int stage_open(Stage *st, const Model *m, const StagePlan *p, int s, Err *err) {
     memset(st, 0, sizeof *st);
     if (stage_model_make(&st->sm, &m->cfg, &m->shape, &m->w, p, s, err)) return -1;
-    st->be = backend_cpu_create(&st->sm.shape, &st->sm.w, 2, BLOCK, N_BLOCKS, KV_DTYPE_BF16, err);
+    st->be = backend_cpu_create(&st->sm.shape, &st->sm.w, 2, BLOCK, N_BLOCKS, KV_DTYPE_BF16, KV_SCALES_DYNAMIC, err);
     if (!st->be || forward_init(&st->fw, &st->sm.cfg, st->be, MAX_T, err)) return -1;
     st->fw.from_prev = !st->sm.first;
     st->fw.to_next = !st->sm.last;
@@ -67,7 +67,7 @@ static void check_split(const char *path, const int *counts, int n_stages) {
     StagePlan plan;
     Stage st[4];
     memset(st, 0, sizeof st);
-    Backend *whole = backend_cpu_create(&m.shape, &m.w, 2, BLOCK, N_BLOCKS, KV_DTYPE_BF16, &err);
+    Backend *whole = backend_cpu_create(&m.shape, &m.w, 2, BLOCK, N_BLOCKS, KV_DTYPE_BF16, KV_SCALES_DYNAMIC, &err);
     Forward fw = {0};
     bool ok = whole && forward_init(&fw, c, whole, MAX_T, &err) == 0;
     ok = ok && (counts ? stage_plan_from_counts(&plan, c, &m.w, n_stages, counts, &err)

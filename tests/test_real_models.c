@@ -129,7 +129,7 @@ static int teacher_forced_pair(Engine *a, Engine *b, const int32_t *ids, int T, 
  * fp8 KV cache against the fp32 one (see the top of the file). */
 static void check_fp8_kv(const Model *m, Engine *e32, const JsonValue *ref, const int32_t *ids, int T) {
     Err err = {{0}};
-    Backend *be = backend_cpu_create(&m->shape, &m->w, 0, 16, 40, KV_DTYPE_FP8, &err);
+    Backend *be = backend_cpu_create(&m->shape, &m->w, 0, 16, 40, KV_DTYPE_FP8, KV_SCALES_DYNAMIC, &err);
     Engine e8;
     int ok = be && engine_init(&e8, m, be, 600, 64, &err) == 0;
     CHECK(ok, "%s", err.msg);
@@ -176,7 +176,7 @@ static void check_reference(const char *ref_path) {
         json_free(doc);
         return;
     }
-    Backend *be = backend_cpu_create(&m.shape, &m.w, 0, 16, 40, KV_DTYPE_BF16, &err);
+    Backend *be = backend_cpu_create(&m.shape, &m.w, 0, 16, 40, KV_DTYPE_BF16, KV_SCALES_DYNAMIC, &err);
     Engine e;
     CHECK(be && engine_init(&e, &m, be, 600, 64, &err) == 0, "%s", err.msg);
 

@@ -34,7 +34,7 @@ static int rig_open(Rig *r, const char *arch, int n_blocks, int ctx, int max_chu
     memset(r, 0, sizeof *r);
     snprintf(path, sizeof path, "%s/tiny/%s.gguf", test_fixture_dir(), arch);
     if (model_load(&r->m, path, 0, &err)) { printf("  %s\n", err.msg); return -1; }
-    r->be = backend_cpu_create(&r->m.shape, &r->m.w, 2, BS, n_blocks, KV_DTYPE_BF16, &err);
+    r->be = backend_cpu_create(&r->m.shape, &r->m.w, 2, BS, n_blocks, KV_DTYPE_BF16, KV_SCALES_DYNAMIC, &err);
     if (!r->be || engine_init(&r->e, &r->m, r->be, ctx, max_chunk, &err)) { printf("  %s\n", err.msg); return -1; }
     return 0;
 }

@@ -59,7 +59,7 @@ static void check_tp(const char *name, int flags, float input_scale, int n_ranks
     if (!load_tiny(&m, name, flags)) return;
     if (input_scale > 0) set_input_scales(&m, input_scale);
     const ModelConfig *c = &m.cfg;
-    Backend *whole = backend_cpu_create(&m.shape, &m.w, 1, ONE_SEQ_BLOCK, ONE_SEQ_N_BLOCKS, KV_DTYPE_BF16, &err);
+    Backend *whole = backend_cpu_create(&m.shape, &m.w, 1, ONE_SEQ_BLOCK, ONE_SEQ_N_BLOCKS, KV_DTYPE_BF16, KV_SCALES_DYNAMIC, &err);
     Forward fw = {0}, rank0 = {0};
     TpRanks t;
     BackendOptions bo = {.device = -1, .threads = 1, .block_size = ONE_SEQ_BLOCK, .n_blocks = ONE_SEQ_N_BLOCKS,

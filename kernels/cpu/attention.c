@@ -225,3 +225,31 @@ void cpu_kv_write(KVCacheHost *c, int layer, const AttnBatch *b, const float *k,
         kv_cache_store(c, layer, slot, k + t * k_row, v + t * v_row);
     }
 }
+
+/* Per head h: max |x| over the written rows' [h] vectors of width w. */
+static void head_amax(const KVCacheHost *c, const AttnBatch *b, const float *x, int w, float *amax) {
+    int64_t n_slots = (int64_t)c->n_blocks * c->block_size;
+    for (int h = 0; h < c->n_kv_heads; h++) amax[h] = 0.0f;
+    for (int t = 0; t < b->n_tokens; t++) {
+        if (b->slot[t] < 0 || b->slot[t] >= n_slots) continue;
+        for (int h = 0; h < c->n_kv_heads; h++) {
+            const float *r = x + ((int64_t)t * c->n_kv_heads + h) * w;
+            for (int i = 0; i < w; i++) amax[h] = fabsf(r[i]) > amax[h] ? fabsf(r[i]) : amax[h]; /* a nan: ignored */
+        }
+    }
+}
+
+bool cpu_kv_calibrate(KVCacheHost *c, int layer, const AttnBatch *b, const float *k, const float *v) {
+    int64_t n_slots = (int64_t)c->n_blocks * c->block_size;
+    bool any = false;
+    for (int t = 0; t < b->n_tokens; t++) any |= b->slot[t] >= 0 && b->slot[t] < n_slots;
+    if (!any || !c->k_fixed) return false;
+    float *ks = c->k_fixed + (int64_t)layer * c->n_kv_heads, *vs = c->v_fixed + (int64_t)layer * c->n_kv_heads;
+    head_amax(c, b, k, c->head_dim_k, ks);
+    head_amax(c, b, v, c->head_dim_v, vs);
+    for (int h = 0; h < c->n_kv_heads; h++) {
+        ks[h] = fp8_scale_of_amax(ks[h]);
+        vs[h] = fp8_scale_of_amax(vs[h]);
+    }
+    return true;
+}

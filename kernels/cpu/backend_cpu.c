@@ -33,6 +33,7 @@ typedef struct {
     int64_t cascade_rows;     /* rows x layers attended through a group, ever */
     TpGroup *tp_group;        /* its tensor-parallel group (backend_cpu_join_tp), or NULL */
     int tp_rank;
+    bool *calibrate;          /* --kv-scales calibrate: [n_layers] the layer's scales are still to be set; else NULL */
 } CpuBackend;
 
 static CpuBackend *cpu(Backend *be) { return be->ctx; }
@@ -129,6 +130,8 @@ static void cpu_be_rope_kv_write(Backend *be, int layer, void *q, void *k, const
     if (lw->k_norm.data) cpu_rmsnorm(k, k, lw->k_norm.data, T * c->n_kv_heads, c->head_dim_k, c->norm_eps, c->norm_offset);
     cpu_rope(q, pos, T, c->n_heads, c->head_dim_k, c->rope_dim, f, c->rope_mscale[layer], c->rope_neox);
     cpu_rope(k, pos, T, c->n_kv_heads, c->head_dim_k, c->rope_dim, f, c->rope_mscale[layer], c->rope_neox);
+    if (cb->calibrate && cb->calibrate[layer] && cpu_kv_calibrate(&cb->kv, layer, cb->batch, k, v))
+        cb->calibrate[layer] = false; /* fixed from the first step that writes this layer on */
     cpu_kv_write(&cb->kv, layer, cb->batch, k, v);
 }
 
@@ -257,13 +260,35 @@ static void cpu_destroy(Backend *be) {
     thread_pool_destroy(cb->tp);
     kv_cache_host_free(&cb->kv);
     attn_cascade_free(&cb->plan);
+    free(cb->calibrate);
     free(cb->scratch);
     free(cb);
     free(be);
 }
 
+/* The cache's static scales as kv_scales asks: the checkpoint's copied, or
+ * calibration pending on every layer. */
+static int cpu_kv_scales(CpuBackend *cb, const ModelWeights *w, KVScales kv_scales, Err *err) {
+    if (kv_scales == KV_SCALES_DYNAMIC) return 0;
+    if (kv_cache_host_fix_scales(&cb->kv, err)) return -1;
+    int L = cb->kv.n_layers, KV = cb->kv.n_kv_heads;
+    if (kv_scales == KV_SCALES_CALIBRATE) {
+        if (!(cb->calibrate = malloc((size_t)L * sizeof *cb->calibrate))) return err_set(err, "out of memory");
+        for (int l = 0; l < L; l++) cb->calibrate[l] = true;
+        return 0;
+    }
+    for (int l = 0; l < L; l++) {
+        const WeightRef *s = &w->layers[l].kv_scales;
+        if (!s->data || s->type != DT_F32 || s->cols != 2 * KV)
+            return err_set(err, "--kv-scales checkpoint: layer %d has no KV cache scales (k_scale / v_scale)", l);
+        memcpy(cb->kv.k_fixed + (size_t)l * KV, s->data, (size_t)KV * sizeof(float));
+        memcpy(cb->kv.v_fixed + (size_t)l * KV, (const float *)s->data + KV, (size_t)KV * sizeof(float));
+    }
+    return 0;
+}
+
 Backend *backend_cpu_create(const ModelShape *c, const ModelWeights *w, int n_threads, int block_size, int n_blocks,
-                            KVDtype kv_dtype, Err *err) {
+                            KVDtype kv_dtype, KVScales kv_scales, Err *err) {
     Backend *be = calloc(1, sizeof *be);
     CpuBackend *cb = calloc(1, sizeof *cb);
     if (!be || !cb) { free(be); free(cb); err_set(err, "out of memory"); return NULL; }
@@ -272,8 +297,10 @@ Backend *backend_cpu_create(const ModelShape *c, const ModelWeights *w, int n_th
     cb->tp = thread_pool_create(n_threads, err);
     if (!cb->tp ||
         kv_cache_host_alloc(&cb->kv, c->n_layers, c->n_kv_heads, c->head_dim_k, c->head_dim_v, block_size, n_blocks,
-                            kv_dtype, err)) {
+                            kv_dtype, err) || cpu_kv_scales(cb, w, kv_scales, err)) {
         thread_pool_destroy(cb->tp);
+        kv_cache_host_free(&cb->kv);
+        free(cb->calibrate);
         free(cb); free(be);
         return NULL;
     }

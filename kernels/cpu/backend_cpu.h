@@ -6,9 +6,6 @@
 
 #include "kernels/backend.h"
 
-/* A thread pool (n_threads <= 0: one per core) and a host KV cache of
- * n_blocks blocks of block_size tokens, fp32 (KV_DTYPE_BF16) or e4m3 with
- * scales (KV_DTYPE_FP8). shape and w are borrowed for the backend's life. */
 /* CLLM_CASCADE's values (read by backend_cpu_create): cascade attention off,
  * on where attn_cascade_pays says it pays (the default), or for every group
  * that can be formed (tests). */
@@ -18,8 +15,14 @@ typedef enum { CPU_CASCADE_ON, CPU_CASCADE_OFF, CPU_CASCADE_ALWAYS } CpuCascadeM
  * the value when it is none of off, on, always. */
 int cpu_cascade_mode(const char *v, CpuCascadeMode *mode, Err *err);
 
+/* A thread pool (n_threads <= 0: one per core) and a host KV cache of
+ * n_blocks blocks of block_size tokens, fp32 (KV_DTYPE_BF16) or e4m3 with
+ * scales (KV_DTYPE_FP8) whose scales kv_scales says how to make
+ * (KV_SCALES_CHECKPOINT: every layer of w must have kv_scales;
+ * anything but KV_SCALES_DYNAMIC needs KV_DTYPE_FP8). shape and w are
+ * borrowed for the backend's life. */
 Backend *backend_cpu_create(const ModelShape *shape, const ModelWeights *w, int n_threads, int block_size,
-                            int n_blocks, KVDtype kv_dtype, Err *err);
+                            int n_blocks, KVDtype kv_dtype, KVScales kv_scales, Err *err);
 /* Makes be rank `rank` of group g (kernels/tp_group.h): gives it the
  * all_reduce and all_gather ops over host buffers. */
 void backend_cpu_join_tp(Backend *be, TpGroup *g, int rank);

@@ -63,6 +63,11 @@ void cpu_rope(float *x, const int32_t *pos, int T, int n_heads, int head_dim, in
  * layer `layer` of the cache at batch->slot[t] (an fp8 cache quantizes each
  * head vector: kv_cache_store). */
 void cpu_kv_write(KVCacheHost *c, int layer, const AttnBatch *batch, const float *k, const float *v);
+/* --kv-scales calibrate: the static scales of layer `layer` (c->k_fixed /
+ * v_fixed) from k and v as cpu_kv_write takes them: per KV head, amax over
+ * the rows the batch writes (a valid slot), fp8_scale_of_amax. false (and
+ * nothing set) when no row of the batch is written. */
+bool cpu_kv_calibrate(KVCacheHost *c, int layer, const AttnBatch *batch, const float *k, const float *v);
 
 /* out [T][n_heads][head_dim_v] = attention of q [T][n_heads][head_dim_k] over
  * the cached keys/values of each row's sequence, exactly as DESIGN.md defines

@@ -80,7 +80,31 @@ int kv_cache_host_alloc(KVCacheHost *c, int n_layers, int n_kv_heads, int head_d
 void kv_cache_host_free(KVCacheHost *c) {
     void **all[6] = {(void **)c->k, (void **)c->v, (void **)c->k8, (void **)c->v8, (void **)c->ks, (void **)c->vs};
     for (int i = 0; i < 6; i++) free_layers(all[i], c->n_layers);
+    free(c->k_fixed);
+    free(c->v_fixed);
     memset(c, 0, sizeof *c);
+}
+
+int kv_cache_host_fix_scales(KVCacheHost *c, Err *err) {
+    if (c->dtype != KV_DTYPE_FP8) return err_set(err, "KV cache: static scales need an fp8 cache (--kv-dtype fp8)");
+    size_t n = (size_t)c->n_layers * c->n_kv_heads;
+    free(c->k_fixed);
+    free(c->v_fixed);
+    c->k_fixed = malloc(n * sizeof *c->k_fixed);
+    c->v_fixed = malloc(n * sizeof *c->v_fixed);
+    if (!c->k_fixed || !c->v_fixed) return err_set(err, "KV cache: out of memory for %zu static scales", 2 * n);
+    for (size_t i = 0; i < n; i++) c->k_fixed[i] = c->v_fixed[i] = 1.0f;
+    return 0;
+}
+
+/* One head vector to codes: with the static scale where the cache has one. */
+static void store_head(const float *x, int n, const float *fixed, uint8_t *codes, float *scale) {
+    if (!fixed) {
+        fp8_quantize_row(x, n, codes, scale);
+        return;
+    }
+    fp8_quantize_row_fixed(x, n, *fixed, codes);
+    *scale = *fixed;
 }
 
 void kv_cache_store(KVCacheHost *c, int layer, int64_t slot, const float *k, const float *v) {
@@ -90,10 +114,14 @@ void kv_cache_store(KVCacheHost *c, int layer, int64_t slot, const float *k, con
         memcpy(c->v[layer] + slot * vr, v, (size_t)vr * sizeof *v);
         return;
     }
+    const float *kf = c->k_fixed ? c->k_fixed + (int64_t)layer * c->n_kv_heads : NULL;
+    const float *vf = c->v_fixed ? c->v_fixed + (int64_t)layer * c->n_kv_heads : NULL;
     for (int h = 0; h < c->n_kv_heads; h++) {
         int64_t at = slot * c->n_kv_heads + h;
-        fp8_quantize_row(k + h * c->head_dim_k, c->head_dim_k, c->k8[layer] + at * c->head_dim_k, &c->ks[layer][at]);
-        fp8_quantize_row(v + h * c->head_dim_v, c->head_dim_v, c->v8[layer] + at * c->head_dim_v, &c->vs[layer][at]);
+        store_head(k + h * c->head_dim_k, c->head_dim_k, kf ? kf + h : NULL, c->k8[layer] + at * c->head_dim_k,
+                   &c->ks[layer][at]);
+        store_head(v + h * c->head_dim_v, c->head_dim_v, vf ? vf + h : NULL, c->v8[layer] + at * c->head_dim_v,
+                   &c->vs[layer][at]);
     }
 }
 

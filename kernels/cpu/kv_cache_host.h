@@ -30,15 +30,21 @@ typedef struct {
     float **k, **v;          /* fp32 cache: [n_layers] pointers to the per-layer arrays above; else NULL */
     uint8_t **k8, **v8;      /* fp8 cache: [n_layers] e4m3 codes, same layout; else NULL */
     float **ks, **vs;        /* fp8 cache: [n_layers] scales [n_blocks][block_size][n_kv_heads] */
+    float *k_fixed, *v_fixed; /* fp8 cache with static scales: [n_layers][n_kv_heads], the scale each head's
+                                 vectors are written with (into ks / vs too); NULL: dynamic, amax / 448 */
 } KVCacheHost;
 
 int kv_cache_host_alloc(KVCacheHost *c, int n_layers, int n_kv_heads, int head_dim_k, int head_dim_v,
                         int block_size, int n_blocks, KVDtype dtype, Err *err);
 void kv_cache_host_free(KVCacheHost *c);
+/* Gives an fp8 cache static scales: k_fixed / v_fixed allocated, all 1, for
+ * the caller to fill (a checkpoint's scales, or a calibration's). */
+int kv_cache_host_fix_scales(KVCacheHost *c, Err *err);
 
 /* Stores the K and V head vectors of one token, k [n_kv_heads][head_dim_k]
  * and v [n_kv_heads][head_dim_v], at a slot of a layer (fp8: each head
- * vector quantized with its own scale). */
+ * vector quantized with its own scale, or with its layer and head's static
+ * one, saturating, when the cache has them). */
 void kv_cache_store(KVCacheHost *c, int layer, int64_t slot, const float *k, const float *v);
 
 /* The K / V vector of one kv head at a slot as fp32: a pointer into an fp32

@@ -47,6 +47,8 @@ typedef struct {
     KVDtype dtype;
     void *k, *v;               /* bf16, or e4m3 codes (KV_DTYPE_FP8) */
     float *k_scale, *v_scale;  /* KV_DTYPE_FP8: the scales; else NULL */
+    const float *k_fixed, *v_fixed; /* fp8 with static scales (--kv-scales checkpoint / calibrate): [n_kv_heads]
+                                       the scale every written head vector gets; NULL: dynamic (amax / 448) */
 } KVLayerDev;
 
 /* Attention metadata on the device for the simple kernel and the rope /

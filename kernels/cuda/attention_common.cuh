@@ -49,6 +49,7 @@ typedef struct {
     const void *k, *v;          /* this layer's cache: [n_blocks][block_size][n_kv_heads][head_dim], bf16 or e4m3 */
     bool fp8;                   /* k, v are e4m3 codes; k_scale, v_scale their scales */
     const float *k_scale, *v_scale; /* fp8: [n_blocks][block_size][n_kv_heads] */
+    const float *k_fixed, *v_fixed; /* fp8 with static scales: [n_kv_heads] the new keys' / values' (rope); else NULL */
     const int32_t *meta;        /* device copy of AttnMeta.buf */
     int off_prefill, off_tiles, off_decode, off_tables, table_width;
     int block_shift;            /* log2(block_size) */
@@ -302,17 +303,24 @@ __device__ __forceinline__ float to_f32(bf16 x) { return __bfloat162float(x); }
  * (nans ignored: a comparison with a nan is false), scale = amax / 448 and
  * code = e4m3(x / scale), both divisions IEEE-rounded like the host's; the
  * conversion is the GPU's round-to-nearest-even saturating one, its nan made
- * the host's 0x7f whatever the sign. */
+ * the host's 0x7f whatever the sign. fixed (static KV scales): that scale
+ * instead of amax / 448 (fp8_quantize_row_fixed: the codes saturate). */
 template <typename T>
-__device__ __forceinline__ void warp_quantize_fp8(const T *x, int n, uint8_t *codes, float *scale) {
+__device__ __forceinline__ void warp_quantize_fp8(const T *x, int n, uint8_t *codes, float *scale,
+                                                  const float *fixed = nullptr) {
     int lane = threadIdx.x % 32;
-    float amax = 0.0f;
-    for (int i = lane; i < n; i += 32) {
-        float a = fabsf(to_f32(x[i]));
-        if (a > amax) amax = a;
+    float sc;
+    if (fixed) {
+        sc = *fixed;
+    } else {
+        float amax = 0.0f;
+        for (int i = lane; i < n; i += 32) {
+            float a = fabsf(to_f32(x[i]));
+            if (a > amax) amax = a;
+        }
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        sc = __fdiv_rn(amax, 448.0f);
     }
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    float sc = __fdiv_rn(amax, 448.0f);
     for (int i = lane; i < n; i += 32) {
         float v = to_f32(x[i]), e = sc > 0.0f ? __fdiv_rn(v, sc) : __fmul_rn(v, 0.0f);
         codes[i] = e != e ? 0x7f : __nv_cvt_float_to_fp8(e, __NV_SATFINITE, __NV_E4M3);

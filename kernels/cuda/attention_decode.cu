@@ -106,7 +106,7 @@ static __device__ void decode_rope_rows(const AttnKParams &p, bf16 *sQ, float *b
         for (int i = lane; i < HDK; i += 32) buf[i] = __bfloat162float(raw[i]);
         warp_norm_rope_cs(buf, HDK, p.k_norm, p.qk_eps, p.qk_offset, cs, p.freqs);
         if (FP8) {
-            warp_quantize_fp8(buf, HDK, nkv, scales);
+            warp_quantize_fp8(buf, HDK, nkv, scales, p.k_fixed ? p.k_fixed + kvh : nullptr);
             __syncwarp();
             for (int i = lane; store && i < HDK; i += 32) ((uint8_t *)p.k)[at * HDK + i] = nkv[i];
             if (store && lane == 0) ((float *)p.k_scale)[at] = scales[0];
@@ -120,7 +120,7 @@ static __device__ void decode_rope_rows(const AttnKParams &p, bf16 *sQ, float *b
     } else { /* the new value, as it is */
         const bf16 *src = raw + HDK;
         if (FP8) {
-            warp_quantize_fp8(src, HDV, nkv + HDK, scales + 1);
+            warp_quantize_fp8(src, HDV, nkv + HDK, scales + 1, p.v_fixed ? p.v_fixed + kvh : nullptr);
             __syncwarp();
             for (int i = lane; store && i < HDV; i += 32) ((uint8_t *)p.v)[at * HDV + i] = nkv[HDK + i];
             if (store && lane == 0) ((float *)p.v_scale)[at] = scales[1];

@@ -179,11 +179,12 @@ static void cuda_destroy(Backend *be) {
     deq_ahead_free(&cb->deq);
     fp8_gemm_free(&cb->fp8);
     free(cb->qnext);
+    free(cb->kv_calib);
     for (int i = 0; i < cb->n_allocs; i++) cudaFree(cb->allocs[i]);
     for (int i = 0; i < cb->n_bufs; i++) cudaFree(cb->bufs[i].ptr);
     void *dev[] = {cb->d_ids, cb->d_pos, cb->d_seq, cb->d_tables, cb->d_slot, cb->d_rows, cb->scratch, cb->router,
                    cb->moe_w, cb->moe_acc, cb->moe_idx, cb->moe_rows, cb->moe_act, cb->moe_out, cb->workspace,
-                   cb->d_inv_freq, cb->kv_pool, cb->d_meta, cb->work.part, cb->qnative, cb->qwork.buf};
+                   cb->d_inv_freq, cb->kv_pool, cb->d_kv_calib, cb->d_meta, cb->work.part, cb->qnative, cb->qwork.buf};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
     void *pinned[] = {cb->h_ids, cb->h_pos, cb->h_seq, cb->h_slot, cb->h_rows, cb->h_tables, cb->h_router, cb->h_w,
                       cb->h_idx, cb->h_meta};

@@ -110,7 +110,10 @@ typedef struct {
     float *d_inv_freq;           /* [n_layers][rope_dim/2] (ModelShape's, on the device) */
     void *kv_pool;               /* every layer's K then V (fp8: and their scales) */
     size_t kv_pool_bytes;
-    KVLayerDev *kv;              /* [n_layers] views into kv_pool */
+    KVLayerDev *kv;              /* [n_layers] views into kv_pool (and the static scales of --kv-scales) */
+    float *d_kv_calib;           /* --kv-scales calibrate: [n_layers][2][n_kv_heads] the scales the first step sets */
+    bool *kv_calib;              /* --kv-scales calibrate: [n_layers] still to be set (host); else NULL */
+    int kv_calib_left;           /* layers still to calibrate: their step runs without graphs */
     int64_t n_slots;
     int max_tokens, max_seqs, max_blocks;
     int32_t *d_ids, *d_pos, *d_seq, *d_tables, *d_rows;

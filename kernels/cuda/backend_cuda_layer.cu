@@ -81,6 +81,16 @@ static void cuda_be_rope_kv_write(Backend *be, int layer, void *q, void *k, cons
     b.n_tokens = T;
     const LayerWeights *lw = &cb->w.layers[layer];
     QkNorm qk = {(const float *)lw->q_norm.data, (const float *)lw->k_norm.data, c->norm_eps, c->norm_offset};
+    if (cb->kv_calib && cb->kv_calib[layer]) { /* --kv-scales calibrate: this step sets the layer's scales */
+        cuda_rope_kv_calibrate((bf16 *)q, (bf16 *)k, (const bf16 *)v, &cb->kv[layer],
+                               cb->d_kv_calib + (size_t)layer * 2 * c->n_kv_heads, &b, c->n_heads, c->n_kv_heads,
+                               c->head_dim_k, c->head_dim_v, c->rope_dim,
+                               cb->d_inv_freq + (size_t)layer * (c->rope_dim / 2), c->rope_mscale[layer],
+                               c->rope_neox, cb->n_slots, &qk, cb->stream);
+        cb->kv_calib[layer] = false;
+        cb->kv_calib_left--;
+        return;
+    }
     cuda_rope_kv_write((bf16 *)q, (bf16 *)k, (const bf16 *)v, &cb->kv[layer], &b, c->n_heads,
                        c->n_kv_heads, c->head_dim_k, c->head_dim_v, c->rope_dim,
                        cb->d_inv_freq + (size_t)layer * (c->rope_dim / 2), c->rope_mscale[layer], c->rope_neox,
@@ -105,7 +115,8 @@ static void cuda_be_attention(Backend *be, void *out, const void *q, int layer, 
 static bool cuda_be_rope_attention(Backend *be, int layer, void *out, void *q, void *k, const void *v,
                                    const AttnParams *p, int T) {
     CudaBackend *cb = cb_of(be);
-    if (cb->failed || !cb->tune.rope_in_decode || !cb->fast_attn || cb->meta.n_tiles > 0 || cb->meta.n_decode != T)
+    if (cb->failed || !cb->tune.rope_in_decode || !cb->fast_attn || cb->meta.n_tiles > 0 || cb->meta.n_decode != T ||
+        (cb->kv_calib && cb->kv_calib[layer]))
         return false;
     const ModelShape *c = cb->shape;
     const LayerWeights *lw = &cb->w.layers[layer];

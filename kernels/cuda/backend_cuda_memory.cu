@@ -79,9 +79,37 @@ static size_t kv_layer_layout(const ModelShape *c, KVDtype t, int64_t n_slots, c
     if (kv) {
         bool fp8 = t == KV_DTYPE_FP8;
         *kv = (KVLayerDev){t, base + off[0], base + off[1], fp8 ? (float *)(base + off[2]) : NULL,
-                           fp8 ? (float *)(base + off[3]) : NULL};
+                           fp8 ? (float *)(base + off[3]) : NULL, NULL, NULL};
     }
     return at;
+}
+
+/* The static scales of an fp8 cache (--kv-scales): each layer's view points
+ * at its checkpoint scales (uploaded with the weights), or at the part of a
+ * buffer the layer's first step calibrates. */
+static int kv_fix_scales(CudaBackend *cb, const ModelShape *c, KVScales s, Err *err) {
+    int L = c->n_layers, KV = c->n_kv_heads;
+    if (s == KV_SCALES_DYNAMIC) return 0;
+    if (cb->kv_dtype != KV_DTYPE_FP8) return err_set(err, "KV cache: static scales need an fp8 cache (--kv-dtype fp8)");
+    if (s == KV_SCALES_CALIBRATE) {
+        CUDA_CHECK(cudaMalloc(&cb->d_kv_calib, (size_t)L * 2 * KV * sizeof(float)), err);
+        if (!(cb->kv_calib = (bool *)malloc((size_t)L * sizeof(bool)))) return err_set(err, "out of memory");
+        for (int l = 0; l < L; l++) {
+            cb->kv_calib[l] = true;
+            cb->kv[l].k_fixed = cb->d_kv_calib + (size_t)l * 2 * KV;
+            cb->kv[l].v_fixed = cb->kv[l].k_fixed + KV;
+        }
+        cb->kv_calib_left = L;
+        return 0;
+    }
+    for (int l = 0; l < L; l++) {
+        const WeightRef *w = &cb->w.layers[l].kv_scales;
+        if (!w->data || w->cols != 2 * KV)
+            return err_set(err, "--kv-scales checkpoint: layer %d has no KV cache scales (k_scale / v_scale)", l);
+        cb->kv[l].k_fixed = (const float *)w->data;
+        cb->kv[l].v_fixed = (const float *)w->data + KV;
+    }
+    return 0;
 }
 
 int cuda_alloc_kv(CudaBackend *cb, const ModelShape *c, const BackendOptions *o, Err *err) {
@@ -111,6 +139,7 @@ int cuda_alloc_kv(CudaBackend *cb, const ModelShape *c, const BackendOptions *o,
     if (!cb->kv || !cb->h_need) return err_set(err, "out of memory");
     for (int l = 0; l < c->n_layers; l++)
         kv_layer_layout(c, o->kv_dtype, cb->n_slots, (char *)cb->kv_pool + (size_t)l * layer, &cb->kv[l]);
+    if (kv_fix_scales(cb, c, o->kv_scales, err)) return -1;
     CUDA_CHECK(cudaMallocHost(&cb->h_tables, (size_t)cb->max_seqs * cb->max_blocks * sizeof(int32_t)), err);
     CUDA_CHECK(cudaMalloc(&cb->d_tables, (size_t)cb->max_seqs * cb->max_blocks * sizeof(int32_t)), err);
     return 0;

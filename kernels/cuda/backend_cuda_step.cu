@@ -108,7 +108,8 @@ int cuda_be_begin_step(Backend *be, const int32_t *ids, const AttnBatch *b, cons
     if (tu->prof_count > 0 && cb->steps == (int64_t)tu->prof_first + tu->prof_count)
         op_fail(cb, cudaProfilerStop(), "profiler stop");
     cb->steps++;
-    cb->bucket = step_bucket(cb, b, n_logits);
+    /* a step that calibrates KV scales runs once: never captured (a replay would calibrate again) */
+    cb->bucket = cb->kv_calib_left > 0 ? -1 : step_bucket(cb, b, n_logits);
     if (deq_ahead_begin_step(&cb->deq, cb->stream, err)) return -1;
     int Tp = cb->bucket >= 0 ? BUCKET_ROWS[cb->bucket] : T, np = cb->bucket >= 0 ? Tp : n_logits;
     /* Block tables: each sequence's blocks up to its furthest position. */

@@ -23,5 +23,14 @@ typedef struct {
 void cuda_rope_kv_write(bf16 *q, bf16 *k, const bf16 *v, const KVLayerDev *kv, const DevAttnBatch *b, int n_heads,
                         int n_kv_heads, int head_dim_k, int head_dim_v, int rot_dim, const float *inv_freq,
                         float mscale, bool neox, int64_t n_slots, const QkNorm *qk, cudaStream_t s);
+/* --kv-scales calibrate, a layer's first step: cuda_rope_kv_write's qk-norm
+ * and rope, then scales [2][n_kv_heads] (K's, then V's) = per KV head
+ * fp8_scale_of_amax of max |x| over the rows with a slot (the host's
+ * cpu_kv_calibrate), then the rows stored with them (fp8 cache only). The
+ * caller points kv's k_fixed / v_fixed at scales for the later steps. */
+void cuda_rope_kv_calibrate(bf16 *q, bf16 *k, const bf16 *v, const KVLayerDev *kv, float *scales,
+                            const DevAttnBatch *b, int n_heads, int n_kv_heads, int head_dim_k, int head_dim_v,
+                            int rot_dim, const float *inv_freq, float mscale, bool neox, int64_t n_slots,
+                            const QkNorm *qk, cudaStream_t s);
 
 #endif

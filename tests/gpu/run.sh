@@ -114,14 +114,15 @@ generate_fp8_check() {
 }
 run_check generate_batched_fp8 generate_fp8_check
 # FP8 weights (--weights fp8) through the whole forward, teacher-forced over
-# README.md: the GPU's FP8 path must sit closer to the CPU's FP8 path (the same
+# the first 6000 bytes of README.md: the GPU's FP8 path must sit closer to the CPU's FP8 path (the same
 # codes and scales; the GPU rounds activations to bf16 before quantizing them,
 # which moves a few codes a step) than FP8 itself sits from fp32 (the CPU's
 # FP8 path against its fp32 one). A dropped scale, a wrong row or tile would
 # put it orders of magnitude past that; random weights make greedy generation
 # part early, so this compares distributions (KL), not replies.
 fp8_forward_check() {
-    local P="$BIN/cllm perplexity -m $MODELS/llama3-8b -f README.md"
+    head -c 6000 README.md > "$OUT/fp8-text.txt"
+    local P="$BIN/cllm perplexity -m $MODELS/llama3-8b -f $OUT/fp8-text.txt"
     $P --ctx 256 --cpu --save-logits "$OUT/ppl-f32.bin" > /dev/null &&
         $P --ctx 256 --cpu --weights fp8 --save-logits "$OUT/ppl-f8.bin" > /dev/null &&
         $P --cpu --weights fp8 --kl-divergence "$OUT/ppl-f32.bin" > "$OUT/kl-cpu-f8-vs-f32.txt" &&
@@ -129,8 +130,9 @@ fp8_forward_check() {
         python3 - "$OUT/kl-cpu-f8-vs-f32.txt" "$OUT/kl-gpu-f8-vs-cpu-f8.txt" <<'PY'
 import re, sys
 kl = [float(re.search(r"mean KL divergence: ([0-9.e+-]+)", open(f).read()).group(1)) for f in sys.argv[1:]]
-print(f"KL: CPU fp8 vs fp32 {kl[0]:.3g}; GPU fp8 vs CPU fp8 {kl[1]:.3g}")
-sys.exit(0 if kl[1] < kl[0] else 1)
+ok = kl[1] < kl[0]
+print(f"{'ok' if ok else 'not ok'} - fp8 weights: KL GPU fp8 vs CPU fp8 {kl[1]:.3g} (must be below CPU fp8 vs fp32 {kl[0]:.3g})")
+sys.exit(0 if ok else 1)
 PY
 }
 run_check fp8_forward fp8_forward_check
@@ -167,13 +169,13 @@ run_check generate_logprobs logprobs_check
 # windows: mean NLL within 1% (bf16 weights and activations move it by
 # tenths of a percent; a wrong row or window is off by whole units), and the
 # GPU's KL from the CPU's saved logits small with top-1 mostly agreeing.
-perplexity_check() {
-    local m p="$BIN/cllm perplexity -f tests/fixtures/perplexity/text.txt --ctx 64 --stride 48"
-    for m in tests/fixtures/tiny/llama tests/fixtures/tiny/gemma3; do
-        $p -m $m --cpu --save-logits "$OUT/ppl-cpu.logits" > "$OUT/ppl-cpu.txt" &&
-            $p -m $m > "$OUT/ppl-gpu.txt" && $BIN/cllm perplexity -m $m -f tests/fixtures/perplexity/text.txt \
-            --kl-divergence "$OUT/ppl-cpu.logits" > "$OUT/ppl-kl.txt" || return 1
-        python3 - "$OUT/ppl-cpu.txt" "$OUT/ppl-gpu.txt" "$OUT/ppl-kl.txt" "$m" <<'PY' || return 1
+perplexity_pair() { # model, options of both runs...
+    local m=$1; shift
+    local p="$BIN/cllm perplexity -f tests/fixtures/perplexity/text.txt --ctx 64 --stride 48"
+    $p -m $m "$@" --cpu --save-logits "$OUT/ppl-cpu.logits" > "$OUT/ppl-cpu.txt" &&
+        $p -m $m "$@" > "$OUT/ppl-gpu.txt" && $BIN/cllm perplexity -m $m "$@" -f tests/fixtures/perplexity/text.txt \
+        --kl-divergence "$OUT/ppl-cpu.logits" > "$OUT/ppl-kl.txt" || return 1
+    python3 - "$OUT/ppl-cpu.txt" "$OUT/ppl-gpu.txt" "$OUT/ppl-kl.txt" "$m $*" <<'PY' || return 1
 import re, sys
 nll = lambda f: float(re.search(r"mean NLL: ([0-9.]+)", open(f).read()).group(1))
 c, g = nll(sys.argv[1]), nll(sys.argv[2])
@@ -185,9 +187,21 @@ print(f"{'ok' if ok else 'not ok'} - perplexity {sys.argv[4]}: mean NLL cpu {c:.
       f"({(g - c) / c:+.2e}), KL gpu||cpu {mkl:.2e}, top-1 {top1:.1f}%")
 sys.exit(0 if ok else 1)
 PY
-    done
+}
+perplexity_check() {
+    perplexity_pair tests/fixtures/tiny/llama && perplexity_pair tests/fixtures/tiny/gemma3
 }
 run_check perplexity_gpu_vs_cpu perplexity_check
+# --kv-scales (issue 40): an fp8 cache with the checkpoint's static scales
+# (tests/fixtures/fp8kv/tensor: per tensor, some saturating) and with scales
+# calibrated on the first step, on the GPU against the CPU as above (the
+# first step is the same on both: same windows, same chunking).
+kv_scales_check() {
+    perplexity_pair tests/fixtures/fp8kv/tensor --kv-dtype fp8 --kv-scales checkpoint &&
+        perplexity_pair tests/fixtures/fp8kv/head --kv-dtype fp8 &&
+        perplexity_pair tests/fixtures/tiny/mistral --kv-dtype fp8 --kv-scales calibrate
+}
+run_check perplexity_kv_scales kv_scales_check
 # Sampling on the GPU (the default there) vs on the host, from the same
 # device logits: same seeds, same draws; a differing token is a bug.
 sample_check() {

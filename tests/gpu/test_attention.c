@@ -13,7 +13,7 @@
  * head vectors of magnitudes 2^-8 .. 2^8 so the scales matter, and the CPU
  * op reading the same bytes). Also: the device's fp8 quantizer (the KV
  * write's) gives the host's bytes for every bf16 value, ties, saturation
- * and nans.
+ * and nans, with dynamic scales and with fixed ones (--kv-scales).
  * Cases: every head-size pair, GQA 1/4/8, MQA (group 8 and 32), block sizes
  * 16/32/64, chunked prefill, windows of 1, the prompt length and more,
  * sinks, soft-cap, long decode rows over many splits, a decode step replayed
@@ -195,7 +195,7 @@ static int dev_upload_cache(DevBufs *D, const Problem *P) {
         CK(cudaMemcpy(D->ks, P->cache.ks[0], slots * c->n_kv * 4, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(D->vs, P->cache.vs[0], slots * c->n_kv * 4, cudaMemcpyHostToDevice));
     }
-    D->kv = (KVLayerDev){P->cache.dtype, D->k, D->v, D->ks, D->vs};
+    D->kv = (KVLayerDev){P->cache.dtype, D->k, D->v, D->ks, D->vs, NULL, NULL};
     return 0;
 }
 
@@ -381,7 +381,7 @@ static void test_unsupported(void) {
     p.n_kv_heads = 2;
     int32_t one = 1;
     float s = 1.f;
-    KVLayerDev kv = {KV_DTYPE_BF16, &one, &one, NULL, NULL};
+    KVLayerDev kv = {KV_DTYPE_BF16, &one, &one, NULL, NULL, NULL, NULL};
     AttnDevMeta m = {NULL, 0, 1, 0, 0, 0, 0, 1, 16};
     AttnDecodeWork w = {&s, 1, 1, 0, 0};
     AttnRope r = {&one, &one, NULL, NULL, 1e-6f, 0.f, &s, 1.f, 127, true, (const int64_t *)&one, 16};
@@ -580,6 +580,8 @@ static void run_rope_cases(void) {
 static void test_decode_rope(void) { g_dtype = KV_DTYPE_BF16; run_rope_cases(); }
 static void test_decode_rope_fp8(void) { g_dtype = KV_DTYPE_FP8; run_rope_cases(); g_dtype = KV_DTYPE_BF16; }
 
+static void check_fp8_rows(const float *x, int rows, int N, bool fixed);
+
 /* cuda_fp8_quantize_rows (the device code of the fp8 KV write) against the
  * host's fp8_quantize_row, byte for byte: rows whose first value is 448
  * (scale exactly 1, so the rest are converted as they are) holding every
@@ -621,16 +623,36 @@ static void test_fp8_quantizer(void) {
     at += N;
     rows = at / N;
 #undef PUT
+    check_fp8_rows(x, rows, N, false);
+    check_fp8_rows(x, rows, N, true);
+    free(x);
+}
+
+/* The device's codes and scales of the rows of x against the host's:
+ * dynamic (fp8_quantize_row), or fixed (fp8_quantize_row_fixed, static KV
+ * scales: row r's scale a quarter, twice or exactly its amax / 448, so
+ * every row saturates, fits or touches 448; 1 where that is no positive
+ * finite number). */
+static void check_fp8_rows(const float *x, int rows, int N, bool fixed) {
     uint8_t *want = malloc((size_t)rows * N), *got = malloc((size_t)rows * N);
-    float *ws = malloc(rows * sizeof *ws), *gs = malloc(rows * sizeof *gs);
-    for (int r = 0; r < rows; r++) fp8_quantize_row(x + (size_t)r * N, N, want + (size_t)r * N, &ws[r]);
-    float *dx = NULL, *ds = NULL;
+    float *ws = malloc(rows * sizeof *ws), *gs = malloc(rows * sizeof *gs), *fs = malloc(rows * sizeof *fs);
+    for (int r = 0; r < rows; r++) {
+        fp8_quantize_row(x + (size_t)r * N, N, want + (size_t)r * N, &ws[r]);
+        if (!fixed) continue;
+        float f = ws[r] * (r % 3 == 0 ? 0.25f : r % 3 == 1 ? 2.0f : 1.0f);
+        fs[r] = f > 0 && isfinite(f) ? f : 1.0f;
+        fp8_quantize_row_fixed(x + (size_t)r * N, N, fs[r], want + (size_t)r * N);
+        ws[r] = fs[r];
+    }
+    float *dx = NULL, *ds = NULL, *df = NULL;
     uint8_t *dq = NULL;
     cudaError_t e = cudaMalloc((void **)&dx, (size_t)rows * N * 4);
     if (e == cudaSuccess) e = cudaMalloc((void **)&dq, (size_t)rows * N);
     if (e == cudaSuccess) e = cudaMalloc((void **)&ds, rows * 4);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&df, rows * 4);
     if (e == cudaSuccess) e = cudaMemcpy(dx, x, (size_t)rows * N * 4, cudaMemcpyHostToDevice);
-    if (e == cudaSuccess) cuda_fp8_quantize_rows(dq, ds, dx, rows, N, 0), e = cudaDeviceSynchronize();
+    if (e == cudaSuccess) e = cudaMemcpy(df, fs, rows * 4, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) cuda_fp8_quantize_rows(dq, ds, dx, fixed ? df : NULL, rows, N, 0), e = cudaDeviceSynchronize();
     if (e == cudaSuccess) e = cudaMemcpy(got, dq, (size_t)rows * N, cudaMemcpyDeviceToHost);
     if (e == cudaSuccess) e = cudaMemcpy(gs, ds, rows * 4, cudaMemcpyDeviceToHost);
     CHECK(e == cudaSuccess, "%s", cudaGetErrorString(e));
@@ -640,11 +662,11 @@ static void test_fp8_quantizer(void) {
             if (bad++ < 8) printf("#   value %.9g (row %lld): device 0x%02x, host 0x%02x\n", x[i], (long long)(i / N), got[i], want[i]);
         }
     for (int r = 0; e == cudaSuccess && r < rows; r++) bad_scales += memcmp(&gs[r], &ws[r], 4) != 0;
-    printf("# fp8 quantizer: %d rows of %d values, %d codes and %d scales differ from the host's\n", rows, N, bad,
-           bad_scales);
-    CHECK(bad == 0 && bad_scales == 0, "%d codes, %d scales differ", bad, bad_scales);
-    cudaFree(dx), cudaFree(dq), cudaFree(ds);
-    free(x), free(want), free(got), free(ws), free(gs);
+    printf("# fp8 quantizer%s: %d rows of %d values, %d codes and %d scales differ from the host's\n",
+           fixed ? " (fixed scales)" : "", rows, N, bad, bad_scales);
+    CHECK(bad == 0 && bad_scales == 0, "%s: %d codes, %d scales differ", fixed ? "fixed" : "dynamic", bad, bad_scales);
+    cudaFree(dx), cudaFree(dq), cudaFree(ds), cudaFree(df);
+    free(want), free(got), free(ws), free(gs), free(fs);
 }
 
 int main(int argc, char **argv) {

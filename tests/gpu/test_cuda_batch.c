@@ -122,7 +122,7 @@ static bool open_runners(Runner *ru, const Model *m, KVDtype kv, Err *err) {
     apart.rope_apart = true;
     ru[0].be = gpu_backend(&m->shape, &m->w, &fast, err);
     ru[1].be = ru[0].be ? gpu_backend(&m->shape, &m->w, &generic, err) : NULL;
-    ru[2].be = ru[1].be ? backend_cpu_create(&m->shape, &m->w, 0, BLOCK, N_BLOCKS, kv, err) : NULL;
+    ru[2].be = ru[1].be ? backend_cpu_create(&m->shape, &m->w, 0, BLOCK, N_BLOCKS, kv, KV_SCALES_DYNAMIC, err) : NULL;
     ru[3].be = ru[2].be ? gpu_backend(&m->shape, &m->w, &apart, err) : NULL;
     for (int i = 0; i < N_RUNNERS; i++) {
         if (!ru[i].be || forward_init(&ru[i].fw, &m->cfg, ru[i].be, MAX_T, err)) return false;

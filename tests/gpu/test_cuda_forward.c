@@ -179,7 +179,7 @@ static void check_real(const char *name) {
     if (!doc) return;
     GpuRig g = {.block_size = 16, .n_blocks = 64, .max_tokens = 256};
     Backend *gpu = gpu_backend(&m.shape, &m.w, &g, &err);
-    Backend *cpu = backend_cpu_create(&m.shape, &m.w, 0, 16, 64, KV_DTYPE_BF16, &err);
+    Backend *cpu = backend_cpu_create(&m.shape, &m.w, 0, 16, 64, KV_DTYPE_BF16, KV_SCALES_DYNAMIC, &err);
     CHECK(gpu && cpu, "%s", err.msg);
     printf("# %s: weights uploaded at %.2f GB/s\n", name, gpu ? gpu->load_gbps : 0.0);
     Engine eg, ec;

@@ -11,6 +11,8 @@
  * (C = 4095, F = 1001: the scalar matrix-vector path, vocab 777) and aligned
  * ones (C = 512: the 16-byte path); rows 1..9 (matrix-vector kernels up to 8,
  * cuBLASLt from 9) and 33; two sequences in one step, scattered blocks.
+ * The fp8 cache's scale forms (--kv-scales dynamic, checkpoint, calibrate):
+ * prefill then decode, the attention of both backends (check_kv_scales).
  * Last, timings (printed, never asserted): the matrix-vector kernel's
  * weight-read rate on Llama-8B-sized GEMMs, and decode tokens/s of a
  * synthetic 1.2B model with and without CUDA graphs (same logits required). */
@@ -73,8 +75,11 @@ static WeightRef weight(Rig *r, int64_t rows, int64_t cols, float scale, float o
 
 static WeightRef vec(Rig *r, int64_t n, float scale, float offset) { return weight(r, 1, n, scale, offset); }
 
-/* A two-layer model: layer 1 windowed (W = 5) with soft-cap and sinks. */
-static int rig_open(Rig *r, int C, int H, int KV, int D, int F, int V, int rot, bool neox, bool biases, Activation act) {
+/* A two-layer model: layer 1 windowed (W = 5) with soft-cap and sinks; its
+ * KV cache kv with scales ks (KV_SCALES_CHECKPOINT: random static scales of
+ * [0.004, 0.012), so qk-normed keys of layer 0 saturate and the rest fit). */
+static int rig_open_kv(Rig *r, int C, int H, int KV, int D, int F, int V, int rot, bool neox, bool biases,
+                       Activation act, KVDtype kv, KVScales ks) {
     memset(r, 0, sizeof *r);
     ModelConfig *c = &r->c;
     c->n_layers = 2; c->dim = C; c->ffn_dim = F; c->n_heads = H; c->n_kv_heads = KV;
@@ -106,14 +111,19 @@ static int rig_open(Rig *r, int C, int H, int KV, int D, int F, int V, int rot, 
             L->b_gate = vec(r, F, 0.5f, 0); L->b_up = vec(r, F, 0.5f, 0); L->b_down = vec(r, C, 0.5f, 0);
         }
         if (l == 1) L->sinks = vec(r, H, 1.0f, 0);
+        if (ks == KV_SCALES_CHECKPOINT) L->kv_scales = vec(r, 2 * KV, 0.004f, 0.008f);
     }
     Err err = {{0}};
-    r->cpu = rig_shape(r, &err) ? NULL
-                                : backend_cpu_create(&r->shape, &r->w, 2, BLOCK, N_BLOCKS, KV_DTYPE_BF16, &err);
-    GpuRig o = {.block_size = BLOCK, .n_blocks = N_BLOCKS, .max_tokens = MAX_T, .no_graphs = true};
+    r->cpu = rig_shape(r, &err) ? NULL : backend_cpu_create(&r->shape, &r->w, 2, BLOCK, N_BLOCKS, kv, ks, &err);
+    GpuRig o = {.block_size = BLOCK, .n_blocks = N_BLOCKS, .max_tokens = MAX_T, .no_graphs = true, .kv_dtype = kv,
+                .kv_scales = ks};
     r->gpu = r->cpu ? gpu_backend(&r->shape, &r->w, &o, &err) : NULL;
     CHECK(r->cpu && r->gpu, "%s", err.msg);
     return r->cpu && r->gpu ? 0 : -1;
+}
+
+static int rig_open(Rig *r, int C, int H, int KV, int D, int F, int V, int rot, bool neox, bool biases, Activation act) {
+    return rig_open_kv(r, C, H, KV, D, F, V, rot, neox, biases, act, KV_DTYPE_BF16, KV_SCALES_DYNAMIC);
 }
 
 static void rig_close(Rig *r) {
@@ -150,8 +160,8 @@ static void poison(Rig *r, Pair *p, int64_t n) {
     free(h);
 }
 
-/* ||gpu - cpu|| / ||cpu|| over n values of p (NaN: infinite). */
-static double compare(Rig *r, Pair *p, int64_t n, const char *what, int T) {
+/* ||gpu - cpu|| / ||cpu|| over n values of p (NaN: infinite), at most tol. */
+static double compare_tol(Rig *r, Pair *p, int64_t n, const char *what, int T, double tol) {
     float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
     Err err = {{0}};
     double e = INFINITY;
@@ -162,10 +172,12 @@ static double compare(Rig *r, Pair *p, int64_t n, const char *what, int T) {
     } else {
         printf("  %s\n", err.msg);
     }
-    CHECK(e <= TOL, "%s T=%d: rel err %.3g", what, T, e);
+    CHECK(e <= tol, "%s T=%d: rel err %.3g", what, T, e);
     free(a); free(b);
     return e;
 }
+
+static double compare(Rig *r, Pair *p, int64_t n, const char *what, int T) { return compare_tol(r, p, n, what, T, TOL); }
 
 /* The step: rows split between two sequences (positions 0.. of each), their
  * blocks taken from a shuffled pool. */
@@ -365,7 +377,7 @@ static void test_moe(void) {
         L->b_down = stacked(&r, E, 1, C, 0.5f);
         Err err = {{0}};
         r.cpu = rig_shape(&r, &err) ? NULL
-                                    : backend_cpu_create(&r.shape, &r.w, 2, BLOCK, N_BLOCKS, KV_DTYPE_BF16, &err);
+                                    : backend_cpu_create(&r.shape, &r.w, 2, BLOCK, N_BLOCKS, KV_DTYPE_BF16, KV_SCALES_DYNAMIC, &err);
         GpuRig o = {.block_size = BLOCK, .n_blocks = N_BLOCKS, .max_tokens = MAX_T, .no_graphs = true};
         r.gpu = r.cpu ? gpu_backend(&r.shape, &r.w, &o, &err) : NULL;
         CHECK(r.cpu && r.gpu, "%s", err.msg);
@@ -418,7 +430,7 @@ static void test_gemv_rate(void) {
         r.w.layers = r.layers;
         r.layers[0].wo = weight(&r, M, K, 1.0f / sqrtf((float)K), 0);
         Err err = {{0}};
-        r.cpu = rig_shape(&r, &err) ? NULL : backend_cpu_create(&r.shape, &r.w, 0, 16, 4, KV_DTYPE_BF16, &err);
+        r.cpu = rig_shape(&r, &err) ? NULL : backend_cpu_create(&r.shape, &r.w, 0, 16, 4, KV_DTYPE_BF16, KV_SCALES_DYNAMIC, &err);
         GpuRig o = {.block_size = 16, .n_blocks = 4, .max_tokens = 8, .no_graphs = true};
         r.gpu = r.cpu ? gpu_backend(&r.shape, &r.w, &o, &err) : NULL;
         CHECK(r.cpu && r.gpu, "%s", err.msg);
@@ -570,11 +582,77 @@ static void test_decode_speed(void) {
     free(layers);
 }
 
+/* The fp8 cache with static scales (--kv-scales checkpoint / calibrate) and
+ * dynamic ones: a prefill step of T rows over two sequences (rope_kv_write,
+ * then attention), then a decode step of one row each (the GPU's decode
+ * kernel with the rope and cache write in it where it takes them), both
+ * layers; the attention outputs of the two backends compared. The GPU
+ * computes k in bf16 and the CPU in fp32, so a value near an e4m3 midpoint
+ * (or, calibrating, an amax a bf16 rounding apart) can take the next code:
+ * FP8_TOL, against the ~6% relative step of one code. */
+#define FP8_TOL 3e-2
+static void check_kv_scales(KVScales ks, int T) {
+    Rig r;
+    if (rig_open_kv(&r, 512, 8, 2, 64, 256, 300, 64, true, false, ACT_SILU, KV_DTYPE_FP8, ks)) { rig_close(&r); return; }
+    const ModelConfig *c = &r.c;
+    int H = c->n_heads, KV = c->n_kv_heads, D = c->head_dim_k;
+    Step s;
+    step_make(&s, T, c->vocab);
+    Pair q = pair(&r, MAX_T * H * D, BUF_ACT), k = pair(&r, MAX_T * KV * D, BUF_ACT), v = pair(&r, MAX_T * KV * D, BUF_ACT);
+    Pair att = pair(&r, MAX_T * H * D, BUF_ACT);
+    double worst[2] = {0, 0};
+    for (int step = 0; step < 2; step++) {
+        if (step == 1) { /* one decode row per sequence, at the position after its prefill rows */
+            int n0 = (T + 1) / 2, p[2] = {n0, T - n0};
+            for (int q2 = 0; q2 < 2; q2++) {
+                s.seq[q2] = q2, s.pos[q2] = p[q2], s.rows[q2] = q2;
+                s.slot[q2] = (int64_t)s.blocks[q2][p[q2] / BLOCK] * BLOCK + p[q2] % BLOCK;
+            }
+            s.b = (AttnBatch){2, s.pos, s.seq, s.slot, 2, s.tables, BLOCK};
+        }
+        int n = s.b.n_tokens;
+        Err err = {{0}};
+        StepRows rows;
+        CHECK(r.cpu->begin_step(r.cpu, s.ids, &s.b, s.rows, 0, &rows, &err) == 0 &&
+              r.gpu->begin_step(r.gpu, s.ids, &s.b, s.rows, 0, &rows, &err) == 0, "%s", err.msg);
+        for (int l = 0; l < 2; l++) {
+            fill(&r, &q, n * H * D, 1.0f); fill(&r, &k, n * KV * D, 1.0f); fill(&r, &v, n * KV * D, 1.0f);
+            poison(&r, &att, n * H * D);
+            AttnParams pc = {H, KV, D, D, c->attn_scale, l ? 30.0f : 0, c->layer_window[l], r.layers[l].sinks.data};
+            AttnParams pg = pc;
+            pg.sinks = r.gpu->weights->layers[l].sinks.data;
+            r.cpu->rope_kv_write(r.cpu, l, q.c, k.c, v.c, n);
+            r.cpu->attention(r.cpu, att.c, q.c, l, &pc, n);
+            if (!r.gpu->rope_attention || !r.gpu->rope_attention(r.gpu, l, att.g, q.g, k.g, v.g, &pg, n)) {
+                r.gpu->rope_kv_write(r.gpu, l, q.g, k.g, v.g, n);
+                r.gpu->attention(r.gpu, att.g, q.g, l, &pg, n);
+            }
+            char what[96];
+            snprintf(what, sizeof what, "fp8 %s, %s, layer %d", kv_scales_name(ks), step ? "decode" : "prefill", l);
+            double e = compare_tol(&r, &att, n * H * D, what, n, FP8_TOL);
+            worst[step] = fmax(worst[step], e);
+        }
+    }
+    printf("# fp8 cache, %-10s scales: T=%2d prefill attention rel err %.2e, decode %.2e (limit %.0e)\n",
+           kv_scales_name(ks), T, worst[0], worst[1], FP8_TOL);
+    Pair all[] = {q, k, v, att};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) pair_free(&r, &all[i]);
+    rig_close(&r);
+}
+
+static void test_kv_scales(void) {
+    KVScales forms[] = {KV_SCALES_DYNAMIC, KV_SCALES_CHECKPOINT, KV_SCALES_CALIBRATE};
+    int Ts[] = {5, 33};
+    for (size_t f = 0; f < 3; f++)
+        for (size_t t = 0; t < 2; t++) check_kv_scales(forms[f], Ts[t]);
+}
+
 int main(int argc, char **argv) {
     bool quick = argc > 1 && !strcmp(argv[1], "--quick"); /* no timings (for compute-sanitizer) */
     RUN(test_ops_odd_sizes);
     RUN(test_ops_aligned);
     RUN(test_moe);
+    RUN(test_kv_scales);
     RUN(test_bad_profile_env);
     if (!quick) RUN(test_gemv_rate);
     if (!quick) RUN(test_decode_speed);
