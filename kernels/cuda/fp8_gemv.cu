@@ -33,13 +33,20 @@
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/tensor_core.cuh"
 
-/* Threads a block: the GEMV 512 (one block an SM at its 80-87 registers, 16 warps splitting each tile's K),
- * the GLU 256 (2-3 blocks an SM; at 512 threads its 117-121 registers fitted one, which waited out each
- * tile's loads and sums). Measured on an H200 (8B shapes, T = 1 / 8):
- * 512 for both put gate|up at 42.1 / 45.4 us, 256 for both put down at 25.2 / 53.6 and o at 7.6 / 17.1;
- * this split takes the better of each (down 21.3 / 38.2, gate|up 33.2 / 42.7, o 7.2 / 11.6). */
+/* Threads a block and blocks an SM the registers must allow (__launch_bounds__' second argument):
+ *   - the GEMV 512 threads; two blocks an SM (64 registers) up to T = 2, one (88) above, where the
+ *     capped build's spills and re-loads cost more than the second block gains;
+ *   - the GLU 256 threads, four blocks an SM (64 registers) at every T.
+ * Bytes in flight bound these loops: 128 a lane, so the more warps an SM holds the nearer the copy
+ * rate. Measured on an H200 (8B shapes, us at T = 1 / 8; in one call against one block an SM for
+ * both): o 6.1 / 14.4 vs 7.2 / 11.7, qkv 9.9 / 16.8 vs 10.4 / 15.0, down 19.8 / 38.4 vs 21.0 / 38.3,
+ * gate|up 32.1 / 42.0 vs 41.1 / 46.3 (3.66 TB/s at T = 1, 86% of copy). Tried and lost: 256-thread
+ * GEMV blocks, four an SM (down at T = 8 54 us); 128-thread blocks, eight an SM (every shape slower);
+ * 256 bytes in flight a lane at two 256-thread blocks an SM (gate|up T = 8 40.2, others slower). */
 #define FG_THREADS_GEMV 512
 #define FG_THREADS_GLU 256
+#define FG_MINB_GEMV(NT) ((NT) <= 2 ? 2 : 1)
+#define FG_MINB_GLU 4
 #define FG_PREFETCH 2048               /* bytes of each first row asked into L2 before pdl_wait */
 #define FG_MAX_SMEM (200 * 1024)       /* x codes of T rows: T x cols bytes */
 #define FG_BLOCKS_PER_SM 4             /* each block quantizes x again: more blocks, more of that */
@@ -190,7 +197,7 @@ static __device__ __forceinline__ const uint8_t *fp8_row(const uint8_t *W, int t
 }
 
 template <int NT>
-__global__ void __launch_bounds__(FG_THREADS_GEMV)
+__global__ void __launch_bounds__(FG_THREADS_GEMV, FG_MINB_GEMV(NT))
 kernel_fp8_gemv(const uint8_t *Wq, const float *wscale, int rows, int K, const __nv_bfloat16 *x, float input_scale,
                 GemvOut out) {
     constexpr int WARPS = FG_THREADS_GEMV / 32;
@@ -221,7 +228,7 @@ kernel_fp8_gemv(const uint8_t *Wq, const float *wscale, int rows, int K, const _
 /* GLU: W is Wgate | Wup (2F rows); a tile is gate rows 16j.. and up rows F +
  * 16j.., out [T][F] = act(a_scale x scale x sum + bias) of each pair. */
 template <int NT>
-__global__ void __launch_bounds__(FG_THREADS_GLU)
+__global__ void __launch_bounds__(FG_THREADS_GLU, FG_MINB_GLU)
 kernel_fp8_gemv_glu(const uint8_t *Wq, const float *wscale, int F, int K, const __nv_bfloat16 *x, float input_scale,
                     __nv_bfloat16 *out, const float *bg, const float *bu, Activation act, float limit) {
     constexpr int WARPS = FG_THREADS_GLU / 32;
