@@ -34,6 +34,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/e4m3.cuh"
 #include "kernels/cuda/rope_head.cuh"
 #include "kernels/cuda/tensor_core.cuh"
 
@@ -100,20 +101,6 @@ __device__ __forceinline__ void ldsm_x2(uint32_t addr, uint32_t &r0, uint32_t &r
 }
 __device__ __forceinline__ void ldsm_x2_t(uint32_t addr, uint32_t &r0, uint32_t &r1) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(addr));
-}
-
-/* Two e4m3 codes (the low 16 bits of w) as f16x2, exactly; the higher byte
- * goes to the higher half. One cvt.rn.f16x2.e4m3x2 on sm_89 and later; the
- * sm_80 build has no such cvt, and the cuda_fp8 intrinsic emulates it. */
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t w) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-    uint32_t r;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(r) : "h"((unsigned short)(w & 0xffffu)));
-    return r;
-#else
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w & 0xffffu), __NV_E4M3);
-    return (uint32_t)h.x | (uint32_t)h.y << 16;
-#endif
 }
 
 /* Row stride in bytes of an fp8 tile in shared memory: an odd number of

@@ -126,26 +126,11 @@ const char *fp8_gemm_mode_name(Fp8GemmMode m);
 #endif
 
 #ifdef __CUDACC__
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
-
-/* Two e4m3 codes (the low 16 bits of w) as f16x2, exactly (e4m3 is a subset
- * of f16); the higher byte goes to the higher half. One cvt on sm_89 and
- * later; sm_80's build emulates it (as attention_common.cuh does). */
-static __device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t w) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-    uint32_t r;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(r) : "h"((unsigned short)(w & 0xffffu)));
-    return r;
-#else
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w & 0xffffu), __NV_E4M3);
-    return (uint32_t)h.x | (uint32_t)h.y << 16;
-#endif
-}
+#include "kernels/cuda/e4m3.cuh"
 
 /* The four codes of w as fp32, in byte order. */
 static __device__ __forceinline__ void fp8x4_to_f32(uint32_t w, float *f) {
-    uint32_t lo = fp8x2_to_f16x2(w), hi = fp8x2_to_f16x2(w >> 16);
+    uint32_t lo = e4m3x2_to_f16x2(w), hi = e4m3x2_to_f16x2(w >> 16);
     float2 a = __half22float2(*(const __half2 *)&lo), b = __half22float2(*(const __half2 *)&hi);
     f[0] = a.x;
     f[1] = a.y;

@@ -30,6 +30,7 @@
 #include "kernels/cuda/activation.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/fp8.cuh"
+#include "kernels/cuda/ld_stream.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/tensor_core.cuh"
 
@@ -50,14 +51,6 @@
 #define FG_PREFETCH 2048               /* bytes of each first row asked into L2 before pdl_wait */
 #define FG_MAX_SMEM (200 * 1024)       /* x codes of T rows: T x cols bytes */
 #define FG_BLOCKS_PER_SM 4             /* each block quantizes x again: more blocks, more of that */
-
-static __device__ __forceinline__ uint4 ld_stream(const void *p) {
-    uint4 r;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "l"(p));
-    return r;
-}
 
 /* The block's x rows as codes in xs [NT][K] and their scales in a_scale
  * [NT]: one pass for each row's amax (dynamic scale), one for the codes. */
@@ -117,12 +110,12 @@ static __device__ __forceinline__ void mma_e4m3(float (&c)[4], const uint32_t (&
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #else
-    const uint32_t lo[4] = {fp8x2_to_f16x2(a[0]), fp8x2_to_f16x2(a[1]), fp8x2_to_f16x2(a[0] >> 16),
-                            fp8x2_to_f16x2(a[1] >> 16)};
-    const uint32_t hi[4] = {fp8x2_to_f16x2(a[2]), fp8x2_to_f16x2(a[3]), fp8x2_to_f16x2(a[2] >> 16),
-                            fp8x2_to_f16x2(a[3] >> 16)};
-    mma_f16(c, lo, fp8x2_to_f16x2(b0), fp8x2_to_f16x2(b0 >> 16));
-    mma_f16(c, hi, fp8x2_to_f16x2(b1), fp8x2_to_f16x2(b1 >> 16));
+    const uint32_t lo[4] = {e4m3x2_to_f16x2(a[0]), e4m3x2_to_f16x2(a[1]), e4m3x2_to_f16x2(a[0] >> 16),
+                            e4m3x2_to_f16x2(a[1] >> 16)};
+    const uint32_t hi[4] = {e4m3x2_to_f16x2(a[2]), e4m3x2_to_f16x2(a[3]), e4m3x2_to_f16x2(a[2] >> 16),
+                            e4m3x2_to_f16x2(a[3] >> 16)};
+    mma_f16(c, lo, e4m3x2_to_f16x2(b0), e4m3x2_to_f16x2(b0 >> 16));
+    mma_f16(c, hi, e4m3x2_to_f16x2(b1), e4m3x2_to_f16x2(b1 >> 16));
 #endif
 }
 

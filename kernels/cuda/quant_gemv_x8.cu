@@ -21,6 +21,7 @@
 #include "kernels/cuda/activation.cuh"
 #include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/ld_stream.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/quant.cuh"
 #include "kernels/cuda/quant_gemv_kernels.cuh"
@@ -53,14 +54,6 @@ typedef struct {
     Activation act;
     float limit;
 } QxGlu;
-
-static __device__ __forceinline__ uint4 ld_stream(const void *p) {
-    uint4 r;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "l"(p));
-    return r;
-}
 
 static __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

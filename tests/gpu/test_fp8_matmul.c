@@ -46,6 +46,7 @@
 #include "kernels/cuda/cuda_libs.h"
 #include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/quant.cuh"
+#include "tests/gpu/time_launch.h"
 #include "tests/test.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -448,32 +449,10 @@ static int run_once(Run *r) {
     return fp8_gemv(&r->M->m, r->x, &out, r->T, 0, &err);
 }
 
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
+static int run_once_v(void *r) { return run_once(r); }
 
 /* us per launch: the median of 7 samples of 20 back-to-back launches */
-static float time_us(Run *r) {
-    enum { REPS = 7, LOOP = 20 };
-    float ms[REPS];
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    int rc = run_once(r) || run_once(r);
-    for (int i = 0; i < REPS && !rc; i++) {
-        cudaEventRecord(e0, 0);
-        for (int k = 0; k < LOOP; k++) rc |= run_once(r);
-        cudaEventRecord(e1, 0);
-        cudaEventSynchronize(e1);
-        cudaEventElapsedTime(&ms[i], e0, e1);
-    }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    if (rc) return NAN;
-    qsort(ms, REPS, sizeof *ms, cmp_float);
-    return ms[REPS / 2] * 1000.0f / LOOP;
-}
+static float time_us(Run *r) { return time_launch_us(run_once_v, r, 20); }
 
 static void bench(void) {
     const int64_t shapes[4][2] = {{4096, 4096}, {6144, 4096}, {28672, 4096}, {4096, 14336}};

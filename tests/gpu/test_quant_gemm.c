@@ -40,6 +40,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/quant.cuh"
 #include "tests/gpu/quant_mats.h"
+#include "tests/gpu/time_launch.h"
 #include "tests/test.h"
 
 #define GUARD 4096 /* bytes after y that must stay untouched */
@@ -467,27 +468,10 @@ static int run_once(Run *r) {
     }
 }
 
+static int run_once_v(void *r) { return run_once(r); }
+
 /* us per launch: the median of 7 samples of 10 back-to-back launches */
-static float time_us(Run *r) {
-    enum { REPS = 7, LOOP = 10 };
-    float ms[REPS];
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    int rc = run_once(r) || run_once(r);
-    for (int i = 0; i < REPS && !rc; i++) {
-        cudaEventRecord(e0, 0);
-        for (int k = 0; k < LOOP; k++) rc |= run_once(r);
-        cudaEventRecord(e1, 0);
-        cudaEventSynchronize(e1);
-        cudaEventElapsedTime(&ms[i], e0, e1);
-    }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    if (rc) return NAN;
-    qsort(ms, REPS, sizeof *ms, quant_cmp_float);
-    return ms[REPS / 2] * 1000.0f / LOOP;
-}
+static float time_us(Run *r) { return time_launch_us(run_once_v, r, 10); }
 
 static void test_timing(void) {
     enum { NR = 4 }; /* Run.route */
