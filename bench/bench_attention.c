@@ -160,7 +160,8 @@ static void bench_prefill(int n_seqs, int len, bool fp8) {
     free(perm);
 }
 
-static void bench_decode(int n_seqs, int ctx, int n_sms, bool fp8) {
+/* splits: the grid's KV splits, or 0 for the engine's choice (attn_decode_splits) */
+static void bench_decode(int n_seqs, int ctx, int n_sms, bool fp8, int splits) {
     Job j = {0};
     int H = 32, KVH = 8, *perm;
     build_meta(&j, n_seqs, ctx, 1, &perm);
@@ -171,7 +172,7 @@ static void bench_decode(int n_seqs, int ctx, int n_sms, bool fp8) {
     j.par = (AttnParams){H, KVH, D, D, 0.08838834764f, 0, 0, NULL};
     j.decode = 1;
     j.w.max_decode = n_seqs;
-    j.w.n_splits = attn_decode_splits(ctx, n_seqs, KVH, 1, n_sms);
+    j.w.n_splits = splits > 0 ? splits : attn_decode_splits(ctx, n_seqs, KVH, 1, n_sms);
     size_t work = attn_decode_work_bytes(n_seqs, H, D, j.w.n_splits);
     cudaMalloc((void **)&j.w.part, work);
     cudaMemset(j.w.part, 0, work); /* the split counters */
@@ -183,18 +184,25 @@ static void bench_decode(int n_seqs, int ctx, int n_sms, bool fp8) {
     free(perm);
 }
 
-int main(void) {
+/* bench_attention                 every shape (attention.sh)
+ * bench_attention decode [S...]   decode shapes only, at the engine's splits,
+ *                                 then at each S splits (the split rule's study) */
+int main(int argc, char **argv) {
+    const int dec[5][2] = {{8, 4096}, {8, 32768}, {1, 131072}, {1, 4096}, {1, 32768}};
+    const bool decode_only = argc > 1 && !strcmp(argv[1], "decode");
     int n_sms = 0;
     cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, 0);
     printf("# prefill kernel: bf16 %s, fp8 %s\n", cuda_attention_prefill_kernel(D, D, false),
            cuda_attention_prefill_kernel(D, D, true));
     for (int f = 0; f < 2; f++) {
-        bench_prefill(16, 1024, f);
-        bench_prefill(4, 4096, f);
-        bench_prefill(1, 16384, f);
-        bench_decode(8, 4096, n_sms, f);
-        bench_decode(8, 32768, n_sms, f);
-        bench_decode(1, 131072, n_sms, f);
+        if (!decode_only) {
+            bench_prefill(16, 1024, f);
+            bench_prefill(4, 4096, f);
+            bench_prefill(1, 16384, f);
+        }
+        for (int i = 0; i < (decode_only ? 5 : 3); i++)
+            for (int r = 0; r < (decode_only ? argc - 1 : 1); r++)
+                bench_decode(dec[i][0], dec[i][1], n_sms, f, r ? atoi(argv[1 + r]) : 0);
     }
     return 0;
 }
