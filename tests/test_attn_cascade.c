@@ -420,14 +420,14 @@ static void test_cascade_matches_reference(void) {
 }
 
 static void test_cascade_knob(void) {
-    CpuCascadeMode m;
+    AttnCascadeMode m;
     Err err = {{0}};
-    CHECK(cpu_cascade_mode(NULL, &m, &err) == 0 && m == CPU_CASCADE_ON, "unset: on");
-    CHECK(cpu_cascade_mode("", &m, &err) == 0 && m == CPU_CASCADE_ON, "empty: on");
-    CHECK(cpu_cascade_mode("off", &m, &err) == 0 && m == CPU_CASCADE_OFF, "off");
-    CHECK(cpu_cascade_mode("on", &m, &err) == 0 && m == CPU_CASCADE_ON, "on");
-    CHECK(cpu_cascade_mode("always", &m, &err) == 0 && m == CPU_CASCADE_ALWAYS, "always");
-    CHECK(cpu_cascade_mode("0", &m, &err) && strstr(err.msg, "CLLM_CASCADE") && strstr(err.msg, "'0'"), "bad: %s",
+    CHECK(attn_cascade_mode(NULL, &m, &err) == 0 && m == ATTN_CASCADE_ON, "unset: on");
+    CHECK(attn_cascade_mode("", &m, &err) == 0 && m == ATTN_CASCADE_ON, "empty: on");
+    CHECK(attn_cascade_mode("off", &m, &err) == 0 && m == ATTN_CASCADE_OFF, "off");
+    CHECK(attn_cascade_mode("on", &m, &err) == 0 && m == ATTN_CASCADE_ON, "on");
+    CHECK(attn_cascade_mode("always", &m, &err) == 0 && m == ATTN_CASCADE_ALWAYS, "always");
+    CHECK(attn_cascade_mode("0", &m, &err) && strstr(err.msg, "CLLM_CASCADE") && strstr(err.msg, "'0'"), "bad: %s",
           err.msg);
 }
 
