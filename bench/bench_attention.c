@@ -121,6 +121,18 @@ static float time_ms(const Job *j) {
     return (t[14] + t[15]) / 2;
 }
 
+/* The metadata of b (a cache of n_blocks blocks) built and uploaded into j->dm. */
+static void upload_meta(Job *j, const AttnBatch *b, int n_blocks) {
+    AttnMeta m;
+    Err err = {{0}};
+    if (attn_meta_build(&m, b, &(AttnMetaOpts){n_blocks, 0}, &err)) { fprintf(stderr, "%s\n", err.msg); exit(1); }
+    int32_t *d_buf;
+    cudaMalloc((void **)&d_buf, (size_t)m.buf_len * 4);
+    cudaMemcpy(d_buf, m.buf, (size_t)m.buf_len * 4, cudaMemcpyHostToDevice);
+    attn_dev_meta(&j->dm, &m, d_buf);
+    attn_meta_free(&m);
+}
+
 /* Builds n_seqs sequences whose rows are positions [ctx - q_len, ctx) over a
  * shuffled block assignment; uploads the metadata. */
 static void build_meta(Job *j, int n_seqs, int ctx, int q_len, int **tables_out) {
@@ -140,14 +152,7 @@ static void build_meta(Job *j, int n_seqs, int ctx, int q_len, int **tables_out)
         for (int i = 0; i < q_len; i++) pos[s * q_len + i] = ctx - q_len + i, seq[s * q_len + i] = s;
     }
     AttnBatch b = {T, pos, seq, NULL, n_seqs, tabs, BS};
-    AttnMeta m;
-    Err err = {{0}};
-    if (attn_meta_build(&m, &b, &(AttnMetaOpts){n_blocks, 0}, &err)) { fprintf(stderr, "%s\n", err.msg); exit(1); }
-    int32_t *d_buf;
-    cudaMalloc((void **)&d_buf, (size_t)m.buf_len * 4);
-    cudaMemcpy(d_buf, m.buf, (size_t)m.buf_len * 4, cudaMemcpyHostToDevice);
-    attn_dev_meta(&j->dm, &m, d_buf);
-    attn_meta_free(&m);
+    upload_meta(j, &b, n_blocks);
     free(pos), free(seq), free(tabs);
     *tables_out = perm;
 }
@@ -209,13 +214,8 @@ static void bench_shared(int n_seqs, int prefix, int n_sms, bool fp8) {
         max_ctx = ctx > max_ctx ? ctx : max_ctx;
     }
     AttnBatch b = {n_seqs, pos, seq, NULL, n_seqs, (const int32_t *const *)tabs, BS};
-    AttnMeta m;
     Err err = {{0}};
-    if (attn_meta_build(&m, &b, &(AttnMetaOpts){n_blocks, 0}, &err)) { fprintf(stderr, "%s\n", err.msg); exit(1); }
-    int32_t *d_buf;
-    cudaMalloc((void **)&d_buf, (size_t)m.buf_len * 4);
-    cudaMemcpy(d_buf, m.buf, (size_t)m.buf_len * 4, cudaMemcpyHostToDevice);
-    attn_dev_meta(&j.dm, &m, d_buf);
+    upload_meta(&j, &b, n_blocks);
     j.q = dev_random_bf16((size_t)n_seqs * H * D);
     j.kv = dev_cache((size_t)n_blocks * BS * KVH, fp8);
     cudaMalloc(&j.out, (size_t)n_seqs * H * D * 2);
@@ -247,12 +247,11 @@ static void bench_shared(int n_seqs, int prefix, int n_sms, bool fp8) {
            distinct * per_token / flat / 1e9);
     printf("RESULT shared%s %dx%d+64..256 %.4f %.3f cascade groups=%d units=%d splits=%d\n", fp8 ? "-fp8" : "", n_seqs,
            pb * BS, casc, distinct * per_token / casc / 1e9, pl.n_groups, cd.m.n_units, cd.m.n_splits);
-    cudaFree(j.q), free_cache(&j.kv), cudaFree(j.out), cudaFree(d_buf), cudaFree(j.w.part);
+    cudaFree(j.q), free_cache(&j.kv), cudaFree(j.out), cudaFree((void *)j.dm.buf), cudaFree(j.w.part);
     cudaFree((void *)cd.buf), cudaFree(cd.part);
     for (int s = 0; s < n_seqs; s++) free(tabs[s]);
     free(tabs), free(pos), free(seq), free(row_of), free(h_casc);
     attn_cascade_free(&pl);
-    attn_meta_free(&m);
 }
 
 int main(void) {
