@@ -11,8 +11,11 @@
  * prefix's end included), some cases with a prefill run and a sequence of
  * its own beside them (the flat path in the same call). The plan is built
  * as the backend builds it (the decode rows only, every group formed:
- * CLLM_CASCADE=always) and packed twice: with the splits the backend picks
- * and with one split, so both the split and the unsplit shared pass run.
+ * CLLM_CASCADE=always) and run three ways: the shared pass with the splits
+ * the backend picks or with one, and the decode kernel with every row in
+ * the step's splits (the last split's combine merges the shared partials)
+ * or in splits of its own range as the backend runs it (a member's short
+ * suffix is one split: the block's own finish folds them in).
  * The output is poisoned with NaN first; every element is checked.
  *
  * Tolerance, per element: |gpu - cpu| <= 2 x 2^-8 x (vmax + |cpu|), vmax the
@@ -135,9 +138,10 @@ static int check_elements(const DevBufs *D, const Problem *P, const float *vmax,
     return bad;
 }
 
-/* One packing of the plan (target_blocks, max_splits) through cuda_attention_cascade. */
+/* One packing of the plan (target_blocks, max_splits) through cuda_attention_cascade, the decode rows split
+ * as split_tiles says (AttnDecodeWork). */
 static void run_packed(const Problem *P, const AttnMeta *m, int splits, const AttnCascadePlan *pl, const AttnBatch *db,
-                       const int32_t *row_of, int target_blocks, int max_splits, const float *vmax) {
+                       const int32_t *row_of, int target_blocks, int max_splits, int split_tiles, const float *vmax) {
     const Case *c = &P->c;
     Err err = {{0}};
     AttnCascadePackOpts po = {c->n_heads / c->n_kv, c->n_kv, ATTN_TILE_M, ATTN_DECODE_TILE_N, target_blocks, max_splits};
@@ -157,6 +161,7 @@ static void run_packed(const Problem *P, const AttnMeta *m, int splits, const At
         cd.buf = dbuf;
         AttnDevMeta dm;
         attn_dev_meta(&dm, m, D.meta);
+        D.work.split_tiles = split_tiles;
         rc = cuda_attention_cascade(D.out, D.q, &D.kv, &dm, &P->par, D.sinks, &D.work, &cd, 0, &err);
         CHECK(rc == 0, "%s: %s", c->name, err.msg);
         cudaError_t e = cudaDeviceSynchronize();
@@ -164,8 +169,9 @@ static void run_packed(const Problem *P, const AttnMeta *m, int splits, const At
         int n_nan;
         double rel = compare(&D, P, &n_nan), worst;
         int bad = check_elements(&D, P, vmax, &worst);
-        printf("# %-36s %-4s T=%-3d groups %d units %-3d shared splits %-2d (max %2d) rel err %.2e worst/tol %.2f\n",
-               c->name, kv_dtype_name(g_dtype), P->T, pl->n_groups, cd.m.n_units, cd.m.n_splits, max_splits, rel, worst);
+        printf("# %-36s %-4s T=%-3d groups %d units %-3d shared splits %-2d (max %2d) own splits %s rel err %.2e "
+               "worst/tol %.2f\n", c->name, kv_dtype_name(g_dtype), P->T, pl->n_groups, cd.m.n_units, cd.m.n_splits,
+               max_splits, split_tiles ? "by range" : "all", rel, worst);
         CHECK(n_nan == 0 && bad == 0 && rel <= NORM_TOL, "%s (%d splits): rel err %.3e, %d NaN, %d elements off",
               c->name, cd.m.n_splits, rel, n_nan, bad);
         cudaFree(dbuf), cudaFree(cd.part);
@@ -188,8 +194,9 @@ static void run_case(const CascadeCase *cc) {
     if (plan_decode_rows(&P, &pl, &db, pos, seq, row_of) == 0) {
         CHECK(pl.n_groups == cc->want_groups, "%s: %d groups, want %d", c.name, pl.n_groups, cc->want_groups);
         float *vmax = row_vmax(&P);
-        run_packed(&P, &m, splits, &pl, &db, row_of, 2 * SMS, ATTN_CASCADE_MAX_SPLITS, vmax);
-        run_packed(&P, &m, splits, &pl, &db, row_of, 1, 1, vmax);
+        run_packed(&P, &m, splits, &pl, &db, row_of, 2 * SMS, ATTN_CASCADE_MAX_SPLITS, 0, vmax);
+        run_packed(&P, &m, splits, &pl, &db, row_of, 2 * SMS, ATTN_CASCADE_MAX_SPLITS, ATTN_SPLIT_TILES, vmax);
+        run_packed(&P, &m, splits, &pl, &db, row_of, 1, 1, ATTN_SPLIT_TILES, vmax);
         free(vmax);
         attn_cascade_free(&pl);
     }
