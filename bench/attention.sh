@@ -8,7 +8,9 @@
 #   when missing: ./build.sh first)
 # Prefill: causal, 32 heads, head size 128, TFLOP/s (4 L^2 H D / 2 per
 # sequence); decode: one row per sequence, 32q/8kv, head size 128, K+V bytes
-# (fp8: codes + scales) over time. Environment: see bench/lib.sh.
+# (fp8: codes + scales) over time; shared: N sequences sharing a 2000-token
+# prefix, one decode row each, flat vs cascade, the distinct K/V bytes over
+# time. Environment: see bench/lib.sh.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 source bench/lib.sh
@@ -33,12 +35,13 @@ sys.path.insert(0, "bench")
 import results
 out, sdpa_rc = sys.argv[1], int(sys.argv[2])
 rows, skipped, ref_impl = [], [], None
-# RESULT prefill[-fp8] SHAPE MS RATE [splits=N]                    (bench_attention)
+# RESULT prefill[-fp8] SHAPE MS RATE [splits=N | flat | cascade ...] (bench_attention)
 for line in open(os.path.join(out, "attention-cllm.txt")):
     f = line.split()
     if len(f) >= 5 and f[0] == "RESULT":
         kind, _, kv = f[1].partition("-")
-        rows.append({"kind": kind, "shape": f[2], "impl": "cllm", "kv": kv or "bf16", "ms": float(f[3]),
+        impl = "cllm-" + f[5] if kind == "shared" and len(f) >= 6 else "cllm"  # shared: flat | cascade
+        rows.append({"kind": kind, "shape": f[2], "impl": impl, "kv": kv or "bf16", "ms": float(f[3]),
                      "rate": float(f[4]), "unit": "TFLOP/s" if kind == "prefill" else "TB/s"})
 # RESULT KIND SHAPE BACKEND MS RATE | SKIP KIND SHAPE BACKEND REASON  (sdpa_reference.py)
 for line in open(os.path.join(out, "attention-sdpa.txt")):

@@ -6,6 +6,12 @@
  *            each, whole prompts; FLOPs counted 4 * L^2 * H * D / 2 per sequence
  *   decode:  8 sequences, 32 query / 8 KV heads, head size 128, context C;
  *            bytes = the K and V of every cached token read once
+ *   shared:  cascade attention (DESIGN.md "Cascade attention"): N sequences
+ *            sharing a P-token prefix (the same block ids) with suffixes of
+ *            64..256 tokens, one decode row each, 32q/8kv, head 128: the flat
+ *            decode kernel ("flat") against cuda_attention_cascade
+ *            ("cascade"); rate = the distinct K/V bytes (prefix once, every
+ *            suffix) over time, against the copy bandwidth
  * Each also over an fp8 cache (--kv-dtype fp8: e4m3 codes + a scale per
  * token and KV head; "prefill-fp8", "decode-fp8" lines, bytes = codes +
  * scales). Inputs random, paged cache (block size 32, shuffled blocks);
@@ -90,6 +96,7 @@ typedef struct {
     AttnParams par;
     AttnDecodeWork w;
     int decode;
+    const AttnCascadeDev *cd;   /* decode through cuda_attention_cascade */
 } Job;
 
 static float time_ms(const Job *j) {
@@ -99,8 +106,9 @@ static float time_ms(const Job *j) {
     float t[30];
     for (int i = 0; i < 35; i++) {
         cudaEventRecord(a, 0);
-        int rc = j->decode ? cuda_attention_decode(j->out, j->q, &j->kv, &j->dm, &j->par, NULL, &j->w, 0, &err)
-                           : cuda_attention_prefill(j->out, j->q, &j->kv, &j->dm, &j->par, NULL, 0, &err);
+        int rc = j->cd       ? cuda_attention_cascade(j->out, j->q, &j->kv, &j->dm, &j->par, NULL, &j->w, j->cd, 0, &err)
+                 : j->decode ? cuda_attention_decode(j->out, j->q, &j->kv, &j->dm, &j->par, NULL, &j->w, 0, &err)
+                             : cuda_attention_prefill(j->out, j->q, &j->kv, &j->dm, &j->par, NULL, 0, &err);
         cudaEventRecord(b, 0);
         if (rc) { fprintf(stderr, "bench_attention: %s\n", err.msg); exit(1); }
         cudaEventSynchronize(b);
@@ -111,6 +119,18 @@ static float time_ms(const Job *j) {
     cudaEventDestroy(a), cudaEventDestroy(b);
     qsort(t, 30, sizeof *t, cmp_f);
     return (t[14] + t[15]) / 2;
+}
+
+/* The metadata of b (a cache of n_blocks blocks) built and uploaded into j->dm. */
+static void upload_meta(Job *j, const AttnBatch *b, int n_blocks) {
+    AttnMeta m;
+    Err err = {{0}};
+    if (attn_meta_build(&m, b, &(AttnMetaOpts){n_blocks, 0}, &err)) { fprintf(stderr, "%s\n", err.msg); exit(1); }
+    int32_t *d_buf;
+    cudaMalloc((void **)&d_buf, (size_t)m.buf_len * 4);
+    cudaMemcpy(d_buf, m.buf, (size_t)m.buf_len * 4, cudaMemcpyHostToDevice);
+    attn_dev_meta(&j->dm, &m, d_buf);
+    attn_meta_free(&m);
 }
 
 /* Builds n_seqs sequences whose rows are positions [ctx - q_len, ctx) over a
@@ -132,14 +152,7 @@ static void build_meta(Job *j, int n_seqs, int ctx, int q_len, int **tables_out)
         for (int i = 0; i < q_len; i++) pos[s * q_len + i] = ctx - q_len + i, seq[s * q_len + i] = s;
     }
     AttnBatch b = {T, pos, seq, NULL, n_seqs, tabs, BS};
-    AttnMeta m;
-    Err err = {{0}};
-    if (attn_meta_build(&m, &b, &(AttnMetaOpts){n_blocks, 0}, &err)) { fprintf(stderr, "%s\n", err.msg); exit(1); }
-    int32_t *d_buf;
-    cudaMalloc((void **)&d_buf, (size_t)m.buf_len * 4);
-    cudaMemcpy(d_buf, m.buf, (size_t)m.buf_len * 4, cudaMemcpyHostToDevice);
-    attn_dev_meta(&j->dm, &m, d_buf);
-    attn_meta_free(&m);
+    upload_meta(j, &b, n_blocks);
     free(pos), free(seq), free(tabs);
     *tables_out = perm;
 }
@@ -184,25 +197,88 @@ static void bench_decode(int n_seqs, int ctx, int n_sms, bool fp8, int splits) {
     free(perm);
 }
 
+/* n_seqs decode rows whose tables begin with the same prefix / BS blocks,
+ * suffixes of 64..256 tokens: flat, then cascade (the plan by the backend's
+ * rule and packing, backend_cuda_cascade.cu). */
+static void bench_shared(int n_seqs, int prefix, int n_sms, bool fp8) {
+    Job j = {0};
+    int H = 32, KVH = 8, pb = prefix / BS, n_blocks = pb, max_ctx = 0;
+    int32_t *pos = malloc(n_seqs * 4), *seq = malloc(n_seqs * 4), *row_of = malloc(n_seqs * 4);
+    int32_t **tabs = malloc(n_seqs * sizeof *tabs);
+    double distinct = (double)pb * BS;
+    for (int s = 0; s < n_seqs; s++) {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        int suffix = 64 + (int)(rng % 193), ctx = pb * BS + suffix, nb = (ctx + BS - 1) / BS;
+        pos[s] = ctx - 1, seq[s] = s, row_of[s] = s, distinct += suffix;
+        tabs[s] = malloc(nb * sizeof(int32_t));
+        for (int b = 0; b < nb; b++) tabs[s][b] = b < pb ? b : n_blocks++;
+        max_ctx = ctx > max_ctx ? ctx : max_ctx;
+    }
+    AttnBatch b = {n_seqs, pos, seq, NULL, n_seqs, (const int32_t *const *)tabs, BS};
+    Err err = {{0}};
+    upload_meta(&j, &b, n_blocks);
+    j.q = dev_random_bf16((size_t)n_seqs * H * D);
+    j.kv = dev_cache((size_t)n_blocks * BS * KVH, fp8);
+    cudaMalloc(&j.out, (size_t)n_seqs * H * D * 2);
+    j.par = (AttnParams){H, KVH, D, D, 0.08838834764f, 0, 0, NULL};
+    j.decode = 1;
+    j.w.max_decode = n_seqs;
+    j.w.n_splits = attn_decode_splits(max_ctx, n_seqs, KVH, 1, n_sms);
+    j.w.split_tiles = ATTN_SPLIT_TILES;
+    size_t work = attn_decode_work_bytes(n_seqs, H, D, j.w.n_splits);
+    cudaMalloc((void **)&j.w.part, work);
+    cudaMemset(j.w.part, 0, work);
+    const double per_token = KVH * (fp8 ? 2 * D + 8 : 2 * D * 2);
+    float flat = time_ms(&j);
+    AttnCascadePlan pl;
+    AttnCascadeOpts o = {false, n_sms, ATTN_TILE_M, ATTN_DECODE_TILE_N};
+    if (attn_cascade_plan(&pl, &b, &j.par, &o, &err)) { fprintf(stderr, "%s\n", err.msg); exit(1); }
+    AttnCascadePackOpts po = {H / KVH, KVH, ATTN_TILE_M, ATTN_DECODE_TILE_N, 2 * n_sms, ATTN_CASCADE_MAX_SPLITS};
+    int64_t cap = attn_cascade_pack_len(n_seqs, &po);
+    int32_t *h_casc = malloc(cap * 4);
+    AttnCascadeDev cd = {0};
+    if (attn_cascade_pack(h_casc, cap, &cd.m, &pl, &b, row_of, n_seqs, &po, &err)) { fprintf(stderr, "%s\n", err.msg); exit(1); }
+    cd.cap_slots = (int64_t)n_seqs * H * (cd.m.n_splits ? cd.m.n_splits : 1);
+    cudaMalloc((void **)&cd.buf, (size_t)(cd.m.len ? cd.m.len : 1) * 4);
+    cudaMemcpy((void *)cd.buf, h_casc, (size_t)cd.m.len * 4, cudaMemcpyHostToDevice);
+    cudaMalloc((void **)&cd.part, attn_cascade_work_bytes(cd.cap_slots, D));
+    j.cd = &cd;
+    float casc = time_ms(&j);
+    printf("RESULT shared%s %dx%d+64..256 %.4f %.3f flat\n", fp8 ? "-fp8" : "", n_seqs, pb * BS, flat,
+           distinct * per_token / flat / 1e9);
+    printf("RESULT shared%s %dx%d+64..256 %.4f %.3f cascade groups=%d units=%d splits=%d\n", fp8 ? "-fp8" : "", n_seqs,
+           pb * BS, casc, distinct * per_token / casc / 1e9, pl.n_groups, cd.m.n_units, cd.m.n_splits);
+    cudaFree(j.q), free_cache(&j.kv), cudaFree(j.out), cudaFree((void *)j.dm.buf), cudaFree(j.w.part);
+    cudaFree((void *)cd.buf), cudaFree(cd.part);
+    for (int s = 0; s < n_seqs; s++) free(tabs[s]);
+    free(tabs), free(pos), free(seq), free(row_of), free(h_casc);
+    attn_cascade_free(&pl);
+}
+
 /* bench_attention                 every shape (attention.sh)
  * bench_attention decode [S...]   decode shapes only, at the engine's splits,
- *                                 then at each S splits (the split rule's study) */
+ *                                 then at each S splits (the split rule's study)
+ * bench_attention shared          the shared-prefix (cascade) rows only */
 int main(int argc, char **argv) {
     const int dec[5][2] = {{8, 4096}, {8, 32768}, {1, 131072}, {1, 4096}, {1, 32768}};
-    const bool decode_only = argc > 1 && !strcmp(argv[1], "decode");
+    const bool decode_only = argc > 1 && !strcmp(argv[1], "decode"), shared_only = argc > 1 && !strcmp(argv[1], "shared");
     int n_sms = 0;
     cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, 0);
     printf("# prefill kernel: bf16 %s, fp8 %s\n", cuda_attention_prefill_kernel(D, D, false),
            cuda_attention_prefill_kernel(D, D, true));
     for (int f = 0; f < 2; f++) {
-        if (!decode_only) {
+        if (!decode_only && !shared_only) {
             bench_prefill(16, 1024, f);
             bench_prefill(4, 4096, f);
             bench_prefill(1, 16384, f);
         }
-        for (int i = 0; i < (decode_only ? 5 : 3); i++)
+        for (int i = 0; !shared_only && i < (decode_only ? 5 : 3); i++)
             for (int r = 0; r < (decode_only ? argc - 1 : 1); r++)
                 bench_decode(dec[i][0], dec[i][1], n_sms, f, r ? atoi(argv[1 + r]) : 0);
+        if (!decode_only) {
+            bench_shared(64, 2000, n_sms, f);
+            bench_shared(256, 2000, n_sms, f);
+        }
     }
     return 0;
 }

@@ -167,3 +167,54 @@ void attn_cascade_free(AttnCascadePlan *pl) {
     free(pl->suffix_start);
     memset(pl, 0, sizeof *pl);
 }
+
+int attn_cascade_mode(const char *v, AttnCascadeMode *mode, Err *err) {
+    if (!v || !*v || !strcmp(v, "on")) *mode = ATTN_CASCADE_ON;
+    else if (!strcmp(v, "off")) *mode = ATTN_CASCADE_OFF;
+    else if (!strcmp(v, "always")) *mode = ATTN_CASCADE_ALWAYS;
+    else return err_set(err, "CLLM_CASCADE: '%.64s' is not off, on or always", v);
+    return 0;
+}
+
+/* units: at most one a group more than the pairs need, groups: at most n / 2 */
+int64_t attn_cascade_pack_len(int n_rows, const AttnCascadePackOpts *o) {
+    int64_t n = n_rows > 0 ? n_rows : 0, unit = o->unit_pairs > 0 ? o->unit_pairs : 1;
+    return 2 * (ceil_div(n * (o->q_per_kv > 0 ? o->q_per_kv : 1), unit) + n / 2) + 5 * (n / 2) + n + 3 * n;
+}
+
+int attn_cascade_pack(int32_t *buf, int64_t cap, AttnCascadeMeta *m, const AttnCascadePlan *pl, const AttnBatch *pb,
+                      const int32_t *row_of, int n_rows, const AttnCascadePackOpts *o, Err *err) {
+    memset(m, 0, sizeof *m);
+    if (o->q_per_kv < 1 || o->n_kv_heads < 1 || o->unit_pairs < 1 || o->key_tile < 1 || o->max_splits < 1)
+        return err_set(err, "attn_cascade_pack: bad options (q_per_kv %d, kv heads %d, unit %d, tile %d, splits %d)",
+                       o->q_per_kv, o->n_kv_heads, o->unit_pairs, o->key_tile, o->max_splits);
+    int64_t units = 0;
+    for (int g = 0; g < pl->n_groups; g++) units += ceil_div((int64_t)pl->groups[g].n_rows * o->q_per_kv, o->unit_pairs);
+    int64_t members = pl->n_groups ? pl->groups[pl->n_groups - 1].row0 + pl->groups[pl->n_groups - 1].n_rows : 0;
+    int64_t len = 2 * units + 5 * pl->n_groups + members + 3 * (int64_t)n_rows;
+    if (len > cap) return err_set(err, "attn_cascade_pack: %lld values exceed the buffer's %lld", (long long)len, (long long)cap);
+    m->n_units = (int)units, m->n_members = (int)members;
+    m->off_units = 0, m->off_groups = (int)(2 * units), m->off_members = m->off_groups + 5 * pl->n_groups;
+    m->off_rows = m->off_members + (int)members, m->len = (int)len;
+    /* splits: enough blocks for target_blocks, at most max_splits, none empty */
+    int64_t blocks = units * o->n_kv_heads, want = blocks > 0 ? ceil_div(o->target_blocks, blocks) : 1;
+    int splits = (int)(want < 1 ? 1 : want > o->max_splits ? o->max_splits : want);
+    int32_t *u = buf + m->off_units, *gr = buf + m->off_groups, *rows = buf + m->off_rows;
+    for (int t = 0; t < n_rows; t++) rows[3 * t] = 0, rows[3 * t + 1] = -1, rows[3 * t + 2] = 0;
+    for (int g = 0; g < pl->n_groups; g++) {
+        const AttnCascadeGroup *G = &pl->groups[g];
+        int keys = G->n_blocks * pb->block_size, pairs = G->n_rows * o->q_per_kv;
+        int64_t tiles = ceil_div(keys, o->key_tile), per = ceil_div(tiles, splits);
+        int ns = (int)ceil_div(tiles, per);
+        if (ns > m->n_splits) m->n_splits = ns;
+        int32_t *e = gr + 5 * g;
+        e[0] = pb->seq[pl->rows[G->row0]], e[1] = keys, e[2] = G->row0, e[3] = pairs, e[4] = (int)(per * o->key_tile);
+        for (int p0 = 0; p0 < pairs; p0 += o->unit_pairs, u += 2) u[0] = g, u[1] = p0;
+        for (int i = G->row0; i < G->row0 + G->n_rows; i++) {
+            int t = row_of[pl->rows[i]];
+            buf[m->off_members + i] = t;
+            rows[3 * t] = pl->suffix_start[pl->rows[i]], rows[3 * t + 1] = i, rows[3 * t + 2] = ns;
+        }
+    }
+    return 0;
+}

@@ -100,6 +100,56 @@ int attn_cascade_plan(AttnCascadePlan *pl, const AttnBatch *b, const AttnParams 
                       Err *err);
 void attn_cascade_free(AttnCascadePlan *pl);
 
+/* CLLM_CASCADE's values (read by each backend at creation): cascade attention
+ * off, on where attn_cascade_pays says it pays (the default), or for every
+ * group that can be formed (tests). */
+typedef enum { ATTN_CASCADE_ON, ATTN_CASCADE_OFF, ATTN_CASCADE_ALWAYS } AttnCascadeMode;
+
+/* The mode of CLLM_CASCADE's value v (NULL or empty: on); -1 with err naming
+ * the value when it is none of off, on, always. */
+int attn_cascade_mode(const char *v, AttnCascadeMode *mode, Err *err);
+
+/* The device form of a plan (the CUDA kernels read it, attention.cuh
+ * cuda_attention_cascade), packed into int32 sections at the offsets below:
+ *   units   [n_units][2]   group, first pair: up to unit_pairs (member, query
+ *                          head) pairs of one KV head, pair e of a group being
+ *                          member e / q_per_kv, head e % q_per_kv of the KV head
+ *   groups  [n_groups][5]  table (the block-table row of a member: its step
+ *                          sequence), shared keys, first member, pairs
+ *                          (members x q_per_kv), keys a split (a multiple of
+ *                          key_tile; the group's splits: ceil(keys / that))
+ *   members [n_members]    the step row of each member, group after group
+ *   rows    [n_rows][3]    per step row: suffix start (the first key it
+ *                          attends on its own; 0 outside a group), member
+ *                          index (-1: none), its group's splits
+ * The shared pass is a grid of n_units x n_kv_heads x n_splits blocks (a
+ * block past its group's splits does nothing); its partial results are
+ * slots (member x n_heads + head) x n_splits + split. */
+typedef struct {
+    int n_units, n_splits, n_members;
+    int off_units, off_groups, off_members, off_rows, len;
+} AttnCascadeMeta;
+
+typedef struct {
+    int q_per_kv, n_kv_heads;
+    int unit_pairs;             /* (member, query head) pairs a block of the shared pass takes */
+    int key_tile;               /* splits begin on multiples of it */
+    int target_blocks;          /* splits are added until the shared pass has about this many blocks */
+    int max_splits;             /* and never more than this (the room for partial results) */
+} AttnCascadePackOpts;
+
+/* The int32 values attn_cascade_pack writes for a plan of at most n_rows
+ * members and n_rows step rows. */
+int64_t attn_cascade_pack_len(int n_rows, const AttnCascadePackOpts *o);
+
+/* Packs pl into buf (room for cap values) as described above. pl's rows are
+ * rows of the batch pb it was planned from; row_of[i] is the step row of pb's
+ * row i (pb may hold a subset of the step's rows, e.g. its decode rows) and
+ * n_rows the step's row count; a group's table is pb->seq of its first
+ * member. Returns 0, or -1 with err when buf is too small or o is invalid. */
+int attn_cascade_pack(int32_t *buf, int64_t cap, AttnCascadeMeta *m, const AttnCascadePlan *pl, const AttnBatch *pb,
+                      const int32_t *row_of, int n_rows, const AttnCascadePackOpts *o, Err *err);
+
 #ifdef __cplusplus
 }
 #endif

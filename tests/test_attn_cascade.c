@@ -10,6 +10,8 @@
  *     here (and against the plain path) on random caches with shuffled block
  *     tables: GQA, sinks, soft-cap, several groups and ungrouped rows, fp32
  *     within 1e-5 relative; an fp8 cache against the plain path.
+ *   - the plan's device form (attn_cascade_pack, what the CUDA kernels
+ *     read): units, groups, splits, members and per-row entries, errors;
  *   - CLLM_CASCADE's values. */
 #include <stdint.h>
 
@@ -419,15 +421,78 @@ static void test_cascade_matches_reference(void) {
     thread_pool_destroy(tp);
 }
 
-static void test_cascade_knob(void) {
-    CpuCascadeMode m;
+/* ------------------------------------------------------------ the packed plan */
+
+static void test_plan_pack(void) {
+    PlanCase c;
+    AttnCascadePlan pl;
+    int shared[] = {8, 8, 8, 6, 6};
+    plan_case(&c, 5, shared, 4);
+    for (int j = 0; j < 6; j++) c.tables[3][j] = c.tables[4][j] = 200 + j;
+    add_rows(&c, 0, 40, 1);
+    add_rows(&c, 3, 30, 1);
+    add_rows(&c, 1, 33, 1);
+    add_rows(&c, 4, 24, 1);
+    add_rows(&c, 2, 35, 1);
+    CHECK(plan(&c, &pl) == 0 && pl.n_groups == 2, "%d groups", pl.n_groups);
+    /* the plan's rows are every other row of a step of 12 (the others: prefill rows, say) */
+    int32_t row_of[5] = {1, 3, 5, 7, 9}, buf[400];
+    const int n_rows = 12;
+    AttnCascadePackOpts o = {2, 2, 4, 8, 20, 3};
+    AttnCascadeMeta m;
     Err err = {{0}};
-    CHECK(cpu_cascade_mode(NULL, &m, &err) == 0 && m == CPU_CASCADE_ON, "unset: on");
-    CHECK(cpu_cascade_mode("", &m, &err) == 0 && m == CPU_CASCADE_ON, "empty: on");
-    CHECK(cpu_cascade_mode("off", &m, &err) == 0 && m == CPU_CASCADE_OFF, "off");
-    CHECK(cpu_cascade_mode("on", &m, &err) == 0 && m == CPU_CASCADE_ON, "on");
-    CHECK(cpu_cascade_mode("always", &m, &err) == 0 && m == CPU_CASCADE_ALWAYS, "always");
-    CHECK(cpu_cascade_mode("0", &m, &err) && strstr(err.msg, "CLLM_CASCADE") && strstr(err.msg, "'0'"), "bad: %s",
+    for (int i = 0; i < 400; i++) buf[i] = -7;
+    CHECK(attn_cascade_pack(buf, 400, &m, &pl, &c.b, row_of, n_rows, &o, &err) == 0, "%s", err.msg);
+    CHECK(m.len <= attn_cascade_pack_len(n_rows, &o), "len %d within the bound %lld", m.len,
+          (long long)attn_cascade_pack_len(n_rows, &o));
+    CHECK(m.n_members == 5 && m.n_units == 2 + 1, "%d members, %d units (3 x 2 pairs: 2 units of 4; 2 x 2: 1)",
+          m.n_members, m.n_units);
+    int covered[2] = {0, 0};
+    for (int u = 0; u < m.n_units; u++) {
+        int g = buf[m.off_units + 2 * u], p0 = buf[m.off_units + 2 * u + 1];
+        CHECK(g >= 0 && g < 2 && p0 % 4 == 0 && p0 < pl.groups[g].n_rows * 2, "unit %d: group %d pair %d", u, g, p0);
+        if (g >= 0 && g < 2) covered[g] += 4;
+    }
+    for (int g = 0; g < 2; g++) {
+        const AttnCascadeGroup *G = &pl.groups[g];
+        const int32_t *e = buf + m.off_groups + 5 * g;
+        CHECK(covered[g] >= G->n_rows * 2 && covered[g] < G->n_rows * 2 + 4, "group %d: units cover its pairs", g);
+        CHECK(e[0] == c.b.seq[pl.rows[G->row0]] && e[1] == G->n_blocks * 4 && e[2] == G->row0 && e[3] == G->n_rows * 2,
+              "group %d: table %d keys %d member0 %d pairs %d", g, e[0], e[1], e[2], e[3]);
+        int ns = (e[1] + e[4] - 1) / e[4];
+        /* 3 units x 2 KV heads = 6 blocks, 20 wanted: 4 splits, at most 3; 32 or 24 keys in 8-key tiles */
+        CHECK(e[4] % 8 == 0 && e[4] > 0 && ns <= 3 && ns <= m.n_splits && (ns - 1) * e[4] < e[1],
+              "group %d: %d keys a split, %d splits of %d", g, e[4], ns, m.n_splits);
+        for (int i = G->row0; i < G->row0 + G->n_rows; i++) {
+            int t = row_of[pl.rows[i]];
+            const int32_t *r = buf + m.off_rows + 3 * t;
+            CHECK(buf[m.off_members + i] == t, "member %d: step row %d", i, buf[m.off_members + i]);
+            CHECK(r[0] == pl.suffix_start[pl.rows[i]] && r[1] == i && r[2] == ns, "step row %d: %d %d %d", t, r[0],
+                  r[1], r[2]);
+        }
+    }
+    CHECK(m.n_splits == 3, "the grid's splits: %d", m.n_splits);
+    for (int t = 0; t < n_rows; t += 2) {
+        const int32_t *r = buf + m.off_rows + 3 * t;
+        CHECK(r[0] == 0 && r[1] == -1 && r[2] == 0, "step row %d outside the plan: %d %d %d", t, r[0], r[1], r[2]);
+    }
+    CHECK(attn_cascade_pack(buf, m.len - 1, &m, &pl, &c.b, row_of, n_rows, &o, &err) && strstr(err.msg, "exceed"),
+          "a buffer one short: %s", err.msg);
+    o.max_splits = 0;
+    CHECK(attn_cascade_pack(buf, 400, &m, &pl, &c.b, row_of, n_rows, &o, &err) && strstr(err.msg, "bad options"),
+          "no splits allowed: %s", err.msg);
+    attn_cascade_free(&pl);
+}
+
+static void test_cascade_knob(void) {
+    AttnCascadeMode m;
+    Err err = {{0}};
+    CHECK(attn_cascade_mode(NULL, &m, &err) == 0 && m == ATTN_CASCADE_ON, "unset: on");
+    CHECK(attn_cascade_mode("", &m, &err) == 0 && m == ATTN_CASCADE_ON, "empty: on");
+    CHECK(attn_cascade_mode("off", &m, &err) == 0 && m == ATTN_CASCADE_OFF, "off");
+    CHECK(attn_cascade_mode("on", &m, &err) == 0 && m == ATTN_CASCADE_ON, "on");
+    CHECK(attn_cascade_mode("always", &m, &err) == 0 && m == ATTN_CASCADE_ALWAYS, "always");
+    CHECK(attn_cascade_mode("0", &m, &err) && strstr(err.msg, "CLLM_CASCADE") && strstr(err.msg, "'0'"), "bad: %s",
           err.msg);
 }
 
@@ -441,6 +506,7 @@ int main(void) {
     RUN(test_plan_mixed);
     RUN(test_plan_errors);
     RUN(test_cascade_matches_reference);
+    RUN(test_plan_pack);
     RUN(test_cascade_knob);
     TEST_EXIT();
 }

@@ -26,7 +26,7 @@ typedef struct {
     const int32_t *logit_rows;
     float *scratch;           /* gate/up of gate_up; MoE: router, rows, gate/up, out */
     int64_t scratch_elems;
-    CpuCascadeMode cascade;
+    AttnCascadeMode cascade;
     AttnCascadePlan plan;     /* of this step, for layers of window plan_window */
     int plan_window;
     bool plan_built;          /* plan is this step's (begin_step clears it) */
@@ -37,14 +37,6 @@ typedef struct {
 } CpuBackend;
 
 static CpuBackend *cpu(Backend *be) { return be->ctx; }
-
-int cpu_cascade_mode(const char *v, CpuCascadeMode *mode, Err *err) {
-    if (!v || !*v || !strcmp(v, "on")) *mode = CPU_CASCADE_ON;
-    else if (!strcmp(v, "off")) *mode = CPU_CASCADE_OFF;
-    else if (!strcmp(v, "always")) *mode = CPU_CASCADE_ALWAYS;
-    else return err_set(err, "CLLM_CASCADE: '%.64s' is not off, on or always", v);
-    return 0;
-}
 
 static CpuMatrix cpu_matrix(const WeightRef *w, int mat) {
     return (CpuMatrix){(const char *)w->data + (uint64_t)mat * w->rows * w->row_bytes, w->type, w->rows, w->cols,
@@ -138,10 +130,10 @@ static void cpu_be_rope_kv_write(Backend *be, int layer, void *q, void *k, const
 /* The step's cascade plan for a layer of p's window; NULL when cascade is
  * off or the plan cannot be built (the plain path then runs: same result). */
 static const AttnCascadePlan *cascade_plan(CpuBackend *cb, const AttnParams *p) {
-    if (cb->cascade == CPU_CASCADE_OFF) return NULL;
+    if (cb->cascade == ATTN_CASCADE_OFF) return NULL;
     if (cb->plan_built && cb->plan_window == p->window) return &cb->plan;
     attn_cascade_free(&cb->plan);
-    AttnCascadeOpts o = {cb->cascade == CPU_CASCADE_ALWAYS, thread_pool_size(cb->tp),
+    AttnCascadeOpts o = {cb->cascade == ATTN_CASCADE_ALWAYS, thread_pool_size(cb->tp),
                          CPU_CASCADE_UNIT_ROWS * (p->n_heads / p->n_kv_heads), 64};
     Err err = {{0}};
     cb->plan_built = attn_cascade_plan(&cb->plan, cb->batch, p, &o, &err) == 0;
@@ -293,7 +285,7 @@ Backend *backend_cpu_create(const ModelShape *c, const ModelWeights *w, int n_th
     CpuBackend *cb = calloc(1, sizeof *cb);
     if (!be || !cb) { free(be); free(cb); err_set(err, "out of memory"); return NULL; }
     cb->shape = c;
-    if (cpu_cascade_mode(getenv("CLLM_CASCADE"), &cb->cascade, err)) { free(cb); free(be); return NULL; }
+    if (attn_cascade_mode(getenv("CLLM_CASCADE"), &cb->cascade, err)) { free(cb); free(be); return NULL; }
     cb->tp = thread_pool_create(n_threads, err);
     if (!cb->tp ||
         kv_cache_host_alloc(&cb->kv, c->n_layers, c->n_kv_heads, c->head_dim_k, c->head_dim_v, block_size, n_blocks,

@@ -6,15 +6,6 @@
 
 #include "kernels/backend.h"
 
-/* CLLM_CASCADE's values (read by backend_cpu_create): cascade attention off,
- * on where attn_cascade_pays says it pays (the default), or for every group
- * that can be formed (tests). */
-typedef enum { CPU_CASCADE_ON, CPU_CASCADE_OFF, CPU_CASCADE_ALWAYS } CpuCascadeMode;
-
-/* The mode of CLLM_CASCADE's value v (NULL or empty: on); -1 with err naming
- * the value when it is none of off, on, always. */
-int cpu_cascade_mode(const char *v, CpuCascadeMode *mode, Err *err);
-
 /* A thread pool (n_threads <= 0: one per core) and a host KV cache of
  * n_blocks blocks of block_size tokens, fp32 (KV_DTYPE_BF16) or e4m3 with
  * scales (KV_DTYPE_FP8) whose scales kv_scales says how to make

@@ -131,3 +131,32 @@ int cuda_attention(void *out, const void *q, const KVLayerDev *kv, const AttnDev
     if (cuda_attention_prefill(out, q, kv, m, p, d_sinks, s, err)) return -1;
     return cuda_attention_decode(out, q, kv, m, p, d_sinks, w, s, err);
 }
+
+size_t attn_cascade_work_bytes(int64_t cap_slots, int head_dim_v) {
+    return (size_t)cap_slots * (head_dim_v + 2) * sizeof(float);
+}
+
+int cuda_attention_cascade(void *out, const void *q, const KVLayerDev *kv, const AttnDevMeta *m, const AttnParams *p,
+                           const float *d_sinks, const AttnDecodeWork *w, const AttnCascadeDev *cd, cudaStream_t s,
+                           Err *err) {
+    if (!cd || cd->m.n_units == 0) return cuda_attention(out, q, kv, m, p, d_sinks, w, s, err);
+    if (cuda_attention_prefill(out, q, kv, m, p, d_sinks, s, err)) return -1;
+    const int64_t slots = (int64_t)cd->m.n_members * p->n_heads * cd->m.n_splits;
+    if (!cd->buf || !cd->part || slots > cd->cap_slots || cd->m.n_splits < 1)
+        return err_set(err, "attention: cascade scratch missing or too small (%lld partial results, room for %lld)",
+                       (long long)slots, (long long)cd->cap_slots);
+    AttnKParams kp = kparams(out, q, kv, m, p, d_sinks);
+    kp.casc = cd->buf;
+    kp.casc_units = cd->m.off_units, kp.casc_groups = cd->m.off_groups;
+    kp.casc_members = cd->m.off_members, kp.casc_rows = cd->m.off_rows;
+    kp.casc_splits = cd->m.n_splits;
+    kp.casc_o = cd->part, kp.casc_ml = cd->part + slots * p->head_dim_v;
+    AttnKParams shared = kp;
+    shared.casc_shared = true;
+    shared.window = 0; /* the plan groups a windowed layer's rows only where every window covers the prefix */
+    shared.sinks = NULL;
+    if (attn_cascade_shared_launch(&shared, p->head_dim_k, p->head_dim_v, cd->m.n_units, cd->m.n_splits, s, err))
+        return -1;
+    if (m->n_decode == 0) return 0;
+    return decode_rows(&kp, m, p, w, s, err);
+}

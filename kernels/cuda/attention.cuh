@@ -36,6 +36,7 @@
 #include "base/dtype.h"
 #include "base/err.h"
 #include "kernels/attn_batch.h"
+#include "kernels/attn_cascade.h"
 #include "kernels/attn_meta.h"
 
 #ifdef __cplusplus
@@ -122,6 +123,34 @@ int cuda_attention_check(const AttnParams *p, int block_size, Err *err);
 int cuda_attention(void *out, const void *q, const KVLayerDev *kv, const AttnDevMeta *m, const AttnParams *p,
                    const float *d_sinks, const AttnDecodeWork *w, cudaStream_t s, Err *err);
 
+/* Cascade attention (DESIGN.md "Cascade attention"): a step's plan packed
+ * (attn_cascade_pack, unit_pairs ATTN_TILE_M, key_tile ATTN_DECODE_TILE_N)
+ * and uploaded with the step's metadata, and the scratch of the shared
+ * pass's partial results. */
+typedef struct {
+    const int32_t *buf;          /* the packed plan on the device */
+    AttnCascadeMeta m;
+    float *part;                 /* attn_cascade_work_bytes(cap_slots, head_dim_v) bytes of device memory */
+    int64_t cap_slots;           /* (member, head, split) partial results part holds */
+} AttnCascadeDev;
+
+/* Most splits the shared pass takes (its partial results stay few). */
+#define ATTN_CASCADE_MAX_SPLITS 32
+
+size_t attn_cascade_work_bytes(int64_t cap_slots, int head_dim_v);
+
+/* cuda_attention with cascade: the prefill tiles as there; the shared pass
+ * (every group's member rows x query heads against its prefix, read once per
+ * block of ATTN_TILE_M pairs and split; attention_prefill.cu); then the
+ * decode kernel over every decode row, members attending only to their own
+ * keys and merging the shared partial results into their output, the sink
+ * once (attention_decode.cu). The plan's members must be decode rows (runs
+ * of one row) and its windows must cover its prefixes (the plan's rule), so
+ * the shared pass runs unwindowed. Not for the rope-in-decode path. */
+int cuda_attention_cascade(void *out, const void *q, const KVLayerDev *kv, const AttnDevMeta *m, const AttnParams *p,
+                           const float *d_sinks, const AttnDecodeWork *w, const AttnCascadeDev *cd, cudaStream_t s,
+                           Err *err);
+
 /* Which prefill kernel runs for these head sizes and cache type on this
  * device: "sm90a" (attention_prefill_sm90.cu) or "fa2" (attention_prefill.cu). */
 const char *cuda_attention_prefill_kernel(int head_dim_k, int head_dim_v, bool fp8);
@@ -152,6 +181,8 @@ extern "C" int attn_prefill_launch(const AttnKParams *kp, int head_dim_k, int he
 extern "C" bool attn_prefill_sm90_has(int head_dim_k, int head_dim_v, bool fp8);
 extern "C" int attn_prefill_sm90_launch(const AttnKParams *kp, int head_dim_k, int head_dim_v, int n_tiles,
                                         cudaStream_t s, Err *err);
+extern "C" int attn_cascade_shared_launch(const AttnKParams *kp, int head_dim_k, int head_dim_v, int n_units,
+                                          int n_splits, cudaStream_t s, Err *err);
 extern "C" int attn_decode_launch(const AttnKParams *kp, int head_dim_k, int head_dim_v, int n_decode, cudaStream_t s,
                                   Err *err);
 #endif

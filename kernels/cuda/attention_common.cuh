@@ -73,6 +73,13 @@ typedef struct {
     RopeFreqs freqs;
     const int64_t *slot;
     int64_t n_slots;
+    /* cascade (cuda_attention_cascade): the packed plan (attn_cascade.h AttnCascadeMeta) on the device, or NULL */
+    const int32_t *casc;
+    int casc_units, casc_groups, casc_members, casc_rows; /* its sections' offsets */
+    int casc_splits;            /* the shared pass's splits: partial slots a (member, query head) */
+    float *casc_o;              /* [members][n_heads][casc_splits][head_dim_v] the shared pass's unnormalized outputs */
+    float *casc_ml;             /* [members][n_heads][casc_splits][2] their running max (log2 domain) and sum */
+    bool casc_shared;           /* prefill kernel: run the shared pass (plan units) instead of prefill tiles */
 } AttnKParams;
 
 
@@ -321,6 +328,7 @@ __device__ __forceinline__ void warp_quantize_fp8(const T *x, int n, uint8_t *co
  * block table. Both prefill kernels read their tile through it. */
 typedef struct {
     int h, kvh, m0, q_start, rows, p_first, p_last, lo, hi;
+    int pos_step;               /* row r's position is p_first + pos_step x r (cascade_tile: 0) */
     const int32_t *tab;
 } PrefillTile;
 
@@ -334,7 +342,52 @@ template <int BM, bool WIN> __device__ __forceinline__ PrefillTile prefill_tile(
     t.rows = min(BM, run[1] - t.m0);
     t.p_first = run[2] + t.m0, t.p_last = t.p_first + t.rows - 1;
     t.lo = WIN ? max(0, t.p_first - p.window + 1) : 0, t.hi = t.p_last + 1;
+    t.pos_step = 1;
     return t;
+}
+
+/* Cascade's shared pass (p.casc_shared): the block of unit blockIdx.x, KV
+ * head blockIdx.y and split blockIdx.z of the plan (attn_cascade.h
+ * AttnCascadeMeta) as a tile: rows are the unit's (member, query head)
+ * pairs (m0 the unit's first pair in its group, q_start the group's first
+ * member, h unused), keys [lo, hi) the split's share of the prefix through
+ * the group's table, and every row at position hi - 1 (pos_step 0), so the
+ * causal mask only drops a partial last tile's keys >= hi. rows <= 0: a
+ * split past the group's own, nothing to do. */
+template <int BM> __device__ __forceinline__ PrefillTile cascade_tile(const AttnKParams &p) {
+    PrefillTile t;
+    const int32_t *unit = p.casc + p.casc_units + 2 * blockIdx.x;
+    const int32_t *grp = p.casc + p.casc_groups + 5 * unit[0];
+    t.h = -1, t.kvh = blockIdx.y;
+    t.m0 = unit[1], t.q_start = grp[2];
+    t.tab = p.meta + p.off_tables + (int64_t)grp[0] * p.table_width;
+    t.lo = blockIdx.z * grp[4], t.hi = min(t.lo + grp[4], grp[1]);
+    t.rows = t.lo < grp[1] ? min(BM, grp[3] - t.m0) : 0;
+    t.p_first = t.p_last = t.hi - 1, t.pos_step = 0;
+    return t;
+}
+
+/* Row r of a cascade tile t: the pair's member index, query head and
+ * partial slot (attn_cascade.h: (member x n_heads + head) x splits + split). */
+typedef struct {
+    int member, h;
+    int64_t slot;
+} CascadePair;
+
+__device__ __forceinline__ CascadePair cascade_pair(const AttnKParams &p, const PrefillTile &t, int r) {
+    const int e = t.m0 + r;
+    CascadePair c;
+    c.member = t.q_start + e / p.group, c.h = t.kvh * p.group + e % p.group;
+    c.slot = ((int64_t)c.member * p.n_heads + c.h) * p.casc_splits + blockIdx.z;
+    return c;
+}
+
+/* Folds partial results (max m_s, sum l_s, output o_s, log2 domain) into a
+ * running (m, l, o): the log-sum-exp merge of DESIGN.md "Cascade attention". */
+__device__ __forceinline__ void lse_fold(float &m, float &l, float &o, float ms, float ls, float os) {
+    const float mm = fmaxf(m, ms), base = mm == -INFINITY ? 0.f : mm;
+    const float a = exp2f(m - base), b = exp2f(ms - base);
+    l = l * a + ls * b, o = o * a + os * b, m = mm;
 }
 
 /* Launchers: run(cap, win) with std::true_type / std::false_type for kp's
@@ -358,16 +411,23 @@ static int attn_launch(Kernel kernel, dim3 grid, int threads, int smem, cudaStre
     return 0;
 }
 
-/* Copies rows [0, rows) of a [*][HD] bf16 matrix whose row r starts at
- * base + r * row_stride into a [R][HD + 8] shared tile; rows >= rows are zeros. */
-template <int HD, int R, int NT>
-__device__ __forceinline__ void load_rows(bf16 *sm, const bf16 *base, int64_t row_stride, int rows) {
+/* Copies rows [0, rows) of bf16 vectors of HD, row r at row_at(r), into a
+ * [R][HD + 8] shared tile; rows >= rows are zeros (rows >= 1). */
+template <int HD, int R, int NT, typename RowAt>
+__device__ __forceinline__ void load_rows_at(bf16 *sm, RowAt row_at, int rows) {
     constexpr int CH = HD / 8;
+    const bf16 *row0 = row_at(0);
     for (int i = (int)threadIdx.x; i < R * CH; i += NT) {
         int r = i / CH, c = i % CH;
         bool ok = r < rows;
-        cp_async16(smem_u32(sm + r * (HD + 8) + c * 8), ok ? base + r * row_stride + c * 8 : base, ok);
+        cp_async16(smem_u32(sm + r * (HD + 8) + c * 8), ok ? row_at(r) + c * 8 : row0, ok);
     }
+}
+
+/* The same for rows r at base + r * row_stride. */
+template <int HD, int R, int NT>
+__device__ __forceinline__ void load_rows(bf16 *sm, const bf16 *base, int64_t row_stride, int rows) {
+    load_rows_at<HD, R, NT>(sm, [=](int r) { return base + r * row_stride; }, rows);
 }
 
 #endif

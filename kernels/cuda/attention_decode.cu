@@ -34,6 +34,14 @@
  * transposed fragment holds 2 keys x 2 dimensions, one byte permute splits
  * them into two n-tiles, so O's columns come out permuted and are put back
  * at the merge. No block-wide conversion pass, no extra barrier.
+ *
+ * Cascade (p.casc, attention.cu cuda_attention_cascade): a member row of a
+ * group attends here only to its own keys, from its suffix start on (the
+ * plan's rows section); the shared pass (attention_prefill.cu) left the
+ * prefix's partial results per (member, head, split), and the merge that
+ * finishes the row (decode_finish_one's block, or the last split's
+ * decode_merge_splits) folds them in with the row's own splits, the sink
+ * counted there once. Rows outside a group run as before.
  */
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/attention_common.cuh"
@@ -150,12 +158,25 @@ static __device__ void decode_put_new(const unsigned char *nkv, bf16 *kt, bf16 *
     }
 }
 
+/* Cascade: the shared pass's partial results of member mi's head h, split s
+ * (max and sum; the output's column c), read through L2: another kernel
+ * wrote them. */
+static __device__ __forceinline__ const float *casc_ml_at(const AttnKParams &p, int mi, int h, int s) {
+    return p.casc_ml + (((int64_t)mi * p.n_heads + h) * p.casc_splits + s) * 2;
+}
+template <int HDV> static __device__ __forceinline__ float casc_o_at(const AttnKParams &p, int mi, int h, int s, int c) {
+    return __ldcg(p.casc_o + (((int64_t)mi * p.n_heads + h) * p.casc_splits + s) * HDV + c);
+}
+
 /* After each split wrote its partials: the last of a row's ns splits (for
  * this KV head and head group) to count itself in merges them into out:
- * out[h] = sum_s exp2(m_s - M) o_s / (sum_s exp2(m_s - M) l_s + exp2(sink - M)).
- * sm: 16 x ns + 16 floats of free shared memory. */
+ * out[h] = sum_s exp2(m_s - M) o_s / (sum_s exp2(m_s - M) l_s + exp2(sink - M)),
+ * s over the row's ns splits and (cascade member mi >= 0) the npre splits
+ * of its group's shared pass. sm: 16 x (ns + npre) + 16 floats of free
+ * shared memory. */
 template <int HDV, int NT>
-static __device__ void decode_merge_splits(const AttnKParams &p, int row, int d, int h0, int nh, int ns, float *sm) {
+static __device__ void decode_merge_splits(const AttnKParams &p, int row, int d, int h0, int nh, int ns, int mi,
+                                           int npre, float *sm) {
     __shared__ int last;
     __threadfence(); /* this block's partials, visible to whichever block merges */
     __syncthreads();
@@ -167,18 +188,20 @@ static __device__ void decode_merge_splits(const AttnKParams &p, int row, int d,
     __syncthreads();
     if (!last) return;
     __threadfence();
-    float *wt = sm, *inv = sm + 16 * ns;
+    const int nall = ns + npre;
+    float *wt = sm, *inv = sm + 16 * nall;
     for (int hr = threadIdx.x; hr < nh; hr += NT) { /* partials read through L2 (__ldcg): other blocks wrote them */
         const int h = h0 + hr;
         const float *ml = p.part_ml + ((int64_t)d * p.n_heads + h) * p.n_splits * 2;
+        auto ml_at = [&](int s) { return s < ns ? ml + 2 * s : casc_ml_at(p, mi, h, s - ns); };
         float m = p.sinks ? p.sinks[h] * ATTN_LOG2E : -INFINITY;
-        for (int s = 0; s < ns; s++) m = fmaxf(m, __ldcg(ml + 2 * s));
+        for (int s = 0; s < nall; s++) m = fmaxf(m, __ldcg(ml_at(s)));
         const float base = m == -INFINITY ? 0.f : m;
         float sum = p.sinks ? exp2f(p.sinks[h] * ATTN_LOG2E - base) : 0.f;
-        for (int s = 0; s < ns; s++) {
-            const float w = exp2f(__ldcg(ml + 2 * s) - base);
-            wt[hr * ns + s] = w;
-            sum += w * __ldcg(ml + 2 * s + 1);
+        for (int s = 0; s < nall; s++) {
+            const float w = exp2f(__ldcg(ml_at(s)) - base);
+            wt[hr * nall + s] = w;
+            sum += w * __ldcg(ml_at(s) + 1);
         }
         inv[hr] = sum > 0.f ? 1.f / sum : 0.f;
     }
@@ -187,7 +210,8 @@ static __device__ void decode_merge_splits(const AttnKParams &p, int row, int d,
         const int hr = i / HDV, c = i % HDV;
         const float *o = p.part_o + ((int64_t)d * p.n_heads + h0 + hr) * p.n_splits * HDV + c;
         float acc = 0.f;
-        for (int s = 0; s < ns; s++) acc += wt[hr * ns + s] * __ldcg(o + (int64_t)s * HDV);
+        for (int s = 0; s < ns; s++) acc += wt[hr * nall + s] * __ldcg(o + (int64_t)s * HDV);
+        for (int s = 0; s < npre; s++) acc += wt[hr * nall + ns + s] * casc_o_at<HDV>(p, mi, h0 + hr, s, c);
         p.out[((int64_t)row * p.n_heads + h0 + hr) * HDV + c] = __float2bfloat16(acc * inv[hr]);
     }
 }
@@ -293,7 +317,10 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
     const int row = dec[0], pos = dec[2];
     const int32_t *tab = p.meta + p.off_tables + (int64_t)dec[1] * p.table_width;
     const int h0 = kvh * p.group + grp * 16, nh = min(16, p.group - grp * 16);
-    const int lo = WIN ? max(0, pos - p.window + 1) : 0, hi = pos + 1;
+    /* cascade: a member's suffix start, member index and its group's shared splits (0, -1, 0 outside a group) */
+    const int32_t *casc_row = p.casc ? p.casc + p.casc_rows + 3 * row : nullptr;
+    const int casc_lo = casc_row ? casc_row[0] : 0, mi = casc_row ? casc_row[1] : -1, npre = mi >= 0 ? casc_row[2] : 0;
+    const int lo = max(WIN ? pos - p.window + 1 : 0, casc_lo), hi = pos + 1;
     const int tb = lo / BN, nt = (hi + BN - 1) / BN - tb, ns = decode_row_splits(p, nt);
     if (split >= ns) return; /* past this row's own splits (the grid has the most any row takes): the block leaves */
     const int per = (nt + ns - 1) / ns;
@@ -519,7 +546,11 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
             acc += f * mo[(w * 16 + hr) * MS + c];
             sum += f * mml[(w * 16 + hr) * 2 + 1];
         }
-        if (ns == 1) { /* the whole key range: finish here */
+        if (ns == 1) { /* the whole key range: finish here (a cascade member with its shared partials) */
+            for (int s = 0; s < npre; s++) {
+                const float *ml = casc_ml_at(p, mi, h0 + hr, s);
+                lse_fold(m, sum, acc, __ldcg(ml), __ldcg(ml + 1), casc_o_at<HDV>(p, mi, h0 + hr, s, c));
+            }
             p.out[((int64_t)row * p.n_heads + h0 + hr) * HDV + c] =
                 __float2bfloat16(decode_finish_one(p, h0 + hr, m, sum, acc));
             continue;
@@ -528,7 +559,7 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
         p.part_o[at * HDV + c] = acc;
         if (c == 0) p.part_ml[at * 2] = m, p.part_ml[at * 2 + 1] = sum;
     }
-    if (ns > 1) decode_merge_splits<HDV, NT>(p, row, d, h0, nh, ns, (float *)ring);
+    if (ns > 1) decode_merge_splits<HDV, NT>(p, row, d, h0, nh, ns, mi, npre, (float *)ring);
 }
 
 /* ---- launchers ---- */

@@ -23,6 +23,15 @@
  * next one streams in. The products run in f16 on those codes and on Q in
  * f16 (q_rows_to_f16); the key scales multiply the scores and the value
  * scales go into P (fp8_v_ref), as in decode.
+ *
+ * Cascade's shared pass (p.casc_shared, attention.cu cuda_attention_cascade)
+ * is this kernel with other rows and keys (attention_common.cuh
+ * cascade_tile): a block's 128 rows are (member row, query head) pairs of
+ * one KV head of a group (GQA heads and rows alike fill the tensor cores' M),
+ * its keys a split of the group's shared prefix, read once for all of them;
+ * no causal mask (every member is past the prefix), no sink (the merge adds
+ * it once); it stores each row's unnormalized output, running max and sum
+ * as a partial result for the decode kernel's merge.
  */
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/attention_common.cuh"
@@ -60,7 +69,9 @@ __global__ void __launch_bounds__(PrefillShape<HDK, HDV, FP8>::NT) attn_prefill_
     bf16 *sQ = (bf16 *)smem, *sK = sQ + BM * SK, *sV = sK + (FP8 ? 1 : 2) * BN * SK;
     uint8_t *stage8 = (uint8_t *)(sV + (FP8 ? 1 : 2) * BN * SV);
     float *qsc = (float *)(stage8 + 2 * S::STAGE8); /* fp8: Q's row factors */
-    const PrefillTile pt_ = prefill_tile<BM, WIN>(p, blockIdx.x);
+    const bool casc = p.casc_shared;
+    const PrefillTile pt_ = casc ? cascade_tile<BM>(p) : prefill_tile<BM, WIN>(p, blockIdx.x);
+    if (pt_.rows <= 0) return; /* cascade: a split past its group's */
     const int h = pt_.h, kvh = pt_.kvh, m0 = pt_.m0, q_start = pt_.q_start, rows = pt_.rows;
     const int p_first = pt_.p_first, p_last = pt_.p_last, lo = pt_.lo, hi = pt_.hi;
     const int32_t *tab = pt_.tab;
@@ -83,7 +94,14 @@ __global__ void __launch_bounds__(PrefillShape<HDK, HDV, FP8>::NT) attn_prefill_
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tg = lane & 3;
     const int wrow = warp * 16 * MT; /* first tile row of this warp; m-tile mt adds 16 * mt */
 
-    load_rows<HDK, BM, NT>(sQ, p.q + ((int64_t)(q_start + m0) * p.n_heads + h) * HDK, (int64_t)p.n_heads * HDK, rows);
+    if (casc)
+        load_rows_at<HDK, BM, NT>(sQ, [&](int r) {
+            const CascadePair c = cascade_pair(p, pt_, r);
+            return p.q + ((int64_t)p.casc[p.casc_members + c.member] * p.n_heads + c.h) * HDK;
+        }, rows);
+    else
+        load_rows<HDK, BM, NT>(sQ, p.q + ((int64_t)(q_start + m0) * p.n_heads + h) * HDK, (int64_t)p.n_heads * HDK,
+                               rows);
     load_stage(0, t_begin);
     cp_async_commit();
 
@@ -94,7 +112,8 @@ __global__ void __launch_bounds__(PrefillShape<HDK, HDV, FP8>::NT) attn_prefill_
         for (int i = 0; i < HDV / 8; i++) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
     /* the sink enters as a logit with a zero value: its exp counts once per
      * row, so only lane tg == 0 of the quad starts its partial sum at 1 */
-    const float sink = p.sinks ? p.sinks[h] * ATTN_LOG2E : -INFINITY, l0 = p.sinks && tg == 0 ? 1.f : 0.f;
+    const bool has_sink = p.sinks && !casc; /* cascade: the merge adds it, once */
+    const float sink = has_sink ? p.sinks[h] * ATTN_LOG2E : -INFINITY, l0 = has_sink && tg == 0 ? 1.f : 0.f;
     float mx[MT][2], l[MT][2];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) mx[mt][0] = mx[mt][1] = sink, l[mt][0] = l[mt][1] = l0;
@@ -168,7 +187,7 @@ __global__ void __launch_bounds__(PrefillShape<HDK, HDV, FP8>::NT) attn_prefill_
         const bool edge = (t + 1) * BN - 1 > p_first || (WIN && t * BN <= p_last - p.window);
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
-            const int qpos0 = p_first + wrow + mt * 16 + g, qpos1 = qpos0 + 8;
+            const int qpos0 = p_first + pt_.pos_step * (wrow + mt * 16 + g), qpos1 = qpos0 + 8 * pt_.pos_step;
             float tmax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
             for (int i = 0; i < BN / 8; i++)
@@ -247,6 +266,24 @@ __global__ void __launch_bounds__(PrefillShape<HDK, HDV, FP8>::NT) attn_prefill_
         __syncthreads(); /* the next iteration overwrites the other stage */
     }
 
+    if (casc) { /* the partial results: O (x vref for fp8: the numerator), max and sum of each pair */
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const float sum = quad_sum(l[mt][r]), f = FP8 ? vref : 1.f;
+                const int row = wrow + mt * 16 + g + 8 * r;
+                if (row >= rows) continue;
+                const int64_t slot = cascade_pair(p, pt_, row).slot;
+                float *dst = p.casc_o + slot * HDV + 2 * tg;
+#pragma unroll
+                for (int i = 0; i < HDV / 8; i++)
+                    *reinterpret_cast<float2 *>(dst + i * 8) = make_float2(o[mt][i][2 * r] * f, o[mt][i][2 * r + 1] * f);
+                if (tg == 0) p.casc_ml[2 * slot] = mx[mt][r], p.casc_ml[2 * slot + 1] = sum;
+            }
+        return;
+    }
+
     /* normalize and write the rows this tile owns */
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
@@ -267,12 +304,24 @@ __global__ void __launch_bounds__(PrefillShape<HDK, HDV, FP8>::NT) attn_prefill_
 /* ---- launchers ---- */
 
 template <int HDK, int HDV, bool FP8>
-static int prefill_variant(const AttnKParams *kp, int n_tiles, cudaStream_t s, Err *err) {
+static int prefill_variant(const AttnKParams *kp, dim3 grid, cudaStream_t s, Err *err) {
     using S = PrefillShape<HDK, HDV, FP8>;
     return attn_cap_win(kp, [&](auto cap, auto win) {
-        return attn_launch(attn_prefill_kernel<HDK, HDV, decltype(cap)::value, decltype(win)::value, FP8>,
-                           dim3(n_tiles, kp->n_heads), S::NT, S::SMEM, s, *kp, err);
+        return attn_launch(attn_prefill_kernel<HDK, HDV, decltype(cap)::value, decltype(win)::value, FP8>, grid,
+                           S::NT, S::SMEM, s, *kp, err);
     });
+}
+
+/* The prefill variant of kp's head sizes and cache over grid. */
+static int prefill_dispatch(const AttnKParams *kp, int head_dim_k, int head_dim_v, dim3 grid, cudaStream_t s,
+                            Err *err) {
+#define ATTN_HD(K, V)                                                                                  \
+    if (head_dim_k == K && head_dim_v == V)                                                            \
+        return kp->fp8 ? prefill_variant<K, V, true>(kp, grid, s, err) : prefill_variant<K, V, false>(kp, grid, s, err);
+    ATTN_HEAD_DIMS(ATTN_HD)
+#undef ATTN_HD
+    return err_set(err, "attention: head sizes k=%d v=%d have no prefill kernel (supported: %s)", head_dim_k, head_dim_v,
+                   ATTN_HEAD_DIMS_TEXT);
 }
 
 /* CLLM_ATTENTION_PREFILL=fa2: this file's kernel even where the sm_90a one
@@ -295,11 +344,13 @@ extern "C" int attn_prefill_launch(const AttnKParams *kp, int head_dim_k, int he
     if (n_tiles == 0) return 0;
     const int sm90 = prefill_fa2_forced() ? 0 : attn_prefill_sm90_launch(kp, head_dim_k, head_dim_v, n_tiles, s, err);
     if (sm90) return sm90 < 0 ? -1 : 0;
-#define ATTN_HD(K, V)                                                                                  \
-    if (head_dim_k == K && head_dim_v == V)                                                            \
-        return kp->fp8 ? prefill_variant<K, V, true>(kp, n_tiles, s, err) : prefill_variant<K, V, false>(kp, n_tiles, s, err);
-    ATTN_HEAD_DIMS(ATTN_HD)
-#undef ATTN_HD
-    return err_set(err, "attention: head sizes k=%d v=%d have no prefill kernel (supported: %s)", head_dim_k, head_dim_v,
-                   ATTN_HEAD_DIMS_TEXT);
+    return prefill_dispatch(kp, head_dim_k, head_dim_v, dim3(n_tiles, kp->n_heads), s, err);
+}
+
+/* Cascade's shared pass: kp->casc_shared set, the plan's units x KV heads x
+ * splits; always this file's kernel (the sm_90a one has no such mode). */
+extern "C" int attn_cascade_shared_launch(const AttnKParams *kp, int head_dim_k, int head_dim_v, int n_units,
+                                          int n_splits, cudaStream_t s, Err *err) {
+    if (n_units == 0) return 0;
+    return prefill_dispatch(kp, head_dim_k, head_dim_v, dim3(n_units, kp->n_kv_heads, n_splits), s, err);
 }

@@ -197,6 +197,7 @@ static void cuda_destroy(Backend *be) {
     free(cb->meta_seq);
     free(cb->meta_tables);
     attn_meta_free(&cb->meta);
+    cascade_free(cb);
     free(cb->allocs);
     free(cb->qm);
     free(cb->w.layers);

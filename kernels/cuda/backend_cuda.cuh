@@ -52,6 +52,8 @@
  * weight load, so cuBLASLt wins from 4 rows). */
 #define BF16_GEMV_MAX_T 2
 #define LAYER_REFS ((int)(sizeof(LayerWeights) / sizeof(WeightRef)))
+/* Layer windows a step's cascade plans cover (a layer of another window runs flat). */
+#define CASCADE_PLANS 4
 
 /* The choices made once at creation (CudaChecks, the GPU, CLLM_PROFILE_STEPS). */
 typedef struct {
@@ -80,6 +82,14 @@ typedef struct {
     BufKind kind;
     int64_t n;
 } Buf;
+
+/* A step's cascade plan for the layers of one window (backend_cuda_cascade.cu). */
+typedef struct {
+    AttnCascadePlan plan;        /* host */
+    int window;
+    bool used;                   /* built this step */
+    AttnCascadeDev dev;          /* packed and uploaded; dev.m.n_units 0: no group (the flat path) */
+} CascadeStepPlan;
 
 typedef struct {
     int device;
@@ -131,6 +141,15 @@ typedef struct {
     const int32_t **meta_tables; /* [max_seqs + 64] block table of each of those sequences */
     AttnDevMeta dmeta;
     AttnDecodeWork work;
+    AttnCascadeMode cascade;     /* CLLM_CASCADE; off in the batch-invariant mode and with the generic attention */
+    CascadeStepPlan casc[CASCADE_PLANS]; /* this step's plans, one per layer window met */
+    AttnBatch casc_batch;        /* the step's decode rows: the plans' rows */
+    int casc_batch_rows;         /* the step's rows */
+    int32_t *casc_pos, *casc_seq, *casc_row_of; /* [max_tokens] casc_batch's arrays, and each one's step row */
+    float *casc_part;            /* the shared pass's partial results (casc_cap_slots of them) */
+    int64_t casc_cap_slots;
+    int64_t casc_meta_end;       /* h_meta / d_meta values this step has used */
+    int64_t casc_rows_total;     /* decode rows put in a group, per step and layer window, ever */
     GpuSampler sampler;          /* built at the first sample() call */
     bool sampler_built;
     bf16 *scratch;               /* [T][nq+nk+nv] or [T][2F] GEMM outputs */
@@ -206,6 +225,14 @@ int attn_alloc_work(CudaBackend *cb, const ModelShape *c, int block_size, bool g
 int cuda_alloc_kv(CudaBackend *cb, const ModelShape *c, const BackendOptions *o, Err *err);
 int attn_alloc_meta(CudaBackend *cb, Err *err);
 int decode_grid_splits(const CudaBackend *cb, int ctx, int n_decode);
+
+/* backend_cuda_cascade.cu */
+int cascade_alloc(CudaBackend *cb, Err *err);      /* CLLM_CASCADE and the scratch (after attn_alloc_work's checks) */
+void cascade_free(CudaBackend *cb);
+int64_t cascade_meta_len(const CudaBackend *cb);   /* metadata values the plans may add */
+bool cascade_begin_step(CudaBackend *cb, const AttnBatch *b); /* the unwindowed plan: true when it has a group */
+int cascade_pack_step(CudaBackend *cb, int64_t at); /* packs it at h_meta + at: the values added */
+const AttnCascadeDev *cascade_of_layer(CudaBackend *cb, int window); /* NULL: the flat path */
 
 /* backend_cuda_step.cu */
 int cuda_be_begin_step(Backend *be, const int32_t *ids, const AttnBatch *b, const int32_t *logit_rows, int n_logits,

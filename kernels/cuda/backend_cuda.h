@@ -38,6 +38,11 @@ uint64_t cuda_weight_bytes_planned(const ModelShape *shape, const ModelWeights *
 int cuda_kv_tokens_that_fit(const ModelShape *shape, uint64_t weight_bytes, const BackendOptions *o,
                             int64_t *tokens, Err *err);
 
+/* Decode rows a CUDA backend attended through a cascade group, counted once
+ * per step and layer window, ever (0 for any other backend): tests see the
+ * cascade path ran. */
+int64_t backend_cuda_cascade_rows(const Backend *be);
+
 #ifdef __cplusplus
 }
 #endif

@@ -107,7 +107,9 @@ static void cuda_be_attention(Backend *be, void *out, const void *q, int layer, 
         return;
     }
     Err e = {};
-    if (cuda_attention(out, q, &cb->kv[layer], &cb->dmeta, p, p->sinks, &cb->work, cb->stream, &e)) cb_fail(cb, &e);
+    const AttnCascadeDev *cd = cascade_of_layer(cb, p->window); /* NULL: every row the flat path */
+    if (cuda_attention_cascade(out, q, &cb->kv[layer], &cb->dmeta, p, p->sinks, &cb->work, cd, cb->stream, &e))
+        cb_fail(cb, &e);
 }
 
 /* A step of decode rows alone: rope, cache write and attention in the decode
@@ -115,8 +117,9 @@ static void cuda_be_attention(Backend *be, void *out, const void *q, int layer, 
 static bool cuda_be_rope_attention(Backend *be, int layer, void *out, void *q, void *k, const void *v,
                                    const AttnParams *p, int T) {
     CudaBackend *cb = cb_of(be);
+    /* a cascade layer ropes apart: its shared pass reads the roped queries */
     if (cb->failed || !cb->tune.rope_in_decode || !cb->fast_attn || cb->meta.n_tiles > 0 || cb->meta.n_decode != T ||
-        (cb->kv_calib && cb->kv_calib[layer]))
+        (cb->kv_calib && cb->kv_calib[layer]) || cascade_of_layer(cb, p->window))
         return false;
     const ModelShape *c = cb->shape;
     const LayerWeights *lw = &cb->w.layers[layer];

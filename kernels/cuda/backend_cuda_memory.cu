@@ -161,7 +161,7 @@ int attn_alloc_work(CudaBackend *cb, const ModelShape *c, int block_size, bool g
     AttnParams p = {c->n_heads, c->n_kv_heads, c->head_dim_k, c->head_dim_v, c->attn_scale, c->attn_softcap, 0, NULL};
     Err why = {};
     cb->fast_attn = !generic_attention && cuda_attention_check(&p, block_size, &why) == 0;
-    if (!cb->fast_attn) return 0;
+    if (!cb->fast_attn) return cascade_alloc(cb, err); /* reads CLLM_CASCADE, leaves it off */
     CUDA_CHECK(cudaDeviceGetAttribute(&cb->n_sms, cudaDevAttrMultiProcessorCount, cb->device), err);
     size_t work = 0, slot = attn_decode_work_bytes(1, c->n_heads, c->head_dim_v, 1);
     for (int n = 1; n <= cb->max_tokens; n++) {
@@ -179,7 +179,7 @@ int attn_alloc_work(CudaBackend *cb, const ModelShape *c, int block_size, bool g
     /* every decode row splits its own key range, ATTN_SPLIT_TILES tiles a
      * split: a short row of a long graph gets one split and no merge */
     cb->work.split_tiles = ATTN_SPLIT_TILES;
-    return 0;
+    return cascade_alloc(cb, err);
 }
 
 /* The per-step metadata buffers: max_tokens rows, full-width tables for
@@ -190,6 +190,7 @@ int attn_alloc_meta(CudaBackend *cb, Err *err) {
     if (!cb->fast_attn) return 0;
     int T = cb->max_tokens, max_pad = BUCKET_ROWS[N_BUCKETS - 1];
     cb->meta_cap = 9LL * T + (int64_t)(cb->max_seqs + max_pad) * cb->max_blocks;
+    if (cb->cascade != ATTN_CASCADE_OFF) cb->meta_cap += cascade_meta_len(cb); /* the plans, behind the metadata */
     cb->meta_seq = (int32_t *)calloc(T > max_pad ? T : max_pad, sizeof(int32_t));
     cb->meta_tables = (const int32_t **)calloc(cb->max_seqs + max_pad, sizeof(int32_t *));
     if (!cb->meta_seq || !cb->meta_tables) return err_set(err, "out of memory");

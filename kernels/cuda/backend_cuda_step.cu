@@ -78,8 +78,9 @@ static int attn_step_meta(CudaBackend *cb, const AttnBatch *b, int Tp, Err *err)
         return err_set(err, "cuda: attention metadata of %d values exceeds its buffer (%lld)", cb->meta.buf_len,
                        (long long)cb->meta_cap);
     memcpy(cb->h_meta, cb->meta.buf, cb->meta.buf_len * sizeof(int32_t));
-    CUDA_CHECK(cudaMemcpyAsync(cb->d_meta, cb->h_meta, cb->meta.buf_len * sizeof(int32_t), cudaMemcpyHostToDevice,
-                               cb->stream), err);
+    int n_casc = cascade_pack_step(cb, cb->meta.buf_len); /* the cascade plan rides in the same upload */
+    CUDA_CHECK(cudaMemcpyAsync(cb->d_meta, cb->h_meta, (cb->meta.buf_len + n_casc) * sizeof(int32_t),
+                               cudaMemcpyHostToDevice, cb->stream), err);
     attn_dev_meta(&cb->dmeta, &cb->meta, cb->d_meta);
     int ctx = cb->meta.n_tiles == 0 ? cb->max_blocks * b->block_size : cb->meta.max_kv_len;
     cb->work.max_decode = cb->meta.n_decode;
@@ -108,8 +109,10 @@ int cuda_be_begin_step(Backend *be, const int32_t *ids, const AttnBatch *b, cons
     if (tu->prof_count > 0 && cb->steps == (int64_t)tu->prof_first + tu->prof_count)
         op_fail(cb, cudaProfilerStop(), "profiler stop");
     cb->steps++;
-    /* a step that calibrates KV scales runs once: never captured (a replay would calibrate again) */
-    cb->bucket = cb->kv_calib_left > 0 ? -1 : step_bucket(cb, b, n_logits);
+    /* a step that calibrates KV scales runs once: never captured (a replay would calibrate again); nor a
+     * step with a cascade group (backend_cuda_cascade.cu: the shared pass's grid follows the plan) */
+    bool cascade = cb->fast_attn && cascade_begin_step(cb, b);
+    cb->bucket = cb->kv_calib_left > 0 || cascade ? -1 : step_bucket(cb, b, n_logits);
     if (deq_ahead_begin_step(&cb->deq, cb->stream, err)) return -1;
     int Tp = cb->bucket >= 0 ? BUCKET_ROWS[cb->bucket] : T, np = cb->bucket >= 0 ? Tp : n_logits;
     /* Block tables: each sequence's blocks up to its furthest position. */

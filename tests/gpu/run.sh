@@ -65,6 +65,8 @@ run_check sampling "$BIN/tests/gpu/test_sampling"
 # finishes in time (attention, quant; not cuda_forward or quant_gemm)
 SAN="compute-sanitizer --error-exitcode 9 --tool"
 run_check attention sh -c "$BIN/tests/gpu/test_attention && if command -v compute-sanitizer >/dev/null; then $SAN memcheck $BIN/tests/gpu/test_attention --quick && $SAN racecheck $BIN/tests/gpu/test_attention --quick; fi"
+# cascade attention (the shared pass, each member's own keys, the merge) against the CPU op, every element
+run_check attn_cascade sh -c "$BIN/tests/gpu/test_attn_cascade_gpu && if command -v compute-sanitizer >/dev/null; then $SAN memcheck $BIN/tests/gpu/test_attn_cascade_gpu --quick && $SAN racecheck $BIN/tests/gpu/test_attn_cascade_gpu --quick; fi"
 # the FlashAttention-2 prefill kernel where the sm_90a one would run (it stays the path for other GPUs)
 run_check attention_fa2 env CLLM_ATTENTION_PREFILL=fa2 "$BIN/tests/gpu/test_attention"
 run_check quant sh -c "$BIN/tests/gpu/test_quant && if command -v compute-sanitizer >/dev/null; then $SAN memcheck $BIN/tests/gpu/test_quant --quick && $SAN racecheck $BIN/tests/gpu/test_quant --quick; fi"
@@ -113,6 +115,30 @@ generate_fp8_check() {
         python3 tests/gpu/compare_generate.py "$OUT/f8-batched.jsonl" "$OUT/f8-single.jsonl" 0.5
 }
 run_check generate_batched_fp8 generate_fp8_check
+# Cascade attention through the whole forward: 48 prompts sharing a ~600-token
+# prefix (the scheduler computes it once, so their tables begin with the same
+# blocks), greedy, CLLM_CASCADE=always against off, bf16 and fp8 caches, on
+# the Llama-3 shape and the Gemma-2 shape (window 256: its windowed layers
+# keep the flat path, its global ones cascade). The merge is exact up to
+# rounding (P is rounded to bf16 against another running max), so replies
+# may part at a near-tie of the random weights as batched vs single do; a
+# wrong prefix, row or merge parts them from the first token.
+cascade_generate_check() {
+    local prefix i m
+    prefix=$(head -c 2400 README.md | tr -s '\n\t' '  ' | tr -d '"\\')
+    for i in $(seq 1 48); do echo "$prefix Question $i: what is $((i * 7919 % 1000)) plus $i?"; done > "$OUT/cascade-prompts.txt"
+    for m in llama3-8b gemma2-9b; do
+        for kv in bf16 fp8; do
+            for mode in off always; do
+                CLLM_CASCADE=$mode "$BIN/cllm" generate --overwrite -m "$MODELS/$m" -i "$OUT/cascade-prompts.txt" \
+                    --temp 0 -n 32 --ignore-eos --kv-dtype $kv -o "$OUT/cascade-$m-$kv-$mode.jsonl" || return 1
+            done
+            python3 tests/gpu/compare_generate.py "$OUT/cascade-$m-$kv-always.jsonl" "$OUT/cascade-$m-$kv-off.jsonl" 0.5 ||
+                return 1
+        done
+    done
+}
+run_check cascade_generate cascade_generate_check
 # FP8 weights (--weights fp8) through the whole forward, teacher-forced over
 # the first 6000 bytes of README.md: the GPU's FP8 path must sit closer to the CPU's FP8 path (the same
 # codes and scales; the GPU rounds activations to bf16 before quantizing them,
