@@ -65,9 +65,9 @@ typedef struct {
 int attn_meta_build(AttnMeta *m, const AttnBatch *b, const AttnMetaOpts *o, Err *err);
 void attn_meta_free(AttnMeta *m);
 
-/* Number of KV splits for the decode kernel: about 16 blocks of threads per
- * multiprocessor (so the last partial wave is cheap), no split shorter than
- * four tiles of max_ctx, at most 256. The decode grid is fixed by (n_decode, splits), so a
+/* Number of KV splits for the decode kernel: one wave of blocks, two a
+ * multiprocessor (the bf16 kernel's residency), rounded down, no split
+ * shorter than four tiles of max_ctx, at most 256. The decode grid is fixed by (n_decode, splits), so a
  * graph captured with splits from the largest context replays for any
  * shorter one. n_head_groups = ceil(group size / 16) per KV head. */
 int attn_decode_splits(int max_ctx, int n_decode, int n_kv_heads, int n_head_groups, int n_sms);

@@ -113,8 +113,12 @@ static void test_empty_step(void) {
 }
 
 static void test_decode_splits(void) {
-    /* 8 rows x 8 KV heads = 64 blocks: 132 SMs want ceil(16 * 132 / 64) = 33 splits */
-    CHECK(attn_decode_splits(32768, 8, 8, 1, 132) == 33, "%d", attn_decode_splits(32768, 8, 8, 1, 132));
+    /* 8 rows x 8 KV heads = 64 blocks: one wave of 2 x 132 slots is floor(264 / 64) = 4 splits */
+    CHECK(attn_decode_splits(32768, 8, 8, 1, 132) == 4, "%d", attn_decode_splits(32768, 8, 8, 1, 132));
+    /* one row: 8 blocks a split, 33 splits fill the wave */
+    CHECK(attn_decode_splits(32768, 1, 8, 1, 132) == 33, "%d", attn_decode_splits(32768, 1, 8, 1, 132));
+    /* more units than slots: one split */
+    CHECK(attn_decode_splits(32768, 64, 8, 1, 132) == 1, "%d", attn_decode_splits(32768, 64, 8, 1, 132));
     /* a short context caps the splits at four tiles each: 1024 keys = 16 tiles -> 4 */
     CHECK(attn_decode_splits(1024, 1, 1, 1, 132) == 4, "%d", attn_decode_splits(1024, 1, 1, 1, 132));
     CHECK(attn_decode_splits(10, 1, 1, 1, 132) == 1, "tiny");
