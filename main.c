@@ -409,6 +409,7 @@ static int cmd_generate(int argc, char **argv) {
     const char *kv_dtype = NULL, *dummy = NULL;
     run_ints_unset(&o, &seed);
     sampling_unset(&o.sampling);
+    b.max_seqs = b.max_batched_tokens = OPT_UNSET; /* unset: 0, the defaults from the KV cache */
     const Opt opts[] = {
         RUN_OPTS(&o),
         {"--input", "-i", OPT_STR, &b.input, "prompts: text (a prompt per line), JSON Lines, OpenAI batch; .gz; - = stdin"},
@@ -420,8 +421,8 @@ static int cmd_generate(int argc, char **argv) {
         {"--raw", NULL, OPT_FLAG, &b.raw, "text-file lines as raw completions, even for a model with a chat template"},
         {"--chat", NULL, OPT_FLAG, &b.chat, "every prompt, JSON Lines \"prompt\" too, through the chat template"},
         {"--retry-errors", NULL, OPT_FLAG, &b.retry_errors, "with --resume: run ids whose output line is an error again"},
-        {"--max-seqs", NULL, OPT_INT, &b.max_seqs, "most sequences per step (default 256)"},
-        {"--max-batched-tokens", NULL, OPT_INT, &b.max_batched_tokens, "most tokens per step (default 8192)"},
+        {"--max-seqs", NULL, OPT_INT, &b.max_seqs, "most sequences per step (default: as many 1024-token sequences as the KV cache holds, 16 to 256)"},
+        {"--max-batched-tokens", NULL, OPT_INT, &b.max_batched_tokens, "most tokens per step (default 8192, or the KV cache's tokens if fewer)"},
         {"--steps-csv", NULL, OPT_STR, &b.steps_csv,
          "write a CSV line per step (rows, context tokens, attention pairs, seconds: bench/roofline.py's input)"},
         {0},
@@ -457,6 +458,11 @@ static int cmd_generate(int argc, char **argv) {
                                argc, argv, opts, pos, 0, &n_pos);
     if (rc) return rc == 1 ? 0 : rc;
     b.sampling_given = sampling_given(&o.sampling);
+    const IntRange ints[] = {
+        {"--max-seqs", &b.max_seqs, 1, 65536, 0, NULL},
+        {"--max-batched-tokens", &b.max_batched_tokens, 1, 1 << 24, 0, NULL},
+    };
+    if ((rc = check_ints("generate", ints, 2))) return rc;
     if ((rc = check_run_options("generate", &o, &seed)) || (rc = parse_kv_dtype("generate", kv_dtype, &o.kv_dtype, o.kv_scales)) ||
         (rc = parse_weights("generate", o.weights)) ||
         (rc = parse_dummy_weights("generate", dummy, &o.dummy_weights, &o.dummy_type)))
@@ -494,8 +500,8 @@ static int cmd_serve(int argc, char **argv) {
         {"--model-name", NULL, OPT_STR, &so.model_name, "the model id /v1/models and responses give (default: the file's name)"},
         {"--max-request-bytes", NULL, OPT_INT, &max_req, "largest request body in bytes (default 1048576)"},
         {"--max-connections", NULL, OPT_INT, &so.max_connections, "connections served at once; more get 503 (default 256)"},
-        {"--max-seqs", NULL, OPT_INT, &so.max_seqs, "most sequences per step (default 256)"},
-        {"--max-batched-tokens", NULL, OPT_INT, &so.max_batched_tokens, "most tokens per step (default 8192)"},
+        {"--max-seqs", NULL, OPT_INT, &so.max_seqs, "most sequences per step (default: as many 1024-token sequences as the KV cache holds, 16 to 256)"},
+        {"--max-batched-tokens", NULL, OPT_INT, &so.max_batched_tokens, "most tokens per step (default 8192, or the KV cache's tokens if fewer)"},
         {"--grace", NULL, OPT_INT, &so.grace_seconds,
          "seconds running requests get to finish after SIGTERM/SIGINT before they are cut short (default 30)"},
         {0},
@@ -514,8 +520,8 @@ static int cmd_serve(int argc, char **argv) {
         {"--port", &so.port, 0, 65535, 8080, NULL},
         {"--max-request-bytes", &max_req, 1024, 1 << 30, 1 << 20, NULL},
         {"--max-connections", &so.max_connections, 1, 65536, 256, NULL},
-        {"--max-seqs", &so.max_seqs, 1, 65536, 256, NULL},
-        {"--max-batched-tokens", &so.max_batched_tokens, 1, 1 << 24, 8192, NULL},
+        {"--max-seqs", &so.max_seqs, 1, 65536, 0, NULL},                  /* unset: from the KV cache */
+        {"--max-batched-tokens", &so.max_batched_tokens, 1, 1 << 24, 0, NULL},
         {"--grace", &so.grace_seconds, 0, 86400, 30, NULL},
     };
     if ((rc = check_run_options("serve", &o, &seed)) || (rc = check_ints("serve", ints, 6)) ||

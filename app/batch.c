@@ -39,8 +39,8 @@
 void batch_options_default(BatchOptions *b) {
     memset(b, 0, sizeof *b);
     b->output = "-";
-    b->max_seqs = 256;
-    b->max_batched_tokens = 8192;
+    b->max_seqs = 0;           /* from the KV cache (engine_auto_max_seqs) */
+    b->max_batched_tokens = 0; /* engine_auto_max_batched_tokens */
 }
 
 /* Set by the SIGINT handler, read by the loop between steps: a handler can
@@ -519,18 +519,20 @@ int batch_main(const RunOptions *o, const BatchOptions *b) {
     bt.b = b;
     bt.t_launch = now_seconds();
     Err err = {{0}};
-    if (b->max_seqs <= 0 || b->max_batched_tokens <= 0) {
-        fprintf(stderr, "cllm generate: --max-seqs (%d) and --max-batched-tokens (%d) must be positive\n", b->max_seqs,
-                b->max_batched_tokens);
+    if (b->max_seqs < 0 || b->max_batched_tokens < 0) {
+        fprintf(stderr, "cllm generate: --max-seqs (%d) and --max-batched-tokens (%d) must be positive (0: from the "
+                "KV cache)\n", b->max_seqs, b->max_batched_tokens);
         return 2;
     }
     if (b->retry_errors && !b->resume) {
         fprintf(stderr, "cllm generate: --retry-errors goes with --resume\n");
         return 2;
     }
-    /* Every step holds up to max_batched_tokens rows: the engine's chunk. */
+    /* Every step holds up to max_batched_tokens rows: the engine's chunk
+     * (sized before the cache, so the default's largest; the scheduler
+     * takes less where the cache holds less). */
     RunOptions ro = *o;
-    ro.prefill_chunk = b->max_batched_tokens;
+    ro.prefill_chunk = b->max_batched_tokens > 0 ? b->max_batched_tokens : ENGINE_AUTO_BATCHED_TOKENS;
     bt.o = &ro;
     if (run_options_serves_stage(&ro)) return runtime_serve_main(&ro, "generate"); /* no input, no output */
     if (b->chat && b->raw) {
@@ -559,6 +561,7 @@ int batch_main(const RunOptions *o, const BatchOptions *b) {
         runtime_close(&bt.rt);
         return 2;
     }
+    if (o->verbose) runtime_print_limits("generate", &bt.rt, &so, &bt.ve.ve[0].o, bt.ve.n);
     if (batch_open_output(&bt, &err)) {
         fprintf(stderr, "cllm generate: %s\n", err.msg);
         return batch_setup_failed(&bt);

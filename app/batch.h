@@ -16,8 +16,8 @@ typedef struct {
     bool overwrite;          /* replace an output that already holds results */
     bool retry_errors;       /* with resume: run failed ids again */
     unsigned sampling_given; /* SAMPLING_GIVEN_* options the user gave: they win over the model's own settings */
-    int max_seqs;            /* sequences per step (default 256) */
-    int max_batched_tokens;  /* tokens per step (default 8192) */
+    int max_seqs;            /* sequences per step (0: from the KV cache, engine_auto_max_seqs) */
+    int max_batched_tokens;  /* tokens per step (0: engine_auto_max_batched_tokens) */
     const char *steps_csv;   /* NULL, or a file that gets one CSV line per step (the roofline's input) */
     int argc;                /* the generate command's arguments, for the resume hint */
     char **argv;             /*   printed on SIGINT; may be 0 / NULL */

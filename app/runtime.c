@@ -220,6 +220,19 @@ int runtime_serve_main(const RunOptions *o, const char *cmd) {
     return rc ? 2 : 0;
 }
 
+void runtime_print_limits(const char *cmd, const Runtime *rt, const SchedOptions *asked, const SchedOptions *took,
+                          int n_engines) {
+    const Engine *e = &rt->engine;
+    int seq_tokens = e->ctx_limit < ENGINE_AUTO_SEQ_TOKENS ? e->ctx_limit : ENGINE_AUTO_SEQ_TOKENS;
+    fprintf(stderr, "cllm %s: %d sequences and %d tokens per step", cmd, took->max_seqs, took->max_batched_tokens);
+    if (asked->max_seqs <= 0)
+        fprintf(stderr, " (sequences: the KV cache's %d blocks of %d%s hold %d sequences of %d tokens, kept in "
+                "[%d, %d])", e->pool.n_blocks, e->block_size, n_engines > 1 ? " over the virtual engines" : "",
+                e->pool.n_blocks / (n_engines > 0 ? n_engines : 1) / ((seq_tokens + e->block_size - 1) / e->block_size),
+                seq_tokens, ENGINE_AUTO_MIN_SEQS, ENGINE_AUTO_MAX_SEQS);
+    fprintf(stderr, "\n");
+}
+
 void runtime_close(Runtime *rt) {
     engine_free(&rt->engine);
     if (rt->pipelined) pipeline_close(&rt->pp); /* the stages' backends, the engine's included */

@@ -7,6 +7,7 @@
 
 #include "engine/engine.h"
 #include "engine/sampler.h"
+#include "engine/scheduler.h"
 #include "model/model.h"
 #include "parallel/pipeline_open.h"
 #include "parallel/tp.h"
@@ -68,6 +69,11 @@ typedef struct {
 /* Loads o->model and builds the backend and engine. Prints nothing. */
 int runtime_open(Runtime *rt, const RunOptions *o, Err *err);
 void runtime_close(Runtime *rt);
+/* -v: the step limits a command's schedulers took (o: what the options
+ * asked, 0 for the default) and, for a default, the KV-cache rule behind
+ * it (engine_auto_max_seqs), on stderr. */
+void runtime_print_limits(const char *cmd, const Runtime *rt, const SchedOptions *asked, const SchedOptions *took,
+                          int n_engines);
 /* chat / generate on a rank that serves a stage: open, serve, close; the exit code. */
 int runtime_serve_main(const RunOptions *o, const char *cmd);
 

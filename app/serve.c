@@ -34,8 +34,8 @@ void serve_options_default(ServeOptions *s) {
     s->port = 8080;
     s->max_request_bytes = 1 << 20;
     s->max_connections = 256;
-    s->max_seqs = 256;
-    s->max_batched_tokens = 8192;
+    s->max_seqs = 0;           /* from the KV cache (engine_auto_max_seqs) */
+    s->max_batched_tokens = 0; /* engine_auto_max_batched_tokens */
     s->grace_seconds = 30;
 }
 
@@ -510,12 +510,15 @@ static int server_open(Server *s, RunOptions *ro, Err *err) {
         runtime_close(&s->rt);
         return -1;
     }
+    if (ro->verbose) runtime_print_limits("serve", &s->rt, &so, &s->ve.ve[0].o, s->ve.n);
     return 0;
 }
 
 int serve_main(const RunOptions *o, const ServeOptions *so) {
     RunOptions ro = *o;
-    ro.prefill_chunk = so->max_batched_tokens; /* every step holds up to max_batched_tokens rows */
+    /* every step holds up to max_batched_tokens rows (the default's largest: the scheduler takes less where the
+     * KV cache holds less) */
+    ro.prefill_chunk = so->max_batched_tokens > 0 ? so->max_batched_tokens : ENGINE_AUTO_BATCHED_TOKENS;
     if (run_options_serves_stage(&ro)) return runtime_serve_main(&ro, "serve");
     Server *s = calloc(1, sizeof *s);
     if (!s) { fprintf(stderr, "cllm serve: out of memory\n"); return 2; }
@@ -552,7 +555,7 @@ int serve_main(const RunOptions *o, const ServeOptions *so) {
     sigaction(SIGTERM, &sa, &old_term);
     if (!started) { fprintf(stderr, "cllm serve: cannot start the engine thread\n"); close(lfd); goto out; }
     fprintf(stderr, "cllm serve: listening on http://%s:%d (model %s; %lld KV tokens, %d sequences at most per step)\n",
-            so->host, port, s->model_id, (long long)s->rt.kv_tokens, so->max_seqs);
+            so->host, port, s->model_id, (long long)s->rt.kv_tokens, s->ve.ve[0].o.max_seqs);
     serve_loop(s, lfd);
     pthread_join(engine, NULL);
     /* the connections end once their answers are written (an idle one within 250 ms) */

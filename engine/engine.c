@@ -49,3 +49,21 @@ int engine_prompt_chunk(int need, int budget, int full_budget) {
     if (need - chunk == 1) chunk--;
     return chunk >= 2 ? chunk : 0;
 }
+
+int engine_auto_max_seqs(int64_t kv_blocks, int block_size, int ctx_limit) {
+    int seq_tokens = ctx_limit > 0 && ctx_limit < ENGINE_AUTO_SEQ_TOKENS ? ctx_limit : ENGINE_AUTO_SEQ_TOKENS;
+    int64_t seq_blocks = block_size > 0 ? (seq_tokens + block_size - 1) / block_size : 1;
+    int64_t fit = kv_blocks / seq_blocks;
+    if (fit < ENGINE_AUTO_MIN_SEQS) fit = ENGINE_AUTO_MIN_SEQS;
+    if (fit > ENGINE_AUTO_MAX_SEQS) fit = ENGINE_AUTO_MAX_SEQS;
+    if (fit >= 64) return (int)(fit / 64 * 64);
+    int n = 1;
+    while (2 * n <= fit) n *= 2;
+    return n;
+}
+
+int engine_auto_max_batched_tokens(int64_t kv_blocks, int block_size) {
+    int64_t tokens = kv_blocks * block_size;
+    if (tokens < 1) return 1;
+    return tokens < ENGINE_AUTO_BATCHED_TOKENS ? (int)tokens : ENGINE_AUTO_BATCHED_TOKENS;
+}

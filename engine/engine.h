@@ -46,4 +46,22 @@ void engine_free(Engine *e);
  * a full budget of 4 the rule is off (it could leave no way forward). */
 int engine_prompt_chunk(int need, int budget, int full_budget);
 
+/* The default step limits, from the KV cache (engine_auto_*; the README's
+ * options table and docs/DESIGN.md "step limits" give the reasoning). A
+ * sequence of up to ENGINE_AUTO_SEQ_TOKENS (or the context, if shorter)
+ * should run without preemption: max_seqs is how many such sequences the
+ * cache's blocks hold, at least ENGINE_AUTO_MIN_SEQS and at most
+ * ENGINE_AUTO_MAX_SEQS, rounded down to a power of two below 64 and a
+ * multiple of 64 above (a full decode step fills a CUDA graph bucket). */
+#define ENGINE_AUTO_SEQ_TOKENS 1024
+#define ENGINE_AUTO_MIN_SEQS 16
+#define ENGINE_AUTO_MAX_SEQS 256
+#define ENGINE_AUTO_BATCHED_TOKENS 8192
+/* Sequences per step for a cache of kv_blocks blocks of block_size tokens
+ * and sequences of at most ctx_limit tokens. */
+int engine_auto_max_seqs(int64_t kv_blocks, int block_size, int ctx_limit);
+/* Tokens per step: ENGINE_AUTO_BATCHED_TOKENS, or the cache's tokens if it
+ * holds fewer (a step never computes more than the cache holds). */
+int engine_auto_max_batched_tokens(int64_t kv_blocks, int block_size);
+
 #endif

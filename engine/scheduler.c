@@ -62,8 +62,9 @@ int scheduler_init(Scheduler *s, Engine *e, const SchedOptions *o, Err *err) {
     memset(s, 0, sizeof *s);
     s->e = e;
     s->o = *o;
-    if (s->o.max_seqs <= 0) s->o.max_seqs = 256;
-    if (s->o.max_batched_tokens <= 0) s->o.max_batched_tokens = 8192;
+    if (s->o.max_seqs <= 0) s->o.max_seqs = engine_auto_max_seqs(e->pool.n_blocks, e->block_size, e->ctx_limit);
+    if (s->o.max_batched_tokens <= 0)
+        s->o.max_batched_tokens = engine_auto_max_batched_tokens(e->pool.n_blocks, e->block_size);
     if (s->o.max_batched_tokens > e->max_chunk) s->o.max_batched_tokens = e->max_chunk;
     if (s->o.max_seqs > s->o.max_batched_tokens) s->o.max_seqs = s->o.max_batched_tokens;
     if (s->o.max_seqs > e->fw.max_logits) s->o.max_seqs = e->fw.max_logits;

@@ -53,8 +53,8 @@
 #include "engine/stop.h"
 
 typedef struct {
-    int max_seqs;             /* sequences per step; <= 0: 256 */
-    int max_batched_tokens;   /* rows per step; <= 0: 8192; at most the engine's max_chunk */
+    int max_seqs;             /* sequences per step; <= 0: from the KV cache (engine_auto_max_seqs) */
+    int max_batched_tokens;   /* rows per step; <= 0: engine_auto_max_batched_tokens; at most the engine's max_chunk */
     bool no_prefix_cache;     /* turn prefix caching off */
     int sample_threads;       /* threads drawing the tokens of a step; <= 0: one per core, 1: none */
     bool host_sampling;       /* draw on the host even where the backend samples (its logits copied here) */

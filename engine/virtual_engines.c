@@ -12,8 +12,11 @@ int vengines_init(VirtualEngines *g, Engine *e, const SchedOptions *o, int n_ve,
     g->e = e;
     g->n = n_ve > 0 ? n_ve : e->stages.n_stages > 0 ? e->stages.n_stages : 1;
     if (g->n > FORWARD_MAX_STAGES) return err_set(err, "%d virtual engines; at most %d", g->n, FORWARD_MAX_STAGES);
+    /* the limits left to the cache: each engine's share of the one pool */
+    SchedOptions so = *o;
+    if (so.max_seqs <= 0) so.max_seqs = engine_auto_max_seqs(e->pool.n_blocks / g->n, e->block_size, e->ctx_limit);
     for (int k = 0; k < g->n; k++)
-        if (scheduler_init(&g->ve[k], e, o, err)) {
+        if (scheduler_init(&g->ve[k], e, &so, err)) {
             g->n = k;
             vengines_free(g);
             return -1;

@@ -494,8 +494,48 @@ static void test_prompt_chunk(void) {
         }
 }
 
+/* The default step limits from the KV cache (engine_auto_*). */
+static void test_auto_limits(void) {
+    /* 8B on an H200: ~780k tokens of cache -> capped at 256 */
+    CHECK(engine_auto_max_seqs(48750, 16, 4096) == 256, "big cache: %d", engine_auto_max_seqs(48750, 16, 4096));
+    /* 120k tokens hold 117 sequences of 1024: a multiple of 64 */
+    CHECK(engine_auto_max_seqs(7500, 16, 4096) == 64, "117 -> 64: %d", engine_auto_max_seqs(7500, 16, 4096));
+    CHECK(engine_auto_max_seqs(64 * 200, 16, 8192) == 192, "200 -> 192: %d", engine_auto_max_seqs(64 * 200, 16, 8192));
+    /* below 64: a power of two; never below the floor */
+    CHECK(engine_auto_max_seqs(64 * 40, 16, 4096) == 32, "40 -> 32: %d", engine_auto_max_seqs(64 * 40, 16, 4096));
+    CHECK(engine_auto_max_seqs(257, 16, 4096) == ENGINE_AUTO_MIN_SEQS, "one context of cache (the CPU): %d",
+          engine_auto_max_seqs(257, 16, 4096));
+    CHECK(engine_auto_max_seqs(0, 16, 4096) == ENGINE_AUTO_MIN_SEQS, "no cache");
+    /* a context shorter than the nominal sequence: sequences of the context */
+    CHECK(engine_auto_max_seqs(64 * 8, 16, 256) == 32, "ctx 256: 32 fit: %d", engine_auto_max_seqs(64 * 8, 16, 256));
+    CHECK(engine_auto_max_seqs(100, 16, 0) == ENGINE_AUTO_MIN_SEQS, "no context limit: the nominal length");
+    /* deterministic and monotone in the cache */
+    int prev = 0, bad = 0;
+    for (int64_t b = 0; b < 100000; b += 97) {
+        int n = engine_auto_max_seqs(b, 16, 4096);
+        bad += n < prev || n < ENGINE_AUTO_MIN_SEQS || n > ENGINE_AUTO_MAX_SEQS || n != engine_auto_max_seqs(b, 16, 4096);
+        prev = n;
+    }
+    CHECK(bad == 0, "%d non-monotone or out-of-range answers", bad);
+    CHECK(engine_auto_max_batched_tokens(48750, 16) == ENGINE_AUTO_BATCHED_TOKENS, "big cache: the default");
+    CHECK(engine_auto_max_batched_tokens(257, 16) == 4112, "a small cache: its tokens");
+    CHECK(engine_auto_max_batched_tokens(0, 16) == 1, "no cache: one row");
+    /* a scheduler left to the defaults takes them from its engine */
+    Rig r;
+    if (rig_open(&r, "llama", 40, 64, 64)) { CHECK(0, "setup failed"); rig_close(&r); return; }
+    Scheduler s;
+    Err err = {{0}};
+    SchedOptions o = {0};
+    CHECK(scheduler_init(&s, &r.e, &o, &err) == 0, "%s", err.msg);
+    CHECK(s.o.max_seqs == 16 && s.o.max_batched_tokens == 64, "defaults of a 40-block cache: %d seqs, %d tokens",
+          s.o.max_seqs, s.o.max_batched_tokens);
+    scheduler_free(&s);
+    rig_close(&r);
+}
+
 int main(void) {
     RUN(test_prompt_chunk);
+    RUN(test_auto_limits);
     RUN(test_same_as_one_at_a_time);
     RUN(test_shared_prefix_computed_once);
     RUN(test_cascade_identical);

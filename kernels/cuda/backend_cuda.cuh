@@ -31,7 +31,13 @@
 #define GEMM_CACHE 64                      /* cuBLASLt plans kept, one per GEMM shape */
 #define STAGING_BYTES ((size_t)64 << 20)   /* each of the two pinned buffers of the weight upload */
 #define MAX_BUFS 64                        /* activation buffers (Backend.alloc) */
-#define N_BUCKETS 7                        /* graph buckets 1, 2, 4, ... 64 rows */
+/* Graph buckets of decode rows (BUCKET_ROWS, backend_cuda_step.cu): 1, 2, 4 ... 64, then every 64 up to 1024
+ * (the most sequences a step holds: FORWARD_MAX_LOGITS); a step pads to its bucket, at most GRAPH_MAX_PAD rows. */
+#define N_BUCKETS 22
+#define GRAPH_MAX_PAD 63
+/* Batch-invariant decode scratch: a bucket of this many rows at the most splits at once; larger buckets run
+ * their decode rows in groups of it (attention.cu), so the scratch stays 64 x 64 splits. */
+#define GRAPH_BI_WORK_ROWS 64
 #define RESERVE_BYTES ((size_t)256 << 20)  /* left free beside the KV budget (cuBLASLt, graphs, fragmentation) */
 #define MAX_AUTO_BLOCKS (1 << 20)          /* a budget-sized cache stops here (the host block pool is an array) */
 /* bf16 scratch of a quantized GEMM that is dequantized first; larger matrices go in row chunks. */
@@ -158,7 +164,7 @@ typedef struct {
     bf16 *moe_rows, *moe_act, *moe_out;
     Buf bufs[MAX_BUFS];
     int n_bufs;
-    int bucket;                  /* this step's graph bucket, -1: none */
+    int bucket;                  /* this step's bucket (padded to BUCKET_ROWS[bucket] rows), -1: none */
     cudaGraphExec_t graph[N_BUCKETS];
     NcclGroup *link;             /* pipeline stage: NCCL to its neighbours (backend_cuda_link), or NULL */
     int link_rank;

@@ -169,9 +169,9 @@ int attn_alloc_work(CudaBackend *cb, const ModelShape *c, int block_size, bool g
         size_t b = attn_decode_work_bytes(n, c->n_heads, c->head_dim_v, splits);
         work = b > work ? b : work;
     }
-    /* batch-invariant: room for a full graph bucket at the most splits a row
+    /* batch-invariant: room for 64 decode rows at the most splits a row
      * takes; larger steps run their decode rows in groups (attention.cu) */
-    size_t bi_work = (size_t)BUCKET_ROWS[N_BUCKETS - 1] * ATTN_MAX_SPLITS * slot;
+    size_t bi_work = (size_t)GRAPH_BI_WORK_ROWS * ATTN_MAX_SPLITS * slot;
     if (cb->bi && bi_work > work) work = bi_work;
     CUDA_CHECK(cudaMalloc(&cb->work.part, work), err);
     CUDA_CHECK(cudaMemset(cb->work.part, 0, work), err); /* the split counters start at zero */
@@ -188,7 +188,7 @@ int attn_alloc_work(CudaBackend *cb, const ModelShape *c, int block_size, bool g
 int attn_alloc_meta(CudaBackend *cb, Err *err) {
     CUDA_CHECK(cudaMemsetAsync(cb->kv_pool, 0, cb->kv_pool_bytes, cb->stream), err);
     if (!cb->fast_attn) return 0;
-    int T = cb->max_tokens, max_pad = BUCKET_ROWS[N_BUCKETS - 1];
+    int T = cb->max_tokens, max_pad = GRAPH_MAX_PAD;
     cb->meta_cap = 9LL * T + (int64_t)(cb->max_seqs + max_pad) * cb->max_blocks;
     if (cb->cascade != ATTN_CASCADE_OFF) cb->meta_cap += cascade_meta_len(cb); /* the plans, behind the metadata */
     cb->meta_seq = (int32_t *)calloc(T > max_pad ? T : max_pad, sizeof(int32_t));

@@ -2,13 +2,34 @@
  * copied into fixed device buffers, its attention metadata built and
  * uploaded once for all layers, and the CUDA graphs of decode steps.
  *
- * Decode-shaped steps (every row wants logits, at most 64 rows; MoE: 8) run
- * as CUDA graphs, one per bucket of rows (1, 2, 4, ... 64): begin_step pads
- * the step to its bucket (padding rows: token 0 at position 0 of a sequence
- * of their own reading block 0, slot -1 so they write no KV, so the step
- * stays all decode rows); the first step of a bucket is captured, later ones
- * replayed. Captured graphs hold buffer addresses: releasing a buffer drops
- * them. */
+ * Decode-shaped steps (every row wants logits; MoE: at most 8 rows) run as
+ * CUDA graphs, one per bucket of rows (BUCKET_ROWS): begin_step pads the
+ * step to its bucket (padding rows: token 0 at position 0 of a sequence of
+ * their own reading block 0, slot -1 so they write no KV, their logits never
+ * read, so the step stays all decode rows); the first step of a bucket is
+ * captured, later ones replayed. Captured graphs hold buffer addresses:
+ * releasing a buffer drops them.
+ *
+ * The buckets: powers of two to 64, then every 64 rows up to 1024 (the most
+ * a step's logits hold). Below 64 rows a step is a handful of GEMVs and the
+ * launches are what a graph saves, so fine buckets; above, the GEMMs stream
+ * the weights once whatever the rows until a few hundred rows (8B bf16:
+ * ~300), so up to 63 padding rows cost their attention over one block and a
+ * share of the product only where it is compute-bound (<= 63 / 192 there,
+ * none at the default 256 sequences, a full bucket). A power-of-two ladder
+ * above 64 would pad up to half a step (129 -> 256) in the compute-bound
+ * range. 22 buckets, each captured at its first use: an 8B graph is ~300
+ * kernel nodes (tens of ms to capture and instantiate, ~1 MB of graph
+ * memory), so at most ~22 captures a process and a few tens of MB, inside
+ * RESERVE_BYTES.
+ *
+ * A decode-shaped step is padded to its bucket also with graphs off
+ * (CudaChecks.no_graphs): the knob then changes how the kernels are
+ * launched, not which, and a replayed step equals the issued one bit for
+ * bit (tests/gpu/test_cuda_batch.c). Steps with prefill rows stay eager:
+ * their shape (rows per sequence, prefill tiles, cascade of chunks) changes
+ * every step, so a graph per shape would be captured once and rarely
+ * replayed. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,29 +38,34 @@
 #include "kernels/cuda/backend_cuda.cuh"
 #include "kernels/cuda/gemv.cuh"
 
-const int BUCKET_ROWS[N_BUCKETS] = {1, 2, 4, 8, 16, 32, 64};
+const int BUCKET_ROWS[N_BUCKETS] = {1,   2,   4,   8,   16,  32,  64,  128, 192, 256,  320,
+                                    384, 448, 512, 576, 640, 704, 768, 832, 896, 960, 1024};
 
 void graphs_drop(CudaBackend *cb) {
     for (int i = 0; i < N_BUCKETS; i++)
         if (cb->graph[i]) { cudaGraphExecDestroy(cb->graph[i]); cb->graph[i] = NULL; }
 }
 
-/* The graph bucket of a step of T rows (-1: issue its kernels directly):
- * decode-shaped steps only, since a graph computes logits for every row, and
- * for MoE only buckets whose routing stays on the device. */
+/* The bucket of a step of T rows (-1: issue its kernels as they are):
+ * decode-shaped steps only, since a graph computes logits for every row,
+ * and for MoE only buckets whose routing stays on the device. */
 static int step_bucket(CudaBackend *cb, const AttnBatch *b, int n_logits) {
     int T = b->n_tokens;
-    if (!cb->tune.graphs || n_logits != T) return -1;
+    if (n_logits != T) return -1;
     for (int i = 1; i < T; i++) /* two rows in a run make a prefill tile: not a decode step */
         if (b->seq[i] == b->seq[i - 1] && b->pos[i] == b->pos[i - 1] + 1) return -1;
     for (int i = 0; i < N_BUCKETS; i++)
         if (T <= BUCKET_ROWS[i]) {
             /* MoE routed on the host: above 8 rows, and always in the batch-invariant mode */
             bool host_sync = cb->shape->n_experts > 0 && (BUCKET_ROWS[i] > GEMV_MAX_T || cb->bi);
-            return BUCKET_ROWS[i] <= cb->max_tokens && !host_sync ? i : -1;
+            /* max_seqs: the logits buffer's rows and the padding sequences' tables */
+            return BUCKET_ROWS[i] <= cb->max_seqs && !host_sync ? i : -1;
         }
     return -1;
 }
+
+/* Whether this step's bucket is replayed (or captured): a bucket, and graphs on. */
+static bool step_graphed(const CudaBackend *cb) { return cb->tune.graphs && cb->bucket >= 0; }
 
 /* Batch-invariant mode: the decode grid's splits for this graphed step.
  * Rows take splits from their own length, so the grid only has to have
@@ -86,6 +112,7 @@ static int attn_step_meta(CudaBackend *cb, const AttnBatch *b, int Tp, Err *err)
     cb->work.max_decode = cb->meta.n_decode;
     if (cb->bi) {
         int need = attn_decode_row_splits_max(&cb->meta);
+        /* a bucket takes the graph's splits with graphs off too: the same grid either way */
         cb->work.n_splits = cb->bucket >= 0 ? bi_graph_splits(cb, need) : need;
     } else {
         cb->work.n_splits = decode_grid_splits(cb, ctx, cb->meta.n_decode);
@@ -151,7 +178,7 @@ int cuda_be_begin_step(Backend *be, const int32_t *ids, const AttnBatch *b, cons
 
 bool cuda_be_graph_replay(Backend *be) {
     CudaBackend *cb = cb_of(be);
-    if (cb->failed || cb->bucket < 0 || !cb->graph[cb->bucket]) return false;
+    if (cb->failed || !step_graphed(cb) || !cb->graph[cb->bucket]) return false;
     op_fail(cb, cudaGraphLaunch(cb->graph[cb->bucket], cb->stream), "graph replay");
     return true;
 }
@@ -160,7 +187,7 @@ bool cuda_be_graph_replay(Backend *be) {
  * do the step's work (capturing runs nothing). */
 void cuda_be_graph_capture(Backend *be, bool begin) {
     CudaBackend *cb = cb_of(be);
-    if (cb->bucket < 0 || (begin && cb->failed)) return;
+    if (!step_graphed(cb) || (begin && cb->failed)) return;
     if (begin) {
         op_fail(cb, cudaStreamBeginCapture(cb->stream, cudaStreamCaptureModeThreadLocal), "graph capture");
         return;

@@ -254,6 +254,7 @@ ids_in=$(grep -o '"id": *"[^"]*"' "$TMP/in.jsonl" | sed 's/"id": *//; s/bad-json
 ids_out=$(grep -o '"id":"[^"]*"' "$TMP/ord.jsonl" | sed 's/"id"://' | tr -d '"' | tr '\n' ' ')
 [ "$ids_in" = "$ids_out" ] && ok "--ordered keeps input order" || notok "--ordered keeps input order" "in: ${ids_in:0:120}" "out: ${ids_out:0:120}"
 expect_grep "--verbose logs steps" "$TMP/err" 'step: [0-9]+ seqs, [0-9]+ tokens .*KV [0-9]+/[0-9]+ blocks'
+expect_grep "--verbose: the step limits given" "$TMP/err" 'cllm generate: 8 sequences and 64 tokens per step$'
 cmp -s <(sort "$TMP/out.jsonl" | sed 's/"seconds":[0-9.e-]*//') <(sort "$TMP/ord.jsonl" | sed 's/"seconds":[0-9.e-]*//') \
     && ok "ordered output has the same lines" || notok "ordered output has the same lines"
 # --retry-errors: failed lines are run again (they fail again, one line each).
@@ -261,6 +262,12 @@ expect_exit "generate --resume --retry-errors" 0 $GEN -i "$TMP/in.jsonl" -o "$TM
 n=$(wc -l < "$TMP/out.jsonl"); e=$(grep -c '"error"' "$TMP/out.jsonl")
 [ "$n" = 100 ] && [ "$e" = 4 ] && ok "--retry-errors reruns only the failed ids" || notok "--retry-errors reruns only the failed ids" "lines $n, errors $e"
 expect_exit "generate --max-seqs 0 exits 2" 2 $GEN -i "$TMP/in.jsonl" --max-seqs 0
+# Left out, --max-seqs comes from the KV cache: -c 64 on the CPU holds 5
+# blocks of 16, one sequence of 64 tokens -> the floor, 16; the tokens the cache's 80.
+printf 'One\nTwo\n' > "$TMP/lim.txt"
+expect_exit "generate -v with the default limits" 0 $TG -v -i "$TMP/lim.txt" -o "$TMP/lim.out"
+expect_grep "--verbose: the limits from the KV cache" "$TMP/err" \
+    'cllm generate: 16 sequences and 80 tokens per step \(sequences: the KV cache.s 5 blocks of 16 hold 1 sequences of 64 tokens, kept in \[16, 256\]\)'
 
 # --pp: the layers split into stages (CPU backends here), the hidden state
 # handed from stage to stage: fp32 on the CPU, so the same greedy results.

@@ -24,7 +24,12 @@
  * must equal the first runner's bit for bit (attention.cuh
  * cuda_attention_decode_rope promises the same results), at every step.
  *   test_cuda_batch --rope-only MODEL...   only that check (a real model:
- *   the tolerances above are for the random tiny models). */
+ *   the tolerances above are for the random tiny models).
+ * Wide decode steps (check_wide): 200 sequences, steps of 200, 65, 100 rows,
+ * twice each (graph buckets 256, 128, 128 with 56, 63, 28 padding rows;
+ * the first of a bucket captured, the rest replayed): graphs on equal graphs
+ * off bit for bit, in the default and the batch-invariant mode, and the
+ * CPU within the tolerance above. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,10 +224,88 @@ static void check_model(const char *dir, KVDtype kv) {
     model_free(&m);
 }
 
+/* ---- wide decode steps: the graph buckets above 64 rows ---- */
+
+#define WIDE_SEQS 200
+#define WIDE_T 256
+#define N_WIDE 5 /* graphs on, graphs off, CPU, batch-invariant graphs on, off */
+
+static const int wide_live[] = {200, 65, 100, 200, 65, 100}; /* rows of each decode step */
+
+static void check_wide(const char *dir) {
+    Err err = {{0}};
+    Model m;
+    if (model_load(&m, dir, MODEL_LOAD_NO_TOKENIZER, &err)) { CHECK(0, "%s", err.msg); return; }
+    int V = m.cfg.vocab;
+    /* sequence s owns block s + 1; block 0 stays zero for the padding rows */
+    static int32_t wtab[WIDE_SEQS];
+    static const int32_t *wptr[WIDE_SEQS];
+    for (int s = 0; s < WIDE_SEQS; s++) wtab[s] = s + 1, wptr[s] = &wtab[s];
+    GpuRig on = {.block_size = BLOCK, .n_blocks = WIDE_SEQS + 1, .max_tokens = WIDE_T, .kv_dtype = KV_DTYPE_BF16};
+    GpuRig off = on, bi_on = on, bi_off = on;
+    off.no_graphs = bi_off.no_graphs = true;
+    bi_on.batch_invariant = bi_off.batch_invariant = true;
+    Runner ru[N_WIDE];
+    memset(ru, 0, sizeof ru);
+    const GpuRig *rigs[N_WIDE] = {&on, &off, NULL, &bi_on, &bi_off};
+    bool ok = true;
+    for (int k = 0; ok && k < N_WIDE; k++) {
+        ru[k].be = rigs[k] ? gpu_backend(&m.shape, &m.w, rigs[k], &err)
+                           : backend_cpu_create(&m.shape, &m.w, 0, BLOCK, WIDE_SEQS + 1, KV_DTYPE_BF16,
+                                                KV_SCALES_DYNAMIC, &err);
+        ok = ru[k].be && forward_init(&ru[k].fw, &m.cfg, ru[k].be, WIDE_T, &err) == 0 &&
+             (ru[k].logits = malloc((size_t)WIDE_T * V * sizeof(float))) != NULL;
+    }
+    CHECK(ok, "%s", err.msg);
+    static int32_t ids[WIDE_T], pos[WIDE_T], seq[WIDE_T], rows[WIDE_T];
+    static int64_t slot[WIDE_T];
+    int32_t next[WIDE_SEQS], len[WIDE_SEQS];
+    for (int s = 0; s < WIDE_SEQS; s++) next[s] = (int32_t)((s * 7919u + 13u) % (uint32_t)V), len[s] = 0;
+    int rows_cmp = 0, differ = 0, bi_differ = 0, top1 = 0;
+    double worst = 0;
+    for (int k = 0; ok && k < (int)(sizeof wide_live / sizeof *wide_live); k++) {
+        int n = wide_live[k];
+        for (int s = 0; s < n; s++) {
+            ids[s] = next[s], pos[s] = len[s], seq[s] = s, rows[s] = s;
+            slot[s] = (int64_t)wtab[s] * BLOCK + len[s];
+        }
+        AttnBatch b = {n, pos, seq, slot, WIDE_SEQS, wptr, BLOCK};
+        for (int r = 0; ok && r < N_WIDE; r++) {
+            for (int64_t i = 0; i < (int64_t)n * V; i++) ru[r].logits[i] = NAN;
+            ok = forward_run(&ru[r].fw, ids, &b, rows, n, ru[r].logits, &err) == 0;
+        }
+        CHECK(ok, "wide step %d (%d rows): %s", k, n, err.msg);
+        for (int s = 0; ok && s < n; s++) {
+            size_t o = (size_t)s * V, bytes = (size_t)V * sizeof(float);
+            differ += memcmp(ru[0].logits + o, ru[1].logits + o, bytes) != 0;
+            bi_differ += memcmp(ru[3].logits + o, ru[4].logits + o, bytes) != 0;
+            worst = fmax(worst, test_row_err(ru[0].logits + o, ru[2].logits + o, V));
+            next[s] = argmax(ru[2].logits + o, V);
+            top1 += argmax(ru[0].logits + o, V) == next[s];
+            len[s]++;
+            rows_cmp++;
+        }
+    }
+    printf("# %s wide decode: %d rows; graphs on vs off differ in %d rows (batch-invariant: %d); worst max-rel err "
+           "vs CPU %.2e; greedy = CPU %d\n", dir, rows_cmp, differ, bi_differ, worst, top1);
+    CHECK(!ok || rows_cmp == 730, "rows compared: %d", rows_cmp);
+    CHECK(differ == 0, "%d rows differ between graphs on and off", differ);
+    CHECK(bi_differ == 0, "%d rows differ between graphs on and off (batch-invariant)", bi_differ);
+    CHECK(worst <= 3e-2, "graphs vs CPU %.3g", worst);
+    CHECK(top1 >= 0.95 * rows_cmp, "greedy agreement %d of %d", top1, rows_cmp);
+    for (int k = 0; k < N_WIDE; k++) {
+        if (ru[k].fw.cfg) forward_free(&ru[k].fw);
+        if (ru[k].be) ru[k].be->destroy(ru[k].be);
+        free(ru[k].logits);
+    }
+    model_free(&m);
+}
+
 static const char *model_dir;
 
 static void test_model(void) { check_model(model_dir, KV_DTYPE_BF16); }
 static void test_model_fp8(void) { check_model(model_dir, KV_DTYPE_FP8); }
+static void test_wide_decode(void) { check_wide(model_dir); }
 
 int main(int argc, char **argv) {
     make_tables();
@@ -235,6 +318,7 @@ int main(int argc, char **argv) {
         model_dir = argv[i];
         RUN(test_model);
         RUN(test_model_fp8);
+        if (!rope_only) RUN(test_wide_decode);
     }
     TEST_EXIT();
 }
