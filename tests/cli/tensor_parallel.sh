@@ -101,6 +101,51 @@ for n in 2 4; do
         || notok "Gemma 3 270M --tp $n equals one backend" "$(diff <(strip "$TMP/g-tp$n.jsonl") <(strip "$TMP/g-one.jsonl") | head -4)"
 done
 
+# ---- eight ranks and stages (issue 44: what 8 GPUs would run, on CPU backends) ----
+# A config-only folder (random weights made in memory, --dummy-weights, fp32 on the CPU): 8 layers, 8 query
+# heads, 2 KV heads (each replicated on 4 ranks at --tp 8). Requests ask logprobs, so replies differ prompt to
+# prompt and every step's distribution is compared, not only the drawn token: texts equal, every logprob and
+# top logprob within 1e-4 (the ranks' partial sums are added in another order than one backend's; measured
+# worst ~5e-7, while these near-uniform random logits spread over ~1e-2, so a wrong head, column or vocab slice
+# is off by far more).
+D8=$TMP/d8
+mkdir -p "$D8" && cp $F/llama/tokenizer.json "$D8/"
+echo '{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256, "intermediate_size": 384,
+ "num_hidden_layers": 8, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 320,
+ "max_position_embeddings": 256, "tie_word_embeddings": false, "bos_token_id": 0, "eos_token_id": 1}' > "$D8/config.json"
+for i in $(seq 1 6); do
+    printf '{"id":"p%d","prompt":"The ranks read the file %d and %d","max_tokens":10,"logprobs":3}\n' $i $i $((i * 37))
+done > "$TMP/d8.jsonl"
+G8="$CLLM generate --cpu --temp 0 -c 64 -i $TMP/d8.jsonl --ordered -m $D8 --dummy-weights"
+close8() { # NAME FILE: FILE's replies match the one-backend run's
+    local why
+    if why=$(python3 - "$TMP/d8-one.jsonl" "$2" <<'PY' 2>&1
+import json, sys
+a, b = ([json.loads(l) for l in open(f)] for f in sys.argv[1:])
+assert len(a) == len(b) == 6, f"{len(a)} and {len(b)} replies"
+worst = 0.0
+for x, y in zip(a, b):
+    assert x["text"] == y["text"], f"{x['id']}: {x['text']!r} vs {y['text']!r}"
+    lx, ly = x["logprobs"], y["logprobs"]
+    worst = max([worst] + [abs(p - q) for p, q in zip(lx["token_logprobs"], ly["token_logprobs"])])
+    for tx, ty in zip(lx["top_logprobs"], ly["top_logprobs"]):
+        assert tx.keys() == ty.keys(), f"{x['id']}: top tokens {list(tx)} vs {list(ty)}"
+        worst = max([worst] + [abs(tx[k] - ty[k]) for k in tx])
+assert worst <= 1e-4, f"worst logprob difference {worst:.3g}"
+PY
+    ); then ok "$1"; else notok "$1" "$why"; fi
+}
+expect_exit "8 heads: one backend" 0 $G8 -o "$TMP/d8-one.jsonl"
+for opt in "--tp 8 --max-seqs 1" "--tp 8" "--pp 8" "--pp 2 --tp 4" "--pp 4 --tp 2"; do
+    name=$(echo "$opt" | tr -d ' -')
+    expect_exit "8 heads $opt" 0 $G8 $opt -o "$TMP/d8-$name.jsonl"
+    close8 "8 heads $opt matches one backend" "$TMP/d8-$name.jsonl"
+done
+expect_exit "info --tp 8" 0 $CLLM info "$D8" --dummy-weights --tp 8
+expect_grep "info --tp 8: rank 7 holds head 7 and KV head 1" "$TMP/out" "rank 7 +heads 7, KV heads 1, MLP columns 336-383, LM head vocab 280-319"
+expect_exit "info --pp 2 --tp 4" 0 $CLLM info "$D8" --dummy-weights --pp 2 --tp 4
+expect_grep "info --pp 2 --tp 4: stage 1 rank 3" "$TMP/out" "rank 3 +heads 6-7, KV heads 1, MLP columns 288-383, LM head vocab 240-319"
+
 # ---- bench, chat ----
 expect_exit "bench --tp 2" 0 $CLLM bench -m $F/llama.gguf --cpu --tp 2 --prompt-lens 12 --ctx 20 --decode-tokens 5 --reps 1
 expect_grep "bench --tp 2 decodes" "$TMP/out" "^ +20 +1 +[0-9.]+ +[0-9.]+"
