@@ -173,8 +173,16 @@ static void bench_prefill(int n_seqs, int len, bool fp8) {
     free(perm);
 }
 
+/* The decode kernel's resident blocks (the engine's split rule), or 264 if asking fails. */
+static int decode_resident(bool fp8) {
+    Err err = {{0}};
+    int r = cuda_attention_decode_resident(D, D, fp8, &err);
+    if (r < 0) fprintf(stderr, "bench_attention: %s\n", err.msg);
+    return r > 0 ? r : 264;
+}
+
 /* splits: the grid's KV splits, or 0 for the engine's choice (attn_decode_splits) */
-static void bench_decode(int n_seqs, int ctx, int n_sms, bool fp8, int splits) {
+static void bench_decode(int n_seqs, int ctx, bool fp8, int splits) {
     Job j = {0};
     int H = 32, KVH = 8, *perm;
     build_meta(&j, n_seqs, ctx, 1, &perm);
@@ -185,7 +193,7 @@ static void bench_decode(int n_seqs, int ctx, int n_sms, bool fp8, int splits) {
     j.par = (AttnParams){H, KVH, D, D, 0.08838834764f, 0, 0, NULL};
     j.decode = 1;
     j.w.max_decode = n_seqs;
-    j.w.n_splits = splits > 0 ? splits : attn_decode_splits(ctx, n_seqs, KVH, 1, n_sms);
+    j.w.n_splits = splits > 0 ? splits : attn_decode_splits(ctx, n_seqs, KVH, 1, decode_resident(fp8));
     size_t work = attn_decode_work_bytes(n_seqs, H, D, j.w.n_splits);
     cudaMalloc((void **)&j.w.part, work);
     cudaMemset(j.w.part, 0, work); /* the split counters */
@@ -223,7 +231,7 @@ static void bench_shared(int n_seqs, int prefix, int n_sms, bool fp8) {
     j.par = (AttnParams){H, KVH, D, D, 0.08838834764f, 0, 0, NULL};
     j.decode = 1;
     j.w.max_decode = n_seqs;
-    j.w.n_splits = attn_decode_splits(max_ctx, n_seqs, KVH, 1, n_sms);
+    j.w.n_splits = attn_decode_splits(max_ctx, n_seqs, KVH, 1, decode_resident(fp8));
     j.w.split_tiles = ATTN_SPLIT_TILES;
     size_t work = attn_decode_work_bytes(n_seqs, H, D, j.w.n_splits);
     cudaMalloc((void **)&j.w.part, work);
@@ -274,7 +282,7 @@ int main(int argc, char **argv) {
         }
         for (int i = 0; !shared_only && i < (decode_only ? 5 : 3); i++)
             for (int r = 0; r < (decode_only ? argc - 1 : 1); r++)
-                bench_decode(dec[i][0], dec[i][1], n_sms, f, r ? atoi(argv[1 + r]) : 0);
+                bench_decode(dec[i][0], dec[i][1], f, r ? atoi(argv[1 + r]) : 0);
         if (!decode_only) {
             bench_shared(64, 2000, n_sms, f);
             bench_shared(256, 2000, n_sms, f);

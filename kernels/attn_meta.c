@@ -134,17 +134,18 @@ void attn_meta_free(AttnMeta *m) {
     memset(m, 0, sizeof *m);
 }
 
-int attn_decode_splits(int max_ctx, int n_decode, int n_kv_heads, int n_head_groups, int n_sms) {
+int attn_decode_splits(int max_ctx, int n_decode, int n_kv_heads, int n_head_groups, int resident) {
     int64_t base = (int64_t)n_decode * n_kv_heads * n_head_groups;
     if (base <= 0 || max_ctx <= 0) return 1;
-    /* One wave (2 resident blocks an SM), rounded down: a block pays a fixed
-     * start (its ring's first tiles, Q) and end (partials, the merge), so
-     * fewer, longer splits win as long as every SM has blocks. H200, 32q/8kv
-     * hd128 bf16, bench_attention decode: 8x4096 4 splits 2.68 TB/s vs 16
-     * 1.85; 8x32768 4: 3.50 vs 33: 3.09; 1x32768 32: 2.20 vs 64: 1.71 and
-     * 128: 1.17; 1x131072 32: 3.17 vs 256: 1.75. The rule before (16 blocks
-     * an SM, for a cheap last wave) lost to every one of these. */
-    int64_t want = 2LL * n_sms / base;
+    /* One wave of the kernel's resident blocks, rounded down: a block pays a
+     * fixed start (its ring's first tiles, Q) and end (partials, the merge),
+     * so fewer, longer splits win as long as every slot has a block, and a
+     * second, partial wave costs a whole split's time. H200, 32q/8kv hd128,
+     * bench_attention decode (bf16: 2 blocks an SM, 264 slots; fp8: 3, 396):
+     * bf16 8x4096 4 splits 2.66 TB/s vs 6 1.96 and 16 1.85; 8x32768 4: 3.47
+     * vs 6: 2.64; 1x131072 33: 3.03 vs 48: 2.25. fp8 8x4096 6: 0.0500 ms vs 4:
+     * 0.0546; 8x32768 6: 0.260 vs 4: 0.319; 1x131072 48: 0.159 vs 32: 0.184. */
+    int64_t want = resident / base;
     int64_t tiles = (max_ctx + ATTN_DECODE_TILE_N - 1) / ATTN_DECODE_TILE_N;
     int64_t most = tiles / 4 > 1 ? tiles / 4 : 1;            /* >= 4 tiles per split */
     int64_t s = want < most ? want : most;

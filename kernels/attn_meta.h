@@ -65,12 +65,14 @@ typedef struct {
 int attn_meta_build(AttnMeta *m, const AttnBatch *b, const AttnMetaOpts *o, Err *err);
 void attn_meta_free(AttnMeta *m);
 
-/* Number of KV splits for the decode kernel: one wave of blocks, two a
- * multiprocessor (the bf16 kernel's residency), rounded down, no split
- * shorter than four tiles of max_ctx, at most 256. The decode grid is fixed by (n_decode, splits), so a
- * graph captured with splits from the largest context replays for any
- * shorter one. n_head_groups = ceil(group size / 16) per KV head. */
-int attn_decode_splits(int max_ctx, int n_decode, int n_kv_heads, int n_head_groups, int n_sms);
+/* Number of KV splits for the decode kernel: one wave of its blocks
+ * (resident: how many the GPU holds at once, multiprocessors x the kernel's
+ * blocks per multiprocessor, cuda_attention_decode_residency), rounded
+ * down, no split shorter than four tiles of max_ctx, at most 256. The
+ * decode grid is fixed by (n_decode, splits), so a graph captured with
+ * splits from the largest context replays for any shorter one.
+ * n_head_groups = ceil(group size / 16) per KV head. */
+int attn_decode_splits(int max_ctx, int n_decode, int n_kv_heads, int n_head_groups, int resident);
 
 /* A decode row's KV splits come from its own key range alone (never from the
  * step's other rows or the longest context a graph is sized for, so its sums

@@ -113,17 +113,20 @@ static void test_empty_step(void) {
 }
 
 static void test_decode_splits(void) {
-    /* 8 rows x 8 KV heads = 64 blocks: one wave of 2 x 132 slots is floor(264 / 64) = 4 splits */
-    CHECK(attn_decode_splits(32768, 8, 8, 1, 132) == 4, "%d", attn_decode_splits(32768, 8, 8, 1, 132));
+    /* 8 rows x 8 KV heads = 64 blocks: one wave of 264 resident blocks (2 an SM x 132) is floor(264 / 64) = 4 splits */
+    CHECK(attn_decode_splits(32768, 8, 8, 1, 264) == 4, "%d", attn_decode_splits(32768, 8, 8, 1, 264));
     /* one row: 8 blocks a split, 33 splits fill the wave */
-    CHECK(attn_decode_splits(32768, 1, 8, 1, 132) == 33, "%d", attn_decode_splits(32768, 1, 8, 1, 132));
+    CHECK(attn_decode_splits(32768, 1, 8, 1, 264) == 33, "%d", attn_decode_splits(32768, 1, 8, 1, 264));
     /* more units than slots: one split */
-    CHECK(attn_decode_splits(32768, 64, 8, 1, 132) == 1, "%d", attn_decode_splits(32768, 64, 8, 1, 132));
+    CHECK(attn_decode_splits(32768, 64, 8, 1, 264) == 1, "%d", attn_decode_splits(32768, 64, 8, 1, 264));
     /* a short context caps the splits at four tiles each: 1024 keys = 16 tiles -> 4 */
-    CHECK(attn_decode_splits(1024, 1, 1, 1, 132) == 4, "%d", attn_decode_splits(1024, 1, 1, 1, 132));
-    CHECK(attn_decode_splits(10, 1, 1, 1, 132) == 1, "tiny");
-    CHECK(attn_decode_splits(1 << 20, 1, 1, 1, 132) == 256, "capped");
-    CHECK(attn_decode_splits(4096, 0, 8, 1, 132) == 1, "no rows");
+    CHECK(attn_decode_splits(1024, 1, 1, 1, 264) == 4, "%d", attn_decode_splits(1024, 1, 1, 1, 264));
+    CHECK(attn_decode_splits(10, 1, 1, 1, 264) == 1, "tiny");
+    CHECK(attn_decode_splits(1 << 20, 1, 1, 1, 264) == 256, "capped");
+    CHECK(attn_decode_splits(4096, 0, 8, 1, 264) == 1, "no rows");
+    /* the fp8 kernel's 3 blocks an SM (396 resident): 8 x 8 -> 6 splits, one row -> 49 */
+    CHECK(attn_decode_splits(32768, 8, 8, 1, 396) == 6, "%d", attn_decode_splits(32768, 8, 8, 1, 396));
+    CHECK(attn_decode_splits(131072, 1, 8, 1, 396) == 49, "%d", attn_decode_splits(131072, 1, 8, 1, 396));
 }
 
 /* Batch-invariant splits: from a row's own tiles (4 per split, at most 64

@@ -24,7 +24,8 @@
  * work.n_splits; everything else (rows, positions, tables) is read from d_buf,
  * so a captured decode step replays after d_buf is rewritten in place (keep
  * table_width and n_decode fixed for the graph; pick n_splits with
- * attn_decode_splits from the largest context the graph will see).
+ * attn_decode_splits from the largest context the graph will see and
+ * cuda_attention_decode_resident).
  */
 #ifndef CLLM_ATTENTION_CUH
 #define CLLM_ATTENTION_CUH
@@ -117,6 +118,12 @@ typedef struct {
 
 /* 0 when the variant has a kernel, else -1 with err saying what is missing. */
 int cuda_attention_check(const AttnParams *p, int block_size, Err *err);
+
+/* How many blocks of the decode kernel for these head sizes and cache type
+ * the current GPU holds at once (multiprocessors x blocks each, as its
+ * shared memory and registers allow): attn_decode_splits' resident. -1 with
+ * err for head sizes without a kernel. */
+int cuda_attention_decode_resident(int head_dim_k, int head_dim_v, bool fp8, Err *err);
 
 /* Prefill tiles and decode rows of one step, one layer. The stream is last
  * but one; err names a bad argument or the failed CUDA call. */

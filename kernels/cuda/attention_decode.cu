@@ -576,6 +576,26 @@ static int decode_variant(const AttnKParams *kp, int n_decode, cudaStream_t s, E
     });
 }
 
+template <int HDK, int HDV, bool FP8> static int decode_resident(Err *err) {
+    constexpr int SMEM = DecodeShape<HDK, HDV, FP8>::SMEM;
+    auto kernel = attn_decode_kernel<HDK, HDV, false, false, FP8>; /* the variants share the shape */
+    int dev = 0, sms = 0, per_sm = 0;
+    CUDA_CHECK(cudaGetDevice(&dev), err);
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), err);
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM), err);
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128, SMEM), err);
+    return sms * (per_sm > 0 ? per_sm : 1);
+}
+
+extern "C" int cuda_attention_decode_resident(int head_dim_k, int head_dim_v, bool fp8, Err *err) {
+#define ATTN_HD(K, V) \
+    if (head_dim_k == K && head_dim_v == V) return fp8 ? decode_resident<K, V, true>(err) : decode_resident<K, V, false>(err);
+    ATTN_HEAD_DIMS(ATTN_HD)
+#undef ATTN_HD
+    return err_set(err, "attention: head sizes k=%d v=%d have no decode kernel (supported: %s)", head_dim_k, head_dim_v,
+                   ATTN_HEAD_DIMS_TEXT);
+}
+
 extern "C" int attn_decode_launch(const AttnKParams *kp, int head_dim_k, int head_dim_v, int n_decode, cudaStream_t s,
                                   Err *err) {
     if (n_decode == 0) return 0;

@@ -260,6 +260,7 @@ extern "C" Backend *backend_cuda_create(const ModelShape *c, const ModelWeights 
     cb->max_tokens = o->max_tokens > 0 ? o->max_tokens : 1;
     cb->bf16_weights = o->bf16_weights;
     cb->bi = o->batch_invariant;
+    cb->kv_dtype = o->kv_dtype; /* attn_alloc_work sizes the decode splits by it */
     cb->bucket = -1;
     int rc = o->block_size > 0 ? 0 : err_set(err, "cuda: block size %d", o->block_size);
     cudaError_t e = rc ? cudaSuccess : cudaSetDevice(o->device); /* quant_gemm_available asks the current device */

@@ -140,6 +140,7 @@ typedef struct {
     DevAttnBatch batch;
     bool fast_attn;              /* attention.cuh has kernels for this model's variant (and no check asked otherwise) */
     int n_sms;
+    int decode_resident;        /* decode attention blocks the GPU holds at once (its split rule) */
     AttnMeta meta;               /* this step's attention metadata (host) */
     int32_t *d_meta, *h_meta;    /* its upload, at a fixed address (graphs replay it) */
     int64_t meta_cap;            /* int32 values d_meta / h_meta hold */

@@ -150,7 +150,8 @@ int cuda_alloc_kv(CudaBackend *cb, const ModelShape *c, const BackendOptions *o,
  * grid needs no more. */
 int decode_grid_splits(const CudaBackend *cb, int ctx, int n_decode) {
     const ModelShape *c = cb->shape;
-    int s = attn_decode_splits(ctx, n_decode, c->n_kv_heads, (c->n_heads / c->n_kv_heads + 15) / 16, cb->n_sms);
+    int s = attn_decode_splits(ctx, n_decode, c->n_kv_heads, (c->n_heads / c->n_kv_heads + 15) / 16,
+                               cb->decode_resident);
     return s < ATTN_MAX_SPLITS ? s : ATTN_MAX_SPLITS;
 }
 
@@ -163,6 +164,8 @@ int attn_alloc_work(CudaBackend *cb, const ModelShape *c, int block_size, bool g
     cb->fast_attn = !generic_attention && cuda_attention_check(&p, block_size, &why) == 0;
     if (!cb->fast_attn) return cascade_alloc(cb, err); /* reads CLLM_CASCADE, leaves it off */
     CUDA_CHECK(cudaDeviceGetAttribute(&cb->n_sms, cudaDevAttrMultiProcessorCount, cb->device), err);
+    cb->decode_resident = cuda_attention_decode_resident(c->head_dim_k, c->head_dim_v, cb->kv_dtype == KV_DTYPE_FP8, err);
+    if (cb->decode_resident < 0) return -1;
     size_t work = 0, slot = attn_decode_work_bytes(1, c->n_heads, c->head_dim_v, 1);
     for (int n = 1; n <= cb->max_tokens; n++) {
         int splits = decode_grid_splits(cb, 1 << 30, n);

@@ -47,7 +47,7 @@ static void run_case(const Case *c) {
     if (problem_init(&P, c)) { CHECK(0, "%s: host setup failed", c->name); return; }
     AttnMeta m;
     CHECK(attn_meta_build(&m, &P.batch, &(AttnMetaOpts){P.n_blocks, 0}, &err) == 0, "%s: %s", c->name, err.msg);
-    int splits = attn_decode_splits(m.max_kv_len, m.n_decode, c->n_kv, (c->n_heads / c->n_kv + 15) / 16, 132);
+    int splits = attn_decode_splits(m.max_kv_len, m.n_decode, c->n_kv, (c->n_heads / c->n_kv + 15) / 16, 2 * 132);
     DevBufs D;
     if (dev_upload(&D, &P, &m, splits) == 0) {
         AttnDevMeta dm;
@@ -128,7 +128,7 @@ static void test_graph_replay(void) {
     graph_step(&P, (const int32_t[]){40, 1, 7}, (const int32_t[]){0, 1, 2}, ref_a, &ma);
     graph_step(&P, (const int32_t[]){800, 1400, 1999}, (const int32_t[]){1, 0, 2}, ref_b, &mb);
     CHECK(ma.buf_len == mb.buf_len && ma.off_tables == mb.off_tables, "fixed layout %d vs %d", ma.buf_len, mb.buf_len);
-    int splits = attn_decode_splits(2048, 3, c.n_kv, 1, 132);
+    int splits = attn_decode_splits(2048, 3, c.n_kv, 1, 2 * 132);
     DevBufs D;
     if (dev_upload(&D, &P, &ma, splits) == 0) {
         AttnDevMeta dm;
@@ -328,7 +328,7 @@ static void run_rope_case(const RopeCase *rc, int split_tiles) {
     }
     AttnMeta m;
     CHECK(attn_meta_build(&m, &P.batch, &(AttnMetaOpts){P.n_blocks, 0}, &err) == 0, "%s: %s", c->name, err.msg);
-    int splits = attn_decode_splits(m.max_kv_len, m.n_decode, c->n_kv, (c->n_heads / c->n_kv + 15) / 16, 132);
+    int splits = attn_decode_splits(m.max_kv_len, m.n_decode, c->n_kv, (c->n_heads / c->n_kv + 15) / 16, 2 * 132);
     DevBufs D;
     if (m.n_tiles == 0 && dev_upload(&D, &P, &m, splits) == 0) { /* the cache as it was before the step */
         void *dk = dev_copy(k16, nkn * 2), *dv = dev_copy(v16, nvn * 2), *dslot = dev_copy(P.slot, P.T * 8);

@@ -187,7 +187,7 @@ static void run_case(const CascadeCase *cc) {
     if (problem_init(&P, &c)) { CHECK(0, "%s: host setup failed", c.name); return; }
     AttnMeta m;
     CHECK(attn_meta_build(&m, &P.batch, &(AttnMetaOpts){P.n_blocks, 0}, &err) == 0, "%s: %s", c.name, err.msg);
-    int splits = attn_decode_splits(m.max_kv_len, m.n_decode, c.n_kv, (c.n_heads / c.n_kv + 15) / 16, SMS);
+    int splits = attn_decode_splits(m.max_kv_len, m.n_decode, c.n_kv, (c.n_heads / c.n_kv + 15) / 16, 2 * SMS);
     int32_t *pos = malloc(P.T * 4), *seq = malloc(P.T * 4), *row_of = malloc(P.T * 4);
     AttnCascadePlan pl;
     AttnBatch db;
