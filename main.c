@@ -228,8 +228,8 @@ static int parse_dummy_weights(const char *cmd, const char *arg, bool *on, DType
 
 #define TP_HELP "tensor-parallel ranks: every layer's heads and MLP split over N GPUs (per --pp stage; with --cpu " \
     "or no usable GPU: CPU backends; default 1)"
-#define TP_NCCL_SUM_HELP "--tp over NCCL: sum the ranks' partial results with ncclAllReduce (faster; not in rank " \
-    "order, so not bit-reproducible across --tp sizes; default: gathered, then summed in rank order)"
+#define TP_NCCL_SUM_HELP "--tp over NCCL: sum the ranks' partial results with ncclAllReduce (faster: bf16 parts in " \
+    "NCCL's order; default: fp32 parts gathered, then summed in rank order: the bits of the host-memory transport)"
 #define GPUS_HELP "every backend's GPU, comma-separated: the stages', or with --tp each rank's, stage by stage; a GPU " \
     "named twice holds two ranks (they exchange through host memory) (default 0,1,...; with no usable GPU: exits 2 " \
     "saying why)"

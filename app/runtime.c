@@ -145,7 +145,11 @@ static int open_tensor_parallel(Runtime *rt, const RunOptions *o, int n_gpus, in
     rt->kv_tokens = (int64_t)rt->be->kv_n_blocks * block;
     TpRanks *groups[1] = {&rt->tp};
     print_tp_notes(groups, 1);
-    if (o->verbose) print_tp_ranks(&rt->tp, "");
+    if (o->verbose) {
+        print_tp_ranks(&rt->tp, "");
+        fprintf(stderr, "tensor parallel: KV cache of %lld tokens on every rank (%d blocks of %d, its KV heads only)\n",
+                (long long)rt->kv_tokens, rt->be->kv_n_blocks, block);
+    }
     if (rt->be->kv_n_blocks < n_blocks) {
         int fit = (rt->be->kv_n_blocks - 1) * block;
         return err_set(err, "--tp %d: each rank's KV cache holds only %d tokens at --gpu-mem-util %.2f; use --ctx-size "
