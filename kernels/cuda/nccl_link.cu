@@ -32,11 +32,6 @@ struct NcclGroup {
                            __LINE__);                                                                          \
     } while (0)
 
-/* NVLink multicast (NVLS) stays off unless the user asked for it: it
- * takes memory and setup time on every communicator, and the GPU machines
- * this runs on keep it off. Before the first communicator is made. */
-static void nccl_env_defaults(void) { setenv("NCCL_NVLS_ENABLE", "0", 0); }
-
 static double seconds_now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -56,7 +51,6 @@ extern "C" NcclGroup *nccl_group_open(const int *devs, int n, double timeout_s, 
     g->n = n;
     g->timeout_s = timeout_s;
     memcpy(g->device, devs, n * sizeof *devs);
-    nccl_env_defaults();
     ncclResult_t r = nc->CommInitAll(g->comm, n, devs);
     if (r != ncclSuccess) {
         err_set(err, "NCCL: cannot connect the stage GPUs: %s", nc->GetErrorString(r));
@@ -90,7 +84,6 @@ extern "C" NcclGroup *nccl_group_join(const unsigned char id[CLLM_NCCL_ID_BYTES]
     g->n = n;
     g->timeout_s = timeout_s;
     g->device[rank] = device;
-    nccl_env_defaults();
     ncclUniqueId u;
     memcpy(&u, id, sizeof u);
     cudaError_t ce = cudaSetDevice(device);

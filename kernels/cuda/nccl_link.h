@@ -31,7 +31,7 @@ extern "C" {
 typedef struct NcclGroup NcclGroup;
 
 /* Communicators of ranks 0..n-1 on devs (distinct GPUs of this process).
- * NCCL_NVLS_ENABLE is set to 0 first unless the environment sets it. */
+ * (Loading NCCL sets NCCL_NVLS_ENABLE=0 unless the environment sets it: cuda_libs.c.) */
 NcclGroup *nccl_group_open(const int *devs, int n, double timeout_s, Err *err);
 /* Rank `rank` of n processes, all given the same id; device: this rank's GPU. */
 int nccl_unique_id(unsigned char id[CLLM_NCCL_ID_BYTES], Err *err);
