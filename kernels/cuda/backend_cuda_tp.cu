@@ -83,27 +83,25 @@ static void tp_fail(CudaBackend *cb, const Err *e) {
 
 /* ---------- the host transport ---------- */
 
+/* *buf, pinned, of at least want bytes (*have: its size). */
+static int pinned_room(void **buf, size_t *have, size_t want, Err *err) {
+    if (*have >= want) return 0;
+    if (*buf) cudaFreeHost(*buf);
+    *buf = NULL;
+    *have = 0;
+    CUDA_CHECK(cudaMallocHost(buf, want), err);
+    *have = want;
+    return 0;
+}
+
 /* Pinned host room of at least sum_bytes / part_bytes (grown once the
  * stream is idle: an earlier copy may still read the old buffers). */
 static int host_room(CudaBackend *cb, size_t sum_bytes, size_t part_bytes, Err *err) {
     CudaTp *tp = &cb->tp;
     if (tp->host_sum_bytes >= sum_bytes && tp->host_part_bytes >= part_bytes) return 0;
     CUDA_CHECK(cudaStreamSynchronize(cb->stream), err);
-    if (tp->host_sum_bytes < sum_bytes) {
-        if (tp->host_sum) cudaFreeHost(tp->host_sum);
-        tp->host_sum = NULL;
-        tp->host_sum_bytes = 0;
-        CUDA_CHECK(cudaMallocHost(&tp->host_sum, sum_bytes), err);
-        tp->host_sum_bytes = sum_bytes;
-    }
-    if (tp->host_part_bytes < part_bytes) {
-        if (tp->host_part) cudaFreeHost(tp->host_part);
-        tp->host_part = NULL;
-        tp->host_part_bytes = 0;
-        CUDA_CHECK(cudaMallocHost(&tp->host_part, part_bytes), err);
-        tp->host_part_bytes = part_bytes;
-    }
-    return 0;
+    if (pinned_room(&tp->host_sum, &tp->host_sum_bytes, sum_bytes, err)) return -1;
+    return pinned_room(&tp->host_part, &tp->host_part_bytes, part_bytes, err);
 }
 
 /* dst (n values; bf16 or fp32) = the group's rank-order fp32 sum of every
