@@ -9,9 +9,12 @@
  * transport's bits. With --tp-nccl-sum, one ncclAllReduce instead (NCCL's
  * order, bf16 parts: faster, not rank-ordered). The collectives run on the
  * backend's stream and are captured into the decode steps' CUDA graphs like
- * its kernels (NCCL supports stream capture; every rank captures and
- * replays the same buckets, and a graph's collectives meet eager ones all
- * the same); CLLM_TP_GRAPHS=off issues every step instead, to compare.
+ * its kernels (NCCL supports stream capture, thread-local as
+ * backend_cuda_step.cu captures, a thread per GPU). NCCL asks that whether
+ * a collective is captured be the same on every rank: it is, since every
+ * rank decides from the same step (its bucket, the cascade plan, the
+ * calibration) on GPUs of one kind. CLLM_TP_GRAPHS=off issues every step
+ * instead: to compare, or where a driver / NCCL pair misbehaves.
  *
  * Host memory (several ranks on one GPU, or no NCCL): a rank's part is
  * copied to pinned host memory, summed by kernels/tp_group.c (rank order,
@@ -62,7 +65,7 @@ int cuda_tp_init(CudaBackend *cb, const ModelShape *c, const BackendOptions *o, 
     tp->gather_elems = gather_elems(c, tp->n_ranks, cb->max_tokens, comm != NULL);
     CUDA_CHECK(cudaMalloc(&tp->gather, tp->gather_elems * sizeof(float)), err);
     /* the logits' padding columns travel too: defined values, never read */
-    CUDA_CHECK(cudaMemset(tp->gather, 0, tp->gather_elems * sizeof(float)), err);
+    CUDA_CHECK(cudaMemsetAsync(tp->gather, 0, tp->gather_elems * sizeof(float), cb->stream), err);
     return 0;
 }
 
