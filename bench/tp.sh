@@ -23,7 +23,7 @@ runs=("1|" "2|--tp 2" "2s|--tp 2 --tp-nccl-sum" "4|--tp 4" "4s|--tp 4 --tp-nccl-
 for run in "${runs[@]}"; do
     name=${run%%|*} args=${run#*|}
     n=${name%[sh]}
-    if [ "$name" != 2h ] && [ "$n" -gt "$gpus" ]; then echo "== --tp $n: skip: needs $n GPUs, this machine has $gpus"; continue; fi
+    if [ "$name" != 2h ] && [ "$n" -gt "$gpus" ]; then echo "== $args: skip: needs $n GPUs, this machine has $gpus"; continue; fi
     [ "$name" = 2h ] && [ "$gpus" -ge 2 ] && continue  # the host transport: where NCCL cannot be had
     echo "== cllm bench ${args:---tp 1}"
     # shellcheck disable=SC2086
