@@ -226,6 +226,14 @@ static int parse_dummy_weights(const char *cmd, const char *arg, bool *on, DType
     "k_scale/v_scale), calibrate (per KV head from the first step, then fixed) (default: checkpoint where the model " \
     "has them, else dynamic)"
 
+#define TP_HELP "tensor-parallel ranks: every layer's heads and MLP split over N GPUs (per --pp stage; with --cpu " \
+    "or no usable GPU: CPU backends; default 1)"
+#define TP_NCCL_SUM_HELP "--tp over NCCL: sum the ranks' partial results with ncclAllReduce (faster: bf16 parts in " \
+    "NCCL's order; default: fp32 parts gathered, then summed in rank order: the bits of the host-memory transport)"
+#define GPUS_HELP "every backend's GPU, comma-separated: the stages', or with --tp each rank's, stage by stage; a GPU " \
+    "named twice holds two ranks (they exchange through host memory) (default 0,1,...; with no usable GPU: exits 2 " \
+    "saying why)"
+
 /* ---------- subcommands ---------- */
 
 static int cmd_info(int argc, char **argv) {
@@ -295,8 +303,9 @@ static int cmd_tokenize(int argc, char **argv) {
      "fraction of the GPU's memory to use; what weights and activations leave holds the KV cache (default 0.9)"}, \
     {"--pp", NULL, OPT_INT, &(o)->pp, "pipeline stages: the layers split over this many GPUs (with --cpu or no usable GPU: CPU backends, said once; default 1)"}, \
     {"--pp-split", NULL, OPT_STR, &(o)->pp_split, "layers per stage, comma-separated (default: balanced by bytes)"}, \
-    {"--tp", NULL, OPT_INT, &(o)->tp, "tensor-parallel ranks: every layer's heads and MLP split over N (per --pp stage; CPU backends so far: needs --cpu or no usable GPU; default 1)"}, \
-    {"--gpus", NULL, OPT_STR, &(o)->gpus, "the stages' GPUs, comma-separated (default 0,1,...; with no usable GPU: exits 2 saying why)"}, \
+    {"--tp", NULL, OPT_INT, &(o)->tp, TP_HELP},                                                               \
+    {"--tp-nccl-sum", NULL, OPT_FLAG, &(o)->tp_nccl_sum, TP_NCCL_SUM_HELP},                                   \
+    {"--gpus", NULL, OPT_STR, &(o)->gpus, GPUS_HELP},                                                         \
     {"--threads", "-t", OPT_INT, &(o)->threads, "CPU threads (default: one per core)"},                        \
     {"--ctx-size", "-c", OPT_INT, &(o)->ctx_size, "context size in tokens (default: min(model, 4096))"},        \
     {"--max-tokens", "-n", OPT_INT, &(o)->max_tokens, "most tokens per reply (default: generate 512, chat until the context fills)"},                               \
@@ -566,8 +575,9 @@ static int cmd_bench(int argc, char **argv) {
         {"--kv-scales", NULL, OPT_STR, &o.kv_scales, KV_SCALES_HELP},
         {"--weights", NULL, OPT_STR, &o.weights, WEIGHTS_HELP},
         {"--pp", NULL, OPT_INT, &o.pp, "pipeline stages (one GPU each)"},
-        {"--tp", NULL, OPT_INT, &o.tp, "tensor-parallel ranks (per --pp stage; CPU backends so far)"},
-        {"--gpus", NULL, OPT_STR, &o.gpus, "the stages' GPUs, comma-separated (default 0,1,...)"},
+        {"--tp", NULL, OPT_INT, &o.tp, TP_HELP},
+        {"--tp-nccl-sum", NULL, OPT_FLAG, &o.tp_nccl_sum, TP_NCCL_SUM_HELP},
+        {"--gpus", NULL, OPT_STR, &o.gpus, GPUS_HELP},
         {"--prompt-lens", NULL, OPT_STR, &prompt_lens, "prefill lengths, comma-separated (default: GPU 512,4096; CPU 128,256)"},
         {"--ctx", NULL, OPT_STR, &ctxs, "decode context lengths, comma-separated (default: GPU 128,4096; CPU 128,256)"},
         {"--decode-tokens", NULL, OPT_INT, &b.decode_tokens, "timed decode steps per context (default: GPU 64, CPU 32)"},

@@ -49,7 +49,8 @@ static BackendOptions backend_options(const Runtime *rt, const RunOptions *o, co
     BackendOptions bo = {.device = -1, .threads = o->threads, .block_size = block, .max_seq_tokens = ctx,
                          .max_tokens = chunk, .mem_util = o->gpu_mem_util, .kv_dtype = o->kv_dtype,
                          .kv_scales = rt->kv_scales,
-                         .bf16_weights = o->bf16_weights, .batch_invariant = o->batch_invariant};
+                         .bf16_weights = o->bf16_weights, .batch_invariant = o->batch_invariant,
+                         .tp_nccl_sum = o->tp_nccl_sum};
     forward_buffer_elems(c, chunk, &bo.act_elems, &bo.f32_elems);
     return bo;
 }
@@ -57,6 +58,27 @@ static BackendOptions backend_options(const Runtime *rt, const RunOptions *o, co
 static double pp_timeout(void) {
     const char *t = getenv("CLLM_PP_TIMEOUT");
     return t && atof(t) > 0 ? atof(t) : 60.0;
+}
+
+/* The one-line notes of tensor-parallel groups whose GPU ranks exchange
+ * through host memory (a note repeated by the next stage's group is said once). */
+static void print_tp_notes(TpRanks *const *groups, int n) {
+    const char *last = "";
+    for (int s = 0; s < n; s++)
+        if (groups[s] && groups[s]->note[0] && strcmp(groups[s]->note, last)) {
+            fprintf(stderr, "cllm: %s\n", groups[s]->note);
+            last = groups[s]->note;
+        }
+}
+
+static void print_tp_ranks(const TpRanks *t, const char *indent) {
+    const TpPlan *p = &t->plan;
+    for (int r = 0; r < p->n_ranks; r++)
+        fprintf(stderr, "%stensor-parallel rank %d on %s: heads %d-%d, KV heads %d-%d, MLP columns %d-%d, vocab %d-%d%s\n",
+                indent, r, t->be[r]->name, p->head0[r], p->head0[r] + p->n_heads[r] - 1, p->kv0[r],
+                p->kv0[r] + p->n_kv[r] - 1, p->ffn0[r], p->ffn0[r] + p->n_ffn[r] - 1, p->vocab0[r],
+                p->vocab0[r] + p->n_vocab[r] - 1,
+                t->be[r]->device < 0 ? "" : t->links ? ", NCCL" : ", through host memory");
 }
 
 /* The stages of --pp N (one process) or --world-size N (this rank's), and
@@ -79,24 +101,40 @@ static int open_pipeline(Runtime *rt, const RunOptions *o, int ctx, int block, i
     if (engine_init_stages(&rt->engine, &rt->model, pipeline_stage_cfg(&rt->pp, last), rt->be,
                            pipeline_kv_blocks(&rt->pp), &stages, ctx, chunk, err))
         return -1;
-    if (o->verbose)
-        for (int s = 0; s <= last && o->world_size <= 1; s++)
-            fprintf(stderr, "stage %d on %s: layers %d-%d, KV cache %d blocks of %d\n", s, rt->pp.be[s]->name,
-                    rt->pp.plan.first_layer[s], rt->pp.plan.first_layer[s] + rt->pp.plan.n_layers[s] - 1,
-                    rt->pp.be[s]->kv_n_blocks, block);
+    print_tp_notes(rt->pp.tp, o->pp);
+    for (int s = 0; o->verbose && s <= last && o->world_size <= 1; s++) {
+        fprintf(stderr, "stage %d on %s: layers %d-%d, KV cache %d blocks of %d\n", s, rt->pp.be[s]->name,
+                rt->pp.plan.first_layer[s], rt->pp.plan.first_layer[s] + rt->pp.plan.n_layers[s] - 1,
+                rt->pp.be[s]->kv_n_blocks, block);
+        if (rt->pp.tp[s]) print_tp_ranks(rt->pp.tp[s], "  ");
+    }
     return 0;
 }
 
-/* --tp N without --pp: N rank backends in one group (CPU backends: the
- * GPU all-reduce is not written yet, and backend_create says so), rank 0
- * the engine's, the others on their threads (parallel/tp.h). */
+/* --tp N without --pp: N rank backends in one group, rank 0 the engine's,
+ * the others on their threads (parallel/tp.h): on GPUs 0..N-1 or the --gpus
+ * list (placement.h), else CPU backends. */
 static int open_tensor_parallel(Runtime *rt, const RunOptions *o, int n_gpus, int ctx, int block, int chunk,
                                 Err *err) {
     const Model *m = &rt->model;
     BackendOptions bo = backend_options(rt, o, &m->cfg, ctx, block, chunk);
-    bo.device = n_gpus > 0 ? o->gpu : -1;
-    bo.n_blocks = n_gpus > 0 ? 0 : (ctx + block - 1) / block + 1;
-    if (tp_ranks_open(&rt->tp, &m->cfg, &m->shape, &m->w, o->tp, &bo, "the model", err)) {
+    int n_blocks = (ctx + block - 1) / block + 1, dev[TP_MAX];
+    TpPlacement where;
+    if (n_gpus > 0) {
+        if (o->gpu > 0 && !o->gpus)
+            return err_set(err, "--gpu %d with --tp %d: --gpus names every rank's GPU (e.g. --gpus %d,%d%s)", o->gpu,
+                           o->tp, o->gpu, o->gpu + 1, o->tp > 2 ? ",..." : "");
+        if (placement_devices(o->gpus, 1, o->tp, n_gpus, dev, err)) return -1;
+        placement_group(dev, o->tp, 0, o->tp, &where);
+        where.timeout_s = pp_timeout();
+        bo.device = dev[0];
+        bo.n_blocks = 0; /* by the memory budget: tp_ranks_open plans every rank's share */
+    } else {
+        placement_same(-1, o->tp, &where);
+        bo.device = -1;
+        bo.n_blocks = n_blocks;
+    }
+    if (tp_ranks_open(&rt->tp, &m->cfg, &m->shape, &m->w, o->tp, &bo, &where, "the model", err)) {
         Backend *b0 = rt->tp.be[0];
         tp_ranks_free(&rt->tp);
         if (b0) b0->destroy(b0);
@@ -105,14 +143,18 @@ static int open_tensor_parallel(Runtime *rt, const RunOptions *o, int n_gpus, in
     rt->tensor_parallel = true;
     rt->be = rt->tp.be[0];
     rt->kv_tokens = (int64_t)rt->be->kv_n_blocks * block;
-    if (o->verbose)
-        for (int r = 0; r < o->tp; r++) {
-            const TpPlan *p = &rt->tp.plan;
-            fprintf(stderr, "tensor-parallel rank %d on %s: heads %d-%d, KV heads %d-%d, MLP columns %d-%d, vocab "
-                    "%d-%d\n", r, rt->tp.be[r]->name, p->head0[r], p->head0[r] + p->n_heads[r] - 1, p->kv0[r],
-                    p->kv0[r] + p->n_kv[r] - 1, p->ffn0[r], p->ffn0[r] + p->n_ffn[r] - 1, p->vocab0[r],
-                    p->vocab0[r] + p->n_vocab[r] - 1);
-        }
+    TpRanks *groups[1] = {&rt->tp};
+    print_tp_notes(groups, 1);
+    if (o->verbose) {
+        print_tp_ranks(&rt->tp, "");
+        fprintf(stderr, "tensor parallel: KV cache of %lld tokens on every rank (%d blocks of %d, its KV heads only)\n",
+                (long long)rt->kv_tokens, rt->be->kv_n_blocks, block);
+    }
+    if (rt->be->kv_n_blocks < n_blocks) {
+        int fit = (rt->be->kv_n_blocks - 1) * block;
+        return err_set(err, "--tp %d: each rank's KV cache holds only %d tokens at --gpu-mem-util %.2f; use --ctx-size "
+                       "%d or a larger --gpu-mem-util", o->tp, fit, o->gpu_mem_util, fit > 0 ? fit : 1);
+    }
     ForwardStages stages = tp_stages(&rt->tp);
     return engine_init_stages(&rt->engine, m, tp_ranks_cfg(&rt->tp), rt->be, rt->be->kv_n_blocks, &stages, ctx, chunk,
                               err);

@@ -26,7 +26,8 @@ typedef struct {
     int pp;                       /* pipeline stages (one GPU each); <= 1: none */
     const char *pp_split;         /* layers per stage ("14,18"), or NULL: balanced by bytes */
     int tp;                       /* tensor-parallel ranks (per pipeline stage with --pp); <= 1: none */
-    const char *gpus;             /* the stages' GPUs ("0,1"), or NULL: 0, 1, ... */
+    bool tp_nccl_sum;             /* --tp on GPUs over NCCL: ncclAllReduce's sum, not the rank-order one */
+    const char *gpus;             /* every stage's and rank's GPU ("0,1"; parallel/placement.h), or NULL: 0, 1, ... */
     const char *chat_template;    /* family name override, or NULL */
     const char *system;           /* system prompt, or NULL */
     bool ignore_eos;
@@ -66,7 +67,10 @@ typedef struct {
     bool tensor_parallel;
 } Runtime;
 
-/* Loads o->model and builds the backend and engine. Prints nothing. */
+/* Loads o->model and builds the backend and engine. Prints nothing but a
+ * line on stderr where the backends run otherwise than asked (no usable
+ * GPU; tensor-parallel ranks exchanging through host memory) and, with
+ * o->verbose, where each runs. */
 int runtime_open(Runtime *rt, const RunOptions *o, Err *err);
 void runtime_close(Runtime *rt);
 /* -v: the step limits a command's schedulers took (o: what the options

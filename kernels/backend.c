@@ -15,6 +15,13 @@
 #include "kernels/cuda/nccl_link.h"
 #endif
 
+struct BackendLinks {
+#ifdef CLLM_CUDA
+    NcclGroup *g;
+#endif
+    int unused;
+};
+
 Backend *backend_create(const ModelShape *shape, const ModelWeights *w, const BackendOptions *o, Err *err) {
     if (o->block_size <= 0) return err_set(err, "backend: KV blocks of %d tokens", o->block_size), NULL;
     if (o->device < 0) {
@@ -23,12 +30,8 @@ Backend *backend_create(const ModelShape *shape, const ModelWeights *w, const Ba
         if (be && o->tp_group) backend_cpu_join_tp(be, o->tp_group, o->tp_rank);
         return be;
     }
-    /* The CUDA backend has no all-reduce yet (NCCL over the group's GPUs):
-     * refused before any weights move. */
-    if (o->tp_group)
-        return err_set(err, "--tp %d: tensor parallelism runs on CPU backends only so far (the GPU all-reduce is "
-                       "not written yet); add --cpu", tp_group_size(o->tp_group)), NULL;
 #ifdef CLLM_CUDA
+    if (o->tp_group) return backend_cuda_create_rank(shape, w, o, NULL, o->tp_links ? o->tp_links->g : NULL, err);
     return backend_cuda_create(shape, w, o, NULL, err);
 #else
     return err_set(err, "GPU %d asked for, but this cllm was built without CUDA (./build.sh on a machine with the "
@@ -81,13 +84,6 @@ int backend_gpu_plan(const ModelShape *shape, const ModelWeights *w, const Backe
 #endif
 }
 
-struct BackendLinks {
-#ifdef CLLM_CUDA
-    NcclGroup *g;
-#endif
-    int unused;
-};
-
 BackendLinks *backend_link_open(Backend *const *stages, int n, double timeout_s, Err *err) {
 #ifdef CLLM_CUDA
     int dev[64];
@@ -139,6 +135,20 @@ int backend_link_available(Err *err) {
     return nccl_lib(err) ? 0 : -1;
 #else
     return err_set(err, "links: built without CUDA");
+#endif
+}
+
+BackendLinks *backend_tp_links_open(const int *devices, int n, double timeout_s, Err *err) {
+#ifdef CLLM_CUDA
+    for (int i = 0; i < n; i++)
+        if (devices[i] < 0) return err_set(err, "tensor-parallel rank %d runs on the CPU", i), NULL;
+    BackendLinks *l = calloc(1, sizeof *l);
+    if (!l) return err_set(err, "out of memory"), NULL;
+    if (!(l->g = nccl_group_open(devices, n, timeout_s, err))) { free(l); return NULL; }
+    return l;
+#else
+    (void)devices, (void)n, (void)timeout_s;
+    return err_set(err, "built without CUDA"), NULL;
 #endif
 }
 

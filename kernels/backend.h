@@ -181,8 +181,16 @@ struct Backend {
      * (a rank failed) makes them do nothing and the step's read fail. */
     void (*all_reduce)(Backend *be, void *buf, int64_t n, BufKind kind);
     void (*all_gather)(Backend *be, void *dst, const void *src, int rows, int cols);
+    /* Optional on a rank (NULL: matmul, then all_reduce of y): y[T][rows]
+     * (ACT) = the group's sum of each rank's in @ W[mat]^T (+ bias), each
+     * rank's product kept in fp32 until the rank-order sum, which is
+     * rounded once (as one backend rounds its whole product once). */
+    void (*matmul_all_reduce)(Backend *be, void *y, const void *in, const WeightRef *w, int mat, const WeightRef *bias,
+                              int T);
     void (*destroy)(Backend *be);
 };
+
+typedef struct BackendLinks BackendLinks; /* NCCL between GPUs (backend_link_open, backend_tp_links_open) */
 
 /* How to make a backend (backend_create). */
 typedef struct {
@@ -193,14 +201,19 @@ typedef struct {
     int max_seq_tokens;    /* longest sequence (block-table width); <= 0: n_blocks * block_size */
     int max_tokens;        /* rows of one step */
     float mem_util;        /* GPU: the share of its memory cllm may take; <= 0: 0.9 */
+    int gpu_share;         /* GPU: backends of this process still to be made on it, this one included (<= 1: it
+                              alone): the KV budget is that share of what mem_util leaves (two ranks on one GPU) */
     int64_t act_elems, f32_elems; /* GPU: the buffers the caller will alloc beside, by kind (forward_init's) */
     KVDtype kv_dtype;      /* bf16 (fp32 on the CPU), or fp8 e4m3 with a scale per (token, KV head) */
     KVScales kv_scales;    /* fp8: those scales dynamic (amax / 448), the checkpoint's static ones (every
                               layer's k_scale / v_scale), or calibrated on the first step (base/dtype.h) */
     bool bf16_weights;     /* GPU: every matrix as bf16, also those it could keep quantized */
     bool batch_invariant;  /* GPU: each row's results independent of the other rows of its step */
-    TpGroup *tp_group;     /* a rank of this tensor-parallel group (NULL: none); the CPU backend only so far */
+    TpGroup *tp_group;     /* a rank of this tensor-parallel group (NULL: none) */
     int tp_rank;
+    BackendLinks *tp_links;/* GPU ranks: NCCL between the group's GPUs (backend_tp_links_open), or NULL: the
+                              ranks exchange through host memory (tp_group.h; any GPUs, one GPU shared too) */
+    bool tp_nccl_sum;      /* with tp_links: all_reduce is ncclAllReduce's own sum (faster; not in rank order) */
 } BackendOptions;
 
 /* The backend o asks for, over shape and host weights w (both borrowed for
@@ -228,7 +241,6 @@ int backend_gpu_plan(const ModelShape *shape, const ModelWeights *w, const Backe
  * joins with it. NULL with err where the backends cannot be linked (the
  * stages then hand over through host memory). */
 #define BACKEND_LINK_ID_BYTES 128
-typedef struct BackendLinks BackendLinks;
 BackendLinks *backend_link_open(Backend *const *stages, int n, double timeout_s, Err *err);
 int backend_link_id(unsigned char id[BACKEND_LINK_ID_BYTES], Err *err);
 BackendLinks *backend_link_join(Backend *be, const unsigned char id[BACKEND_LINK_ID_BYTES], int rank, int n,
@@ -237,6 +249,11 @@ void backend_link_close(BackendLinks *l);
 /* 0 when links can be made here (NCCL loads); -1 with err saying what is
  * missing: asked before any stage uploads its weights. */
 int backend_link_available(Err *err);
+/* The NCCL communicators of a tensor-parallel group whose rank r runs on
+ * GPU devices[r] (n distinct GPUs of this process), for BackendOptions
+ * tp_links; closed with backend_link_close after its ranks' backends. NULL
+ * with err where they cannot be made (no NCCL, a GPU twice, no CUDA). */
+BackendLinks *backend_tp_links_open(const int *devices, int n, double timeout_s, Err *err);
 
 #ifdef __cplusplus
 }

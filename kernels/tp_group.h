@@ -21,6 +21,10 @@
 
 #include "base/err.h"
 
+#ifdef __cplusplus
+extern "C" { /* the CUDA backend's host transport calls these */
+#endif
+
 #define TP_GROUP_MAX 16
 
 typedef struct TpGroup TpGroup;
@@ -40,5 +44,9 @@ bool tp_group_broken(const TpGroup *g);
  * [rows][cols of that rank] side by side in rank order, on every rank. */
 void tp_group_all_reduce_f32(TpGroup *g, int rank, float *buf, int64_t n);
 void tp_group_all_gather_f32(TpGroup *g, int rank, float *dst, const float *src, int64_t rows, int64_t cols);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

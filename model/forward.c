@@ -17,8 +17,10 @@
  * A rank of a tensor-parallel group (the backend has all_reduce) holds some
  * heads, some MLP columns and a vocabulary range: its o-proj and down
  * products are partial sums, all-reduced over the group before they join x
- * (and before a post-norm); its logits are its range's, gathered into the
- * whole row. The biases of Wo and Wdown live on rank 0 only.
+ * (and before a post-norm; in one op where the backend keeps the partial
+ * products in fp32 until the sum: matmul_all_reduce); its logits are its
+ * range's, gathered into the whole row. The biases of Wo and Wdown live on
+ * rank 0 only.
  *
  * The residual add is fused with the norm that follows it, so the residual
  * stream x is read and written once per sublayer. The config says which
@@ -102,8 +104,12 @@ static const void *forward_out_proj(Forward *fw, const void *in, const WeightRef
     Backend *be = fw->be;
     bool tp = be->all_reduce != NULL;
     if (!tp && may_add && !post_norm->data && be->matmul_add && be->matmul_add(be, fw->x, in, w, 0, b, T)) return NULL;
-    be->matmul(be, fw->proj, in, w, 0, b, T);
-    if (tp) be->all_reduce(be, fw->proj, (int64_t)T * c->dim, BUF_ACT);
+    if (tp && be->matmul_all_reduce) {
+        be->matmul_all_reduce(be, fw->proj, in, w, 0, b, T);
+    } else {
+        be->matmul(be, fw->proj, in, w, 0, b, T);
+        if (tp) be->all_reduce(be, fw->proj, (int64_t)T * c->dim, BUF_ACT);
+    }
     if (post_norm->data) be->rmsnorm(be, fw->proj, fw->proj, post_norm, T, c->dim, c->norm_eps, c->norm_offset);
     return fw->proj;
 }

@@ -7,25 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "parallel/placement.h"
 #include "parallel/rendezvous.h"
 #include "parallel/stage_server.h"
-
-/* The GPU of each stage: the --gpus list, or 0, 1, ... */
-static int stage_devices(const PipelineOptions *o, int n, int *dev, Err *err) {
-    const char *s = o->gpus;
-    for (int i = 0; i < n; i++) {
-        if (!s) { dev[i] = i; continue; }
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || v < 0 || (*end && *end != ','))
-            return err_set(err, "--gpus '%s': expected comma-separated device numbers such as 0,1", o->gpus);
-        dev[i] = (int)v;
-        s = *end ? end + 1 : end;
-        if (i < n - 1 && !*s) return err_set(err, "--gpus '%s': %d devices for --pp %d", o->gpus, i + 1, n);
-    }
-    if (s && *s) return err_set(err, "--gpus '%s': more devices than the %d stages", o->gpus, n);
-    return 0;
-}
 
 /* err, with the stage it is about in front. */
 static int stage_failed(Err *err, int s, const StagePlan *p) {
@@ -41,25 +25,34 @@ static int stage_gpus(const PipelineOptions *o) { return o->cpu ? 0 : backend_gp
 static BackendOptions stage_backend_options(const PipelineOptions *o, int dev, int n_gpus) {
     BackendOptions bo = o->backend;
     bo.device = n_gpus > 0 ? dev : -1;
+    bo.gpu_share = 1;
     bo.n_blocks = n_gpus > 0 ? 0 : (o->ctx_tokens + bo.block_size - 1) / bo.block_size + 1;
     bo.max_seq_tokens = o->ctx_tokens;
     return bo;
 }
 
-static Backend *stage_backend(const PipelineOptions *o, const StageModel *sm, int dev, int n_gpus, Err *err) {
+/* share: backends still to be made on its GPU, this one included (placement.h). */
+static Backend *stage_backend(const PipelineOptions *o, const StageModel *sm, int dev, int share, int n_gpus,
+                              Err *err) {
     BackendOptions bo = stage_backend_options(o, dev, n_gpus);
+    bo.gpu_share = share;
     if (n_gpus > 0 && dev >= n_gpus)
         return err_set(err, "--pp %d: GPU %d asked for, this machine has %d", o->n_stages, dev, n_gpus), NULL;
     return backend_create(&sm->shape, &sm->w, &bo, err);
 }
 
-/* --tp: stage s as a group of o->tp ranks, its backend rank 0's. */
-static int stage_group(Pipeline *p, const PipelineOptions *o, int s, int dev, int n_gpus, Err *err) {
-    BackendOptions bo = stage_backend_options(o, dev, n_gpus);
+/* --tp: stage s as a group of o->tp ranks (on dev[s * tp ...] of the run's
+ * n_all backends), its backend rank 0's. */
+static int stage_group(Pipeline *p, const PipelineOptions *o, int s, const int *dev, int n_all, int n_gpus,
+                       Err *err) {
+    BackendOptions bo = stage_backend_options(o, dev[s * o->tp], n_gpus);
+    TpPlacement where;
+    placement_group(dev, n_all, s * o->tp, o->tp, &where);
+    where.timeout_s = o->timeout_s;
     char what[32];
     snprintf(what, sizeof what, "stage %d", s);
     if (!(p->tp[s] = calloc(1, sizeof *p->tp[s]))) return err_set(err, "out of memory");
-    if (tp_ranks_open(p->tp[s], &p->sm[s].cfg, &p->sm[s].shape, &p->sm[s].w, o->tp, &bo, what, err)) {
+    if (tp_ranks_open(p->tp[s], &p->sm[s].cfg, &p->sm[s].shape, &p->sm[s].w, o->tp, &bo, &where, what, err)) {
         p->be[s] = p->tp[s]->be[0]; /* destroyed with the pipeline */
         return strncmp(err->msg, what, strlen(what)) ? stage_failed(err, s, &p->plan) : -1;
     }
@@ -86,20 +79,28 @@ static int check_kv(const Pipeline *p, const PipelineOptions *o, Err *err) {
     return 0;
 }
 
-/* One process: every stage, a thread each. GPU stages on distinct GPUs pass
- * hidden states over the backends' links; others (CPU stages, two stages on
- * one GPU) through host memory. */
+/* One process: every stage, a thread each (with --tp, a group of ranks
+ * each: rank r of stage s on dev[s * tp + r]). GPU stages whose backends
+ * all have GPUs of their own pass hidden states over the backends' links;
+ * others (CPU stages, a GPU holding two backends) through host memory. */
 static int open_stages(Pipeline *p, const Model *m, const PipelineOptions *o, Err *err) {
-    int n = o->n_stages, dev[STAGE_MAX], n_gpus = stage_gpus(o);
-    if (make_plan(p, m, o, n, err) || stage_devices(o, n, dev, err)) return -1;
+    int n = o->n_stages, tp = o->tp > 1 ? o->tp : 1, n_all = n * tp, n_gpus = stage_gpus(o);
+    int dev[PLACEMENT_MAX];
+    if (make_plan(p, m, o, n, err) || placement_devices(o->gpus, n, tp, n_gpus, dev, err)) return -1;
     bool shared = false;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n_all; i++) {
+        if (n_gpus == 0) dev[i] = -1;
         for (int j = 0; j < i; j++) shared |= dev[i] == dev[j];
+    }
     if (n_gpus > 0 && !shared && backend_link_available(err)) return -1; /* before any weights move */
     for (int s = 0; s < n; s++) {
-        if (o->tp > 1 && stage_group(p, o, s, dev[s], n_gpus, err)) return -1;
-        if (o->tp <= 1 && !(p->be[s] = stage_backend(o, &p->sm[s], dev[s], n_gpus, err)))
-            return stage_failed(err, s, &p->plan);
+        if (tp > 1 && stage_group(p, o, s, dev, n_all, n_gpus, err)) return -1;
+        if (tp <= 1) {
+            int share = 0;
+            for (int j = s; j < n; j++) share += dev[j] == dev[s];
+            if (!(p->be[s] = stage_backend(o, &p->sm[s], dev[s], share, n_gpus, err)))
+                return stage_failed(err, s, &p->plan);
+        }
     }
     for (int s = 1; s < n; s++)
         if (p->be[s]->kv_block_size != p->be[0]->kv_block_size)
@@ -114,7 +115,7 @@ static int open_stages(Pipeline *p, const Model *m, const PipelineOptions *o, Er
  * local rank (several hosts), else the rank (one host). */
 static int own_device(const PipelineOptions *o, Err *err) {
     int dev[STAGE_MAX];
-    if (o->gpus) return stage_devices(o, o->world_size, dev, err) ? -1 : dev[o->rank];
+    if (o->gpus) return placement_devices(o->gpus, o->world_size, 1, 0, dev, err) ? -1 : dev[o->rank];
     const char *names[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK", NULL};
     for (int i = 0; names[i]; i++)
         if (getenv(names[i]) && *getenv(names[i])) return atoi(getenv(names[i]));
@@ -141,7 +142,7 @@ static int open_own_stage(Pipeline *p, const Model *m, const PipelineOptions *o,
         return err_set(err, "rank %d of %d: the start-up rendezvous failed (the last rank listens at --master; its "
                        "peer k there is rank k-1): %s", r, n, why);
     }
-    Backend *be = stage_backend(o, &p->sm[r], dev, n_gpus, err);
+    Backend *be = stage_backend(o, &p->sm[r], dev, 1, n_gpus, err);
     if (!be) return stage_failed(err, r, &p->plan);
     p->be[r] = be;
     if (n_gpus > 0 && !(p->links = backend_link_join(be, id, r, n, o->timeout_s, err))) return -1;

@@ -38,22 +38,76 @@ static int rank_failed(Err *err, const TpRanks *t, int r, const char *what) {
     return err_set(err, "%s, tensor-parallel rank %d of %d: %s", what, r, t->plan.n_ranks, why);
 }
 
+/* NCCL where the placement allows and it connects the GPUs; else the host
+ * group, and the note says why. */
+static void open_transport(TpRanks *t, const TpPlacement *p, int n, bool nccl_sum) {
+    snprintf(t->note, sizeof t->note, "%s", p->why);
+    if (p->nccl) {
+        Err e = {{0}};
+        t->links = backend_tp_links_open(p->devices, n, p->timeout_s > 0 ? p->timeout_s : 60.0, &e);
+        if (!t->links)
+            snprintf(t->note, sizeof t->note, "--tp %d: NCCL cannot connect the ranks' GPUs (%.200s): they exchange "
+                     "through host memory (slower)", n, e.msg);
+    }
+    if (nccl_sum && !t->links && t->note[0]) {
+        size_t len = strlen(t->note);
+        snprintf(t->note + len, sizeof t->note - len, "; --tp-nccl-sum has no effect there");
+    }
+}
+
+/* GPU ranks whose caches the memory budget sizes: every rank gets the
+ * blocks the tightest one holds in its share of its GPU (planned before
+ * any rank allocates), so the block ids of one manager fit every cache. */
+static int plan_kv_blocks(TpRanks *t, BackendOptions *bo, const TpPlacement *p, int n, const char *what, Err *err) {
+    if (bo->n_blocks > 0) return 0;
+    int64_t least = -1;
+    for (int r = 0; r < n; r++) {
+        BackendOptions ro = *bo;
+        ro.device = p->devices[r];
+        ro.gpu_share = p->gpu_share[r];
+        ro.tp_rank = r;
+        uint64_t weight_bytes = 0;
+        int64_t tokens = 0;
+        if (ro.device < 0) return err_set(err, "%s: tensor-parallel rank %d runs on the CPU: it needs a KV cache size", what, r);
+        if (backend_gpu_plan(&t->rm[r].shape, &t->rm[r].w, &ro, &weight_bytes, &tokens, err))
+            return rank_failed(err, t, r, what);
+        if (least < 0 || tokens < least) least = tokens;
+    }
+    bo->n_blocks = (int)(least / bo->block_size);
+    if (bo->n_blocks < 1)
+        return err_set(err, "%s: no room for a KV cache beside the weights of the tensor-parallel ranks at "
+                       "--gpu-mem-util %.2f (each rank's share of its GPU)", what, bo->mem_util);
+    return 0;
+}
+
 int tp_ranks_open(TpRanks *t, const ModelConfig *c, const ModelShape *shape, const ModelWeights *w, int n,
-                  const BackendOptions *o, const char *what, Err *err) {
+                  const BackendOptions *o, const TpPlacement *where, const char *what, Err *err) {
     memset(t, 0, sizeof *t);
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->go, NULL);
     pthread_cond_init(&t->done, NULL);
     t->dim = c->dim;
     t->max_tokens = o->max_tokens;
+    TpPlacement same;
+    if (!where) {
+        placement_same(o->device, n, &same);
+        where = &same;
+    }
     if (tp_plan_make(&t->plan, c, w, n, err) || !(t->group = tp_group_create(n, err))) return -1;
+    for (int r = 0; r < n; r++)
+        if (tp_rank_make(&t->rm[r], c, shape, w, &t->plan, r, true, err)) return rank_failed(err, t, r, what);
+    open_transport(t, where, n, o->tp_nccl_sum);
+    BackendOptions base = *o;
+    base.tp_group = t->group;
+    base.tp_links = t->links;
+    base.tp_nccl_sum = o->tp_nccl_sum && t->links;
+    if (where->devices[0] >= 0 && plan_kv_blocks(t, &base, where, n, what, err)) return -1;
     for (int r = 0; r < n; r++) {
-        BackendOptions bo = *o;
-        bo.tp_group = t->group;
+        BackendOptions bo = base;
         bo.tp_rank = r;
-        if (tp_rank_make(&t->rm[r], c, shape, w, &t->plan, r, true, err) ||
-            !(t->be[r] = backend_create(&t->rm[r].shape, &t->rm[r].w, &bo, err)))
-            return rank_failed(err, t, r, what);
+        bo.device = where->devices[r];
+        bo.gpu_share = where->gpu_share[r];
+        if (!(t->be[r] = backend_create(&t->rm[r].shape, &t->rm[r].w, &bo, err))) return rank_failed(err, t, r, what);
         if (t->be[r]->kv_n_blocks != t->be[0]->kv_n_blocks || t->be[r]->kv_block_size != t->be[0]->kv_block_size)
             return err_set(err, "%s: tensor-parallel rank %d has %d KV blocks of %d tokens, rank 0 %d of %d", what, r,
                            t->be[r]->kv_n_blocks, t->be[r]->kv_block_size, t->be[0]->kv_n_blocks,
@@ -151,6 +205,7 @@ void tp_ranks_free(TpRanks *t) {
         if (t->be[r]) t->be[r]->destroy(t->be[r]);
     }
     for (int r = 0; r < TP_MAX; r++) tp_rank_free(&t->rm[r]);
+    backend_link_close(t->links); /* after the backends that used it (rank 0's is idle: the caller's) */
     tp_group_free(t->group);
     free(t->x_host);
     free(t->proj_host);

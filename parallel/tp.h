@@ -17,6 +17,7 @@
 
 #include "kernels/backend.h"
 #include "model/forward.h"
+#include "parallel/placement.h"
 #include "parallel/tp_plan.h"
 
 typedef struct TpRanks TpRanks;
@@ -47,14 +48,20 @@ struct TpRanks {
     int dim, max_tokens;
     ForwardStep pending;              /* tp_stages: the step launched, not yet finished */
     bool has_pending;
+    BackendLinks *links;         /* NCCL between the ranks' GPUs, or NULL: they exchange through host memory */
+    char note[320];              /* GPU ranks through host memory: why, one line for the user ("" otherwise) */
 };
 
 /* Splits model (c, shape, w) over n ranks, makes each rank's backend
- * (o, with the group and rank set; n_blocks for each) and starts ranks
- * 1..n-1 for steps of up to max_tokens rows. what names the part split in
- * messages ("the model", "stage 1"). */
+ * (o, with the group, the rank and its GPU set) and starts ranks 1..n-1 for
+ * steps of up to max_tokens rows. where: each rank's GPU and the transport
+ * (placement.h; NULL: every rank on o->device). GPU ranks talk over NCCL
+ * where where->nccl and NCCL connects them, else through host memory (note
+ * says why); with o->n_blocks <= 0 every rank's KV cache gets the blocks
+ * the tightest rank's share of its GPU holds, so all hold the same. what
+ * names the part split in messages ("the model", "stage 1"). */
 int tp_ranks_open(TpRanks *t, const ModelConfig *c, const ModelShape *shape, const ModelWeights *w, int n,
-                  const BackendOptions *o, const char *what, Err *err);
+                  const BackendOptions *o, const TpPlacement *where, const char *what, Err *err);
 /* One step on every rank; rank0 is rank 0's Forward (the caller's, on
  * be[0]); the others take its from_prev / to_next and, with from_prev, its
  * x and proj. A failed rank fails this step and every later one. */
@@ -63,7 +70,7 @@ int tp_ranks_run(TpRanks *t, Forward *rank0, const ForwardStep *s, Err *err);
 const ModelConfig *tp_ranks_cfg(const TpRanks *t);
 /* The group alone as the engine's stages (no pipeline): one step in flight. */
 ForwardStages tp_stages(TpRanks *t);
-/* Stops the threads; frees ranks 1..n-1 (Forwards, backends), the slices and the group. */
+/* Stops the threads; frees ranks 1..n-1 (Forwards, backends), the slices, the NCCL links and the group. */
 void tp_ranks_free(TpRanks *t);
 
 #endif

@@ -152,9 +152,10 @@ int tp_plan_make(TpPlan *p, const ModelConfig *c, const ModelWeights *w, int n, 
         TpRankModel rm;
         if (tp_rank_make(&rm, c, &none, w, p, r, false, err)) return -1;
         for (int l = 0; l < c->n_layers; l++) p->bytes[r] += layer_device_bytes(&rm.layers[l]);
+        /* a tied head's rows are a view of the rank's whole table (the CUDA backend's upload) */
         bool tied = w->output.data && w->output.data == w->tok_embd.data;
         p->bytes[r] += table_device_bytes(&w->tok_embd) + weight_device_bytes(&w->output_norm) +
-                       (tied ? table_device_bytes(&rm.w.output) : weight_device_bytes(&rm.w.output));
+                       (tied ? 0 : weight_device_bytes(&rm.w.output));
         tp_rank_free(&rm);
     }
     return 0;

@@ -65,7 +65,7 @@ static void check_tp(const char *name, int flags, float input_scale, int n_ranks
     BackendOptions bo = {.device = -1, .threads = 1, .block_size = ONE_SEQ_BLOCK, .n_blocks = ONE_SEQ_N_BLOCKS,
                          .max_tokens = MAX_T};
     bool ok = whole && forward_init(&fw, c, whole, MAX_T, &err) == 0;
-    bool opened = ok && tp_ranks_open(&t, c, &m.shape, &m.w, n_ranks, &bo, "the model", &err) == 0;
+    bool opened = ok && tp_ranks_open(&t, c, &m.shape, &m.w, n_ranks, &bo, NULL, "the model", &err) == 0;
     ok = opened && forward_init(&rank0, tp_ranks_cfg(&t), t.be[0], MAX_T, &err) == 0;
     CHECK(ok, "%s --tp %d: %s", name, n_ranks, err.msg);
     int V = c->vocab, steps = 0, differ = 0;

@@ -86,9 +86,10 @@ static int cuda_be_read(Backend *be, float *host, const void *buf, int64_t n, Er
     void *dst = tmp ? (void *)tmp : (void *)host;
     size_t bytes = n * (tmp ? sizeof(bf16) : sizeof(float));
     if (!cb->failed && n > 0) op_fail(cb, cudaMemcpyAsync(dst, buf, bytes, cudaMemcpyDeviceToHost, cb->stream), "read");
-    if (!cb->failed && cb->link) { /* a stage: its transfers may wait on a peer, so wait with a deadline */
+    /* a stage or a tensor-parallel rank: its transfers may wait on a peer, so wait with a deadline */
+    if (!cb->failed && (cb->link || cb->tp.group)) {
         Err e = {};
-        if (nccl_link_wait(cb->link, cb->link_rank, cb->stream, &e)) cb_fail(cb, &e);
+        if (cuda_tp_wait(cb, &e)) cb_fail(cb, &e);
     } else if (!cb->failed) op_fail(cb, cudaStreamSynchronize(cb->stream), "step");
     for (int64_t i = 0; tmp && !cb->failed && i < n; i++) host[i] = __bfloat162float(tmp[i]);
     free(tmp);
@@ -178,6 +179,7 @@ static void cuda_destroy(Backend *be) {
     graphs_drop(cb);
     deq_ahead_free(&cb->deq);
     fp8_gemm_free(&cb->fp8);
+    cuda_tp_free(cb);
     free(cb->qnext);
     free(cb->kv_calib);
     for (int i = 0; i < cb->n_allocs; i++) cudaFree(cb->allocs[i]);
@@ -250,6 +252,11 @@ static int open_device(CudaBackend *cb, int device, Err *err) {
 
 extern "C" Backend *backend_cuda_create(const ModelShape *c, const ModelWeights *host, const BackendOptions *o,
                                         const CudaChecks *checks, Err *err) {
+    return backend_cuda_create_rank(c, host, o, checks, NULL, err);
+}
+
+extern "C" Backend *backend_cuda_create_rank(const ModelShape *c, const ModelWeights *host, const BackendOptions *o,
+                                             const CudaChecks *checks, NcclGroup *comm, Err *err) {
     Backend *be = (Backend *)calloc(1, sizeof *be);
     CudaBackend *cb = (CudaBackend *)calloc(1, sizeof *cb);
     if (!be || !cb) { free(be); free(cb); err_set(err, "out of memory"); return NULL; }
@@ -270,6 +277,7 @@ extern "C" Backend *backend_cuda_create(const ModelShape *c, const ModelWeights 
     if (rc == 0) rc = open_device(cb, o->device, err);
     if (rc == 0) rc = upload_model(cb, c, host, &be->load_gbps, err);
     if (rc == 0) rc = cuda_alloc_step(cb, c, err);
+    if (rc == 0 && o->tp_group) rc = cuda_tp_init(cb, c, o, comm, err);
     if (rc == 0) rc = attn_alloc_work(cb, c, o->block_size, checks && checks->generic_attention, err);
     if (rc == 0) rc = cuda_alloc_kv(cb, c, o, err);
     if (rc == 0) rc = attn_alloc_meta(cb, err);
@@ -290,5 +298,6 @@ extern "C" Backend *backend_cuda_create(const ModelShape *c, const ModelWeights 
     be->write = cuda_be_write;
     be->sample = cuda_be_sample;
     cuda_layer_ops(be);
+    if (o->tp_group) cuda_tp_ops(be);
     return be;
 }

@@ -7,6 +7,7 @@
  *   backend_cuda_step.cu     begin_step: a step's inputs, its attention metadata, CUDA graphs
  *   backend_cuda_matmul.cu   the matmul route table and the GEMMs it routes to
  *   backend_cuda_layer.cu    the ops of a layer (norms, qkv, rope, attention, MLP, MoE, logits)
+ *   backend_cuda_tp.cu       a tensor-parallel rank's collectives (NCCL, or through host memory)
  */
 #ifndef CLLM_BACKEND_CUDA_CUH
 #define CLLM_BACKEND_CUDA_CUH
@@ -97,6 +98,19 @@ typedef struct {
     AttnCascadeDev dev;          /* packed and uploaded; dev.m.n_units 0: no group (the flat path) */
 } CascadeStepPlan;
 
+/* A rank of a tensor-parallel group (backend_cuda_tp.cu). */
+typedef struct {
+    TpGroup *group;              /* NULL: not a rank */
+    int rank, n_ranks;
+    NcclGroup *comm;             /* NCCL between the group's GPUs (rank `rank` of it), or NULL: through host memory */
+    bool nccl_sum;               /* all_reduce by ncclAllReduce's own sum (BackendOptions.tp_nccl_sum) */
+    float *gather;               /* NCCL: every rank's part side by side, [n_ranks][gather_elems / n_ranks] (device) */
+    int64_t gather_elems;
+    void *host_sum, *host_part;  /* host transport, pinned: fp32 sums / the gathered logits; bf16 values or a
+                                    rank's own logits (grown on demand: no graphs there) */
+    size_t host_sum_bytes, host_part_bytes;
+} CudaTp;
+
 typedef struct {
     int device;
     cudaStream_t stream;
@@ -169,6 +183,7 @@ typedef struct {
     cudaGraphExec_t graph[N_BUCKETS];
     NcclGroup *link;             /* pipeline stage: NCCL to its neighbours (backend_cuda_link), or NULL */
     int link_rank;
+    CudaTp tp;                   /* a tensor-parallel rank's group (tp.group NULL: none) */
     int graph_splits[N_BUCKETS]; /* batch-invariant mode: the decode splits each graph was captured with */
     char name[16];               /* "cuda:N", "cuda:N+bi" in the batch-invariant mode */
     Err err;                     /* first error inside a void op; reported by read() */
@@ -250,5 +265,16 @@ void graphs_drop(CudaBackend *cb);
 
 /* backend_cuda_layer.cu: fills the layer ops of be. */
 void cuda_layer_ops(Backend *be);
+
+/* backend_cuda_tp.cu */
+size_t cuda_tp_device_bytes(const ModelShape *c, const BackendOptions *o); /* the NCCL gather buffer's */
+/* Makes cb rank o->tp_rank of o->tp_group (over comm, or through host memory): before the KV cache is
+ * sized, so the budget counts the gather buffer; graphs off on the host transport. */
+int cuda_tp_init(CudaBackend *cb, const ModelShape *c, const BackendOptions *o, NcclGroup *comm, Err *err);
+void cuda_tp_ops(Backend *be);                 /* all_reduce, all_gather, matmul_all_reduce */
+/* read's wait for the step: plain, or over the NCCL communicators the stream may wait on (a failed rank,
+ * an NCCL error or the deadline aborts them, never a hang); then a broken group fails the step. */
+int cuda_tp_wait(CudaBackend *cb, Err *err);
+void cuda_tp_free(CudaBackend *cb);
 
 #endif

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "kernels/backend.h"
+#include "kernels/cuda/nccl_link.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -28,6 +29,16 @@ typedef struct {
  * as large as o->mem_util of its memory allows); checks may be NULL. */
 Backend *backend_cuda_create(const ModelShape *shape, const ModelWeights *host, const BackendOptions *o,
                              const CudaChecks *checks, Err *err);
+
+/* The same as rank o->tp_rank of tensor-parallel group o->tp_group: its
+ * all_reduce, all_gather and matmul_all_reduce over comm (NCCL between the
+ * group's GPUs, rank o->tp_rank of it; decode steps stay CUDA graphs, the
+ * collectives captured in them) or, comm NULL, through host memory
+ * (kernels/tp_group.h: any GPUs, several ranks on one GPU too; no graphs,
+ * each reduce waits for the host). backend_cuda_create makes a rank so when
+ * o->tp_group is set. */
+Backend *backend_cuda_create_rank(const ModelShape *shape, const ModelWeights *host, const BackendOptions *o,
+                                  const CudaChecks *checks, NcclGroup *comm, Err *err);
 
 /* The device bytes backend_cuda_create would hold of w. */
 uint64_t cuda_weight_bytes_planned(const ModelShape *shape, const ModelWeights *w, bool bf16_weights);

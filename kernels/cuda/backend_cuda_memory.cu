@@ -50,12 +50,14 @@ int cuda_alloc_step(CudaBackend *cb, const ModelShape *c, Err *err) {
 }
 
 /* Bytes the KV cache may take: mem_util of the device's memory, less what
- * is in use now (weights, step buffers, other processes) and what the
+ * is in use now (weights, step buffers, other processes), shared with the
+ * backends still to be made on this GPU (gpu_share), less what the
  * caller's buffers will take (bf16 activations, fp32 ones). */
 static int64_t kv_budget(const BackendOptions *o, size_t free_b, size_t total, int64_t already_planned) {
     float util = o->mem_util > 0 ? o->mem_util : 0.9f;
-    double budget = (double)util * total - (double)(total - free_b) - already_planned - o->act_elems * 2.0 -
-                    o->f32_elems * 4.0 - (double)RESERVE_BYTES;
+    int share = o->gpu_share > 1 ? o->gpu_share : 1;
+    double room = ((double)util * total - (double)(total - free_b)) / share;
+    double budget = room - already_planned - o->act_elems * 2.0 - o->f32_elems * 4.0 - (double)RESERVE_BYTES;
     return budget > 0 ? (int64_t)budget : 0;
 }
 
@@ -208,7 +210,8 @@ extern "C" int cuda_kv_tokens_that_fit(const ModelShape *c, uint64_t weight_byte
     CUDA_CHECK(cudaSetDevice(o->device), err);
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total), err);
     int64_t per_block = (int64_t)o->block_size * kv_bytes_per_token(c, o->kv_dtype);
-    int64_t budget = kv_budget(o, free_b, total, (int64_t)weight_bytes);
-    *tokens = per_block > 0 ? budget / per_block * o->block_size : 0;
+    int64_t budget = kv_budget(o, free_b, total, (int64_t)(weight_bytes + cuda_tp_device_bytes(c, o)));
+    int64_t blocks = per_block > 0 ? budget / per_block : 0; /* as cuda_alloc_kv sizes a cache by the budget */
+    *tokens = (blocks < MAX_AUTO_BLOCKS ? blocks : MAX_AUTO_BLOCKS) * o->block_size;
     return 0;
 }

@@ -297,6 +297,21 @@ static int order_quant(CudaBackend *cb, int n_layers, Err *err) {
     return 0;
 }
 
+/* The first row of the embedding table the LM head is, when it is rows of
+ * the table (tied; or a tensor-parallel rank's vocabulary range of a tied
+ * head, tp_plan.h): it is then a view of the device table, computed as one
+ * GPU computes the tied head. -1: a matrix of its own. */
+static int64_t head_table_row(const ModelWeights *w) {
+    const WeightRef *t = &w->tok_embd, *o = &w->output;
+    if (!o->data || !t->data || o->type != t->type || o->cols != t->cols || o->row_bytes != t->row_bytes ||
+        t->row_bytes == 0)
+        return -1;
+    uintptr_t a = (uintptr_t)t->data, b = (uintptr_t)o->data;
+    if (b < a || (b - a) % t->row_bytes) return -1;
+    int64_t r0 = (int64_t)((b - a) / t->row_bytes);
+    return r0 + o->rows <= t->rows ? r0 : -1;
+}
+
 int upload_model(CudaBackend *cb, const ModelShape *c, const ModelWeights *host, double *gbps, Err *err) {
     Staging stg = {};
     int rc = 0;
@@ -319,8 +334,13 @@ int upload_model(CudaBackend *cb, const ModelShape *c, const ModelWeights *host,
     if (rc == 0) rc = upload_weight(cb, &stg, &host->output_norm, &cb->w.output_norm, NULL, err);
     const WeightRef *out1[1] = {&host->output};
     WeightRef *dout1[1] = {&cb->w.output};
-    if (rc == 0 && host->output.data == host->tok_embd.data) cb->w.output = cb->w.tok_embd;
-    else if (rc == 0 && keep_quant(cb->bf16_weights, &host->output)) rc = upload_quant(cb, &stg, out1, dout1, 1, head, err);
+    int64_t head_row = head_table_row(host);
+    if (rc == 0 && head_row >= 0) { /* the table's rows, bf16 on the device */
+        cb->w.output = cb->w.tok_embd;
+        cb->w.output.data = (const bf16 *)cb->w.tok_embd.data + head_row * cb->w.tok_embd.cols;
+        cb->w.output.rows = host->output.rows;
+        cb->w.output.name = host->output.name;
+    } else if (rc == 0 && keep_quant(cb->bf16_weights, &host->output)) rc = upload_quant(cb, &stg, out1, dout1, 1, head, err);
     else if (rc == 0) rc = upload_weight(cb, &stg, &host->output, &cb->w.output, NULL, err);
     for (int l = 0; rc == 0 && l < c->n_layers; l++)
         rc = upload_layer(cb, &stg, &host->layers[l], &cb->w.layers[l], &cb->qm[(size_t)l * LAYER_REFS], err);
@@ -354,7 +374,7 @@ static uint64_t ref_device_bytes(const WeightRef *w, bool bf16_weights) {
 
 extern "C" uint64_t cuda_weight_bytes_planned(const ModelShape *c, const ModelWeights *w, bool bf16_weights) {
     uint64_t b = ref_device_bytes(&w->tok_embd, true) + ref_device_bytes(&w->output_norm, true);
-    if (w->output.data != w->tok_embd.data) b += ref_device_bytes(&w->output, bf16_weights);
+    if (head_table_row(w) < 0) b += ref_device_bytes(&w->output, bf16_weights);
     for (int l = 0; l < c->n_layers; l++) {
         const WeightRef *r = (const WeightRef *)&w->layers[l];
         for (int i = 0; i < LAYER_REFS; i++) b += ref_device_bytes(&r[i], bf16_weights);

@@ -3,6 +3,7 @@
 #include "kernels/cuda/cuda_libs.h"
 
 #include <dlfcn.h>
+#include <stdlib.h>
 #include <string.h>
 
 int cuda_lib_open(const char *soname, const char *fix, const CudaSym *syms, int n, void *table, Err *err) {
@@ -65,11 +66,17 @@ const CublasLt *cublaslt_lib(Err *err) {
 static const CudaSym nccl_syms[] = {
     NCCL_SYM(GetErrorString), NCCL_SYM(GetUniqueId), NCCL_SYM(CommInitAll), NCCL_SYM(CommInitRank),
     NCCL_SYM(CommDestroy), NCCL_SYM(CommAbort), NCCL_SYM(CommGetAsyncError), NCCL_SYM(Send), NCCL_SYM(Recv),
+    NCCL_SYM(AllGather), NCCL_SYM(AllReduce),
 };
 static Nccl nccl_table;
 static LoadOnce nccl_once = {PTHREAD_ONCE_INIT, 0, {{0}}};
 
+/* NVLink multicast (NVLS) stays off unless the user set NCCL_NVLS_ENABLE:
+ * it takes memory and setup time on every communicator, and the machines
+ * cllm runs its GPU checks on keep it off. Set here, before NCCL is loaded
+ * and before any of its threads could read the environment. */
 static void nccl_load(void) {
+    setenv("NCCL_NVLS_ENABLE", "0", 0);
     nccl_once.rc = cuda_lib_open(NCCL_SONAME, NCCL_FIX, nccl_syms, (int)(sizeof nccl_syms / sizeof nccl_syms[0]),
                                  &nccl_table, &nccl_once.err);
 }

@@ -76,6 +76,8 @@ typedef struct {
     __typeof__(ncclCommGetAsyncError) *CommGetAsyncError;
     __typeof__(ncclSend) *Send;
     __typeof__(ncclRecv) *Recv;
+    __typeof__(ncclAllGather) *AllGather;  /* --tp: the partial sums, summed in rank order after */
+    __typeof__(ncclAllReduce) *AllReduce;  /* --tp-nccl-sum */
 } Nccl;
 
 /* The process's cuBLASLt / NCCL, loaded on the first call (later calls

@@ -1,8 +1,10 @@
-/* nccl_link.cu — NCCL communicators and point-to-point transfers between
- * pipeline stages (see nccl_link.h). NCCL is loaded at run time, by the
+/* nccl_link.cu — NCCL communicators, point-to-point transfers between
+ * pipeline stages and the collectives of tensor-parallel ranks (see
+ * nccl_link.h). NCCL is loaded at run time, by the
  * first call that needs it (cuda_libs.h): a group keeps its table. */
 #include "kernels/cuda/nccl_link.cuh"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -40,7 +42,7 @@ extern "C" NcclGroup *nccl_group_open(const int *devs, int n, double timeout_s, 
     if (n < 2 || n > MAX_RANKS) { err_set(err, "nccl: %d ranks (2..%d)", n, MAX_RANKS); return NULL; }
     for (int i = 0; i < n; i++)
         for (int j = 0; j < i; j++)
-            if (devs[i] == devs[j]) { err_set(err, "nccl: GPU %d given to two stages", devs[i]); return NULL; }
+            if (devs[i] == devs[j]) { err_set(err, "nccl: GPU %d given to two ranks", devs[i]); return NULL; }
     const Nccl *nc = nccl_lib(err);
     if (!nc) return NULL;
     NcclGroup *g = (NcclGroup *)calloc(1, sizeof *g);
@@ -106,7 +108,7 @@ extern "C" void nccl_group_close(NcclGroup *g) {
 }
 
 static int comm_of(NcclGroup *g, int rank, int peer, ncclComm_t *c, Err *err) {
-    if (g->aborted) return err_set(err, "NCCL: the stage link was aborted after an earlier failure");
+    if (g->aborted) return err_set(err, "NCCL: the communicators were aborted after an earlier failure");
     if (rank < 0 || rank >= g->n || !g->comm[rank] || peer < 0 || peer >= g->n)
         return err_set(err, "NCCL: no link from rank %d to rank %d", rank, peer);
     *c = g->comm[rank];
@@ -129,37 +131,77 @@ int nccl_link_recv(NcclGroup *g, int rank, void *buf, size_t n, bool bf16, int p
 
 /* Aborting every communicator of the group ends the transfers still
  * waiting on a peer (their kernels return), so the streams drain. */
-static void group_abort(NcclGroup *g) {
-    if (g->aborted) return;
+void nccl_link_abort(NcclGroup *g) {
+    if (!g || g->aborted) return;
     g->aborted = true;
     for (int i = 0; i < g->n; i++)
         if (g->comm[i]) g->nc->CommAbort(g->comm[i]);
 }
 
-int nccl_link_wait(NcclGroup *g, int rank, cudaStream_t s, Err *err) {
-    double deadline = seconds_now() + g->timeout_s;
+/* An NCCL error seen on rank's communicator aborts the group. */
+static int link_poll(NcclGroup *g, int rank, const char *who, Err *err) {
+    ncclResult_t async = ncclSuccess;
+    if (!g->aborted && g->comm[rank] && g->nc->CommGetAsyncError(g->comm[rank], &async) == ncclSuccess &&
+        async != ncclSuccess && async != ncclInProgress) {
+        nccl_link_abort(g);
+        return err_set(err, "NCCL error on %s (GPU %d): %s; communicators aborted", who, g->device[rank],
+                       g->nc->GetErrorString(async));
+    }
+    if (g->aborted)
+        return err_set(err, "%s (GPU %d): its communicators were aborted (another stage or rank failed)", who,
+                       g->device[rank]);
+    return 0;
+}
+
+int nccl_link_wait_all(const NcclWatch *w, int n, cudaStream_t s, bool (*stop)(void *), void *stop_ctx, Err *err) {
+    double timeout = 0;
+    for (int i = 0; i < n; i++) timeout = w[i].g->timeout_s > timeout ? w[i].g->timeout_s : timeout;
+    double deadline = seconds_now() + timeout;
     for (long spins = 0;; spins++) {
         cudaError_t e = cudaStreamQuery(s);
         if (e == cudaSuccess) return 0;
         if (e != cudaErrorNotReady) CUDA_CHECK(e, err);
-        ncclResult_t async = ncclSuccess;
-        if (!g->aborted && g->comm[rank] && g->nc->CommGetAsyncError(g->comm[rank], &async) == ncclSuccess && async != ncclSuccess &&
-            async != ncclInProgress) {
-            group_abort(g);
-            return err_set(err, "NCCL error on the link of stage %d (GPU %d): %s; communicators aborted", rank,
-                           g->device[rank], g->nc->GetErrorString(async));
+        if (stop && stop(stop_ctx)) { /* the peer will never come: end the collectives that wait for it */
+            for (int i = 0; i < n; i++) nccl_link_abort(w[i].g);
+            return err_set(err, "%s: another rank of its group failed; communicators aborted", w[0].who);
         }
-        if (g->aborted) return err_set(err, "stage %d (GPU %d): the stage link was aborted (another stage failed)", rank, g->device[rank]);
+        for (int i = 0; i < n; i++)
+            if (link_poll(w[i].g, w[i].rank, w[i].who, err)) {
+                for (int j = 0; j < n; j++) nccl_link_abort(w[j].g);
+                return -1;
+            }
         if (seconds_now() > deadline) {
-            group_abort(g);
+            for (int i = 0; i < n; i++) nccl_link_abort(w[i].g);
             return err_set(err,
-                           "stage %d (GPU %d) waited more than %.0f s for a transfer: a peer stage died or hangs; "
-                           "NCCL communicators aborted (CLLM_PP_TIMEOUT sets the limit)",
-                           rank, g->device[rank], g->timeout_s);
+                           "%s (GPU %d) waited more than %.0f s for a transfer: a peer died or hangs; NCCL "
+                           "communicators aborted (CLLM_PP_TIMEOUT sets the limit)",
+                           w[0].who, w[0].g->device[w[0].rank], timeout);
         }
         if (spins > 1000) {
             struct timespec ts = {0, 20000}; /* 20 us: after a first busy stretch, do not burn a core */
             nanosleep(&ts, NULL);
         }
     }
+}
+
+int nccl_link_wait(NcclGroup *g, int rank, cudaStream_t s, Err *err) {
+    char who[48];
+    snprintf(who, sizeof who, "the link of stage %d", rank);
+    NcclWatch w = {g, rank, who};
+    return nccl_link_wait_all(&w, 1, s, NULL, NULL, err);
+}
+
+int nccl_link_all_gather(NcclGroup *g, int rank, const void *send, void *recv, size_t count, bool bf16,
+                         cudaStream_t s, Err *err) {
+    ncclComm_t c = NULL;
+    if (comm_of(g, rank, rank, &c, err)) return -1;
+    NCCL_CHECK(g->nc, g->nc->AllGather(send, recv, count, bf16 ? ncclBfloat16 : ncclFloat32, c, s), err);
+    return 0;
+}
+
+int nccl_link_all_reduce_sum(NcclGroup *g, int rank, void *buf, size_t n, bool bf16, cudaStream_t s, Err *err) {
+    ncclComm_t c = NULL;
+    if (comm_of(g, rank, rank, &c, err)) return -1;
+    NCCL_CHECK(g->nc, g->nc->AllReduce(buf, buf, n, bf16 ? ncclBfloat16 : ncclFloat32, ncclSum, c, s), err);
+    return 0;
 }

@@ -13,4 +13,28 @@ int nccl_link_recv(NcclGroup *g, int rank, void *buf, size_t n, bool bf16, int p
  * NCCL error) aborts the communicator and fails. */
 int nccl_link_wait(NcclGroup *g, int rank, cudaStream_t s, Err *err);
 
+/* A communicator a stream's work may wait on: rank's of group g, named
+ * `who` in messages ("tensor-parallel rank 1"). */
+typedef struct {
+    NcclGroup *g;
+    int rank;
+    const char *who;
+} NcclWatch;
+/* nccl_link_wait over several groups (a pipeline stage that is also a
+ * tensor-parallel rank), which also gives up when stop(stop_ctx) turns
+ * true (a rank of the same process failed and will never join): each
+ * failure aborts every watched group, so no stream is left waiting. The
+ * deadline is the longest of the groups'. */
+int nccl_link_wait_all(const NcclWatch *w, int n, cudaStream_t s, bool (*stop)(void *), void *stop_ctx, Err *err);
+/* Ends every communicator of g (idempotent); later calls on it fail. */
+void nccl_link_abort(NcclGroup *g);
+
+/* Collectives of the group, rank's part (enqueued on s, not waited for).
+ * all_gather: recv [n ranks][count] = every rank's send [count] in rank
+ * order (send may be recv + rank * count: in place). all_reduce_sum: buf =
+ * NCCL's own sum over the ranks (its order, not rank order). */
+int nccl_link_all_gather(NcclGroup *g, int rank, const void *send, void *recv, size_t count, bool bf16,
+                         cudaStream_t s, Err *err);
+int nccl_link_all_reduce_sum(NcclGroup *g, int rank, void *buf, size_t n, bool bf16, cudaStream_t s, Err *err);
+
 #endif

@@ -1,7 +1,9 @@
-/* nccl_link.h — NCCL communicators between the pipeline stages.
+/* nccl_link.h — NCCL communicators between the pipeline stages, and
+ * between the ranks of a tensor-parallel group (backend_cuda_tp.cu: its
+ * all-gather and all-reduce).
  *
  * One process, a thread per GPU: nccl_group_open makes one communicator
- * per stage GPU (ncclCommInitAll; rank = stage). One process per GPU
+ * per GPU (ncclCommInitAll; rank = stage, or tensor-parallel rank). One process per GPU
  * (several hosts): every process calls nccl_group_join with the same
  * unique id (made by rank 0 with nccl_unique_id and shared by
  * parallel/rendezvous.c) and holds its own rank only.
@@ -28,7 +30,8 @@ extern "C" {
 
 typedef struct NcclGroup NcclGroup;
 
-/* Communicators of ranks 0..n-1 on devs (distinct GPUs of this process). */
+/* Communicators of ranks 0..n-1 on devs (distinct GPUs of this process).
+ * (Loading NCCL sets NCCL_NVLS_ENABLE=0 unless the environment sets it: cuda_libs.c.) */
 NcclGroup *nccl_group_open(const int *devs, int n, double timeout_s, Err *err);
 /* Rank `rank` of n processes, all given the same id; device: this rank's GPU. */
 int nccl_unique_id(unsigned char id[CLLM_NCCL_ID_BYTES], Err *err);

@@ -40,6 +40,12 @@ for a in llama gemma3; do
     expect_exit "$a --pp 2 --tp 2" 0 $GEN -m $F/$a.gguf --pp 2 --tp 2 -o "$TMP/$a-pptp.jsonl"
     same "$a --pp 2 --tp 2 equals one backend" "$TMP/$a-pptp.jsonl" "$TMP/$a-one.jsonl"
 done
+# --tp-nccl-sum asks NCCL's sum of GPU ranks: CPU ranks keep the host group's rank-order sum
+expect_exit "llama --tp 2 --tp-nccl-sum on CPU backends" 0 $GEN -m $F/llama.gguf --tp 2 --tp-nccl-sum -o "$TMP/ns.jsonl"
+same "--tp-nccl-sum on CPU backends equals one backend" "$TMP/ns.jsonl" "$TMP/llama-one.jsonl"
+expect_exit "generate --help" 0 $CLLM generate --help
+expect_grep "--help names --tp-nccl-sum" "$TMP/out" "--tp-nccl-sum"
+expect_grep "--help: --gpus names each rank's GPU" "$TMP/out" "with --tp each rank's, stage by stage"
 expect_exit "generate --tp 2 -v" 0 $GEN -m $F/qwen2.gguf --tp 2 -v -o "$TMP/v.jsonl"
 expect_grep "--tp 2 -v names each rank's part" "$TMP/err" "tensor-parallel rank 1 on cpu: heads 2-3, KV heads 1-1, MLP columns 48-95, vocab"
 
