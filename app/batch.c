@@ -608,8 +608,10 @@ int batch_main(const RunOptions *o, const BatchOptions *b) {
     batch_progress(&bt, true);
     const SchedStats *st = &bt.ve.stats;
     if (o->verbose && st->busy_seconds > 0)
-        fprintf(stderr, "steps took %.2f s; the scheduler's own work (outside forward and sampling) %.3f s = %.2f%%\n",
-                st->busy_seconds, st->scheduler_seconds, 100.0 * st->scheduler_seconds / st->busy_seconds);
+        fprintf(stderr, "steps took %.2f s; the scheduler's own work (outside forward and sampling) %.3f s = %.2f%%; "
+                "%lld steps overlapped (launched before the previous step's tokens were taken)\n",
+                st->busy_seconds, st->scheduler_seconds, 100.0 * st->scheduler_seconds / st->busy_seconds,
+                (long long)st->overlapped);
     if (bt.order) {
         if (results_ordered_finish(bt.order, NULL, &err)) { fprintf(stderr, "cllm generate: %s\n", err.msg); rc = 2; }
         results_ordered_free(bt.order);

@@ -90,7 +90,7 @@ static int finish_step(VirtualEngines *g, int k, Err *err) {
 static void gather_stats(VirtualEngines *g) {
     SchedStats st = g->ve[g->last].stats;
     st.n_running = st.n_waiting = st.n_finished = 0;
-    st.preemptions = st.prefix_hit_tokens = st.tokens_generated = 0;
+    st.preemptions = st.prefix_hit_tokens = st.tokens_generated = st.overlapped = 0;
     st.scheduler_seconds = 0;
     for (int k = 0; k < g->n; k++) {
         const SchedStats *v = &g->ve[k].stats;
@@ -100,6 +100,7 @@ static void gather_stats(VirtualEngines *g) {
         st.preemptions += v->preemptions;
         st.prefix_hit_tokens += v->prefix_hit_tokens;
         st.tokens_generated += v->tokens_generated;
+        st.overlapped += v->overlapped;
         st.scheduler_seconds += v->scheduler_seconds;
     }
     const BlockManager *bm = g->ve[0].bm;
