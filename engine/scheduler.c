@@ -535,7 +535,7 @@ static void schedule_waiting(Scheduler *s, int *budget) {
  * id here is a placeholder). Returns the row count. */
 static int build_rows(Scheduler *s, int *n_logits) {
     int bs = s->e->block_size, t = 0, n = 0;
-    s->step_host_logits = false;
+    s->step_host_logits = s->step_logprobs = false;
     s->ov.n_feed = 0;
     for (int k = 0; k < s->n_sel; k++) {
         SchedRequest *r = s->sel[k];
@@ -554,7 +554,8 @@ static int build_rows(Scheduler *s, int *n_logits) {
             s->logit_req[n] = r;
             s->logit_pos[n] = p;
             s->logit_rows[n++] = t;
-            if (r->params.logprobs || p != (int)r->tokens.n - 1) s->step_host_logits = true;
+            if (p != (int)r->tokens.n - 1) s->step_host_logits = true;
+            if (r->params.logprobs) s->step_logprobs = true;
         }
         s->tables[k] = r->bt.blocks;
         bool generated = r->n_generated + r->n_pending > 0;
@@ -584,7 +585,7 @@ int scheduler_prepare(Scheduler *s, SchedBatch *out) {
     int64_t preempted = s->stats.preemptions;
     s->n_sel = s->n_sel_logits = 0;
     s->step_rows = s->step_logits = 0;
-    s->stats.n_decode = s->stats.n_prefill = 0;
+    s->stats.n_decode = s->stats.n_prefill = s->stats.n_draws = 0;
     s->stats.forward_seconds = s->stats.sample_seconds = s->stats.own_seconds = 0;
     schedule_running(s, 0, &budget);
     schedule_running(s, 1, &budget);
@@ -600,7 +601,8 @@ int scheduler_prepare(Scheduler *s, SchedBatch *out) {
         return 0;
     }
     s->step_rows = build_rows(s, &s->step_logits);
-    s->step_logits_here = !((s->device_sampling || s->async) && !s->step_host_logits);
+    bool host = s->step_host_logits || (s->step_logprobs && !s->async); /* overlapped: the draw keeps them */
+    s->step_logits_here = !((s->device_sampling || s->async) && !host);
     *out = (SchedBatch){s->ids, {s->step_rows, s->pos, s->seq, s->slot, s->n_sel, s->tables, s->e->block_size},
                         s->logit_rows, s->step_logits, s->step_logits_here ? s->logits : NULL};
     s->t_prepare = t0;

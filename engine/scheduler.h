@@ -106,6 +106,7 @@ typedef struct SchedRequest {
 typedef struct {
     int n_seqs, n_tokens;         /* sequences and rows in the batch */
     int n_decode, n_prefill;      /* decode rows, prefill rows */
+    int n_draws;                  /* rows that drew a token (overlapped steps: launched a draw) */
     int n_running, n_waiting, n_finished; /* after the step; finished = not yet popped */
     int blocks_used, blocks_cached, blocks_total;
     int64_t preemptions;          /* ever */
@@ -137,7 +138,9 @@ typedef struct {
     float *logits;                /* [max_seqs][vocab] */
     SchedRequest **logit_req;     /* [max_seqs] the request of each logits row */
     int32_t *logit_pos;           /* [max_seqs] the position of each logits row's token */
-    bool step_host_logits;        /* a request of this step wants logprobs: its logits come to the host */
+    bool step_host_logits;        /* a prompt row of this step is scored: its logits come to the host */
+    bool step_logprobs;           /* a request of this step wants logprobs (stepping synchronously: its
+                                     logits come to the host; overlapped: kept by the backend's draw) */
     bool step_logits_here;        /* the prepared step's logits are copied to `logits` (else they stay on the backend) */
     SchedRequest **draw_req;      /* [max_seqs] the request of each logits row (NULL: no draw) */
     int32_t *drawn;               /* [max_seqs] the token drawn for each row */

@@ -34,6 +34,8 @@ int sched_draw_now(Scheduler *s, int n, bool logits_here, Err *err);
  * token on each drawing request (step_overlap.h): 0, or 1 when the backend
  * declines (nothing launched), or -1. */
 int sched_draw_launch(Scheduler *s, int n, Err *err);
+/* Appends the logprobs entry of token id drawn from logits row; -1: out of memory. */
+int sched_record_logprob(Scheduler *s, SchedRequest *r, int32_t id, const float *row);
 /* Sets up each drawing request's sampler, ends the interrupted ones (their
  * rows then draw nothing). */
 void sched_ready_draws(Scheduler *s, int n);

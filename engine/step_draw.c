@@ -3,6 +3,7 @@
  * where it samples, else here over the thread pool) or launched without a
  * wait (overlapped steps, step_overlap.h), and the tokens applied. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/thread_pool.h" /* samples many requests at once */
 #include "engine/scheduler_internal.h"
@@ -48,17 +49,27 @@ void sched_select_draws(Scheduler *s, int n) {
 }
 
 /* Draws for logits rows [begin, end): each request touches only its own
- * sampler, so rows run on any thread. */
+ * sampler, so rows run on any thread. The draw penalizes its row in place,
+ * so a row whose logprobs are wanted (of the raw logits, logprobs.h) is
+ * drawn from a copy. */
 static void draw_rows(void *ctx, int64_t begin, int64_t end) {
     Scheduler *s = ctx;
     int vocab = s->e->model->cfg.vocab;
+    float *copy = NULL;
     for (int64_t i = begin; i < end; i++) {
         SchedRequest *r = s->draw_req[i];
         if (!r) continue;
-        int32_t id = sampler_sample(&r->sampler, s->logits + (size_t)i * vocab, vocab);
+        float *row = s->logits + (size_t)i * vocab;
+        if (r->params.logprobs && r->sampler.penalize) {
+            if (!copy) copy = malloc((size_t)vocab * sizeof *copy);
+            if (!copy) { s->drawn[i] = -1; continue; } /* out of memory: the request fails */
+            row = memcpy(copy, row, (size_t)vocab * sizeof *copy);
+        }
+        int32_t id = sampler_sample(&r->sampler, row, vocab);
         sampler_accept(&r->sampler, id);
         s->drawn[i] = id;
     }
+    free(copy);
 }
 
 /* Every row's draw as the backend takes it (rows that do not draw get the
@@ -91,9 +102,7 @@ static int draw_on_device(Scheduler *s, int n, Err *err) {
     return 0;
 }
 
-/* The entry of a drawn token, from its row's logits (on the host: the
- * step's logits were copied here, build_rows). */
-static int record_logprob(Scheduler *s, SchedRequest *r, int32_t id, const float *row) {
+int sched_record_logprob(Scheduler *s, SchedRequest *r, int32_t id, const float *row) {
     TokenLogprob *e = token_logprobs_push(&r->lp);
     if (!e) return -1;
     logprobs_row(row, s->e->model->cfg.vocab, id, r->params.top_logprobs, e);
@@ -101,20 +110,31 @@ static int record_logprob(Scheduler *s, SchedRequest *r, int32_t id, const float
 }
 
 /* On the device where the backend samples, or here in parallel when the
- * scheduler has a thread pool; then the stop conditions, in row order. */
+ * scheduler has a thread pool; then the stop conditions, in row order. The
+ * logits come here first where a row wants logprobs or the draw is made
+ * here. */
 int sched_draw_now(Scheduler *s, int n, bool logits_here, Err *err) {
     Backend *be = s->e->be;
     sched_ready_draws(s, n);
-    int rc = s->device_sampling && n > 0 ? draw_on_device(s, n, err) : 1;
+    bool logprobs = false;
+    for (int i = 0; i < n; i++) logprobs |= s->draw_req[i] && s->draw_req[i]->params.logprobs;
+    bool device = s->device_sampling && n > 0;
+    int64_t elems = (int64_t)n * s->e->model->cfg.vocab;
+    if (n > 0 && !logits_here && (logprobs || !device)) {
+        if (be->read(be, s->logits, s->e->fw.logits, elems, err)) return -1;
+        logits_here = true;
+    }
+    int rc = device ? draw_on_device(s, n, err) : 1;
     if (rc < 0) return -1;
-    if (rc == 1 && !logits_here && n > 0 &&
-        be->read(be, s->logits, s->e->fw.logits, (int64_t)n * s->e->model->cfg.vocab, err))
-        return -1;
+    if (rc == 1 && !logits_here && be->read(be, s->logits, s->e->fw.logits, elems, err)) return -1; /* declined */
     if (rc == 1 && s->pool && n > 1) cpu_parallel_for(s->pool, n, draw_rows, s);
     else if (rc == 1) draw_rows(s, 0, n);
     for (int i = 0; i < n; i++) {
         SchedRequest *r = s->draw_req[i];
-        if (r && r->params.logprobs && record_logprob(s, r, s->drawn[i], s->logits + (size_t)i * s->e->model->cfg.vocab)) {
+        s->stats.n_draws += r != NULL;
+        if (r && s->drawn[i] < 0) { sched_request_fail(s, r, "out of memory"); continue; }
+        if (r && r->params.logprobs &&
+            sched_record_logprob(s, r, s->drawn[i], s->logits + (size_t)i * s->e->model->cfg.vocab)) {
             sched_request_fail(s, r, "out of memory");
             continue;
         }
@@ -126,10 +146,15 @@ int sched_draw_now(Scheduler *s, int n, bool logits_here, Err *err) {
 
 int sched_draw_launch(Scheduler *s, int n, Err *err) {
     Backend *be = s->e->be;
-    if (pack_draw_rows(s, n)) return 1;
-    int rc = be->sample_launch(be, s->e->fw.logits, n, s->draw_rows, err);
-    if (rc != 0) return rc;
     StepOverlap *ov = &s->ov;
+    if (pack_draw_rows(s, n)) return 1;
+    ov->kept = false;
+    for (int i = 0; i < n; i++) {
+        ov->keep[i] = s->draw_req[i] && s->draw_req[i]->params.logprobs;
+        ov->kept |= ov->keep[i];
+    }
+    int rc = be->sample_launch(be, s->e->fw.logits, n, s->draw_rows, ov->kept ? ov->keep : NULL, err);
+    if (rc != 0) return rc;
     ov->pending = true;
     ov->n = n;
     for (int i = 0; i < n; i++) {
@@ -140,6 +165,7 @@ int sched_draw_launch(Scheduler *s, int n, Err *err) {
         r->n_pending = 1;
         r->pending_row = i;
         ov->req[i] = r;
+        s->stats.n_draws++;
     }
     return 0;
 }

@@ -14,9 +14,10 @@ int step_overlap_init(StepOverlap *ov, int max_seqs, Err *err) {
     ov->req = calloc(S, sizeof *ov->req);
     ov->tokens = malloc(S * sizeof *ov->tokens);
     ov->drew = malloc(S * sizeof *ov->drew);
+    ov->keep = malloc(S * sizeof *ov->keep);
     ov->feed_rows = malloc(S * sizeof *ov->feed_rows);
     ov->feed_src = malloc(S * sizeof *ov->feed_src);
-    if (!ov->req || !ov->tokens || !ov->drew || !ov->feed_rows || !ov->feed_src) {
+    if (!ov->req || !ov->tokens || !ov->drew || !ov->keep || !ov->feed_rows || !ov->feed_src) {
         step_overlap_free(ov);
         return err_set(err, "scheduler: out of memory for overlapped steps of %d sequences", max_seqs);
     }
@@ -27,6 +28,7 @@ void step_overlap_free(StepOverlap *ov) {
     free(ov->req);
     free(ov->tokens);
     free(ov->drew);
+    free(ov->keep);
     free(ov->feed_rows);
     free(ov->feed_src);
     memset(ov, 0, sizeof *ov);
@@ -41,14 +43,15 @@ int step_overlap_knob(const char *value, bool *on, Err *err) {
 
 /* Each drawing row's token replaces its request's placeholder and is
  * applied as a synchronous draw's would be: the generator advances where
- * the draw used it, the penalty window takes the token, then the stop
- * conditions. A request that goes on has its blocks indexed now that the
- * token is known. */
+ * the draw used it, the penalty window takes the token, its logprobs entry
+ * (from the kept logits, in s->logits), then the stop conditions. A request
+ * that goes on has its blocks indexed now that the token is known. */
 int sched_overlap_take(Scheduler *s, Err *err) {
     StepOverlap *ov = &s->ov;
     Backend *be = s->e->be;
+    size_t V = (size_t)s->e->model->cfg.vocab;
     ov->pending = false;
-    if (be->sample_result(be, ov->tokens, ov->drew, ov->n, err)) return -1;
+    if (be->sample_result(be, ov->tokens, ov->drew, ov->kept ? s->logits : NULL, ov->n, err)) return -1;
     for (int i = 0; i < ov->n; i++) {
         SchedRequest *r = ov->req[i];
         if (!r) continue;
@@ -58,6 +61,10 @@ int sched_overlap_take(Scheduler *s, Err *err) {
         int32_t id = ov->tokens[i];
         if (ov->drew[i]) sampler_uniform_skip(&r->sampler);
         sampler_accept(&r->sampler, id);
+        if (r->params.logprobs && sched_record_logprob(s, r, id, s->logits + i * V)) {
+            sched_request_fail(s, r, "out of memory");
+            continue;
+        }
         const char *why = sched_accept_token(s, r, id);
         if (why) sched_request_end(s, r, why);
         else if (r->state == REQ_RUNNING) sched_after_compute(s, r);
@@ -70,7 +77,7 @@ void sched_overlap_drop(Scheduler *s) {
     if (!ov->pending) return;
     Err err = {{0}};
     ov->pending = false;
-    (void)s->e->be->sample_result(s->e->be, ov->tokens, ov->drew, ov->n, &err); /* its error ends nothing now */
+    (void)s->e->be->sample_result(s->e->be, ov->tokens, ov->drew, NULL, ov->n, &err); /* its error ends nothing now */
     for (int i = 0; i < ov->n; i++) ov->req[i] = NULL;
 }
 
@@ -96,7 +103,7 @@ int sched_overlap_step(Scheduler *s, Err *err) {
     double t_take = now_seconds();
     if (s->ov.pending && sched_overlap_take(s, err)) return -1;
     if (rows > 0) {
-        /* logprobs: the step's logits come here, and it completes now */
+        /* prompt logprobs: the step's logits come here, and it completes now */
         double t_wait = now_seconds();
         if (b.logits_out && forward_wait(fw, n, b.logits_out, err)) return -1;
         wait = now_seconds() - t_wait;

@@ -21,9 +21,11 @@
  *   4. launches step t+1's draw (sample_launch) from the samplers as they
  *      stand after step t's tokens, so penalty windows hold the previous
  *      token and a seeded generator advances only where a draw used it.
- * A step whose logits must come to the host (logprobs, prompt logprobs) or
- * whose draw the backend declines (sample_launch returns 1) is drawn and
- * applied before the call returns, as the synchronous loop does. Outputs
+ * A request that wants logprobs has its rows' logits kept by the launched
+ * draw (copied before the draw penalizes them) and its entries computed when
+ * the tokens are taken. A step whose logits must come to the host (prompt
+ * logprobs) or whose draw the backend declines (sample_launch returns 1) is
+ * drawn and applied before the call returns, as the synchronous loop does. Outputs
  * are the synchronous loop's token for token; which step a row falls in may
  * differ (a finished request's slot and blocks come back a step later).
  */
@@ -43,6 +45,8 @@ typedef struct {
     struct SchedRequest **req;    /* [max_seqs] the request each row draws for (NULL: none, or it ended since) */
     int32_t *tokens;              /* [max_seqs] the draw, taken */
     bool *drew;                   /* [max_seqs] whether each row used its uniform */
+    bool *keep;                   /* [max_seqs] whether each row's logits come back (its request wants logprobs) */
+    bool kept;                    /* some do */
     int32_t *feed_rows, *feed_src; /* [max_seqs] the step being built: its rows fed from the launched draw's rows */
     int n_feed;
 } StepOverlap;

@@ -46,6 +46,9 @@ typedef struct {
     int32_t *drawn;           /* [drawn_cap] the last launched draw's tokens (-1: its row ran out of memory) */
     bool *drew;               /* [drawn_cap] and whether each used its uniform */
     int drawn_cap, n_drawn;   /* n_drawn: rows launched and not yet taken */
+    float *kept;              /* [kept_cap][vocab] the launched draw's kept logits rows, in row order */
+    int32_t *kept_row;        /* [drawn_cap] the row each of them is */
+    int kept_cap, n_kept;
 } CpuBackend;
 
 static CpuBackend *cpu(Backend *be) { return be->ctx; }
@@ -213,23 +216,45 @@ static void cpu_draw_rows(void *ctx, int64_t begin, int64_t end) {
     free(prob);
 }
 
-static int cpu_be_sample_launch(Backend *be, void *logits, int n, const SampleRow *rows, Err *err) {
-    CpuBackend *cb = cpu(be);
+/* Room for a draw of n rows, k of them kept. */
+static int cpu_draw_room(CpuBackend *cb, int n, int k) {
     if (n > cb->drawn_cap) {
         int32_t *t = realloc(cb->drawn, (size_t)n * sizeof *t);
         if (t) cb->drawn = t;
         bool *d = realloc(cb->drew, (size_t)n * sizeof *d);
         if (d) cb->drew = d;
-        if (!t || !d) return err_set(err, "%s: out of memory for a draw of %d rows", be->name, n);
+        int32_t *r = realloc(cb->kept_row, (size_t)n * sizeof *r);
+        if (r) cb->kept_row = r;
+        if (!t || !d || !r) return -1;
         cb->drawn_cap = n;
     }
+    if (k > cb->kept_cap) {
+        float *f = realloc(cb->kept, (size_t)k * cb->shape->vocab * sizeof *f);
+        if (!f) return -1;
+        cb->kept = f;
+        cb->kept_cap = k;
+    }
+    return 0;
+}
+
+static int cpu_be_sample_launch(Backend *be, void *logits, int n, const SampleRow *rows, const bool *keep, Err *err) {
+    CpuBackend *cb = cpu(be);
+    int V = cb->shape->vocab, k = 0;
+    for (int i = 0; keep && i < n; i++) k += keep[i];
+    if (cpu_draw_room(cb, n, k)) return err_set(err, "%s: out of memory for a draw of %d rows", be->name, n);
+    cb->n_kept = 0;
+    for (int i = 0; keep && i < n; i++) /* before the draw penalizes them in place */
+        if (keep[i]) {
+            memcpy(cb->kept + (size_t)cb->n_kept * V, (const float *)logits + (size_t)i * V, (size_t)V * sizeof(float));
+            cb->kept_row[cb->n_kept++] = i;
+        }
     CpuDraw d = {cb, logits, rows};
     cpu_parallel_for(cb->tp, n, cpu_draw_rows, &d);
     cb->n_drawn = n;
     return 0;
 }
 
-static int cpu_be_sample_result(Backend *be, int32_t *tokens, bool *drew, int n, Err *err) {
+static int cpu_be_sample_result(Backend *be, int32_t *tokens, bool *drew, float *kept, int n, Err *err) {
     CpuBackend *cb = cpu(be);
     if (n != cb->n_drawn) return err_set(err, "%s: %d drawn rows taken, %d launched", be->name, n, cb->n_drawn);
     cb->n_drawn = 0;
@@ -237,6 +262,9 @@ static int cpu_be_sample_result(Backend *be, int32_t *tokens, bool *drew, int n,
         if (cb->drawn[i] < 0) return err_set(err, "%s: out of memory drawing row %d", be->name, i);
     memcpy(tokens, cb->drawn, (size_t)n * sizeof *tokens);
     memcpy(drew, cb->drew, (size_t)n * sizeof *drew);
+    size_t V = (size_t)cb->shape->vocab;
+    for (int j = 0; kept && j < cb->n_kept; j++)
+        memcpy(kept + cb->kept_row[j] * V, cb->kept + j * V, V * sizeof *kept);
     return 0;
 }
 
@@ -338,6 +366,8 @@ static void cpu_destroy(Backend *be) {
     free(cb->fed_ids);
     free(cb->drawn);
     free(cb->drew);
+    free(cb->kept);
+    free(cb->kept_row);
     free(cb);
     free(be);
 }

@@ -97,6 +97,9 @@ typedef struct {
     cudaEvent_t drawn;           /* after a launched draw's tokens reached the host */
     int n_drawn;                 /* rows of the launched draw not yet taken (0: none) */
     int32_t *h_feed, *d_feed;    /* [2][max_seqs] a step's fed rows, then their draw rows: pinned / device */
+    float *h_kept;               /* [kept_cap][vocab] pinned: the launched draw's kept logits rows (logprobs) */
+    int32_t *kept_row;           /* [max_seqs] the row each of them is */
+    int kept_cap, n_kept;
 } CudaOverlap;
 
 /* A step's cascade plan for the layers of one window (backend_cuda_cascade.cu). */

@@ -11,7 +11,9 @@
  * rows that continue a reply, on the stream, before the step's kernels (or
  * its CUDA graph, which reads the same d_ids) run. sample_result waits for
  * the event only when the engine needs the tokens, by which time the next
- * step is already queued behind them.
+ * step is already queued behind them. Rows whose request wants logprobs
+ * have their logits copied to pinned memory before the sampler penalizes
+ * them in place, and come back with the tokens.
  *
  * The pinned staging of a step's inputs (h_ids .. h_tables, h_meta, h_feed)
  * is written by the host and copied on the stream; with steps overlapped,
@@ -24,6 +26,7 @@
  * until the GPU has reached that layer. */
 #include "kernels/cuda/backend_cuda.cuh"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* ids[rows[i]] = drawn[src[i]] for i < n; feed holds rows, then src. */
@@ -47,7 +50,29 @@ static int sampler_ready(CudaBackend *cb, Err *err) {
     return 0;
 }
 
-static int cuda_be_sample_launch(Backend *be, void *logits, int n, const SampleRow *rows, Err *err) {
+/* Queues the copies of the kept rows' logits into h_kept (grown to k rows). */
+static int keep_rows(CudaBackend *cb, const float *logits, int n, const bool *keep, Err *err) {
+    CudaOverlap *o = &cb->ovl;
+    size_t V = (size_t)cb->shape->vocab;
+    int k = 0;
+    for (int i = 0; keep && i < n; i++) k += keep[i];
+    o->n_kept = 0;
+    if (k > o->kept_cap) { /* no copy into it is pending: the last draw was taken */
+        CUDA_CHECK(cudaFreeHost(o->h_kept), err);
+        o->h_kept = NULL, o->kept_cap = 0;
+        CUDA_CHECK(cudaMallocHost(&o->h_kept, (size_t)k * V * sizeof(float)), err);
+        o->kept_cap = k;
+    }
+    for (int i = 0; keep && i < n; i++)
+        if (keep[i]) {
+            CUDA_CHECK(cudaMemcpyAsync(o->h_kept + (size_t)o->n_kept * V, logits + (size_t)i * V, V * sizeof(float),
+                                       cudaMemcpyDeviceToHost, cb->stream), err);
+            o->kept_row[o->n_kept++] = i;
+        }
+    return 0;
+}
+
+static int cuda_be_sample_launch(Backend *be, void *logits, int n, const SampleRow *rows, const bool *keep, Err *err) {
     CudaBackend *cb = cb_use(be);
     if (cb->failed) { *err = cb->err; return -1; }
     if (cb->ovl.n_drawn) return err_set(err, "cuda: a draw of %d rows launched and not taken", cb->ovl.n_drawn);
@@ -63,13 +88,14 @@ static int cuda_be_sample_launch(Backend *be, void *logits, int n, const SampleR
     Err je = {};
     if (!cb->failed && deq_ahead_join(&cb->deq, cb->stream, &je)) cb_fail(cb, &je);
     if (cb->failed) { *err = cb->err; return -1; }
+    if (keep_rows(cb, (const float *)logits, n, keep, err)) return -1; /* before the draw penalizes them */
     if (gpu_sampler_run(&cb->sampler, (float *)logits, n, cb->stream, err)) return -1;
     CUDA_CHECK(cudaEventRecord(cb->ovl.drawn, cb->stream), err);
     cb->ovl.n_drawn = n;
     return 0;
 }
 
-static int cuda_be_sample_result(Backend *be, int32_t *tokens, bool *drew, int n, Err *err) {
+static int cuda_be_sample_result(Backend *be, int32_t *tokens, bool *drew, float *kept, int n, Err *err) {
     CudaBackend *cb = cb_use(be);
     if (n != cb->ovl.n_drawn) return err_set(err, "cuda: %d drawn rows taken, %d launched", n, cb->ovl.n_drawn);
     cb->ovl.n_drawn = 0;
@@ -78,6 +104,9 @@ static int cuda_be_sample_result(Backend *be, int32_t *tokens, bool *drew, int n
     if (cb->failed) { *err = cb->err; return -1; }
     memcpy(tokens, cb->sampler.h_out, n * sizeof(int32_t));
     for (int r = 0; r < n; r++) drew[r] = cb->sampler.h_out[cb->sampler.max_rows + r] != 0;
+    size_t V = (size_t)cb->shape->vocab;
+    for (int j = 0; kept && j < cb->ovl.n_kept; j++)
+        memcpy(kept + cb->ovl.kept_row[j] * V, cb->ovl.h_kept + j * V, V * sizeof(float));
     return 0;
 }
 
@@ -109,6 +138,8 @@ int cuda_overlap_init(Backend *be, Err *err) {
     size_t bytes = 2 * (size_t)cb->max_seqs * sizeof(int32_t);
     CUDA_CHECK(cudaMallocHost(&cb->ovl.h_feed, bytes), err);
     CUDA_CHECK(cudaMalloc(&cb->ovl.d_feed, bytes), err);
+    cb->ovl.kept_row = (int32_t *)malloc((size_t)cb->max_seqs * sizeof(int32_t));
+    if (!cb->ovl.kept_row) return err_set(err, "out of memory");
     be->sample_launch = cuda_be_sample_launch;
     be->sample_result = cuda_be_sample_result;
     be->feed_tokens = cuda_be_feed_tokens;
@@ -120,5 +151,7 @@ void cuda_overlap_free(CudaBackend *cb) {
     if (cb->ovl.drawn) cudaEventDestroy(cb->ovl.drawn);
     cudaFreeHost(cb->ovl.h_feed);
     cudaFree(cb->ovl.d_feed);
+    cudaFreeHost(cb->ovl.h_kept);
+    free(cb->ovl.kept_row);
     memset(&cb->ovl, 0, sizeof cb->ovl);
 }
