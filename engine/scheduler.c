@@ -530,9 +530,11 @@ static void schedule_waiting(Scheduler *s, int *budget) {
 
 /* The rows of the selected requests; a request whose rows reach its last
  * token gets a logits row, and one scoring its prompt one per prompt row.
- * A step where a request wants logprobs brings its logits to the host. A
- * token still in flight is fed on the backend from the launched draw (its
- * id here is a placeholder). Returns the row count. */
+ * A step that scores prompt rows brings its logits to the host, and so
+ * does one where a request wants logprobs unless steps overlap (the
+ * launched draw keeps those rows). A token still in flight is fed on the
+ * backend from the launched draw (its id here is a placeholder). Returns
+ * the row count. */
 static int build_rows(Scheduler *s, int *n_logits) {
     int bs = s->e->block_size, t = 0, n = 0;
     s->step_host_logits = s->step_logprobs = false;
