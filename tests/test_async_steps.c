@@ -286,24 +286,35 @@ static void test_cache_too_small(void) {
     rig_close(&r);
 }
 
-/* CLLM_ASYNC_STEPS: off turns overlap off, anything but on / off is refused. */
+/* Whether a scheduler over e overlaps its steps with CLLM_ASYNC_STEPS at
+ * value (NULL: unset); -1 when scheduler_init refuses (err says why). */
+static int overlaps(Engine *e, const char *value, bool host_sampling, Err *err) {
+    if (value) setenv("CLLM_ASYNC_STEPS", value, 1);
+    else unsetenv("CLLM_ASYNC_STEPS");
+    Scheduler s;
+    SchedOptions o = {.max_seqs = 2, .host_sampling = host_sampling};
+    int rc = scheduler_init(&s, e, &o, err);
+    unsetenv("CLLM_ASYNC_STEPS");
+    if (rc) return -1;
+    rc = s.async;
+    scheduler_free(&s);
+    return rc;
+}
+
+/* CLLM_ASYNC_STEPS: off turns overlap off, anything but on / off is refused;
+ * --host-sampling steps synchronously. */
 static void test_knob(void) {
     Rig r;
-    if (rig_open(&r, "llama", 32, 64, 16)) { CHECK(0, "setup failed"); rig_close(&r); return; }
-    Scheduler s;
     Err err = {{0}};
-    SchedOptions o = {.max_seqs = 2};
-    CHECK(scheduler_init(&s, &r.e, &o, &err) == 0 && s.async, "default: on (%s)", err.msg);
-    scheduler_free(&s);
-    setenv("CLLM_ASYNC_STEPS", "off", 1);
-    CHECK(scheduler_init(&s, &r.e, &o, &err) == 0 && !s.async, "off (%s)", err.msg);
-    scheduler_free(&s);
-    setenv("CLLM_ASYNC_STEPS", "maybe", 1);
-    CHECK(scheduler_init(&s, &r.e, &o, &err) != 0 && strstr(err.msg, "CLLM_ASYNC_STEPS 'maybe'"), "%s", err.msg);
-    unsetenv("CLLM_ASYNC_STEPS");
-    o.host_sampling = true;
-    CHECK(scheduler_init(&s, &r.e, &o, &err) == 0 && !s.async, "host sampling: synchronous");
-    scheduler_free(&s);
+    if (rig_open(&r, "llama", 32, 64, 16) == 0) {
+        CHECK(overlaps(&r.e, NULL, false, &err) == 1, "default: on (%s)", err.msg);
+        CHECK(overlaps(&r.e, "on", false, &err) == 1, "on (%s)", err.msg);
+        CHECK(overlaps(&r.e, "off", false, &err) == 0, "off (%s)", err.msg);
+        CHECK(overlaps(&r.e, "maybe", false, &err) == -1 && strstr(err.msg, "CLLM_ASYNC_STEPS 'maybe'"), "%s", err.msg);
+        CHECK(overlaps(&r.e, NULL, true, &err) == 0, "host sampling: synchronous (%s)", err.msg);
+    } else {
+        CHECK(0, "setup failed");
+    }
     rig_close(&r);
 }
 
