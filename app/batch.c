@@ -389,7 +389,6 @@ static void batch_steps_mark(const Batch *bt) {
             for (int i = 0; i < ns[q]; i++) {
                 BatchItem *it = qs[q][i]->user;
                 it->ctx_before = qs[q][i]->n_cached;
-                it->gen_before = qs[q][i]->n_generated;
             }
     }
 }
@@ -398,14 +397,14 @@ static void batch_steps_mark(const Batch *bt) {
  * Per sequence in the step: rows computed c (tokens whose K/V it wrote),
  * context L (keys its attention read: the cache's tokens up to its last
  * row), attention pairs c*L - c*(c-1)/2 (causal), and whether it drew a
- * token. The step is the engine's that completed (virtual engines: one of
- * them). A request admitted with prefix-cache hits counts from its cached
+ * token (overlapped steps: launched a draw). The step is the engine's that
+ * completed (virtual engines: one of them; overlapped: the one launched). A request admitted with prefix-cache hits counts from its cached
  * tokens, so reused blocks are not counted as computed. */
 static void batch_steps_write(Batch *bt) {
     const Scheduler *sc = &bt->ve.ve[bt->ve.last];
     const SchedStats *st = &bt->ve.stats;
     long long rows = 0, ctx = 0, pairs = 0;
-    int seqs = 0, drawn = 0;
+    int seqs = 0, drawn = st->n_draws;
     SchedRequest *const *qs[2] = {sc->running, sc->finished};
     int ns[2] = {sc->n_running, sc->n_finished};
     for (int q = 0; q < 2; q++)
@@ -421,7 +420,6 @@ static void batch_steps_write(Batch *bt) {
             rows += c;
             ctx += after;
             pairs += c * after - c * (c - 1) / 2;
-            drawn += r->n_generated > it->gen_before;
         }
     if (bt->n_steps++ == 0)
         fprintf(bt->steps_csv, "step,seconds,seqs,prefill_rows,decode_rows,rows_seen,drawn,context_tokens,attn_pairs\n");
@@ -608,8 +606,10 @@ int batch_main(const RunOptions *o, const BatchOptions *b) {
     batch_progress(&bt, true);
     const SchedStats *st = &bt.ve.stats;
     if (o->verbose && st->busy_seconds > 0)
-        fprintf(stderr, "steps took %.2f s; the scheduler's own work (outside forward and sampling) %.3f s = %.2f%%\n",
-                st->busy_seconds, st->scheduler_seconds, 100.0 * st->scheduler_seconds / st->busy_seconds);
+        fprintf(stderr, "steps took %.2f s; the scheduler's own work (outside forward and sampling) %.3f s = %.2f%%; "
+                "%lld steps overlapped (launched before the previous step's tokens were taken)\n",
+                st->busy_seconds, st->scheduler_seconds, 100.0 * st->scheduler_seconds / st->busy_seconds,
+                (long long)st->overlapped);
     if (bt.order) {
         if (results_ordered_finish(bt.order, NULL, &err)) { fprintf(stderr, "cllm generate: %s\n", err.msg); rc = 2; }
         results_ordered_free(bt.order);

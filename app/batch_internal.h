@@ -23,7 +23,7 @@ typedef struct BatchItem {
     char tokenize_error[1024];
     int prompt_tokens;
     double t_start;
-    int ctx_before, gen_before;   /* --steps-csv: computed and generated tokens before the step */
+    int ctx_before;               /* --steps-csv: computed tokens before the step */
 } BatchItem;
 
 typedef struct {

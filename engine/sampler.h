@@ -4,7 +4,7 @@
  * xoshiro256** generator, the recent-token window the penalties count, and
  * scratch buffers sized for the vocabulary. The exact order of operations
  * (penalties, temperature, top-k, top-p, min-p, draw) is written out at the
- * top of sampler.c.
+ * top of kernels/sample_row.c, which every sampler draws through.
  *
  * Usage: sampler_init once per reply (or sequence); sampler_accept every token
  * that should count for the penalties (the prompt's too, as Hugging Face's
@@ -18,6 +18,7 @@
 
 #include "base/err.h"
 #include "kernels/backend.h"
+#include "kernels/sample_row.h"
 
 typedef struct {
     float temperature;        /* 0 = greedy (argmax after penalties) */
@@ -35,19 +36,15 @@ typedef struct {
  * penalty_last_n 64, seed 0 (a fixed seed: runs repeat unless told otherwise). */
 SamplerParams sampler_params_default(void);
 
-typedef struct {
-    int32_t id;
-    float x;                  /* the token's logit after penalties and temperature */
-    float w;                  /* exp(x - max x): its probability relative to the top token */
-} SamplerCand;
+typedef SampleCand SamplerCand;
 
 typedef struct {
     SamplerParams p;
     int n_vocab;              /* the vocabulary the scratch buffers hold */
     uint64_t rng[4];          /* xoshiro256** state, seeded through splitmix64 */
     bool penalize;            /* any penalty active: the window below is kept */
-    int32_t *counts;          /* [n_vocab] occurrences of each token in the window */
-    int32_t *distinct;        /* [n_vocab] the tokens with counts > 0, in no order */
+    int32_t *distinct;        /* [n_vocab] the tokens in the window, in no order */
+    int32_t *distinct_count;  /* [n_vocab] occurrences of distinct[i] in the window */
     int32_t *distinct_pos;    /* [n_vocab] index of a token in distinct, or -1 */
     int n_distinct;
     int32_t *ring;            /* [penalty_last_n] the window, oldest at ring_head */

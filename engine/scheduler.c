@@ -1,9 +1,12 @@
 /* scheduler.c — continuous batching over the paged KV cache (see
- * scheduler.h): queues, the per-step batch, preemption, per-request sampling.
+ * scheduler.h): queues, the per-step batch, preemption, finishing. A step's
+ * draws: step_draw.c; overlapped steps: step_overlap.c.
  *
  * Invariant of a waiting or running request: tokens.n > n_cached, i.e. at
  * least one token (the prompt's tail or the last sampled token) still has to
- * go through the model; its row at tokens.n - 1 gives the next logits. */
+ * go through the model; its row at tokens.n - 1 gives the next logits. With
+ * overlapped steps that token may still be in flight (n_pending: a
+ * placeholder the launched draw will replace). */
 #include "engine/scheduler.h"
 
 #include <math.h>
@@ -12,6 +15,7 @@
 
 #include "base/clock.h"
 #include "base/thread_pool.h" /* samples many requests at once */
+#include "engine/scheduler_internal.h"
 
 static void request_release_blocks(Scheduler *s, SchedRequest *r);
 
@@ -96,7 +100,17 @@ int scheduler_init(Scheduler *s, Engine *e, const SchedOptions *o, Err *err) {
                        e->model->cfg.vocab);
     }
     s->stats.blocks_total = s->bm->n_blocks;
-    if (e->be->sample && !s->o.host_sampling) {
+    /* overlapped steps: one backend that draws and feeds on its own, and not turned off */
+    bool knob = true;
+    if (step_overlap_knob(getenv("CLLM_ASYNC_STEPS"), &knob, err)) { scheduler_free(s); return -1; }
+    const Backend *be = e->be;
+    if (knob && !s->o.sync_steps && !s->o.host_sampling && e->stages.n_stages == 0 && be->sample_launch &&
+        be->sample_result && be->feed_tokens) {
+        if (step_overlap_init(&s->ov, S, err)) { scheduler_free(s); return -1; }
+        s->async = true;
+    }
+    s->device_sampling = be->sample && !s->o.host_sampling;
+    if (s->device_sampling || s->async) { /* the rows handed to the backend's draws */
         SamplerParams greedy = sampler_params_default();
         greedy.temperature = 0;
         s->draw_rows = calloc((size_t)S, sizeof *s->draw_rows);
@@ -106,13 +120,17 @@ int scheduler_init(Scheduler *s, Engine *e, const SchedOptions *o, Err *err) {
             scheduler_free(s);
             return -1;
         }
-        s->device_sampling = true;
     }
     if (s->o.sample_threads != 1 && s->o.max_seqs > 1) {
         s->pool = thread_pool_create(s->o.sample_threads, err);
         if (!s->pool) { scheduler_free(s); return -1; }
     }
     return 0;
+}
+
+void scheduler_sync_steps(Scheduler *s) {
+    s->async = false;
+    step_overlap_free(&s->ov);
 }
 
 void scheduler_share(Scheduler *s, BlockManager *bm, uint64_t *order_counter) {
@@ -135,6 +153,7 @@ void sched_request_free(SchedRequest *r) {
 }
 
 void scheduler_free(Scheduler *s) {
+    sched_overlap_drop(s);
     for (int i = 0; i < s->n_running; i++) {
         request_release_blocks(s, s->running[i]);
         sched_request_free(s->running[i]);
@@ -162,8 +181,9 @@ void scheduler_free(Scheduler *s) {
     free(s->draw_rows);
     free(s->draw_used);
     free(s->draw_pen);
-    if (s->device_sampling) sampler_free(&s->idle);
+    sampler_free(&s->idle);
     if (s->pool) thread_pool_destroy(s->pool);
+    step_overlap_free(&s->ov);
     memset(s, 0, sizeof *s);
 }
 
@@ -285,10 +305,12 @@ static void request_match_prefix(Scheduler *s, SchedRequest *r) {
  * at n_cached and sees positions > n_cached - window). A given-back block
  * keeps its id in the table: an attention kernel working in tiles larger than
  * a block may load it under a mask, so the entry must stay a valid block (its
- * contents, whoever owns it now, are finite and masked out). */
-static void request_after_compute(Scheduler *s, SchedRequest *r) {
-    int bs = s->e->block_size;
-    while ((r->n_chained + 1) * bs <= r->n_cached) {
+ * contents, whoever owns it now, are finite and masked out). A block holding
+ * a token still in flight is indexed once that token is taken (its hash
+ * needs it). */
+void sched_after_compute(Scheduler *s, SchedRequest *r) {
+    int bs = s->e->block_size, known = (int)r->tokens.n - r->n_pending;
+    while ((r->n_chained + 1) * bs <= r->n_cached && (r->n_chained + 1) * bs <= known) {
         if (!s->o.no_prefix_cache && r->chain.block != -2)
             block_manager_register(s->bm, r->bt.blocks[r->n_chained], &r->chain,
                                    r->tokens.ids + (size_t)r->n_chained * bs);
@@ -303,6 +325,7 @@ static void request_after_compute(Scheduler *s, SchedRequest *r) {
 /* ---- finishing ---- */
 
 static void request_finish(Scheduler *s, SchedRequest *r, const char *reason) {
+    if (r->n_pending) sched_overlap_forget(s, r);
     if (r->state == REQ_RUNNING) queue_remove(s->running, &s->n_running, r);
     else if (r->state == REQ_WAITING) queue_remove(s->waiting, &s->n_waiting, r);
     request_release_blocks(s, r);
@@ -312,7 +335,7 @@ static void request_finish(Scheduler *s, SchedRequest *r, const char *reason) {
     s->finished[s->n_finished++] = r;
 }
 
-static void request_fail(Scheduler *s, SchedRequest *r, const char *msg) {
+void sched_request_fail(Scheduler *s, SchedRequest *r, const char *msg) {
     snprintf(r->error, sizeof r->error, "%s", msg);
     request_finish(s, r, "error");
 }
@@ -335,9 +358,7 @@ static void request_flush(const Tokenizer *tok, SchedRequest *r) {
     if (sr.emit_len > 0) request_text(r, sr.emit, sr.emit_len);
 }
 
-/* Applies the stop conditions to a freshly drawn token, in generate_reply's
- * order. Returns the finish reason, or NULL to go on. */
-static const char *request_accept_token(Scheduler *s, SchedRequest *r, int32_t id) {
+const char *sched_accept_token(Scheduler *s, SchedRequest *r, int32_t id) {
     const Tokenizer *tok = s->e->model->tok;
     if (r->n_generated == 0) r->t_first = now_seconds();
     r->n_generated++;
@@ -357,105 +378,10 @@ static const char *request_accept_token(Scheduler *s, SchedRequest *r, int32_t i
     return NULL;
 }
 
-static void request_end(Scheduler *s, SchedRequest *r, const char *why) {
-    if (!strcmp(why, "error")) { request_fail(s, r, "out of memory"); return; }
+void sched_request_end(Scheduler *s, SchedRequest *r, const char *why) {
+    if (!strcmp(why, "error")) { sched_request_fail(s, r, "out of memory"); return; }
     request_flush(s->e->model->tok, r);
     request_finish(s, r, why);
-}
-
-/* Before a draw: a request interrupted ends without one; the sampler is set
- * up on first use (it counts every token so far for the penalties). Returns
- * whether the request draws. */
-static bool request_ready_to_draw(Scheduler *s, SchedRequest *r) {
-    if (r->interrupt && *r->interrupt) { request_end(s, r, "interrupted"); return false; }
-    if (r->sampler_ready) return true;
-    Err err = {{0}};
-    if (sampler_init(&r->sampler, &r->params.sampling, s->e->model->cfg.vocab, &err)) {
-        request_fail(s, r, err.msg);
-        return false;
-    }
-    r->sampler_ready = true;
-    for (size_t i = 0; i < r->tokens.n; i++) sampler_accept(&r->sampler, r->tokens.ids[i]);
-    return true;
-}
-
-/* Draws for logits rows [begin, end): each request touches only its own
- * sampler, so rows run on any thread. */
-static void draw_rows(void *ctx, int64_t begin, int64_t end) {
-    Scheduler *s = ctx;
-    int vocab = s->e->model->cfg.vocab;
-    for (int64_t i = begin; i < end; i++) {
-        SchedRequest *r = s->draw_req[i];
-        if (!r) continue;
-        int32_t id = sampler_sample(&r->sampler, s->logits + (size_t)i * vocab, vocab);
-        sampler_accept(&r->sampler, id);
-        s->drawn[i] = id;
-    }
-}
-
-/* The backend draws every row (rows that do not draw get the idle greedy
- * sampler, their token ignored) and the drawn tokens are accepted; 1 when it
- * cannot (a sampler beyond it): the logits are then copied here. */
-static int draw_on_device(Scheduler *s, int n, Err *err) {
-    Backend *be = s->e->be;
-    int cap = SCHED_DRAW_PEN * s->o.max_seqs, used = 0, rc = 0;
-    int32_t *ids = s->draw_pen, *counts = s->draw_pen + cap;
-    for (int i = 0; i < n && rc == 0; i++) {
-        const Sampler *sp = s->draw_req[i] ? &s->draw_req[i]->sampler : &s->idle;
-        int k = sampler_row(sp, &s->draw_rows[i], ids + used, counts + used, cap - used);
-        if (k > cap - used) rc = 1; /* the windows do not fit: this step draws on the host */
-        else used += k;
-    }
-    if (rc == 0) rc = be->sample(be, s->e->fw.logits, n, s->draw_rows, s->drawn, s->draw_used, err);
-    if (rc < 0) return -1;
-    if (rc == 0) {
-        for (int i = 0; i < n; i++) {
-            Sampler *sp = s->draw_req[i] ? &s->draw_req[i]->sampler : &s->idle;
-            if (s->draw_used[i]) sampler_uniform_skip(sp);
-            if (s->draw_req[i]) sampler_accept(sp, s->drawn[i]);
-        }
-        return 0;
-    }
-    return be->read(be, s->logits, s->e->fw.logits, (int64_t)n * s->e->model->cfg.vocab, err) ? -1 : 1;
-}
-
-/* The entry of a drawn token, from its row's logits (on the host: the
- * step's logits were copied here, build_rows). */
-static int record_logprob(Scheduler *s, SchedRequest *r, int32_t id, const float *row) {
-    TokenLogprob *e = token_logprobs_push(&r->lp);
-    if (!e) return -1;
-    logprobs_row(row, s->e->model->cfg.vocab, id, r->params.top_logprobs, e);
-    return 0;
-}
-
-/* The entry of the prompt token after position p. A recomputed row (after a
- * preemption) writes the same entry again. */
-static void record_prompt_logprob(Scheduler *s, SchedRequest *r, int p, const float *row) {
-    TokenLogprob *e = &r->prompt_lp[p + 1];
-    logprobs_row(row, s->e->model->cfg.vocab, r->tokens.ids[p + 1], r->params.prompt_top, e);
-    if (p + 2 > r->n_prompt_lp) r->n_prompt_lp = p + 2;
-}
-
-/* Samples every request that got logits this step (on the device, or here
- * in parallel when the scheduler has a thread pool), then applies stop
- * conditions in order. */
-static int sample_all(Scheduler *s, int n_logits, Err *err) {
-    for (int i = 0; i < n_logits; i++)
-        if (s->draw_req[i] && !request_ready_to_draw(s, s->draw_req[i])) s->draw_req[i] = NULL;
-    int rc = s->device_sampling && n_logits > 0 ? draw_on_device(s, n_logits, err) : 1;
-    if (rc < 0) return -1;
-    if (rc == 1 && s->pool && n_logits > 1) cpu_parallel_for(s->pool, n_logits, draw_rows, s);
-    else if (rc == 1) draw_rows(s, 0, n_logits);
-    for (int i = 0; i < n_logits; i++) {
-        SchedRequest *r = s->draw_req[i];
-        if (r && r->params.logprobs && record_logprob(s, r, s->drawn[i], s->logits + (size_t)i * s->e->model->cfg.vocab)) {
-            request_fail(s, r, "out of memory");
-            continue;
-        }
-        const char *why = r ? request_accept_token(s, r, s->drawn[i]) : NULL;
-        if (why) request_end(s, r, why);
-    }
-    return 0;
 }
 
 /* ---- building a step ---- */
@@ -511,20 +437,31 @@ static int request_chunk(const Scheduler *s, const SchedRequest *r, int need, in
     return engine_prompt_chunk(need, budget < slots ? budget : slots, full);
 }
 
+/* Whether the token in flight of r is sure to end its reply (its
+ * max_tokens or the context reached), so a row for it would be wasted. */
+static bool ends_with_pending(const Scheduler *s, const SchedRequest *r) {
+    if (r->n_pending == 0) return false;
+    bool length = r->params.max_tokens > 0 && r->n_generated + r->n_pending >= r->params.max_tokens;
+    return length || (int)r->tokens.n >= s->e->ctx_limit;
+}
+
 /* Schedules running requests: decodes (pass 0) or partial prefills (pass 1).
  * A request that cannot get its blocks preempts the newest running ones,
- * itself last; alone and still without room, the cache cannot hold it. */
+ * itself last; alone and still without room, the cache cannot hold it (once
+ * its token in flight is taken: the reply holds it, as it would have
+ * without overlap). */
 static void schedule_running(Scheduler *s, int pass, int *budget) {
     for (int i = 0; i < s->n_running; i++) {
         SchedRequest *r = s->running[i];
         int need = (int)r->tokens.n - r->n_cached;
-        if ((pass == 0) != (need == 1) || sel_index(s, r) >= 0) continue;
+        if ((pass == 0) != (need == 1) || sel_index(s, r) >= 0 || ends_with_pending(s, r)) continue;
         if (s->n_sel_logits >= s->o.max_seqs || *budget == 0) return;
         int chunk = request_chunk(s, r, need, *budget);
         if (chunk == 0) continue; /* a prefill chunk of >= 2 rows does not fit this step */
         bool wait = false;
         while (block_manager_reserve(s->bm, &r->bt, r->n_cached + chunk)) {
             if (s->n_running == 1 && s->peers_oldest == UINT64_MAX) {
+                if (r->n_pending) { wait = true; break; }
                 request_flush(s->e->model->tok, r); /* the whole cache is too small for it */
                 request_finish(s, r, "context");
                 i--;
@@ -569,6 +506,7 @@ static void schedule_waiting(Scheduler *s, int *budget) {
     int i = 0;
     while (i < s->n_waiting && s->n_sel_logits < s->o.max_seqs && *budget > 0) {
         SchedRequest *r = s->waiting[i];
+        if (r->n_pending) return; /* preempted with its token in flight: admitted once it is taken */
         request_match_prefix(s, r);
         if (prefix_in_flight(s, r)) {
             request_drop_blocks(s, r);
@@ -592,16 +530,25 @@ static void schedule_waiting(Scheduler *s, int *budget) {
 
 /* The rows of the selected requests; a request whose rows reach its last
  * token gets a logits row, and one scoring its prompt one per prompt row.
- * A step where a request wants logprobs brings its logits to the host.
- * Returns the row count. */
+ * A step that scores prompt rows brings its logits to the host, and so
+ * does one where a request wants logprobs unless steps overlap (the
+ * launched draw keeps those rows). A token still in flight is fed on the
+ * backend from the launched draw (its id here is a placeholder). Returns
+ * the row count. */
 static int build_rows(Scheduler *s, int *n_logits) {
     int bs = s->e->block_size, t = 0, n = 0;
-    s->step_host_logits = false;
+    s->step_host_logits = s->step_logprobs = false;
+    s->ov.n_feed = 0;
     for (int k = 0; k < s->n_sel; k++) {
         SchedRequest *r = s->sel[k];
         for (int i = 0; i < s->sel_chunk[k]; i++, t++) {
             int p = r->n_cached + i;
             s->ids[t] = r->tokens.ids[p];
+            if (p >= (int)r->tokens.n - r->n_pending) { /* in flight: at most one a request, its last token */
+                s->ids[t] = 0;
+                s->ov.feed_rows[s->ov.n_feed] = t;
+                s->ov.feed_src[s->ov.n_feed++] = r->pending_row;
+            }
             s->pos[t] = p;
             s->seq[t] = k;
             s->slot[t] = block_table_slot(&r->bt, p, bs);
@@ -609,18 +556,19 @@ static int build_rows(Scheduler *s, int *n_logits) {
             s->logit_req[n] = r;
             s->logit_pos[n] = p;
             s->logit_rows[n++] = t;
-            if (r->params.logprobs || p != (int)r->tokens.n - 1) s->step_host_logits = true;
+            if (p != (int)r->tokens.n - 1) s->step_host_logits = true;
+            if (r->params.logprobs) s->step_logprobs = true;
         }
         s->tables[k] = r->bt.blocks;
-        if (s->sel_chunk[k] == 1 && r->n_cached + 1 == (int)r->tokens.n && r->n_generated > 0) s->stats.n_decode++;
+        bool generated = r->n_generated + r->n_pending > 0;
+        if (s->sel_chunk[k] == 1 && r->n_cached + 1 == (int)r->tokens.n && generated) s->stats.n_decode++;
         else s->stats.n_prefill += s->sel_chunk[k];
     }
     *n_logits = n;
     return t;
 }
 
-/* seconds: of the step, prepared to completed; forward: of it in the forward pass. */
-static void step_stats(Scheduler *s, int rows, double seconds, double forward) {
+void sched_step_stats(Scheduler *s, int rows, double seconds, double forward) {
     s->stats.n_seqs = s->n_sel;
     s->stats.n_tokens = rows;
     s->stats.n_running = s->n_running;
@@ -639,7 +587,7 @@ int scheduler_prepare(Scheduler *s, SchedBatch *out) {
     int64_t preempted = s->stats.preemptions;
     s->n_sel = s->n_sel_logits = 0;
     s->step_rows = s->step_logits = 0;
-    s->stats.n_decode = s->stats.n_prefill = 0;
+    s->stats.n_decode = s->stats.n_prefill = s->stats.n_draws = 0;
     s->stats.forward_seconds = s->stats.sample_seconds = s->stats.own_seconds = 0;
     schedule_running(s, 0, &budget);
     schedule_running(s, 1, &budget);
@@ -649,47 +597,47 @@ int scheduler_prepare(Scheduler *s, SchedBatch *out) {
     if (s->n_sel == 0) {
         /* Nothing fits although nothing runs anywhere: blocks are held
          * outside the scheduler. Fail the head request rather than spin. */
-        if (s->n_running == 0 && s->n_waiting > 0 && s->peers_oldest == UINT64_MAX)
-            request_fail(s, s->waiting[0], "no free KV cache block");
-        step_stats(s, 0, 0, 0);
+        if (s->n_running == 0 && s->n_waiting > 0 && s->peers_oldest == UINT64_MAX && !s->waiting[0]->n_pending)
+            sched_request_fail(s, s->waiting[0], "no free KV cache block");
+        sched_step_stats(s, 0, 0, 0);
         return 0;
     }
     s->step_rows = build_rows(s, &s->step_logits);
+    bool host = s->step_host_logits || (s->step_logprobs && !s->async); /* overlapped: the draw keeps them */
+    s->step_logits_here = !((s->device_sampling || s->async) && !host);
     *out = (SchedBatch){s->ids, {s->step_rows, s->pos, s->seq, s->slot, s->n_sel, s->tables, s->e->block_size},
-                        s->logit_rows, s->step_logits,
-                        s->device_sampling && !s->step_host_logits ? NULL : s->logits};
+                        s->logit_rows, s->step_logits, s->step_logits_here ? s->logits : NULL};
     s->t_prepare = t0;
     s->stats.own_seconds = now_seconds() - t0;
     s->stats.scheduler_seconds += s->stats.own_seconds;
     return s->step_rows;
 }
 
-int scheduler_complete(Scheduler *s, Err *err) {
-    double t0 = now_seconds();
+void sched_commit_rows(Scheduler *s) {
     for (int k = 0; k < s->n_sel; k++) {
         SchedRequest *r = s->sel[k];
         r->n_cached += s->sel_chunk[k];
-        request_after_compute(s, r);
+        sched_after_compute(s, r);
     }
-    int l = s->step_logits;
-    for (int i = 0; i < l; i++) {
-        SchedRequest *r = s->logit_req[i];
-        bool draws = s->logit_pos[i] == (int)r->tokens.n - 1;
-        s->draw_req[i] = draws ? r : NULL;
-        if (!draws) record_prompt_logprob(s, r, s->logit_pos[i], s->logits + (size_t)i * s->e->model->cfg.vocab);
-    }
+}
+
+int scheduler_complete(Scheduler *s, Err *err) {
+    double t0 = now_seconds();
+    sched_commit_rows(s);
+    sched_select_draws(s, s->step_logits);
     double t_sample = now_seconds();
-    if (sample_all(s, l, err)) return -1;
+    if (sched_draw_now(s, s->step_logits, s->step_logits_here, err)) return -1;
     double t_end = now_seconds();
     s->stats.sample_seconds = t_end - t_sample;
     s->stats.own_seconds += t_sample - t0;
     s->stats.scheduler_seconds += t_sample - t0;
-    step_stats(s, s->step_rows, t_end - s->t_prepare, s->stats.forward_seconds);
+    sched_step_stats(s, s->step_rows, t_end - s->t_prepare, s->stats.forward_seconds);
     s->step_rows = s->step_logits = 0;
     return 0;
 }
 
 int scheduler_step(Scheduler *s, Err *err) {
+    if (s->async) return sched_overlap_step(s, err);
     SchedBatch b;
     if (scheduler_prepare(s, &b) == 0) return 0;
     double t_fw = now_seconds();

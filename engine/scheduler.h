@@ -50,6 +50,7 @@
 #include "engine/engine.h"
 #include "engine/logprobs.h"
 #include "engine/request.h"
+#include "engine/step_overlap.h"
 #include "engine/stop.h"
 
 typedef struct {
@@ -58,6 +59,7 @@ typedef struct {
     bool no_prefix_cache;     /* turn prefix caching off */
     int sample_threads;       /* threads drawing the tokens of a step; <= 0: one per core, 1: none */
     bool host_sampling;       /* draw on the host even where the backend samples (its logits copied here) */
+    bool sync_steps;          /* each step completes before the next is built (as CLLM_ASYNC_STEPS=off) */
 } SchedOptions;
 
 /* Penalty-window entries a step's rows may hand the backend's sampler, per
@@ -87,6 +89,9 @@ typedef struct SchedRequest {
     Detok dt;
     TextBuf text;                 /* the reply text */
     int n_generated;
+    int n_pending;                /* tokens at the end of `tokens` drawn by a step in flight, not yet taken
+                                     (placeholders, -1; 0 or 1: engine/step_overlap.h) */
+    int pending_row;              /* that draw's row in the launch */
     TokenLogprobs lp;             /* params.logprobs: one entry per generated token, in order */
     TokenLogprob *prompt_lp;      /* params.prompt_logprobs: [n_prompt]; entry 0 has logprob NAN */
     int n_prompt_lp;              /* prompt_lp[0..n_prompt_lp) are filled */
@@ -101,11 +106,13 @@ typedef struct SchedRequest {
 typedef struct {
     int n_seqs, n_tokens;         /* sequences and rows in the batch */
     int n_decode, n_prefill;      /* decode rows, prefill rows */
+    int n_draws;                  /* rows that drew a token (overlapped steps: launched a draw) */
     int n_running, n_waiting, n_finished; /* after the step; finished = not yet popped */
     int blocks_used, blocks_cached, blocks_total;
     int64_t preemptions;          /* ever */
     int64_t prefix_hit_tokens;    /* ever: prompt tokens taken from the prefix cache */
     int64_t tokens_generated;     /* ever */
+    int64_t overlapped;           /* ever: steps launched before the previous step's tokens were taken */
     double seconds;               /* of this step */
     double forward_seconds;       /* of it in the forward pass (host metadata, kernels, the wait for them) */
     double sample_seconds;        /* of it drawing tokens (device or host) */
@@ -131,7 +138,10 @@ typedef struct {
     float *logits;                /* [max_seqs][vocab] */
     SchedRequest **logit_req;     /* [max_seqs] the request of each logits row */
     int32_t *logit_pos;           /* [max_seqs] the position of each logits row's token */
-    bool step_host_logits;        /* a request of this step wants logprobs: its logits come to the host */
+    bool step_host_logits;        /* a prompt row of this step is scored: its logits come to the host */
+    bool step_logprobs;           /* a request of this step wants logprobs (stepping synchronously: its
+                                     logits come to the host; overlapped: kept by the backend's draw) */
+    bool step_logits_here;        /* the prepared step's logits are copied to `logits` (else they stay on the backend) */
     SchedRequest **draw_req;      /* [max_seqs] the request of each logits row (NULL: no draw) */
     int32_t *drawn;               /* [max_seqs] the token drawn for each row */
     bool device_sampling;         /* the backend draws; logits stay in its memory */
@@ -145,6 +155,8 @@ typedef struct {
     uint64_t peers_oldest;        /* the oldest running request of the other virtual engines (UINT64_MAX: none) */
     int step_rows, step_logits;   /* the step prepared and not yet completed */
     double t_prepare;             /* when it was prepared */
+    bool async;                   /* steps overlap (step_overlap.h); else each completes before the next */
+    StepOverlap ov;               /* the draw in flight and the feeds of the step being built */
     SchedStats stats;
 } Scheduler;
 
@@ -173,10 +185,16 @@ SchedRequest *scheduler_submit(Scheduler *s, const int32_t *prompt, int n, const
                                Err *err);
 /* Runs one step (nothing when idle). -1 with err only when the forward pass
  * fails: the scheduler cannot go on. The same as scheduler_prepare, the
- * engine's forward pass of the batch, scheduler_complete. */
+ * engine's forward pass of the batch, scheduler_complete; with s->async, a
+ * step overlapped with the next (step_overlap.h): it launches a step and
+ * completes the one launched by the call before (stats: the one launched). */
 int scheduler_step(Scheduler *s, Err *err);
+/* Turns overlapped steps off (before the first step): the caller drives
+ * the steps with prepare and complete. */
+void scheduler_sync_steps(Scheduler *s);
 /* Builds the next step (its blocks reserved) into *b; returns its rows, 0
- * when there is nothing to run now. */
+ * when there is nothing to run now. With prepare and complete called by the
+ * caller, the steps are synchronous (each completed before the next). */
 int scheduler_prepare(Scheduler *s, SchedBatch *b);
 /* After the forward pass of the prepared step (the logits in the engine's
  * last Forward, or copied to b->logits_out): accepts its rows, samples and

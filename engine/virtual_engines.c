@@ -22,6 +22,7 @@ int vengines_init(VirtualEngines *g, Engine *e, const SchedOptions *o, int n_ve,
             return -1;
         }
     if (g->n > 1) {
+        for (int k = 0; k < g->n; k++) scheduler_sync_steps(&g->ve[k]); /* one step in flight per engine */
         if (block_manager_init(&g->bm, &e->pool, e->block_size, err)) {
             vengines_free(g);
             return -1;
@@ -89,7 +90,7 @@ static int finish_step(VirtualEngines *g, int k, Err *err) {
 static void gather_stats(VirtualEngines *g) {
     SchedStats st = g->ve[g->last].stats;
     st.n_running = st.n_waiting = st.n_finished = 0;
-    st.preemptions = st.prefix_hit_tokens = st.tokens_generated = 0;
+    st.preemptions = st.prefix_hit_tokens = st.tokens_generated = st.overlapped = 0;
     st.scheduler_seconds = 0;
     for (int k = 0; k < g->n; k++) {
         const SchedStats *v = &g->ve[k].stats;
@@ -99,6 +100,7 @@ static void gather_stats(VirtualEngines *g) {
         st.preemptions += v->preemptions;
         st.prefix_hit_tokens += v->prefix_hit_tokens;
         st.tokens_generated += v->tokens_generated;
+        st.overlapped += v->overlapped;
         st.scheduler_seconds += v->scheduler_seconds;
     }
     const BlockManager *bm = g->ve[0].bm;
@@ -111,8 +113,11 @@ static void gather_stats(VirtualEngines *g) {
 
 int vengines_step(VirtualEngines *g, Err *err) {
     double t0 = now_seconds();
-    int rc = launch_ready(g, err);
-    if (rc == 0 && g->n_fifo > 0) {
+    int rc = 0;
+    if (g->ve[0].async) { /* one engine on one backend: its steps overlap (step_overlap.h) */
+        rc = scheduler_step(&g->ve[0], err);
+        g->last = 0;
+    } else if ((rc = launch_ready(g, err)) == 0 && g->n_fifo > 0) {
         int k = g->fifo[g->fifo_head];
         g->fifo_head = (g->fifo_head + 1) % FORWARD_MAX_STAGES;
         g->n_fifo--;

@@ -166,6 +166,25 @@ struct Backend {
      * 1 when these rows are beyond it (nothing touched: sample on the host),
      * or -1 with err. */
     int (*sample)(Backend *be, void *logits, int n, const SampleRow *rows, int32_t *tokens, bool *drew, Err *err);
+    /* Optional, the three or none (NULL: the engine steps synchronously):
+     * overlapped steps, the host building step t+1 while the backend runs
+     * step t. sample_launch enqueues the draw of logits rows [0, n) as
+     * sample would, its tokens kept in the backend's memory and copied to
+     * the host, and the logits of the rows keep[i] marks (keep NULL: none)
+     * copied as they were before the draw; it returns without waiting: 0;
+     * 1 when these rows are beyond it (nothing launched: the caller reads
+     * the logits and draws on the host); -1 with err. sample_result waits
+     * for that draw and hands over its n tokens and drew flags (sample's
+     * meaning) and each kept row i at kept + i * vocab (other rows of kept
+     * untouched), and reports the first error of the step's ops; each
+     * launch is taken once, before the next.
+     * feed_tokens, between begin_step and the step's ops: row rows[i] of
+     * the step takes as its input token the one the last launched draw gave
+     * its row src[i], read from the backend's memory, so the step can be
+     * launched before that token reaches the host. */
+    int (*sample_launch)(Backend *be, void *logits, int n, const SampleRow *rows, const bool *keep, Err *err);
+    int (*sample_result)(Backend *be, int32_t *tokens, bool *drew, float *kept, int n, Err *err);
+    int (*feed_tokens)(Backend *be, const int32_t *rows, const int32_t *src, int n, Err *err);
     /* Optional (NULL: a pipeline hands buffers over through host memory with
      * read and write): passes n elements of buf (kind) to the next pipeline
      * stage's backend / receives them from the previous one's, in the order

@@ -183,6 +183,11 @@ static void forward_ops(Forward *fw, int T, int n_logits) {
 
 int forward_launch(Forward *fw, const int32_t *ids, const AttnBatch *b, const int32_t *logit_rows, int n_logits,
                    Err *err) {
+    return forward_launch_fed(fw, ids, b, logit_rows, n_logits, NULL, err);
+}
+
+int forward_launch_fed(Forward *fw, const int32_t *ids, const AttnBatch *b, const int32_t *logit_rows, int n_logits,
+                       const StepFeed *feed, Err *err) {
     const ModelConfig *c = fw->cfg;
     Backend *be = fw->be;
     int T = b->n_tokens;
@@ -195,6 +200,10 @@ int forward_launch(Forward *fw, const int32_t *ids, const AttnBatch *b, const in
         if (logit_rows[i] < 0 || logit_rows[i] >= T) return err_set(err, "forward: logit row %d out of range", logit_rows[i]);
     StepRows rows;
     if (be->begin_step(be, ids, b, logit_rows, n_logits, &rows, err)) return -1;
+    if (feed && feed->n > 0) {
+        if (!be->feed_tokens) return err_set(err, "forward: %s cannot feed drawn tokens to a step", be->name);
+        if (be->feed_tokens(be, feed->rows, feed->src, feed->n, err)) return -1;
+    }
     if (!be->graph_replay(be)) {
         be->graph_capture(be, true);
         forward_ops(fw, rows.T, rows.n_logits);

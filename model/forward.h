@@ -54,6 +54,16 @@ int forward_run(Forward *fw, const int32_t *ids, const AttnBatch *batch, const i
  * forward_run does and reports the first error of the ops. */
 int forward_launch(Forward *fw, const int32_t *ids, const AttnBatch *batch, const int32_t *logit_rows, int n_logits,
                    Err *err);
+/* Rows of a step whose input token is one a launched draw left in the
+ * backend's memory (Backend.feed_tokens): row rows[i] takes the token of
+ * draw row src[i]; their ids[] entries are placeholders. */
+typedef struct {
+    const int32_t *rows, *src;
+    int n;
+} StepFeed;
+/* forward_launch with those rows fed (feed NULL or empty: none). */
+int forward_launch_fed(Forward *fw, const int32_t *ids, const AttnBatch *batch, const int32_t *logit_rows,
+                       int n_logits, const StepFeed *feed, Err *err);
 int forward_wait(Forward *fw, int n_logits, float *logits_out, Err *err);
 
 /* forward_run's arguments as one value: a step handed to another thread

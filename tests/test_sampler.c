@@ -1,5 +1,5 @@
 /* test_sampler.c — the sampler, step by step against distributions worked out
- * by hand from the definitions in sampler.c (each expected number has its
+ * by hand from the definitions in kernels/sample_row.c (each expected number has its
  * formula beside it), then greedy, seeds, a chi-square check of 20k draws,
  * NaN/inf rows, bad parameters, the progressive top-p path against a full
  * sort, and a timing note on a 262k vocabulary. */

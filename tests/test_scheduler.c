@@ -15,40 +15,11 @@
 #include <stdint.h>
 
 #include "engine/virtual_engines.h"
-#include "kernels/cpu/backend_cpu.h"
-#include "model/model.h"
 #include "tests/ref/ref_engine.h"
 #include "tests/test.h"
+#include "tests/tiny_rig.h"
 
-#define BS 4
-
-typedef struct {
-    Model m;
-    Backend *be;
-    Engine e;
-} Rig;
-
-static int rig_open(Rig *r, const char *arch, int n_blocks, int ctx, int max_chunk) {
-    char path[1024];
-    Err err = {{0}};
-    memset(r, 0, sizeof *r);
-    snprintf(path, sizeof path, "%s/tiny/%s.gguf", test_fixture_dir(), arch);
-    if (model_load(&r->m, path, 0, &err)) { printf("  %s\n", err.msg); return -1; }
-    r->be = backend_cpu_create(&r->m.shape, &r->m.w, 2, BS, n_blocks, KV_DTYPE_BF16, KV_SCALES_DYNAMIC, &err);
-    if (!r->be || engine_init(&r->e, &r->m, r->be, ctx, max_chunk, &err)) { printf("  %s\n", err.msg); return -1; }
-    return 0;
-}
-
-static void rig_close(Rig *r) {
-    engine_free(&r->e);
-    if (r->be) r->be->destroy(r->be);
-    model_free(&r->m);
-}
-
-static uint64_t rng_next(uint64_t *s) {
-    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
-    return *s >> 33;
-}
+#define BS TINY_RIG_BLOCK
 
 /* One request and what it gave alone and through the scheduler. */
 typedef struct {

@@ -8,7 +8,13 @@
  * plan is built from the step's batch (once per distinct window in a step)
  * and groups that pay attend their shared prefix once. CLLM_CASCADE, read at
  * creation: "off" (the plain path, for A/B runs), "on", "always" (every
- * group that can be formed, pays or not: tests). */
+ * group that can be formed, pays or not: tests).
+ *
+ * Overlapped steps (sample_launch, sample_result, feed_tokens): the CPU
+ * runs a step's ops inside forward_launch and draws inside sample_launch
+ * (kernels/sample_row.c, the rows over the thread pool), so nothing
+ * overlaps here; the ops exist so that the engine's overlapped path (which
+ * schedules step t+1 before it has taken step t's tokens) runs in CI. */
 #include "kernels/cpu/backend_cpu.h"
 
 #include <math.h>
@@ -16,6 +22,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/sample_row.h"
 
 typedef struct {
     ThreadPool *tp;
@@ -34,6 +41,14 @@ typedef struct {
     TpGroup *tp_group;        /* its tensor-parallel group (backend_cpu_join_tp), or NULL */
     int tp_rank;
     bool *calibrate;          /* --kv-scales calibrate: [n_layers] the layer's scales are still to be set; else NULL */
+    int32_t *fed_ids;         /* [fed_cap] the step's ids with the fed rows replaced (feed_tokens) */
+    int fed_cap;
+    int32_t *drawn;           /* [drawn_cap] the last launched draw's tokens (-1: its row ran out of memory) */
+    bool *drew;               /* [drawn_cap] and whether each used its uniform */
+    int drawn_cap, n_drawn;   /* n_drawn: rows launched and not yet taken */
+    float *kept;              /* [kept_cap][vocab] the launched draw's kept logits rows, in row order */
+    int32_t *kept_row;        /* [drawn_cap] the row each of them is */
+    int kept_cap, n_kept;
 } CpuBackend;
 
 static CpuBackend *cpu(Backend *be) { return be->ctx; }
@@ -180,6 +195,100 @@ static int cpu_be_write(Backend *be, void *buf, const float *host, int64_t n, Er
     return 0;
 }
 
+/* ---- overlapped steps: the draw kept here, fed to the next step ---- */
+
+typedef struct {
+    CpuBackend *cb;
+    float *logits;
+    const SampleRow *rows;
+} CpuDraw;
+
+/* Rows [begin, end) of a launched draw; each row writes only its own outputs. */
+static void cpu_draw_rows(void *ctx, int64_t begin, int64_t end) {
+    CpuDraw *d = ctx;
+    int V = d->cb->shape->vocab;
+    SampleCand *cand = malloc((size_t)V * sizeof *cand);
+    float *prob = malloc((size_t)V * sizeof *prob);
+    for (int64_t i = begin; i < end; i++)
+        d->cb->drawn[i] = cand && prob ? sample_row_draw(&d->rows[i], d->logits + i * V, V, cand, prob, &d->cb->drew[i])
+                                       : -1;
+    free(cand);
+    free(prob);
+}
+
+/* Room for a draw of n rows, k of them kept. */
+static int cpu_draw_room(CpuBackend *cb, int n, int k) {
+    if (n > cb->drawn_cap) {
+        int32_t *t = realloc(cb->drawn, (size_t)n * sizeof *t);
+        if (t) cb->drawn = t;
+        bool *d = realloc(cb->drew, (size_t)n * sizeof *d);
+        if (d) cb->drew = d;
+        int32_t *r = realloc(cb->kept_row, (size_t)n * sizeof *r);
+        if (r) cb->kept_row = r;
+        if (!t || !d || !r) return -1;
+        cb->drawn_cap = n;
+    }
+    if (k > cb->kept_cap) {
+        float *f = realloc(cb->kept, (size_t)k * cb->shape->vocab * sizeof *f);
+        if (!f) return -1;
+        cb->kept = f;
+        cb->kept_cap = k;
+    }
+    return 0;
+}
+
+static int cpu_be_sample_launch(Backend *be, void *logits, int n, const SampleRow *rows, const bool *keep, Err *err) {
+    CpuBackend *cb = cpu(be);
+    int V = cb->shape->vocab, k = 0;
+    for (int i = 0; keep && i < n; i++) k += keep[i];
+    if (cpu_draw_room(cb, n, k)) return err_set(err, "%s: out of memory for a draw of %d rows", be->name, n);
+    cb->n_kept = 0;
+    for (int i = 0; keep && i < n; i++) /* before the draw penalizes them in place */
+        if (keep[i]) {
+            memcpy(cb->kept + (size_t)cb->n_kept * V, (const float *)logits + (size_t)i * V, (size_t)V * sizeof(float));
+            cb->kept_row[cb->n_kept++] = i;
+        }
+    CpuDraw d = {cb, logits, rows};
+    cpu_parallel_for(cb->tp, n, cpu_draw_rows, &d);
+    cb->n_drawn = n;
+    return 0;
+}
+
+static int cpu_be_sample_result(Backend *be, int32_t *tokens, bool *drew, float *kept, int n, Err *err) {
+    CpuBackend *cb = cpu(be);
+    if (n != cb->n_drawn) return err_set(err, "%s: %d drawn rows taken, %d launched", be->name, n, cb->n_drawn);
+    cb->n_drawn = 0;
+    for (int i = 0; i < n; i++)
+        if (cb->drawn[i] < 0) return err_set(err, "%s: out of memory drawing row %d", be->name, i);
+    memcpy(tokens, cb->drawn, (size_t)n * sizeof *tokens);
+    memcpy(drew, cb->drew, (size_t)n * sizeof *drew);
+    size_t V = (size_t)cb->shape->vocab;
+    for (int j = 0; kept && j < cb->n_kept; j++)
+        memcpy(kept + cb->kept_row[j] * V, cb->kept + j * V, V * sizeof *kept);
+    return 0;
+}
+
+/* The step's ids are the caller's: copied here, then the fed rows replaced. */
+static int cpu_be_feed_tokens(Backend *be, const int32_t *rows, const int32_t *src, int n, Err *err) {
+    CpuBackend *cb = cpu(be);
+    int T = cb->batch->n_tokens;
+    if (T > cb->fed_cap) {
+        int32_t *f = realloc(cb->fed_ids, (size_t)T * sizeof *f);
+        if (!f) return err_set(err, "%s: out of memory for %d fed ids", be->name, T);
+        cb->fed_ids = f;
+        cb->fed_cap = T;
+    }
+    if (cb->ids != cb->fed_ids) memcpy(cb->fed_ids, cb->ids, (size_t)T * sizeof *cb->fed_ids);
+    for (int i = 0; i < n; i++) {
+        if (rows[i] < 0 || rows[i] >= T || src[i] < 0 || src[i] >= cb->n_drawn || cb->drawn[src[i]] < 0)
+            return err_set(err, "%s: feed of row %d from drawn row %d (step of %d rows, %d drawn)", be->name, rows[i],
+                           src[i], T, cb->n_drawn);
+        cb->fed_ids[rows[i]] = cb->drawn[src[i]];
+    }
+    cb->ids = cb->fed_ids;
+    return 0;
+}
+
 /* Top-k of the router logits of one token, then a softmax over those k (as
  * gpt-oss routes). */
 static void moe_route(const float *logits, int E, int k, int *ids, float *weights) {
@@ -254,6 +363,11 @@ static void cpu_destroy(Backend *be) {
     attn_cascade_free(&cb->plan);
     free(cb->calibrate);
     free(cb->scratch);
+    free(cb->fed_ids);
+    free(cb->drawn);
+    free(cb->drew);
+    free(cb->kept);
+    free(cb->kept_row);
     free(cb);
     free(be);
 }
@@ -304,7 +418,8 @@ Backend *backend_cpu_create(const ModelShape *c, const ModelWeights *w, int n_th
         .matmul_add = cpu_be_matmul_add,
         .rope_kv_write = cpu_be_rope_kv_write, .attention = cpu_be_attention, .gate_up = cpu_be_gate_up,
         .moe = cpu_be_moe, .gather_rows = cpu_be_gather_rows, .logits = cpu_be_logits, .read = cpu_be_read,
-        .write = cpu_be_write, .destroy = cpu_destroy,
+        .write = cpu_be_write, .sample_launch = cpu_be_sample_launch, .sample_result = cpu_be_sample_result,
+        .feed_tokens = cpu_be_feed_tokens, .destroy = cpu_destroy,
     };
     return be;
 }

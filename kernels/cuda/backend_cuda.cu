@@ -176,6 +176,7 @@ static void cuda_destroy(Backend *be) {
     cudaSetDevice(cb->device);
     if (cb->stream) cudaStreamSynchronize(cb->stream);
     if (cb->sampler_built) gpu_sampler_free(&cb->sampler);
+    cuda_overlap_free(cb);
     graphs_drop(cb);
     deq_ahead_free(&cb->deq);
     fp8_gemm_free(&cb->fp8);
@@ -281,6 +282,7 @@ extern "C" Backend *backend_cuda_create_rank(const ModelShape *c, const ModelWei
     if (rc == 0) rc = attn_alloc_work(cb, c, o->block_size, checks && checks->generic_attention, err);
     if (rc == 0) rc = cuda_alloc_kv(cb, c, o, err);
     if (rc == 0) rc = attn_alloc_meta(cb, err);
+    if (rc == 0) rc = cuda_overlap_init(be, err);
     if (rc) { cuda_destroy(be); return NULL; }
     snprintf(cb->name, sizeof cb->name, "cuda:%d%s", o->device, cb->bi ? "+bi" : "");
     be->name = cb->name;

@@ -8,6 +8,7 @@
  *   backend_cuda_matmul.cu   the matmul route table and the GEMMs it routes to
  *   backend_cuda_layer.cu    the ops of a layer (norms, qkv, rope, attention, MLP, MoE, logits)
  *   backend_cuda_tp.cu       a tensor-parallel rank's collectives (NCCL, or through host memory)
+ *   backend_cuda_async.cu    overlapped steps: a draw launched without a wait, its tokens fed to the next step
  */
 #ifndef CLLM_BACKEND_CUDA_CUH
 #define CLLM_BACKEND_CUDA_CUH
@@ -89,6 +90,18 @@ typedef struct {
     BufKind kind;
     int64_t n;
 } Buf;
+
+/* Overlapped steps (backend_cuda_async.cu). */
+typedef struct {
+    cudaEvent_t staged;          /* after the last copy from the pinned step staging (h_ids .. h_meta, h_feed):
+                                    begin_step waits for it before writing them again */
+    cudaEvent_t drawn;           /* after a launched draw's tokens reached the host */
+    int n_drawn;                 /* rows of the launched draw not yet taken (0: none) */
+    int32_t *h_feed, *d_feed;    /* [2][max_seqs] a step's fed rows, then their draw rows: pinned / device */
+    float *h_kept;               /* [kept_cap][vocab] pinned: the launched draw's kept logits rows (logprobs) */
+    int32_t *kept_row;           /* [max_seqs] the row each of them is */
+    int kept_cap, n_kept;
+} CudaOverlap;
 
 /* A step's cascade plan for the layers of one window (backend_cuda_cascade.cu). */
 typedef struct {
@@ -173,6 +186,7 @@ typedef struct {
     int64_t casc_rows_total;     /* decode rows put in a group, per step and layer window, ever */
     GpuSampler sampler;          /* built at the first sample() call */
     bool sampler_built;
+    CudaOverlap ovl;             /* overlapped steps */
     bf16 *scratch;               /* [T][nq+nk+nv] or [T][2F] GEMM outputs */
     float *router, *h_router, *moe_w, *h_w, *moe_acc;
     int32_t *moe_idx, *h_idx;
@@ -193,6 +207,12 @@ typedef struct {
 extern const int BUCKET_ROWS[N_BUCKETS];
 
 static inline CudaBackend *cb_of(Backend *be) { return (CudaBackend *)be->ctx; }
+
+/* backend_cuda_async.cu */
+int cuda_overlap_init(Backend *be, Err *err);              /* its events and buffers, and the three ops */
+void cuda_overlap_free(CudaBackend *cb);
+int cuda_overlap_staged_wait(CudaBackend *cb, Err *err);   /* before writing the pinned step staging */
+void cuda_overlap_staged(CudaBackend *cb);                 /* after queueing a copy from it */
 
 /* backend_cuda.cu */
 CudaBackend *cb_use(Backend *be);                            /* makes the backend's GPU current */

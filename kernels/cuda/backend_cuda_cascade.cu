@@ -131,6 +131,7 @@ const AttnCascadeDev *cascade_of_layer(CudaBackend *cb, int window) {
         if (n > 0) {
             op_fail(cb, cudaMemcpyAsync(cb->d_meta + at, cb->h_meta + at, n * sizeof(int32_t), cudaMemcpyHostToDevice,
                                         cb->stream), "cascade plan upload");
+            cuda_overlap_staged(cb); /* the next begin_step writes h_meta after this copy ran */
             cb->casc_meta_end += n;
         }
     }

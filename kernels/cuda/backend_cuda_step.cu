@@ -131,6 +131,7 @@ int cuda_be_begin_step(Backend *be, const int32_t *ids, const AttnBatch *b, cons
     if (T > cb->max_tokens || b->n_seqs > cb->max_seqs || b->n_seqs < 1)
         return err_set(err, "cuda: step of %d tokens / %d sequences exceeds %d / %d", T, b->n_seqs, cb->max_tokens,
                        cb->max_seqs);
+    if (cuda_overlap_staged_wait(cb, err)) return -1; /* the last step's copies from the staging have run */
     const CudaTuning *tu = &cb->tune;
     if (tu->prof_count > 0 && cb->steps == tu->prof_first) op_fail(cb, cudaProfilerStart(), "profiler start");
     if (tu->prof_count > 0 && cb->steps == (int64_t)tu->prof_first + tu->prof_count)
@@ -173,7 +174,9 @@ int cuda_be_begin_step(Backend *be, const int32_t *ids, const AttnBatch *b, cons
                                cudaMemcpyHostToDevice, st), err);
     cb->batch = (DevAttnBatch){Tp, cb->d_pos, cb->d_seq, cb->d_slot, cb->d_tables, cb->max_blocks, b->block_size};
     *rows = (StepRows){Tp, np};
-    return cb->fast_attn ? attn_step_meta(cb, b, Tp, err) : 0;
+    int rc = cb->fast_attn ? attn_step_meta(cb, b, Tp, err) : 0;
+    if (rc == 0) cuda_overlap_staged(cb);
+    return rc;
 }
 
 bool cuda_be_graph_replay(Backend *be) {

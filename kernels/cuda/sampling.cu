@@ -1,6 +1,6 @@
 /* sampling.cu — the batched GPU sampler: one block of 1024 threads per row.
  *
- * The semantics are engine/sampler.c's, step for step (read its header):
+ * The semantics are kernels/sample_row.c's, step for step (read its header):
  * penalties in place, NaN -> -inf, +inf -> FLT_MAX, x = l * (1/temperature),
  * greedy argmax (lowest id on ties), top-k by (x desc, id asc), weights
  * w = expf(x - xmax), top-p, min-p (w >= min_p), p = (float)(w / z), zero
@@ -46,7 +46,7 @@
 
 #define THREADS 1024
 #define WARPS (THREADS / 32)
-#define TOP_P_BUCKETS 1024      /* as engine/sampler.c */
+#define TOP_P_BUCKETS 1024      /* as kernels/sample_row.c */
 #define TOP_P_SPAN 32.0f
 #define FIX_ONE 17592186044416.0 /* 2^44: fixed-point scale of masses */
 #define FINE 32.0f              /* rank_search bins per nat of x below xmax */

@@ -1,7 +1,7 @@
 /* sampling.cuh — the batched GPU sampler (kernels/cuda/sampling.cu), C-callable.
  *
  * Samples one token per row of fp32 logits [n_rows][n_vocab] already on the
- * device, with the semantics of the CPU sampler (engine/sampler.c: penalties,
+ * device, with the semantics of the CPU sampler (kernels/sample_row.c: penalties,
  * temperature, top-k, top-p, min-p, the draw, NaN/inf rules, tie order and
  * the order candidates are drawn in). Each row comes as the CPU sampler
  * describes its next draw (a SampleRow: parameters, penalty window, the

@@ -115,6 +115,70 @@ generate_fp8_check() {
         python3 tests/gpu/compare_generate.py "$OUT/f8-batched.jsonl" "$OUT/f8-single.jsonl" 0.5
 }
 run_check generate_batched_fp8 generate_fp8_check
+# Overlapped steps (engine/step_overlap.h): `cllm generate` with steps
+# overlapped (the default) against CLLM_ASYNC_STEPS=off, every field of every
+# reply identical (tests/gpu/same_results.py), on the tiny llama and gemma3
+# fixtures (gemma3: windows, qk-norm, head 256). Default mode, bf16 and fp8 KV
+# caches, greedy and seeded (temperature 0.8, seed 1): fixed lengths with EOS
+# ignored, where both loops run the same batches step for step (each reply's
+# end is known in advance, so no row is wasted and no kernel sees another
+# shape). --batch-invariant (a row's sums do not depend on its batch): mixed
+# requests (EOS, stop strings, lengths, seeds, penalties, logprobs, prompt
+# logprobs), bf16 and fp8. The overlapped runs must report overlapped steps
+# (-v), the others none. Then one overlapped run under memcheck.
+async_gen() { # output, model, flags... (CLLM_ASYNC_STEPS from the caller); prints "N steps overlapped"
+    local out=$1 m=$2; shift 2
+    "$BIN/cllm" generate --overwrite -m "$CLLM_FIXTURES/tiny/$m.gguf" -o "$out" -v "$@" 2> "$out.log" ||
+        { tail -5 "$out.log"; return 1; }
+    grep -o '[0-9]* steps overlapped' "$out.log" || echo "0 steps overlapped (no summary line)"
+}
+async_pair() { # label, model, flags...: overlapped against synchronous
+    local label=$1 m=$2 o=$OUT/async-$1 on off; shift 2
+    on=$(async_gen "$o-on.jsonl" "$m" "$@") && off=$(CLLM_ASYNC_STEPS=off async_gen "$o-off.jsonl" "$m" "$@") ||
+        { echo "not ok - $label: a run failed"; return 1; }
+    echo "# $label: $on; with CLLM_ASYNC_STEPS=off: $off"
+    if [ "${on%% *}" -le 0 ] || [ "${off%% *}" -ne 0 ]; then echo "not ok - $label: overlap counts"; return 1; fi
+    python3 tests/gpu/same_results.py "$o-on.jsonl" "$o-off.jsonl" "$label"
+}
+async_prompts() { # the plain prompts, and mixed requests as JSON Lines
+    for i in $(seq 1 48); do echo "prompt $i: the quick brown fox $((i * 7919 % 1000)) jumps"; done > "$OUT/async-prompts.txt"
+    python3 - "$OUT/async-mixed.jsonl" <<'PY'
+import json, random, sys
+rng = random.Random(42)
+with open(sys.argv[1], "w") as f:
+    for k in range(48):
+        r = {"id": k, "prompt": f"request {k}: " + " ".join(rng.choice(["the", "quick", "brown", "fox", "jumps", "over",
+             "a", "lazy", "dog", str(rng.randrange(1000))]) for _ in range(rng.randrange(2, 40))),
+             "max_tokens": rng.randrange(1, 48)}
+        if k % 3: r["temperature"], r["seed"] = 0.8, k
+        else: r["temperature"] = 0
+        if k % 5 == 1: r["stop"] = ["at"]
+        if k % 4 == 2: r["repetition_penalty"], r["presence_penalty"], r["frequency_penalty"] = 1.3, 0.4, 0.2
+        if k % 6 == 3: r["logprobs"] = 2
+        if k % 9 == 4: r["prompt_logprobs"] = 1
+        f.write(json.dumps(r) + "\n")
+PY
+}
+async_steps_check() {
+    local m kv bad=0
+    async_prompts
+    for m in llama gemma3; do
+        for kv in bf16 fp8; do
+            async_pair "$m-$kv-greedy" $m -i "$OUT/async-prompts.txt" --kv-dtype $kv --temp 0 -n 40 --ignore-eos || bad=1
+            async_pair "$m-$kv-seeded" $m -i "$OUT/async-prompts.txt" --kv-dtype $kv --temp 0.8 --seed 1 -n 40 \
+                --ignore-eos || bad=1
+            async_pair "$m-$kv-bi-mixed" $m -i "$OUT/async-mixed.jsonl" --kv-dtype $kv --batch-invariant || bad=1
+        done
+    done
+    return $bad
+}
+run_check async_steps async_steps_check
+async_memcheck() {
+    async_prompts && compute-sanitizer --error-exitcode 9 --tool memcheck "$BIN/cllm" generate --overwrite \
+        -m "$CLLM_FIXTURES/tiny/llama.gguf" -i "$OUT/async-mixed.jsonl" -o "$OUT/async-memcheck.jsonl" -v 2>&1 |
+        grep -v '^step:'
+}
+command -v compute-sanitizer >/dev/null && run_check sanitizer_async_steps async_memcheck
 # Cascade attention through the whole forward: 48 prompts sharing a ~600-token
 # prefix (the scheduler computes it once, so their tables begin with the same
 # blocks), greedy, CLLM_CASCADE=always against off, bf16 and fp8 caches, on
