@@ -240,7 +240,7 @@ static int cmd_info(int argc, char **argv) {
     const char *model = NULL;
     bool tensors = false, dummy = false;
     int kv_tokens = OPT_UNSET, pp = OPT_UNSET, tp = OPT_UNSET;
-    const char *pp_split = NULL, *kv_name = NULL, *dummy_arg = NULL;
+    const char *pp_split = NULL, *kv_name = NULL, *dummy_arg = NULL, *gpus = NULL;
     DType dummy_type = DT_BF16;
     KVDtype kv_dtype = KV_DTYPE_BF16;
     const Opt opts[] = {
@@ -251,6 +251,8 @@ static int cmd_info(int argc, char **argv) {
         {"--pp", NULL, OPT_INT, &pp, "show the split into N pipeline stages and the memory per GPU"},
         {"--pp-split", NULL, OPT_STR, &pp_split, "layers per stage, comma-separated (default: balanced by bytes)"},
         {"--tp", NULL, OPT_INT, &tp, "show the split over N tensor-parallel ranks (per --pp stage) and the memory per GPU"},
+        {"--gpus", NULL, OPT_STR, &gpus, "with --tp or --pp: every backend's GPU, comma-separated, stage by "
+         "stage, rank by rank, as a run would take it; a GPU named twice is shared (default 0,1,...)"},
         {"--dummy-weights", NULL, OPT_FLAG_VALUE, &dummy_arg,
          "a folder with config.json only: the shapes, no weights read; =TYPE: the matrices in " DUMMY_TYPE_NAMES},
         {0},
@@ -266,7 +268,7 @@ static int cmd_info(int argc, char **argv) {
     if ((rc = check_ints("info", ints, 3)) || (rc = parse_kv_dtype("info", kv_name, &kv_dtype, NULL)) ||
         (rc = parse_dummy_weights("info", dummy_arg, &dummy, &dummy_type)))
         return rc;
-    InfoOptions io = {n_pos ? pos[0] : model, tensors, dummy, dummy_type, kv_tokens, kv_dtype, pp, pp_split, tp};
+    InfoOptions io = {n_pos ? pos[0] : model, tensors, dummy, dummy_type, kv_tokens, kv_dtype, pp, pp_split, tp, gpus};
     return info_main(&io);
 }
 

@@ -8,6 +8,7 @@
 
 #include "app/models.h"
 #include "model/forward.h"
+#include "parallel/placement.h"
 #include "parallel/stage.h"
 #include "parallel/stage_plan.h"
 #include "parallel/tp_plan.h"
@@ -238,14 +239,113 @@ static void print_tensor_parallel(const Model *m, const StagePlan *plan, const T
         tp_plan_print(stdout, &tps[0], &m->cfg, kv_tokens, kv_dtype, -1);
         return;
     }
-    printf("tensor parallel        %d ranks per stage (one GPU each: %d GPUs)\n", tps[0].n_ranks,
-           tps[0].n_ranks * plan->n_stages);
+    printf("tensor parallel        %d ranks per stage (%d backends)\n", tps[0].n_ranks, tps[0].n_ranks * plan->n_stages);
     for (int s = 0; s < plan->n_stages; s++) {
         StageModel sm;
         Err ignore = {{0}};
         stage_model_make(&sm, &m->cfg, &m->shape, &m->w, plan, s, &ignore); /* made once already */
         printf("  stage %d\n", s);
         tp_plan_print(stdout, &tps[s], &sm.cfg, kv_tokens, kv_dtype, s);
+    }
+}
+
+/* ---------- where the backends run: `info --tp N [--pp P] [--gpus LIST]` ---------- */
+
+/* Every backend's GPU, stage by stage, rank by rank, by placement.h's rule
+ * (the one the runtime follows), and what this machine says about it. */
+typedef struct {
+    int stages, tp, n;
+    int dev[PLACEMENT_MAX];
+    int n_gpus;            /* usable GPUs here; 0: planned as if the GPUs named existed */
+    char note[1200];       /* what this machine cannot tell, or what a run here would refuse ("": nothing) */
+} InfoPlacement;
+
+/* Checked before anything is printed: a bad --gpus list (its form, or a GPU
+ * this machine lacks) exits 2 naming it. With too few GPUs and no list the
+ * plan is 0, 1, ... as if they existed, and the note gives the refusal. */
+static int place_backends(InfoPlacement *pl, const char *gpus, int stages, int tp) {
+    Err why = {{0}}, err = {{0}};
+    memset(pl, 0, sizeof *pl);
+    pl->stages = stages, pl->tp = tp, pl->n = stages * tp;
+    if (gpus && stages * tp == 1) {
+        fprintf(stderr, "cllm info: --gpus '%s': places the backends of --tp or --pp; give one of them\n", gpus);
+        return 2;
+    }
+    if ((pl->n_gpus = backend_gpu_count(&why)) == 0)
+        snprintf(pl->note, sizeof pl->note, "no usable GPU here (%s): planned as if the GPUs named existed; "
+                 "NCCL and the GPUs' memory are not checked", why.msg[0] ? why.msg : "a build without CUDA");
+    if (!placement_devices(gpus, stages, tp, pl->n_gpus, pl->dev, &err)) return 0;
+    if (gpus || pl->n_gpus == 0) { fprintf(stderr, "cllm info: %s\n", err.msg); return 2; }
+    snprintf(pl->note, sizeof pl->note, "planned as if GPUs 0..%d existed; a run here refuses: %.1000s", pl->n - 1,
+             err.msg);
+    return placement_devices(NULL, stages, tp, 0, pl->dev, &err) ? 2 : 0; /* 0, 1, ...: the form only */
+}
+
+/* "stage 1 rank 0", "rank 1", "stage 1": backend b as the plan names it */
+static void backend_label(char *buf, size_t cap, const InfoPlacement *pl, int b) {
+    if (pl->stages > 1 && pl->tp > 1) snprintf(buf, cap, "stage %d rank %d", b / pl->tp, b % pl->tp);
+    else if (pl->tp > 1) snprintf(buf, cap, "rank %d", b);
+    else snprintf(buf, cap, "stage %d", b);
+}
+
+/* How stage s's group of ranks sums its partial results (tp.c's choice). */
+static void print_transport(const InfoPlacement *pl, int s) {
+    TpPlacement g;
+    placement_group(pl->dev, pl->n, s * pl->tp, pl->tp, &g);
+    char label[32], gpus[4 * TP_MAX + 1] = "";
+    snprintf(label, sizeof label, pl->stages > 1 ? "  stage %d transport" : "  transport", s);
+    for (int r = 0; r < pl->tp; r++)
+        snprintf(gpus + strlen(gpus), sizeof gpus - strlen(gpus), r ? ",%d" : "%d", g.devices[r]);
+    Err e = {{0}};
+    if (!g.nccl) printf("%-22s host memory; %s\n", label, g.why);
+    else if (pl->n_gpus == 0)
+        printf("%-22s NCCL between GPUs %s where NCCL loads, else host memory (not checked: no GPU here)\n", label,
+               gpus);
+    else if (backend_link_available(&e))
+        printf("%-22s host memory; NCCL does not load here (%s)\n", label, e.msg);
+    else printf("%-22s NCCL between GPUs %s (one rank each)\n", label, gpus);
+}
+
+/* Each GPU: the backends on it (shared where more than one) and the memory
+ * they take together, weights[b] + kv[b]; then each group's transport. */
+static void print_placement(const InfoPlacement *pl, const char *gpus, const uint64_t *weights, const uint64_t *kv) {
+    printf("%-22s %s%s\n", "placement", gpus ? "--gpus " : "GPUs 0, 1, ... (no --gpus)", gpus ? gpus : "");
+    if (pl->note[0]) printf("%-22s %s\n", "", pl->note);
+    bool done[PLACEMENT_MAX] = {false};
+    for (int b = 0; b < pl->n; b++) {
+        if (done[b]) continue;
+        char who[PLACEMENT_MAX * 20] = "", label[32];
+        int count = 0;
+        uint64_t w = 0, k = 0;
+        for (int j = b; j < pl->n; j++) {
+            if (pl->dev[j] != pl->dev[b]) continue;
+            done[j] = true;
+            w += weights[j], k += kv[j];
+            backend_label(label, sizeof label, pl, j);
+            snprintf(who + strlen(who), sizeof who - strlen(who), "%s%s", count++ ? ", " : "", label);
+        }
+        snprintf(label, sizeof label, "  GPU %d", pl->dev[b]);
+        printf("%-22s %s", label, who);
+        if (count > 1) printf(" (%d backends share it)", count);
+        printf(": ");
+        plan_print_memory(stdout, w, k);
+    }
+    for (int s = 0; pl->tp > 1 && s < pl->stages; s++) print_transport(pl, s);
+}
+
+/* Every backend's weights and KV cache (kv_tokens each), by the plans. */
+static void backend_bytes(const Model *m, const StagePlan *plan, const TpPlan *tps, const InfoPlacement *pl,
+                          int64_t kv_tokens, KVDtype kv_dtype, uint64_t *weights, uint64_t *kv) {
+    for (int s = 0; s < pl->stages; s++) {
+        StageModel sm;
+        Err ignore = {{0}};
+        if (plan) stage_model_make(&sm, &m->cfg, &m->shape, &m->w, plan, s, &ignore); /* made once already */
+        for (int r = 0; r < pl->tp; r++) {
+            int b = s * pl->tp + r;
+            weights[b] = tps ? tps[s].bytes[r] : plan->bytes[s];
+            kv[b] = tps ? tp_plan_kv_bytes(&tps[s], plan ? &sm.cfg : &m->cfg, r, kv_tokens, kv_dtype)
+                        : stage_plan_kv_bytes(plan, &m->cfg, s, kv_tokens, kv_dtype);
+        }
     }
 }
 
@@ -269,10 +369,22 @@ int info_main(const InfoOptions *o) {
         model_free(&m);
         return rc;
     }
+    InfoPlacement pl;
+    bool placed = tps || o->gpus;
+    if (placed && (rc = place_backends(&pl, o->gpus, piped ? plan.n_stages : 1, o->tp > 1 ? o->tp : 1))) {
+        free(tps);
+        model_free(&m);
+        return rc;
+    }
     int64_t kv = kv_tokens > 0 ? kv_tokens : m.cfg.ctx_len;
     model_print_info(stdout, &m, (int)kv, kv_dtype, family);
     if (piped) stage_plan_print(stdout, &plan, &m.cfg, kv, kv_dtype);
     if (tps) print_tensor_parallel(&m, piped ? &plan : NULL, tps, kv, kv_dtype);
+    if (placed) {
+        uint64_t weights[PLACEMENT_MAX], kv_bytes[PLACEMENT_MAX];
+        backend_bytes(&m, piped ? &plan : NULL, tps, &pl, kv, kv_dtype, weights, kv_bytes);
+        print_placement(&pl, o->gpus, weights, kv_bytes);
+    }
     if (tensors) model_print_tensors(stdout, &m);
     free(tps);
     model_free(&m);

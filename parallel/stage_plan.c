@@ -138,12 +138,16 @@ void plan_print_memory(FILE *out, uint64_t weights, uint64_t kv) {
     fprintf(out, "\n");
 }
 
-void stage_plan_print(FILE *out, const StagePlan *p, const ModelConfig *c, int64_t kv_tokens, KVDtype kv_dtype) {
+uint64_t stage_plan_kv_bytes(const StagePlan *p, const ModelConfig *c, int s, int64_t kv_tokens, KVDtype kv_dtype) {
     uint64_t kv_layer = c->n_kv_heads * kv_head_token_bytes(kv_dtype, c->head_dim_k, c->head_dim_v); /* per token */
-    fprintf(out, "pipeline               %d stages (one GPU each), KV cache of %lld tokens (%s)\n", p->n_stages,
+    return kv_layer * p->n_layers[s] * (uint64_t)kv_tokens;
+}
+
+void stage_plan_print(FILE *out, const StagePlan *p, const ModelConfig *c, int64_t kv_tokens, KVDtype kv_dtype) {
+    fprintf(out, "pipeline               %d stages, KV cache of %lld tokens (%s)\n", p->n_stages,
             (long long)kv_tokens, kv_dtype_name(kv_dtype));
     for (int s = 0; s < p->n_stages; s++) {
-        uint64_t kv = kv_layer * p->n_layers[s] * (uint64_t)kv_tokens;
+        uint64_t kv = stage_plan_kv_bytes(p, c, s, kv_tokens, kv_dtype);
         fprintf(out, "  stage %-2d             layers %d-%d (%d)%s%s: ", s, p->first_layer[s],
                 p->first_layer[s] + p->n_layers[s] - 1, p->n_layers[s], s == 0 ? ", embedding" : "",
                 s == p->n_stages - 1 ? ", final norm + LM head" : "");

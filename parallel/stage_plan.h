@@ -55,5 +55,7 @@ int stage_plan_parse(StagePlan *p, const ModelConfig *c, const ModelWeights *w, 
 /* The plan as `cllm info --pp N` prints it: each stage's layers, weight
  * bytes, and the bf16 KV cache of kv_tokens tokens for its layers. */
 void stage_plan_print(FILE *out, const StagePlan *p, const ModelConfig *c, int64_t kv_tokens, KVDtype kv_dtype);
+/* Stage s's KV cache of kv_tokens tokens (its layers, every KV head). */
+uint64_t stage_plan_kv_bytes(const StagePlan *p, const ModelConfig *c, int s, int64_t kv_tokens, KVDtype kv_dtype);
 
 #endif

@@ -168,14 +168,18 @@ static const char *span(char *buf, size_t cap, int first, int n) {
     return buf;
 }
 
+uint64_t tp_plan_kv_bytes(const TpPlan *p, const ModelConfig *c, int r, int64_t kv_tokens, KVDtype kv_dtype) {
+    uint64_t kv_head = kv_head_token_bytes(kv_dtype, c->head_dim_k, c->head_dim_v) * (uint64_t)c->n_layers;
+    return kv_head * p->n_kv[r] * (uint64_t)kv_tokens;
+}
+
 void tp_plan_print(FILE *out, const TpPlan *p, const ModelConfig *c, int64_t kv_tokens, KVDtype kv_dtype,
                    int pp_stage) {
-    uint64_t kv_head = kv_head_token_bytes(kv_dtype, c->head_dim_k, c->head_dim_v) * (uint64_t)c->n_layers;
     if (pp_stage < 0)
-        fprintf(out, "tensor parallel        %d ranks (one GPU each), KV cache of %lld tokens (%s)\n", p->n_ranks,
+        fprintf(out, "tensor parallel        %d ranks, KV cache of %lld tokens (%s)\n", p->n_ranks,
                 (long long)kv_tokens, kv_dtype_name(kv_dtype));
     for (int r = 0; r < p->n_ranks; r++) {
-        uint64_t kv = kv_head * p->n_kv[r] * (uint64_t)kv_tokens;
+        uint64_t kv = tp_plan_kv_bytes(p, c, r, kv_tokens, kv_dtype);
         char label[32], h[32], k[32], f[32], v[32];
         snprintf(label, sizeof label, "%srank %d", pp_stage >= 0 ? "    " : "  ", r);
         fprintf(out, "%-22s heads %s, KV heads %s, MLP columns %s", label, span(h, sizeof h, p->head0[r], p->n_heads[r]),

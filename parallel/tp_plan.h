@@ -70,5 +70,7 @@ void tp_rank_free(TpRankModel *rm);
  * pipeline stage (indented under it). */
 void tp_plan_print(FILE *out, const TpPlan *p, const ModelConfig *c, int64_t kv_tokens, KVDtype kv_dtype,
                    int pp_stage);
+/* Rank r's KV cache of kv_tokens tokens (its KV heads, c's layers). */
+uint64_t tp_plan_kv_bytes(const TpPlan *p, const ModelConfig *c, int r, int64_t kv_tokens, KVDtype kv_dtype);
 
 #endif

@@ -7,7 +7,8 @@
 # 9 heads, 3 KV heads: --tp 3; Gemma 3 270M: 4 heads, 1 KV head: --tp 2 and
 # 4). Refused, exit 2, naming why: out-of-range values, heads that do not
 # split, a split inside a quantized block, mixture-of-experts, --world-size.
-# `cllm info --tp N` shows each rank's part and memory; bench and chat run
+# `cllm info --tp N` shows each rank's part and memory, and with --gpus (or
+# 0, 1, ...) each rank's GPU, who shares one, and the group's transport; bench and chat run
 # with --tp 2, and a serve --tp 2 completion equals one backend's.
 source "$(dirname "$0")/lib.sh"
 F=tests/fixtures/tiny
@@ -84,8 +85,40 @@ expect_grep "--tp with --world-size says why" "$TMP/err" "threads of one process
 expect_exit "info --tp 4" 0 $CLLM info $F/qwen2.gguf --tp 4 -c 1000
 expect_grep "info --tp 4: rank 1 replicates KV head 0" "$TMP/out" "rank 1 +heads 1, KV heads 0, MLP columns 24-47, LM head vocab [0-9]+-[0-9]+: weights .* \+ KV 0\.1 MB"
 expect_exit "info --tp 2 --pp 2" 0 $CLLM info $F/llama.gguf --tp 2 --pp 2
-expect_grep "info --tp 2 --pp 2: 4 GPUs" "$TMP/out" "2 ranks per stage \(one GPU each: 4 GPUs\)"
+expect_grep "info --tp 2 --pp 2: 4 backends" "$TMP/out" "2 ranks per stage \(4 backends\)"
+expect_grep "info --tp 2 --pp 2: stage 1 rank 1 on GPU 3" "$TMP/out" "^  GPU 3 +stage 1 rank 1: weights"
+expect_grep "info --tp 2 --pp 2: stage 1's group over NCCL where it loads" "$TMP/out" \
+    "^  stage 1 transport +NCCL between GPUs 2,3 where NCCL loads, else host memory \(not checked: no GPU here\)"
+expect_grep "info without a GPU says what it cannot know" "$TMP/out" "no usable GPU here \(.*\): planned as if the GPUs"
 expect_grep "info --tp 2 --pp 2: stage 0 has no LM head" "$TMP/out" "^    rank 1 +heads 2-3, KV heads 1, MLP columns 64-127: weights"
+# --gpus: each rank's GPU by the runtime's rule (parallel/placement.c), who shares one, the transport
+expect_exit "info --tp 2 --gpus 0,0" 0 $CLLM info $F/llama.gguf --tp 2 --gpus 0,0 -c 1000
+expect_grep "info --gpus 0,0: both ranks on GPU 0, shared" "$TMP/out" "^  GPU 0 +rank 0, rank 1 \(2 backends share it\): weights .* \+ KV .* = "
+expect_grep "info --gpus 0,0: host memory, saying why" "$TMP/out" "^  transport +host memory; --tp 2: GPU 0 holds ranks 0 and 1"
+n=$(grep -c "^  GPU " "$TMP/out")
+[ "$n" = 1 ] && ok "info --gpus 0,0: one GPU listed" || notok "info --gpus 0,0: one GPU listed" "$n"
+expect_exit "info --tp 2 --gpus 0,1" 0 $CLLM info $F/llama.gguf --tp 2 --gpus 0,1 -c 1000
+expect_grep "info --gpus 0,1: rank 0 on GPU 0" "$TMP/out" "^  GPU 0 +rank 0: weights"
+expect_grep "info --gpus 0,1: rank 1 on GPU 1" "$TMP/out" "^  GPU 1 +rank 1: weights"
+expect_grep "info --gpus 0,1: NCCL" "$TMP/out" "^  transport +NCCL between GPUs 0,1"
+expect_exit "info --pp 2 --tp 2 --gpus 1,1,0,0" 0 $CLLM info $F/llama.gguf --pp 2 --tp 2 --gpus 1,1,0,0
+expect_grep "info --pp 2 --tp 2 --gpus 1,1,0,0: stage 0 on GPU 1" "$TMP/out" \
+    "^  GPU 1 +stage 0 rank 0, stage 0 rank 1 \(2 backends share it\)"
+expect_grep "info --pp 2 --tp 2 --gpus 1,1,0,0: stage 1 on GPU 0" "$TMP/out" \
+    "^  GPU 0 +stage 1 rank 0, stage 1 rank 1 \(2 backends share it\)"
+expect_grep "info --pp 2 --tp 2 --gpus 1,1,0,0: stage 1 through host memory" "$TMP/out" \
+    "^  stage 1 transport +host memory; --tp 2: GPU 0 holds ranks 0 and 1"
+expect_exit "info --pp 2 --tp 2 --gpus 0,1,0,1" 0 $CLLM info $F/llama.gguf --pp 2 --tp 2 --gpus 0,1,0,1
+expect_grep "info --gpus 0,1,0,1: a GPU shared across stages" "$TMP/out" \
+    "^  GPU 0 +stage 0 rank 0, stage 1 rank 0 \(2 backends share it\)"
+expect_grep "info --gpus 0,1,0,1: host memory: another stage's backend" "$TMP/out" \
+    "^  stage 0 transport +host memory; --tp 2: GPU [01] also holds another stage's backend"
+for g in 0,x 0 0,1,2 -1,0; do
+    expect_exit "info --tp 2 --gpus $g exits 2" 2 $CLLM info $F/llama.gguf --tp 2 --gpus $g
+    expect_grep "info --tp 2 --gpus $g names the list" "$TMP/err" "^cllm info: --gpus '$g': "
+done
+expect_exit "info --gpus without --tp or --pp exits 2" 2 $CLLM info $F/llama.gguf --gpus 0
+expect_grep "info --gpus alone says what it needs" "$TMP/err" "--gpus '0': places the backends of --tp or --pp"
 expect_exit "info --tp 3 exits 2" 2 $CLLM info $F/llama.gguf --tp 3
 expect_grep "info --tp 3 says why" "$TMP/err" "4 attention heads do not split evenly over 3 ranks"
 
