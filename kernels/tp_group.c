@@ -16,6 +16,8 @@ struct TpGroup {
     float *buf[TP_GROUP_MAX];   /* the current operation's buffers, by rank */
     const float *src[TP_GROUP_MAX];
     int64_t cols[TP_GROUP_MAX];
+    bool linked;                /* one rank here, the others through link */
+    TpGroupLink link;
 };
 
 TpGroup *tp_group_create(int n_ranks, Err *err) {
@@ -26,6 +28,16 @@ TpGroup *tp_group_create(int n_ranks, Err *err) {
     g->n = n_ranks;
     pthread_mutex_init(&g->mu, NULL);
     pthread_cond_init(&g->cv, NULL);
+    return g;
+}
+
+TpGroup *tp_group_create_linked(int n_ranks, const TpGroupLink *link, Err *err) {
+    if (!link || !link->all_reduce_f32 || !link->all_gather_f32)
+        return err_set(err, "tensor-parallel group: a link without its all-reduce and all-gather"), NULL;
+    TpGroup *g = tp_group_create(n_ranks, err);
+    if (!g) return NULL;
+    g->linked = true;
+    g->link = *link;
     return g;
 }
 
@@ -40,9 +52,11 @@ int tp_group_size(const TpGroup *g) { return g->n; }
 
 void tp_group_abort(TpGroup *g) {
     pthread_mutex_lock(&g->mu);
+    bool tell = g->linked && !g->broken && g->link.abort;
     g->broken = true;
     pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&g->mu);
+    if (tell) g->link.abort(g->link.ctx);
 }
 
 bool tp_group_broken(const TpGroup *g) {
@@ -74,6 +88,10 @@ static bool barrier(TpGroup *g) {
  * until all shares are written. */
 void tp_group_all_reduce_f32(TpGroup *g, int rank, float *buf, int64_t n) {
     if (g->n == 1) return;
+    if (g->linked) {
+        if (!tp_group_broken(g) && g->link.all_reduce_f32(g->link.ctx, buf, n)) tp_group_abort(g);
+        return;
+    }
     g->buf[rank] = buf;
     if (!barrier(g)) return;
     int64_t lo = n * rank / g->n, hi = n * (rank + 1) / g->n;
@@ -86,6 +104,10 @@ void tp_group_all_reduce_f32(TpGroup *g, int rank, float *buf, int64_t n) {
 }
 
 void tp_group_all_gather_f32(TpGroup *g, int rank, float *dst, const float *src, int64_t rows, int64_t cols) {
+    if (g->linked) {
+        if (!tp_group_broken(g) && g->link.all_gather_f32(g->link.ctx, dst, src, rows, cols)) tp_group_abort(g);
+        return;
+    }
     g->src[rank] = src;
     g->cols[rank] = cols;
     if (!barrier(g)) return;
