@@ -31,15 +31,18 @@ int run_options_from_env(RunOptions *o, Err *err) {
     if (o->world_size > 1 && o->rank <= 0) o->rank = env_int(rank, o->rank);
     if (!o->master) o->master = getenv("CLLM_MASTER");
     if (o->world_size <= 1) return 0;
-    if (o->tp > 1)
-        return err_set(err, "--tp %d with --world-size %d: the ranks of a tensor-parallel group run as threads of one "
-                       "process so far", o->tp, o->world_size);
+    if (o->tp > 1 && o->pp > 1)
+        return err_set(err, "--pp %d --tp %d with --world-size %d: a process per stage or per rank, not both yet (--tp "
+                       "N --world-size N runs the ranks as processes; --pp P --tp N as one process)", o->pp, o->tp,
+                       o->world_size);
+    if (o->tp > 1 && o->tp != o->world_size)
+        return err_set(err, "--tp %d but --world-size %d: one process per tensor-parallel rank", o->tp, o->world_size);
     if (o->pp > 1 && o->pp != o->world_size)
         return err_set(err, "--pp %d but --world-size %d: one process per stage", o->pp, o->world_size);
     if (o->rank < 0 || o->rank >= o->world_size)
         return err_set(err, "--rank %d: must be in [0, %d)", o->rank, o->world_size);
     if (!o->master) return err_set(err, "--world-size %d: --master ADDR:PORT (or CLLM_MASTER) is needed", o->world_size);
-    o->pp = o->world_size;
+    if (o->tp <= 1) o->pp = o->world_size;
     return 0;
 }
 
@@ -160,6 +163,36 @@ static int open_tensor_parallel(Runtime *rt, const RunOptions *o, int n_gpus, in
                               err);
 }
 
+/* --tp N --world-size N: this process's rank (parallel/tp_process.h) on
+ * its GPU (its --gpus entry, else the launcher's local rank, else the rank)
+ * or the CPU; rank 0 runs the engine over the group, the others serve. */
+static int open_tp_processes(Runtime *rt, const RunOptions *o, int n_gpus, int ctx, int block, int chunk,
+                             Err *err) {
+    const Model *m = &rt->model;
+    BackendOptions bo = backend_options(rt, o, &m->cfg, ctx, block, chunk);
+    int n_blocks = (ctx + block - 1) / block + 1;
+    bo.device = n_gpus > 0 ? placement_own_device(o->gpus, 1, o->tp, o->rank, err) : -1;
+    if (n_gpus > 0 && bo.device < 0) return -1;
+    if (n_gpus > 0 && bo.device >= n_gpus)
+        return err_set(err, "tensor-parallel rank %d: GPU %d, this machine has %d", o->rank, bo.device, n_gpus);
+    bo.n_blocks = n_gpus > 0 ? 0 : n_blocks;
+    if (tp_process_open(&rt->tpp, &m->cfg, &m->shape, &m->w, o->tp, o->rank, o->master, &bo, pp_timeout(), err)) {
+        tp_process_close(&rt->tpp);
+        return -1;
+    }
+    rt->tp_processes = true;
+    rt->be = rt->tpp.be;
+    if (rt->tpp.rank > 0) return 0;
+    rt->kv_tokens = (int64_t)rt->tpp.kv_blocks * block;
+    if (rt->tpp.kv_blocks < n_blocks) {
+        int fit = (rt->tpp.kv_blocks - 1) * block;
+        return err_set(err, "--tp %d: a rank's KV cache holds only %d tokens at --gpu-mem-util %.2f; use --ctx-size "
+                       "%d or a larger --gpu-mem-util", o->tp, fit, o->gpu_mem_util, fit > 0 ? fit : 1);
+    }
+    ForwardStages stages = tp_process_stages(&rt->tpp);
+    return engine_init_stages(&rt->engine, m, &rt->tpp.rm.cfg, rt->be, rt->tpp.kv_blocks, &stages, ctx, chunk, err);
+}
+
 /* One backend: the GPU unless --cpu or none is there (n_gpus); its KV cache
  * takes what --gpu-mem-util leaves after weights and activations. */
 static int open_backend(Runtime *rt, const RunOptions *o, int n_gpus, int ctx, int block, int chunk, Err *err) {
@@ -241,8 +274,9 @@ int runtime_open(Runtime *rt, const RunOptions *o, Err *err) {
     int block = 16, chunk = o->prefill_chunk > 0 ? o->prefill_chunk : 256;
     int n_gpus = 0, rc = o->cpu ? 0 : gpu_fallback(o, &n_gpus, err);
     if (rc == 0)
-        rc = o->pp > 1   ? open_pipeline(rt, o, ctx, block, chunk, err)
-             : o->tp > 1 ? open_tensor_parallel(rt, o, n_gpus, ctx, block, chunk, err)
+        rc = o->pp > 1                           ? open_pipeline(rt, o, ctx, block, chunk, err)
+             : o->tp > 1 && o->world_size > 1 ? open_tp_processes(rt, o, n_gpus, ctx, block, chunk, err)
+             : o->tp > 1                         ? open_tensor_parallel(rt, o, n_gpus, ctx, block, chunk, err)
                          : open_backend(rt, o, n_gpus, ctx, block, chunk, err);
     if (rc) runtime_close(rt);
     return rc;
@@ -252,6 +286,15 @@ int runtime_serve_main(const RunOptions *o, const char *cmd) {
     Runtime rt;
     Err err = {{0}};
     if (runtime_open(&rt, o, &err)) { fprintf(stderr, "cllm %s: rank %d: %s\n", cmd, o->rank, err.msg); return 2; }
+    if (rt.tp_processes) {
+        if (o->verbose)
+            fprintf(stderr, "cllm %s: rank %d of %d serves tensor-parallel rank %d on %s\n", cmd, o->rank,
+                    o->world_size, rt.tpp.rank, rt.be->name);
+        int rc = tp_process_serve(&rt.tpp, o->prefill_chunk > 0 ? o->prefill_chunk : 256, &err);
+        if (rc) fprintf(stderr, "cllm %s: rank %d: %s\n", cmd, o->rank, err.msg);
+        runtime_close(&rt);
+        return rc ? 2 : 0;
+    }
     int r = rt.pp.serve_stage;
     if (o->verbose)
         fprintf(stderr, "cllm %s: rank %d of %d serves stage %d (layers %d-%d) on %s\n", cmd, o->rank, o->world_size,
@@ -279,7 +322,8 @@ void runtime_close(Runtime *rt) {
     engine_free(&rt->engine);
     if (rt->pipelined) pipeline_close(&rt->pp); /* the stages' backends, the engine's included */
     if (rt->tensor_parallel) tp_ranks_free(&rt->tp); /* ranks 1..N-1; rank 0's backend is rt->be */
-    if (!rt->pipelined && rt->be) rt->be->destroy(rt->be);
+    if (rt->tp_processes) tp_process_close(&rt->tpp); /* this rank's backend (rt->be) included */
+    if (!rt->pipelined && !rt->tp_processes && rt->be) rt->be->destroy(rt->be);
     model_free(&rt->model);
     memset(rt, 0, sizeof *rt);
 }

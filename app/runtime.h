@@ -11,6 +11,7 @@
 #include "model/model.h"
 #include "parallel/pipeline_open.h"
 #include "parallel/tp.h"
+#include "parallel/tp_process.h"
 #include "tokenizer/chat_template.h"
 
 typedef struct {
@@ -50,8 +51,11 @@ void run_options_default(RunOptions *o);
  * launcher's environment (mpirun: OMPI_COMM_WORLD_RANK / _SIZE; PMI_RANK /
  * PMI_SIZE; CLLM_MASTER); -1 with err when they contradict --pp. */
 int run_options_from_env(RunOptions *o, Err *err);
-/* This process serves a pipeline stage for another one (multi-process, not the last rank). */
-static inline bool run_options_serves_stage(const RunOptions *o) { return o->world_size > 1 && o->rank != o->world_size - 1; }
+/* This process serves another one (multi-process): a pipeline stage (not
+ * the last rank, which drives), or a tensor-parallel rank (not rank 0). */
+static inline bool run_options_serves_stage(const RunOptions *o) {
+    return o->world_size > 1 && o->rank != (o->tp > 1 ? 0 : o->world_size - 1);
+}
 
 typedef struct {
     Model model;
@@ -65,6 +69,8 @@ typedef struct {
     bool pipelined;
     TpRanks tp;                       /* the ranks, when o->tp > 1 without --pp (with it: the pipeline's stages hold them) */
     bool tensor_parallel;
+    TpProcess tpp;                    /* this process's rank, with --tp N --world-size N (tpp.rank > 0: it serves) */
+    bool tp_processes;
 } Runtime;
 
 /* Loads o->model and builds the backend and engine. Prints nothing but a

@@ -111,27 +111,16 @@ static int open_stages(Pipeline *p, const Model *m, const PipelineOptions *o, Er
     return pipeline_start(p, o->backend.max_tokens, err);
 }
 
-/* Multi-process: this process's GPU is --gpus[rank], else the launcher's
- * local rank (several hosts), else the rank (one host). */
-static int own_device(const PipelineOptions *o, Err *err) {
-    int dev[STAGE_MAX];
-    if (o->gpus) return placement_devices(o->gpus, o->world_size, 1, 0, dev, err) ? -1 : dev[o->rank];
-    const char *names[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK", NULL};
-    for (int i = 0; names[i]; i++)
-        if (getenv(names[i]) && *getenv(names[i])) return atoi(getenv(names[i]));
-    return o->rank;
-}
-
 /* --world-size N: this process builds its own stage only. The last rank
  * listens at --master (it drives: scheduler, sampling, output), the others
  * connect to it; the link id it makes travels with that rendezvous. */
 static int open_own_stage(Pipeline *p, const Model *m, const PipelineOptions *o, Err *err) {
     int n = o->world_size, r = o->rank, driver = n - 1;
     if (o->tp > 1)
-        return err_set(err, "--tp %d with --world-size %d: the ranks of a tensor-parallel group run as threads of "
-                       "one process so far", o->tp, n);
+        return err_set(err, "--tp %d with --world-size %d stages: a process per stage or per rank, not both yet",
+                       o->tp, n);
     if (make_plan(p, m, o, n, err)) return -1;
-    int dev = own_device(o, err), n_gpus = stage_gpus(o);
+    int dev = placement_own_device(o->gpus, n, 1, r, err), n_gpus = stage_gpus(o);
     if (dev < 0 || (n_gpus > 0 && backend_link_available(err))) return -1;
     unsigned char id[BACKEND_LINK_ID_BYTES] = "cllm-cpu-stages";
     if (n_gpus > 0 && r == driver && backend_link_id(id, err)) return -1;

@@ -55,6 +55,15 @@ int placement_devices(const char *gpus, int stages, int tp, int n_gpus, int *dev
     return 0;
 }
 
+int placement_own_device(const char *gpus, int stages, int tp, int rank, Err *err) {
+    int dev[PLACEMENT_MAX];
+    if (gpus) return placement_devices(gpus, stages, tp, 0, dev, err) ? -1 : dev[rank];
+    const char *names[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK", NULL};
+    for (int i = 0; names[i]; i++)
+        if (getenv(names[i]) && *getenv(names[i])) return atoi(getenv(names[i]));
+    return rank;
+}
+
 void placement_group(const int *dev, int n_all, int first, int n, TpPlacement *p) {
     memset(p, 0, sizeof *p);
     p->nccl = true;

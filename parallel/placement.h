@@ -31,6 +31,12 @@
  * the option and what to do. */
 int placement_devices(const char *gpus, int stages, int tp, int n_gpus, int *dev, Err *err);
 
+/* One process per backend (--world-size): the GPU of this process, rank
+ * `rank` of `stages` stages of `tp` ranks: its --gpus entry, else the
+ * launcher's local rank (several hosts), else the rank (one host); -1 with
+ * err for a bad list. */
+int placement_own_device(const char *gpus, int stages, int tp, int rank, Err *err);
+
 /* A tensor-parallel group as placed: what tp_ranks_open needs to know. */
 typedef struct {
     int devices[TP_MAX];    /* rank r's GPU (< 0: a CPU backend) */

@@ -173,23 +173,34 @@ int tp_ranks_run(TpRanks *t, Forward *rank0, const ForwardStep *s, Err *err) {
     return rc;
 }
 
+int tp_hold_step(ForwardStep *pending, bool *has_pending, const int32_t *ids, const AttnBatch *b,
+                 const int32_t *logit_rows, int n_logits, float *logits_out, Err *err) {
+    if (*has_pending) return err_set(err, "tensor parallel: a step already in flight");
+    *pending = (ForwardStep){ids, *b, logit_rows, n_logits, logits_out};
+    *has_pending = true;
+    return 0;
+}
+
+const ForwardStep *tp_take_step(const ForwardStep *pending, bool *has_pending, Err *err) {
+    if (!*has_pending) return err_set(err, "tensor parallel: no step in flight"), NULL;
+    *has_pending = false;
+    return pending;
+}
+
 static int stages_launch(void *ctx, const int32_t *ids, const AttnBatch *b, const int32_t *logit_rows, int n_logits,
                          float *logits_out, Err *err) {
     TpRanks *t = ctx;
-    if (t->has_pending) return err_set(err, "tensor parallel: a step already in flight");
-    t->pending = (ForwardStep){ids, *b, logit_rows, n_logits, logits_out};
-    t->has_pending = true;
-    return 0;
+    return tp_hold_step(&t->pending, &t->has_pending, ids, b, logit_rows, n_logits, logits_out, err);
 }
 
 /* The engine's Forward is rank 0's; without a pipeline it embeds (the
  * engine made it for a last stage, from_prev). */
 static int stages_finish(void *ctx, Forward *last, Err *err) {
     TpRanks *t = ctx;
-    if (!t->has_pending) return err_set(err, "tensor parallel: no step in flight");
-    t->has_pending = false;
+    const ForwardStep *s = tp_take_step(&t->pending, &t->has_pending, err);
+    if (!s) return -1;
     last->from_prev = false;
-    return tp_ranks_run(t, last, &t->pending, err);
+    return tp_ranks_run(t, last, s, err);
 }
 
 ForwardStages tp_stages(TpRanks *t) { return (ForwardStages){t, 1, stages_launch, stages_finish}; }

@@ -68,6 +68,11 @@ int tp_ranks_open(TpRanks *t, const ModelConfig *c, const ModelShape *shape, con
 int tp_ranks_run(TpRanks *t, Forward *rank0, const ForwardStep *s, Err *err);
 /* rank 0's config (its heads and MLP columns): what its Forward is made with. */
 const ModelConfig *tp_ranks_cfg(const TpRanks *t);
+/* ForwardStages.launch of a group: the step held for finish (one in flight; a second is an error). */
+int tp_hold_step(ForwardStep *pending, bool *has_pending, const int32_t *ids, const AttnBatch *b,
+                 const int32_t *logit_rows, int n_logits, float *logits_out, Err *err);
+/* ForwardStages.finish of a group: the step held (NULL with err when none is). */
+const ForwardStep *tp_take_step(const ForwardStep *pending, bool *has_pending, Err *err);
 /* The group alone as the engine's stages (no pipeline): one step in flight. */
 ForwardStages tp_stages(TpRanks *t);
 /* Stops the threads; frees ranks 1..n-1 (Forwards, backends), the slices, the NCCL links and the group. */

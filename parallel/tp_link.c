@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include "parallel/peer_io.h"
@@ -27,7 +29,11 @@ TpLink *tp_link_open(int rank, int n_ranks, const int *fds, double timeout_s, Er
     TpLink *l = calloc(1, sizeof *l);
     if (!l) return err_set(err, "out of memory"), NULL;
     l->rank = rank, l->n = n_ranks, l->timeout_s = timeout_s;
-    for (int r = 0; r < n_ranks; r++) l->fds[r] = fds[r];
+    for (int r = 0; r < n_ranks; r++) {
+        l->fds[r] = fds[r];
+        int one = 1; /* each op is a few small writes then a wait: Nagle would hold them back (not a TCP socket: ignored) */
+        if (fds[r] >= 0) setsockopt(fds[r], IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
     return l;
 }
 

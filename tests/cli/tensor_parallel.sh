@@ -6,7 +6,8 @@
 # --pp 2 --tp 2, and the real small models where their heads allow (SmolLM2:
 # 9 heads, 3 KV heads: --tp 3; Gemma 3 270M: 4 heads, 1 KV head: --tp 2 and
 # 4). Refused, exit 2, naming why: out-of-range values, heads that do not
-# split, a split inside a quantized block, mixture-of-experts, --world-size.
+# split, a split inside a quantized block, mixture-of-experts, --pp --tp with
+# --world-size (--tp N --world-size N: tests/cli/tp_multiprocess.sh).
 # `cllm info --tp N` shows each rank's part and memory, and with --gpus (or
 # 0, 1, ...) each rank's GPU, who shares one, and the group's transport; bench and chat run
 # with --tp 2, and a serve --tp 2 completion equals one backend's.
@@ -78,8 +79,9 @@ expect_exit "--tp 3 on 4 heads exits 2" 2 $GEN -m $F/llama.gguf --tp 3
 expect_grep "--tp 3 names the head count" "$TMP/err" "--tp 3: the model's 4 attention heads do not split evenly over 3 ranks"
 expect_exit "gpt-oss --tp 2 exits 2" 2 $GEN -m $F/gpt-oss.gguf --tp 2
 expect_grep "gpt-oss --tp 2: mixture-of-experts refused" "$TMP/err" "--tp 2: a mixture-of-experts model \(4 experts\)"
-expect_exit "--tp 2 --world-size 2 exits 2" 2 $GEN -m $F/llama.gguf --tp 2 --world-size 2 --rank 0 --master 127.0.0.1:1
-expect_grep "--tp with --world-size says why" "$TMP/err" "threads of one process so far"
+expect_exit "--pp 2 --tp 2 --world-size 4 exits 2" 2 $GEN -m $F/llama.gguf --pp 2 --tp 2 --world-size 4 --rank 0 \
+    --master 127.0.0.1:1
+expect_grep "--pp --tp with --world-size says why" "$TMP/err" "a process per stage or per rank, not both yet"
 
 # ---- info ----
 expect_exit "info --tp 4" 0 $CLLM info $F/qwen2.gguf --tp 4 -c 1000
@@ -156,24 +158,7 @@ for i in $(seq 1 6); do
     printf '{"id":"p%d","prompt":"The ranks read the file %d and %d","max_tokens":10,"logprobs":3}\n' $i $i $((i * 37))
 done > "$TMP/d8.jsonl"
 G8="$CLLM generate --cpu --temp 0 -c 64 -i $TMP/d8.jsonl --ordered -m $D8 --dummy-weights"
-close8() { # NAME FILE: FILE's replies match the one-backend run's
-    local why
-    if why=$(python3 - "$TMP/d8-one.jsonl" "$2" <<'PY' 2>&1
-import json, sys
-a, b = ([json.loads(l) for l in open(f)] for f in sys.argv[1:])
-assert len(a) == len(b) == 6, f"{len(a)} and {len(b)} replies"
-worst = 0.0
-for x, y in zip(a, b):
-    assert x["text"] == y["text"], f"{x['id']}: {x['text']!r} vs {y['text']!r}"
-    lx, ly = x["logprobs"], y["logprobs"]
-    worst = max([worst] + [abs(p - q) for p, q in zip(lx["token_logprobs"], ly["token_logprobs"])])
-    for tx, ty in zip(lx["top_logprobs"], ly["top_logprobs"]):
-        assert tx.keys() == ty.keys(), f"{x['id']}: top tokens {list(tx)} vs {list(ty)}"
-        worst = max([worst] + [abs(tx[k] - ty[k]) for k in tx])
-assert worst <= 1e-4, f"worst logprob difference {worst:.3g}"
-PY
-    ); then ok "$1"; else notok "$1" "$why"; fi
-}
+close8() { expect_logprobs_close "$1" "$TMP/d8-one.jsonl" "$2" 1e-4; } # NAME FILE: matches the one-backend run
 expect_exit "8 heads: one backend" 0 $G8 -o "$TMP/d8-one.jsonl"
 for opt in "--tp 8 --max-seqs 1" "--tp 8" "--pp 8" "--pp 2 --tp 4" "--pp 4 --tp 2"; do
     name=$(echo "$opt" | tr -d ' -')

@@ -457,6 +457,35 @@ for n in 2 4; do
     if [ "$NGPU" -ge $n ]; then run_check tensor_parallel_tp$n tp_nccl_check $n
     else rows+=("$(printf '%-28s skip: needs %d GPUs' tensor_parallel_tp$n $n)"); echo "tensor_parallel_tp$n: skip: needs $n GPUs"; fi
 done
+# --tp N --world-size N (the ranks as processes; tests/cli/tp_multiprocess.sh on CPU backends): each process on
+# its --gpus entry, the ranks' sums through host memory and the rendezvous' sockets (no NCCL across processes
+# yet): batched logprobs exactly those of --tp N with every rank on GPU 0 in one process (the host transport's
+# rank-order sums). --max-seqs 8 on both: the KV budgets differ (the processes' --gpu-mem-util), the batches not.
+tp_mp_check() { # N: ranks (processes)
+    local n=$1 m rc=0 port=$((30000 + RANDOM % 20000)) gpus r
+    gpus=$(seq -s, 0 $((n - 1)))
+    for m in llama gemma3; do
+        local M=tests/fixtures/tiny/$m.gguf
+        tp_lp -m $M --max-seqs 8 --tp $n --gpus "$(zeros $n)" -o "$OUT/tpmph$n-$m.jsonl" || return 1
+        port=$((port + 1))
+        for r in $(seq 1 $((n - 1))); do
+            CLLM_PP_TIMEOUT=60 timeout 300 "$BIN/cllm" generate -c 128 --gpu-mem-util 0.3 -m $M --tp $n --world-size $n \
+                --rank $r --gpus "$gpus" --master 127.0.0.1:$port -v 2> "$OUT/tpmp$n-$m-r$r.err" &
+        done
+        CLLM_PP_TIMEOUT=60 tp_lp -m $M --max-seqs 8 --gpu-mem-util 0.3 --tp $n --world-size $n --rank 0 \
+            --gpus "$gpus" --master 127.0.0.1:$port -o "$OUT/tpmp$n-$m.jsonl" 2> "$OUT/tpmp$n-$m.err" ||
+            { echo "not ok - $m --tp $n --world-size $n: $(tail -2 "$OUT/tpmp$n-$m.err")"; rc=1; }
+        wait
+        grep -h "serves tensor-parallel rank" "$OUT"/tpmp$n-$m-r*.err | sed 's/^/# /'
+        echo "# $m batched logprobs, --tp $n --world-size $n vs --tp $n in one process on GPU 0 (exact):"
+        python3 tests/gpu/compare_logprobs.py "$OUT/tpmp$n-$m.jsonl" "$OUT/tpmph$n-$m.jsonl" 0.000001 || rc=1
+    done
+    return $rc
+}
+for n in 2 4; do
+    if [ "$NGPU" -ge $n ]; then run_check tensor_parallel_tp${n}_processes tp_mp_check $n
+    else rows+=("$(printf '%-28s skip: needs %d GPUs' tensor_parallel_tp${n}_processes $n)"); echo "tensor_parallel_tp${n}_processes: skip: needs $n GPUs"; fi
+done
 # --pp 2 --tp 2 on 4 GPUs (each stage a group of 2 over NCCL; stages hand over over their rank 0s' link):
 # exactly --tp 2's replies (the stages add no rounding: the hidden state is handed over as it is), and
 # one GPU's as --tp 2 is, one sequence at a time.

@@ -1,0 +1,169 @@
+/* tp_process.c — a tensor-parallel group with a process per rank
+ * (parallel/tp_process.h). */
+#include "parallel/tp_process.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "parallel/peer_io.h"
+#include "parallel/rendezvous.h"
+#include "parallel/step_msg.h"
+#include "parallel/tp.h"
+
+static const char DRIVER[] = "the driving process (tensor-parallel rank 0)";
+
+static const char *rank_name(char *buf, size_t cap, int r) {
+    snprintf(buf, cap, "tensor-parallel rank %d's process", r);
+    return buf;
+}
+
+/* The driver: every server's hello; the fewest KV blocks of all (block sizes must agree). */
+static int read_hellos(TpProcess *t, Err *err) {
+    t->kv_blocks = t->be->kv_n_blocks;
+    for (int r = 1; r < t->n; r++) {
+        char peer[64];
+        size_t len = 0;
+        StepMsg m = {0};
+        rank_name(peer, sizeof peer, r);
+        int rc = peer_recv(t->fds[r], &t->msg, &t->cap, &len, 16, t->timeout_s, peer, err) ||
+                 step_msg_decode(&m, t->msg, len, 1, 1, 1, err);
+        int kind = m.kind, blocks = m.hello[0], block_size = m.hello[1];
+        step_msg_free(&m);
+        if (rc || kind != STEP_MSG_HELLO) return err_set(err, "%s: expected a hello (%s)", peer, err->msg);
+        if (block_size != t->be->kv_block_size)
+            return err_set(err, "%s has KV blocks of %d tokens, rank 0 %d", peer, block_size, t->be->kv_block_size);
+        if (blocks < t->kv_blocks) t->kv_blocks = blocks;
+    }
+    return 0;
+}
+
+int tp_process_open(TpProcess *t, const ModelConfig *c, const ModelShape *shape, const ModelWeights *w, int n,
+                    int rank, const char *master, const BackendOptions *o, double timeout_s, Err *err) {
+    memset(t, 0, sizeof *t);
+    t->rank = rank, t->n = n, t->timeout_s = timeout_s;
+    for (int r = 0; r < TP_MAX; r++) t->fds[r] = -1;
+    if (n < 2 || n > TP_MAX || rank < 0 || rank >= n)
+        return err_set(err, "--tp %d --world-size %d: rank %d (2..%d processes)", n, n, rank, TP_MAX);
+    if (tp_plan_make(&t->plan, c, w, n, err) || tp_rank_make(&t->rm, c, shape, w, &t->plan, rank, true, err)) return -1;
+    unsigned char blob[16] = "cllm-tp-ranks";
+    if (rendezvous_open(master, rank, n, blob, sizeof blob, (int)(timeout_s * 1000), t->fds, err)) {
+        char why[sizeof err->msg];
+        snprintf(why, sizeof why, "%s", err->msg);
+        return err_set(err, "tensor-parallel rank %d of %d: the start-up rendezvous failed (rank 0 listens at "
+                       "--master): %s", rank, n, why);
+    }
+    if (!(t->link = tp_link_open(rank, n, t->fds, timeout_s, err))) return -1;
+    TpGroupLink ops = tp_link_ops(t->link);
+    if (!(t->group = tp_group_create_linked(n, &ops, err))) return -1;
+    BackendOptions bo = *o;
+    bo.tp_group = t->group;
+    bo.tp_rank = rank;
+    bo.tp_links = NULL; /* GPU ranks too exchange through host memory and the link (no NCCL across processes yet) */
+    bo.tp_nccl_sum = false;
+    if (!(t->be = backend_create(&t->rm.shape, &t->rm.w, &bo, err))) return -1;
+    if (rank == 0) return read_hellos(t, err);
+    unsigned char hello[16];
+    size_t hl = step_msg_encode_small(STEP_MSG_HELLO, t->be->kv_n_blocks, t->be->kv_block_size, hello);
+    return peer_send(t->fds[0], hello, hl, timeout_s, DRIVER, err);
+}
+
+/* The step to every server: the step message, then its logit rows. */
+static int send_step(TpProcess *t, const ForwardStep *s, Err *err) {
+    size_t len = step_msg_encode(s->ids, &s->b, &t->msg, &t->cap, err);
+    if (!len) return -1;
+    for (int r = 1; r < t->n; r++) {
+        char peer[64];
+        rank_name(peer, sizeof peer, r);
+        if (peer_send(t->fds[r], t->msg, len, t->timeout_s, peer, err) ||
+            peer_send(t->fds[r], s->logit_rows, (size_t)s->n_logits * sizeof(int32_t), t->timeout_s, peer, err))
+            return -1;
+    }
+    return 0;
+}
+
+/* A broken group: the link's error (which rank, why) says more than the step's. */
+static int group_failed(TpProcess *t, Err *err) {
+    tp_group_abort(t->group);
+    t->broken = true;
+    if (tp_link_error(t->link)[0]) err_set(err, "%s", tp_link_error(t->link));
+    return -1;
+}
+
+static int stages_launch(void *ctx, const int32_t *ids, const AttnBatch *b, const int32_t *logit_rows, int n_logits,
+                         float *logits_out, Err *err) {
+    TpProcess *t = ctx;
+    return tp_hold_step(&t->pending, &t->has_pending, ids, b, logit_rows, n_logits, logits_out, err);
+}
+
+/* The engine's Forward is rank 0's; it embeds (the engine made it for a last stage, from_prev). */
+static int stages_finish(void *ctx, Forward *last, Err *err) {
+    TpProcess *t = ctx;
+    const ForwardStep *s = tp_take_step(&t->pending, &t->has_pending, err);
+    if (!s) return -1;
+    if (t->broken) return err_set(err, "tensor parallel: a rank failed earlier; its state is unknown");
+    last->from_prev = false;
+    if (send_step(t, s, err)) return group_failed(t, err);
+    int rc = forward_run(last, s->ids, &s->b, s->logit_rows, s->n_logits, s->logits_out, err);
+    if (rc || tp_group_broken(t->group)) return group_failed(t, err);
+    return 0;
+}
+
+ForwardStages tp_process_stages(TpProcess *t) { return (ForwardStages){t, 1, stages_launch, stages_finish}; }
+
+/* A server's step: the step message (no deadline: an idle chat sends
+ * nothing for hours; a dead driver closes the connection), its logit rows. */
+static int serve_one(TpProcess *t, Forward *fw, StepMsg *m, void **rows, size_t *rows_cap, int max_tokens, Err *err) {
+    Backend *be = t->be;
+    size_t len = 0, most = 64 + (size_t)max_tokens * 24 + (size_t)max_tokens * 4 * (1 + (size_t)be->kv_n_blocks);
+    if (peer_recv(t->fds[0], &t->msg, &t->cap, &len, most, 0, DRIVER, err) ||
+        step_msg_decode(m, t->msg, len, max_tokens, be->kv_n_blocks, be->kv_block_size, err))
+        return -1;
+    if (m->kind == STEP_MSG_STOP) return 1;
+    if (m->kind != STEP_MSG_STEP) return err_set(err, "%s sent message kind %d", DRIVER, m->kind);
+    if (peer_recv(t->fds[0], rows, rows_cap, &len, (size_t)max_tokens * 4, t->timeout_s, DRIVER, err)) return -1;
+    const int32_t *lr = *rows;
+    int n_logits = (int)(len / sizeof(int32_t));
+    if (n_logits > fw->max_logits) return err_set(err, "%s: %d logit rows (at most %d)", DRIVER, n_logits, fw->max_logits);
+    for (int i = 0; i < n_logits; i++)
+        if (lr[i] < 0 || lr[i] >= m->b.n_tokens)
+            return err_set(err, "%s: logit row %d of a %d-row step", DRIVER, lr[i], m->b.n_tokens);
+    int rc = forward_run(fw, m->ids, &m->b, lr, n_logits, NULL, err);
+    if (tp_group_broken(t->group) && tp_link_error(t->link)[0]) /* which rank, why: more than "a rank failed" */
+        return err_set(err, "%s", tp_link_error(t->link));
+    return rc;
+}
+
+int tp_process_serve(TpProcess *t, int max_tokens, Err *err) {
+    Forward fw;
+    if (t->rank == 0) return err_set(err, "tensor-parallel rank 0 drives; it serves no steps");
+    if (forward_init(&fw, &t->rm.cfg, t->be, max_tokens, err)) return -1;
+    StepMsg m = {0};
+    void *rows = NULL;
+    size_t rows_cap = 0;
+    int rc;
+    while ((rc = serve_one(t, &fw, &m, &rows, &rows_cap, max_tokens, err)) == 0) {}
+    if (rc < 0) tp_group_abort(t->group); /* the driver learns at once */
+    free(rows);
+    step_msg_free(&m);
+    forward_free(&fw);
+    return rc < 0 ? -1 : 0;
+}
+
+void tp_process_close(TpProcess *t) {
+    for (int r = 1; t->rank == 0 && r < t->n; r++) {
+        unsigned char stop[16];
+        Err ignore = {{0}};
+        if (t->fds[r] >= 0)
+            peer_send(t->fds[r], stop, step_msg_encode_small(STEP_MSG_STOP, 0, 0, stop), 5.0, DRIVER, &ignore);
+    }
+    if (t->be) t->be->destroy(t->be);
+    tp_group_free(t->group);
+    tp_link_free(t->link);
+    for (int r = 0; r < TP_MAX; r++)
+        if (t->fds[r] >= 0) close(t->fds[r]);
+    tp_rank_free(&t->rm);
+    free(t->msg);
+    memset(t, 0, sizeof *t);
+}
