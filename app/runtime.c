@@ -182,10 +182,13 @@ static int open_tp_processes(Runtime *rt, const RunOptions *o, int n_gpus, int c
     }
     rt->tp_processes = true;
     rt->be = rt->tpp.be;
-    if (n_gpus > 0)
-        fprintf(stderr, "cllm: --tp %d --world-size %d: rank %d exchanges its partial sums through host memory and the "
-                "rendezvous' connections (no NCCL between processes yet: slower than --tp %d in one process)%s\n",
-                o->tp, o->world_size, o->rank, o->tp, o->tp_nccl_sum ? "; --tp-nccl-sum has no effect there" : "");
+    if (rt->tpp.note[0])
+        fprintf(stderr, "cllm: %s%s\n", rt->tpp.note, o->tp_nccl_sum ? "; --tp-nccl-sum has no effect there" : "");
+    if (o->verbose)
+        fprintf(stderr, "tensor-parallel rank %d of %d (a process) on %s: heads %d-%d, KV heads %d-%d, %s\n", o->rank,
+                o->tp, rt->be->name, rt->tpp.plan.head0[o->rank], rt->tpp.plan.head0[o->rank] +
+                rt->tpp.plan.n_heads[o->rank] - 1, rt->tpp.plan.kv0[o->rank], rt->tpp.plan.kv0[o->rank] +
+                rt->tpp.plan.n_kv[o->rank] - 1, rt->tpp.nccl ? "NCCL" : "host memory and sockets");
     if (rt->tpp.rank > 0) return 0;
     rt->kv_tokens = (int64_t)rt->tpp.kv_blocks * block;
     if (rt->tpp.kv_blocks < n_blocks) {

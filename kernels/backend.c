@@ -152,6 +152,20 @@ BackendLinks *backend_tp_links_open(const int *devices, int n, double timeout_s,
 #endif
 }
 
+BackendLinks *backend_tp_link_join(int device, const unsigned char id[BACKEND_LINK_ID_BYTES], int rank, int n,
+                                   double timeout_s, Err *err) {
+#ifdef CLLM_CUDA
+    if (device < 0) return err_set(err, "tensor-parallel rank %d runs on the CPU", rank), NULL;
+    BackendLinks *l = calloc(1, sizeof *l);
+    if (!l) return err_set(err, "out of memory"), NULL;
+    if (!(l->g = nccl_group_join(id, rank, n, device, timeout_s, err))) { free(l); return NULL; }
+    return l;
+#else
+    (void)device, (void)id, (void)rank, (void)n, (void)timeout_s;
+    return err_set(err, "built without CUDA"), NULL;
+#endif
+}
+
 void backend_link_close(BackendLinks *l) {
     if (!l) return;
 #ifdef CLLM_CUDA

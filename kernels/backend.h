@@ -273,6 +273,13 @@ int backend_link_available(Err *err);
  * tp_links; closed with backend_link_close after its ranks' backends. NULL
  * with err where they cannot be made (no NCCL, a GPU twice, no CUDA). */
 BackendLinks *backend_tp_links_open(const int *devices, int n, double timeout_s, Err *err);
+/* Rank `rank` of a tensor-parallel group of n processes, this one on GPU
+ * device, every rank given the same id (backend_link_id, shared through the
+ * rendezvous): its NCCL communicator, for BackendOptions tp_links; closed
+ * with backend_link_close after the rank's backend. NULL with err where it
+ * cannot be made. */
+BackendLinks *backend_tp_link_join(int device, const unsigned char id[BACKEND_LINK_ID_BYTES], int rank, int n,
+                                   double timeout_s, Err *err);
 
 #ifdef __cplusplus
 }

@@ -47,7 +47,10 @@ int tp_process_open(TpProcess *t, const ModelConfig *c, const ModelShape *shape,
     if (n < 2 || n > TP_MAX || rank < 0 || rank >= n)
         return err_set(err, "--tp %d --world-size %d: rank %d (2..%d processes)", n, n, rank, TP_MAX);
     if (tp_plan_make(&t->plan, c, w, n, err) || tp_rank_make(&t->rm, c, shape, w, &t->plan, rank, true, err)) return -1;
-    unsigned char blob[16] = "cllm-tp-ranks";
+    /* rank 0's choice for every rank: nccl[0] set, an NCCL id follows (GPU ranks only) */
+    unsigned char blob[1 + BACKEND_LINK_ID_BYTES] = {0};
+    Err why = {{0}};
+    if (rank == 0 && o->device >= 0 && !backend_link_available(&why) && !backend_link_id(blob + 1, &why)) blob[0] = 1;
     if (rendezvous_open(master, rank, n, blob, sizeof blob, (int)(timeout_s * 1000), t->fds, err)) {
         char why[sizeof err->msg];
         snprintf(why, sizeof why, "%s", err->msg);
@@ -57,11 +60,19 @@ int tp_process_open(TpProcess *t, const ModelConfig *c, const ModelShape *shape,
     if (!(t->link = tp_link_open(rank, n, t->fds, timeout_s, err))) return -1;
     TpGroupLink ops = tp_link_ops(t->link);
     if (!(t->group = tp_group_create_linked(n, &ops, err))) return -1;
+    if (blob[0] && o->device < 0)
+        return err_set(err, "tensor-parallel rank %d runs on the CPU, rank 0 on a GPU over NCCL: run every rank on GPUs, "
+                       "or every one with --cpu", rank);
+    if (blob[0] && !(t->nccl = backend_tp_link_join(o->device, blob + 1, rank, n, timeout_s, err))) return -1;
+    if (o->device >= 0 && !blob[0])
+        snprintf(t->note, sizeof t->note, "--tp %d as processes: %s%.160s%s: the ranks exchange through host memory and "
+                 "the rendezvous' connections (slower)", n, rank == 0 ? "no NCCL (" : "rank 0 uses no NCCL",
+                 rank == 0 ? why.msg : "", rank == 0 ? ")" : "");
     BackendOptions bo = *o;
     bo.tp_group = t->group;
     bo.tp_rank = rank;
-    bo.tp_links = NULL; /* GPU ranks too exchange through host memory and the link (no NCCL across processes yet) */
-    bo.tp_nccl_sum = false;
+    bo.tp_links = t->nccl;
+    bo.tp_nccl_sum = o->tp_nccl_sum && t->nccl;
     if (!(t->be = backend_create(&t->rm.shape, &t->rm.w, &bo, err))) return -1;
     if (rank == 0) return read_hellos(t, err);
     unsigned char hello[16];
@@ -159,6 +170,7 @@ void tp_process_close(TpProcess *t) {
             peer_send(t->fds[r], stop, step_msg_encode_small(STEP_MSG_STOP, 0, 0, stop), 5.0, DRIVER, &ignore);
     }
     if (t->be) t->be->destroy(t->be);
+    backend_link_close(t->nccl); /* after the backend that used it */
     tp_group_free(t->group);
     tp_link_free(t->link);
     for (int r = 0; r < TP_MAX; r++)

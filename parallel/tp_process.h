@@ -11,6 +11,10 @@
  * size), then runs the steps it is sent until told to stop. A rank that
  * fails or dies breaks the group: the others' collectives fail naming it
  * (at once for a closed connection, else at the deadline), never hang.
+ * GPU ranks sum over NCCL when rank 0 can make an id (it travels in the
+ * rendezvous, every rank joins with ncclCommInitRank; the sums are the
+ * rank-order ones of the host transport, --tp-nccl-sum NCCL's own), else
+ * through host memory and the link, as CPU ranks do (note says why).
  */
 #ifndef CLLM_TP_PROCESS_H
 #define CLLM_TP_PROCESS_H
@@ -28,7 +32,8 @@ typedef struct {
     double timeout_s;
     TpPlan plan;
     TpRankModel rm;              /* this process's slice */
-    TpLink *link;
+    TpLink *link;                /* the collectives through host memory and the sockets ... */
+    BackendLinks *nccl;          /* ... or, GPU ranks where rank 0 could make an NCCL id, NCCL (ncclCommInitRank) */
     TpGroup *group;
     Backend *be;                 /* this rank's; the driver's is the engine's (tp_process_close destroys it) */
     int kv_blocks;               /* the driver: the fewest KV blocks of any rank (what the engine may use) */
@@ -36,6 +41,7 @@ typedef struct {
     bool has_pending, broken;
     void *msg;                   /* encoded steps (the driver) or received ones (a server) */
     size_t cap;
+    char note[320];              /* GPU ranks through host memory: why, one line for the user ("" otherwise) */
 } TpProcess;
 
 /* This process's rank (o: every backend's options; the device is this

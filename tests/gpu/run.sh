@@ -458,9 +458,9 @@ for n in 2 4; do
     else rows+=("$(printf '%-28s skip: needs %d GPUs' tensor_parallel_tp$n $n)"); echo "tensor_parallel_tp$n: skip: needs $n GPUs"; fi
 done
 # --tp N --world-size N (the ranks as processes; tests/cli/tp_multiprocess.sh on CPU backends): each process on
-# its --gpus entry, the ranks' sums through host memory and the rendezvous' sockets (no NCCL across processes
-# yet): batched logprobs exactly those of --tp N with every rank on GPU 0 in one process (the host transport's
-# rank-order sums). --max-seqs 8 on both: the KV budgets differ (the processes' --gpu-mem-util), the batches not.
+# its --gpus entry, NCCL between them (ncclCommInitRank, the id through the rendezvous; -v says NCCL): batched
+# logprobs exactly those of --tp N with every rank on GPU 0 in one process (NCCL's rank-order sums are the host
+# transport's bits). --max-seqs 8 on both: the KV budgets differ (the processes' --gpu-mem-util), the batches not.
 tp_mp_check() { # N: ranks (processes)
     local n=$1 m rc=0 port=$((30000 + RANDOM % 20000)) gpus r
     gpus=$(seq -s, 0 $((n - 1)))
@@ -473,9 +473,11 @@ tp_mp_check() { # N: ranks (processes)
                 --rank $r --gpus "$gpus" --master 127.0.0.1:$port -v 2> "$OUT/tpmp$n-$m-r$r.err" &
         done
         CLLM_PP_TIMEOUT=60 tp_lp -m $M --max-seqs 8 --gpu-mem-util 0.3 --tp $n --world-size $n --rank 0 \
-            --gpus "$gpus" --master 127.0.0.1:$port -o "$OUT/tpmp$n-$m.jsonl" 2> "$OUT/tpmp$n-$m.err" ||
+            --gpus "$gpus" --master 127.0.0.1:$port -v -o "$OUT/tpmp$n-$m.jsonl" 2> "$OUT/tpmp$n-$m.err" ||
             { echo "not ok - $m --tp $n --world-size $n: $(tail -2 "$OUT/tpmp$n-$m.err")"; rc=1; }
         wait
+        grep -q "tensor-parallel rank 0 of $n (a process) on cuda:0: .*, NCCL$" "$OUT/tpmp$n-$m.err" ||
+            { echo "not ok - $m --tp $n --world-size $n: not over NCCL"; rc=1; }
         grep -h "serves tensor-parallel rank" "$OUT"/tpmp$n-$m-r*.err | sed 's/^/# /'
         echo "# $m batched logprobs, --tp $n --world-size $n vs --tp $n in one process on GPU 0 (exact):"
         python3 tests/gpu/compare_logprobs.py "$OUT/tpmp$n-$m.jsonl" "$OUT/tpmph$n-$m.jsonl" 0.000001 || rc=1
