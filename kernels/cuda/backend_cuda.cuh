@@ -98,9 +98,10 @@ typedef struct {
     cudaEvent_t drawn;           /* after a launched draw's tokens reached the host */
     int n_drawn;                 /* rows of the launched draw not yet taken (0: none) */
     int32_t *h_feed, *d_feed;    /* [2][max_seqs] a step's fed rows, then their draw rows: pinned / device */
-    float *h_kept;               /* [kept_cap][vocab] pinned: the launched draw's kept logits rows (logprobs) */
+    float *h_kept;               /* pinned, kept_bytes: the launched draw's kept logits rows (logprobs), [n][vocab] */
     int32_t *kept_row;           /* [max_seqs] the row each of them is */
-    int kept_cap, n_kept;
+    size_t kept_bytes;
+    int n_kept;
 } CudaOverlap;
 
 /* A step's cascade plan for the layers of one window (backend_cuda_cascade.cu). */
@@ -267,6 +268,7 @@ int attn_alloc_work(CudaBackend *cb, const ModelShape *c, int block_size, bool g
 int cuda_alloc_kv(CudaBackend *cb, const ModelShape *c, const BackendOptions *o, Err *err);
 int attn_alloc_meta(CudaBackend *cb, Err *err);
 int decode_grid_splits(const CudaBackend *cb, int ctx, int n_decode);
+int pinned_room(void **buf, size_t *have, size_t want, Err *err); /* grows by doubling */
 
 /* backend_cuda_cascade.cu */
 int cascade_alloc(CudaBackend *cb, Err *err);      /* CLLM_CASCADE and the scratch (after attn_alloc_work's checks) */

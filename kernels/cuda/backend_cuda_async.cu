@@ -50,19 +50,15 @@ static int sampler_ready(CudaBackend *cb, Err *err) {
     return 0;
 }
 
-/* Queues the copies of the kept rows' logits into h_kept (grown to k rows). */
+/* Queues the copies of the kept rows' logits into h_kept (grown to hold k rows). */
 static int keep_rows(CudaBackend *cb, const float *logits, int n, const bool *keep, Err *err) {
     CudaOverlap *o = &cb->ovl;
     size_t V = (size_t)cb->shape->vocab;
     int k = 0;
     for (int i = 0; keep && i < n; i++) k += keep[i];
     o->n_kept = 0;
-    if (k > o->kept_cap) { /* no copy into it is pending: the last draw was taken */
-        CUDA_CHECK(cudaFreeHost(o->h_kept), err);
-        o->h_kept = NULL, o->kept_cap = 0;
-        CUDA_CHECK(cudaMallocHost(&o->h_kept, (size_t)k * V * sizeof(float)), err);
-        o->kept_cap = k;
-    }
+    /* no copy into it is pending: the last draw was taken */
+    if (pinned_room((void **)&o->h_kept, &o->kept_bytes, (size_t)k * V * sizeof(float), err)) return -1;
     for (int i = 0; keep && i < n; i++)
         if (keep[i]) {
             CUDA_CHECK(cudaMemcpyAsync(o->h_kept + (size_t)o->n_kept * V, logits + (size_t)i * V, V * sizeof(float),

@@ -9,6 +9,22 @@
 #include "kernels/cuda/backend_cuda.cuh"
 #include "kernels/cuda/gemv.cuh"
 
+/* *buf, pinned, of at least want bytes (*have: its size), grown to twice
+ * what it held at least: cudaFreeHost / cudaMallocHost synchronize the
+ * device, so a buffer that grows with the step's rows (kept logits rows, a
+ * tensor-parallel sum) must do it rarely. The caller makes sure no copy
+ * still reads or writes the old buffer. */
+int pinned_room(void **buf, size_t *have, size_t want, Err *err) {
+    if (*have >= want) return 0;
+    size_t grow = 2 * *have > want ? 2 * *have : want;
+    if (*buf) CUDA_CHECK(cudaFreeHost(*buf), err);
+    *buf = NULL;
+    *have = 0;
+    CUDA_CHECK(cudaMallocHost(buf, grow), err);
+    *have = grow;
+    return 0;
+}
+
 /* Step buffers sized for max_tokens rows; the rope tables on the device. */
 int cuda_alloc_step(CudaBackend *cb, const ModelShape *c, Err *err) {
     int T = cb->max_tokens;

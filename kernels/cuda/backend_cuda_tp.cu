@@ -86,17 +86,6 @@ static void tp_fail(CudaBackend *cb, const Err *e) {
 
 /* ---------- the host transport ---------- */
 
-/* *buf, pinned, of at least want bytes (*have: its size). */
-static int pinned_room(void **buf, size_t *have, size_t want, Err *err) {
-    if (*have >= want) return 0;
-    if (*buf) cudaFreeHost(*buf);
-    *buf = NULL;
-    *have = 0;
-    CUDA_CHECK(cudaMallocHost(buf, want), err);
-    *have = want;
-    return 0;
-}
-
 /* Pinned host room of at least sum_bytes / part_bytes (grown once the
  * stream is idle: an earlier copy may still read the old buffers). */
 static int host_room(CudaBackend *cb, size_t sum_bytes, size_t part_bytes, Err *err) {
