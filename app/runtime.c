@@ -31,13 +31,12 @@ int run_options_from_env(RunOptions *o, Err *err) {
     if (o->world_size > 1 && o->rank <= 0) o->rank = env_int(rank, o->rank);
     if (!o->master) o->master = getenv("CLLM_MASTER");
     if (o->world_size <= 1) return 0;
-    if (o->tp > 1 && o->pp > 1)
-        return err_set(err, "--pp %d --tp %d with --world-size %d: a process per stage or per rank, not both yet (--tp "
-                       "N --world-size N runs the ranks as processes; --pp P --tp N as one process)", o->pp, o->tp,
-                       o->world_size);
-    if (o->tp > 1 && o->tp != o->world_size)
+    if (o->tp > 1 && o->pp > 1 && o->pp * o->tp != o->world_size)
+        return err_set(err, "--pp %d --tp %d but --world-size %d: one process per stage and rank, %d", o->pp, o->tp,
+                       o->world_size, o->pp * o->tp);
+    if (o->tp > 1 && o->pp <= 1 && o->tp != o->world_size)
         return err_set(err, "--tp %d but --world-size %d: one process per tensor-parallel rank", o->tp, o->world_size);
-    if (o->pp > 1 && o->pp != o->world_size)
+    if (o->pp > 1 && o->tp <= 1 && o->pp != o->world_size)
         return err_set(err, "--pp %d but --world-size %d: one process per stage", o->pp, o->world_size);
     if (o->rank < 0 || o->rank >= o->world_size)
         return err_set(err, "--rank %d: must be in [0, %d)", o->rank, o->world_size);
@@ -105,6 +104,8 @@ static int open_pipeline(Runtime *rt, const RunOptions *o, int ctx, int block, i
                            pipeline_kv_blocks(&rt->pp), &stages, ctx, chunk, err))
         return -1;
     print_tp_notes(rt->pp.tp, o->pp);
+    if (rt->pp.tpp && rt->pp.tpp->note[0])
+        fprintf(stderr, "cllm: %s%s\n", rt->pp.tpp->note, o->tp_nccl_sum ? "; --tp-nccl-sum has no effect there" : "");
     for (int s = 0; o->verbose && s <= last && o->world_size <= 1; s++) {
         fprintf(stderr, "stage %d on %s: layers %d-%d, KV cache %d blocks of %d\n", s, rt->pp.be[s]->name,
                 rt->pp.plan.first_layer[s], rt->pp.plan.first_layer[s] + rt->pp.plan.n_layers[s] - 1,
@@ -176,7 +177,9 @@ static int open_tp_processes(Runtime *rt, const RunOptions *o, int n_gpus, int c
     if (n_gpus > 0 && bo.device >= n_gpus)
         return err_set(err, "tensor-parallel rank %d: GPU %d, this machine has %d", o->rank, bo.device, n_gpus);
     bo.n_blocks = n_gpus > 0 ? 0 : n_blocks;
-    if (tp_process_open(&rt->tpp, &m->cfg, &m->shape, &m->w, o->tp, o->rank, o->master, &bo, pp_timeout(), err)) {
+    TpProcessAt at = {.n = o->tp, .rank = o->rank, .stage = 0, .n_stages = 1, .master = o->master,
+                      .timeout_s = pp_timeout()};
+    if (tp_process_open(&rt->tpp, &m->cfg, &m->shape, &m->w, &at, &bo, err)) {
         tp_process_close(&rt->tpp);
         return -1;
     }
@@ -303,9 +306,12 @@ int runtime_serve_main(const RunOptions *o, const char *cmd) {
         return rc ? 2 : 0;
     }
     int r = rt.pp.serve_stage;
+    char rank[48] = "";
+    if (rt.pp.tpp) snprintf(rank, sizeof rank, "'s tensor-parallel rank %d", rt.pp.tpp->rank);
     if (o->verbose)
-        fprintf(stderr, "cllm %s: rank %d of %d serves stage %d (layers %d-%d) on %s\n", cmd, o->rank, o->world_size,
-                r, rt.pp.plan.first_layer[r], rt.pp.plan.first_layer[r] + rt.pp.plan.n_layers[r] - 1, rt.be->name);
+        fprintf(stderr, "cllm %s: rank %d of %d serves stage %d%s (layers %d-%d) on %s%s\n", cmd, o->rank,
+                o->world_size, r, rank, rt.pp.plan.first_layer[r], rt.pp.plan.first_layer[r] + rt.pp.plan.n_layers[r] - 1,
+                rt.be->name, !rt.pp.tpp || rt.be->device < 0 ? "" : rt.pp.tpp->nccl ? ", NCCL" : ", through host memory");
     int rc = pipeline_serve(&rt.pp, &err);
     if (rc) fprintf(stderr, "cllm %s: rank %d: %s\n", cmd, o->rank, err.msg);
     runtime_close(&rt);

@@ -228,19 +228,23 @@ int pipeline_finish(Pipeline *p, Forward *last, Err *err) {
     if (failed || j.failed) return failed ? -1 : err_set(err, "pipeline: an earlier stage failed");
     if (link_recv(p, ls, last, &j, err)) return -1;
     const ForwardStep *st = &j.step;
+    if (p->tpp) return tp_process_run(p->tpp, last, st, err); /* the last stage's group of processes */
     if (p->tp[ls]) return tp_ranks_run(p->tp[ls], last, st, err);
     return forward_run(last, st->ids, &st->b, st->logit_rows, st->n_logits, st->logits_out, err);
 }
 
 const ModelConfig *pipeline_stage_cfg(const Pipeline *p, int s) {
+    if (p->tpp && p->tpp->stage == s) return &p->tpp->rm.cfg;
     return p->tp[s] ? tp_ranks_cfg(p->tp[s]) : &p->sm[s].cfg;
 }
-
 
 int pipeline_kv_blocks(const Pipeline *p) {
     int fewest = -1;
     for (int s = 0; s < p->plan.n_stages; s++) {
-        int k = p->be[s] ? p->be[s]->kv_n_blocks : p->remote ? p->remote_kv_blocks[s] : 0;
+        int k = p->tpp && p->tpp->stage == s ? p->tpp->kv_blocks /* its group's fewest */
+                : p->be[s]                    ? p->be[s]->kv_n_blocks
+                : p->remote                   ? p->remote_kv_blocks[s]
+                                              : 0;
         if (fewest < 0 || k < fewest) fewest = k;
     }
     return fewest < 0 ? 0 : fewest;
@@ -280,7 +284,7 @@ void pipeline_free(Pipeline *p) {
     }
     for (int s = 0; s < n - 1; s++) {
         if (p->fw[s].cfg) forward_free(&p->fw[s]);
-        if (p->be[s]) p->be[s]->destroy(p->be[s]);
+        if (p->be[s] && !(p->tpp && p->tpp->stage == s)) p->be[s]->destroy(p->be[s]); /* else tpp's */
         for (int k = 0; k < STAGE_MAX; k++) {
             free(p->x_host[s][k]);
             free(p->proj_host[s][k]);
