@@ -54,6 +54,14 @@ static void record_error(Pipeline *p, int s, const Err *e) {
 
 /* ---- hand-over between neighbours ---- */
 
+/* Stage s's process as the driver names it (with --tp, its group's hub). */
+static const char *remote_name(const Pipeline *p, int s, char *buf, size_t cap) {
+    if (p->tpp) snprintf(buf, cap, "pipeline stage %d's hub (world rank %d, the stage's tensor-parallel rank 0)", s,
+                         s * p->tpp->n);
+    else snprintf(buf, cap, "pipeline stage %d's process", s);
+    return buf;
+}
+
 static bool linked(const Pipeline *p, int s) {
     if (p->remote) return p->be[p->plan.n_stages - 1]->recv_prev != NULL; /* every stage links alike */
     return p->be[s]->send_next && p->be[s + 1]->recv_prev;
@@ -75,8 +83,8 @@ static int link_recv(Pipeline *p, int s, Forward *to, const StageJob *j, Err *er
     int64_t n = (int64_t)j->step.b.n_tokens * p->dim;
     if (linked(p, s - 1)) return be->recv_prev(be, to->x, n, err) || be->recv_prev(be, to->proj, n, err);
     if (p->remote) { /* CPU stages: the previous stage's process writes x, then proj, to its connection */
-        char peer[64];
-        snprintf(peer, sizeof peer, "pipeline stage %d's process", s - 1);
+        char peer[96];
+        remote_name(p, s - 1, peer, sizeof peer);
         float *x = p->x_host[s - 1][0], *proj = p->proj_host[s - 1][0];
         return peer_read(p->peer_fd[s - 1], x, (size_t)n * 4, p->peer_timeout, peer, err) ||
                peer_read(p->peer_fd[s - 1], proj, (size_t)n * 4, p->peer_timeout, peer, err) ||
@@ -136,11 +144,11 @@ int pipeline_set_remote(Pipeline *p, const int *fds, double timeout_s, Err *err)
     p->peer_timeout = timeout_s;
     for (int s = 0; s < n - 1; s++) p->peer_fd[s] = fds[s];
     for (int s = 0; s < n - 1; s++) {
-        char peer[64];
+        char peer[96];
         unsigned char buf[16];
         uint32_t len;
         StepMsg m = {0};
-        snprintf(peer, sizeof peer, "pipeline stage %d's process", s);
+        remote_name(p, s, peer, sizeof peer);
         if (peer_read(fds[s], &len, 4, timeout_s, peer, err) || len != 16 || peer_read(fds[s], buf, 16, timeout_s, peer, err))
             return err->msg[0] ? -1 : err_set(err, "%s: no hello", peer);
         if (step_msg_decode(&m, buf, 16, 1, 1, 1, err) || m.kind != STEP_MSG_HELLO)
@@ -191,8 +199,8 @@ static int launch_remote(Pipeline *p, const StageJob *j, Err *err) {
     size_t len = step_msg_encode(j->step.ids, &j->step.b, &p->msg, &p->msg_cap, err);
     if (!len) return -1;
     for (int s = 0; s < p->plan.n_stages - 1; s++) {
-        char peer[64];
-        snprintf(peer, sizeof peer, "pipeline stage %d's process", s);
+        char peer[96];
+        remote_name(p, s, peer, sizeof peer);
         if (peer_send(p->peer_fd[s], p->msg, len, p->peer_timeout, peer, err)) return -1;
     }
     p->in_flight++;

@@ -172,7 +172,8 @@ static int open_own_rank(Pipeline *p, const Model *m, const PipelineOptions *o, 
     if (n_gpus == 0 && n > 2) /* as open_own_stage's CPU stages: the first hands over through the driver's connection */
         return err_set(err, "--pp %d --tp %d as processes on CPU backends: at most 2 stages (more need NCCL between the "
                        "stages' GPUs)", n, tp);
-    if (make_plan(p, m, o, n, err)) return -1;
+    TpPlan split; /* refused before any process waits for the others */
+    if (make_plan(p, m, o, n, err) || tp_plan_make(&split, &p->sm[r / tp].cfg, &p->sm[r / tp].w, tp, err)) return -1;
     int dev = placement_own_device(o->gpus, n, tp, r, err);
     if (dev < 0 || (n_gpus > 0 && backend_link_available(err))) return -1;
     if (n_gpus > 0 && dev >= n_gpus)
