@@ -179,6 +179,13 @@ static int open_tp_processes(Runtime *rt, const RunOptions *o, int n_gpus, int c
     bo.n_blocks = n_gpus > 0 ? 0 : n_blocks;
     TpProcessAt at = {.n = o->tp, .rank = o->rank, .stage = 0, .n_stages = 1, .master = o->master,
                       .timeout_s = pp_timeout()};
+    int dev[TP_MAX];
+    TpPlacement where;
+    if (n_gpus > 0 && o->gpus) { /* the list's shared GPUs: host memory, as `cllm info --tp N --gpus` says */
+        if (placement_devices(o->gpus, 1, o->tp, n_gpus, dev, err)) return -1;
+        placement_group(dev, o->tp, 0, o->tp, &where);
+        at.where = &where;
+    }
     if (tp_process_open(&rt->tpp, &m->cfg, &m->shape, &m->w, &at, &bo, err)) {
         tp_process_close(&rt->tpp);
         return -1;

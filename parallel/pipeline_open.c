@@ -189,6 +189,12 @@ static int open_own_rank(Pipeline *p, const Model *m, const PipelineOptions *o, 
     BackendOptions bo = stage_backend_options(o, dev, n_gpus);
     TpProcessAt at = {.n = tp, .rank = g.tp_rank, .stage = s, .n_stages = n, .master = g.group_master,
                       .timeout_s = o->timeout_s};
+    int all[PLACEMENT_MAX];
+    TpPlacement where;
+    if (n_gpus > 0 && o->gpus && !placement_devices(o->gpus, n, tp, n_gpus, all, err)) {
+        placement_group(all, n * tp, s * tp, tp, &where); /* a GPU shared in the list: host memory, as `cllm info` says */
+        at.where = &where;
+    }
     if (!(p->tpp = calloc(1, sizeof *p->tpp))) return err_set(err, "out of memory");
     if (tp_process_open(p->tpp, &p->sm[s].cfg, &p->sm[s].shape, &p->sm[s].w, &at, &bo, err))
         return stage_failed(err, s, &p->plan);

@@ -60,7 +60,10 @@ int tp_process_open(TpProcess *t, const ModelConfig *c, const ModelShape *shape,
     /* rank 0's choice for every rank: nccl[0] set, an NCCL id follows (GPU ranks only) */
     unsigned char blob[1 + BACKEND_LINK_ID_BYTES] = {0};
     Err why = {{0}};
-    if (rank == 0 && o->device >= 0 && !backend_link_available(&why) && !backend_link_id(blob + 1, &why)) blob[0] = 1;
+    bool shared = at->where && !at->where->nccl; /* the placement's choice, as one process's group makes it */
+    if (shared) snprintf(why.msg, sizeof why.msg, "%s", at->where->why);
+    if (rank == 0 && o->device >= 0 && !shared && !backend_link_available(&why) && !backend_link_id(blob + 1, &why))
+        blob[0] = 1;
     char group[48] = "";
     if (t->n_stages > 1) snprintf(group, sizeof group, " of stage %d", t->stage);
     if (rendezvous_open(at->master, rank, n, blob, sizeof blob, (int)(at->timeout_s * 1000), t->fds, err)) {
@@ -77,7 +80,9 @@ int tp_process_open(TpProcess *t, const ModelConfig *c, const ModelShape *shape,
         return err_set(err, "tensor-parallel rank %d%s runs on the CPU, rank 0 on a GPU over NCCL: run every rank on "
                        "GPUs, or every one with --cpu", rank, group);
     if (blob[0] && !(t->nccl = backend_tp_link_join(o->device, blob + 1, rank, n, at->timeout_s, err))) return -1;
-    if (o->device >= 0 && !blob[0])
+    if (o->device >= 0 && shared)
+        snprintf(t->note, sizeof t->note, "%.200s%s (as processes, through the rendezvous' connections)", why.msg, group);
+    else if (o->device >= 0 && !blob[0])
         snprintf(t->note, sizeof t->note, "--tp %d as processes%s: %s%.160s%s: the ranks exchange through host memory "
                  "and the rendezvous' connections (slower)", n, group, rank == 0 ? "no NCCL (" : "rank 0 uses no NCCL",
                  rank == 0 ? why.msg : "", rank == 0 ? ")" : "");

@@ -31,6 +31,7 @@
 
 #include "kernels/backend.h"
 #include "model/forward.h"
+#include "parallel/placement.h"
 #include "parallel/tp_link.h"
 #include "parallel/tp_plan.h"
 
@@ -40,6 +41,8 @@ typedef struct {
     int stage, n_stages;         /* the pipeline stage the group runs (0 of 1: the whole model) */
     const char *master;          /* ADDR:PORT where the group's rank 0 listens */
     double timeout_s;            /* a peer silent this long fails the op (CLLM_PP_TIMEOUT) */
+    const TpPlacement *where;    /* the group as --gpus places it (placement_group, as `cllm info` shows it): GPU
+                                    ranks sharing a GPU exchange through host memory; NULL: a GPU each */
 } TpProcessAt;
 
 typedef struct {
