@@ -9,7 +9,8 @@
 # --pp 2 --tp 2 and --pp 2 --tp 4 as processes give the bits of the same split
 # in one process (the ranks sum in the host group's rank order; the hidden
 # state is handed over as it is), and one backend's texts with logprobs within
-# 1e-5 (as tp_multiprocess.sh: the ranks' partial sums associate otherwise).
+# 1e-5 (tp_multiprocess.sh's prompts and bound: the ranks' partial sums
+# associate otherwise; --tp 2 in one process is as far from one backend).
 # --pp 2 --tp 3 does not split 4 heads, --pp 3 on CPU backends needs NCCL
 # between the stages: both refused. A rank killed mid-run (one after a stage's
 # rank 0, a stage's hub, the driver) or a silent one ends every process, exit
@@ -17,7 +18,7 @@
 source "$(dirname "$0")/lib.sh"
 F=tests/fixtures/tiny
 for i in $(seq 1 6); do
-    printf '{"id":"p%d","prompt":"The stages read the file %d and %d","max_tokens":10,"logprobs":3}\n' $i $i $((i * 41))
+    printf '{"id":"p%d","prompt":"The ranks read the file %d and %d","max_tokens":10,"logprobs":3}\n' $i $i $((i * 37))
 done > "$TMP/in.jsonl"
 GEN="$CLLM generate --cpu --temp 0 -c 64 -t 1 --ordered -i $TMP/in.jsonl"
 PORT=$((20000 + RANDOM % 20000))
