@@ -185,6 +185,7 @@ static int open_tp_processes(Runtime *rt, const RunOptions *o, int n_gpus, int c
         if (placement_devices(o->gpus, 1, o->tp, n_gpus, dev, err)) return -1;
         placement_group(dev, o->tp, 0, o->tp, &where);
         at.where = &where;
+        bo.gpu_share = where.gpu_share[o->rank]; /* the processes on its GPU share what --gpu-mem-util leaves */
     }
     if (tp_process_open(&rt->tpp, &m->cfg, &m->shape, &m->w, &at, &bo, err)) {
         tp_process_close(&rt->tpp);

@@ -194,6 +194,8 @@ static int open_own_rank(Pipeline *p, const Model *m, const PipelineOptions *o, 
     if (n_gpus > 0 && o->gpus && !placement_devices(o->gpus, n, tp, n_gpus, all, err)) {
         placement_group(all, n * tp, s * tp, tp, &where); /* a GPU shared in the list: host memory, as `cllm info` says */
         at.where = &where;
+        bo.gpu_share = 0; /* the processes on this GPU share what --gpu-mem-util leaves of it */
+        for (int b = 0; b < n * tp; b++) bo.gpu_share += all[b] == dev;
     }
     if (!(p->tpp = calloc(1, sizeof *p->tpp))) return err_set(err, "out of memory");
     if (tp_process_open(p->tpp, &p->sm[s].cfg, &p->sm[s].shape, &p->sm[s].w, &at, &bo, err))
