@@ -508,6 +508,42 @@ tp_pp_check() {
 }
 if [ "$NGPU" -ge 4 ]; then run_check tensor_parallel_pp2_tp2 tp_pp_check
 else rows+=("$(printf '%-28s skip: needs 4 GPUs' tensor_parallel_pp2_tp2)"); echo "tensor_parallel_pp2_tp2: skip: needs 4 GPUs"; fi
+# --pp 2 --tp 2 --world-size 4 (tests/cli/pptp_multiprocess.sh on CPU backends): world rank s*2 + t is rank t
+# of stage s, world rank 2 (stage 1's rank 0) drives; each process on its --gpus entry. 4 GPUs: --gpus
+# 0,1,2,3, each stage's pair over NCCL (ncclCommInitRank per stage, -v says NCCL), the hubs (GPUs 0 and 2)
+# over their NCCL link; 2 GPUs: --gpus 0,0,1,1, each stage's pair on one GPU through host memory and the
+# sockets (the placement's choice, as `cllm info --pp 2 --tp 2 --gpus 0,0,1,1` prints), the hubs on GPUs 0
+# and 1 over NCCL, two processes sharing a GPU's --gpu-mem-util. Batched logprobs exactly those of --pp 2
+# --tp 2 in one process on the same --gpus (the same sums and kernels; the hidden state handed over as it is).
+tp_pp_mp_check() {
+    local m rc=0 port=$((30000 + RANDOM % 20000)) gpus r want
+    if [ "$NGPU" -ge 4 ]; then gpus=0,1,2,3 want=", NCCL$"; else gpus=0,0,1,1 want=", through host memory$"; fi
+    for m in llama gemma3; do
+        local M=tests/fixtures/tiny/$m.gguf
+        CLLM_PP_TIMEOUT=60 tp_lp -m $M --max-seqs 8 --gpu-mem-util 0.3 --pp 2 --tp 2 --gpus $gpus \
+            -o "$OUT/pptpmp1-$m.jsonl" 2> "$OUT/pptpmp1-$m.err" ||
+            { echo "not ok - $m --pp 2 --tp 2 --gpus $gpus: $(tail -2 "$OUT/pptpmp1-$m.err")"; rc=1; continue; }
+        port=$((port + 10))
+        for r in 0 1 3; do
+            CLLM_PP_TIMEOUT=60 timeout 300 "$BIN/cllm" generate -c 128 --gpu-mem-util 0.3 -m $M --pp 2 --tp 2 \
+                --world-size 4 --rank $r --gpus $gpus --master 127.0.0.1:$port -v 2> "$OUT/pptpmp-$m-r$r.err" &
+        done
+        CLLM_PP_TIMEOUT=60 tp_lp -m $M --max-seqs 8 --gpu-mem-util 0.3 --pp 2 --tp 2 --world-size 4 --rank 2 \
+            --gpus $gpus --master 127.0.0.1:$port -v -o "$OUT/pptpmp-$m.jsonl" 2> "$OUT/pptpmp-$m.err" ||
+            { echo "not ok - $m --pp 2 --tp 2 --world-size 4: $(tail -2 "$OUT/pptpmp-$m.err")"; rc=1; }
+        wait
+        grep -h "serves stage" "$OUT"/pptpmp-$m-r*.err | sed 's/^/# /'
+        for r in 0 1 3; do
+            grep -q "serves stage .*$want" "$OUT/pptpmp-$m-r$r.err" ||
+                { echo "not ok - $m rank $r: not '$want': $(tail -1 "$OUT/pptpmp-$m-r$r.err")"; rc=1; }
+        done
+        echo "# $m batched logprobs, --pp 2 --tp 2 --world-size 4 vs --pp 2 --tp 2 in one process, --gpus $gpus (exact):"
+        python3 tests/gpu/compare_logprobs.py "$OUT/pptpmp-$m.jsonl" "$OUT/pptpmp1-$m.jsonl" 0.000001 || rc=1
+    done
+    return $rc
+}
+if [ "$NGPU" -ge 2 ]; then run_check tensor_parallel_pp2_tp2_processes tp_pp_mp_check
+else rows+=("$(printf '%-28s skip: needs 2 GPUs' tensor_parallel_pp2_tp2_processes)"); echo "tensor_parallel_pp2_tp2_processes: skip: needs 2 GPUs"; fi
 printf 'Hello\n' > "$OUT/turn.txt"
 run_check chat_tiny_gpu sh -c "$BIN/cllm chat -m tests/fixtures/tiny/llama.gguf --temp 0 -n 8 < $OUT/turn.txt && echo 'ok - chat on the GPU'"
 
