@@ -26,7 +26,7 @@ static int fd_address(int fd, bool peer, int port, char *out, size_t cap, Err *e
 }
 
 /* The driver: every other process's group address; keeps the hubs' fds. */
-static int tell_groups(ProcessGrid *g, int *fds, int port, Err *err) {
+static int tell_groups(ProcessGrid *g, int *fds, int port, double timeout_s, Err *err) {
     int world = g->stages * g->tp, last = g->stages - 1;
     for (int w = 0; w < world; w++) {
         int k = (w + g->tp) % world, s = w / g->tp, hub = (s * g->tp + g->tp) % world; /* rendezvous ranks */
@@ -34,7 +34,7 @@ static int tell_groups(ProcessGrid *g, int *fds, int port, Err *err) {
         if (k == 0) continue;
         snprintf(peer, sizeof peer, "stage %d's tensor-parallel rank %d's process", s, w % g->tp);
         if (fd_address(fds[hub == 0 ? k : hub], s != last, port + 1 + s, addr, sizeof addr, err) ||
-            peer_send(fds[k], addr, strlen(addr) + 1, 30, peer, err))
+            peer_send(fds[k], addr, strlen(addr) + 1, timeout_s, peer, err))
             return -1;
         if (w == last * g->tp + 1) snprintf(g->group_master, sizeof g->group_master, "%s", addr);
     }
@@ -46,10 +46,11 @@ static int tell_groups(ProcessGrid *g, int *fds, int port, Err *err) {
 }
 
 /* Another process: its group's address; a hub keeps the driver's fd. */
-static int hear_group(ProcessGrid *g, int *fds, Err *err) {
+static int hear_group(ProcessGrid *g, int *fds, double timeout_s, Err *err) {
     void *buf = NULL;
     size_t cap = 0, len = 0;
-    int rc = peer_recv(fds[0], &buf, &cap, &len, sizeof g->group_master, 30, "the driving process", err);
+    int rc = peer_recv(fds[0], &buf, &cap, &len, sizeof g->group_master, timeout_s, "the driving process",
+                       err);
     if (rc == 0 && (len < 2 || ((char *)buf)[len - 1]))
         rc = err_set(err, "the driving process sent a group address of %zu bytes", len);
     if (rc == 0) memcpy(g->group_master, buf, len);
@@ -80,7 +81,7 @@ int process_grid_open(ProcessGrid *g, const char *master, int rank, int stages, 
                        "driver, rank %d, listens at --master): %s", rank, world, g->stage, g->tp_rank,
                        process_grid_driver(stages, tp), why);
     }
-    int rc = me == 0 ? tell_groups(g, fds, port, err) : hear_group(g, fds, err);
+    int rc = me == 0 ? tell_groups(g, fds, port, timeout_s, err) : hear_group(g, fds, timeout_s, err);
     for (int k = 0; k < world; k++)
         if (fds[k] >= 0) close(fds[k]);
     if (rc) {
