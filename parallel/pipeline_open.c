@@ -160,6 +160,43 @@ static void take_grid_fds(Pipeline *p, const ProcessGrid *g, int chunk) {
     p->serve_chunk = chunk;
 }
 
+/* Where a rank of `--pp P --tp N` as processes runs, by its --gpus entry
+ * (else its local rank) and the list as `cllm info` places it. */
+typedef struct {
+    int dev;                    /* its GPU, or -1: the CPU */
+    int share;                  /* processes on that GPU by the list (each takes its share), 0 without one */
+    bool listed;                /* a --gpus list: group is its stage's group as placed */
+    TpPlacement group;
+    bool hubs_nccl;             /* the stages' rank 0s on GPUs of their own: NCCL between them */
+} RankPlace;
+
+static int place_rank(const PipelineOptions *o, int n_gpus, RankPlace *pl, Err *err) {
+    int n = o->n_stages, tp = o->tp, r = o->rank, all[PLACEMENT_MAX];
+    memset(pl, 0, sizeof *pl);
+    pl->dev = -1;
+    if (n_gpus == 0) return 0;
+    if ((pl->dev = placement_own_device(o->gpus, n, tp, r, err)) < 0) return -1;
+    if (pl->dev >= n_gpus)
+        return err_set(err, "rank %d (stage %d's tensor-parallel rank %d): GPU %d, this machine has %d", r, r / tp,
+                       r % tp, pl->dev, n_gpus);
+    pl->hubs_nccl = true;
+    if (!o->gpus) return 0;
+    if (placement_devices(o->gpus, n, tp, n_gpus, all, err)) return -1;
+    placement_group(all, n * tp, r / tp * tp, tp, &pl->group); /* a GPU twice in it: host memory, as `cllm info` says */
+    pl->listed = true;
+    for (int b = 0; b < n * tp; b++) pl->share += all[b] == pl->dev;
+    for (int s = 1; s < n; s++)
+        for (int q = 0; q < s; q++) {
+            if (all[s * tp] != all[q * tp]) continue;
+            if (n > 2)
+                return err_set(err, "--gpus '%s': stages %d and %d have their rank 0 on GPU %d; as processes, more than "
+                               "2 stages pass the hidden state over NCCL, which needs a GPU per stage's rank 0", o->gpus,
+                               q, s, all[s * tp]);
+            pl->hubs_nccl = false; /* 2 stages: over the driver's connection, as CPU stages */
+        }
+    return 0;
+}
+
 /* --pp P --tp N --world-size P*N: this process is one rank of its stage's
  * group of processes (process_grid.h: who is who, tp_process.h: the
  * group). The stages' hubs are linked as open_own_stage's processes are;
@@ -173,35 +210,26 @@ static int open_own_rank(Pipeline *p, const Model *m, const PipelineOptions *o, 
         return err_set(err, "--pp %d --tp %d as processes on CPU backends: at most 2 stages (more need NCCL between the "
                        "stages' GPUs)", n, tp);
     TpPlan split; /* refused before any process waits for the others */
-    if (make_plan(p, m, o, n, err) || tp_plan_make(&split, &p->sm[r / tp].cfg, &p->sm[r / tp].w, tp, err)) return -1;
-    int dev = placement_own_device(o->gpus, n, tp, r, err);
-    if (dev < 0 || (n_gpus > 0 && backend_link_available(err))) return -1;
-    if (n_gpus > 0 && dev >= n_gpus)
-        return err_set(err, "rank %d (stage %d's tensor-parallel rank %d): GPU %d, this machine has %d", r, r / tp,
-                       r % tp, dev, n_gpus);
+    RankPlace pl;
+    if (make_plan(p, m, o, n, err) || tp_plan_make(&split, &p->sm[r / tp].cfg, &p->sm[r / tp].w, tp, err) ||
+        place_rank(o, n_gpus, &pl, err) || (n_gpus > 0 && backend_link_available(err)))
+        return -1;
     bool driver = r == process_grid_driver(n, tp), hub = r % tp == 0;
     unsigned char id[BACKEND_LINK_ID_BYTES] = "cllm-cpu-stages";
-    if (n_gpus > 0 && driver && backend_link_id(id, err)) return -1;
+    if (pl.hubs_nccl && driver && backend_link_id(id, err)) return -1;
     ProcessGrid g;
     if (process_grid_open(&g, o->master, r, n, tp, id, sizeof id, o->timeout_s, err)) return -1;
     take_grid_fds(p, &g, o->backend.max_tokens);
     int s = g.stage;
-    BackendOptions bo = stage_backend_options(o, dev, n_gpus);
+    BackendOptions bo = stage_backend_options(o, pl.dev, n_gpus);
+    if (pl.listed) bo.gpu_share = pl.share; /* the processes on this GPU share what --gpu-mem-util leaves of it */
     TpProcessAt at = {.n = tp, .rank = g.tp_rank, .stage = s, .n_stages = n, .master = g.group_master,
-                      .timeout_s = o->timeout_s};
-    int all[PLACEMENT_MAX];
-    TpPlacement where;
-    if (n_gpus > 0 && o->gpus && !placement_devices(o->gpus, n, tp, n_gpus, all, err)) {
-        placement_group(all, n * tp, s * tp, tp, &where); /* a GPU shared in the list: host memory, as `cllm info` says */
-        at.where = &where;
-        bo.gpu_share = 0; /* the processes on this GPU share what --gpu-mem-util leaves of it */
-        for (int b = 0; b < n * tp; b++) bo.gpu_share += all[b] == dev;
-    }
+                      .timeout_s = o->timeout_s, .where = pl.listed ? &pl.group : NULL};
     if (!(p->tpp = calloc(1, sizeof *p->tpp))) return err_set(err, "out of memory");
     if (tp_process_open(p->tpp, &p->sm[s].cfg, &p->sm[s].shape, &p->sm[s].w, &at, &bo, err))
         return stage_failed(err, s, &p->plan);
     p->be[s] = p->tpp->be;
-    if (hub && n_gpus > 0 && !(p->links = backend_link_join(p->be[s], id, s, n, o->timeout_s, err))) return -1;
+    if (hub && pl.hubs_nccl && !(p->links = backend_link_join(p->be[s], id, s, n, o->timeout_s, err))) return -1;
     if (!driver) return 0;
     if (pipeline_set_remote(p, g.hub_fd, o->timeout_s, err) || check_kv(p, o, err)) return -1;
     return pipeline_start(p, o->backend.max_tokens, err);

@@ -73,6 +73,11 @@ expect_grep "-v: stage 0's hub names its place" "$TMP/e0.err" "rank 0 of 4 serve
 expect_grep "-v: a rank of stage 0" "$TMP/e1.err" "rank 1 of 4 serves stage 0's tensor-parallel rank 1 \(layers 0-0\) on cpu$"
 expect_grep "-v: a rank of the driver's stage" "$TMP/e3.err" "rank 3 of 4 serves stage 1's tensor-parallel rank 1 \(layers 1-1\) on cpu$"
 
+# `cllm info` places world rank s*N + t (its --gpus entry) as the processes above name themselves
+expect_exit "info --pp 2 --tp 2 --gpus 0,1,2,3" 0 $CLLM info -m $F/llama.gguf --pp 2 --tp 2 --gpus 0,1,2,3
+expect_grep "info: GPU 1 holds stage 0's rank 1 (world rank 1)" "$TMP/out" "^  GPU 1 +stage 0 rank 1:"
+expect_grep "info: GPU 3 holds stage 1's rank 1 (world rank 3)" "$TMP/out" "^  GPU 3 +stage 1 rank 1:"
+
 # failures: a long run of 4 processes, one of them killed (or stopped) 2 s in; every process must end
 for i in $(seq 1 24); do echo "prompt $i of a long run"; done > "$TMP/long.txt"
 LONG="$CLLM generate --cpu -c 2100 -t 1 -m $F/llama.gguf -n 2000 --ignore-eos --pp 2 --tp 2 --world-size 4"
