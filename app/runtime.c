@@ -92,6 +92,12 @@ static int open_pipeline(Runtime *rt, const RunOptions *o, int ctx, int block, i
                           .timeout_s = pp_timeout()};
     if (pipeline_open(&rt->pp, &rt->model, &po, err)) return -1;
     rt->pipelined = true;
+    const TpProcess *own = rt->pp.tpp; /* --pp P --tp N as processes: this one's rank of its stage's group */
+    if (own && own->note[0])
+        fprintf(stderr, "cllm: %s%s\n", own->note, o->tp_nccl_sum ? "; --tp-nccl-sum has no effect there" : "");
+    if (own && o->verbose && !rt->pp.serving)
+        fprintf(stderr, "stage %d's tensor-parallel rank 0 (rank %d of %d, the driver) on %s%s\n", own->stage, o->rank,
+                o->world_size, own->be->name, own->be->device < 0 ? "" : own->nccl ? ", NCCL" : ", through host memory");
     if (rt->pp.serving) {
         rt->be = rt->pp.be[rt->pp.serve_stage];
         return 0;
@@ -104,8 +110,6 @@ static int open_pipeline(Runtime *rt, const RunOptions *o, int ctx, int block, i
                            pipeline_kv_blocks(&rt->pp), &stages, ctx, chunk, err))
         return -1;
     print_tp_notes(rt->pp.tp, o->pp);
-    if (rt->pp.tpp && rt->pp.tpp->note[0])
-        fprintf(stderr, "cllm: %s%s\n", rt->pp.tpp->note, o->tp_nccl_sum ? "; --tp-nccl-sum has no effect there" : "");
     for (int s = 0; o->verbose && s <= last && o->world_size <= 1; s++) {
         fprintf(stderr, "stage %d on %s: layers %d-%d, KV cache %d blocks of %d\n", s, rt->pp.be[s]->name,
                 rt->pp.plan.first_layer[s], rt->pp.plan.first_layer[s] + rt->pp.plan.n_layers[s] - 1,

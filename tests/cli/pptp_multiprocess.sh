@@ -63,7 +63,8 @@ for r in 0 1 3; do
         -c 64 -t 1 -m $F/llama.gguf --pp 2 --tp 2 -v 2> "$TMP/e$r.err"; echo $? > "$TMP/e$r.rc" ) &
 done
 expect_exit "--pp 2 --tp 2: ranks from the environment" 0 env OMPI_COMM_WORLD_SIZE=4 OMPI_COMM_WORLD_RANK=2 \
-    CLLM_MASTER=127.0.0.1:$PORT timeout 120 $GEN -m $F/llama.gguf --pp 2 --tp 2 -o "$TMP/env.jsonl"
+    CLLM_MASTER=127.0.0.1:$PORT timeout 120 $GEN -m $F/llama.gguf --pp 2 --tp 2 -v -o "$TMP/env.jsonl"
+cp "$TMP/err" "$TMP/e2.err"
 wait
 cmp -s <(strip "$TMP/env.jsonl") <(strip "$TMP/llama-pp2tp2.jsonl") && ok "ranks from the environment: same output" ||
     notok "ranks from the environment: same output" "$(head -c 300 "$TMP/e1.err")"
@@ -71,6 +72,7 @@ cmp -s <(strip "$TMP/env.jsonl") <(strip "$TMP/llama-pp2tp2.jsonl") && ok "ranks
     notok "ranks from the environment: all exit 0" "$(cat "$TMP"/e*.rc | tr -d '\n')"
 expect_grep "-v: stage 0's hub names its place" "$TMP/e0.err" "rank 0 of 4 serves stage 0's tensor-parallel rank 0 \(layers 0-0\) on cpu$"
 expect_grep "-v: a rank of stage 0" "$TMP/e1.err" "rank 1 of 4 serves stage 0's tensor-parallel rank 1 \(layers 0-0\) on cpu$"
+expect_grep "-v: the driver names its place" "$TMP/e2.err" "^stage 1's tensor-parallel rank 0 \(rank 2 of 4, the driver\) on cpu$"
 expect_grep "-v: a rank of the driver's stage" "$TMP/e3.err" "rank 3 of 4 serves stage 1's tensor-parallel rank 1 \(layers 1-1\) on cpu$"
 
 # `cllm info` places world rank s*N + t (its --gpus entry) as the processes above name themselves

@@ -532,7 +532,9 @@ tp_pp_mp_check() {
             --gpus $gpus --master 127.0.0.1:$port -v -o "$OUT/pptpmp-$m.jsonl" 2> "$OUT/pptpmp-$m.err" ||
             { echo "not ok - $m --pp 2 --tp 2 --world-size 4: $(tail -2 "$OUT/pptpmp-$m.err")"; rc=1; }
         wait
-        grep -h "serves stage" "$OUT"/pptpmp-$m-r*.err | sed 's/^/# /'
+        grep -h "serves stage\|the driver)" "$OUT"/pptpmp-$m*.err | sed 's/^/# /'
+        grep -q "the driver) on .*$want" "$OUT/pptpmp-$m.err" ||
+            { echo "not ok - $m the driver: not '$want'"; rc=1; }
         for r in 0 1 3; do
             grep -q "serves stage .*$want" "$OUT/pptpmp-$m-r$r.err" ||
                 { echo "not ok - $m rank $r: not '$want': $(tail -1 "$OUT/pptpmp-$m-r$r.err")"; rc=1; }
