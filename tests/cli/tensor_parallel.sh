@@ -7,7 +7,8 @@
 # 9 heads, 3 KV heads: --tp 3; Gemma 3 270M: 4 heads, 1 KV head: --tp 2 and
 # 4). Refused, exit 2, naming why: out-of-range values, heads that do not
 # split, a split inside a quantized block, mixture-of-experts, --pp --tp with
-# --world-size (--tp N --world-size N: tests/cli/tp_multiprocess.sh).
+# a --world-size other than P*N (the ranks as processes: tests/cli/
+# tp_multiprocess.sh, pptp_multiprocess.sh).
 # `cllm info --tp N` shows each rank's part and memory, and with --gpus (or
 # 0, 1, ...) each rank's GPU, who shares one, and the group's transport; bench and chat run
 # with --tp 2, and a serve --tp 2 completion equals one backend's.
