@@ -13,8 +13,10 @@
 # associate otherwise; --tp 2 in one process is as far from one backend).
 # --pp 2 --tp 3 does not split 4 heads, --pp 3 on CPU backends needs NCCL
 # between the stages: both refused. A rank killed mid-run (one after a stage's
-# rank 0, a stage's hub, the driver) or a silent one ends every process, exit
-# 2 with a message naming the stage and rank; `timeout` bounds every process.
+# rank 0, a stage's hub, the driver) or a silent one (a rank, a hub) ends the
+# others, exit 2 with a message naming the stage and rank (a silent hub's own
+# ranks wait for it, as for an idle one, until it goes); `timeout` bounds
+# every process.
 source "$(dirname "$0")/lib.sh"
 F=tests/fixtures/tiny
 for i in $(seq 1 6); do
@@ -98,10 +100,14 @@ fail_run() {
         fi
     done
     sleep 2; kill -$sig $pid 2>/dev/null
-    for r in 0 1 2 3; do # the survivors (timeout 100 each) end on their own; then the victim goes
+    # the driver ends on its own (by a deadline at most); then a stopped victim goes (a stopped hub's ranks
+    # wait for it as for an idle one), and every other process must end on its own (timeout 100 each)
+    while [ $victim != 2 ] && [ ! -s "$TMP/f2.rc" ]; do sleep 0.2; done
+    kill -9 $pid 2>/dev/null
+    for r in 0 1 2 3; do
         while [ $r != $victim ] && [ ! -s "$TMP/f$r.rc" ]; do sleep 0.2; done
     done
-    kill -9 $pid 2>/dev/null; wait
+    wait
     local rcs="" ; for r in 0 1 2 3; do [ $r = $victim ] || rcs="$rcs$(cat "$TMP/f$r.rc")"; done
     [ "${rcs//124/}" = "$rcs" ] && ok "$name: every process ends before its timeout" ||
         notok "$name: every process ends before its timeout" "exit codes (victim $victim left out): $rcs"
@@ -120,6 +126,8 @@ expect_grep "stage 0's rank 1 names its hub" "$TMP/f1.err" "rank 1: stage 0's (h
 [ "$(cat "$TMP/f1.rc")" = 2 ] && ok "stage 0's rank 1 exits 2" || notok "stage 0's rank 1 exits 2" "exit $(cat "$TMP/f1.rc")"
 fail_run "stage 0's rank 1 stopped" 1 STOP 3
 expect_grep "stage 0's hub says it did not answer" "$TMP/f0.err" "stage 0's tensor-parallel rank 1: no answer within 3 s"
+fail_run "stage 0's hub stopped" 0 STOP 3
+expect_grep "the driver says stage 0's hub did not answer" "$TMP/f2.err" "pipeline stage 0's hub .*no answer within 3 s"
 fail_run "the driver killed" 2 9 10
 for r in 0 1 3; do
     [ "$(cat "$TMP/f$r.rc")" = 2 ] && ok "the driver killed: rank $r exits 2" || notok "the driver killed: rank $r exits 2" \
