@@ -14,8 +14,7 @@
  * then tells each process where its stage's group meets: the hub's address
  * as the driver's connection to it sees it (--master's host for the last
  * stage, the driver's), port PORT + 1 + s; the hub listens there for its
- * group's rendezvous
- * (parallel/tp_process.h). The driver keeps its connections to the other
+ * group's rendezvous (parallel/tp_process.h). The driver keeps its connections to the other
  * stages' hubs (the pipeline's step messages), a hub its connection to the
  * driver; every other start-up connection is closed.
  */
