@@ -325,9 +325,9 @@ static int cmd_tokenize(int argc, char **argv) {
     {"--host-sampling", NULL, OPT_FLAG, &(o)->host_sampling, "draw tokens on the CPU even where the GPU could (default: the GPU draws)"}, \
     {"--bf16-weights", NULL, OPT_FLAG, &(o)->bf16_weights, "GPU: dequantize quantized weights to bf16 at load (default: kept as stored)"}, \
     {"--dummy-weights", NULL, OPT_FLAG_VALUE, &dummy, DUMMY_HELP},                                            \
-    {"--rank", NULL, OPT_INT, &(o)->rank, "multi-process run: this process's stage, or --tp rank (default: OMPI_COMM_WORLD_RANK / PMI_RANK)"}, \
-    {"--world-size", NULL, OPT_INT, &(o)->world_size, "multi-process run: processes = --pp stages or --tp ranks (default: OMPI_COMM_WORLD_SIZE / PMI_SIZE)"}, \
-    {"--master", NULL, OPT_STR, &(o)->master, "multi-process run: ADDR:PORT where the driver listens: the last rank, with --tp rank 0 (default: CLLM_MASTER)"}, \
+    {"--rank", NULL, OPT_INT, &(o)->rank, "multi-process run: this process's stage, --tp rank, or with both stage*N+rank (default: OMPI_COMM_WORLD_RANK / PMI_RANK)"}, \
+    {"--world-size", NULL, OPT_INT, &(o)->world_size, "multi-process run: processes = --pp stages, --tp ranks, or their product (default: OMPI_COMM_WORLD_SIZE / PMI_SIZE)"}, \
+    {"--master", NULL, OPT_STR, &(o)->master, "multi-process run: ADDR:PORT where the driver listens: the last rank, with --tp rank 0, with both the last stage's rank 0 (default: CLLM_MASTER)"}, \
     {"--batch-invariant", NULL, OPT_FLAG, &(o)->batch_invariant,                                              \
      "GPU: a sequence's tokens do not depend on the batch it runs in (slower; see README; default off)"},                  \
     {"--kv-dtype", NULL, OPT_STR, &kv_dtype, KV_DTYPE_HELP},                                                 \

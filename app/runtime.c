@@ -31,13 +31,12 @@ int run_options_from_env(RunOptions *o, Err *err) {
     if (o->world_size > 1 && o->rank <= 0) o->rank = env_int(rank, o->rank);
     if (!o->master) o->master = getenv("CLLM_MASTER");
     if (o->world_size <= 1) return 0;
-    if (o->tp > 1 && o->pp > 1)
-        return err_set(err, "--pp %d --tp %d with --world-size %d: a process per stage or per rank, not both yet (--tp "
-                       "N --world-size N runs the ranks as processes; --pp P --tp N as one process)", o->pp, o->tp,
-                       o->world_size);
-    if (o->tp > 1 && o->tp != o->world_size)
+    if (o->tp > 1 && o->pp > 1 && o->pp * o->tp != o->world_size)
+        return err_set(err, "--pp %d --tp %d but --world-size %d: one process per stage and rank, %d", o->pp, o->tp,
+                       o->world_size, o->pp * o->tp);
+    if (o->tp > 1 && o->pp <= 1 && o->tp != o->world_size)
         return err_set(err, "--tp %d but --world-size %d: one process per tensor-parallel rank", o->tp, o->world_size);
-    if (o->pp > 1 && o->pp != o->world_size)
+    if (o->pp > 1 && o->tp <= 1 && o->pp != o->world_size)
         return err_set(err, "--pp %d but --world-size %d: one process per stage", o->pp, o->world_size);
     if (o->rank < 0 || o->rank >= o->world_size)
         return err_set(err, "--rank %d: must be in [0, %d)", o->rank, o->world_size);
@@ -93,6 +92,12 @@ static int open_pipeline(Runtime *rt, const RunOptions *o, int ctx, int block, i
                           .timeout_s = pp_timeout()};
     if (pipeline_open(&rt->pp, &rt->model, &po, err)) return -1;
     rt->pipelined = true;
+    const TpProcess *own = rt->pp.tpp; /* --pp P --tp N as processes: this one's rank of its stage's group */
+    if (own && own->note[0])
+        fprintf(stderr, "cllm: %s%s\n", own->note, o->tp_nccl_sum ? "; --tp-nccl-sum has no effect there" : "");
+    if (own && o->verbose && !rt->pp.serving)
+        fprintf(stderr, "stage %d's tensor-parallel rank 0 (rank %d of %d, the driver) on %s%s\n", own->stage, o->rank,
+                o->world_size, own->be->name, own->be->device < 0 ? "" : own->nccl ? ", NCCL" : ", through host memory");
     if (rt->pp.serving) {
         rt->be = rt->pp.be[rt->pp.serve_stage];
         return 0;
@@ -176,7 +181,17 @@ static int open_tp_processes(Runtime *rt, const RunOptions *o, int n_gpus, int c
     if (n_gpus > 0 && bo.device >= n_gpus)
         return err_set(err, "tensor-parallel rank %d: GPU %d, this machine has %d", o->rank, bo.device, n_gpus);
     bo.n_blocks = n_gpus > 0 ? 0 : n_blocks;
-    if (tp_process_open(&rt->tpp, &m->cfg, &m->shape, &m->w, o->tp, o->rank, o->master, &bo, pp_timeout(), err)) {
+    TpProcessAt at = {.n = o->tp, .rank = o->rank, .stage = 0, .n_stages = 1, .master = o->master,
+                      .timeout_s = pp_timeout()};
+    int dev[TP_MAX];
+    TpPlacement where;
+    if (n_gpus > 0 && o->gpus) { /* the list's shared GPUs: host memory, as `cllm info --tp N --gpus` says */
+        if (placement_devices(o->gpus, 1, o->tp, n_gpus, dev, err)) return -1;
+        placement_group(dev, o->tp, 0, o->tp, &where);
+        at.where = &where;
+        bo.gpu_share = where.gpu_share[o->rank]; /* the processes on its GPU share what --gpu-mem-util leaves */
+    }
+    if (tp_process_open(&rt->tpp, &m->cfg, &m->shape, &m->w, &at, &bo, err)) {
         tp_process_close(&rt->tpp);
         return -1;
     }
@@ -303,9 +318,12 @@ int runtime_serve_main(const RunOptions *o, const char *cmd) {
         return rc ? 2 : 0;
     }
     int r = rt.pp.serve_stage;
+    char rank[48] = "";
+    if (rt.pp.tpp) snprintf(rank, sizeof rank, "'s tensor-parallel rank %d", rt.pp.tpp->rank);
     if (o->verbose)
-        fprintf(stderr, "cllm %s: rank %d of %d serves stage %d (layers %d-%d) on %s\n", cmd, o->rank, o->world_size,
-                r, rt.pp.plan.first_layer[r], rt.pp.plan.first_layer[r] + rt.pp.plan.n_layers[r] - 1, rt.be->name);
+        fprintf(stderr, "cllm %s: rank %d of %d serves stage %d%s (layers %d-%d) on %s%s\n", cmd, o->rank,
+                o->world_size, r, rank, rt.pp.plan.first_layer[r], rt.pp.plan.first_layer[r] + rt.pp.plan.n_layers[r] - 1,
+                rt.be->name, !rt.pp.tpp || rt.be->device < 0 ? "" : rt.pp.tpp->nccl ? ", NCCL" : ", through host memory");
     int rc = pipeline_serve(&rt.pp, &err);
     if (rc) fprintf(stderr, "cllm %s: rank %d: %s\n", cmd, o->rank, err.msg);
     runtime_close(&rt);

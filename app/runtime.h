@@ -52,9 +52,12 @@ void run_options_default(RunOptions *o);
  * PMI_SIZE; CLLM_MASTER); -1 with err when they contradict --pp. */
 int run_options_from_env(RunOptions *o, Err *err);
 /* This process serves another one (multi-process): a pipeline stage (not
- * the last rank, which drives), or a tensor-parallel rank (not rank 0). */
+ * the last rank, which drives), a tensor-parallel rank (not rank 0), or
+ * with both a rank of a stage (not the last stage's rank 0: world rank
+ * (P-1)*N, parallel/process_grid.h). */
 static inline bool run_options_serves_stage(const RunOptions *o) {
-    return o->world_size > 1 && o->rank != (o->tp > 1 ? 0 : o->world_size - 1);
+    int driver = o->tp > 1 && o->pp > 1 ? (o->pp - 1) * o->tp : o->tp > 1 ? 0 : o->world_size - 1;
+    return o->world_size > 1 && o->rank != driver;
 }
 
 typedef struct {

@@ -54,6 +54,14 @@ static void record_error(Pipeline *p, int s, const Err *e) {
 
 /* ---- hand-over between neighbours ---- */
 
+/* Stage s's process as the driver names it (with --tp, its group's hub). */
+static const char *remote_name(const Pipeline *p, int s, char *buf, size_t cap) {
+    if (p->tpp) snprintf(buf, cap, "pipeline stage %d's hub (world rank %d, the stage's tensor-parallel rank 0)", s,
+                         s * p->tpp->n);
+    else snprintf(buf, cap, "pipeline stage %d's process", s);
+    return buf;
+}
+
 static bool linked(const Pipeline *p, int s) {
     if (p->remote) return p->be[p->plan.n_stages - 1]->recv_prev != NULL; /* every stage links alike */
     return p->be[s]->send_next && p->be[s + 1]->recv_prev;
@@ -75,8 +83,8 @@ static int link_recv(Pipeline *p, int s, Forward *to, const StageJob *j, Err *er
     int64_t n = (int64_t)j->step.b.n_tokens * p->dim;
     if (linked(p, s - 1)) return be->recv_prev(be, to->x, n, err) || be->recv_prev(be, to->proj, n, err);
     if (p->remote) { /* CPU stages: the previous stage's process writes x, then proj, to its connection */
-        char peer[64];
-        snprintf(peer, sizeof peer, "pipeline stage %d's process", s - 1);
+        char peer[96];
+        remote_name(p, s - 1, peer, sizeof peer);
         float *x = p->x_host[s - 1][0], *proj = p->proj_host[s - 1][0];
         return peer_read(p->peer_fd[s - 1], x, (size_t)n * 4, p->peer_timeout, peer, err) ||
                peer_read(p->peer_fd[s - 1], proj, (size_t)n * 4, p->peer_timeout, peer, err) ||
@@ -136,11 +144,11 @@ int pipeline_set_remote(Pipeline *p, const int *fds, double timeout_s, Err *err)
     p->peer_timeout = timeout_s;
     for (int s = 0; s < n - 1; s++) p->peer_fd[s] = fds[s];
     for (int s = 0; s < n - 1; s++) {
-        char peer[64];
+        char peer[96];
         unsigned char buf[16];
         uint32_t len;
         StepMsg m = {0};
-        snprintf(peer, sizeof peer, "pipeline stage %d's process", s);
+        remote_name(p, s, peer, sizeof peer);
         if (peer_read(fds[s], &len, 4, timeout_s, peer, err) || len != 16 || peer_read(fds[s], buf, 16, timeout_s, peer, err))
             return err->msg[0] ? -1 : err_set(err, "%s: no hello", peer);
         if (step_msg_decode(&m, buf, 16, 1, 1, 1, err) || m.kind != STEP_MSG_HELLO)
@@ -191,8 +199,8 @@ static int launch_remote(Pipeline *p, const StageJob *j, Err *err) {
     size_t len = step_msg_encode(j->step.ids, &j->step.b, &p->msg, &p->msg_cap, err);
     if (!len) return -1;
     for (int s = 0; s < p->plan.n_stages - 1; s++) {
-        char peer[64];
-        snprintf(peer, sizeof peer, "pipeline stage %d's process", s);
+        char peer[96];
+        remote_name(p, s, peer, sizeof peer);
         if (peer_send(p->peer_fd[s], p->msg, len, p->peer_timeout, peer, err)) return -1;
     }
     p->in_flight++;
@@ -228,19 +236,23 @@ int pipeline_finish(Pipeline *p, Forward *last, Err *err) {
     if (failed || j.failed) return failed ? -1 : err_set(err, "pipeline: an earlier stage failed");
     if (link_recv(p, ls, last, &j, err)) return -1;
     const ForwardStep *st = &j.step;
+    if (p->tpp) return tp_process_run(p->tpp, last, st, err); /* the last stage's group of processes */
     if (p->tp[ls]) return tp_ranks_run(p->tp[ls], last, st, err);
     return forward_run(last, st->ids, &st->b, st->logit_rows, st->n_logits, st->logits_out, err);
 }
 
 const ModelConfig *pipeline_stage_cfg(const Pipeline *p, int s) {
+    if (p->tpp && p->tpp->stage == s) return &p->tpp->rm.cfg;
     return p->tp[s] ? tp_ranks_cfg(p->tp[s]) : &p->sm[s].cfg;
 }
-
 
 int pipeline_kv_blocks(const Pipeline *p) {
     int fewest = -1;
     for (int s = 0; s < p->plan.n_stages; s++) {
-        int k = p->be[s] ? p->be[s]->kv_n_blocks : p->remote ? p->remote_kv_blocks[s] : 0;
+        int k = p->tpp && p->tpp->stage == s ? p->tpp->kv_blocks /* its group's fewest */
+                : p->be[s]                    ? p->be[s]->kv_n_blocks
+                : p->remote                   ? p->remote_kv_blocks[s]
+                                              : 0;
         if (fewest < 0 || k < fewest) fewest = k;
     }
     return fewest < 0 ? 0 : fewest;
@@ -280,7 +292,7 @@ void pipeline_free(Pipeline *p) {
     }
     for (int s = 0; s < n - 1; s++) {
         if (p->fw[s].cfg) forward_free(&p->fw[s]);
-        if (p->be[s]) p->be[s]->destroy(p->be[s]);
+        if (p->be[s] && !(p->tpp && p->tpp->stage == s)) p->be[s]->destroy(p->be[s]); /* else tpp's */
         for (int k = 0; k < STAGE_MAX; k++) {
             free(p->x_host[s][k]);
             free(p->proj_host[s][k]);

@@ -27,6 +27,7 @@
 #include "parallel/stage.h"
 #include "parallel/stage_plan.h"
 #include "parallel/tp.h"
+#include "parallel/tp_process.h"
 
 /* One step on its way through the stages: the caller's arrays, untouched
  * until the step is finished. */
@@ -77,6 +78,8 @@ struct Pipeline {
     bool failed;
     Err err;                      /* the first error of a stage thread */
     BackendLinks *links;          /* the backends' links (pipeline_open), or NULL: host hand-over */
+    TpProcess *tpp;               /* --pp P --tp N as processes: this process's rank of its stage's group (it
+                                     owns be[its stage]); NULL otherwise */
     bool serving;                 /* one process per stage, not the driver: this one serves serve_stage */
     int serve_fd, serve_stage, serve_chunk;
 };

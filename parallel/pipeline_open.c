@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "parallel/placement.h"
+#include "parallel/process_grid.h"
 #include "parallel/rendezvous.h"
 #include "parallel/stage_server.h"
 
@@ -116,9 +117,6 @@ static int open_stages(Pipeline *p, const Model *m, const PipelineOptions *o, Er
  * connect to it; the link id it makes travels with that rendezvous. */
 static int open_own_stage(Pipeline *p, const Model *m, const PipelineOptions *o, Err *err) {
     int n = o->world_size, r = o->rank, driver = n - 1;
-    if (o->tp > 1)
-        return err_set(err, "--tp %d with --world-size %d stages: a process per stage or per rank, not both yet",
-                       o->tp, n);
     if (make_plan(p, m, o, n, err)) return -1;
     int dev = placement_own_device(o->gpus, n, 1, r, err), n_gpus = stage_gpus(o);
     if (dev < 0 || (n_gpus > 0 && backend_link_available(err))) return -1;
@@ -148,25 +146,123 @@ static int open_own_stage(Pipeline *p, const Model *m, const PipelineOptions *o,
     return pipeline_start(p, o->backend.max_tokens, err);
 }
 
+/* The connections process_grid_open left this process, now the pipeline's
+ * (closed with it): a hub's to the driver, the driver's to the hubs. */
+static void take_grid_fds(Pipeline *p, const ProcessGrid *g, int chunk) {
+    if (g->rank == process_grid_driver(g->stages, g->tp)) {
+        p->remote = true;
+        for (int s = 0; s < g->stages - 1; s++) p->peer_fd[s] = g->hub_fd[s];
+        return;
+    }
+    p->serving = true;
+    p->serve_fd = g->driver_fd; /* -1 for a rank after a stage's 0: it hears its hub only */
+    p->serve_stage = g->stage;
+    p->serve_chunk = chunk;
+}
+
+/* Where a rank of `--pp P --tp N` as processes runs, by its --gpus entry
+ * (else its local rank) and the list as `cllm info` places it. */
+typedef struct {
+    int dev;                    /* its GPU, or -1: the CPU */
+    int share;                  /* processes on that GPU by the list (each takes its share), 0 without one */
+    bool listed;                /* a --gpus list: group is its stage's group as placed */
+    TpPlacement group;
+    bool hubs_nccl;             /* the stages' rank 0s on GPUs of their own: NCCL between them */
+} RankPlace;
+
+static int place_rank(const PipelineOptions *o, int n_gpus, RankPlace *pl, Err *err) {
+    int n = o->n_stages, tp = o->tp, r = o->rank, all[PLACEMENT_MAX];
+    memset(pl, 0, sizeof *pl);
+    pl->dev = -1;
+    if (n_gpus == 0) return 0;
+    if ((pl->dev = placement_own_device(o->gpus, n, tp, r, err)) < 0) return -1;
+    if (pl->dev >= n_gpus)
+        return err_set(err, "rank %d (stage %d's tensor-parallel rank %d): GPU %d, this machine has %d", r, r / tp,
+                       r % tp, pl->dev, n_gpus);
+    pl->hubs_nccl = true;
+    if (!o->gpus) return 0;
+    if (placement_devices(o->gpus, n, tp, n_gpus, all, err)) return -1;
+    placement_group(all, n * tp, r / tp * tp, tp, &pl->group); /* a GPU twice in it: host memory, as `cllm info` says */
+    pl->listed = true;
+    for (int b = 0; b < n * tp; b++) pl->share += all[b] == pl->dev;
+    for (int s = 1; s < n; s++)
+        for (int q = 0; q < s; q++) {
+            if (all[s * tp] != all[q * tp]) continue;
+            if (n > 2)
+                return err_set(err, "--gpus '%s': stages %d and %d have their rank 0 on GPU %d; as processes, more than "
+                               "2 stages pass the hidden state over NCCL, which needs a GPU per stage's rank 0", o->gpus,
+                               q, s, all[s * tp]);
+            pl->hubs_nccl = false; /* 2 stages: over the driver's connection, as CPU stages */
+        }
+    return 0;
+}
+
+/* --pp P --tp N --world-size P*N: this process is one rank of its stage's
+ * group of processes (process_grid.h: who is who, tp_process.h: the
+ * group). The stages' hubs are linked as open_own_stage's processes are;
+ * the last stage's hub drives. */
+static int open_own_rank(Pipeline *p, const Model *m, const PipelineOptions *o, Err *err) {
+    int n = o->n_stages, tp = o->tp, r = o->rank, n_gpus = stage_gpus(o);
+    if (n * tp != o->world_size)
+        return err_set(err, "--pp %d --tp %d: %d processes (one per stage and rank), not --world-size %d", n, tp, n * tp,
+                       o->world_size);
+    if (n_gpus == 0 && n > 2) /* as open_own_stage's CPU stages: the first hands over through the driver's connection */
+        return err_set(err, "--pp %d --tp %d as processes on CPU backends: at most 2 stages (more need NCCL between the "
+                       "stages' GPUs)", n, tp);
+    TpPlan split; /* refused before any process waits for the others */
+    RankPlace pl;
+    if (make_plan(p, m, o, n, err) || tp_plan_make(&split, &p->sm[r / tp].cfg, &p->sm[r / tp].w, tp, err) ||
+        place_rank(o, n_gpus, &pl, err) || (n_gpus > 0 && backend_link_available(err)))
+        return -1;
+    bool driver = r == process_grid_driver(n, tp), hub = r % tp == 0;
+    unsigned char id[BACKEND_LINK_ID_BYTES] = "cllm-cpu-stages";
+    if (pl.hubs_nccl && driver && backend_link_id(id, err)) return -1;
+    ProcessGrid g;
+    if (process_grid_open(&g, o->master, r, n, tp, id, sizeof id, o->timeout_s, err)) return -1;
+    take_grid_fds(p, &g, o->backend.max_tokens);
+    int s = g.stage;
+    BackendOptions bo = stage_backend_options(o, pl.dev, n_gpus);
+    if (pl.listed) bo.gpu_share = pl.share; /* the processes on this GPU share what --gpu-mem-util leaves of it */
+    TpProcessAt at = {.n = tp, .rank = g.tp_rank, .stage = s, .n_stages = n, .master = g.group_master,
+                      .timeout_s = o->timeout_s, .where = pl.listed ? &pl.group : NULL};
+    if (!(p->tpp = calloc(1, sizeof *p->tpp))) return err_set(err, "out of memory");
+    if (tp_process_open(p->tpp, &p->sm[s].cfg, &p->sm[s].shape, &p->sm[s].w, &at, &bo, err))
+        return stage_failed(err, s, &p->plan);
+    p->be[s] = p->tpp->be;
+    if (hub && pl.hubs_nccl && !(p->links = backend_link_join(p->be[s], id, s, n, o->timeout_s, err))) return -1;
+    if (!driver) return 0;
+    if (pipeline_set_remote(p, g.hub_fd, o->timeout_s, err) || check_kv(p, o, err)) return -1;
+    return pipeline_start(p, o->backend.max_tokens, err);
+}
+
 int pipeline_open(Pipeline *p, const Model *m, const PipelineOptions *o, Err *err) {
     memset(p, 0, sizeof *p);
-    int rc = o->world_size > 1 ? open_own_stage(p, m, o, err) : open_stages(p, m, o, err);
+    int rc = o->world_size > 1 && o->tp > 1 ? open_own_rank(p, m, o, err)
+             : o->world_size > 1            ? open_own_stage(p, m, o, err)
+                                            : open_stages(p, m, o, err);
     if (rc) pipeline_close(p);
     return rc;
 }
 
 int pipeline_serve(Pipeline *p, Err *err) {
     int r = p->serve_stage;
-    return stage_serve(p->be[r], &p->sm[r].cfg, r, p->plan.n_stages, p->serve_fd, p->serve_chunk, err);
+    if (p->tpp && p->tpp->rank > 0) return tp_process_serve(p->tpp, p->serve_chunk, err);
+    int rc = stage_serve(p->be[r], pipeline_stage_cfg(p, r), r, p->plan.n_stages, p->serve_fd, p->serve_chunk, p->tpp,
+                         err);
+    if (rc && p->tpp) tp_group_abort(p->tpp->group); /* its ranks learn at once (a dead driver, a failed step) */
+    return rc;
 }
 
 void pipeline_close(Pipeline *p) {
     int n = p->plan.n_stages;
-    Backend *last = n > 0 && !p->serving ? p->be[n - 1] : NULL; /* the one pipeline_free leaves (the engine's) */
+    TpProcess *tpp = p->tpp; /* owns its stage's backend */
+    Backend *last = n > 0 && !p->serving && !tpp ? p->be[n - 1] : NULL; /* the one pipeline_free leaves (the engine's) */
     BackendLinks *links = p->links;
     int fd = p->serving ? p->serve_fd : -1;
     pipeline_free(p);
     if (fd >= 0) close(fd);
     if (last) last->destroy(last);
+    if (tpp) tp_process_close(tpp); /* its ranks told to stop */
+    free(tpp);
     backend_link_close(links); /* last: the backends' streams used the communicators */
 }

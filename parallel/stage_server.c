@@ -18,7 +18,22 @@ static int pass_on(Backend *be, Forward *fw, int64_t n, int fd, float *host, Err
            be->read(be, host, fw->proj, n, err) || peer_write(fd, host, (size_t)n * 4, 0, DRIVER, err);
 }
 
-static int serve_steps(Backend *be, Forward *fw, int stage, int fd, int max_tokens, float *host, Err *err) {
+/* One step: its input from the stage before, the layers (on every rank of a
+ * group), the output on to the next. */
+static int run_step(Backend *be, Forward *fw, int stage, const StepMsg *m, int fd, float *host, TpProcess *group,
+                    Err *err) {
+    int64_t n = (int64_t)m->b.n_tokens * fw->cfg->dim;
+    if (stage > 0 && (be->recv_prev(be, fw->x, n, err) || be->recv_prev(be, fw->proj, n, err))) return -1;
+    if (group) { /* every rank's sums done: x is whole, then it goes on */
+        ForwardStep s = {m->ids, m->b, NULL, 0, NULL};
+        return tp_process_run(group, fw, &s, err) || pass_on(be, fw, n, fd, host, err);
+    }
+    return forward_launch(fw, m->ids, &m->b, NULL, 0, err) || pass_on(be, fw, n, fd, host, err) ||
+           forward_wait(fw, 0, NULL, err);
+}
+
+static int serve_steps(Backend *be, Forward *fw, int stage, int fd, int max_tokens, float *host, TpProcess *group,
+                       Err *err) {
     void *buf = NULL;
     size_t cap = 0, len = 0;
     StepMsg m = {0};
@@ -30,18 +45,15 @@ static int serve_steps(Backend *be, Forward *fw, int stage, int fd, int max_toke
              step_msg_decode(&m, buf, len, max_tokens, be->kv_n_blocks, be->kv_block_size, err);
         if (rc || m.kind == STEP_MSG_STOP) break;
         if (m.kind != STEP_MSG_STEP) { rc = err_set(err, "%s sent message kind %d", DRIVER, m.kind); break; }
-        int64_t n = (int64_t)m.b.n_tokens * fw->cfg->dim;
-        rc = (stage > 0 && (be->recv_prev(be, fw->x, n, err) || be->recv_prev(be, fw->proj, n, err))) ||
-             forward_launch(fw, m.ids, &m.b, NULL, 0, err) || pass_on(be, fw, n, fd, host, err) ||
-             forward_wait(fw, 0, NULL, err);
-        if (rc) break;
+        if ((rc = run_step(be, fw, stage, &m, fd, host, group, err))) break;
     }
     free(buf);
     step_msg_free(&m);
     return rc ? -1 : 0;
 }
 
-int stage_serve(Backend *be, const ModelConfig *cfg, int stage, int n_stages, int fd, int max_tokens, Err *err) {
+int stage_serve(Backend *be, const ModelConfig *cfg, int stage, int n_stages, int fd, int max_tokens, TpProcess *group,
+                Err *err) {
     if (stage < 0 || stage >= n_stages - 1) return err_set(err, "stage server: stage %d of %d", stage, n_stages);
     if (!be->send_next && n_stages != 2)
         return err_set(err, "stages in several processes without NCCL (CPU stages): at most 2 processes");
@@ -52,9 +64,10 @@ int stage_serve(Backend *be, const ModelConfig *cfg, int stage, int n_stages, in
     fw.to_next = true;
     float *host = be->send_next ? NULL : malloc((size_t)max_tokens * cfg->dim * sizeof *host);
     unsigned char hello[16];
-    size_t hl = step_msg_encode_small(STEP_MSG_HELLO, be->kv_n_blocks, be->kv_block_size, hello);
+    size_t hl = step_msg_encode_small(STEP_MSG_HELLO, group ? group->kv_blocks : be->kv_n_blocks, be->kv_block_size,
+                                      hello);
     int rc = !be->send_next && !host ? err_set(err, "out of memory") : peer_send(fd, hello, hl, 30, DRIVER, err);
-    if (rc == 0) rc = serve_steps(be, &fw, stage, fd, max_tokens, host, err);
+    if (rc == 0) rc = serve_steps(be, &fw, stage, fd, max_tokens, host, group, err);
     free(host);
     forward_free(&fw);
     return rc;

@@ -13,9 +13,14 @@
 
 #include "kernels/backend.h"
 #include "model/config.h"
+#include "parallel/tp_process.h"
 
 /* stage (0 .. n_stages-2) of n_stages on backend be with the stage's
- * config; fd: the connection to the driver. Returns 0 when told to stop. */
-int stage_serve(Backend *be, const ModelConfig *cfg, int stage, int n_stages, int fd, int max_tokens, Err *err);
+ * config; fd: the connection to the driver. group: with --pp P --tp N as
+ * processes, the stage's group of processes, this one its rank 0 (be its
+ * backend, cfg its rank's config; each step runs on every rank, the hello
+ * says the group's fewest KV blocks), else NULL. Returns 0 when told to stop. */
+int stage_serve(Backend *be, const ModelConfig *cfg, int stage, int n_stages, int fd, int max_tokens, TpProcess *group,
+                Err *err);
 
 #endif

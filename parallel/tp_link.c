@@ -13,6 +13,7 @@
 
 struct TpLink {
     int rank, n;
+    int stage;                  /* >= 0: the pipeline stage whose group this is (in the peers' names) */
     int fds[TP_GROUP_MAX];
     double timeout_s;
     float *parts;               /* rank 0: the other ranks' buffers, one after another */
@@ -28,7 +29,7 @@ TpLink *tp_link_open(int rank, int n_ranks, const int *fds, double timeout_s, Er
             return err_set(err, "tensor-parallel link: rank %d has no connection to rank %d", rank, r), NULL;
     TpLink *l = calloc(1, sizeof *l);
     if (!l) return err_set(err, "out of memory"), NULL;
-    l->rank = rank, l->n = n_ranks, l->timeout_s = timeout_s;
+    l->rank = rank, l->n = n_ranks, l->timeout_s = timeout_s, l->stage = -1;
     for (int r = 0; r < n_ranks; r++) {
         l->fds[r] = fds[r];
         int one = 1; /* each op is a few small writes then a wait: Nagle would hold them back (not a TCP socket: ignored) */
@@ -45,25 +46,28 @@ void tp_link_free(TpLink *l) {
 
 const char *tp_link_error(const TpLink *l) { return l->err.msg; }
 
+void tp_link_name_stage(TpLink *l, int stage) { l->stage = stage; }
+
 /* The first failure stays: later ones follow from it. */
 static int failed(TpLink *l, const Err *e) {
     if (!l->err.msg[0]) l->err = *e;
     return -1;
 }
 
-static const char *peer_name(char *buf, size_t cap, int r) {
-    snprintf(buf, cap, "tensor-parallel rank %d", r);
+static const char *peer_name(const TpLink *l, char *buf, size_t cap, int r) {
+    if (l->stage >= 0) snprintf(buf, cap, "stage %d's tensor-parallel rank %d", l->stage, r);
+    else snprintf(buf, cap, "tensor-parallel rank %d", r);
     return buf;
 }
 
 static int send_to(TpLink *l, int r, const void *buf, size_t n, Err *e) {
-    char peer[40];
-    return peer_write(l->fds[r], buf, n, l->timeout_s, peer_name(peer, sizeof peer, r), e);
+    char peer[64];
+    return peer_write(l->fds[r], buf, n, l->timeout_s, peer_name(l, peer, sizeof peer, r), e);
 }
 
 static int recv_from(TpLink *l, int r, void *buf, size_t n, Err *e) {
-    char peer[40];
-    return peer_read(l->fds[r], buf, n, l->timeout_s, peer_name(peer, sizeof peer, r), e);
+    char peer[64];
+    return peer_read(l->fds[r], buf, n, l->timeout_s, peer_name(l, peer, sizeof peer, r), e);
 }
 
 static int grow_parts(TpLink *l, size_t bytes, Err *e) {
@@ -75,10 +79,12 @@ static int grow_parts(TpLink *l, size_t bytes, Err *e) {
 }
 
 /* Rank 0: rank r's rows (or values) must be ours; its columns its own. */
-static int check_counts(int r, const int64_t got[2], const int64_t want[2], const char *what, Err *e) {
+static int check_counts(const TpLink *l, int r, const int64_t got[2], const int64_t want[2], const char *what, Err *e) {
+    char peer[64];
     if (got[0] == want[0] && got[1] >= 0 && got[1] <= (int64_t)1 << 32) return 0;
-    return err_set(e, "tensor-parallel rank %d: %s of %lld x %lld, rank 0's of %lld x %lld (the ranks run different "
-                   "steps)", r, what, (long long)got[0], (long long)got[1], (long long)want[0], (long long)want[1]);
+    return err_set(e, "%s: %s of %lld x %lld, rank 0's of %lld x %lld (the ranks run different steps)",
+                   peer_name(l, peer, sizeof peer, r), what, (long long)got[0], (long long)got[1], (long long)want[0],
+                   (long long)want[1]);
 }
 
 static int link_all_reduce(void *ctx, float *buf, int64_t n) {
@@ -94,7 +100,7 @@ static int link_all_reduce(void *ctx, float *buf, int64_t n) {
     if (grow_parts(l, bytes * (size_t)(l->n - 1), &e)) return failed(l, &e);
     for (int r = 1; r < l->n; r++) {
         int64_t got[2];
-        if (recv_from(l, r, got, sizeof got, &e) || check_counts(r, got, head, "an all-reduce", &e) ||
+        if (recv_from(l, r, got, sizeof got, &e) || check_counts(l, r, got, head, "an all-reduce", &e) ||
             recv_from(l, r, l->parts + (size_t)(r - 1) * (size_t)n, bytes, &e))
             return failed(l, &e);
     }
@@ -121,7 +127,7 @@ static int link_all_gather(void *ctx, float *dst, const float *src, int64_t rows
     size_t at = 0;
     for (int r = 1; r < l->n; r++) { /* each rank's [rows][cols] after the one before's */
         int64_t got[2];
-        if (recv_from(l, r, got, sizeof got, &e) || check_counts(r, got, head, "an all-gather", &e) ||
+        if (recv_from(l, r, got, sizeof got, &e) || check_counts(l, r, got, head, "an all-gather", &e) ||
             grow_parts(l, (at + (size_t)(rows * got[1])) * sizeof(float), &e) ||
             recv_from(l, r, l->parts + at, (size_t)(rows * got[1]) * sizeof(float), &e))
             return failed(l, &e);

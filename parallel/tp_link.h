@@ -23,6 +23,9 @@ typedef struct TpLink TpLink;
 
 /* Rank `rank` of n_ranks over fds (borrowed: they stay the caller's). */
 TpLink *tp_link_open(int rank, int n_ranks, const int *fds, double timeout_s, Err *err);
+/* Peers named "stage S's tensor-parallel rank R" (a pipeline stage's group
+ * of processes); stage < 0: "tensor-parallel rank R". */
+void tp_link_name_stage(TpLink *l, int stage);
 /* The ops for tp_group_create_linked. */
 TpGroupLink tp_link_ops(TpLink *l);
 /* The first failure, one line ("" while none). */

@@ -15,6 +15,14 @@
  * rendezvous, every rank joins with ncclCommInitRank; the sums are the
  * rank-order ones of the host transport, --tp-nccl-sum NCCL's own), else
  * through host memory and the link, as CPU ranks do (note says why).
+ *
+ * With `--pp P --tp N --world-size P*N` each pipeline stage is such a group
+ * (parallel/process_grid.h says who is who): the group splits the stage's
+ * slice, its rank 0 (the stage's hub) takes the steps from the pipeline's
+ * driver (or is the driver, for the last stage) and hands each to its ranks
+ * as above, with the hidden state (x, proj) the stage received from the
+ * one before: every rank of a group holds the same x after its reduces, so
+ * the hub alone passes it on.
  */
 #ifndef CLLM_TP_PROCESS_H
 #define CLLM_TP_PROCESS_H
@@ -23,11 +31,23 @@
 
 #include "kernels/backend.h"
 #include "model/forward.h"
+#include "parallel/placement.h"
 #include "parallel/tp_link.h"
 #include "parallel/tp_plan.h"
 
+/* Where a process's rank sits. */
+typedef struct {
+    int n, rank;                 /* the group's ranks, this process's */
+    int stage, n_stages;         /* the pipeline stage the group runs (0 of 1: the whole model) */
+    const char *master;          /* ADDR:PORT where the group's rank 0 listens */
+    double timeout_s;            /* a peer silent this long fails the op (CLLM_PP_TIMEOUT) */
+    const TpPlacement *where;    /* the group as --gpus places it (placement_group, as `cllm info` shows it): GPU
+                                    ranks sharing a GPU exchange through host memory; NULL: a GPU each */
+} TpProcessAt;
+
 typedef struct {
     int rank, n;
+    int stage, n_stages;         /* as TpProcessAt */
     int fds[TP_MAX];             /* rank 0: fds[r] to rank r; another rank: fds[0] */
     double timeout_s;
     TpPlan plan;
@@ -41,14 +61,21 @@ typedef struct {
     bool has_pending, broken;
     void *msg;                   /* encoded steps (the driver) or received ones (a server) */
     size_t cap;
+    void *hidden;                /* a stage after the first: x or proj of a step on the host (sent or received) */
+    size_t hidden_cap;
+    char hub[80];                /* rank 0 as its ranks name it */
     char note[320];              /* GPU ranks through host memory: why, one line for the user ("" otherwise) */
 } TpProcess;
 
 /* This process's rank (o: every backend's options; the device is this
- * rank's) of model (c, shape, w) split over n processes meeting at master. */
-int tp_process_open(TpProcess *t, const ModelConfig *c, const ModelShape *shape, const ModelWeights *w, int n,
-                    int rank, const char *master, const BackendOptions *o, double timeout_s, Err *err);
-/* The driver's steps as the engine's stages (one step in flight). */
+ * rank's) of model (c, shape, w: a pipeline stage's slice with
+ * at->n_stages > 1) split over at->n processes meeting at at->master. */
+int tp_process_open(TpProcess *t, const ModelConfig *c, const ModelShape *shape, const ModelWeights *w,
+                    const TpProcessAt *at, const BackendOptions *o, Err *err);
+/* Rank 0: one step on every rank, fw rank 0's Forward (with from_prev, its
+ * x and proj go to the others first). A failure breaks the group for good. */
+int tp_process_run(TpProcess *t, Forward *fw, const ForwardStep *s, Err *err);
+/* The driver's steps as the engine's stages (one step in flight; no pipeline). */
 ForwardStages tp_process_stages(TpProcess *t);
 /* A rank server's loop over the driver's steps: 0 when told to stop. */
 int tp_process_serve(TpProcess *t, int max_tokens, Err *err);

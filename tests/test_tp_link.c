@@ -102,14 +102,16 @@ static double now_s(void) {
 }
 
 /* Rank 0 of 2 reduces while rank 1 does `what`: rank 0's group breaks within
- * the deadline, its error holding want. */
+ * the deadline, its error holding want (stage >= 0: the link names the
+ * peers as that pipeline stage's, tp_link_name_stage). */
 typedef enum { PEER_CLOSES, PEER_SILENT, PEER_ABORTS, PEER_OTHER_COUNT } PeerFault;
 
-static void check_fault(PeerFault what, double timeout_s, const char *want) {
+static void check_fault(PeerFault what, double timeout_s, const char *want, int stage) {
     int fds[TP_GROUP_MAX][TP_GROUP_MAX];
     make_star(2, fds);
     Err err = {{0}};
     TpLink *l0 = tp_link_open(0, 2, fds[0], timeout_s, &err), *l1 = tp_link_open(1, 2, fds[1], timeout_s, &err);
+    if (stage >= 0) tp_link_name_stage(l0, stage);
     TpGroupLink o0 = tp_link_ops(l0), o1 = tp_link_ops(l1);
     TpGroup *g0 = tp_group_create_linked(2, &o0, &err), *g1 = tp_group_create_linked(2, &o1, &err);
     if (what == PEER_CLOSES) { close(fds[1][0]); fds[1][0] = -1; }
@@ -132,10 +134,15 @@ static void check_fault(PeerFault what, double timeout_s, const char *want) {
 }
 
 static void test_faults(void) {
-    check_fault(PEER_CLOSES, 30, "tensor-parallel rank 1 closed the connection");
-    check_fault(PEER_ABORTS, 30, "tensor-parallel rank 1 closed the connection");
-    check_fault(PEER_SILENT, 0.3, "tensor-parallel rank 1: no answer within");
-    check_fault(PEER_OTHER_COUNT, 30, "tensor-parallel rank 1: an all-reduce of 1001 x 0, rank 0's of 7 x 0");
+    check_fault(PEER_CLOSES, 30, "tensor-parallel rank 1 closed the connection", -1);
+    check_fault(PEER_ABORTS, 30, "tensor-parallel rank 1 closed the connection", -1);
+    check_fault(PEER_SILENT, 0.3, "tensor-parallel rank 1: no answer within", -1);
+    check_fault(PEER_OTHER_COUNT, 30, "tensor-parallel rank 1: an all-reduce of 1001 x 0, rank 0's of 7 x 0", -1);
+    /* a pipeline stage's group of processes (--pp P --tp N as processes) */
+    check_fault(PEER_CLOSES, 30, "stage 1's tensor-parallel rank 1 closed the connection", 1);
+    check_fault(PEER_SILENT, 0.3, "stage 2's tensor-parallel rank 1: no answer within", 2);
+    check_fault(PEER_OTHER_COUNT, 30, "stage 0's tensor-parallel rank 1: an all-reduce of 1001 x 0, rank 0's of 7 x 0",
+                0);
 }
 
 static void test_refusals(void) {

@@ -411,7 +411,7 @@ Backend *backend_cpu_create(const ModelShape *c, const ModelWeights *w, int n_th
         return NULL;
     }
     *be = (Backend){
-        .name = "cpu", .ctx = cb, .weights = w, .kv_block_size = block_size, .kv_n_blocks = n_blocks,
+        .name = "cpu", .device = -1, .ctx = cb, .weights = w, .kv_block_size = block_size, .kv_n_blocks = n_blocks,
         .alloc = cpu_alloc, .release = cpu_release, .begin_step = cpu_begin_step,
         .graph_replay = cpu_graph_replay, .graph_capture = cpu_graph_capture, .embed = cpu_be_embed,
         .add_rmsnorm = cpu_be_add_rmsnorm, .rmsnorm = cpu_be_rmsnorm, .qkv = cpu_be_qkv, .matmul = cpu_be_matmul,

@@ -7,7 +7,8 @@
 # 9 heads, 3 KV heads: --tp 3; Gemma 3 270M: 4 heads, 1 KV head: --tp 2 and
 # 4). Refused, exit 2, naming why: out-of-range values, heads that do not
 # split, a split inside a quantized block, mixture-of-experts, --pp --tp with
-# --world-size (--tp N --world-size N: tests/cli/tp_multiprocess.sh).
+# a --world-size other than P*N (the ranks as processes: tests/cli/
+# tp_multiprocess.sh, pptp_multiprocess.sh).
 # `cllm info --tp N` shows each rank's part and memory, and with --gpus (or
 # 0, 1, ...) each rank's GPU, who shares one, and the group's transport; bench and chat run
 # with --tp 2, and a serve --tp 2 completion equals one backend's.
@@ -79,9 +80,9 @@ expect_exit "--tp 3 on 4 heads exits 2" 2 $GEN -m $F/llama.gguf --tp 3
 expect_grep "--tp 3 names the head count" "$TMP/err" "--tp 3: the model's 4 attention heads do not split evenly over 3 ranks"
 expect_exit "gpt-oss --tp 2 exits 2" 2 $GEN -m $F/gpt-oss.gguf --tp 2
 expect_grep "gpt-oss --tp 2: mixture-of-experts refused" "$TMP/err" "--tp 2: a mixture-of-experts model \(4 experts\)"
-expect_exit "--pp 2 --tp 2 --world-size 4 exits 2" 2 $GEN -m $F/llama.gguf --pp 2 --tp 2 --world-size 4 --rank 0 \
+expect_exit "--pp 2 --tp 2 --world-size 2 exits 2" 2 $GEN -m $F/llama.gguf --pp 2 --tp 2 --world-size 2 --rank 0 \
     --master 127.0.0.1:1
-expect_grep "--pp --tp with --world-size says why" "$TMP/err" "a process per stage or per rank, not both yet"
+expect_grep "--pp --tp with --world-size says why" "$TMP/err" "--pp 2 --tp 2 but --world-size 2: one process per stage and rank, 4"
 
 # ---- info ----
 expect_exit "info --tp 4" 0 $CLLM info $F/qwen2.gguf --tp 4 -c 1000

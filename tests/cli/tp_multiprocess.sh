@@ -8,7 +8,8 @@
 # texts with logprobs within 1e-5 (as --tp N in one process: the ranks' partial
 # sums associate otherwise than one backend's; measured worst 4.5e-6). A rank killed mid-run makes the driver exit
 # 2 naming it, a silent one fails at CLLM_PP_TIMEOUT, the driver's death ends
-# the servers; mismatched counts are refused.
+# the servers; mismatched counts are refused. (--pp P --tp N as processes:
+# pptp_multiprocess.sh.)
 source "$(dirname "$0")/lib.sh"
 F=tests/fixtures/tiny
 for i in $(seq 1 6); do
@@ -87,9 +88,6 @@ expect_grep "and names the driver" "$TMP/s1.err" "rank 1: tensor-parallel rank 0
 # refused
 expect_exit "--tp 2 --world-size 3 exits 2" 2 $GEN -m $F/llama.gguf --tp 2 --world-size 3 --rank 0 --master 127.0.0.1:1
 expect_grep "and says one process per rank" "$TMP/err" "--tp 2 but --world-size 3: one process per tensor-parallel rank"
-expect_exit "--pp 2 --tp 2 --world-size 4 exits 2" 2 $GEN -m $F/llama.gguf --pp 2 --tp 2 --world-size 4 --rank 0 \
-    --master 127.0.0.1:1
-expect_grep "and says not both" "$TMP/err" "a process per stage or per rank, not both yet"
 expect_exit "--tp 3 --world-size 3 on 4 heads exits 2" 2 env CLLM_PP_TIMEOUT=2 $GEN -m $F/llama.gguf --tp 3 \
     --world-size 3 --rank 0 --master 127.0.0.1:1
 expect_grep "and names the heads" "$TMP/err" "4 attention heads do not split evenly over 3 ranks"

@@ -508,6 +508,50 @@ tp_pp_check() {
 }
 if [ "$NGPU" -ge 4 ]; then run_check tensor_parallel_pp2_tp2 tp_pp_check
 else rows+=("$(printf '%-28s skip: needs 4 GPUs' tensor_parallel_pp2_tp2)"); echo "tensor_parallel_pp2_tp2: skip: needs 4 GPUs"; fi
+# --pp P --tp 2 --world-size 2P (tests/cli/pptp_multiprocess.sh on CPU backends): world rank s*2 + t is rank t
+# of stage s, world rank 2(P-1) (the last stage's rank 0) drives; each process on its --gpus entry. With 2P
+# GPUs: --gpus 0,1,...,2P-1, each stage's pair over NCCL (ncclCommInitRank per stage, -v says NCCL), the
+# stages' rank 0s over their NCCL link; with P GPUs: --gpus 0,0,1,1,..., each stage's pair on one GPU through
+# host memory and the sockets (the placement's choice, as `cllm info --pp P --tp 2 --gpus ...` prints), the
+# rank 0s on GPUs of their own over NCCL, two processes sharing a GPU's --gpu-mem-util. Batched logprobs
+# exactly those of --pp P --tp 2 in one process on the same --gpus (the same sums and kernels; the hidden
+# state handed over as it is). P = 3 on gemma3 alone (the tiny models with more than 2 layers).
+tp_pp_mp_check() { # P: stages
+    local P=$1 m rc=0 port=$((30000 + RANDOM % 20000)) gpus r want models="llama gemma3" w=$((2 * $1)) d=$((2 * $1 - 2))
+    [ "$P" -gt 2 ] && models=gemma3
+    if [ "$NGPU" -ge $w ]; then gpus=$(seq -s, 0 $((w - 1))) want=", NCCL$"
+    else gpus=$(for i in $(seq 0 $((w - 1))); do printf '%d,' $((i / 2)); done); gpus=${gpus%,} want=", through host memory$"; fi
+    for m in $models; do
+        local M=tests/fixtures/tiny/$m.gguf
+        CLLM_PP_TIMEOUT=60 tp_lp -m $M --max-seqs 8 --gpu-mem-util 0.3 --pp $P --tp 2 --gpus $gpus \
+            -o "$OUT/pptpmp1-$P-$m.jsonl" 2> "$OUT/pptpmp1-$P-$m.err" ||
+            { echo "not ok - $m --pp $P --tp 2 --gpus $gpus: $(tail -2 "$OUT/pptpmp1-$P-$m.err")"; rc=1; continue; }
+        port=$((port + 10))
+        for r in $(seq 0 $((w - 1))); do
+            [ $r = $d ] && continue
+            CLLM_PP_TIMEOUT=60 timeout 300 "$BIN/cllm" generate -c 128 --gpu-mem-util 0.3 -m $M --pp $P --tp 2 \
+                --world-size $w --rank $r --gpus $gpus --master 127.0.0.1:$port -v 2> "$OUT/pptpmp-$P-$m-r$r.err" &
+        done
+        CLLM_PP_TIMEOUT=60 tp_lp -m $M --max-seqs 8 --gpu-mem-util 0.3 --pp $P --tp 2 --world-size $w --rank $d \
+            --gpus $gpus --master 127.0.0.1:$port -v -o "$OUT/pptpmp-$P-$m.jsonl" 2> "$OUT/pptpmp-$P-$m.err" ||
+            { echo "not ok - $m --pp $P --tp 2 --world-size $w: $(tail -2 "$OUT/pptpmp-$P-$m.err")"; rc=1; }
+        wait
+        grep -h "serves stage\|the driver)" "$OUT"/pptpmp-$P-$m*.err | sed 's/^/# /'
+        grep -q "the driver) on .*$want" "$OUT/pptpmp-$P-$m.err" || { echo "not ok - $m the driver: not '$want'"; rc=1; }
+        for r in $(seq 0 $((w - 1))); do
+            [ $r = $d ] && continue
+            grep -q "serves stage .*$want" "$OUT/pptpmp-$P-$m-r$r.err" ||
+                { echo "not ok - $m rank $r: not '$want': $(tail -1 "$OUT/pptpmp-$P-$m-r$r.err")"; rc=1; }
+        done
+        echo "# $m batched logprobs, --pp $P --tp 2 --world-size $w vs one process, --gpus $gpus (exact):"
+        python3 tests/gpu/compare_logprobs.py "$OUT/pptpmp-$P-$m.jsonl" "$OUT/pptpmp1-$P-$m.jsonl" 0.000001 || rc=1
+    done
+    return $rc
+}
+for P in 2 3; do
+    if [ "$NGPU" -ge $P ]; then run_check tensor_parallel_pp${P}_tp2_processes tp_pp_mp_check $P
+    else rows+=("$(printf '%-28s skip: needs %d GPUs' tensor_parallel_pp${P}_tp2_processes $P)"); echo "tensor_parallel_pp${P}_tp2_processes: skip: needs $P GPUs"; fi
+done
 printf 'Hello\n' > "$OUT/turn.txt"
 run_check chat_tiny_gpu sh -c "$BIN/cllm chat -m tests/fixtures/tiny/llama.gguf --temp 0 -n 8 < $OUT/turn.txt && echo 'ok - chat on the GPU'"
 
