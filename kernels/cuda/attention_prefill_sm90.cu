@@ -95,7 +95,8 @@ __device__ __forceinline__ void sm90_load_rows(uint32_t dst, const bf16 *cache, 
     constexpr int U = HD / 8, RW = BN / 4; /* 16-byte units a row, rows a warp */
     static_assert((RW * U) % 32 == 0, "whole warp copies");
     const int lane = pt & 31, r0 = (pt >> 5) * RW;
-#pragma unroll 16
+    constexpr int UNROLL = SKIP ? 1 : 16; /* SKIP (beside TMA, partial blocks only): few registers, not speed */
+#pragma unroll UNROLL
     for (int it = 0; it < RW * U / 32; it++) {
         const int idx = it * 32 + lane, rl = idx / U, u = idx % U;
         const int64_t v = __shfl_sync(0xffffffffu, vec, rl);
@@ -230,7 +231,17 @@ __device__ __forceinline__ void wg_rs_t(float (&d)[HDV / 2], const uint32_t (&a)
 }
 #endif
 
-template <int HDK, int HDV, bool CAP, bool WIN, bool FP8>
+/* Registers: the block holds 384 x 168; the producer gives some back and the consumers take them
+ * (setmaxnreg.inc waits for registers the block does not have: more would hang; 128 P + 256 C <= 384 x 168).
+ * cp.async producers (fp8, and bf16 without TMA maps) keep 96 for their unrolled copies, consumers 200; with
+ * TMA the producer's copies are one warp's few instructions (cp.async only for partial blocks, not unrolled):
+ * 24, and the consumers 240 (FlashAttention-3's split; head 256: no spills, wgmma not serialized). */
+template <bool TMA> struct Sm90Regs {
+    static constexpr int PRODUCER = TMA ? 24 : 96, CONSUMER = TMA ? 240 : 200;
+    static_assert(128 * PRODUCER + 256 * CONSUMER <= 384 * 168, "the block's registers");
+};
+
+template <int HDK, int HDV, bool CAP, bool WIN, bool FP8, bool TMA>
 __global__ void __launch_bounds__(384, 1)
     attn_prefill_sm90_kernel(const AttnKParams p, const __grid_constant__ CUtensorMap tk,
                              const __grid_constant__ CUtensorMap tv) {
@@ -259,25 +270,23 @@ __global__ void __launch_bounds__(384, 1)
     const int t_begin = lo / BN, n_t = (hi + BN - 1) / BN - t_begin;
     const int wg = threadIdx.x >> 7;
 
-    const bool tma = !FP8 && p.tma_shift > 0; /* whole cache blocks by TMA */
+    static_assert(!(TMA && FP8), "TMA loads bf16 caches only");
     if (threadIdx.x == 0) {
-        if (tma) {
+        if constexpr (TMA) {
             asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&tk) : "memory");
             asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&tv) : "memory");
         }
         for (int s = 0; s < NS; s++) {
             /* every producer thread's cp.async arrival, and with TMA the announcing one's */
-            mbar_init(full_k(s), 128 + tma), mbar_init(full_v(s), 128 + tma);
+            mbar_init(full_k(s), 128 + TMA), mbar_init(full_v(s), 128 + TMA);
             mbar_init(empty(s), 256);                             /* every consumer thread */
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
 
-    /* registers: the block holds 384 x 168; the producer gives 128 x 72 back and the consumers take 256 x 32 of
-     * them (setmaxnreg.inc waits for registers the block does not have: more would hang) */
     if (wg == 0) { /* the producer */
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 96;\n");
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Sm90Regs<TMA>::PRODUCER));
         const int pt = threadIdx.x;
         if constexpr (FP8) {
             /* codes of tile i + 1 stream into one raw tile while tile i's are converted from the other; the f16
@@ -307,7 +316,7 @@ __global__ void __launch_bounds__(384, 1)
                 mbar_arrive(full_v(s));
                 asm volatile("bar.sync 5, 128;\n" ::: "memory"); /* raw tile b read: the next load may refill it */
             }
-        } else if (tma) {
+        } else if constexpr (TMA) {
             /* pieces of R = 2^tma_shift keys (one cache block, or BN keys of a larger one) wholly inside [lo, hi)
              * by TMA from warp 0; the rest of the tile (a partial first or last block, keys outside [lo, hi) as
              * zeros) by every thread's cp.async, so stale slots never reach P V. Interior tiles are all TMA: the
@@ -348,7 +357,7 @@ __global__ void __launch_bounds__(384, 1)
         return;
     }
 
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 200;\n");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Sm90Regs<TMA>::CONSUMER));
     const int w = wg - 1, ct = threadIdx.x - 128 * wg; /* consumer warpgroup, its thread */
     const int lane = ct & 31, wi = ct >> 5, g = lane >> 2, tg = lane & 3;
     const int wrow = 64 * w; /* the warpgroup's first tile row */
@@ -578,7 +587,9 @@ static int sm90_variant(const AttnKParams *kp, int n_tiles, cudaStream_t s, Err 
         memcpy(&tk, m->k, sizeof tk), memcpy(&tv, m->v, sizeof tv);
     }
     return attn_cap_win(&p, [&](auto cap, auto win) {
-        auto kernel = attn_prefill_sm90_kernel<HDK, HDV, decltype(cap)::value, decltype(win)::value, FP8>;
+        auto kernel = attn_prefill_sm90_kernel<HDK, HDV, decltype(cap)::value, decltype(win)::value, FP8, false>;
+        if constexpr (!FP8)
+            if (p.tma_shift) kernel = attn_prefill_sm90_kernel<HDK, HDV, decltype(cap)::value, decltype(win)::value, false, true>;
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM), err);
         kernel<<<dim3(n_tiles, p.n_heads), S::NT, S::SMEM, s>>>(p, tk, tv);
         CUDA_CHECK(cudaGetLastError(), err);
@@ -595,7 +606,7 @@ template <int HDK, int HDV> static int sm90_fp8(const AttnKParams *kp, int n_til
 /* The kernel has a body only in an sm_90a build, and only that build's code runs on a 9.0 device. */
 static bool sm90_available(void) {
     cudaFuncAttributes fa;
-    if (cudaFuncGetAttributes(&fa, attn_prefill_sm90_kernel<128, 128, false, false, false>) != cudaSuccess) {
+    if (cudaFuncGetAttributes(&fa, attn_prefill_sm90_kernel<128, 128, false, false, false, false>) != cudaSuccess) {
         (void)cudaGetLastError();
         return false;
     }
