@@ -234,10 +234,10 @@ __device__ __forceinline__ void wg_rs_t(float (&d)[HDV / 2], const uint32_t (&a)
 /* Registers: the block holds 384 x 168; the producer gives some back and the consumers take them
  * (setmaxnreg.inc waits for registers the block does not have: more would hang; 128 P + 256 C <= 384 x 168).
  * cp.async producers (fp8, and bf16 without TMA maps) keep 96 for their unrolled copies, consumers 200; with
- * TMA the producer's copies are one warp's few instructions (cp.async only for partial blocks, not unrolled):
- * 24, and the consumers 240 (FlashAttention-3's split; head 256: no spills, wgmma not serialized). */
+ * TMA the producer is one warp issuing a few instructions a tile (cp.async only for partial blocks, not unrolled):
+ * 32 (24 spilled at head 128/64), and the consumers 232 (head 256: no spills, wgmma not serialized). */
 template <bool TMA> struct Sm90Regs {
-    static constexpr int PRODUCER = TMA ? 24 : 96, CONSUMER = TMA ? 240 : 200;
+    static constexpr int PRODUCER = TMA ? 32 : 96, CONSUMER = TMA ? 232 : 200;
     static_assert(128 * PRODUCER + 256 * CONSUMER <= 384 * 168, "the block's registers");
 };
 
@@ -277,8 +277,8 @@ __global__ void __launch_bounds__(384, 1)
             asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&tv) : "memory");
         }
         for (int s = 0; s < NS; s++) {
-            /* every producer thread's cp.async arrival, and with TMA the announcing one's */
-            mbar_init(full_k(s), 128 + TMA), mbar_init(full_v(s), 128 + TMA);
+            /* every producer thread's cp.async arrival; TMA: warp 0's alone, and its announcing lane's */
+            mbar_init(full_k(s), TMA ? 33 : 128), mbar_init(full_v(s), TMA ? 33 : 128);
             mbar_init(empty(s), 256);                             /* every consumer thread */
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -317,29 +317,29 @@ __global__ void __launch_bounds__(384, 1)
                 asm volatile("bar.sync 5, 128;\n" ::: "memory"); /* raw tile b read: the next load may refill it */
             }
         } else if constexpr (TMA) {
-            /* pieces of R = 2^tma_shift keys (one cache block, or BN keys of a larger one) wholly inside [lo, hi)
-             * by TMA from warp 0; the rest of the tile (a partial first or last block, keys outside [lo, hi) as
-             * zeros) by every thread's cp.async, so stale slots never reach P V. Interior tiles are all TMA: the
-             * other threads only wait and arrive. */
+            /* warp 0 alone (the others leave: no waits polling the issue slots): pieces of R = 2^tma_shift keys
+             * (one cache block, or BN keys of a larger one) wholly inside [lo, hi) by TMA; the rest of the tile (a
+             * partial first or last block; keys outside [lo, hi) as zeros) by its cp.async, a quarter of the rows
+             * at a time (the 4-warp helpers' rows of warp q), so stale slots never reach P V */
+            if (pt >= 32) return;
             const int rs = p.tma_shift, n_pieces = BN >> rs;
             for (int i = 0; i < n_t; i++) {
                 const int s = i % NS, n0 = (t_begin + i) * BN;
                 if (i >= NS) mbar_wait(empty(s), (i / NS - 1) & 1);
                 const int j_lo = lo <= n0 ? 0 : (lo - n0 + (1 << rs) - 1) >> rs;
                 const int j_hi = min(n_pieces, (hi - n0) >> rs);
-                if (pt < 32)
-                    sm90_tma_tile<HDK, HDV, BN>(sK(s), sV(s), &tk, &tv, tab, p, kvh, n0, j_lo, j_hi, full_k(s),
-                                                full_v(s), pt);
-                if (j_lo > 0 || j_hi < n_pieces) { /* a partial tile: the rest by cp.async */
-                    const int64_t vec = sm90_row_vec<BN>(tab, p, kvh, n0, lo, hi, pt, j_lo << rs, j_hi << rs);
-                    sm90_load_rows<HDK, BN, true>(sK(s), (const bf16 *)p.k, vec, pt);
-                    cp_async_arrive_noinc(full_k(s));
-                    sm90_load_rows<HDV, BN, true>(sV(s), (const bf16 *)p.v, vec, pt);
-                    cp_async_arrive_noinc(full_v(s));
-                } else {
-                    cp_async_arrive_noinc(full_k(s));
-                    cp_async_arrive_noinc(full_v(s));
-                }
+                sm90_tma_tile<HDK, HDV, BN>(sK(s), sV(s), &tk, &tv, tab, p, kvh, n0, j_lo, j_hi, full_k(s), full_v(s),
+                                            pt);
+                if (j_lo > 0 || j_hi < n_pieces) /* a partial tile */
+#pragma unroll 1
+                    for (int q = 0; q < 4; q++) {
+                        const int64_t vec = sm90_row_vec<BN>(tab, p, kvh, n0, lo, hi, 32 * q + pt, j_lo << rs,
+                                                             j_hi << rs);
+                        sm90_load_rows<HDK, BN, true>(sK(s), (const bf16 *)p.k, vec, 32 * q + pt);
+                        sm90_load_rows<HDV, BN, true>(sV(s), (const bf16 *)p.v, vec, 32 * q + pt);
+                    }
+                cp_async_arrive_noinc(full_k(s)); /* K's and V's copies alike: a partial tile is rare */
+                cp_async_arrive_noinc(full_v(s));
             }
         } else {
             for (int i = 0; i < n_t; i++) {
