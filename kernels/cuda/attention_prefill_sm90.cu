@@ -6,16 +6,33 @@
  *
  * A block: one tile of 128 query rows of one prefill run, one query head;
  * 384 threads in three warpgroups.
- *   - Warpgroup 0, the producer (setmaxnreg down to 96 registers): gathers
- *     each K and V tile of BN keys through the block table with 16-byte
- *     cp.async (keys outside [lo, hi) zero-filled, so any block size >= 8
- *     works and no tensor map is built per layer), straight into wgmma's
- *     128-byte-swizzled layout, up to NS stages ahead; each thread's
- *     cp.async.mbarrier.arrive.noinc makes the stage's full_k / full_v
- *     barrier complete when all its copies have landed, so the producer
- *     never waits on its own loads, only on a stage's empty barrier.
- *   - Warpgroups 1 and 2, the consumers (up to 200 registers): rows 0-63
- *     and 64-127. S = Q K^T by wgmma m64nBNk16 with Q and K from shared
+ *   - Warpgroup 0, the producer, fills NS stages of a K and a V tile of BN
+ *     keys each, straight into wgmma's 128-byte-swizzled layout, and waits
+ *     only on a stage's empty barrier, never on its own loads:
+ *     bf16 cache with the layer's TMA maps (cuda_attention_kv_maps, built
+ *     once per layer; TMA = true): warp 0 alone (setmaxnreg 32; the other
+ *     three warps leave). The cache is viewed as pieces of R keys (R = the
+ *     block size, or BN of a larger block: {head_dim, n_kv_heads, R,
+ *     n_slots / R}, boxes of 64 values x R keys); lane j loads piece j of
+ *     the tile when it lies wholly inside the tile's keys [lo, hi) (one
+ *     table read, one box a 64-column chunk, K then V; a piece's rows start
+ *     1024-byte aligned, so the TMA's swizzle is the tile's own). Lane 0
+ *     first announces the bytes (mbarrier.arrive.expect_tx: pieces x R x
+ *     head size x 2 for K, likewise V). A tile with a partial first or last
+ *     block (a chunk starting mid-block, the last rows' end, a window's
+ *     start) gets its other keys from the warp's 16-byte cp.async, zeros
+ *     outside [lo, hi), so stale slots never reach P V; then each lane's
+ *     cp.async.mbarrier.arrive.noinc. full_k / full_v count 33 arrivals
+ *     (32 lanes + the announcing one) and complete when the copies and the
+ *     announced bytes have landed. An interior tile costs the warp a few
+ *     dozen instructions, where the cp.async gather issues one copy per 16 bytes.
+ *     Otherwise (fp8, or no maps: CLLM_AB_PREFILL_TMA=off, TMA = false):
+ *     all 128 threads (setmaxnreg 96) gather each key row through the
+ *     block table with 16-byte cp.async (keys outside [lo, hi) zero-filled),
+ *     each thread's noinc arrival completing full_k / full_v (128); fp8
+ *     streams codes into raw tiles and converts them to f16 (below).
+ *   - Warpgroups 1 and 2, the consumers (setmaxnreg 232 with TMA, else
+ *     200): rows 0-63 and 64-127. S = Q K^T by wgmma m64nBNk16 with Q and K from shared
  *     memory; the softmax in registers (fp32, exp2 domain, the masks of
  *     attention_prefill.cu); O += P V by wgmma with P from registers (the S
  *     accumulators of keys 16k..16k+15 are exactly the A fragment of step k)
