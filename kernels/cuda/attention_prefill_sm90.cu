@@ -136,7 +136,7 @@ __device__ __forceinline__ void sm90_tma_box(uint32_t dst, const CUtensorMap *ma
  * loads piece j (one table read), every 64-column chunk of K, then of V, into
  * the swizzled tiles (a piece's rows are 1024-byte aligned: the TMA's
  * 128-byte swizzle is the tiles' own); lane 0 first announces the bytes on
- * full_k / full_v (an arrival of its own besides the 128 cp.async ones).
+ * full_k / full_v (an arrival of its own besides the warp's 32 cp.async ones).
  * Pieces [j_lo, j_hi) are the whole ones. */
 template <int HDK, int HDV, int BN>
 __device__ __forceinline__ void sm90_tma_tile(uint32_t sk, uint32_t sv, const CUtensorMap *tk, const CUtensorMap *tv,
