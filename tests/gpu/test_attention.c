@@ -97,6 +97,11 @@ static void run_case(const Case *c) {
         printf("# %-34s %-4s T=%-5d prefill tiles %-3d decode %-2d splits %-3d TMA box %-3d rel err %.2e\n", c->name,
                kv_dtype_name(g_dtype), P.T, m.n_tiles, m.n_decode, splits, D.maps.rows, rel);
         CHECK(n_nan == 0 && rel <= TOL, "%s: rel err %.3e, %d NaN outputs", c->name, rel, n_nan);
+        /* where the sm_90a kernel runs a bf16 cache, it has TMA maps (unless the A/B switch is off) */
+        const char *ab = getenv("CLLM_AB_PREFILL_TMA");
+        bool want_tma = g_dtype == KV_DTYPE_BF16 && !(ab && !strcmp(ab, "off")) &&
+                        !strcmp(cuda_attention_prefill_kernel(c->hdk, c->hdv, false), "sm90a");
+        CHECK(!want_tma || D.maps.rows >= 8, "%s: no TMA maps for the sm_90a prefill", c->name);
     }
     dev_free(&D);
     attn_meta_free(&m);
