@@ -14,7 +14,9 @@
  *            suffix) over time, against the copy bandwidth
  * Each also over an fp8 cache (--kv-dtype fp8: e4m3 codes + a scale per
  * token and KV head; "prefill-fp8", "decode-fp8" lines, bytes = codes +
- * scales). Inputs random, paged cache (block size 32, shuffled blocks);
+ * scales). Inputs random, paged cache (block size 32, shuffled blocks;
+ * prefill lines say the block size and the sm_90a kernel's TMA box, 0: none;
+ * CLLM_AB_PREFILL_TMA=off builds no TMA maps);
  * CUDA events, 5 warm-ups, median of 30 timed launches. */
 #include <stdbool.h>
 #include <stdio.h>
@@ -25,8 +27,9 @@
 #include "kernels/attn_meta.h"
 #include "kernels/cuda/attention.cuh"
 
-#define BS 32
 #define D 128
+
+static int g_block = 32; /* the cache's block size: 32, or `prefill BLOCK`'s */
 
 static uint64_t rng = 88172645463325252ull;
 
@@ -75,9 +78,11 @@ static float *dev_scales(size_t n) {
 
 /* A random cache of n_vec head vectors of D values: bf16, or e4m3 + scales. */
 static KVLayerDev dev_cache(size_t n_vec, bool fp8) {
-    if (!fp8) return (KVLayerDev){KV_DTYPE_BF16, dev_random_bf16(n_vec * D), dev_random_bf16(n_vec * D), NULL, NULL};
+    if (!fp8)
+        return (KVLayerDev){KV_DTYPE_BF16, dev_random_bf16(n_vec * D), dev_random_bf16(n_vec * D), NULL, NULL, NULL,
+                            NULL, NULL};
     return (KVLayerDev){KV_DTYPE_FP8, dev_random_fp8(n_vec * D), dev_random_fp8(n_vec * D), dev_scales(n_vec),
-                        dev_scales(n_vec)};
+                        dev_scales(n_vec), NULL, NULL, NULL};
 }
 
 static void free_cache(KVLayerDev *kv) {
@@ -136,7 +141,7 @@ static void upload_meta(Job *j, const AttnBatch *b, int n_blocks) {
 /* Builds n_seqs sequences whose rows are positions [ctx - q_len, ctx) over a
  * shuffled block assignment; uploads the metadata. */
 static void build_meta(Job *j, int n_seqs, int ctx, int q_len, int **tables_out) {
-    int per = (ctx + BS - 1) / BS, n_blocks = n_seqs * per;
+    int per = (ctx + g_block - 1) / g_block, n_blocks = n_seqs * per;
     int *perm = malloc(n_blocks * sizeof *perm);
     for (int i = 0; i < n_blocks; i++) perm[i] = i;
     for (int i = n_blocks - 1; i > 0; i--) {
@@ -151,7 +156,7 @@ static void build_meta(Job *j, int n_seqs, int ctx, int q_len, int **tables_out)
         tabs[s] = perm + s * per;
         for (int i = 0; i < q_len; i++) pos[s * q_len + i] = ctx - q_len + i, seq[s * q_len + i] = s;
     }
-    AttnBatch b = {T, pos, seq, NULL, n_seqs, tabs, BS};
+    AttnBatch b = {T, pos, seq, NULL, n_seqs, tabs, g_block};
     upload_meta(j, &b, n_blocks);
     free(pos), free(seq), free(tabs);
     *tables_out = perm;
@@ -161,14 +166,24 @@ static void bench_prefill(int n_seqs, int len, bool fp8) {
     Job j = {0};
     int H = 32, T = n_seqs * len, *perm;
     build_meta(&j, n_seqs, len, len, &perm);
-    size_t n_vec = (size_t)n_seqs * ((len + BS - 1) / BS) * BS * H;
+    size_t n_vec = (size_t)n_seqs * ((len + g_block - 1) / g_block) * g_block * H;
     j.q = dev_random_bf16((size_t)T * H * D);
     j.kv = dev_cache(n_vec, fp8);
     cudaMalloc(&j.out, (size_t)T * H * D * 2);
     j.par = (AttnParams){H, H, D, D, 0.08838834764f, 0, 0, NULL};
+    /* the sm_90a kernel's TMA maps, as the backend builds them (CLLM_AB_PREFILL_TMA=off: none) */
+    const char *ab = getenv("CLLM_AB_PREFILL_TMA");
+    AttnKVMaps maps = {0};
+    Err err = {{0}};
+    if (!(ab && !strcmp(ab, "off")) && cuda_attention_kv_maps(&maps, &j.kv, (int64_t)(n_vec / H), g_block, &j.par, &err)) {
+        fprintf(stderr, "bench_attention: %s\n", err.msg);
+        exit(1);
+    }
+    j.kv.maps = maps.rows > 0 ? &maps : NULL;
     float ms = time_ms(&j);
     double flops = 4.0 * len * (double)len * H * D / 2 * n_seqs;
-    printf("RESULT prefill%s %dx%d %.4f %.1f\n", fp8 ? "-fp8" : "", n_seqs, len, ms, flops / ms / 1e9);
+    printf("RESULT prefill%s %dx%d %.4f %.1f block=%d tma=%d\n", fp8 ? "-fp8" : "", n_seqs, len, ms, flops / ms / 1e9,
+           g_block, maps.rows);
     cudaFree(j.q), free_cache(&j.kv), cudaFree(j.out), cudaFree((void *)j.dm.buf);
     free(perm);
 }
@@ -186,7 +201,7 @@ static void bench_decode(int n_seqs, int ctx, bool fp8, int splits) {
     Job j = {0};
     int H = 32, KVH = 8, *perm;
     build_meta(&j, n_seqs, ctx, 1, &perm);
-    size_t n_vec = (size_t)n_seqs * ((ctx + BS - 1) / BS) * BS * KVH;
+    size_t n_vec = (size_t)n_seqs * ((ctx + g_block - 1) / g_block) * g_block * KVH;
     j.q = dev_random_bf16((size_t)n_seqs * H * D);
     j.kv = dev_cache(n_vec, fp8);
     cudaMalloc(&j.out, (size_t)n_seqs * H * D * 2);
@@ -205,28 +220,28 @@ static void bench_decode(int n_seqs, int ctx, bool fp8, int splits) {
     free(perm);
 }
 
-/* n_seqs decode rows whose tables begin with the same prefix / BS blocks,
+/* n_seqs decode rows whose tables begin with the same prefix / g_block blocks,
  * suffixes of 64..256 tokens: flat, then cascade (the plan by the backend's
  * rule and packing, backend_cuda_cascade.cu). */
 static void bench_shared(int n_seqs, int prefix, int n_sms, bool fp8) {
     Job j = {0};
-    int H = 32, KVH = 8, pb = prefix / BS, n_blocks = pb, max_ctx = 0;
+    int H = 32, KVH = 8, pb = prefix / g_block, n_blocks = pb, max_ctx = 0;
     int32_t *pos = malloc(n_seqs * 4), *seq = malloc(n_seqs * 4), *row_of = malloc(n_seqs * 4);
     int32_t **tabs = malloc(n_seqs * sizeof *tabs);
-    double distinct = (double)pb * BS;
+    double distinct = (double)pb * g_block;
     for (int s = 0; s < n_seqs; s++) {
         rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-        int suffix = 64 + (int)(rng % 193), ctx = pb * BS + suffix, nb = (ctx + BS - 1) / BS;
+        int suffix = 64 + (int)(rng % 193), ctx = pb * g_block + suffix, nb = (ctx + g_block - 1) / g_block;
         pos[s] = ctx - 1, seq[s] = s, row_of[s] = s, distinct += suffix;
         tabs[s] = malloc(nb * sizeof(int32_t));
         for (int b = 0; b < nb; b++) tabs[s][b] = b < pb ? b : n_blocks++;
         max_ctx = ctx > max_ctx ? ctx : max_ctx;
     }
-    AttnBatch b = {n_seqs, pos, seq, NULL, n_seqs, (const int32_t *const *)tabs, BS};
+    AttnBatch b = {n_seqs, pos, seq, NULL, n_seqs, (const int32_t *const *)tabs, g_block};
     Err err = {{0}};
     upload_meta(&j, &b, n_blocks);
     j.q = dev_random_bf16((size_t)n_seqs * H * D);
-    j.kv = dev_cache((size_t)n_blocks * BS * KVH, fp8);
+    j.kv = dev_cache((size_t)n_blocks * g_block * KVH, fp8);
     cudaMalloc(&j.out, (size_t)n_seqs * H * D * 2);
     j.par = (AttnParams){H, KVH, D, D, 0.08838834764f, 0, 0, NULL};
     j.decode = 1;
@@ -252,10 +267,10 @@ static void bench_shared(int n_seqs, int prefix, int n_sms, bool fp8) {
     cudaMalloc((void **)&cd.part, attn_cascade_work_bytes(cd.cap_slots, D));
     j.cd = &cd;
     float casc = time_ms(&j);
-    printf("RESULT shared%s %dx%d+64..256 %.4f %.3f flat\n", fp8 ? "-fp8" : "", n_seqs, pb * BS, flat,
+    printf("RESULT shared%s %dx%d+64..256 %.4f %.3f flat\n", fp8 ? "-fp8" : "", n_seqs, pb * g_block, flat,
            distinct * per_token / flat / 1e9);
     printf("RESULT shared%s %dx%d+64..256 %.4f %.3f cascade groups=%d units=%d splits=%d\n", fp8 ? "-fp8" : "", n_seqs,
-           pb * BS, casc, distinct * per_token / casc / 1e9, pl.n_groups, cd.m.n_units, cd.m.n_splits);
+           pb * g_block, casc, distinct * per_token / casc / 1e9, pl.n_groups, cd.m.n_units, cd.m.n_splits);
     cudaFree(j.q), free_cache(&j.kv), cudaFree(j.out), cudaFree((void *)j.dm.buf), cudaFree(j.w.part);
     cudaFree((void *)cd.buf), cudaFree(cd.part);
     for (int s = 0; s < n_seqs; s++) free(tabs[s]);
@@ -266,10 +281,15 @@ static void bench_shared(int n_seqs, int prefix, int n_sms, bool fp8) {
 /* bench_attention                 every shape (attention.sh)
  * bench_attention decode [S...]   decode shapes only, at the engine's splits,
  *                                 then at each S splits (the split rule's study)
- * bench_attention shared          the shared-prefix (cascade) rows only */
+ * bench_attention shared          the shared-prefix (cascade) rows only
+ * bench_attention prefill [BLOCK] the prefill rows only, bf16 then fp8, over
+ *                                 blocks of BLOCK (default 32; the engine's: 16) */
 int main(int argc, char **argv) {
     const int dec[5][2] = {{8, 4096}, {8, 32768}, {1, 131072}, {1, 4096}, {1, 32768}};
     const bool decode_only = argc > 1 && !strcmp(argv[1], "decode"), shared_only = argc > 1 && !strcmp(argv[1], "shared");
+    const bool prefill_only = argc > 1 && !strcmp(argv[1], "prefill");
+    if (prefill_only && argc > 2) g_block = atoi(argv[2]);
+    if (g_block < 8 || (g_block & (g_block - 1))) { fprintf(stderr, "bench_attention: block size %d\n", g_block); return 1; }
     int n_sms = 0;
     cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, 0);
     printf("# prefill kernel: bf16 %s, fp8 %s\n", cuda_attention_prefill_kernel(D, D, false),
@@ -280,6 +300,7 @@ int main(int argc, char **argv) {
             bench_prefill(4, 4096, f);
             bench_prefill(1, 16384, f);
         }
+        if (prefill_only) continue;
         for (int i = 0; !shared_only && i < (decode_only ? 5 : 3); i++)
             for (int r = 0; r < (decode_only ? argc - 1 : 1); r++)
                 bench_decode(dec[i][0], dec[i][1], f, r ? atoi(argv[1 + r]) : 0);

@@ -47,6 +47,7 @@ static AttnKParams kparams(void *out, const void *q, const KVLayerDev *kv, const
     kp.fp8 = kv->dtype == KV_DTYPE_FP8;
     kp.k_scale = kv->k_scale, kp.v_scale = kv->v_scale;
     kp.k_fixed = kv->k_fixed, kp.v_fixed = kv->v_fixed;
+    kp.maps = kv->maps;
     kp.meta = m->buf;
     kp.off_prefill = m->off_prefill, kp.off_tiles = m->off_tiles, kp.off_decode = m->off_decode;
     kp.off_tables = m->off_tables, kp.table_width = m->table_width;

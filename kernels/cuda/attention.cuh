@@ -44,6 +44,16 @@
 extern "C" {
 #endif
 
+/* The sm_90a prefill's TMA view of one layer's bf16 cache (cuda_attention_kv_maps): a CUtensorMap each for K
+ * and V, {head_dim, n_kv_heads, rows, n_slots / rows} with boxes of 64 values x rows keys in the 128-byte
+ * swizzle, built once per layer (kernel parameters by value: valid in graphs while the cache stays put). */
+typedef struct {
+    uint64_t k[16], v[16];       /* the two CUtensorMaps' bytes (opaque here; copied into the launch) */
+    const void *k_base, *v_base; /* the cache they were built for (the launch checks it) */
+    int rows;                    /* keys a box: min(block size, the kernel's key tile); 0: no maps */
+    int block_size;
+} AttnKVMaps;
+
 /* One layer of the paged cache on the device (the layouts above). */
 typedef struct {
     KVDtype dtype;
@@ -51,7 +61,17 @@ typedef struct {
     float *k_scale, *v_scale;  /* KV_DTYPE_FP8: the scales; else NULL */
     const float *k_fixed, *v_fixed; /* fp8 with static scales (--kv-scales checkpoint / calibrate): [n_kv_heads]
                                        the scale every written head vector gets; NULL: dynamic (amax / 448) */
+    const AttnKVMaps *maps;    /* bf16: the sm_90a prefill's TMA maps of this layer, or NULL (it gathers every
+                                  key by cp.async) */
 } KVLayerDev;
+
+/* Fills *m for the layer kv (n_slots slots, blocks of block_size) where the
+ * sm_90a prefill would load its whole cache blocks by TMA: a bf16 cache, head
+ * sizes it has, an sm_90a build on a 9.0 GPU; else m->rows = 0 (not an
+ * error). -1 with err when the driver refuses a map. Once per layer, not per
+ * launch. */
+int cuda_attention_kv_maps(AttnKVMaps *m, const KVLayerDev *kv, int64_t n_slots, int block_size, const AttnParams *p,
+                           Err *err);
 
 /* Attention metadata on the device for the simple kernel and the rope /
  * cache write: tables flattened to [n_seqs][max_blocks]. */

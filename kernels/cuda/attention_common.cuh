@@ -54,6 +54,8 @@ typedef struct {
     const int32_t *meta;        /* device copy of AttnMeta.buf */
     int off_prefill, off_tiles, off_decode, off_tables, table_width;
     int block_shift;            /* log2(block_size) */
+    const void *maps;           /* host: the layer's AttnKVMaps (KVLayerDev.maps) for the sm_90a launcher, or NULL */
+    int tma_shift;              /* sm_90a prefill: log2 of the keys a TMA box (AttnKVMaps.rows); 0: no TMA */
     int n_heads, n_kv_heads, group; /* group = n_heads / n_kv_heads */
     float scale_log2;           /* scale * log2(e): scores live in the exp2 domain */
     float cap_in, cap_out;      /* soft-cap: s = cap_out * tanh(q.k * cap_in), cap_in = scale / cap, cap_out = cap * log2(e) */

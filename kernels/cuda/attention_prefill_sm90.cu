@@ -6,16 +6,33 @@
  *
  * A block: one tile of 128 query rows of one prefill run, one query head;
  * 384 threads in three warpgroups.
- *   - Warpgroup 0, the producer (setmaxnreg down to 96 registers): gathers
- *     each K and V tile of BN keys through the block table with 16-byte
- *     cp.async (keys outside [lo, hi) zero-filled, so any block size >= 8
- *     works and no tensor map is built per layer), straight into wgmma's
- *     128-byte-swizzled layout, up to NS stages ahead; each thread's
- *     cp.async.mbarrier.arrive.noinc makes the stage's full_k / full_v
- *     barrier complete when all its copies have landed, so the producer
- *     never waits on its own loads, only on a stage's empty barrier.
- *   - Warpgroups 1 and 2, the consumers (up to 200 registers): rows 0-63
- *     and 64-127. S = Q K^T by wgmma m64nBNk16 with Q and K from shared
+ *   - Warpgroup 0, the producer, fills NS stages of a K and a V tile of BN
+ *     keys each, straight into wgmma's 128-byte-swizzled layout, and waits
+ *     only on a stage's empty barrier, never on its own loads:
+ *     bf16 cache with the layer's TMA maps (cuda_attention_kv_maps, built
+ *     once per layer; TMA = true): warp 0 alone (setmaxnreg 32; the other
+ *     three warps leave). The cache is viewed as pieces of R keys (R = the
+ *     block size, or BN of a larger block: {head_dim, n_kv_heads, R,
+ *     n_slots / R}, boxes of 64 values x R keys); lane j loads piece j of
+ *     the tile when it lies wholly inside the tile's keys [lo, hi) (one
+ *     table read, one box a 64-column chunk, K then V; a piece's rows start
+ *     1024-byte aligned, so the TMA's swizzle is the tile's own). Lane 0
+ *     first announces the bytes (mbarrier.arrive.expect_tx: pieces x R x
+ *     head size x 2 for K, likewise V). A tile with a partial first or last
+ *     block (a chunk starting mid-block, the last rows' end, a window's
+ *     start) gets its other keys from the warp's 16-byte cp.async, zeros
+ *     outside [lo, hi), so stale slots never reach P V; then each lane's
+ *     cp.async.mbarrier.arrive.noinc. full_k / full_v count 33 arrivals
+ *     (32 lanes + the announcing one) and complete when the copies and the
+ *     announced bytes have landed. An interior tile costs the warp a few
+ *     dozen instructions, where the cp.async gather issues one copy per 16 bytes.
+ *     Otherwise (fp8, or no maps: CLLM_AB_PREFILL_TMA=off, TMA = false):
+ *     all 128 threads (setmaxnreg 96) gather each key row through the
+ *     block table with 16-byte cp.async (keys outside [lo, hi) zero-filled),
+ *     each thread's noinc arrival completing full_k / full_v (128); fp8
+ *     streams codes into raw tiles and converts them to f16 (below).
+ *   - Warpgroups 1 and 2, the consumers (setmaxnreg 232 with TMA, else
+ *     200): rows 0-63 and 64-127. S = Q K^T by wgmma m64nBNk16 with Q and K from shared
  *     memory; the softmax in registers (fp32, exp2 domain, the masks of
  *     attention_prefill.cu); O += P V by wgmma with P from registers (the S
  *     accumulators of keys 16k..16k+15 are exactly the A fragment of step k)
@@ -33,6 +50,10 @@
  * for S's 64); head sizes multiples of 64 (64, 128, 192, 256 for K; 64,
  * 128, 256 for V).
  */
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <string.h>
+
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/cuda_check.h"
@@ -69,31 +90,73 @@ __device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar) {
 }
 
 /* The cache vector (slot x n_kv_heads + kvh) of each of the tile's keys,
- * or -1 outside [lo, hi): lane l of producer warp w holds row w x BN/4 + l.
- * One table read a row, shared by the K and V loads through shuffles. */
+ * or -1 outside [lo, hi), or -2 for a key of tile rows [tma_lo, tma_hi)
+ * (loaded by TMA: no copy here): lane l of producer warp w holds row
+ * w x BN/4 + l. One table read a row, shared by the K and V loads through
+ * shuffles. */
 template <int BN>
 __device__ __forceinline__ int64_t sm90_row_vec(const int32_t *tab, const AttnKParams &p, int kvh, int n0, int lo,
-                                                int hi, int pt) {
-    const int lane = pt & 31, j = n0 + (pt >> 5) * (BN / 4) + lane;
+                                                int hi, int pt, int tma_lo = 0, int tma_hi = 0) {
+    const int lane = pt & 31, r = (pt >> 5) * (BN / 4) + lane, j = n0 + r;
     if (lane >= BN / 4 || j < lo || j >= hi) return -1;
+    if (r >= tma_lo && r < tma_hi) return -2;
     const int64_t slot = ((int64_t)tab[j >> p.block_shift] << p.block_shift) + (j & ((1 << p.block_shift) - 1));
     return slot * p.n_kv_heads + kvh;
 }
 
 /* The producer warp's BN/4 rows of a K or V tile into the swizzled [BN][HD]
  * tile: each warp copy is 512 contiguous-by-row bytes; rows without a
- * vector (-1) become zeros */
-template <int HD, int BN>
+ * vector (-1) become zeros; SKIP: rows of -2 are left to the TMA copies */
+template <int HD, int BN, bool SKIP = false>
 __device__ __forceinline__ void sm90_load_rows(uint32_t dst, const bf16 *cache, int64_t vec, int pt) {
     constexpr int U = HD / 8, RW = BN / 4; /* 16-byte units a row, rows a warp */
     static_assert((RW * U) % 32 == 0, "whole warp copies");
     const int lane = pt & 31, r0 = (pt >> 5) * RW;
-#pragma unroll 16
+    constexpr int UNROLL = SKIP ? 1 : 16; /* SKIP (beside TMA, partial blocks only): few registers, not speed */
+#pragma unroll UNROLL
     for (int it = 0; it < RW * U / 32; it++) {
         const int idx = it * 32 + lane, rl = idx / U, u = idx % U;
         const int64_t v = __shfl_sync(0xffffffffu, vec, rl);
-        cp_async16(dst + swz<BN>(r0 + rl, u), cache + (v >= 0 ? v * HD + u * 8 : 0), v >= 0);
+        if (!SKIP || v != -2) cp_async16(dst + swz<BN>(r0 + rl, u), cache + (v >= 0 ? v * HD + u * 8 : 0), v >= 0);
     }
+}
+
+/* One TMA box (64 values x 2^tma_shift keys of cache block piece `piece`,
+ * KV head kvh, 64-column chunk c) into dst, completing bytes on bar */
+__device__ __forceinline__ void sm90_tma_box(uint32_t dst, const CUtensorMap *map, int c, int kvh, int piece,
+                                             uint32_t bar) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, "
+                 "%5}], [%6];\n" ::"r"(dst),
+                 "l"((uint64_t)map), "r"(64 * c), "r"(kvh), "r"(0), "r"(piece), "r"(bar)
+                 : "memory");
+}
+
+/* The whole cache blocks (pieces of 2^tma_shift keys, each wholly inside
+ * [lo, hi)) of the K and V tile at key n0 by TMA: lane j of the calling warp
+ * loads piece j (one table read), every 64-column chunk of K, then of V, into
+ * the swizzled tiles (a piece's rows are 1024-byte aligned: the TMA's
+ * 128-byte swizzle is the tiles' own); lane 0 first announces the bytes on
+ * full_k / full_v (an arrival of its own besides the warp's 32 cp.async ones).
+ * Pieces [j_lo, j_hi) are the whole ones. */
+template <int HDK, int HDV, int BN>
+__device__ __forceinline__ void sm90_tma_tile(uint32_t sk, uint32_t sv, const CUtensorMap *tk, const CUtensorMap *tv,
+                                              const int32_t *tab, const AttnKParams &p, int kvh, int n0, int j_lo,
+                                              int j_hi, uint32_t bar_k, uint32_t bar_v, int lane) {
+    const int rs = p.tma_shift, n = j_hi > j_lo ? j_hi - j_lo : 0;
+    if (lane == 0) {
+        mbar_expect_tx(bar_k, (uint32_t)(n << rs) * HDK * 2);
+        mbar_expect_tx(bar_v, (uint32_t)(n << rs) * HDV * 2);
+    }
+    __syncwarp();
+    if (lane < j_lo || lane >= j_hi) return;
+    const int j = n0 + (lane << rs), bs = p.block_shift;
+    /* the piece: block tab[j / bs] holds 2^(bs - rs) of them; j's is its (j % bs) >> rs */
+    const int piece = (tab[j >> bs] << (bs - rs)) + ((j & ((1 << bs) - 1)) >> rs);
+    const uint32_t row = (uint32_t)(lane << rs) * 128;
+#pragma unroll
+    for (int c = 0; c < HDK / 64; c++) sm90_tma_box(sk + c * BN * 128 + row, tk, c, kvh, piece, bar_k);
+#pragma unroll
+    for (int c = 0; c < HDV / 64; c++) sm90_tma_box(sv + c * BN * 128 + row, tv, c, kvh, piece, bar_v);
 }
 
 /* fp8: the producer warp's BN/4 rows of codes (HD bytes a row) into a raw
@@ -185,8 +248,20 @@ __device__ __forceinline__ void wg_rs_t(float (&d)[HDV / 2], const uint32_t (&a)
 }
 #endif
 
-template <int HDK, int HDV, bool CAP, bool WIN, bool FP8>
-__global__ void __launch_bounds__(384, 1) attn_prefill_sm90_kernel(const AttnKParams p) {
+/* Registers: the block holds 384 x 168; the producer gives some back and the consumers take them
+ * (setmaxnreg.inc waits for registers the block does not have: more would hang; 128 P + 256 C <= 384 x 168).
+ * cp.async producers (fp8, and bf16 without TMA maps) keep 96 for their unrolled copies, consumers 200; with
+ * TMA the producer is one warp issuing a few instructions a tile (cp.async only for partial blocks, not unrolled):
+ * 32 (24 spilled at head 128/64), and the consumers 232 (head 256: no spills, wgmma not serialized). */
+template <bool TMA> struct Sm90Regs {
+    static constexpr int PRODUCER = TMA ? 32 : 96, CONSUMER = TMA ? 232 : 200;
+    static_assert(128 * PRODUCER + 256 * CONSUMER <= 384 * 168, "the block's registers");
+};
+
+template <int HDK, int HDV, bool CAP, bool WIN, bool FP8, bool TMA>
+__global__ void __launch_bounds__(384, 1)
+    attn_prefill_sm90_kernel(const AttnKParams p, const __grid_constant__ CUtensorMap tk,
+                             const __grid_constant__ CUtensorMap tv) {
 #if WG_SM90A
     using S = Sm90Shape<HDK, HDV, FP8>;
     constexpr int BM = S::BM, BN = S::BN, NS = S::NS;
@@ -212,19 +287,23 @@ __global__ void __launch_bounds__(384, 1) attn_prefill_sm90_kernel(const AttnKPa
     const int t_begin = lo / BN, n_t = (hi + BN - 1) / BN - t_begin;
     const int wg = threadIdx.x >> 7;
 
+    static_assert(!(TMA && FP8), "TMA loads bf16 caches only");
     if (threadIdx.x == 0) {
+        if constexpr (TMA) {
+            asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&tk) : "memory");
+            asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&tv) : "memory");
+        }
         for (int s = 0; s < NS; s++) {
-            mbar_init(full_k(s), 128), mbar_init(full_v(s), 128); /* every producer thread */
+            /* every producer thread's cp.async arrival; TMA: warp 0's alone, and its announcing lane's */
+            mbar_init(full_k(s), TMA ? 33 : 128), mbar_init(full_v(s), TMA ? 33 : 128);
             mbar_init(empty(s), 256);                             /* every consumer thread */
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
 
-    /* registers: the block holds 384 x 168; the producer gives 128 x 72 back and the consumers take 256 x 32 of
-     * them (setmaxnreg.inc waits for registers the block does not have: more would hang) */
     if (wg == 0) { /* the producer */
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 96;\n");
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Sm90Regs<TMA>::PRODUCER));
         const int pt = threadIdx.x;
         if constexpr (FP8) {
             /* codes of tile i + 1 stream into one raw tile while tile i's are converted from the other; the f16
@@ -254,6 +333,31 @@ __global__ void __launch_bounds__(384, 1) attn_prefill_sm90_kernel(const AttnKPa
                 mbar_arrive(full_v(s));
                 asm volatile("bar.sync 5, 128;\n" ::: "memory"); /* raw tile b read: the next load may refill it */
             }
+        } else if constexpr (TMA) {
+            /* warp 0 alone (the others leave: no waits polling the issue slots): pieces of R = 2^tma_shift keys
+             * (one cache block, or BN keys of a larger one) wholly inside [lo, hi) by TMA; the rest of the tile (a
+             * partial first or last block; keys outside [lo, hi) as zeros) by its cp.async, a quarter of the rows
+             * at a time (the 4-warp helpers' rows of warp q), so stale slots never reach P V */
+            if (pt >= 32) return;
+            const int rs = p.tma_shift, n_pieces = BN >> rs;
+            for (int i = 0; i < n_t; i++) {
+                const int s = i % NS, n0 = (t_begin + i) * BN;
+                if (i >= NS) mbar_wait(empty(s), (i / NS - 1) & 1);
+                const int j_lo = lo <= n0 ? 0 : (lo - n0 + (1 << rs) - 1) >> rs;
+                const int j_hi = min(n_pieces, (hi - n0) >> rs);
+                sm90_tma_tile<HDK, HDV, BN>(sK(s), sV(s), &tk, &tv, tab, p, kvh, n0, j_lo, j_hi, full_k(s), full_v(s),
+                                            pt);
+                if (j_lo > 0 || j_hi < n_pieces) /* a partial tile */
+#pragma unroll 1
+                    for (int q = 0; q < 4; q++) {
+                        const int64_t vec = sm90_row_vec<BN>(tab, p, kvh, n0, lo, hi, 32 * q + pt, j_lo << rs,
+                                                             j_hi << rs);
+                        sm90_load_rows<HDK, BN, true>(sK(s), (const bf16 *)p.k, vec, 32 * q + pt);
+                        sm90_load_rows<HDV, BN, true>(sV(s), (const bf16 *)p.v, vec, 32 * q + pt);
+                    }
+                cp_async_arrive_noinc(full_k(s)); /* K's and V's copies alike: a partial tile is rare */
+                cp_async_arrive_noinc(full_v(s));
+            }
         } else {
             for (int i = 0; i < n_t; i++) {
                 const int s = i % NS, n0 = (t_begin + i) * BN;
@@ -270,7 +374,7 @@ __global__ void __launch_bounds__(384, 1) attn_prefill_sm90_kernel(const AttnKPa
         return;
     }
 
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 200;\n");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Sm90Regs<TMA>::CONSUMER));
     const int w = wg - 1, ct = threadIdx.x - 128 * wg; /* consumer warpgroup, its thread */
     const int lane = ct & 31, wi = ct >> 5, g = lane >> 2, tg = lane & 3;
     const int wrow = 64 * w; /* the warpgroup's first tile row */
@@ -476,12 +580,37 @@ __global__ void __launch_bounds__(384, 1) attn_prefill_sm90_kernel(const AttnKPa
 
 /* ---- launchers ---- */
 
+/* The keys of a TMA box for a bf16 cache of blocks of block_size: a whole
+ * block, or a tile's share of a larger one. */
+static int sm90_tma_rows(int head_dim_v, int block_size) {
+    const int bn = head_dim_v > 128 ? Sm90Shape<256, 256, false>::BN : Sm90Shape<128, 128, false>::BN;
+    return block_size < bn ? block_size : bn;
+}
+
 template <int HDK, int HDV, bool FP8>
 static int sm90_variant(const AttnKParams *kp, int n_tiles, cudaStream_t s, Err *err) {
     using S = Sm90Shape<HDK, HDV, FP8>;
-    return attn_cap_win(kp, [&](auto cap, auto win) {
-        return attn_launch(attn_prefill_sm90_kernel<HDK, HDV, decltype(cap)::value, decltype(win)::value, FP8>,
-                           dim3(n_tiles, kp->n_heads), S::NT, S::SMEM, s, *kp, err);
+    AttnKParams p = *kp;
+    CUtensorMap tk, tv;
+    memset(&tk, 0, sizeof tk), memset(&tv, 0, sizeof tv);
+    const AttnKVMaps *m = (const AttnKVMaps *)kp->maps;
+    p.tma_shift = 0;
+    if (!FP8 && m && m->rows > 0) {
+        if (m->k_base != kp->k || m->v_base != kp->v || m->block_size != 1 << kp->block_shift ||
+            m->rows != sm90_tma_rows(HDV, m->block_size))
+            return err_set(err, "attention: the layer's TMA maps (block size %d, %d keys a box) were built for "
+                           "another cache or block size (%d)", m->block_size, m->rows, 1 << kp->block_shift);
+        while ((1 << p.tma_shift) < m->rows) p.tma_shift++;
+        memcpy(&tk, m->k, sizeof tk), memcpy(&tv, m->v, sizeof tv);
+    }
+    return attn_cap_win(&p, [&](auto cap, auto win) {
+        auto kernel = attn_prefill_sm90_kernel<HDK, HDV, decltype(cap)::value, decltype(win)::value, FP8, false>;
+        if constexpr (!FP8)
+            if (p.tma_shift) kernel = attn_prefill_sm90_kernel<HDK, HDV, decltype(cap)::value, decltype(win)::value, false, true>;
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM), err);
+        kernel<<<dim3(n_tiles, p.n_heads), S::NT, S::SMEM, s>>>(p, tk, tv);
+        CUDA_CHECK(cudaGetLastError(), err);
+        return 0;
     });
 }
 
@@ -494,7 +623,7 @@ template <int HDK, int HDV> static int sm90_fp8(const AttnKParams *kp, int n_til
 /* The kernel has a body only in an sm_90a build, and only that build's code runs on a 9.0 device. */
 static bool sm90_available(void) {
     cudaFuncAttributes fa;
-    if (cudaFuncGetAttributes(&fa, attn_prefill_sm90_kernel<128, 128, false, false, false>) != cudaSuccess) {
+    if (cudaFuncGetAttributes(&fa, attn_prefill_sm90_kernel<128, 128, false, false, false, false>) != cudaSuccess) {
         (void)cudaGetLastError();
         return false;
     }
@@ -510,6 +639,47 @@ static bool sm90_has(const AttnKParams *kp, int head_dim_k, int head_dim_v) {
     SM90_HD(64, 64) SM90_HD(128, 128) SM90_HD(256, 256) SM90_HD(128, 64) SM90_HD(192, 128)
 #undef SM90_HD
     return false;
+}
+
+/* A 4-D map of one bf16 cache part, {hd values, n_kv heads, rows keys, n_slots / rows pieces}, box {64, 1,
+ * rows, 1}: a piece of a block is rows consecutive slots, so its coordinate is (slot / rows); 128-byte swizzle
+ * (64 bf16 values, one swizzle row, a box row). */
+static int sm90_kv_map(PFN_cuTensorMapEncodeTiled_v12000 enc, uint64_t *out, const void *base, int hd, int n_kv,
+                       int rows, int64_t n_slots, const char *what, Err *err) {
+    CUtensorMap m;
+    const uint64_t row = (uint64_t)hd * 2, slot = row * n_kv;
+    cuuint64_t dims[4] = {(cuuint64_t)hd, (cuuint64_t)n_kv, (cuuint64_t)rows, (cuuint64_t)(n_slots / rows)};
+    cuuint64_t strides[3] = {row, slot, slot * rows};
+    cuuint32_t box[4] = {64, 1, (cuuint32_t)rows, 1}, es[4] = {1, 1, 1, 1};
+    CUresult r = enc(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void *)base, dims, strides, box, es,
+                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return err_set(err, "attention: TMA map of the %s cache (head %d, %d KV heads, %lld slots, %d keys a box): "
+                       "CUresult %d", what, hd, n_kv, (long long)n_slots, rows, (int)r);
+    memcpy(out, &m, sizeof m);
+    return 0;
+}
+
+extern "C" int cuda_attention_kv_maps(AttnKVMaps *m, const KVLayerDev *kv, int64_t n_slots, int block_size,
+                                      const AttnParams *p, Err *err) {
+    memset(m, 0, sizeof *m);
+    static_assert(sizeof(CUtensorMap) == sizeof m->k, "AttnKVMaps holds a CUtensorMap");
+    AttnKParams kp = {};
+    if (kv->dtype != KV_DTYPE_BF16 || !sm90_has(&kp, p->head_dim_k, p->head_dim_v)) return 0;
+    if (block_size < 8 || (block_size & (block_size - 1)) || n_slots <= 0 || n_slots % block_size)
+        return err_set(err, "attention: TMA maps for %lld slots in blocks of %d", (long long)n_slots, block_size);
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult q;
+    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q), err);
+    if (!fn || q != cudaDriverEntryPointSuccess) return err_set(err, "attention: the driver has no cuTensorMapEncodeTiled");
+    PFN_cuTensorMapEncodeTiled_v12000 enc = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+    const int rows = sm90_tma_rows(p->head_dim_v, block_size);
+    if (sm90_kv_map(enc, m->k, kv->k, p->head_dim_k, p->n_kv_heads, rows, n_slots, "key", err) ||
+        sm90_kv_map(enc, m->v, kv->v, p->head_dim_v, p->n_kv_heads, rows, n_slots, "value", err))
+        return -1;
+    m->k_base = kv->k, m->v_base = kv->v, m->rows = rows, m->block_size = block_size;
+    return 0;
 }
 
 extern "C" bool attn_prefill_sm90_has(int head_dim_k, int head_dim_v, bool fp8) {

@@ -196,6 +196,7 @@ static void cuda_destroy(Backend *be) {
     if (cb->lt) cublaslt_lib(NULL)->Destroy(cb->lt); /* made: the library is loaded */
     if (cb->stream) cudaStreamDestroy(cb->stream);
     free(cb->kv);
+    free(cb->kv_maps);
     free(cb->h_need);
     free(cb->meta_seq);
     free(cb->meta_tables);
@@ -223,6 +224,8 @@ static int read_tuning(CudaTuning *t, const BackendOptions *o, const CudaChecks 
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess)
         t->fp8_gemm = !o->batch_invariant && major * 10 + minor >= 89;
+    const char *ab = getenv("CLLM_AB_PREFILL_TMA");
+    t->prefill_tma = !(ab && !strcmp(ab, "off"));
     const char *ps = getenv("CLLM_PROFILE_STEPS");
     if (ps && *ps && (sscanf(ps, "%d,%d", &t->prof_first, &t->prof_count) != 2 || t->prof_first < 0 ||
                       t->prof_count < 1))

@@ -73,6 +73,8 @@ typedef struct {
     bool fp8_gemm;               /* FP8 weights' GEMMs on FP8 tensor cores (cuBLASLt, fp8.cuh): a GPU of compute
                                     capability 8.9 or newer, and not the batch-invariant mode; else they are
                                     dequantized to bf16 first */
+    bool prefill_tma;            /* the sm_90a prefill loads whole cache blocks by TMA (temporary A/B switch:
+                                    CLLM_AB_PREFILL_TMA=off gathers every key by cp.async, as before) */
     int prof_first, prof_count;  /* CLLM_PROFILE_STEPS=FIRST,COUNT: the profiler (ncu --profile-from-start off)
                                     records steps FIRST .. FIRST + COUNT - 1 only (0-based); count 0: off */
 } CudaTuning;
@@ -155,6 +157,7 @@ typedef struct {
     void *kv_pool;               /* every layer's K then V (fp8: and their scales) */
     size_t kv_pool_bytes;
     KVLayerDev *kv;              /* [n_layers] views into kv_pool (and the static scales of --kv-scales) */
+    AttnKVMaps *kv_maps;         /* [n_layers] the sm_90a prefill's TMA maps of each view (kv[l].maps), or NULL */
     float *d_kv_calib;           /* --kv-scales calibrate: [n_layers][2][n_kv_heads] the scales the first step sets */
     bool *kv_calib;              /* --kv-scales calibrate: [n_layers] still to be set (host); else NULL */
     int kv_calib_left;           /* layers still to calibrate: their step runs without graphs */

@@ -97,7 +97,7 @@ static size_t kv_layer_layout(const ModelShape *c, KVDtype t, int64_t n_slots, c
     if (kv) {
         bool fp8 = t == KV_DTYPE_FP8;
         *kv = (KVLayerDev){t, base + off[0], base + off[1], fp8 ? (float *)(base + off[2]) : NULL,
-                           fp8 ? (float *)(base + off[3]) : NULL, NULL, NULL};
+                           fp8 ? (float *)(base + off[3]) : NULL, NULL, NULL, NULL};
     }
     return at;
 }
@@ -130,6 +130,20 @@ static int kv_fix_scales(CudaBackend *cb, const ModelShape *c, KVScales s, Err *
     return 0;
 }
 
+/* The sm_90a prefill's TMA maps of every layer's view, once (kernel
+ * parameters by value, so graphs replay them): where that kernel runs this
+ * model's bf16 cache, unless CLLM_AB_PREFILL_TMA=off (tune.prefill_tma). */
+static int kv_maps(CudaBackend *cb, const ModelShape *c, int block_size, Err *err) {
+    if (!cb->fast_attn || !cb->tune.prefill_tma || cb->kv_dtype != KV_DTYPE_BF16) return 0;
+    AttnParams p = {c->n_heads, c->n_kv_heads, c->head_dim_k, c->head_dim_v, c->attn_scale, c->attn_softcap, 0, NULL};
+    if (!(cb->kv_maps = (AttnKVMaps *)calloc(c->n_layers, sizeof *cb->kv_maps))) return err_set(err, "out of memory");
+    for (int l = 0; l < c->n_layers; l++) {
+        if (cuda_attention_kv_maps(&cb->kv_maps[l], &cb->kv[l], cb->n_slots, block_size, &p, err)) return -1;
+        cb->kv[l].maps = cb->kv_maps[l].rows > 0 ? &cb->kv_maps[l] : NULL;
+    }
+    return 0;
+}
+
 int cuda_alloc_kv(CudaBackend *cb, const ModelShape *c, const BackendOptions *o, Err *err) {
     int64_t per_block = (int64_t)o->block_size * kv_bytes_per_token(c, o->kv_dtype);
     int64_t n_blocks = o->n_blocks;
@@ -157,7 +171,7 @@ int cuda_alloc_kv(CudaBackend *cb, const ModelShape *c, const BackendOptions *o,
     if (!cb->kv || !cb->h_need) return err_set(err, "out of memory");
     for (int l = 0; l < c->n_layers; l++)
         kv_layer_layout(c, o->kv_dtype, cb->n_slots, (char *)cb->kv_pool + (size_t)l * layer, &cb->kv[l]);
-    if (kv_fix_scales(cb, c, o->kv_scales, err)) return -1;
+    if (kv_fix_scales(cb, c, o->kv_scales, err) || kv_maps(cb, c, o->block_size, err)) return -1;
     CUDA_CHECK(cudaMallocHost(&cb->h_tables, (size_t)cb->max_seqs * cb->max_blocks * sizeof(int32_t)), err);
     CUDA_CHECK(cudaMalloc(&cb->d_tables, (size_t)cb->max_seqs * cb->max_blocks * sizeof(int32_t)), err);
     return 0;

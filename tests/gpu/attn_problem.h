@@ -159,6 +159,7 @@ typedef struct {
     int32_t *meta;
     AttnDecodeWork work;
     KVLayerDev kv;
+    AttnKVMaps maps;             /* the sm_90a prefill's TMA maps of kv (kv.maps), as the backend builds them */
 } DevBufs;
 
 #define CK(call)                                                                       \
@@ -186,7 +187,17 @@ static int dev_upload_cache(DevBufs *D, const Problem *P) {
         CK(cudaMemcpy(D->ks, P->cache.ks[0], slots * c->n_kv * 4, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(D->vs, P->cache.vs[0], slots * c->n_kv * 4, cudaMemcpyHostToDevice));
     }
-    D->kv = (KVLayerDev){P->cache.dtype, D->k, D->v, D->ks, D->vs, NULL, NULL};
+    D->kv = (KVLayerDev){P->cache.dtype, D->k, D->v, D->ks, D->vs, NULL, NULL, NULL};
+    /* as the backend: TMA maps unless CLLM_AB_PREFILL_TMA=off (then every key by cp.async) */
+    const char *ab = getenv("CLLM_AB_PREFILL_TMA");
+    Err err = {{0}};
+    if (!(ab && !strcmp(ab, "off"))) {
+        if (cuda_attention_kv_maps(&D->maps, &D->kv, (int64_t)slots, c->block_size, &P->par, &err)) {
+            CHECK(0, "%s: %s", c->name, err.msg);
+            return -1;
+        }
+        D->kv.maps = D->maps.rows > 0 ? &D->maps : NULL;
+    }
     return 0;
 }
 

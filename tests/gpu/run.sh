@@ -69,6 +69,8 @@ run_check attention sh -c "$BIN/tests/gpu/test_attention && if command -v comput
 run_check attn_cascade sh -c "$BIN/tests/gpu/test_attn_cascade_gpu && if command -v compute-sanitizer >/dev/null; then $SAN memcheck $BIN/tests/gpu/test_attn_cascade_gpu --quick && $SAN racecheck $BIN/tests/gpu/test_attn_cascade_gpu --quick; fi"
 # the FlashAttention-2 prefill kernel where the sm_90a one would run (it stays the path for other GPUs)
 run_check attention_fa2 env CLLM_ATTENTION_PREFILL=fa2 "$BIN/tests/gpu/test_attention"
+# the sm_90a prefill's cp.async producer where TMA would load whole blocks (temporary: goes with the A/B switch)
+run_check attention_no_tma env CLLM_AB_PREFILL_TMA=off "$BIN/tests/gpu/test_attention"
 run_check quant sh -c "$BIN/tests/gpu/test_quant && if command -v compute-sanitizer >/dev/null; then $SAN memcheck $BIN/tests/gpu/test_quant --quick && $SAN racecheck $BIN/tests/gpu/test_quant --quick; fi"
 # the fused prefill GEMM (wgmma, quant_gemm.cu) against the CPU; its timing table beside dequantize + cuBLASLt
 run_check quant_gemm sh -c "$BIN/tests/gpu/test_quant_gemm && if command -v compute-sanitizer >/dev/null; then compute-sanitizer --error-exitcode 9 --tool memcheck $BIN/tests/gpu/test_quant_gemm --quick; fi"

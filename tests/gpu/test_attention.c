@@ -7,7 +7,9 @@
  * rounded to bf16 (so both sides see the same numbers), poisons the GPU
  * output with NaN, runs one cuda_attention call for the whole (often mixed
  * prefill + decode) batch and compares with the fp32 CPU op:
- * ||gpu - cpu|| / ||cpu|| <= 1e-2, and no row left unwritten. Every case
+ * ||gpu - cpu|| / ||cpu|| <= 1e-2, and no row left unwritten; the cache's
+ * slots past every sequence's end are NaN (a key loaded past its run's end
+ * shows). Every case
  * runs twice: over a bf16 cache, and over an fp8 one (--kv-dtype fp8: the
  * host's cache of e4m3 codes and per-(token, head) scales uploaded as it is,
  * head vectors of magnitudes 2^-8 .. 2^8 so the scales matter, and the CPU
@@ -15,7 +17,10 @@
  * write's) gives the host's bytes for every bf16 value, ties, saturation
  * and nans, with dynamic scales and with fixed ones (--kv-scales).
  * Cases: every head-size pair, GQA 1/4/8, MQA (group 8 and 32), block sizes
- * 16/32/64, chunked prefill, windows of 1, the prompt length and more,
+ * 8 to 256, chunked prefill, the sm_90a prefill's TMA loads of whole cache
+ * blocks (every tile, and beside cp.async for partial blocks; "TMA box" in
+ * the output: keys a box, 0 where it does not run; CLLM_AB_PREFILL_TMA=off:
+ * none), windows of 1, the prompt length and more,
  * sinks, soft-cap, long decode rows over many splits, a decode step replayed
  * from a CUDA graph after its metadata changed, and an unsupported head size.
  * The decode kernel's rope mode (cuda_attention_decode_rope: qk-norm, rope
@@ -41,6 +46,36 @@
 
 #define TOL 1e-2
 
+/* Every slot no sequence's positions reach (the tails of last blocks, the
+ * spare blocks) becomes NaN in both the device copies' sources (bf16 0x7fc0;
+ * fp8 code 0x7f and a NaN scale): a kernel that lets one into P V (a
+ * whole-block load past a sequence's end) shows NaN. The reference read
+ * none of them. */
+static void poison_unused_slots(Problem *P) {
+    const Case *c = &P->c;
+    int64_t slots = (int64_t)P->n_blocks * c->block_size;
+    bool *used = calloc(slots, 1);
+    for (int s = 0; s < c->n_seqs; s++)
+        for (int p = 0; p < c->start[s] + c->len[s]; p++)
+            used[(int64_t)P->tables[s][p / c->block_size] * c->block_size + p % c->block_size] = true;
+    bool fp8 = P->cache.dtype == KV_DTYPE_FP8;
+    int kw = c->n_kv * c->hdk, vw = c->n_kv * c->hdv;
+    for (int64_t t = 0; t < slots; t++) {
+        if (used[t]) continue;
+        for (int i = 0; i < kw; i++) {
+            if (fp8) P->cache.k8[0][t * kw + i] = 0x7f;
+            else P->k16[t * kw + i] = 0x7fc0;
+        }
+        for (int i = 0; i < vw; i++) {
+            if (fp8) P->cache.v8[0][t * vw + i] = 0x7f;
+            else P->v16[t * vw + i] = 0x7fc0;
+        }
+        if (fp8)
+            for (int h = 0; h < c->n_kv; h++) P->cache.ks[0][t * c->n_kv + h] = P->cache.vs[0][t * c->n_kv + h] = NAN;
+    }
+    free(used);
+}
+
 static void run_case(const Case *c) {
     Problem P;
     Err err = {{0}};
@@ -49,6 +84,7 @@ static void run_case(const Case *c) {
     CHECK(attn_meta_build(&m, &P.batch, &(AttnMetaOpts){P.n_blocks, 0}, &err) == 0, "%s: %s", c->name, err.msg);
     int splits = attn_decode_splits(m.max_kv_len, m.n_decode, c->n_kv, (c->n_heads / c->n_kv + 15) / 16, 2 * 132);
     DevBufs D;
+    poison_unused_slots(&P);
     if (dev_upload(&D, &P, &m, splits) == 0) {
         AttnDevMeta dm;
         attn_dev_meta(&dm, &m, D.meta);
@@ -58,9 +94,14 @@ static void run_case(const Case *c) {
         CHECK(e == cudaSuccess, "%s: %s", c->name, cudaGetErrorString(e));
         int n_nan;
         double rel = compare(&D, &P, &n_nan);
-        printf("# %-34s %-4s T=%-5d prefill tiles %-3d decode %-2d splits %-3d rel err %.2e\n", c->name,
-               kv_dtype_name(g_dtype), P.T, m.n_tiles, m.n_decode, splits, rel);
+        printf("# %-34s %-4s T=%-5d prefill tiles %-3d decode %-2d splits %-3d TMA box %-3d rel err %.2e\n", c->name,
+               kv_dtype_name(g_dtype), P.T, m.n_tiles, m.n_decode, splits, D.maps.rows, rel);
         CHECK(n_nan == 0 && rel <= TOL, "%s: rel err %.3e, %d NaN outputs", c->name, rel, n_nan);
+        /* where the sm_90a kernel runs a bf16 cache, it has TMA maps (unless the A/B switch is off) */
+        const char *ab = getenv("CLLM_AB_PREFILL_TMA");
+        bool want_tma = g_dtype == KV_DTYPE_BF16 && !(ab && !strcmp(ab, "off")) &&
+                        !strcmp(cuda_attention_prefill_kernel(c->hdk, c->hdv, false), "sm90a");
+        CHECK(!want_tma || D.maps.rows >= 8, "%s: no TMA maps for the sm_90a prefill", c->name);
     }
     dev_free(&D);
     attn_meta_free(&m);
@@ -105,6 +146,19 @@ static const Case k_cases[] = {
     {"prefill hd64 mqa 16 heads 700", 64, 64, 16, 1, 32, 0, 0, 1, .n_seqs = 2, .start = {0, 1}, .len = {700, 255}},
     {"prefill hd192/128 400 + window 64", 192, 128, 4, 4, 16, 64, 0, 0, .n_seqs = 2, .start = {0, 200},
      .len = {400, 129}},
+    /* the sm_90a kernel's TMA loads (bf16 cache): every tile of whole blocks at the engine's block size; pieces
+     * of blocks larger than a key tile (256 at 128 keys, 128 at 64); boxes of 8 keys; differing K/V head sizes
+     * with a window and a chunk starting mid-block (the partial blocks by cp.async beside the TMA ones) */
+    {"prefill bs16 640 + 512 softcap sinks (all TMA)", 128, 128, 8, 2, 16, 0, 30.f, 1, .n_seqs = 2,
+     .start = {0, 0}, .len = {640, 512}},
+    {"prefill bs256 1000 + chunk 300 at 700", 128, 128, 8, 2, 256, 0, 0, 0, .n_seqs = 2, .start = {0, 700},
+     .len = {1000, 300}},
+    {"prefill hd256 bs128 600 + 200 at 333 window 300", 256, 256, 4, 2, 128, 300, 0, 0, .n_seqs = 2,
+     .start = {0, 333}, .len = {600, 200}},
+    {"prefill hd64 bs8 gqa8 520 + 130 at 3", 64, 64, 16, 2, 8, 0, 0, 0, .n_seqs = 2, .start = {0, 3},
+     .len = {520, 130}},
+    {"prefill hd128/64 bs32 900 + 200 at 1000 window 500", 128, 64, 8, 2, 32, 500, 0, 0, .n_seqs = 2,
+     .start = {0, 1000}, .len = {900, 200}},
 };
 
 /* A decode step captured in a CUDA graph, replayed after the metadata
@@ -178,7 +232,7 @@ static void test_unsupported(void) {
     p.n_kv_heads = 2;
     int32_t one = 1;
     float s = 1.f;
-    KVLayerDev kv = {KV_DTYPE_BF16, &one, &one, NULL, NULL, NULL, NULL};
+    KVLayerDev kv = {KV_DTYPE_BF16, &one, &one, NULL, NULL, NULL, NULL, NULL};
     AttnDevMeta m = {NULL, 0, 1, 0, 0, 0, 0, 1, 16};
     AttnDecodeWork w = {&s, 1, 1, 0, 0};
     AttnRope r = {&one, &one, NULL, NULL, 1e-6f, 0.f, &s, 1.f, 127, true, (const int64_t *)&one, 16};
