@@ -75,6 +75,9 @@ run_check quant_gemm sh -c "$BIN/tests/gpu/test_quant_gemm && if command -v comp
 # FP8 (e4m3) weights: the GEMV, the GEMM (cuBLASLt's outer-vector scales and the rescale fallback) and the
 # bf16 dequantization against the host's definition (x quantized per token); its --bench prints GB/s and TFLOP/s
 run_check fp8_matmul sh -c "$BIN/tests/gpu/test_fp8_matmul && if command -v compute-sanitizer >/dev/null; then $SAN memcheck $BIN/tests/gpu/test_fp8_matmul --quick && $SAN racecheck $BIN/tests/gpu/test_fp8_matmul --quick; fi"
+# the decode GEMVs that normalize x themselves (bf16, FP8) bit for bit against add_rmsnorm + the GEMV, and the
+# CPU; the bf16 GEMV's residual add
+run_check norm_fold sh -c "$BIN/tests/gpu/test_norm_fold && if command -v compute-sanitizer >/dev/null; then $SAN memcheck $BIN/tests/gpu/test_norm_fold --quick && $SAN racecheck $BIN/tests/gpu/test_norm_fold --quick; fi"
 if command -v compute-sanitizer >/dev/null; then
     run_check sanitizer_cuda_forward compute-sanitizer --error-exitcode 9 --tool memcheck "$BIN/tests/gpu/test_cuda_forward"
 else
