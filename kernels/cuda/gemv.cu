@@ -158,7 +158,7 @@ kernel_gemv_glu(bf16 *out, const bf16 *W, const bf16 *x, const float *bg, const 
  * q|k|v). x then comes from shared memory, not through L1 (the plain
  * kernels' T loads of x per weight load). The weights stream as above. */
 #define GEMV_NORM_THREADS 512
-#define GEMV_NORM_BLOCKS_PER_SM 4      /* registers allow 3 at T = 1, 2 at T = 2; each block normalizes x again */
+#define GEMV_NORM_BLOCKS_PER_SM 4      /* registers allow 2 at T <= 2 (55, 64); each block normalizes x again */
 #define GEMV_NORM_MAX_SMEM (160 * 1024) /* x of T rows: T x K x 2 bytes */
 
 /* The block's T rows of x, normalized, into xs [NT][K]; nper: the norm's

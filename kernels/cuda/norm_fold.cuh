@@ -96,12 +96,14 @@ static __device__ __forceinline__ void rms_fold_row(float4 (&v)[RMS_VJ(BT) * NPE
                                                     int C, float eps, float offset, float *red) {
     constexpr int VJ = RMS_VJ(BT);
     const int nt = rms_vec_threads(C), c4 = C / 4, lane = threadIdx.x % 32, wib = threadIdx.x / 32;
+    float4 g[VJ * NPER];
 #pragma unroll
     for (int j = 0; j < VJ; j++)
 #pragma unroll
-        for (int k = 0; k < NPER; k++) { /* every load first: the row is a round trip to L2 */
+        for (int k = 0; k < NPER; k++) { /* every load first: the row and the weight are a round trip to L2 */
             const int i = rms_slot_group<BT, NPER>(j, k, nt, c4);
             v[j * NPER + k] = i >= 0 ? reinterpret_cast<const float4 *>(x)[i] : make_float4(0, 0, 0, 0);
+            g[j * NPER + k] = i >= 0 ? __ldg(reinterpret_cast<const float4 *>(w) + i) : make_float4(0, 0, 0, 0);
         }
 #pragma unroll
     for (int j = 0; j < VJ; j++) {
@@ -120,10 +122,8 @@ static __device__ __forceinline__ void rms_fold_row(float4 (&v)[RMS_VJ(BT) * NPE
     __syncthreads(); /* red is free for the next row */
     const float inv = rms_inv(s, C, eps);
 #pragma unroll
-    for (int q = 0; q < VJ * NPER; q++) { /* the weights now: holding them too would cost registers (spills) */
-        const int i = rms_slot_group<BT, NPER>(q / NPER, q % NPER, nt, c4);
-        const float4 g = i >= 0 ? __ldg(reinterpret_cast<const float4 *>(w) + i) : make_float4(0, 0, 0, 0);
-        const float4 n = rms_norm4(v[q], inv, g, offset);
+    for (int q = 0; q < VJ * NPER; q++) {
+        const float4 n = rms_norm4(v[q], inv, g[q], offset);
         const __nv_bfloat162 a = __floats2bfloat162_rn(n.x, n.y), b = __floats2bfloat162_rn(n.z, n.w);
         const float2 fa = __bfloat1622float2(a), fb = __bfloat1622float2(b);
         v[q] = make_float4(fa.x, fa.y, fb.x, fb.y);
