@@ -46,16 +46,29 @@ static GemvOut qkv_out(void *q, void *k, void *v, const LayerWeights *lw) {
     return out;
 }
 
+/* Wq|Wk|Wv as one bf16 matrix (back to back), or NULL. */
+static const bf16 *qkv_bf16_matrix(const LayerWeights *lw) {
+    const int64_t K = lw->wq.cols;
+    const bf16 *Wq = mat_of(&lw->wq, 0), *Wk = mat_of(&lw->wk, 0), *Wv = mat_of(&lw->wv, 0);
+    bool cat = !is_quant(&lw->wq) && !is_quant(&lw->wk) && !is_quant(&lw->wv) && Wk == Wq + lw->wq.rows * K &&
+               Wv == Wk + lw->wk.rows * K;
+    return cat ? Wq : NULL;
+}
+
+/* Wq|Wk|Wv as one quantized matrix, or NULL. */
+static const QuantMatrix *qkv_quant_matrix(const LayerWeights *lw) {
+    bool cat = is_quant(&lw->wq) && lw->wk.data == lw->wq.data && lw->wv.data == lw->wq.data;
+    return cat ? qm_of(&lw->wq) : NULL;
+}
+
 /* One GEMM over the concatenated Wq|Wk|Wv, split (and biased) after; the
  * matrix-vector kernels store q, k, v (+ biases) themselves, and so does
  * the fused GEMM's parts epilogue. */
 static void cuda_be_qkv(Backend *be, void *q, void *k, void *v, const void *x, const LayerWeights *lw, int T) {
     CudaBackend *cb = cb_of(be);
     int nq = (int)lw->wq.rows, nk = (int)lw->wk.rows, nv = (int)lw->wv.rows, K = (int)lw->wq.cols;
-    const bf16 *Wq = mat_of(&lw->wq, 0), *Wk = mat_of(&lw->wk, 0), *Wv = mat_of(&lw->wv, 0);
-    bool qcat = is_quant(&lw->wq) && lw->wk.data == lw->wq.data && lw->wv.data == lw->wq.data;
-    bool bcat = !is_quant(&lw->wq) && !is_quant(&lw->wk) && !is_quant(&lw->wv) && Wk == Wq + (int64_t)nq * K &&
-                Wv == Wk + (int64_t)nk * K;
+    const bf16 *Wq = mat_of(&lw->wq, 0);
+    bool qcat = qkv_quant_matrix(lw) != NULL, bcat = qkv_bf16_matrix(lw) != NULL;
     if (cb->failed || T <= 0) return;
     if (!qcat && !bcat) {
         cuda_be_matmul(be, q, x, &lw->wq, 0, &lw->bq, T);
@@ -183,8 +196,8 @@ static void cuda_be_gate_up(Backend *be, void *out, const void *x, const LayerWe
 /* Wq|Wk|Wv as the one quantized matrix that the dp4a GEMV takes at T rows
  * (its route), or NULL. */
 static const QuantMatrix *qkv_x8_matrix(const CudaBackend *cb, const LayerWeights *lw, int T) {
-    bool cat = is_quant(&lw->wq) && lw->wk.data == lw->wq.data && lw->wv.data == lw->wq.data;
-    return cat && matmul_route(cb, &lw->wq, T) == MM_QGEMV_X8 ? qm_of(&lw->wq) : NULL;
+    const QuantMatrix *W = qkv_quant_matrix(lw);
+    return W && matmul_route(cb, &lw->wq, T) == MM_QGEMV_X8 ? W : NULL;
 }
 
 /* Whether add_rmsnorm can be folded into a product of width K that reads
@@ -199,21 +212,6 @@ static bool norm_foldable(const AddNorm *n, int64_t K, RowNorm *rn) {
 
 static void run_add_norm(Backend *be, const AddNorm *n, int T) {
     cuda_be_add_rmsnorm(be, n->x, n->delta, n->out, n->w, T, n->C, n->eps, n->offset);
-}
-
-/* Wq|Wk|Wv as one bf16 matrix (back to back), or NULL. */
-static const bf16 *qkv_bf16_matrix(const LayerWeights *lw) {
-    const int64_t K = lw->wq.cols;
-    const bf16 *Wq = mat_of(&lw->wq, 0), *Wk = mat_of(&lw->wk, 0), *Wv = mat_of(&lw->wv, 0);
-    bool cat = !is_quant(&lw->wq) && !is_quant(&lw->wk) && !is_quant(&lw->wv) && Wk == Wq + lw->wq.rows * K &&
-               Wv == Wk + lw->wk.rows * K;
-    return cat ? Wq : NULL;
-}
-
-/* Wq|Wk|Wv as one quantized matrix, or NULL. */
-static const QuantMatrix *qkv_quant_matrix(const LayerWeights *lw) {
-    bool cat = is_quant(&lw->wq) && lw->wk.data == lw->wq.data && lw->wv.data == lw->wq.data;
-    return cat ? qm_of(&lw->wq) : NULL;
 }
 
 /* The q|k|v GEMV with the norm folded in (the x8 dp4a GEMV at one row;
