@@ -178,7 +178,7 @@ static void check_bf16_parts(const NormCase *c, const Bf16Mat *m) {
     Err err = {{0}};
     int rc = test_gemv_parts_norm(&ob, m->d_w, &rn, M, K, T, &err);
     CHECK(rc == 0, "bf16 parts with the norm K=%d T=%d: %s", K, T, err.msg);
-    float *a = malloc(n * 4), *b = malloc(n * 4), *got = malloc(n * 4);
+    float *a = malloc(n * 4), *b = malloc(n * 4);
     double *ref = malloc(n * 8), *sabs = malloc(n * 8);
     read_bf16(a, ya, n), read_bf16(b, yb, n);
     CHECK(bits_differ(b, a, n) == 0, "bf16 parts K=%d T=%d: %lld of %lld differ from add_rmsnorm + GEMV", K, T,
@@ -197,7 +197,7 @@ static void check_bf16_parts(const NormCase *c, const Bf16Mat *m) {
     }
     CHECK(bad == 0, "bf16 parts K=%d T=%d: %lld elements off the CPU", K, T, (long long)bad);
     cudaFree(ya), cudaFree(yb);
-    free(a), free(b), free(got), free(ref), free(sabs);
+    free(a), free(b), free(ref), free(sabs);
 }
 
 /* The GLU (W = gate | up, 2F rows, biases) with the norm folded in. */
