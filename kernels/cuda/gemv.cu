@@ -33,10 +33,10 @@ static __device__ __forceinline__ void dot8(float *acc, uint4 w, uint4 x) {
     }
 }
 
-/* 8 values of x: from global memory (through the read-only path), or (XS)
- * from the block's shared copy. */
-template <bool XS> static __device__ __forceinline__ uint4 gemv_x8(const bf16 *x) {
-    return XS ? *(const uint4 *)x : __ldg((const uint4 *)x);
+/* Values 8c .. 8c + 7 of x row t: from global memory (through the
+ * read-only path), or (XS) from the block's shared copy. */
+template <bool XS> static __device__ __forceinline__ uint4 gemv_x8(const bf16 *x, int t, int K, int c) {
+    return XS ? ((const uint4 *)(x + (int64_t)t * K))[c] : __ldg((const uint4 *)(x + (int64_t)t * K) + c);
 }
 
 /* acc[r][t] += W row r . x row t over the whole row, this lane's share;
@@ -61,7 +61,7 @@ static __device__ __forceinline__ void gemv_rows(float (*acc)[NT], const bf16 *c
                 if (c >= n8) break;
 #pragma unroll
                 for (int t = 0; t < NT; t++) {
-                    uint4 xv = gemv_x8<XS>(x + (int64_t)t * K + 8 * (int64_t)c);
+                    uint4 xv = gemv_x8<XS>(x, t, K, c);
 #pragma unroll
                     for (int r = 0; r < NR; r++) dot8(&acc[r][t], wv[r][u], xv);
                 }
