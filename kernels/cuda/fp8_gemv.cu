@@ -107,7 +107,8 @@ static __device__ __forceinline__ void quantize_x_norm_rows(const RowNorm &n, in
 #pragma unroll 1
     for (int t = 0; t < NT; t++) {
         float4 v[VJ * NPER];
-        rms_fold_row<BT, NPER>(v, n.x + (int64_t)t * K, n.w, K, n.eps, n.offset, nred);
+        rms_fold_row<BT, NPER>(v, n.x + (int64_t)t * K, n.w, K, n.eps, n.offset, nred,
+                               t + 1 < NT ? n.x + (int64_t)(t + 1) * K : NULL);
         float sc = input_scale;
         if (!(input_scale > 0.0f)) { /* the row's amax (any order: a max) / 448, as fp8_quantize_row */
             float am = 0.0f;

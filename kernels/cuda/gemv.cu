@@ -158,8 +158,9 @@ kernel_gemv_glu(bf16 *out, const bf16 *W, const bf16 *x, const float *bg, const 
  * q|k|v). x then comes from shared memory, not through L1 (the plain
  * kernels' T loads of x per weight load). The weights stream as above. */
 #define GEMV_NORM_THREADS 512
-#define GEMV_NORM_BLOCKS_PER_SM 4      /* registers allow 2 at T <= 2 (55, 64); each block normalizes x again */
+#define GEMV_NORM_BLOCKS_PER_SM 4      /* registers allow 2 at T <= 2 (GEMV_NORM_MINB); each block normalizes x again */
 #define GEMV_NORM_MAX_SMEM (160 * 1024) /* x of T rows: T x K x 2 bytes */
+#define GEMV_NORM_MINB(NT) ((NT) <= 2 ? 2 : 1) /* blocks an SM the registers must allow: 64 a thread up to T = 2 */
 
 /* The block's T rows of x, normalized, into xs [NT][K]; nper: the norm's
  * groups a virtual thread (norm_fold.cuh: 1 or 2). */
@@ -170,7 +171,8 @@ static __device__ __forceinline__ void gemv_fold_rows(bf16 *xs, const RowNorm &n
 #pragma unroll 1
     for (int t = 0; t < NT; t++) {
         float4 v[VJ * NPER];
-        rms_fold_row<BT, NPER>(v, n.x + (int64_t)t * K, n.w, K, n.eps, n.offset, red);
+        rms_fold_row<BT, NPER>(v, n.x + (int64_t)t * K, n.w, K, n.eps, n.offset, red,
+                               t + 1 < NT ? n.x + (int64_t)(t + 1) * K : NULL);
 #pragma unroll
         for (int j = 0; j < VJ; j++)
 #pragma unroll
@@ -191,7 +193,7 @@ static __device__ __forceinline__ void gemv_fold_x(bf16 *xs, const RowNorm &n, i
 /* kernel_gemv with the norm folded in: R rows per warp, the warps of the
  * grid striding over the groups of R rows. */
 template <int NT, int R>
-__global__ void __launch_bounds__(GEMV_NORM_THREADS)
+__global__ void __launch_bounds__(GEMV_NORM_THREADS, GEMV_NORM_MINB(NT))
 kernel_gemv_norm(GemvOut o, const bf16 *W, RowNorm n, int M, int K) {
     extern __shared__ __align__(16) uint8_t gemv_smem[];
     __shared__ float red[32];
@@ -226,7 +228,7 @@ kernel_gemv_norm(GemvOut o, const bf16 *W, RowNorm n, int M, int K) {
 
 /* kernel_gemv_glu with the norm folded in: P (gate, up) pairs per warp. */
 template <int NT, int P>
-__global__ void __launch_bounds__(GEMV_NORM_THREADS)
+__global__ void __launch_bounds__(GEMV_NORM_THREADS, GEMV_NORM_MINB(NT))
 kernel_gemv_glu_norm(bf16 *out, const bf16 *W, RowNorm n, const float *bg, const float *bu, int F, int K,
                      Activation act, float limit) {
     extern __shared__ __align__(16) uint8_t gemv_smem[];

@@ -90,10 +90,13 @@ static __device__ __forceinline__ int rms_slot_group(int j, int k, int nt, int c
 /* Row x [C] normalized into v (this thread's slots, zeros where none), the
  * values rounded to bf16 (held as floats) exactly as add_rmsnorm stores
  * them. red: 32 floats of shared memory; every thread of the block must
- * call it (it has barriers), blockDim.x == BT. */
+ * call it (it has barriers), blockDim.x == BT. x_next (or NULL): the row
+ * the block normalizes next, asked into L1 now, so that rows after the
+ * first are not each a round trip to L2 behind the previous one's
+ * barriers. */
 template <int BT, int NPER>
 static __device__ __forceinline__ void rms_fold_row(float4 (&v)[RMS_VJ(BT) * NPER], const float *x, const float *w,
-                                                    int C, float eps, float offset, float *red) {
+                                                    int C, float eps, float offset, float *red, const float *x_next) {
     constexpr int VJ = RMS_VJ(BT);
     const int nt = rms_vec_threads(C), c4 = C / 4, lane = threadIdx.x % 32, wib = threadIdx.x / 32;
     float4 g[VJ * NPER];
@@ -104,6 +107,13 @@ static __device__ __forceinline__ void rms_fold_row(float4 (&v)[RMS_VJ(BT) * NPE
             const int i = rms_slot_group<BT, NPER>(j, k, nt, c4);
             v[j * NPER + k] = i >= 0 ? reinterpret_cast<const float4 *>(x)[i] : make_float4(0, 0, 0, 0);
             g[j * NPER + k] = i >= 0 ? __ldg(reinterpret_cast<const float4 *>(w) + i) : make_float4(0, 0, 0, 0);
+        }
+#pragma unroll
+    for (int j = 0; j < VJ; j++)
+#pragma unroll
+        for (int k = 0; k < NPER; k++) {
+            const int i = rms_slot_group<BT, NPER>(j, k, nt, c4);
+            if (x_next && i >= 0) asm volatile("prefetch.global.L1 [%0];" ::"l"(x_next + 4 * i));
         }
 #pragma unroll
     for (int j = 0; j < VJ; j++) {
