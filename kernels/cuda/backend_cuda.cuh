@@ -75,6 +75,9 @@ typedef struct {
                                     dequantized to bf16 first */
     bool prefill_tma;            /* the sm_90a prefill loads whole cache blocks by TMA (temporary A/B switch:
                                     CLLM_AB_PREFILL_TMA=off gathers every key by cp.async, as before) */
+    bool norm_fold;              /* the residual add into the bf16 o / down GEMVs and the norm into the FP8 and
+                                    bf16 q|k|v and gate|up GEMVs (norm_fold.cuh); CLLM_AB_NORM_FOLD=off: not
+                                    (a temporary A/B switch) */
     int prof_first, prof_count;  /* CLLM_PROFILE_STEPS=FIRST,COUNT: the profiler (ncu --profile-from-start off)
                                     records steps FIRST .. FIRST + COUNT - 1 only (0-based); count 0: off */
 } CudaTuning;

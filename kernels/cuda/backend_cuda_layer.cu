@@ -2,7 +2,8 @@
  * Backend ops of kernels/backend.h that forward.c calls between begin_step
  * and read): each runs the kernels of its family, its matrix products by the
  * route table (backend_cuda_matmul.cu). Where a step allows, ops fold into
- * one launch: the norm into the dp4a GEMV that reads its output, the
+ * one launch: the norm into the GEMV that reads its output (dp4a at one
+ * row; FP8 and bf16 at their decode rows), the
  * activation into the gate|up GEMV (dp4a or FP8) or the fused GEMM's epilogue, the q|k|v
  * split into the GEMV's or GEMM's store, the rope and cache write into the
  * decode attention kernel, the residual add into the down / o GEMV. */
@@ -45,16 +46,29 @@ static GemvOut qkv_out(void *q, void *k, void *v, const LayerWeights *lw) {
     return out;
 }
 
+/* Wq|Wk|Wv as one bf16 matrix (back to back), or NULL. */
+static const bf16 *qkv_bf16_matrix(const LayerWeights *lw) {
+    const int64_t K = lw->wq.cols;
+    const bf16 *Wq = mat_of(&lw->wq, 0), *Wk = mat_of(&lw->wk, 0), *Wv = mat_of(&lw->wv, 0);
+    bool cat = !is_quant(&lw->wq) && !is_quant(&lw->wk) && !is_quant(&lw->wv) && Wk == Wq + lw->wq.rows * K &&
+               Wv == Wk + lw->wk.rows * K;
+    return cat ? Wq : NULL;
+}
+
+/* Wq|Wk|Wv as one quantized matrix, or NULL. */
+static const QuantMatrix *qkv_quant_matrix(const LayerWeights *lw) {
+    bool cat = is_quant(&lw->wq) && lw->wk.data == lw->wq.data && lw->wv.data == lw->wq.data;
+    return cat ? qm_of(&lw->wq) : NULL;
+}
+
 /* One GEMM over the concatenated Wq|Wk|Wv, split (and biased) after; the
  * matrix-vector kernels store q, k, v (+ biases) themselves, and so does
  * the fused GEMM's parts epilogue. */
 static void cuda_be_qkv(Backend *be, void *q, void *k, void *v, const void *x, const LayerWeights *lw, int T) {
     CudaBackend *cb = cb_of(be);
     int nq = (int)lw->wq.rows, nk = (int)lw->wk.rows, nv = (int)lw->wv.rows, K = (int)lw->wq.cols;
-    const bf16 *Wq = mat_of(&lw->wq, 0), *Wk = mat_of(&lw->wk, 0), *Wv = mat_of(&lw->wv, 0);
-    bool qcat = is_quant(&lw->wq) && lw->wk.data == lw->wq.data && lw->wv.data == lw->wq.data;
-    bool bcat = !is_quant(&lw->wq) && !is_quant(&lw->wk) && !is_quant(&lw->wv) && Wk == Wq + (int64_t)nq * K &&
-                Wv == Wk + (int64_t)nk * K;
+    const bf16 *Wq = mat_of(&lw->wq, 0);
+    bool qcat = qkv_quant_matrix(lw) != NULL, bcat = qkv_bf16_matrix(lw) != NULL;
     if (cb->failed || T <= 0) return;
     if (!qcat && !bcat) {
         cuda_be_matmul(be, q, x, &lw->wq, 0, &lw->bq, T);
@@ -155,7 +169,7 @@ static void cuda_be_gate_up(Backend *be, void *out, const void *x, const LayerWe
         if (quant_gemv_x8_glu(qgu, x, NULL, out, bg, bu, act, limit, cb->stream, &e)) cb_fail(cb, &e);
     } else if (qgu && matmul_route(cb, &lw->w_gate, T) == MM_FP8_GEMV) {
         Err e = {}; /* FP8 Wgate|Wup at decode: the GEMV with the activation fused */
-        if (fp8_gemv_glu(qgu, x, out, bg, bu, act, limit, T, cb->stream, &e)) cb_fail(cb, &e);
+        if (fp8_gemv_glu(qgu, x, NULL, out, bg, bu, act, limit, T, cb->stream, &e)) cb_fail(cb, &e);
     } else if (qgu) { /* one repacked Wgate|Wup: the GLU in the fused GEMM's epilogue, or its kernel after */
         QuantGemmEpi epi = {NULL, true, out, bg, bu, act, limit};
         if (qgemm_epi(cb, (const bf16 *)x, qgu, &epi, T)) return;
@@ -182,61 +196,114 @@ static void cuda_be_gate_up(Backend *be, void *out, const void *x, const LayerWe
 /* Wq|Wk|Wv as the one quantized matrix that the dp4a GEMV takes at T rows
  * (its route), or NULL. */
 static const QuantMatrix *qkv_x8_matrix(const CudaBackend *cb, const LayerWeights *lw, int T) {
-    bool cat = is_quant(&lw->wq) && lw->wk.data == lw->wq.data && lw->wv.data == lw->wq.data;
-    return cat && matmul_route(cb, &lw->wq, T) == MM_QGEMV_X8 ? qm_of(&lw->wq) : NULL;
+    const QuantMatrix *W = qkv_quant_matrix(lw);
+    return W && matmul_route(cb, &lw->wq, T) == MM_QGEMV_X8 ? W : NULL;
 }
 
-/* W, when add_rmsnorm can be folded into the dp4a GEMV over it (W not
- * NULL, nothing to add first, the norm as wide as W, rows 16-byte aligned):
- * *qn is then set. Else runs add_rmsnorm into n->out and returns NULL. */
-static const QuantMatrix *norm_fold(Backend *be, const AddNorm *n, const QuantMatrix *W, int T, QxNorm *qn) {
-    if (W && !n->delta && W->cols == n->C && n->w->data && (uintptr_t)n->x % 16 == 0 &&
-        (uintptr_t)n->w->data % 16 == 0) {
-        *qn = QxNorm{(const float *)n->x, (const float *)n->w->data, n->eps, n->offset};
-        return W;
-    }
+/* Whether add_rmsnorm can be folded into a product of width K that reads
+ * its output (nothing to add first, the norm as wide as K, a weight, the
+ * residual and the weight 16-byte aligned): *rn is then set. The caller
+ * checks that its kernel takes rn (shape, rows). */
+static bool norm_foldable(const AddNorm *n, int64_t K, RowNorm *rn) {
+    if (n->delta || n->C != K || !n->w->data || (uintptr_t)n->x % 16 || (uintptr_t)n->w->data % 16) return false;
+    *rn = RowNorm{(const float *)n->x, (const float *)n->w->data, n->eps, n->offset};
+    return true;
+}
+
+static void run_add_norm(Backend *be, const AddNorm *n, int T) {
     cuda_be_add_rmsnorm(be, n->x, n->delta, n->out, n->w, T, n->C, n->eps, n->offset);
-    return NULL;
 }
 
-/* At one row with Q|K|V in one dp4a GEMV, that GEMV normalizes x itself
- * (no add_rmsnorm launch); else add_rmsnorm, then qkv. */
+/* The q|k|v GEMV with the norm folded in (the x8 dp4a GEMV at one row;
+ * the FP8 and bf16 GEMVs up to their rows, tune.norm_fold): true when it
+ * ran. */
+static bool qkv_folded(CudaBackend *cb, const AddNorm *n, void *q, void *k, void *v, const LayerWeights *lw, int T) {
+    RowNorm rn;
+    const QuantMatrix *Wx8 = qkv_x8_matrix(cb, lw, T), *Wq = qkv_quant_matrix(lw);
+    const bf16 *Wb = qkv_bf16_matrix(lw);
+    if (!norm_foldable(n, lw->wq.cols, &rn)) return false;
+    GemvOut out = qkv_out(q, k, v, lw);
+    Err e = {};
+    if (Wx8) {
+        if (quant_gemv_x8(Wx8, NULL, &rn, &out, 1, cb->stream, &e)) cb_fail(cb, &e);
+        return true;
+    }
+    if (!cb->tune.norm_fold) return false;
+    if (Wq && matmul_route(cb, &lw->wq, T) == MM_FP8_GEMV && fp8_gemv_norm_takes(Wq, &rn, false, T)) {
+        if (fp8_gemv(Wq, NULL, &rn, &out, T, cb->stream, &e)) cb_fail(cb, &e);
+        return true;
+    }
+    const int K = (int)lw->wq.cols, M = (int)(lw->wq.rows + lw->wk.rows + lw->wv.rows);
+    if (Wb && matmul_route(cb, &lw->wq, T) == MM_GEMV && cuda_gemv_norm_takes(Wb, &rn, K, T)) {
+        if (cuda_gemv_parts_norm(&out, Wb, &rn, M, K, T, cb->stream, &e)) cb_fail(cb, &e);
+        return true;
+    }
+    return false;
+}
+
+/* Where a GEMV over Q|K|V takes it, that GEMV normalizes x itself (no
+ * add_rmsnorm launch); else add_rmsnorm, then qkv. */
 static void cuda_be_norm_qkv(Backend *be, const AddNorm *n, void *q, void *k, void *v, const LayerWeights *lw,
                              int T) {
     CudaBackend *cb = cb_of(be);
-    QxNorm qn;
-    if (cb->failed) return;
-    const QuantMatrix *W = norm_fold(be, n, qkv_x8_matrix(cb, lw, T), T, &qn);
-    if (!W) return cuda_be_qkv(be, q, k, v, n->out, lw, T);
-    GemvOut out = qkv_out(q, k, v, lw);
+    if (cb->failed || qkv_folded(cb, n, q, k, v, lw, T)) return;
+    run_add_norm(be, n, T);
+    cuda_be_qkv(be, q, k, v, n->out, lw, T);
+}
+
+/* The gate|up GEMV with the activation and the norm folded in (as
+ * qkv_folded): true when it ran. */
+static bool gate_up_folded(CudaBackend *cb, const AddNorm *n, void *out, const LayerWeights *lw, int T,
+                           Activation act, float limit) {
+    RowNorm rn;
+    const int F = (int)lw->w_gate.rows, K = (int)lw->w_gate.cols;
+    const float *bg = vec_of(&lw->b_gate, 0), *bu = vec_of(&lw->b_up, 0);
+    const QuantMatrix *Wx8 = glu_x8_matrix(cb, lw, T);
+    const QuantMatrix *Wq = is_quant(&lw->w_gate) && lw->w_up.data == lw->w_gate.data ? qm_of(&lw->w_gate) : NULL;
+    const bf16 *Wg = is_quant(&lw->w_gate) || is_quant(&lw->w_up) ? NULL : mat_of(&lw->w_gate, 0);
+    if (Wg && mat_of(&lw->w_up, 0) != Wg + (int64_t)F * K) Wg = NULL;
+    if (!norm_foldable(n, K, &rn)) return false;
     Err e = {};
-    if (quant_gemv_x8(W, NULL, &qn, &out, 1, cb->stream, &e)) cb_fail(cb, &e);
+    if (Wx8) {
+        if (quant_gemv_x8_glu(Wx8, NULL, &rn, out, bg, bu, act, limit, cb->stream, &e)) cb_fail(cb, &e);
+        return true;
+    }
+    if (!cb->tune.norm_fold) return false;
+    if (Wq && matmul_route(cb, &lw->w_gate, T) == MM_FP8_GEMV && fp8_gemv_norm_takes(Wq, &rn, true, T)) {
+        if (fp8_gemv_glu(Wq, NULL, &rn, out, bg, bu, act, limit, T, cb->stream, &e)) cb_fail(cb, &e);
+        return true;
+    }
+    if (Wg && matmul_route(cb, &lw->w_gate, T) == MM_GEMV && cuda_gemv_norm_takes(Wg, &rn, K, T)) {
+        if (cuda_gemv_glu_norm((bf16 *)out, Wg, &rn, bg, bu, F, K, T, act, limit, cb->stream, &e)) cb_fail(cb, &e);
+        return true;
+    }
+    return false;
 }
 
 /* The same for Wgate|Wup with the activation fused. */
 static void cuda_be_norm_gate_up(Backend *be, const AddNorm *n, void *out, const LayerWeights *lw, int T,
                                  Activation act, float limit) {
     CudaBackend *cb = cb_of(be);
-    QxNorm qn;
-    if (cb->failed) return;
-    const QuantMatrix *W = norm_fold(be, n, glu_x8_matrix(cb, lw, T), T, &qn);
-    if (!W) return cuda_be_gate_up(be, out, n->out, lw, 0, T, act, limit);
-    Err e = {};
-    if (quant_gemv_x8_glu(W, NULL, &qn, out, vec_of(&lw->b_gate, 0), vec_of(&lw->b_up, 0), act, limit, cb->stream,
-                          &e))
-        cb_fail(cb, &e);
+    if (cb->failed || gate_up_folded(cb, n, out, lw, T, act, limit)) return;
+    run_add_norm(be, n, T);
+    cuda_be_gate_up(be, out, n->out, lw, 0, T, act, limit);
 }
 
-/* x += the product, stored by the quantized GEMV itself (up to 8 rows; not
- * in the batch-invariant mode, whose GEMM route writes a buffer). */
+/* x += the product, stored by the quantized or FP8 GEMV itself (up to 8
+ * rows), or by the bf16 one (its rows; tune.norm_fold): then the norm that
+ * follows has nothing to add and folds into the next GEMV. Not in the
+ * batch-invariant mode, whose GEMM route writes a buffer. */
 static bool cuda_be_matmul_add(Backend *be, void *x, const void *in, const WeightRef *w, int mat,
                                const WeightRef *bias, int T) {
     CudaBackend *cb = cb_of(be);
-    MatmulRoute r = T >= 1 ? matmul_route(cb, w, T) : MM_GEMV;
-    if (!route_is_qgemv(r)) return false;
+    MatmulRoute r = T >= 1 ? matmul_route(cb, w, T) : MM_CUBLASLT;
+    bool bf16_gemv = r == MM_GEMV && cb->tune.norm_fold;
+    if (!route_is_qgemv(r) && !bf16_gemv) return false;
     GemvOut out = gemv_out_one(x, true, vec_of(bias, mat), w->rows);
-    out.add = true;
-    if (!cb->failed) qgemv(cb, r, (const bf16 *)in, qm_of(w), &out, T);
+    out.add = true; /* x += bf16(product + bias), as add_rmsnorm adds the bf16 output */
+    if (cb->failed) return true;
+    if (bf16_gemv) cuda_gemv_parts(&out, mat_of(w, mat), (const bf16 *)in, (int)w->rows, (int)w->cols, T, cb->stream);
+    else qgemv(cb, r, (const bf16 *)in, qm_of(w), &out, T);
     return true;
 }
 

@@ -170,7 +170,7 @@ void gemm(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const bf16 *W, co
 void qgemv(CudaBackend *cb, MatmulRoute r, const bf16 *x, const QuantMatrix *W, const GemvOut *out, int T) {
     if (r == MM_FP8_GEMV) {
         Err e = {};
-        if (fp8_gemv(W, x, out, T, cb->stream, &e)) cb_fail(cb, &e);
+        if (fp8_gemv(W, x, NULL, out, T, cb->stream, &e)) cb_fail(cb, &e);
         return;
     }
     QuantGemvKernel k = r == MM_QGEMV_X8 ? QGEMV_X8 : r == MM_QGEMV_MMA ? QGEMV_MMA : QGEMV_SCALAR;

@@ -26,6 +26,7 @@
 #include "kernels/activation.h"
 #include "kernels/cuda/cuda_libs.h"
 #include "kernels/cuda/gemv_out.cuh"
+#include "kernels/cuda/norm_fold.cuh"
 #include "kernels/cuda/quant.cuh"
 
 #ifdef __cplusplus
@@ -41,15 +42,21 @@ bool fp8_gemv_takes(const QuantMatrix *W, int T);
 
 /* y in parts (GemvOut: bias, q|k|v parts, residual add) = x @ W^T by the
  * GEMV, T in 1 .. FP8_GEMV_MAX_T; x [T][cols] bf16, 16-byte aligned. Each
- * block quantizes x itself (no kernel before it). */
-int fp8_gemv(const QuantMatrix *W, const void *x, const GemvOut *out, int T, cudaStream_t s, Err *err);
+ * block quantizes x itself (no kernel before it). With n (n->x not NULL) x
+ * is not read: x is add_rmsnorm's output (no delta) of the residual rows
+ * n->x [T][cols], made by each block, the same codes bit for bit
+ * (norm_fold.cuh; where fp8_gemv_norm_takes, else an error; widths up
+ * to 8192, 4096 for the GLU). */
+int fp8_gemv(const QuantMatrix *W, const void *x, const RowNorm *n, const GemvOut *out, int T, cudaStream_t s,
+             Err *err);
+bool fp8_gemv_norm_takes(const QuantMatrix *W, const RowNorm *n, bool glu, int T); /* glu: fp8_gemv_glu's */
 
 /* The same over W = Wgate | Wup (2F rows, one matrix) with the gated
  * activation fused: out [T][F] bf16 = act(x Wgate^T + bg, x Wup^T + bu) from
  * the fp32 values, as the dp4a GEMV's GLU (biases may be NULL); replaces
  * the GEMV and the GLU kernel at decode. */
-int fp8_gemv_glu(const QuantMatrix *W, const void *x, void *out, const float *bg, const float *bu, Activation act,
-                 float limit, int T, cudaStream_t s, Err *err);
+int fp8_gemv_glu(const QuantMatrix *W, const void *x, const RowNorm *n, void *out, const float *bg, const float *bu,
+                 Activation act, float limit, int T, cudaStream_t s, Err *err);
 
 /* Whether fp8_gemm takes W: F8_E4M3, rows and columns multiples of 16.
  * cuBLASLt's FP8 kernels want leading dimensions in 16-byte multiples (y's

@@ -21,6 +21,10 @@
  *     weight byte is converted. An fp32 FFMA loop before it converted every
  *     code and was bound by that (on an H200 at T = 8 it ran at 0.8-1.2 TB/s
  *     and a batch-8 decode step of the 8B shape took 7.7 ms);
+ *   - with a RowNorm (norm_fold.cuh) x is not read: each block normalizes
+ *     the fp32 residual rows itself as add_rmsnorm would (no bf16 copy:
+ *     the normalized row is rounded, its amax taken and coded in
+ *     registers), which saves the norm's launch at decode;
  *   - the warps' partial sums meet in shared memory, then a_scale[t] x
  *     scale[row] x sum is stored through GemvOut (bias, parts, residual
  *     add), or, for the GLU, act(gate + bg, up + bu) from the fp32 values. */
@@ -31,6 +35,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/fp8.cuh"
 #include "kernels/cuda/ld_stream.cuh"
+#include "kernels/cuda/norm_fold.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/tensor_core.cuh"
 
@@ -87,6 +92,65 @@ static __device__ __forceinline__ void quantize_x_block(const __nv_bfloat16 *x, 
             *((uint2 *)(xs + (int64_t)t * K) + c) = fp8_encode8(__ldg((const uint4 *)(x + (int64_t)t * K) + c),
                                                                 a_scale[t]);
     __syncthreads();
+}
+
+/* quantize_x_block with the norm folded in (norm_fold.cuh): row t of x is
+ * add_rmsnorm's output (no delta) of the residual row n.x + t K, made in
+ * registers and never stored as bf16; its amax and codes are those of
+ * that bf16 row, so the codes equal quantize_x_block's of add_rmsnorm's
+ * output. nred: 32 floats of shared memory. */
+template <int NT, int WARPS, int NPER>
+static __device__ __forceinline__ void quantize_x_norm_rows(const RowNorm &n, int K, float input_scale, uint8_t *xs,
+                                                            float *a_scale, float (*red)[NT], float *nred) {
+    constexpr int BT = WARPS * 32, VJ = RMS_VJ(BT);
+    const int nt = rms_vec_threads(K), c4 = K / 4, lane = threadIdx.x % 32, wib = threadIdx.x / 32;
+#pragma unroll 1
+    for (int t = 0; t < NT; t++) {
+        float4 v[VJ * NPER];
+        rms_fold_row<BT, NPER>(v, n.x + (int64_t)t * K, n.w, K, n.eps, n.offset, nred,
+                               t + 1 < NT ? n.x + (int64_t)(t + 1) * K : NULL);
+        float sc = input_scale;
+        if (!(input_scale > 0.0f)) { /* the row's amax (any order: a max) / 448, as fp8_quantize_row */
+            float am = 0.0f;
+#pragma unroll
+            for (int q = 0; q < VJ * NPER; q++)
+                am = fmaxf(am, fmaxf(fmaxf(fabsf(v[q].x), fabsf(v[q].y)), fmaxf(fabsf(v[q].z), fabsf(v[q].w))));
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, o));
+            if (lane == 0) red[wib][t] = am;
+            __syncthreads();
+            float m = 0.0f;
+            for (int w = 0; w < WARPS; w++) m = fmaxf(m, red[w][t]);
+            sc = __fdiv_rn(m, 448.0f);
+        }
+        if (threadIdx.x == 0) a_scale[t] = sc;
+#pragma unroll
+        for (int j = 0; j < VJ; j++)
+#pragma unroll
+            for (int k = 0; k < NPER; k++) {
+                const int i = rms_slot_group<BT, NPER>(j, k, nt, c4);
+                const float4 f = v[j * NPER + k];
+                if (i >= 0)
+                    *(uint32_t *)(xs + (int64_t)t * K + 4 * i) = fp8_encode(f.x, sc) | fp8_encode(f.y, sc) << 8 |
+                                                                 fp8_encode(f.z, sc) << 16 | fp8_encode(f.w, sc) << 24;
+            }
+    }
+    __syncthreads();
+}
+
+/* The block's x codes: quantize_x_block, or (n.x) the norm folded in, up
+ * to FG_NORM_GROUPS(WARPS) groups a virtual thread (the GLU's 256-thread
+ * blocks hold 4 virtual threads each: 2 groups of each spilled). */
+#define FG_NORM_GROUPS(WARPS) ((WARPS) >= 16 ? 2 : 1)
+template <int NT, int WARPS>
+static __device__ __forceinline__ void quantize_x_any(const __nv_bfloat16 *x, const RowNorm &n, int K,
+                                                      float input_scale, uint8_t *xs, float *a_scale, float (*red)[NT],
+                                                      float *nred) {
+    if (!n.x) quantize_x_block<NT, WARPS>(x, K, input_scale, xs, a_scale, red);
+    else if (FG_NORM_GROUPS(WARPS) == 1 || rms_groups_per_thread(K) == 1)
+        quantize_x_norm_rows<NT, WARPS, 1>(n, K, input_scale, xs, a_scale, red, nred);
+    else if constexpr (FG_NORM_GROUPS(WARPS) >= 2)
+        quantize_x_norm_rows<NT, WARPS, 2>(n, K, input_scale, xs, a_scale, red, nred);
 }
 
 /* ---- a 16-row tile by FP8 tensor cores ----
@@ -191,18 +255,19 @@ static __device__ __forceinline__ const uint8_t *fp8_row(const uint8_t *W, int t
 
 template <int NT>
 __global__ void __launch_bounds__(FG_THREADS_GEMV, FG_MINB_GEMV(NT))
-kernel_fp8_gemv(const uint8_t *Wq, const float *wscale, int rows, int K, const __nv_bfloat16 *x, float input_scale,
-                GemvOut out) {
+kernel_fp8_gemv(const uint8_t *Wq, const float *wscale, int rows, int K, const __nv_bfloat16 *x, RowNorm nrm,
+                float input_scale, GemvOut out) {
     constexpr int WARPS = FG_THREADS_GEMV / 32;
     extern __shared__ __align__(16) uint8_t fg_xs[];
     __shared__ float red[1][WARPS][16][8];
     __shared__ float xred[WARPS][NT];
     __shared__ float a_scale[NT];
+    __shared__ float nred[32];
     const int lane = threadIdx.x % 32, wib = threadIdx.x / 32, n_tiles = (rows + 15) / 16;
     if ((int)blockIdx.x < n_tiles) /* the weights are constant: ask for the first tile before the inputs are ready */
         for (int r = wib; r < 16; r += WARPS) prefetch_l2_span(fp8_row(Wq, blockIdx.x, r, rows, K), K, FG_PREFETCH, lane);
     pdl_wait();
-    quantize_x_block<NT, WARPS>(x, K, input_scale, fg_xs, a_scale, xred);
+    quantize_x_any<NT, WARPS>(x, nrm, K, input_scale, fg_xs, a_scale, xred, nred);
     pdl_launch_dependents();
     for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
         float c[1][4] = {{0.0f, 0.0f, 0.0f, 0.0f}};
@@ -222,13 +287,14 @@ kernel_fp8_gemv(const uint8_t *Wq, const float *wscale, int rows, int K, const _
  * 16j.., out [T][F] = act(a_scale x scale x sum + bias) of each pair. */
 template <int NT>
 __global__ void __launch_bounds__(FG_THREADS_GLU, FG_MINB_GLU)
-kernel_fp8_gemv_glu(const uint8_t *Wq, const float *wscale, int F, int K, const __nv_bfloat16 *x, float input_scale,
-                    __nv_bfloat16 *out, const float *bg, const float *bu, Activation act, float limit) {
+kernel_fp8_gemv_glu(const uint8_t *Wq, const float *wscale, int F, int K, const __nv_bfloat16 *x, RowNorm nrm,
+                    float input_scale, __nv_bfloat16 *out, const float *bg, const float *bu, Activation act, float limit) {
     constexpr int WARPS = FG_THREADS_GLU / 32;
     extern __shared__ __align__(16) uint8_t fg_xs[];
     __shared__ float red[2][WARPS][16][8];
     __shared__ float xred[WARPS][NT];
     __shared__ float a_scale[NT];
+    __shared__ float nred[32];
     const int lane = threadIdx.x % 32, wib = threadIdx.x / 32, n_tiles = (F + 15) / 16;
     const uint8_t *Wu = Wq + (int64_t)F * K;
     for (int r = wib; (int)blockIdx.x < n_tiles && r < 16; r += WARPS) {
@@ -236,7 +302,7 @@ kernel_fp8_gemv_glu(const uint8_t *Wq, const float *wscale, int F, int K, const 
         prefetch_l2_span(fp8_row(Wu, blockIdx.x, r, F, K), K, FG_PREFETCH, lane);
     }
     pdl_wait();
-    quantize_x_block<NT, WARPS>(x, K, input_scale, fg_xs, a_scale, xred);
+    quantize_x_any<NT, WARPS>(x, nrm, K, input_scale, fg_xs, a_scale, xred, nred);
     pdl_launch_dependents();
     for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
         float c[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
@@ -284,68 +350,96 @@ static int fg_blocks(Kernel kernel, int threads, size_t smem, int64_t n_tiles, c
 }
 
 template <int NT>
-static int fg_launch(const QuantMatrix *W, const void *x, const GemvOut &out, cudaStream_t s, Err *err) {
+static int fg_launch(const QuantMatrix *W, const void *x, const RowNorm &n, const GemvOut &out, cudaStream_t s,
+                     Err *err) {
     auto kernel = kernel_fp8_gemv<NT>;
     const size_t smem = fg_smem(NT, W->cols);
     int64_t blocks = 0;
     if (fg_blocks(kernel, FG_THREADS_GEMV, smem, (W->rows + 15) / 16, "fp8_gemv", &blocks, err)) return -1;
     CUDA_CHECK(launch_pdl(kernel, dim3((unsigned)blocks), dim3(FG_THREADS_GEMV), smem, s, (const uint8_t *)W->qs,
-                          (const float *)W->sc, (int)W->rows, (int)W->cols, (const __nv_bfloat16 *)x,
+                          (const float *)W->sc, (int)W->rows, (int)W->cols, (const __nv_bfloat16 *)x, n,
                           W->input_scale, out), err);
     return 0;
 }
 
 template <int NT>
-static int fg_launch_glu(const QuantMatrix *W, const void *x, void *out, const float *bg, const float *bu,
-                         Activation act, float limit, cudaStream_t s, Err *err) {
+static int fg_launch_glu(const QuantMatrix *W, const void *x, const RowNorm &n, void *out, const float *bg,
+                         const float *bu, Activation act, float limit, cudaStream_t s, Err *err) {
     auto kernel = kernel_fp8_gemv_glu<NT>;
     const size_t smem = fg_smem(NT, W->cols);
     const int F = (int)(W->rows / 2);
     int64_t blocks = 0;
     if (fg_blocks(kernel, FG_THREADS_GLU, smem, ((int64_t)F + 15) / 16, "fp8_gemv_glu", &blocks, err)) return -1;
     CUDA_CHECK(launch_pdl(kernel, dim3((unsigned)blocks), dim3(FG_THREADS_GLU), smem, s, (const uint8_t *)W->qs,
-                          (const float *)W->sc, F, (int)W->cols, (const __nv_bfloat16 *)x, W->input_scale,
+                          (const float *)W->sc, F, (int)W->cols, (const __nv_bfloat16 *)x, n, W->input_scale,
                           (__nv_bfloat16 *)out, bg, bu, act, limit), err);
     return 0;
 }
 
 extern "C" bool fp8_gemv_takes(const QuantMatrix *W, int T) { return fg_takes(W, T); }
 
-extern "C" int fp8_gemv(const QuantMatrix *W, const void *x, const GemvOut *out, int T, cudaStream_t s, Err *err) {
+/* Groups of the norm a virtual thread the kernel holds (FG_NORM_GROUPS). */
+static int fg_norm_groups(bool glu) { return glu ? FG_NORM_GROUPS(FG_THREADS_GLU / 32) : FG_NORM_GROUPS(FG_THREADS_GEMV / 32); }
+
+extern "C" bool fp8_gemv_norm_takes(const QuantMatrix *W, const RowNorm *n, bool glu, int T) {
+    return fg_takes(W, T) && (!glu || W->rows % 2 == 0) && n && n->x &&
+           rms_fold_takes((int)W->cols, n->x, n->w, fg_norm_groups(glu));
+}
+
+/* The norm the kernels get (x NULL: none), or an error naming what does not fit. */
+static int fg_norm_of(const char *what, const QuantMatrix *W, const void *x, const RowNorm *n, bool glu, RowNorm *nn,
+                      Err *err) {
+    *nn = RowNorm{NULL, NULL, 0.0f, 0.0f};
+    if (n && n->x) {
+        if (!rms_fold_takes((int)W->cols, n->x, n->w, fg_norm_groups(glu)))
+            return err_set(err, "%s with the norm: %lld columns (up to %d), the residual and the norm weight "
+                                "16-byte aligned", what, (long long)W->cols, 4096 * fg_norm_groups(glu));
+        *nn = *n;
+    } else if ((uintptr_t)x % 16) {
+        return err_set(err, "%s: x and W must be 16-byte aligned", what);
+    }
+    if ((uintptr_t)W->qs % 16) return err_set(err, "%s: x and W must be 16-byte aligned", what);
+    return 0;
+}
+
+extern "C" int fp8_gemv(const QuantMatrix *W, const void *x, const RowNorm *n, const GemvOut *out, int T,
+                        cudaStream_t s, Err *err) {
+    RowNorm nn;
     if (!fg_takes(W, T))
         return err_set(err, "fp8_gemv: %s [%lld][%lld] at %d rows of x (F8_E4M3, columns a multiple of 16, "
                             "1..%d rows, rows x columns <= %d)", dtype_info(W->type) ? dtype_info(W->type)->name : "?",
                        (long long)W->rows, (long long)W->cols, T, FP8_GEMV_MAX_T, FG_MAX_SMEM);
-    if ((uintptr_t)x % 16 || (uintptr_t)W->qs % 16) return err_set(err, "fp8_gemv: x and W must be 16-byte aligned");
+    if (fg_norm_of("fp8_gemv", W, x, n, false, &nn, err)) return -1;
     if (out->end[2] != W->rows) return err_set(err, "fp8_gemv: the output parts end at %lld, not the matrix's %lld rows",
                                                (long long)out->end[2], (long long)W->rows);
     switch (T) {
-    case 1: return fg_launch<1>(W, x, *out, s, err);
-    case 2: return fg_launch<2>(W, x, *out, s, err);
-    case 3: return fg_launch<3>(W, x, *out, s, err);
-    case 4: return fg_launch<4>(W, x, *out, s, err);
-    case 5: return fg_launch<5>(W, x, *out, s, err);
-    case 6: return fg_launch<6>(W, x, *out, s, err);
-    case 7: return fg_launch<7>(W, x, *out, s, err);
-    default: return fg_launch<8>(W, x, *out, s, err);
+    case 1: return fg_launch<1>(W, x, nn, *out, s, err);
+    case 2: return fg_launch<2>(W, x, nn, *out, s, err);
+    case 3: return fg_launch<3>(W, x, nn, *out, s, err);
+    case 4: return fg_launch<4>(W, x, nn, *out, s, err);
+    case 5: return fg_launch<5>(W, x, nn, *out, s, err);
+    case 6: return fg_launch<6>(W, x, nn, *out, s, err);
+    case 7: return fg_launch<7>(W, x, nn, *out, s, err);
+    default: return fg_launch<8>(W, x, nn, *out, s, err);
     }
 }
 
-extern "C" int fp8_gemv_glu(const QuantMatrix *W, const void *x, void *out, const float *bg, const float *bu,
-                            Activation act, float limit, int T, cudaStream_t s, Err *err) {
+extern "C" int fp8_gemv_glu(const QuantMatrix *W, const void *x, const RowNorm *n, void *out, const float *bg,
+                            const float *bu, Activation act, float limit, int T, cudaStream_t s, Err *err) {
+    RowNorm nn;
     if (!fg_takes(W, T) || W->rows % 2)
         return err_set(err, "fp8_gemv_glu: [%lld][%lld] at %d rows of x (F8_E4M3 Wgate | Wup: an even row count, "
                             "columns a multiple of 16, 1..%d rows)", (long long)W->rows, (long long)W->cols, T,
                        FP8_GEMV_MAX_T);
-    if ((uintptr_t)x % 16 || (uintptr_t)W->qs % 16) return err_set(err, "fp8_gemv_glu: x and W must be 16-byte aligned");
+    if (fg_norm_of("fp8_gemv_glu", W, x, n, true, &nn, err)) return -1;
     switch (T) {
-    case 1: return fg_launch_glu<1>(W, x, out, bg, bu, act, limit, s, err);
-    case 2: return fg_launch_glu<2>(W, x, out, bg, bu, act, limit, s, err);
-    case 3: return fg_launch_glu<3>(W, x, out, bg, bu, act, limit, s, err);
-    case 4: return fg_launch_glu<4>(W, x, out, bg, bu, act, limit, s, err);
-    case 5: return fg_launch_glu<5>(W, x, out, bg, bu, act, limit, s, err);
-    case 6: return fg_launch_glu<6>(W, x, out, bg, bu, act, limit, s, err);
-    case 7: return fg_launch_glu<7>(W, x, out, bg, bu, act, limit, s, err);
-    default: return fg_launch_glu<8>(W, x, out, bg, bu, act, limit, s, err);
+    case 1: return fg_launch_glu<1>(W, x, nn, out, bg, bu, act, limit, s, err);
+    case 2: return fg_launch_glu<2>(W, x, nn, out, bg, bu, act, limit, s, err);
+    case 3: return fg_launch_glu<3>(W, x, nn, out, bg, bu, act, limit, s, err);
+    case 4: return fg_launch_glu<4>(W, x, nn, out, bg, bu, act, limit, s, err);
+    case 5: return fg_launch_glu<5>(W, x, nn, out, bg, bu, act, limit, s, err);
+    case 6: return fg_launch_glu<6>(W, x, nn, out, bg, bu, act, limit, s, err);
+    case 7: return fg_launch_glu<7>(W, x, nn, out, bg, bu, act, limit, s, err);
+    default: return fg_launch_glu<8>(W, x, nn, out, bg, bu, act, limit, s, err);
     }
 }

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "kernels/cuda/activation.cuh"
+#include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/pdl.cuh"
 
 #define GEMV_WARPS 8
@@ -32,8 +33,15 @@ static __device__ __forceinline__ void dot8(float *acc, uint4 w, uint4 x) {
     }
 }
 
-/* acc[r][t] += W row r . x row t over the whole row, this lane's share. */
-template <int NT, int NR, bool VEC>
+/* Values 8c .. 8c + 7 of x row t: from global memory (through the
+ * read-only path), or (XS) from the block's shared copy. */
+template <bool XS> static __device__ __forceinline__ uint4 gemv_x8(const bf16 *x, int t, int K, int c) {
+    return XS ? ((const uint4 *)(x + (int64_t)t * K))[c] : __ldg((const uint4 *)(x + (int64_t)t * K) + c);
+}
+
+/* acc[r][t] += W row r . x row t over the whole row, this lane's share;
+ * XS: x is in shared memory (the folded kernels below). */
+template <int NT, int NR, bool VEC, bool XS = false>
 static __device__ __forceinline__ void gemv_rows(float (*acc)[NT], const bf16 *const *wrow, const bf16 *x, int K,
                                                  int lane) {
     if (VEC) {
@@ -53,7 +61,7 @@ static __device__ __forceinline__ void gemv_rows(float (*acc)[NT], const bf16 *c
                 if (c >= n8) break;
 #pragma unroll
                 for (int t = 0; t < NT; t++) {
-                    uint4 xv = __ldg((const uint4 *)(x + (int64_t)t * K) + c);
+                    uint4 xv = gemv_x8<XS>(x, t, K, c);
 #pragma unroll
                     for (int r = 0; r < NR; r++) dot8(&acc[r][t], wv[r][u], xv);
                 }
@@ -138,6 +146,127 @@ kernel_gemv_glu(bf16 *out, const bf16 *W, const bf16 *x, const float *bg, const 
 #pragma unroll
         for (int t = 0; t < NT; t++)
             out[(int64_t)t * F + m] = __float2bfloat16(act_glu(acc[2 * p][t] + g0, acc[2 * p + 1][t] + u0, act, limit));
+    }
+}
+
+/* ---------------- the norm folded in (norm_fold.cuh) ----------------
+ * x is made by each block from the fp32 residual rows, normalized and
+ * rounded as add_rmsnorm stores it, into shared memory as bf16 [NT][K].
+ * Why a persistent grid (a few blocks an SM, each warp striding over the
+ * row groups): that work is then done a few times an SM, not once per 8
+ * rows (a one-block-per-8-rows grid would read the residual 768 times for
+ * q|k|v). x then comes from shared memory, not through L1 (the plain
+ * kernels' T loads of x per weight load). The weights stream as above. */
+#define GEMV_NORM_THREADS 512
+#define GEMV_NORM_BLOCKS_PER_SM 4      /* registers allow 2 at T <= 2 (GEMV_NORM_MINB); each block normalizes x again */
+#define GEMV_NORM_MAX_SMEM (160 * 1024) /* x of T rows: T x K x 2 bytes */
+#define GEMV_NORM_MINB(NT) ((NT) <= 2 ? 2 : 1) /* blocks an SM the registers must allow: 64 a thread up to T = 2 */
+
+/* The block's T rows of x, normalized, into xs [NT][K]; nper: the norm's
+ * groups a virtual thread (norm_fold.cuh: 1 or 2). */
+template <int NT, int NPER>
+static __device__ __forceinline__ void gemv_fold_rows(bf16 *xs, const RowNorm &n, int K, float *red) {
+    constexpr int BT = GEMV_NORM_THREADS, VJ = RMS_VJ(BT);
+    const int nt = rms_vec_threads(K), c4 = K / 4;
+#pragma unroll 1
+    for (int t = 0; t < NT; t++) {
+        float4 v[VJ * NPER];
+        rms_fold_row<BT, NPER>(v, n.x + (int64_t)t * K, n.w, K, n.eps, n.offset, red,
+                               t + 1 < NT ? n.x + (int64_t)(t + 1) * K : NULL);
+#pragma unroll
+        for (int j = 0; j < VJ; j++)
+#pragma unroll
+            for (int k = 0; k < NPER; k++) {
+                const int i = rms_slot_group<BT, NPER>(j, k, nt, c4);
+                if (i >= 0) bf16x4_store(xs + (int64_t)t * K + 4 * i, v[j * NPER + k]); /* bf16 values: exact */
+            }
+    }
+}
+
+template <int NT>
+static __device__ __forceinline__ void gemv_fold_x(bf16 *xs, const RowNorm &n, int K, float *red) {
+    if (rms_groups_per_thread(K) == 1) gemv_fold_rows<NT, 1>(xs, n, K, red);
+    else gemv_fold_rows<NT, 2>(xs, n, K, red);
+    __syncthreads();
+}
+
+/* kernel_gemv with the norm folded in: R rows per warp, the warps of the
+ * grid striding over the groups of R rows. */
+template <int NT, int R>
+__global__ void __launch_bounds__(GEMV_NORM_THREADS, GEMV_NORM_MINB(NT))
+kernel_gemv_norm(GemvOut o, const bf16 *W, RowNorm n, int M, int K) {
+    extern __shared__ __align__(16) uint8_t gemv_smem[];
+    __shared__ float red[32];
+    bf16 *xs = (bf16 *)gemv_smem;
+    const int lane = threadIdx.x % 32, w0 = blockIdx.x * (GEMV_NORM_THREADS / 32) + threadIdx.x / 32;
+    const int n_warps = gridDim.x * (GEMV_NORM_THREADS / 32), groups = (M + R - 1) / R;
+    for (int r = 0; w0 < groups && r < R; r++) /* the first group's rows, before the inputs are ready */
+        prefetch_l2_span(W + (int64_t)min(w0 * R + r, M - 1) * K, 2 * (int64_t)K, GEMV_PREFETCH, lane);
+    pdl_wait();
+    gemv_fold_x<NT>(xs, n, K, red);
+    pdl_launch_dependents();
+    for (int g = w0; g < groups; g += n_warps) {
+        const int m0 = g * R;
+        float acc[R][NT];
+        const bf16 *wrow[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            wrow[r] = W + (int64_t)(m0 + r < M ? m0 + r : m0) * K; /* past the end: a duplicate, never written */
+#pragma unroll
+            for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
+        }
+        gemv_rows<NT, R, true, true>(acc, wrow, xs, K, lane);
+        if (lane != 0) continue;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (m0 + r >= M) break;
+#pragma unroll
+            for (int t = 0; t < NT; t++) gemv_out_store(o, t, m0 + r, acc[r][t]);
+        }
+    }
+}
+
+/* kernel_gemv_glu with the norm folded in: P (gate, up) pairs per warp. */
+template <int NT, int P>
+__global__ void __launch_bounds__(GEMV_NORM_THREADS, GEMV_NORM_MINB(NT))
+kernel_gemv_glu_norm(bf16 *out, const bf16 *W, RowNorm n, const float *bg, const float *bu, int F, int K,
+                     Activation act, float limit) {
+    extern __shared__ __align__(16) uint8_t gemv_smem[];
+    __shared__ float red[32];
+    bf16 *xs = (bf16 *)gemv_smem;
+    const int lane = threadIdx.x % 32, w0 = blockIdx.x * (GEMV_NORM_THREADS / 32) + threadIdx.x / 32;
+    const int n_warps = gridDim.x * (GEMV_NORM_THREADS / 32), groups = (F + P - 1) / P;
+    for (int p = 0; w0 < groups && p < P; p++) {
+        const int64_t m = min(w0 * P + p, F - 1);
+        prefetch_l2_span(W + m * K, 2 * (int64_t)K, GEMV_PREFETCH, lane);
+        prefetch_l2_span(W + (F + m) * K, 2 * (int64_t)K, GEMV_PREFETCH, lane);
+    }
+    pdl_wait();
+    gemv_fold_x<NT>(xs, n, K, red);
+    pdl_launch_dependents();
+    for (int g = w0; g < groups; g += n_warps) {
+        const int m0 = g * P;
+        float acc[2 * P][NT];
+        const bf16 *wrow[2 * P];
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+            const int m = m0 + p < F ? m0 + p : m0;
+            wrow[2 * p] = W + (int64_t)m * K;
+            wrow[2 * p + 1] = W + (int64_t)(F + m) * K;
+#pragma unroll
+            for (int t = 0; t < NT; t++) acc[2 * p][t] = acc[2 * p + 1][t] = 0.0f;
+        }
+        gemv_rows<NT, 2 * P, true, true>(acc, wrow, xs, K, lane);
+        if (lane != 0) continue;
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+            const int m = m0 + p;
+            if (m >= F) break;
+            const float g0 = bg ? bg[m] : 0.0f, u0 = bu ? bu[m] : 0.0f;
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+                out[(int64_t)t * F + m] = __float2bfloat16(act_glu(acc[2 * p][t] + g0, acc[2 * p + 1][t] + u0, act, limit));
+        }
     }
 }
 
@@ -234,4 +363,90 @@ void cuda_gemv_experts(bf16 *out, const bf16 *Wa, const bf16 *Wb, const float *b
     auto *k = Wb ? (vec ? kernel_gemv_experts<true, true> : kernel_gemv_experts<true, false>)
                  : (vec ? kernel_gemv_experts<false, true> : kernel_gemv_experts<false, false>);
     launch_pdl(k, grid, GEMV_WARPS * 32, 0, s, out, Wa, Wb, ba, Wb ? bb : NULL, x, x_div, sel, M, K, act, limit);
+}
+
+/* ---------------- the norm folded in: launchers ---------------- */
+
+static size_t gemv_norm_smem(int T, int K) { return (size_t)T * (size_t)K * sizeof(bf16); }
+
+bool cuda_gemv_norm_takes(const void *W, const RowNorm *n, int K, int T) {
+    return n && n->x && T >= 1 && T <= GEMV_MAX_T && gemv_vec_ok(W, W, K) && rms_fold_takes(K, n->x, n->w, 2) &&
+           gemv_norm_smem(T, K) <= GEMV_NORM_MAX_SMEM;
+}
+
+/* A persistent grid: as many blocks as fit an SM (up to GEMV_NORM_BLOCKS_PER_SM), no more than the
+ * groups of rows need. */
+template <typename Kernel>
+static int gemv_norm_launch_dims(Kernel kernel, size_t smem, int64_t groups, int *blocks, Err *err) {
+    int dev = 0, sms = 0, per_sm = 0;
+    CUDA_CHECK(cudaGetDevice(&dev), err);
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), err);
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), err);
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, GEMV_NORM_THREADS, smem), err);
+    if (per_sm > GEMV_NORM_BLOCKS_PER_SM) per_sm = GEMV_NORM_BLOCKS_PER_SM;
+    if (per_sm < 1) return err_set(err, "gemv with the norm: %zu bytes of x do not fit an SM", smem);
+    const int64_t per_block = GEMV_NORM_THREADS / 32, need = (groups + per_block - 1) / per_block;
+    *blocks = (int)(need < (int64_t)sms * per_sm ? need : (int64_t)sms * per_sm);
+    return 0;
+}
+
+template <int NT>
+static int launch_gemv_norm(const GemvOut &o, const bf16 *W, const RowNorm &n, int M, int K, cudaStream_t s,
+                            Err *err) {
+    const int R = NT <= 2 ? 1 : NT <= 4 ? 2 : 4;
+    auto kernel = kernel_gemv_norm<NT, R>;
+    const size_t smem = gemv_norm_smem(NT, K);
+    int blocks = 0;
+    if (gemv_norm_launch_dims(kernel, smem, (M + R - 1) / R, &blocks, err)) return -1;
+    CUDA_CHECK(launch_pdl(kernel, blocks, GEMV_NORM_THREADS, smem, s, o, W, n, M, K), err);
+    return 0;
+}
+
+template <int NT>
+static int launch_gemv_glu_norm(bf16 *out, const bf16 *W, const RowNorm &n, const float *bg, const float *bu, int F,
+                                int K, Activation act, float limit, cudaStream_t s, Err *err) {
+    const int P = NT <= 2 ? 1 : 2;
+    auto kernel = kernel_gemv_glu_norm<NT, P>;
+    const size_t smem = gemv_norm_smem(NT, K);
+    int blocks = 0;
+    if (gemv_norm_launch_dims(kernel, smem, (F + P - 1) / P, &blocks, err)) return -1;
+    CUDA_CHECK(launch_pdl(kernel, blocks, GEMV_NORM_THREADS, smem, s, out, W, n, bg, bu, F, K, act, limit), err);
+    return 0;
+}
+
+static int gemv_norm_check(const void *W, const RowNorm *n, int K, int T, Err *err) {
+    if (cuda_gemv_norm_takes(W, n, K, T)) return 0;
+    return err_set(err, "gemv with the norm: K %d, T %d (K a multiple of 8 up to 8192, T 1..%d, T x K x 2 bytes "
+                        "<= %d; W, the residual and the norm weight 16-byte aligned)", K, T, GEMV_MAX_T,
+                   GEMV_NORM_MAX_SMEM);
+}
+
+int cuda_gemv_parts_norm(const GemvOut *o, const bf16 *W, const RowNorm *n, int M, int K, int T, cudaStream_t s,
+                         Err *err) {
+    if (gemv_norm_check(W, n, K, T, err)) return -1;
+    switch (T) {
+    case 1: return launch_gemv_norm<1>(*o, W, *n, M, K, s, err);
+    case 2: return launch_gemv_norm<2>(*o, W, *n, M, K, s, err);
+    case 3: return launch_gemv_norm<3>(*o, W, *n, M, K, s, err);
+    case 4: return launch_gemv_norm<4>(*o, W, *n, M, K, s, err);
+    case 5: return launch_gemv_norm<5>(*o, W, *n, M, K, s, err);
+    case 6: return launch_gemv_norm<6>(*o, W, *n, M, K, s, err);
+    case 7: return launch_gemv_norm<7>(*o, W, *n, M, K, s, err);
+    default: return launch_gemv_norm<8>(*o, W, *n, M, K, s, err);
+    }
+}
+
+int cuda_gemv_glu_norm(bf16 *out, const bf16 *W, const RowNorm *n, const float *bg, const float *bu, int F, int K,
+                       int T, Activation act, float limit, cudaStream_t s, Err *err) {
+    if (gemv_norm_check(W, n, K, T, err)) return -1;
+    switch (T) {
+    case 1: return launch_gemv_glu_norm<1>(out, W, *n, bg, bu, F, K, act, limit, s, err);
+    case 2: return launch_gemv_glu_norm<2>(out, W, *n, bg, bu, F, K, act, limit, s, err);
+    case 3: return launch_gemv_glu_norm<3>(out, W, *n, bg, bu, F, K, act, limit, s, err);
+    case 4: return launch_gemv_glu_norm<4>(out, W, *n, bg, bu, F, K, act, limit, s, err);
+    case 5: return launch_gemv_glu_norm<5>(out, W, *n, bg, bu, F, K, act, limit, s, err);
+    case 6: return launch_gemv_glu_norm<6>(out, W, *n, bg, bu, F, K, act, limit, s, err);
+    case 7: return launch_gemv_glu_norm<7>(out, W, *n, bg, bu, F, K, act, limit, s, err);
+    default: return launch_gemv_glu_norm<8>(out, W, *n, bg, bu, F, K, act, limit, s, err);
+    }
 }

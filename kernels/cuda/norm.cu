@@ -2,11 +2,14 @@
  * row is read and written once, then read again (from L1/L2) to normalize.
  * Rows whose width is a multiple of 4 with aligned pointers take the
  * vectorized kernels (every load of a thread issued first); the general
- * ones take the rest. Mirrors kernels/cpu/norm.c. */
+ * ones take the rest. Mirrors kernels/cpu/norm.c. The vector kernels' sum
+ * order and arithmetic are norm_fold.cuh's (the GEMVs that normalize x
+ * themselves must get the same bits). */
 #include "kernels/cuda/norm.cuh"
 
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/norm_fold.cuh"
 #include "kernels/cuda/pdl.cuh"
 
 /* The general kernel, for rows whose width is not a multiple of 4 or whose
@@ -27,11 +30,6 @@ __global__ void kernel_add_rmsnorm(float *x, const bf16 *delta, bf16 *out, const
     bf16 *o = out + (int64_t)blockIdx.x * C;
     for (int i = threadIdx.x; i < C; i += blockDim.x) o[i] = __float2bfloat16(xr[i] * inv * (w[i] + offset));
 }
-static __device__ __forceinline__ float4 norm4(float4 v, float inv, float4 g, float offset) {
-    return make_float4(v.x * inv * (g.x + offset), v.y * inv * (g.y + offset), v.z * inv * (g.z + offset),
-                       v.w * inv * (g.w + offset));
-}
-static __device__ __forceinline__ float sumsq4(float4 v) { return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w; }
 static __device__ __forceinline__ float4 weights4(const float *w, int i, int c4) { /* group i of w, or zeros past c4 */
     return i < c4 ? __ldg(reinterpret_cast<const float4 *>(w) + i) : make_float4(0, 0, 0, 0);
 }
@@ -56,11 +54,11 @@ static __device__ __forceinline__ void rms_load_vec(float4 *v, float4 *g, const 
 template <int N>
 static __device__ __forceinline__ void rms_store_vec(bf16 *o, const float4 *v, const float4 *g, float ss, int C,
                                                      float eps, float offset, float *red) {
-    float inv = rsqrtf(block_sum(ss, red) / C + eps);
+    float inv = rms_inv(block_sum(ss, red), C, eps);
 #pragma unroll
     for (int k = 0; k < N; k++) {
         int i = threadIdx.x + k * blockDim.x;
-        if (i < C / 4) bf16x4_store(o + 4 * i, norm4(v[k], inv, g[k], offset));
+        if (i < C / 4) bf16x4_store(o + 4 * i, rms_norm4(v[k], inv, g[k], offset));
     }
 }
 
@@ -87,7 +85,7 @@ __global__ void kernel_add_rmsnorm_vec(float *x, const bf16 *delta, bf16 *out, c
             v[k] = make_float4(v[k].x + d.x, v[k].y + d.y, v[k].z + d.z, v[k].w + d.w);
             reinterpret_cast<float4 *>(xr)[i] = v[k];
         }
-        ss += sumsq4(v[k]);
+        ss = __fadd_rn(ss, rms_sumsq4(v[k]));
     }
     rms_store_vec<N>(out + (int64_t)blockIdx.x * C, v, g, ss, C, eps, offset, red);
 }
@@ -114,7 +112,7 @@ __global__ void kernel_rmsnorm_vec(bf16 *out, const bf16 *x, const float *w, int
     rms_load_vec<N>(v, g, x + (int64_t)blockIdx.x * C, w, C / 4);
     float ss = 0;
 #pragma unroll
-    for (int k = 0; k < N; k++) ss += sumsq4(v[k]);
+    for (int k = 0; k < N; k++) ss = __fadd_rn(ss, rms_sumsq4(v[k]));
     rms_store_vec<N>(out + (int64_t)blockIdx.x * C, v, g, ss, C, eps, offset, red);
 }
 
@@ -125,7 +123,7 @@ static int vec_groups(int C, const void *a, const void *b, const void *c, const 
     bool aligned = (uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0 && (uintptr_t)c % 8 == 0 && (uintptr_t)d % 8 == 0;
     if (C % 4 || C > 32768 || !aligned) return 0;
     int c4 = C / 4;
-    *threads = c4 >= 1024 ? 1024 : (c4 + 31) / 32 * 32;
+    *threads = rms_vec_threads(C); /* the fold (norm_fold.cuh) plays these threads: keep them one rule */
     int n = (c4 + *threads - 1) / *threads;
     return n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : 8;
 }

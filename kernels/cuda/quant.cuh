@@ -35,6 +35,7 @@
 #include <stdint.h>
 
 #include "kernels/cuda/gemv_out.cuh"
+#include "kernels/cuda/norm_fold.cuh"
 #include "kernels/activation.h"
 #include "base/dtype.h"
 #include "base/err.h"
@@ -99,10 +100,7 @@ int quant_gemv(const QuantMatrix *W, const void *x, bool x_f32, const GemvOut *o
  * it from the fp32 residual row n->x [cols] as add_rmsnorm (no delta) would,
  * bf16(x / rms(x) * (w + offset)) (both 16-byte aligned), which saves that
  * kernel at batch-1 decode. T must be 1. */
-typedef struct {
-    const float *x, *w;
-    float eps, offset;
-} QxNorm;
+typedef RowNorm QxNorm; /* norm_fold.cuh */
 int quant_gemv_x8(const QuantMatrix *W, const void *x, const QxNorm *n, const GemvOut *out, int T, cudaStream_t s,
                   Err *err);
 /* The same for W = Wgate | Wup (2F rows, one repacked matrix) with the gated

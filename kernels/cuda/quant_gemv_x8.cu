@@ -77,19 +77,17 @@ static __device__ QxPlanes qx_planes(char *smem, int64_t cols) {
 
 /* 1 / rms of x [cols] fp32 (every thread gets it; red: 32 floats of shared
  * memory). Thread i sums groups of 4 i, i + 1024, ... and the warps' sums
- * meet by xor-shuffle trees, as in add_rmsnorm's vector kernel, so the bits
- * should match it (not tested bitwise). */
+ * meet by xor-shuffle trees, as in add_rmsnorm's vector kernel (1024
+ * threads: its widest block; at narrower rows its missing warps are zeros
+ * here), with its arithmetic (norm_fold.cuh), so the bits match it. */
 static __device__ float qx_norm_inv(const float *x, int64_t cols, float eps, float *red) {
     float ss = 0.f;
-    for (int64_t i = threadIdx.x; i < cols / 4; i += blockDim.x) {
-        const float4 v = ((const float4 *)x)[i];
-        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-    }
+    for (int64_t i = threadIdx.x; i < cols / 4; i += blockDim.x) ss = __fadd_rn(ss, rms_sumsq4(((const float4 *)x)[i]));
     ss = warp_sum(ss);
     if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = ss;
     __syncthreads();
     ss = warp_sum(threadIdx.x % 32 < blockDim.x / 32 ? red[threadIdx.x % 32] : 0.f);
-    return rsqrtf(ss / (float)cols + eps);
+    return rms_inv(ss, (int)cols, eps);
 }
 
 /* x's values 8 c8 .. 8 c8 + 7 as bf16 words: read from xg, or (n.x) the
@@ -99,9 +97,8 @@ static __device__ __forceinline__ uint4 qx_x8(const __nv_bfloat16 *xg, const QxN
     if (!n.x) return *(const uint4 *)(xg + 8 * c8);
     const float4 a = ((const float4 *)n.x)[2 * c8], b = ((const float4 *)n.x)[2 * c8 + 1];
     const float4 ga = __ldg((const float4 *)n.w + 2 * c8), gb = __ldg((const float4 *)n.w + 2 * c8 + 1);
-    const float v[8] = {a.x * inv * (ga.x + n.offset), a.y * inv * (ga.y + n.offset), a.z * inv * (ga.z + n.offset),
-                        a.w * inv * (ga.w + n.offset), b.x * inv * (gb.x + n.offset), b.y * inv * (gb.y + n.offset),
-                        b.z * inv * (gb.z + n.offset), b.w * inv * (gb.w + n.offset)};
+    const float4 na = rms_norm4(a, inv, ga, n.offset), nb = rms_norm4(b, inv, gb, n.offset);
+    const float v[8] = {na.x, na.y, na.z, na.w, nb.x, nb.y, nb.z, nb.w};
     uint32_t w[4];
 #pragma unroll
     for (int i = 0; i < 4; i++) {

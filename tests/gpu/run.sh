@@ -77,6 +77,9 @@ run_check quant_gemm sh -c "$BIN/tests/gpu/test_quant_gemm && if command -v comp
 # FP8 (e4m3) weights: the GEMV, the GEMM (cuBLASLt's outer-vector scales and the rescale fallback) and the
 # bf16 dequantization against the host's definition (x quantized per token); its --bench prints GB/s and TFLOP/s
 run_check fp8_matmul sh -c "$BIN/tests/gpu/test_fp8_matmul && if command -v compute-sanitizer >/dev/null; then $SAN memcheck $BIN/tests/gpu/test_fp8_matmul --quick && $SAN racecheck $BIN/tests/gpu/test_fp8_matmul --quick; fi"
+# the decode GEMVs that normalize x themselves (bf16, FP8) bit for bit against add_rmsnorm + the GEMV, and the
+# CPU; the bf16 GEMV's residual add
+run_check norm_fold sh -c "$BIN/tests/gpu/test_norm_fold && if command -v compute-sanitizer >/dev/null; then $SAN memcheck $BIN/tests/gpu/test_norm_fold --quick && $SAN racecheck $BIN/tests/gpu/test_norm_fold --quick; fi"
 if command -v compute-sanitizer >/dev/null; then
     run_check sanitizer_cuda_forward compute-sanitizer --error-exitcode 9 --tool memcheck "$BIN/tests/gpu/test_cuda_forward"
 else
@@ -117,6 +120,22 @@ generate_fp8_check() {
         python3 tests/gpu/compare_generate.py "$OUT/f8-batched.jsonl" "$OUT/f8-single.jsonl" 0.5
 }
 run_check generate_batched_fp8 generate_fp8_check
+# The norm folded into the decode GEMVs and the residual add into the bf16 ones (kernels/cuda/norm_fold.cuh) change
+# no bit: greedy replies with and without CLLM_AB_NORM_FOLD=off identical, bf16 and FP8 weights, one sequence at a
+# time (T = 1: every fold) and batched (bf16 folds up to 2 rows, FP8 up to 8).
+norm_fold_same_check() {
+    local w s fl
+    for w in bf16 fp8; do
+        fl=(); [ "$w" = fp8 ] && fl=(--weights fp8)
+        for s in 1 64; do
+            gen -o "$OUT/nf-$w-$s.jsonl" --max-seqs "$s" ${fl[@]+"${fl[@]}"} &&
+                CLLM_AB_NORM_FOLD=off gen -o "$OUT/nf-$w-$s-off.jsonl" --max-seqs "$s" ${fl[@]+"${fl[@]}"} &&
+                python3 tests/gpu/same_results.py "$OUT/nf-$w-$s.jsonl" "$OUT/nf-$w-$s-off.jsonl" \
+                    "$w weights, max-seqs $s: folded vs CLLM_AB_NORM_FOLD=off" || return 1
+        done
+    done
+}
+run_check norm_fold_same norm_fold_same_check
 # Overlapped steps (engine/step_overlap.h): `cllm generate` with steps
 # overlapped (the default) against CLLM_ASYNC_STEPS=off, every field of every
 # reply identical (tests/gpu/same_results.py), on the tiny llama and gemma3

@@ -11,6 +11,8 @@
  * (C = 4095, F = 1001: the scalar matrix-vector path, vocab 777) and aligned
  * ones (C = 512: the 16-byte path); rows 1..9 (matrix-vector kernels up to 8,
  * cuBLASLt from 9) and 33; two sequences in one step, scattered blocks.
+ * The ops that fold (norm_qkv, norm_gate_up, matmul_add) against the CPU's
+ * unfolded ones (check_fold_ops).
  * The fp8 cache's scale forms (--kv-scales dynamic, checkpoint, calibrate):
  * prefill then decode, the attention of both backends (check_kv_scales).
  * Last, timings (printed, never asserted): the matrix-vector kernel's
@@ -208,6 +210,43 @@ static void step_make(Step *s, int T, int V) {
     s->b = (AttnBatch){T, s->pos, s->seq, s->slot, T > 1 ? 2 : 1, s->tables, BLOCK};
 }
 
+/* The ops that fold (backend.h): norm_qkv and norm_gate_up (the GPU folds
+ * the norm into the decode GEMV where it takes it: the FP8 and bf16 ones
+ * at their rows) against the CPU's add_rmsnorm then qkv / gate_up, and
+ * matmul_add (the GPU's GEMV adds bf16(product) to x itself at decode
+ * rows; else matmul, then add_rmsnorm adds it) against the CPU's. Outputs
+ * poisoned first; the folded ops leave xn unwritten, so it is not read. */
+static double check_fold_ops(Rig *r, int T, Pair *x, Pair *xn, Pair *d, Pair *q, Pair *k, Pair *v, Pair *att,
+                             Pair *act) {
+    const ModelConfig *c = &r->c;
+    const int C = c->dim, H = c->n_heads, KV = c->n_kv_heads, D = c->head_dim_k, F = c->ffn_dim;
+    const LayerWeights *lc = r->layers, *lg = r->gpu->weights->layers;
+    Activation a = c->act == ACT_KIND_GELU_TANH ? ACT_GELU_TANH : ACT_SILU;
+    double e = 0;
+    fill(r, x, T * C, 2.0f);
+    poison(r, q, T * H * D); poison(r, k, T * KV * D); poison(r, v, T * KV * D);
+    AddNorm nc = {x->c, NULL, xn->c, &lc[0].attn_norm, C, 1e-5f, 0.0f}, ng = {x->g, NULL, xn->g, &lg[0].attn_norm, C, 1e-5f, 0.0f};
+    r->cpu->add_rmsnorm(r->cpu, nc.x, NULL, nc.out, nc.w, T, C, nc.eps, nc.offset);
+    r->cpu->qkv(r->cpu, q->c, k->c, v->c, xn->c, &lc[0], T);
+    r->gpu->norm_qkv(r->gpu, &ng, q->g, k->g, v->g, &lg[0], T);
+    e = fmax(compare(r, q, T * H * D, "norm_qkv q", T),
+             fmax(compare(r, k, T * KV * D, "norm_qkv k", T), compare(r, v, T * KV * D, "norm_qkv v", T)));
+    poison(r, act, T * F);
+    nc.w = &lc[1].ffn_norm, ng.w = &lg[1].ffn_norm, nc.offset = ng.offset = 1.0f;
+    r->cpu->add_rmsnorm(r->cpu, nc.x, NULL, nc.out, nc.w, T, C, nc.eps, nc.offset);
+    r->cpu->gate_up(r->cpu, act->c, xn->c, &lc[1], 0, T, a, 0);
+    r->gpu->norm_gate_up(r->gpu, &ng, act->g, &lg[1], T, a, 0);
+    e = fmax(e, compare(r, act, T * F, "norm_gate_up + GLU", T));
+    fill(r, att, T * H * D, 1.0f);
+    CHECK(r->cpu->matmul_add(r->cpu, x->c, att->c, &lc[0].wo, 0, &lc[0].bo, T), "the CPU's matmul_add");
+    if (!r->gpu->matmul_add(r->gpu, x->g, att->g, &lg[0].wo, 0, &lg[0].bo, T)) { /* the GPU's route has none */
+        poison(r, d, T * C);
+        r->gpu->matmul(r->gpu, d->g, att->g, &lg[0].wo, 0, &lg[0].bo, T);
+        r->gpu->add_rmsnorm(r->gpu, x->g, d->g, xn->g, &lg[0].attn_norm, T, C, 1e-5f, 0.0f);
+    }
+    return fmax(e, compare(r, x, T * C, "matmul_add x", T));
+}
+
 static void check_ops_at(Rig *r, int T, const char *shape) {
     const ModelConfig *c = &r->c;
     int C = c->dim, H = c->n_heads, KV = c->n_kv_heads, D = c->head_dim_k, F = c->ffn_dim, V = c->vocab;
@@ -296,9 +335,10 @@ static void check_ops_at(Rig *r, int T, const char *shape) {
     r->cpu->logits(r->cpu, lg.c, d.c, &r->w.output, n_logits, 2.0f);
     r->gpu->logits(r->gpu, lg.g, d.g, &r->gpu->weights->output, n_logits, 2.0f);
     e[10] = compare(r, &lg, (int64_t)n_logits * V, "gather + logits (cap)", T);
+    e[11] = check_fold_ops(r, T, &x, &xn, &d, &q, &k, &v, &att, &act);
     printf("# %-7s T=%2d embed %.1e norm %.1e addnorm %.1e qkv %.1e qknorm %.1e rope %.1e attn %.1e wo %.1e "
-           "gateup %.1e down %.1e logits %.1e\n", shape, T, e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7], e[8],
-           e[9], e[10]);
+           "gateup %.1e down %.1e logits %.1e folded %.1e\n", shape, T, e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7],
+           e[8], e[9], e[10], e[11]);
     Pair all[] = {x, xn, d, q, k, v, att, act, lg};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) pair_free(r, &all[i]);
 }

@@ -233,7 +233,7 @@ static void run_case(Fp8Gemm *g, const char *gname, F8Mat *M, int T, int route, 
             out.end[1] = e1;
         }
         out.add = route == 2;
-        rc = fp8_gemv(&M->m, dx, &out, T, 0, &err);
+        rc = fp8_gemv(&M->m, dx, NULL, &out, T, 0, &err);
     } else if (!rc) {
         rc = fp8_gemm(g, &M->m, dx, T, dy, y_f32, db, 0, &err);
     }
@@ -292,7 +292,7 @@ static void run_glu_case(F8Mat *M, int T, bool bias) {
              cudaMemcpy(db, bh, (size_t)2 * F * sizeof(float), cudaMemcpyHostToDevice);
     }
     Err err = {{0}};
-    rc = rc || fp8_gemv_glu(&M->m, dx, dy, db, db ? db + F : NULL, ACT_SILU, 0.0f, T, 0, &err);
+    rc = rc || fp8_gemv_glu(&M->m, dx, NULL, dy, db, db ? db + F : NULL, ACT_SILU, 0.0f, T, 0, &err);
     CHECK(!rc, "glu [%lld][%lld] T=%d: %s", (long long)M->rows, (long long)K, T, err.msg);
     rc = rc || cudaDeviceSynchronize() || cudaMemcpy(yh, dy, (size_t)T * F * 2, cudaMemcpyDeviceToHost);
     int64_t bad = 0;
@@ -446,7 +446,7 @@ static int run_once(Run *r) {
     Err err = {{0}};
     if (r->gemm) return fp8_gemm(r->g, &r->M->m, r->x, r->T, r->y, false, NULL, 0, &err);
     GemvOut out = gemv_out_one(r->y, false, NULL, r->M->rows);
-    return fp8_gemv(&r->M->m, r->x, &out, r->T, 0, &err);
+    return fp8_gemv(&r->M->m, r->x, NULL, &out, r->T, 0, &err);
 }
 
 static int run_once_v(void *r) { return run_once(r); }

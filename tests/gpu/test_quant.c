@@ -38,6 +38,7 @@
 #include "kernels/cuda/dequant_ahead.cuh"
 #include "kernels/cuda/quant.cuh"
 #include "kernels/quant_x8.h"
+#include "tests/gpu/gemv_calls.h"
 #include "tests/gpu/quant_mats.h"
 #include "tests/test.h"
 
@@ -487,7 +488,8 @@ static void test_glu(void) {
  * (QxNorm, as add_rmsnorm without delta would), plain and with the GLU
  * fused: against rmsnorm on the CPU, rounded to bf16 and to the int8 terms,
  * times the dequantized rows; outputs NaN-poisoned first. The norm offset
- * (Gemma's 1 + w) and a residual of large magnitude are both exercised. */
+ * (Gemma's 1 + w) and a residual of large magnitude are both exercised.
+ * Then bit for bit: add_rmsnorm's kernel, then the same GEMV reading it. */
 static void test_norm_x8(void) {
     const DType types[] = {DT_Q4_K, DT_Q8_0, DT_Q6_K, DT_Q5_K, DT_Q4_1};
     const int64_t F = 700, cols = 2304;
@@ -532,6 +534,22 @@ static void test_norm_x8(void) {
         CHECK(eg <= 1e-2, "%s x8 GLU with the norm: rel err %.3g", dtype_info(M.type)->name, eg);
         printf("# %s [%lld][%lld] x8 normalizing the residual itself: rel err %.2e, GLU %.2e\n",
                dtype_info(M.type)->name, (long long)(2 * F), (long long)cols, e, eg);
+        /* bit for bit against add_rmsnorm's kernel, then the same GEMV reading its bf16 output */
+        void *dxn = NULL, *dz = NULL;
+        float *z = malloc(2 * F * sizeof *z);
+        GemvOut oz = gemv_out_one(NULL, true, NULL, 2 * F);
+        int r3 = r1 || cudaMalloc(&dxn, cols * 2) || cudaMalloc(&dz, 2 * F * 4) || cudaMemset(dz, 0xff, 2 * F * 4);
+        oz.y[0] = oz.y[1] = oz.y[2] = dz;
+        if (!r3) test_add_rmsnorm((float *)dres, NULL, dxn, (const float *)dg, 1, (int)cols, eps, offset);
+        r3 = r3 || quant_gemv_x8(&M.m, dxn, NULL, &oz, 1, 0, &err) || cudaDeviceSynchronize() ||
+             cudaMemcpy(z, dz, 2 * F * 4, cudaMemcpyDeviceToHost) || cudaMemset(dy, 0xff, 2 * F * 4) ||
+             quant_gemv_x8(&M.m, NULL, &qn, &out, 1, 0, &err) || cudaDeviceSynchronize() ||
+             cudaMemcpy(y, dy, 2 * F * 4, cudaMemcpyDeviceToHost); /* y: the folded run again (the GLU took y) */
+        int64_t nd = 0;
+        for (int64_t r = 0; !r3 && r < 2 * F; r++) nd += memcmp(&z[r], &y[r], 4) != 0;
+        CHECK(!r3 && nd == 0, "%s x8 with the norm: %lld of %lld differ from add_rmsnorm + the GEMV (%s)",
+              dtype_info(M.type)->name, (long long)nd, (long long)(2 * F), err.msg);
+        cudaFree(dxn), cudaFree(dz), free(z);
         QxNorm bad = qn;
         bad.x = (const float *)((const char *)dres + 4);
         CHECK(quant_gemv_x8(&M.m, NULL, &bad, &out, 1, 0, &err) == -1 && strstr(err.msg, "aligned"),
