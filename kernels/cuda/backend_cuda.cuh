@@ -73,6 +73,8 @@ typedef struct {
     bool fp8_gemm;               /* FP8 weights' GEMMs on FP8 tensor cores (cuBLASLt, fp8.cuh): a GPU of compute
                                     capability 8.9 or newer, and not the batch-invariant mode; else they are
                                     dequantized to bf16 first */
+    bool decode_rows;            /* TEMPORARY A/B switch, CLLM_AB_DECODE_ROWS=off: false, every decode launch on
+                                    the split kernel (attention.cuh cuda_attention_decode_rows_takes) */
     int prof_first, prof_count;  /* CLLM_PROFILE_STEPS=FIRST,COUNT: the profiler (ncu --profile-from-start off)
                                     records steps FIRST .. FIRST + COUNT - 1 only (0-based); count 0: off */
 } CudaTuning;
