@@ -47,6 +47,8 @@
 
 #define TOL 1e-2
 
+static int g_quick, g_case = -1; /* --quick, --case N */
+
 static void run_case(const Case *c) {
     Problem P;
     Err err = {{0}};
@@ -318,7 +320,7 @@ static void test_unsupported(void) {
     float s = 1.f;
     KVLayerDev kv = {KV_DTYPE_BF16, &one, &one, NULL, NULL, NULL, NULL};
     AttnDevMeta m = {NULL, 0, 1, 0, 0, 0, 0, 1, 16};
-    AttnDecodeWork w = {&s, 1, 1, 0, 0};
+    AttnDecodeWork w = {&s, 1, 1, 0, 0, 0};
     AttnRope r = {&one, &one, NULL, NULL, 1e-6f, 0.f, &s, 1.f, 127, true, (const int64_t *)&one, 16};
     CHECK(cuda_attention_decode_rope(&one, &one, &kv, &m, &p, NULL, &w, &r, 0, &err) == -1 &&
           strstr(err.msg, "rotated channels 127 of 128"), "'%s'", err.msg);
@@ -333,7 +335,6 @@ static void test_unsupported(void) {
           strstr(err.msg, "decode rows alone"), "'%s'", err.msg);
 }
 
-static int g_quick, g_case = -1;
 static void run_cases(void) {
     int n = (int)(sizeof k_cases / sizeof *k_cases);
     for (int i = 0; i < n; i++)
