@@ -22,8 +22,8 @@
  * and the new rows' cache write in the kernel) against the host's rope,
  * cache write and attention, every head-size pair, both caches: the output,
  * the new keys in the cache, and no other slot touched. The many-rows
- * decode kernel (attention_decode_rows.cu): steps of up to 72 decode rows of
- * mixed lengths (1, tile edges, odd), windows, sinks, soft-cap, GQA 1/4/8/32,
+ * decode kernel (attention_decode_rows.cu): steps of 30 to 1025 decode rows
+ * of mixed lengths (1, tile edges, odd), windows, sinks, soft-cap, GQA 1/4/8/32,
  * both caches (fp8 with dynamic and static scales), a grid of the GPU's
  * resident warps and one of a few warps, each launch twice (its item
  * counter resets), a graph replayed over changed metadata, and which
@@ -204,6 +204,9 @@ static const RowsCase k_rows_cases[] = {
     {"rows hd96 gqa32 window 300 cap sinks", 96, 96, 32, 1, 64, 300, 50.f, 1, 48, 1000, 12, false},
     {"rows hd128/64 gqa4 window 1", 128, 64, 8, 2, 16, 1, 0, 0, 50, 500, 0, false},
     {"rows hd64 gqa4 window 16 sinks", 64, 64, 16, 4, 16, 16, 0, 1, 50, 400, 4, false},
+    /* the kernel sorts up to 1024 rows longest first; more run in step order */
+    {"rows hd64 gqa4 1024 rows (sorted)", 64, 64, 8, 2, 16, 0, 0, 0, 1024, 90, 0, false},
+    {"rows hd64 gqa4 1025 rows (step order)", 64, 64, 8, 2, 16, 0, 0, 0, 1025, 90, 0, false},
 };
 
 /* Row i's position: the tile edges and 0 first, then spread over 0 .. max_pos (odd and even). */
