@@ -138,7 +138,8 @@ int cuda_attention_decode_rows_resident(int head_dim_k, int head_dim_v, bool fp8
 /* Whether a decode launch of n_decode rows (not rope mode, no cascade) runs
  * on the many-rows kernel: w->rows_warps > 0, one split (w->n_splits == 1:
  * attn_decode_splits gives that once the items fill a wave of the split
- * kernel's blocks), head sizes it serves, and at least half as many items
+ * kernel's blocks), head sizes it serves (k and v <= 128: 256/256 and
+ * 192/128 stay on the split kernel), and at least half as many items
  * (rows x KV heads x head groups) as its resident warps: 4 (bf16) or 6 (fp8)
  * busy warps an SM at head 128 keep ~60 KB or more in flight, past what the
  * copy rate needs, while the split kernel at one split has ~10 tiles a block
