@@ -259,7 +259,8 @@ __device__ __forceinline__ void rows_scores_fp8(float (&s)[2][4], const uint32_t
 /* fp8: o += P V from the stage's value bytes ([16][RSV]); column j of
  * o[2c + e] is dimension 16c + 2j + e (rows_store puts it back). */
 template <int HDV, int RSV>
-__device__ __forceinline__ void rows_pv_fp8(float (&o)[HDV / 8][4], const uint32_t (&a)[4], const uint8_t *v8, int lane) {
+__device__ __forceinline__ void rows_pv_fp8(float (&o)[HDV / 8][4], const uint32_t (&a)[4], const uint8_t *v8,
+                                            int lane) {
     constexpr int CH = HDV / 16;
     const uint32_t v_addr = smem_u32(v8 + (((lane >> 3) & 1) * 8 + (lane & 7)) * RSV + (lane >> 4) * 16);
 #pragma unroll
@@ -309,7 +310,8 @@ __device__ __forceinline__ void rows_store(const AttnKParams &p, const float (&o
 
 /* One item, by one warp: decode entry d, KV head kvh, head group grp. */
 template <int HDK, int HDV, bool CAP, bool WIN, bool FP8>
-__device__ __forceinline__ void rows_item(const AttnKParams &p, int d, int kvh, int grp, unsigned char *ring, int lane) {
+__device__ __forceinline__ void rows_item(const AttnKParams &p, int d, int kvh, int grp, unsigned char *ring,
+                                          int lane) {
     using S = RowsShape<HDK, HDV, FP8>;
     constexpr int KN = S::KN, ST = S::STAGES;
     const int32_t *dec = p.meta + p.off_decode + 3 * d;
@@ -458,7 +460,8 @@ __global__ void __launch_bounds__(128, RowsShape<HDK, HDV, FP8>::MIN_BLOCKS)
     int item = __shfl_sync(0xffffffffu, lane == 0 ? atomicAdd(next, 1) : 0, 0);
     for (;;) {
         if (item >= n_items) {
-            if (lane == 0 && item == last_fetch) atomicExch(next, 0); /* nobody fetches again: reset for the next launch */
+            /* the launch's last fetch: nobody fetches again, so zero the counter for the next launch */
+            if (lane == 0 && item == last_fetch) atomicExch(next, 0);
             break;
         }
         const int following = lane == 0 ? atomicAdd(next, 1) : 0; /* its latency hides under this item */

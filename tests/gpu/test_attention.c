@@ -181,6 +181,11 @@ static void graph_replay(bool rows) {
 
 static void test_graph_replay(void) { graph_replay(false); }
 static void test_graph_replay_rows(void) { graph_replay(true); }
+static void test_graph_replay_rows_fp8(void) {
+    g_dtype = KV_DTYPE_FP8;
+    graph_replay(true);
+    g_dtype = KV_DTYPE_BF16;
+}
 
 /* ---- the many-rows decode kernel (attention_decode_rows.cu) ---- */
 
@@ -306,9 +311,6 @@ static void test_decode_rows_choice(void) {
     }
 }
 
-static void test_graph_replay_fp8(void) { g_dtype = KV_DTYPE_FP8; test_graph_replay(); g_dtype = KV_DTYPE_BF16; }
-static void test_graph_replay_rows_fp8(void) { g_dtype = KV_DTYPE_FP8; test_graph_replay_rows(); g_dtype = KV_DTYPE_BF16; }
-
 static void test_unsupported(void) {
     AttnParams p = {8, 2, 72, 72, 0.1f, 0, 0, NULL};
     Err err = {{0}};
@@ -345,6 +347,7 @@ static void run_cases(void) {
 }
 static void test_cases(void) { g_dtype = KV_DTYPE_BF16; run_cases(); }
 static void test_cases_fp8(void) { g_dtype = KV_DTYPE_FP8; run_cases(); g_dtype = KV_DTYPE_BF16; }
+static void test_graph_replay_fp8(void) { g_dtype = KV_DTYPE_FP8; test_graph_replay(); g_dtype = KV_DTYPE_BF16; }
 
 /* ---- the decode kernel's rope mode (cuda_attention_decode_rope) ---- */
 
