@@ -95,7 +95,8 @@ typedef struct {
     int max_decode, n_splits;
     int split_tiles;             /* 0: every row n_splits splits; > 0: per-row splits (AttnKParams) */
     int64_t cap;                 /* > 0: part holds cap (row, split) slots and the decode rows run in
-                                    groups that fit (max_decode unused); 0: max_decode rows at once */
+                                    groups that fit (max_decode unused), the split counters past all of
+                                    them; 0: max_decode rows at once */
     int rows_warps;              /* > 0: the many-rows kernel may run (cuda_attention_decode_rows_takes), and
                                     the GPU holds this many of its warps (cuda_attention_decode_rows_resident);
                                     0: every launch on the split kernel (the batch-invariant mode) */
