@@ -29,7 +29,7 @@
  *   warps because its chain (the e4m3 -> f16 cvts) is longer per byte.
  *   Registers: O (HDV / 2 a lane), Q's fragments (HDK / 4, loaded straight
  *   from global memory into the A layout: no shared Q), S, the softmax
- *   state: at head 128 180-198 bf16 (2 blocks an SM allow 255), 154-157
+ *   state: at head 128 174-180 bf16 (2 blocks an SM allow 255), 152-156
  *   fp8 (3 blocks allow 168); no spills.
  *   Head sizes above 128 (O and Q would not fit in registers) stay on the
  *   split kernel (attn_decode_rows_serves).
@@ -134,8 +134,10 @@ __device__ void rows_longest_first(const AttnKParams &p, int n_decode, int16_t *
 /* Starts the copies of keys [n0, n0 + 16) of KV head kvh into a warp's
  * stage (keys outside [lo, hi): zeros, scale 0, never read). The 16 keys lie
  * in at most two cache blocks (block_size >= 8, n0 a multiple of 16): keys
- * n0..n0+7 in one, n0+8..n0+15 in one; their table entries are read once,
- * at keys clamped into [lo, hi) so no entry outside the row's range is read. */
+ * n0..n0+7 at consecutive slots of one, n0+8..n0+15 of one; their table
+ * entries are read once, at keys clamped into [lo, hi) so no entry outside
+ * the row's range is read, and key n0 + r's head vector is v[r / 8] +
+ * (r % 8) x n_kv_heads. */
 template <int HDK, int HDV, bool FP8, typename S>
 __device__ __forceinline__ void rows_load_tile(unsigned char *stage, const AttnKParams &p, const int32_t *tab, int kvh,
                                                int n0, int lo, int hi, int lane) {
@@ -143,9 +145,10 @@ __device__ __forceinline__ void rows_load_tile(unsigned char *stage, const AttnK
     const int bmask = (1 << p.block_shift) - 1;
     const int64_t blk0 = __ldg(tab + (min(max(n0, lo), hi - 1) >> p.block_shift));
     const int64_t blk1 = __ldg(tab + (min(max(n0 + 8, lo), hi - 1) >> p.block_shift));
+    const int64_t v0 = ((blk0 << p.block_shift) + (n0 & bmask)) * p.n_kv_heads + kvh;
+    const int64_t v1 = ((blk1 << p.block_shift) + ((n0 + 8) & bmask)) * p.n_kv_heads + kvh;
     auto at = [&](int r, int hd) { /* element offset of key n0 + r's head vector */
-        const int j = n0 + r;
-        return ((((r < 8 ? blk0 : blk1) << p.block_shift) + (j & bmask)) * p.n_kv_heads + kvh) * hd;
+        return ((r < 8 ? v0 : v1) + (int64_t)(r & 7) * p.n_kv_heads) * hd;
     };
     auto ok = [&](int r) { return n0 + r >= lo && n0 + r < hi; };
     if (!FP8) {
