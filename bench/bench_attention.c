@@ -4,8 +4,10 @@
  *
  *   prefill: causal, 32 heads (MHA), head size 128, B sequences of L tokens
  *            each, whole prompts; FLOPs counted 4 * L^2 * H * D / 2 per sequence
- *   decode:  8 sequences, 32 query / 8 KV heads, head size 128, context C;
- *            bytes = the K and V of every cached token read once
+ *   decode:  8 sequences, 32 query / 8 KV heads, head size 128, context C
+ *            (decode mode and rows mode: also 256 x 640 .. 32 x 4096, the
+ *            many-rows kernel's shapes); bytes = the K and V of every cached
+ *            token read once
  *   shared:  cascade attention (DESIGN.md "Cascade attention"): N sequences
  *            sharing a P-token prefix (the same block ids) with suffixes of
  *            64..256 tokens, one decode row each, 32q/8kv, head 128: the flat
@@ -196,8 +198,16 @@ static int decode_resident(bool fp8) {
     return r > 0 ? r : 264;
 }
 
+/* Which decode kernel a bench_decode line asks for. */
+typedef enum {
+    DECODE_ENGINE, /* the engine's choice: the many-rows kernel where cuda_attention_decode_rows_takes says so
+                      (CLLM_AB_DECODE_ROWS=off: never, as in the engine: the temporary A/B switch) */
+    DECODE_SPLIT,  /* the split kernel (attention_decode.cu) */
+    DECODE_ROWS,   /* the many-rows kernel (attention_decode_rows.cu) at one split, whatever the item count */
+} DecodeKernel;
+
 /* splits: the grid's KV splits, or 0 for the engine's choice (attn_decode_splits) */
-static void bench_decode(int n_seqs, int ctx, bool fp8, int splits) {
+static void bench_decode(int n_seqs, int ctx, bool fp8, int splits, DecodeKernel kernel) {
     Job j = {0};
     int H = 32, KVH = 8, *perm;
     build_meta(&j, n_seqs, ctx, 1, &perm);
@@ -209,13 +219,19 @@ static void bench_decode(int n_seqs, int ctx, bool fp8, int splits) {
     j.decode = 1;
     j.w.max_decode = n_seqs;
     j.w.n_splits = splits > 0 ? splits : attn_decode_splits(ctx, n_seqs, KVH, 1, decode_resident(fp8));
+    Err err = {{0}};
+    const char *ab = getenv("CLLM_AB_DECODE_ROWS");
+    int resident = cuda_attention_decode_rows_resident(D, D, fp8, &err), items = n_seqs * KVH;
+    if (resident < 0) { fprintf(stderr, "bench_attention: %s\n", err.msg); exit(1); }
+    if (kernel == DECODE_ENGINE) j.w.rows_warps = ab && !strcmp(ab, "off") ? 0 : resident;
+    if (kernel == DECODE_ROWS) j.w.n_splits = 1, j.w.rows_warps = resident < 2 * items ? resident : 2 * items;
     size_t work = attn_decode_work_bytes(n_seqs, H, D, j.w.n_splits);
     cudaMalloc((void **)&j.w.part, work);
     cudaMemset(j.w.part, 0, work); /* the split counters */
     float ms = time_ms(&j);
     double bytes = (double)n_seqs * ctx * KVH * (fp8 ? 2 * D + 8 : 2 * D * 2);
-    printf("RESULT decode%s %dx%d %.4f %.3f splits=%d\n", fp8 ? "-fp8" : "", n_seqs, ctx, ms, bytes / ms / 1e9,
-           j.w.n_splits);
+    printf("RESULT decode%s %dx%d %.4f %.3f splits=%d kernel=%s\n", fp8 ? "-fp8" : "", n_seqs, ctx, ms,
+           bytes / ms / 1e9, j.w.n_splits, cuda_attention_decode_rows_takes(&j.w, &j.par, n_seqs) ? "rows" : "split");
     cudaFree(j.q), free_cache(&j.kv), cudaFree(j.out), cudaFree((void *)j.dm.buf), cudaFree(j.w.part);
     free(perm);
 }
@@ -282,11 +298,22 @@ static void bench_shared(int n_seqs, int prefix, int n_sms, bool fp8) {
  * bench_attention decode [S...]   decode shapes only, at the engine's splits,
  *                                 then at each S splits (the split rule's study)
  * bench_attention shared          the shared-prefix (cascade) rows only
+ * bench_attention rows            the many-rows shapes (256 x 640 .. 32 x 4096, the batch job's and below):
+ *                                 the split kernel at one split, then the many-rows kernel, each forced
  * bench_attention prefill [BLOCK] the prefill rows only, bf16 then fp8, over
  *                                 blocks of BLOCK (default 32; the engine's: 16) */
 int main(int argc, char **argv) {
-    const int dec[5][2] = {{8, 4096}, {8, 32768}, {1, 131072}, {1, 4096}, {1, 32768}};
+    const int dec[7][2] = {{8, 4096}, {8, 32768}, {1, 131072}, {1, 4096}, {1, 32768}, {256, 640}, {64, 2048}};
+    const int many[5][2] = {{256, 640}, {256, 1280}, {128, 1024}, {64, 2048}, {32, 4096}};
     const bool decode_only = argc > 1 && !strcmp(argv[1], "decode"), shared_only = argc > 1 && !strcmp(argv[1], "shared");
+    if (argc > 1 && !strcmp(argv[1], "rows")) {
+        for (int f = 0; f < 2; f++)
+            for (int i = 0; i < 5; i++) {
+                bench_decode(many[i][0], many[i][1], f, 1, DECODE_SPLIT);
+                bench_decode(many[i][0], many[i][1], f, 1, DECODE_ROWS);
+            }
+        return 0;
+    }
     const bool prefill_only = argc > 1 && !strcmp(argv[1], "prefill");
     if (prefill_only && argc > 2) g_block = atoi(argv[2]);
     if (g_block < 8 || (g_block & (g_block - 1))) { fprintf(stderr, "bench_attention: block size %d\n", g_block); return 1; }
@@ -301,9 +328,9 @@ int main(int argc, char **argv) {
             bench_prefill(1, 16384, f);
         }
         if (prefill_only) continue;
-        for (int i = 0; !shared_only && i < (decode_only ? 5 : 3); i++)
+        for (int i = 0; !shared_only && i < (decode_only ? 7 : 3); i++)
             for (int r = 0; r < (decode_only ? argc - 1 : 1); r++)
-                bench_decode(dec[i][0], dec[i][1], f, r ? atoi(argv[1 + r]) : 0);
+                bench_decode(dec[i][0], dec[i][1], f, r ? atoi(argv[1 + r]) : 0, DECODE_ENGINE);
         if (!decode_only) {
             bench_shared(64, 2000, n_sms, f);
             bench_shared(256, 2000, n_sms, f);

@@ -1,7 +1,8 @@
 /* attention.cu — the entry points of the CUDA attention (attention.cuh):
  * argument checks, the kernel parameter block, and the dispatch of one
  * step's prefill tiles and decode rows to attention_prefill.cu and
- * attention_decode.cu. */
+ * attention_decode.cu (or, for steps of many decode rows,
+ * attention_decode_rows.cu). */
 #include "kernels/cuda/attention.cuh"
 
 #include <string.h>
@@ -76,7 +77,17 @@ int cuda_attention_prefill(void *out, const void *q, const KVLayerDev *kv, const
     return attn_prefill_launch(&kp, p->head_dim_k, p->head_dim_v, m->n_tiles, s, err);
 }
 
-/* The decode rows of kp's step, in groups whose partials fit the work area. */
+bool cuda_attention_decode_rows_takes(const AttnDecodeWork *w, const AttnParams *p, int n_decode) {
+    if (!w || w->rows_warps <= 0 || w->n_splits != 1 || !attn_decode_rows_serves(p->head_dim_k, p->head_dim_v) ||
+        p->n_kv_heads <= 0)
+        return false;
+    int64_t items = (int64_t)n_decode * p->n_kv_heads * ((p->n_heads / p->n_kv_heads + 15) / 16);
+    return 2 * items >= w->rows_warps;
+}
+
+/* The decode rows of kp's step, in groups whose partials fit the work area;
+ * or all at once on the many-rows kernel where it takes them (one split: no
+ * partials; its item counter is the work area's first split counter). */
 static int decode_rows(AttnKParams *kp, const AttnDevMeta *m, const AttnParams *p, const AttnDecodeWork *w,
                        cudaStream_t s, Err *err) {
     int64_t group = w && w->cap > 0 && w->n_splits > 0 ? w->cap / w->n_splits : w ? w->max_decode : 0;
@@ -88,7 +99,13 @@ static int decode_rows(AttnKParams *kp, const AttnDevMeta *m, const AttnParams *
     kp->split_tiles = w->split_tiles;
     kp->part_o = w->part;
     kp->part_ml = w->part + (size_t)group * p->n_heads * w->n_splits * p->head_dim_v;
-    kp->done = (int *)(kp->part_ml + (size_t)group * p->n_heads * w->n_splits * 2);
+    /* the split counters: in a capped area (the backend's) at one place past the room of any step's partials;
+     * right behind this step's partials they would sit, for a step of fewer rows x splits, where an earlier
+     * step left partial values (counters must start at zero: the last split to count zeroes its own) */
+    kp->done = w->cap > 0 ? (int *)(w->part + (size_t)w->cap * p->n_heads * (p->head_dim_v + 2))
+                          : (int *)(kp->part_ml + (size_t)group * p->n_heads * w->n_splits * 2);
+    if (!kp->rope && !kp->casc && cuda_attention_decode_rows_takes(w, p, m->n_decode))
+        return attn_decode_rows_launch(kp, p->head_dim_k, p->head_dim_v, m->n_decode, w->rows_warps, s, err);
     /* rows in groups whose partials fit (the same group count for a given
      * n_decode and n_splits, so a captured step replays): each row's sums
      * depend on its own splits alone, never on its group */

@@ -115,7 +115,11 @@ typedef struct {
     int max_decode, n_splits;
     int split_tiles;             /* 0: every row n_splits splits; > 0: per-row splits (AttnKParams) */
     int64_t cap;                 /* > 0: part holds cap (row, split) slots and the decode rows run in
-                                    groups that fit (max_decode unused); 0: max_decode rows at once */
+                                    groups that fit (max_decode unused), the split counters past all of
+                                    them; 0: max_decode rows at once */
+    int rows_warps;              /* > 0: the many-rows kernel may run (cuda_attention_decode_rows_takes), and
+                                    the GPU holds this many of its warps (cuda_attention_decode_rows_resident);
+                                    0: every launch on the split kernel (the batch-invariant mode) */
 } AttnDecodeWork;
 
 size_t attn_decode_work_bytes(int max_decode, int n_heads, int head_dim_v, int n_splits);
@@ -144,6 +148,24 @@ int cuda_attention_check(const AttnParams *p, int block_size, Err *err);
  * shared memory and registers allow): attn_decode_splits' resident. -1 with
  * err for head sizes without a kernel. */
 int cuda_attention_decode_resident(int head_dim_k, int head_dim_v, bool fp8, Err *err);
+
+/* The many-rows decode kernel (attention_decode_rows.cu: a warp per (row,
+ * KV head, head group) item, a persistent grid): how many of its warps the
+ * current GPU holds at once for these head sizes and cache type (0: head
+ * sizes it does not serve, above 128; -1 with err if asking the GPU fails).
+ * The backend puts it in AttnDecodeWork.rows_warps once. */
+int cuda_attention_decode_rows_resident(int head_dim_k, int head_dim_v, bool fp8, Err *err);
+
+/* Whether a decode launch of n_decode rows (not rope mode, no cascade) runs
+ * on the many-rows kernel: w->rows_warps > 0, one split (w->n_splits == 1:
+ * attn_decode_splits gives that once the items fill a wave of the split
+ * kernel's blocks), head sizes it serves (k and v <= 128: 256/256 and
+ * 192/128 stay on the split kernel), and at least half as many items
+ * (rows x KV heads x head groups) as its resident warps: 4 (bf16) or 6 (fp8)
+ * busy warps an SM at head 128 keep ~60 KB or more in flight, past what the
+ * copy rate needs, while the split kernel at one split has ~10 tiles a block
+ * there. Depends only on values a captured graph fixes. */
+bool cuda_attention_decode_rows_takes(const AttnDecodeWork *w, const AttnParams *p, int n_decode);
 
 /* Prefill tiles and decode rows of one step, one layer. The stream is last
  * but one; err names a bad argument or the failed CUDA call. */
@@ -212,6 +234,9 @@ extern "C" int attn_cascade_shared_launch(const AttnKParams *kp, int head_dim_k,
                                           int n_splits, cudaStream_t s, Err *err);
 extern "C" int attn_decode_launch(const AttnKParams *kp, int head_dim_k, int head_dim_v, int n_decode, cudaStream_t s,
                                   Err *err);
+extern "C" bool attn_decode_rows_serves(int head_dim_k, int head_dim_v);
+extern "C" int attn_decode_rows_launch(const AttnKParams *kp, int head_dim_k, int head_dim_v, int n_decode,
+                                       int resident_warps, cudaStream_t s, Err *err);
 #endif
 
 #endif

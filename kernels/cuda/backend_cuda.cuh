@@ -78,6 +78,8 @@ typedef struct {
     bool norm_fold;              /* the residual add into the bf16 o / down GEMVs and the norm into the FP8 and
                                     bf16 q|k|v and gate|up GEMVs (norm_fold.cuh); CLLM_AB_NORM_FOLD=off: not
                                     (a temporary A/B switch) */
+    bool decode_rows;            /* TEMPORARY A/B switch, CLLM_AB_DECODE_ROWS=off: false, every decode launch on
+                                    the split kernel (attention.cuh cuda_attention_decode_rows_takes) */
     int prof_first, prof_count;  /* CLLM_PROFILE_STEPS=FIRST,COUNT: the profiler (ncu --profile-from-start off)
                                     records steps FIRST .. FIRST + COUNT - 1 only (0-based); count 0: off */
 } CudaTuning;

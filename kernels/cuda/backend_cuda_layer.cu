@@ -131,9 +131,11 @@ static void cuda_be_attention(Backend *be, void *out, const void *q, int layer, 
 static bool cuda_be_rope_attention(Backend *be, int layer, void *out, void *q, void *k, const void *v,
                                    const AttnParams *p, int T) {
     CudaBackend *cb = cb_of(be);
-    /* a cascade layer ropes apart: its shared pass reads the roped queries */
+    /* a cascade layer ropes apart: its shared pass reads the roped queries; so does a step that the many-rows
+     * decode kernel takes (no rope mode there; at many rows the rope kernel is cheap) */
     if (cb->failed || !cb->tune.rope_in_decode || !cb->fast_attn || cb->meta.n_tiles > 0 || cb->meta.n_decode != T ||
-        (cb->kv_calib && cb->kv_calib[layer]) || cascade_of_layer(cb, p->window))
+        (cb->kv_calib && cb->kv_calib[layer]) || cascade_of_layer(cb, p->window) ||
+        cuda_attention_decode_rows_takes(&cb->work, p, cb->meta.n_decode))
         return false;
     const ModelShape *c = cb->shape;
     const LayerWeights *lw = &cb->w.layers[layer];

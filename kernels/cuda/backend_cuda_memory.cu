@@ -214,6 +214,14 @@ int attn_alloc_work(CudaBackend *cb, const ModelShape *c, int block_size, bool g
     /* every decode row splits its own key range, ATTN_SPLIT_TILES tiles a
      * split: a short row of a long graph gets one split and no merge */
     cb->work.split_tiles = ATTN_SPLIT_TILES;
+    /* the many-rows decode kernel: not in the batch-invariant mode (a row's sums would then depend on
+     * how many rows its step has) */
+    cb->work.rows_warps = 0;
+    if (cb->tune.decode_rows && !cb->bi) {
+        cb->work.rows_warps =
+            cuda_attention_decode_rows_resident(c->head_dim_k, c->head_dim_v, cb->kv_dtype == KV_DTYPE_FP8, err);
+        if (cb->work.rows_warps < 0) return -1;
+    }
     return cascade_alloc(cb, err);
 }
 

@@ -1,0 +1,538 @@
+/* attention_decode_rows.cu — decode attention for steps of many (row, KV
+ * head) items: a warp per item, end to end, no block-wide barrier in the key
+ * loop (DESIGN.md "Attention"; kernels/README.md "Decode").
+ *
+ * Why: at 256 rows x 8 KV heads the split kernel (attention_decode.cu) has
+ * ~10 tiles a block, each block paying its prologue (Q, the ring's fill) and
+ * epilogue (4-warp merge, stores), and its per-tile __syncthreads keeps the
+ * SM's 8-12 warps in lock-step: latency, not bytes, bounds it (~50% of the
+ * copy rate bf16, ~30% fp8). Here the item is the unit of work and a warp
+ * the worker:
+ *
+ * - An item is (decode row, KV head, up to 16 of its query heads), the
+ *   query heads being the rows of the m16n8k16 tile as in the split kernel
+ *   (GQA reads K/V once). One warp computes it wholly: its own online
+ *   softmax over all the row's keys, then the output (sink included), so
+ *   results do not depend on which warp took which item, nor on the grid.
+ * - Each warp has its own cp.async ring in its slice of shared memory:
+ *   STAGES stages of 16 keys (bf16 K|V rows padded as attention_common.cuh
+ *   says, or e4m3 bytes + the 2 x 16 scales). Tile t + STAGES - 1 is issued
+ *   into the stage that tile t - 1 used once cp.async.wait_group says tile
+ *   t landed and __syncwarp makes every lane's copies visible: no barrier
+ *   wider than the warp anywhere after the start.
+ * - Sizes (head size 128): a bf16 stage is 8.5 KB, 3 stages a warp, 4 warps
+ *   a block (104 KB): 2 blocks, 8 warps an SM, each with 2 stages (17 KB) in
+ *   flight while it computes on the third: ~139 KB in flight an SM, several
+ *   times the ~30 KB that 4.2 TB/s x ~1 us of latency over 132 SMs needs,
+ *   so a warp stalled on its chain leaves enough bytes moving. fp8: a stage
+ *   is 4.6 KB, 3 stages, 3 blocks (12 warps) an SM, ~113 KB in flight; more
+ *   warps because its chain (the e4m3 -> f16 cvts) is longer per byte.
+ *   Registers: O (HDV / 2 a lane), Q's fragments (HDK / 4, loaded straight
+ *   from global memory into the A layout: no shared Q), S, the softmax
+ *   state: at head 128 174-180 bf16 (2 blocks an SM allow 255), 152-156
+ *   fp8 (3 blocks allow 168); no spills.
+ *   Head sizes above 128 (O and Q would not fit in registers) stay on the
+ *   split kernel (attn_decode_rows_serves).
+ * - A persistent grid (at most the GPU's resident warps) takes items from a
+ *   counter (the work area's first split counter, p.done[0]: unused by a
+ *   one-split launch). Items go longest first: each block sorts the step's
+ *   decode rows by their tile counts (a counting sort over log-scale
+ *   buckets in shared memory, from the metadata alone, before pdl_wait), so
+ *   the long rows start first and short ones fill the tail. Each warp
+ *   fetches its next ticket while it works on the current one, so exactly
+ *   one fetch per warp fails; the warp whose failed fetch is the launch's
+ *   last resets the counter for the next launch.
+ * - fp8 cache: ldmatrix on the stage's bytes, cvt e4m3x2 -> f16x2 in
+ *   registers, f16 products on the exact codes; key scales on the scores,
+ *   value scales into P against the warp's running reference vref, Q in f16
+ *   times a power of two a row, in K's fragment order (as attention_decode.cu
+ *   decode_scores_fp8 / decode_pv_fp8; here for a warp's own 16-key stage).
+ *
+ * Soft-cap and window are template variants (a windowed row loads only its
+ * window's tiles); sinks and any GQA group size at run time. Not here: rope
+ * mode, cascade rows, several splits, the batch-invariant mode (attention.cu
+ * decode_rows keeps those on the split kernel).
+ */
+#include "kernels/cuda/attention.cuh"
+#include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/pdl.cuh"
+
+template <int HDK, int HDV, bool FP8> struct RowsShape {
+    static constexpr int KN = 16, NW = 4, NT = 32 * NW; /* keys a stage; warps (items at once) a block */
+    static constexpr int STAGES = 3;
+    static constexpr int SK = HDK + 8, SV = HDV + 8;                      /* bf16 stage rows, elements */
+    static constexpr int RSK = fp8_row_stride(HDK), RSV = fp8_row_stride(HDV); /* fp8 stage rows, bytes */
+    static constexpr int STAGE = FP8 ? KN * (RSK + RSV) + 2 * KN * 4 : KN * (SK + SV) * 2;
+    static constexpr int RING = STAGES * STAGE; /* a warp's */
+    static constexpr int ORDER_MAX = 1024, BUCKETS = 64; /* rows sorted longest first (more: step order) */
+    static constexpr int HEAD = ORDER_MAX * 2 + BUCKETS * 4;
+    static constexpr int SMEM = HEAD + NW * RING;
+    static constexpr int MIN_BLOCKS = FP8 ? 3 : 2; /* an SM: the register budget (see the top of the file) */
+    static_assert(HDK <= 128 && HDV <= 128, "O and Q's fragments in registers");
+    static_assert(STAGE % 16 == 0 && HEAD % 16 == 0, "stages keep 16-byte alignment");
+    static_assert(STAGES >= 2, "the key loop's wait counts on a group past the tile it reads");
+    static_assert(ORDER_MAX % NT == 0, "every thread sorts the same number of rows");
+};
+
+/* Head sizes this kernel serves (O and Q in registers); the rest run on the
+ * split kernel. */
+extern "C" bool attn_decode_rows_serves(int head_dim_k, int head_dim_v) {
+    return head_dim_k <= 128 && head_dim_v <= 128;
+}
+
+/* A decode row's key range [lo, hi) and its 16-key tiles [t0, t1). */
+template <bool WIN, int KN> struct RowRange {
+    int lo, hi, t0, t1;
+    __device__ __forceinline__ RowRange(const AttnKParams &p, int pos) {
+        lo = WIN ? max(0, pos - p.window + 1) : 0, hi = pos + 1;
+        t0 = lo / KN, t1 = pos / KN + 1;
+    }
+};
+
+/* order[0 .. n_decode) = the step's decode rows, most tiles first (buckets
+ * of 2^(1/4) in length: close enough to start the long ones first). From the
+ * metadata alone (uploaded before the step), so it runs before pdl_wait.
+ * Every thread of the block; ends with a barrier. */
+template <bool WIN, typename S>
+__device__ void rows_longest_first(const AttnKParams &p, int n_decode, int16_t *order, int *hist) {
+    constexpr int PER = S::ORDER_MAX / S::NT;
+    const int lane = threadIdx.x & 31;
+    for (int i = threadIdx.x; i < S::BUCKETS; i += S::NT) hist[i] = 0;
+    __syncthreads();
+    int key_at[PER]; /* bucket << 16 | place in the bucket, or -1 */
+#pragma unroll
+    for (int i = 0; i < PER; i++) {
+        const int d = threadIdx.x + i * S::NT;
+        key_at[i] = -1;
+        if (d < n_decode) {
+            const RowRange<WIN, S::KN> rr(p, p.meta[p.off_decode + 3 * d + 2]);
+            const int key = min(S::BUCKETS - 1, (int)(4.f * __log2f((float)(rr.t1 - rr.t0))));
+            key_at[i] = key << 16 | atomicAdd(&hist[key], 1);
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) { /* hist[k] = rows in buckets above k (lane: buckets 63 - 2 lane, 62 - 2 lane) */
+        static_assert(S::BUCKETS == 64, "two buckets a lane");
+        const int a = hist[63 - 2 * lane], b = hist[62 - 2 * lane];
+        int incl = a + b;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int y = __shfl_up_sync(0xffffffffu, incl, o);
+            if (lane >= o) incl += y;
+        }
+        __syncwarp();
+        hist[63 - 2 * lane] = incl - a - b, hist[62 - 2 * lane] = incl - b;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < PER; i++)
+        if (key_at[i] >= 0) order[hist[key_at[i] >> 16] + (key_at[i] & 0xffff)] = (int16_t)(threadIdx.x + i * S::NT);
+    __syncthreads();
+}
+
+/* Starts the copies of keys [n0, n0 + 16) of KV head kvh into a warp's
+ * stage (keys outside [lo, hi): zeros, scale 0, never read). The 16 keys lie
+ * in at most two cache blocks (block_size >= 8, n0 a multiple of 16): keys
+ * n0..n0+7 at consecutive slots of one, n0+8..n0+15 of one; their table
+ * entries are read once, at keys clamped into [lo, hi) so no entry outside
+ * the row's range is read, and key n0 + r's head vector is v[r / 8] +
+ * (r % 8) x n_kv_heads. */
+template <int HDK, int HDV, bool FP8, typename S>
+__device__ __forceinline__ void rows_load_tile(unsigned char *stage, const AttnKParams &p, const int32_t *tab, int kvh,
+                                               int n0, int lo, int hi, int lane) {
+    constexpr int KN = S::KN;
+    const int bmask = (1 << p.block_shift) - 1;
+    const int64_t blk0 = __ldg(tab + (min(max(n0, lo), hi - 1) >> p.block_shift));
+    const int64_t blk1 = __ldg(tab + (min(max(n0 + 8, lo), hi - 1) >> p.block_shift));
+    const int64_t v0 = ((blk0 << p.block_shift) + (n0 & bmask)) * p.n_kv_heads + kvh;
+    const int64_t v1 = ((blk1 << p.block_shift) + ((n0 + 8) & bmask)) * p.n_kv_heads + kvh;
+    auto at = [&](int r, int hd) { /* element offset of key n0 + r's head vector */
+        return ((r < 8 ? v0 : v1) + (int64_t)(r & 7) * p.n_kv_heads) * hd;
+    };
+    auto ok = [&](int r) { return n0 + r >= lo && n0 + r < hi; };
+    if (!FP8) {
+        auto copy = [&](bf16 *dst, const bf16 *cache, auto hd_c) {
+            constexpr int HD = decltype(hd_c)::value, CH = HD / 8;
+            static_assert((KN * CH) % 32 == 0, "a tile's chunks split evenly over the lanes");
+#pragma unroll
+            for (int it = 0; it < KN * CH / 32; it++) {
+                const int i = it * 32 + lane, r = i / CH, c = i % CH;
+                const bool v = ok(r);
+                cp_async16(smem_u32(dst + r * (HD + 8) + c * 8), v ? cache + at(r, HD) + c * 8 : cache, v);
+            }
+        };
+        bf16 *kt = (bf16 *)stage, *vt = kt + KN * S::SK;
+        copy(kt, (const bf16 *)p.k, std::integral_constant<int, HDK>{});
+        copy(vt, (const bf16 *)p.v, std::integral_constant<int, HDV>{});
+        return;
+    }
+    uint8_t *k8 = stage, *v8 = k8 + KN * S::RSK;
+    float *sc = (float *)(v8 + KN * S::RSV); /* K's 16 scales, then V's */
+    auto copy = [&](uint8_t *dst, const uint8_t *cache, int rs, auto hd_c) {
+        constexpr int HD = decltype(hd_c)::value, CH = HD / 16;
+#pragma unroll
+        for (int i = lane; i < KN * CH; i += 32) {
+            const int r = i / CH, c = i % CH;
+            const bool v = ok(r);
+            cp_async16(smem_u32(dst + r * rs + c * 16), v ? cache + at(r, HD) + c * 16 : cache, v);
+        }
+    };
+    copy(k8, (const uint8_t *)p.k, S::RSK, std::integral_constant<int, HDK>{});
+    copy(v8, (const uint8_t *)p.v, S::RSV, std::integral_constant<int, HDV>{});
+    const int r = lane & 15; /* lanes 0-15: K's scales, 16-31: V's */
+    const bool v = ok(r);
+    const float *scales = lane < 16 ? p.k_scale : p.v_scale;
+    const float *src = v ? scales + at(r, 1) : scales;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(sc + lane)), "l"(src),
+                 "r"(v ? 4 : 0));
+}
+
+/* Q's A fragments for query heads h0 .. h0 + nh - 1 of the row (rows past nh
+ * zero), straight from global memory. bf16: chunk c's a0..a3 as ldmatrix
+ * would give them. fp8: f16 times 2^(14 - e) a row (q_row_f16_factor; the
+ * quad of lanes sharing a row holds all of it), in K's fragment order: lane
+ * (g, t) holds dimensions 4t..4t+3 of each 16 (attention_decode.cu
+ * decode_scores_fp8); qr gets rows g and g + 8's logit factors. */
+template <int HDK, bool FP8, bool CAP>
+__device__ __forceinline__ void rows_load_q(uint32_t (&qf)[HDK / 16][4], float (&qr)[2], const AttnKParams &p, int row,
+                                            int h0, int nh, int lane) {
+    const int g = lane >> 2, tg = lane & 3;
+    const bf16 *q0 = p.q + ((int64_t)row * p.n_heads + h0 + g) * HDK, *q1 = q0 + 8 * HDK;
+    const bool v0 = g < nh, v1 = g + 8 < nh;
+    if (!FP8) {
+#pragma unroll
+        for (int c = 0; c < HDK / 16; c++) {
+            qf[c][0] = v0 ? *(const uint32_t *)(q0 + 16 * c + 2 * tg) : 0u;
+            qf[c][1] = v1 ? *(const uint32_t *)(q1 + 16 * c + 2 * tg) : 0u;
+            qf[c][2] = v0 ? *(const uint32_t *)(q0 + 16 * c + 8 + 2 * tg) : 0u;
+            qf[c][3] = v1 ? *(const uint32_t *)(q1 + 16 * c + 8 + 2 * tg) : 0u;
+        }
+        return;
+    }
+    float amax[2] = {0.f, 0.f};
+#pragma unroll
+    for (int c = 0; c < HDK / 16; c++) { /* the bf16 pairs first (dimensions 4t, 4t+1 | 4t+2, 4t+3) */
+        const uint2 w0 = v0 ? *(const uint2 *)(q0 + 16 * c + 4 * tg) : make_uint2(0u, 0u);
+        const uint2 w1 = v1 ? *(const uint2 *)(q1 + 16 * c + 4 * tg) : make_uint2(0u, 0u);
+        qf[c][0] = w0.x, qf[c][2] = w0.y, qf[c][1] = w1.x, qf[c][3] = w1.y;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const uint32_t w = qf[c][k];
+            const float m = fmaxf(fabsf(__uint_as_float(w << 16)), fabsf(__uint_as_float(w & 0xffff0000u)));
+            amax[k & 1] = fmaxf(amax[k & 1], m); /* a0, a2: row g; a1, a3: row g + 8 */
+        }
+    }
+    float f[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float undo;
+        f[r] = q_row_f16_factor(quad_max(amax[r]), &undo);
+        qr[r] = attn_row_factor_fp8<CAP>(undo, p);
+    }
+#pragma unroll
+    for (int c = 0; c < HDK / 16; c++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const uint32_t w = qf[c][k];
+            qf[c][k] = pack_f16(__uint_as_float(w << 16) * f[k & 1], __uint_as_float(w & 0xffff0000u) * f[k & 1]);
+        }
+}
+
+/* fp8: s += q' . code for the stage's 16 keys ([16][RSK] bytes); ldmatrix
+ * x4 gives lane (g, t) codes 4t..4t+3 of key g (+8) of two 16-code chunks. */
+template <int HDK, int RSK>
+__device__ __forceinline__ void rows_scores_fp8(float (&s)[2][4], const uint32_t (&qf)[HDK / 16][4], const uint8_t *k8,
+                                                int lane) {
+    constexpr int CH = HDK / 16;
+    const uint32_t k_addr = smem_u32(k8 + (((lane >> 3) & 1) * 8 + (lane & 7)) * RSK + (lane >> 4) * 16);
+#pragma unroll
+    for (int c = 0; c < CH; c += 2) {
+        uint32_t w[4];
+        if (c + 1 < CH) ldsm_x4(k_addr + c * 16, w[0], w[1], w[2], w[3]);
+        else ldsm_x2(k_addr + c * 16, w[0], w[1]); /* head size 80: the last chunk alone */
+#pragma unroll
+        for (int h = 0; h < (c + 1 < CH ? 2 : 1); h++) {
+            mma_f16(s[0], qf[c + h], e4m3x2_to_f16x2(w[2 * h]), e4m3x2_to_f16x2(w[2 * h] >> 16));
+            mma_f16(s[1], qf[c + h], e4m3x2_to_f16x2(w[2 * h + 1]), e4m3x2_to_f16x2(w[2 * h + 1] >> 16));
+        }
+    }
+}
+
+/* fp8: o += P V from the stage's value bytes ([16][RSV]); column j of
+ * o[2c + e] is dimension 16c + 2j + e (rows_store puts it back). */
+template <int HDV, int RSV>
+__device__ __forceinline__ void rows_pv_fp8(float (&o)[HDV / 8][4], const uint32_t (&a)[4], const uint8_t *v8,
+                                            int lane) {
+    constexpr int CH = HDV / 16;
+    const uint32_t v_addr = smem_u32(v8 + (((lane >> 3) & 1) * 8 + (lane & 7)) * RSV + (lane >> 4) * 16);
+#pragma unroll
+    for (int c = 0; c < CH; c += 2) {
+        uint32_t w[4];
+        if (c + 1 < CH) ldsm_x4_t(v_addr + c * 16, w[0], w[1], w[2], w[3]);
+        else ldsm_x2_t(v_addr + c * 16, w[0], w[1]);
+#pragma unroll
+        for (int h = 0; h < (c + 1 < CH ? 2 : 1); h++) {
+            const uint32_t lo = __byte_perm(w[2 * h], 0, 0x3120), hi = __byte_perm(w[2 * h + 1], 0, 0x3120);
+            mma_f16(o[2 * (c + h)], a, e4m3x2_to_f16x2(lo), e4m3x2_to_f16x2(hi));
+            mma_f16(o[2 * (c + h) + 1], a, e4m3x2_to_f16x2(lo >> 16), e4m3x2_to_f16x2(hi >> 16));
+        }
+    }
+}
+
+/* The item's output: rows g, g + 8 (query heads h0 + g, h0 + g + 8, those
+ * below nh) normalized with the sink: o e / (e l + exp2(sink - M)),
+ * e = exp2(m - M), M = max(m, sink) (fp8: times vref). */
+template <int HDV, bool FP8>
+__device__ __forceinline__ void rows_store(const AttnKParams &p, const float (&o)[HDV / 8][4], const float (&mx)[2],
+                                           const float (&l)[2], float vref, int row, int h0, int nh, int lane) {
+    const int g = lane >> 2, tg = lane & 3;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const float sum_l = quad_sum(l[r]);
+        const int hr = g + 8 * r, h = h0 + hr;
+        if (hr >= nh) continue;
+        const float sink = p.sinks ? p.sinks[h] * ATTN_LOG2E : -INFINITY, mm = fmaxf(sink, mx[r]);
+        const float base = mm == -INFINITY ? 0.f : mm, e = exp2f(mx[r] - base);
+        const float sum = e * sum_l + (p.sinks ? exp2f(sink - base) : 0.f);
+        const float f = e * (sum > 0.f ? 1.f / sum : 0.f) * (FP8 ? vref : 1.f);
+        bf16 *out = p.out + ((int64_t)row * p.n_heads + h) * HDV;
+        if (FP8) {
+#pragma unroll
+            for (int c = 0; c < HDV / 16; c++) /* dimensions 16c + 4tg .. + 3 (rows_pv_fp8's order) */
+                *(uint2 *)(out + 16 * c + 4 * tg) =
+                    make_uint2(pack_bf16(o[2 * c][2 * r] * f, o[2 * c + 1][2 * r] * f),
+                               pack_bf16(o[2 * c][2 * r + 1] * f, o[2 * c + 1][2 * r + 1] * f));
+        } else {
+#pragma unroll
+            for (int i = 0; i < HDV / 8; i++)
+                *(uint32_t *)(out + i * 8 + 2 * tg) = pack_bf16(o[i][2 * r] * f, o[i][2 * r + 1] * f);
+        }
+    }
+}
+
+/* One item, by one warp: decode entry d, KV head kvh, head group grp. */
+template <int HDK, int HDV, bool CAP, bool WIN, bool FP8>
+__device__ __forceinline__ void rows_item(const AttnKParams &p, int d, int kvh, int grp, unsigned char *ring,
+                                          int lane) {
+    using S = RowsShape<HDK, HDV, FP8>;
+    constexpr int KN = S::KN, ST = S::STAGES;
+    const int32_t *dec = p.meta + p.off_decode + 3 * d;
+    const int row = dec[0], pos = dec[2];
+    const int32_t *tab = p.meta + p.off_tables + (int64_t)dec[1] * p.table_width;
+    const int h0 = kvh * p.group + grp * 16, nh = min(16, p.group - grp * 16);
+    const RowRange<WIN, KN> rr(p, pos);
+    const int lo = rr.lo, hi = rr.hi, tg = lane & 3;
+
+    auto load = [&](int st, int t) {
+        rows_load_tile<HDK, HDV, FP8, S>(ring + st * S::STAGE, p, tab, kvh, t * KN, lo, hi, lane);
+    };
+#pragma unroll
+    for (int st = 0; st < ST - 1; st++) {
+        if (rr.t0 + st < rr.t1) load(st, rr.t0 + st);
+        cp_async_commit(); /* empty groups keep the wait counts uniform */
+    }
+    uint32_t qf[HDK / 16][4];
+    float qr[2] = {1.f, 1.f}; /* fp8: rows g, g + 8's logit factors */
+    rows_load_q<HDK, FP8, CAP>(qf, qr, p, row, h0, nh, lane);
+
+    float o[HDV / 8][4];
+#pragma unroll
+    for (int i = 0; i < HDV / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    float mx[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, vref = 0.f;
+
+    for (int t = rr.t0, st = 0; t < rr.t1; t++, st = st + 1 == ST ? 0 : st + 1) {
+        /* tile t0 + i is commit group i: ST - 1 up front, one a turn after; at turn i groups 0..i have
+         * landed when at most ST - 2 are pending */
+        cp_async_wait<ST - 2>();
+        __syncwarp(); /* every lane's copies of tile t visible; every lane done with tile t - 1's stage */
+        if (t + ST - 1 < rr.t1) load(st == 0 ? ST - 1 : st - 1, t + ST - 1);
+        cp_async_commit();
+        unsigned char *stage = ring + st * S::STAGE;
+
+        float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+        float2 sck[2], scv[2]; /* fp8: scales of this lane's keys 2tg, 2tg + 1 and 8 + 2tg, 9 + 2tg */
+        if (FP8) {
+            const uint8_t *k8 = stage;
+            const float *sc = (const float *)(stage + KN * (S::RSK + S::RSV));
+            rows_scores_fp8<HDK, S::RSK>(s, qf, k8, lane);
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                sck[i] = *reinterpret_cast<const float2 *>(sc + i * 8 + 2 * tg);
+                scv[i] = *reinterpret_cast<const float2 *>(sc + KN + i * 8 + 2 * tg);
+            }
+        } else {
+            const uint32_t k_addr =
+                smem_u32((const bf16 *)stage + ((lane & 7) + ((lane >> 4) << 3)) * S::SK + ((lane >> 3) & 1) * 8);
+#pragma unroll
+            for (int kk = 0; kk < HDK / 16; kk++) {
+                uint32_t b0, b1, b2, b3;
+                ldsm_x4(k_addr + kk * 32, b0, b1, b2, b3);
+                mma_bf16(s[0], qf[kk], b0, b1);
+                mma_bf16(s[1], qf[kk], b2, b3);
+            }
+        }
+        /* only the first and last tiles can hold keys outside [lo, hi) */
+        const bool edge = t * KN < lo || (t + 1) * KN > hi;
+        float tmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int j = t * KN + i * 8 + 2 * tg + (e & 1);
+                const float x = !edge || (j >= lo && j < hi)
+                                    ? (FP8 ? attn_logit_fp8<CAP>(s[i][e], e & 1 ? sck[i].y : sck[i].x, qr[e >> 1], p)
+                                           : attn_logit<CAP>(s[i][e], p))
+                                    : -INFINITY;
+                s[i][e] = x;
+                tmax[e >> 1] = fmaxf(tmax[e >> 1], x);
+            }
+        float alpha[2], base[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const float mnew = fmaxf(mx[r], quad_max(tmax[r]));
+            base[r] = mnew == -INFINITY ? 0.f : mnew;
+            alpha[r] = exp2f(mx[r] - base[r]);
+            mx[r] = mnew;
+            l[r] *= alpha[r];
+        }
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                s[i][e] = exp2f(s[i][e] - base[e >> 1]);
+                l[e >> 1] += s[i][e];
+            }
+        uint32_t a[4];
+        if (FP8) { /* P x value scale / vref; O rescaled to the new vref with alpha */
+            float rescale;
+            const float inv = fp8_v_ref(fmaxf(fmaxf(scv[0].x, scv[0].y), fmaxf(scv[1].x, scv[1].y)), vref, &rescale);
+            alpha[0] *= rescale, alpha[1] *= rescale;
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                s[i][0] *= scv[i].x * inv, s[i][1] *= scv[i].y * inv;
+                s[i][2] *= scv[i].x * inv, s[i][3] *= scv[i].y * inv;
+            }
+            a[0] = pack_f16(s[0][0], s[0][1]), a[1] = pack_f16(s[0][2], s[0][3]);
+            a[2] = pack_f16(s[1][0], s[1][1]), a[3] = pack_f16(s[1][2], s[1][3]);
+        } else {
+            a[0] = pack_bf16(s[0][0], s[0][1]), a[1] = pack_bf16(s[0][2], s[0][3]);
+            a[2] = pack_bf16(s[1][0], s[1][1]), a[3] = pack_bf16(s[1][2], s[1][3]);
+        }
+        /* once the running max (and fp8's vref) settle, alpha stays 1: skip the HDV / 2 multiplies */
+        if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+            for (int i = 0; i < HDV / 8; i++)
+                o[i][0] *= alpha[0], o[i][1] *= alpha[0], o[i][2] *= alpha[1], o[i][3] *= alpha[1];
+        }
+        if (FP8) {
+            rows_pv_fp8<HDV, S::RSV>(o, a, stage + KN * S::RSK, lane);
+        } else {
+            const bf16 *vt = (const bf16 *)stage + KN * S::SK;
+            const uint32_t v_addr = smem_u32(vt + ((lane & 7) + ((lane >> 3) & 1) * 8) * S::SV + (lane >> 4) * 8);
+#pragma unroll
+            for (int nn = 0; nn < HDV / 16; nn++) {
+                uint32_t b0, b1, b2, b3;
+                ldsm_x4_t(v_addr + nn * 32, b0, b1, b2, b3);
+                mma_bf16(o[2 * nn], a, b0, b1);
+                mma_bf16(o[2 * nn + 1], a, b2, b3);
+            }
+        }
+    }
+    __syncwarp(); /* every lane done with the ring before the next item's copies land in it */
+    rows_store<HDV, FP8>(p, o, mx, l, vref, row, h0, nh, lane);
+}
+
+template <int HDK, int HDV, bool CAP, bool WIN, bool FP8>
+__global__ void __launch_bounds__(128, RowsShape<HDK, HDV, FP8>::MIN_BLOCKS)
+    attn_decode_rows_kernel(const AttnKParams p, int n_decode) {
+    using S = RowsShape<HDK, HDV, FP8>;
+    extern __shared__ __align__(16) unsigned char smem[];
+    int16_t *order = (int16_t *)smem;
+    int *hist = (int *)(smem + S::ORDER_MAX * 2);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    unsigned char *ring = smem + S::HEAD + warp * S::RING;
+
+    const bool sorted = n_decode <= S::ORDER_MAX;
+    if (sorted) rows_longest_first<WIN, S>(p, n_decode, order, hist);
+    pdl_wait(); /* q and the cache's newest keys come from the kernels before */
+
+    const int per_row = p.n_kv_heads * p.n_groups, n_items = n_decode * per_row;
+    const int last_fetch = n_items + gridDim.x * S::NW - 1; /* every warp's one failed fetch counted */
+    int *next = p.done;
+    int item = __shfl_sync(0xffffffffu, lane == 0 ? atomicAdd(next, 1) : 0, 0);
+    for (;;) {
+        if (item >= n_items) {
+            /* the launch's last fetch: nobody fetches again, so zero the counter for the next launch */
+            if (lane == 0 && item == last_fetch) atomicExch(next, 0);
+            break;
+        }
+        const int following = lane == 0 ? atomicAdd(next, 1) : 0; /* its latency hides under this item */
+        const int dpos = item / per_row, r = item % per_row;
+        rows_item<HDK, HDV, CAP, WIN, FP8>(p, sorted ? order[dpos] : dpos, r / p.n_groups, r % p.n_groups, ring, lane);
+        item = __shfl_sync(0xffffffffu, following, 0);
+    }
+}
+
+/* ---- launchers ---- */
+
+template <int HDK, int HDV, bool FP8>
+static int rows_variant(const AttnKParams *kp, int n_decode, int resident_warps, cudaStream_t s, Err *err) {
+    using S = RowsShape<HDK, HDV, FP8>;
+    const int64_t items = (int64_t)n_decode * kp->n_kv_heads * kp->n_groups;
+    const int64_t warps = items < resident_warps ? items : resident_warps;
+    const int blocks = (int)((warps + S::NW - 1) / S::NW);
+    return attn_cap_win(kp, [&](auto cap, auto win) {
+        auto kernel = attn_decode_rows_kernel<HDK, HDV, decltype(cap)::value, decltype(win)::value, FP8>;
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM), err);
+        CUDA_CHECK(launch_pdl(kernel, dim3(blocks), S::NT, S::SMEM, s, *kp, n_decode), err);
+        return 0;
+    });
+}
+
+/* Warps of the kernel the GPU holds at once: multiprocessors x blocks each
+ * (the fewest of the four mask variants) x warps a block. */
+template <int HDK, int HDV, bool FP8> static int rows_resident(Err *err) {
+    using S = RowsShape<HDK, HDV, FP8>;
+    int dev = 0, sms = 0, fewest = 1 << 30;
+    CUDA_CHECK(cudaGetDevice(&dev), err);
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), err);
+    void (*kernels[4])(const AttnKParams, int) = {
+        attn_decode_rows_kernel<HDK, HDV, false, false, FP8>, attn_decode_rows_kernel<HDK, HDV, false, true, FP8>,
+        attn_decode_rows_kernel<HDK, HDV, true, false, FP8>, attn_decode_rows_kernel<HDK, HDV, true, true, FP8>};
+    for (int i = 0; i < 4; i++) {
+        int per_sm = 0;
+        CUDA_CHECK(cudaFuncSetAttribute(kernels[i], cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM), err);
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernels[i], S::NT, S::SMEM), err);
+        fewest = per_sm < fewest ? per_sm : fewest;
+    }
+    return sms * (fewest > 0 ? fewest : 1) * S::NW;
+}
+
+/* The pairs of ATTN_HEAD_DIMS this kernel serves (a pair above 128 names
+ * the 128 variant only so that the macro stays one expression: the
+ * condition never lets it run). */
+#define ROWS_HD(K, V) \
+    if (head_dim_k == K && head_dim_v == V && K <= 128 && V <= 128)
+
+extern "C" int cuda_attention_decode_rows_resident(int head_dim_k, int head_dim_v, bool fp8, Err *err) {
+#define ATTN_HD(K, V) \
+    ROWS_HD(K, V) return fp8 ? rows_resident<(K <= 128 ? K : 128), (V <= 128 ? V : 128), true>(err) \
+                             : rows_resident<(K <= 128 ? K : 128), (V <= 128 ? V : 128), false>(err);
+    ATTN_HEAD_DIMS(ATTN_HD)
+#undef ATTN_HD
+    return 0; /* head sizes it does not serve: the split kernel's */
+}
+
+extern "C" int attn_decode_rows_launch(const AttnKParams *kp, int head_dim_k, int head_dim_v, int n_decode,
+                                       int resident_warps, cudaStream_t s, Err *err) {
+    if (n_decode == 0) return 0;
+#define ATTN_HD(K, V)                                                                                          \
+    ROWS_HD(K, V) return kp->fp8                                                                               \
+        ? rows_variant<(K <= 128 ? K : 128), (V <= 128 ? V : 128), true>(kp, n_decode, resident_warps, s, err) \
+        : rows_variant<(K <= 128 ? K : 128), (V <= 128 ? V : 128), false>(kp, n_decode, resident_warps, s, err);
+    ATTN_HEAD_DIMS(ATTN_HD)
+#undef ATTN_HD
+    return err_set(err, "attention: head sizes k=%d v=%d have no many-rows decode kernel (it serves <= 128)",
+                   head_dim_k, head_dim_v);
+}
