@@ -96,6 +96,8 @@ typedef struct {
     int split_tiles;             /* 0: every row n_splits splits; > 0: per-row splits (AttnKParams) */
     int64_t cap;                 /* > 0: part holds cap (row, split) slots and the decode rows run in
                                     groups that fit (max_decode unused); 0: max_decode rows at once */
+    bool no_short;               /* temporary A/B (CLLM_AB_DECODE_SHORT=off): launches of one split run the
+                                    general decode kernel, not attention_decode_short.cu's */
 } AttnDecodeWork;
 
 size_t attn_decode_work_bytes(int max_decode, int n_heads, int head_dim_v, int n_splits);
@@ -192,6 +194,9 @@ extern "C" int attn_cascade_shared_launch(const AttnKParams *kp, int head_dim_k,
                                           int n_splits, cudaStream_t s, Err *err);
 extern "C" int attn_decode_launch(const AttnKParams *kp, int head_dim_k, int head_dim_v, int n_decode, cudaStream_t s,
                                   Err *err);
+/* attention_decode_short.cu: a launch of one split (kp->n_splits == 1) and no cascade plan */
+extern "C" int attn_decode_short_launch(const AttnKParams *kp, int head_dim_k, int head_dim_v, int n_decode,
+                                        cudaStream_t s, Err *err);
 #endif
 
 #endif

@@ -223,6 +223,8 @@ static int read_tuning(CudaTuning *t, const BackendOptions *o, const CudaChecks 
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess)
         t->fp8_gemm = !o->batch_invariant && major * 10 + minor >= 89;
+    const char *ab = getenv("CLLM_AB_DECODE_SHORT"); /* temporary: the short-context decode kernel A/B */
+    t->decode_short = !(ab && !strcmp(ab, "off"));
     const char *ps = getenv("CLLM_PROFILE_STEPS");
     if (ps && *ps && (sscanf(ps, "%d,%d", &t->prof_first, &t->prof_count) != 2 || t->prof_first < 0 ||
                       t->prof_count < 1))

@@ -184,6 +184,7 @@ int attn_alloc_work(CudaBackend *cb, const ModelShape *c, int block_size, bool g
     /* every decode row splits its own key range, ATTN_SPLIT_TILES tiles a
      * split: a short row of a long graph gets one split and no merge */
     cb->work.split_tiles = ATTN_SPLIT_TILES;
+    cb->work.no_short = !cb->tune.decode_short;
     return cascade_alloc(cb, err);
 }
 
