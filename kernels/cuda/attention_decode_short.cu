@@ -123,8 +123,11 @@ static __device__ void short_rows_item(const AttnKParams &p, int item, bf16 *sQ,
     __syncwarp(); /* buf is the next item's */
 }
 
+/* __launch_bounds__(128, 1): with the bare 128, ptxas held several variants to 96 or 128 registers and
+ * spilled (4-28 bytes); with 1 it takes what it needs, spills none, and the fp8 variants at head size <= 128
+ * stay under 168 registers, so their 3 blocks an SM (DecodeShape) still fit. */
 template <int HDK, int HDV, bool CAP, bool WIN, bool FP8>
-__global__ void __launch_bounds__(128) attn_decode_short_kernel(const AttnKParams p) {
+__global__ void __launch_bounds__(128, 1) attn_decode_short_kernel(const AttnKParams p) {
     using S = DecodeShape<HDK, HDV, FP8>;
     constexpr int BN = S::BN, NT = S::NT, SK = S::SK, SV = S::SV, ST = S::STAGES;
     extern __shared__ __align__(16) unsigned char smem[];
