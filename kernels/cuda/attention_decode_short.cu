@@ -30,7 +30,8 @@
  * the same bits from either kernel (tests/gpu/test_attention.c checks it),
  * which the batch-invariant mode needs (a row may run in a grid of one split
  * or of several). Long rows in a one-split grid (many rows at once) run the
- * same ring as before.
+ * same ring as before. Not done for that reason: more warps a block (fewer
+ * keys a warp at short contexts) would change the order of the sums.
  */
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/attention_common.cuh"
