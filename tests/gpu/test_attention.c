@@ -17,7 +17,8 @@
  * Cases: every head-size pair, GQA 1/4/8, MQA (group 8 and 32), block sizes
  * 16/32/64, chunked prefill, windows of 1, the prompt length and more,
  * sinks, soft-cap, long decode rows over many splits, a decode step replayed
- * from a CUDA graph after its metadata changed, and an unsupported head size.
+ * from a CUDA graph after its metadata changed (at the engine's splits and
+ * at one split), and an unsupported head size.
  * The decode kernel's rope mode (cuda_attention_decode_rope: qk-norm, rope
  * and the new rows' cache write in the kernel) against the host's rope,
  * cache write and attention, every head-size pair, both caches: the output,
