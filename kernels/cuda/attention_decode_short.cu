@@ -18,7 +18,8 @@
  *    after it (rows whose new-key tile is past the up-front loads, ST tiles
  *    and more, keep that pass);
  *  - the rope pass is one list of work items over the 4 warps (the new key,
- *    the new value, then the query heads), and with an fp8 cache each query
+ *    the new value, then the query heads) through one code path (one copy of
+ *    the norm + rope and of the quantizer), and with an fp8 cache each query
  *    head goes to f16 (the scaled, permuted form of q_rows_to_f16) in the
  *    warp that ropes it: no block-wide conversion pass and no barrier after
  *    it; without rope, fp8 queries take the same per-warp pass;
@@ -73,53 +74,41 @@ typedef struct {
  * rope / conversion pass, by one warp (buf: its fp32 head buffer): with
  * rope, item 0 the new key (qk-norm, rope, fp8 codes), item 1 the new
  * value, as decode_rope_rows does them; then the query heads: roped (rope
- * mode) and, with an fp8 cache, to f16 (warp_q_row_to_f16). */
+ * mode) and, with an fp8 cache, to f16 (warp_q_row_to_f16). One code path
+ * for all of them (one copy of the norm + rope and of the quantizer: the
+ * warps share the instruction cache, and it is cold). */
 template <int HDK, int HDV, bool FP8, int RAW>
 static __device__ void short_rows_item(const AttnKParams &p, int item, bf16 *sQ, float *qsc, float *buf,
                                        const unsigned char *nkv, const ShortNewKV &nw, int kvh, const RopeLaneCS &cs) {
     const int lane = threadIdx.x & 31;
-    const bf16 *raw = (const bf16 *)(nkv + RAW);
-    if (p.rope && item == 0) { /* the new key */
-        for (int i = lane; i < HDK; i += 32) buf[i] = __bfloat162float(raw[i]);
-        warp_norm_rope_cs(buf, HDK, p.k_norm, p.qk_eps, p.qk_offset, cs, p.freqs);
+    const bool is_key = p.rope && item == 0, is_value = p.rope && item == 1, is_q = !is_key && !is_value;
+    const int hr = item - (p.rope ? 2 : 0), n = is_value ? HDV : HDK;
+    bf16 *qr = sQ + hr * (HDK + 8); /* a query head's row (is_q) */
+    const bf16 *raw = (const bf16 *)(nkv + RAW), *src = is_q ? qr : is_key ? raw : raw + HDK;
+    for (int i = lane; i < n; i += 32) buf[i] = __bfloat162float(src[i]);
+    __syncwarp(); /* a query row is read before any lane writes it (f16's order moves values across lanes) */
+    if (p.rope && !is_value) warp_norm_rope_cs(buf, HDK, is_key ? p.k_norm : p.q_norm, p.qk_eps, p.qk_offset, cs, p.freqs);
+    if (is_q) {
+        if (FP8) warp_q_row_to_f16<HDK>(buf, qr, qsc + hr);
+        else for (int i = lane; i < HDK; i += 32) qr[i] = __float2bfloat16(buf[i]);
+    } else { /* the new key (roped) or value (as it is) into its place, and the cache (store) */
+        unsigned char *dst = is_key ? nw.k : nw.v;
         if (FP8) {
-            warp_quantize_fp8(buf, HDK, nw.k, nw.ks, p.k_fixed ? p.k_fixed + kvh : nullptr);
+            float *sc = is_key ? nw.ks : nw.vs;
+            const float *fixed = is_key ? p.k_fixed : p.v_fixed;
+            warp_quantize_fp8(buf, n, dst, sc, fixed ? fixed + kvh : nullptr);
             __syncwarp();
-            for (int i = lane; nw.store && i < HDK; i += 32) ((uint8_t *)p.k)[nw.at * HDK + i] = nw.k[i];
-            if (nw.store && lane == 0) ((float *)p.k_scale)[nw.at] = *nw.ks;
+            uint8_t *cache = (uint8_t *)(is_key ? p.k : p.v) + nw.at * n;
+            for (int i = lane; nw.store && i < n; i += 32) cache[i] = dst[i];
+            if (nw.store && lane == 0) (is_key ? (float *)p.k_scale : (float *)p.v_scale)[nw.at] = *sc;
         } else {
-            for (int i = lane; i < HDK; i += 32) {
-                const bf16 x = __float2bfloat16(buf[i]);
-                ((bf16 *)nw.k)[i] = x;
-                if (nw.store) ((bf16 *)p.k)[nw.at * HDK + i] = x;
+            bf16 *cache = (bf16 *)(is_key ? p.k : p.v) + nw.at * n;
+            for (int i = lane; i < n; i += 32) {
+                const bf16 x = is_value ? src[i] : __float2bfloat16(buf[i]); /* the value's own bits, nans too */
+                ((bf16 *)dst)[i] = x;
+                if (nw.store) cache[i] = x;
             }
         }
-        return;
-    }
-    if (p.rope && item == 1) { /* the new value, as it is */
-        const bf16 *src = raw + HDK;
-        if (FP8) {
-            warp_quantize_fp8(src, HDV, nw.v, nw.vs, p.v_fixed ? p.v_fixed + kvh : nullptr);
-            __syncwarp();
-            for (int i = lane; nw.store && i < HDV; i += 32) ((uint8_t *)p.v)[nw.at * HDV + i] = nw.v[i];
-            if (nw.store && lane == 0) ((float *)p.v_scale)[nw.at] = *nw.vs;
-        } else {
-            for (int i = lane; i < HDV; i += 32) {
-                ((bf16 *)nw.v)[i] = src[i];
-                if (nw.store) ((bf16 *)p.v)[nw.at * HDV + i] = src[i];
-            }
-        }
-        return;
-    }
-    const int hr = item - (p.rope ? 2 : 0); /* a query head */
-    bf16 *qr = sQ + hr * (HDK + 8);
-    for (int i = lane; i < HDK; i += 32) buf[i] = __bfloat162float(qr[i]);
-    __syncwarp(); /* the row is read before any lane writes it (f16's order moves values across lanes) */
-    if (p.rope) warp_norm_rope_cs(buf, HDK, p.q_norm, p.qk_eps, p.qk_offset, cs, p.freqs);
-    if (FP8) {
-        warp_q_row_to_f16<HDK>(buf, qr, qsc + hr);
-    } else {
-        for (int i = lane; i < HDK; i += 32) qr[i] = __float2bfloat16(buf[i]);
     }
     __syncwarp(); /* buf is the next item's */
 }
