@@ -80,6 +80,7 @@ typedef struct {
 template <int HDK, int HDV, bool FP8, int RAW>
 static __device__ void short_rows_item(const AttnKParams &p, int item, bf16 *sQ, float *qsc, float *buf,
                                        const unsigned char *nkv, const ShortNewKV &nw, int kvh, const RopeLaneCS &cs) {
+    static_assert(HDV <= HDK, "buf holds HDK floats: the value's too");
     const int lane = threadIdx.x & 31;
     const bool is_key = p.rope && item == 0, is_value = p.rope && item == 1, is_q = !is_key && !is_value;
     const int hr = item - (p.rope ? 2 : 0), n = is_value ? HDV : HDK;
