@@ -24,7 +24,9 @@
  *    warp that ropes it: no block-wide conversion pass and no barrier after
  *    it; without rope, fp8 queries take the same per-warp pass;
  *  - the first tile's wait and barrier, Q's fragments and fp8's row factors
- *    come before the key loop instead of as first-turn branches inside it.
+ *    come before the key loop instead of as first-turn branches inside it;
+ *    a row of at most ST tiles (all of them loaded up front) waits for them
+ *    once and runs them with no barrier between tiles.
  * The key loop itself (the cp.async ring, 16 keys a warp a tile,
  * decode_tile) and the 4-warp merge are attention_decode.cuh's, the same
  * operations in the same order as attention_decode.cu: a row's output has
@@ -201,9 +203,12 @@ __global__ void __launch_bounds__(128, 1) attn_decode_short_kernel(const AttnKPa
             short_rows_item<HDK, HDV, FP8, S::RAW>(p, it, sQ, qsc, rope_buf + warp * HDK, nkv, nw, kvh, cs);
     }
 
-    /* tile ts (commit group 0), Q and the rope pass's rows: in place for every thread */
-    cp_async_wait<ST - 1>();
-    __syncthreads();
+    /* every tile requested up front (at most ST: the short rows): wait for all of them once, then no ring
+     * turns and no barriers between tiles (in rope mode up_front is direct: no put-new pass either) */
+    const bool up_front = te - ts <= ST;
+    if (up_front) cp_async_wait<0>();
+    else cp_async_wait<ST - 1>(); /* tile ts (commit group 0) */
+    __syncthreads();              /* ... Q and the rope pass's rows too: in place for every thread */
     DecodeWarp<HDV> ws;
     decode_warp_init(ws);
     if (FP8) ws.qr[0] = attn_row_factor_fp8<CAP>(qsc[g], p), ws.qr[1] = attn_row_factor_fp8<CAP>(qsc[g + 8], p);
@@ -215,7 +220,7 @@ __global__ void __launch_bounds__(128, 1) attn_decode_short_kernel(const AttnKPa
 
     for (int t = ts; t < te; t++) {
         const int st = (t - ts) % ST;
-        if (t > ts) { /* the ring's turn, as attention_decode.cu counts its groups */
+        if (!up_front && t > ts) { /* the ring's turn, as attention_decode.cu counts its groups */
             cp_async_wait<ST - 2>();
             __syncthreads(); /* tile t landed for all threads; stage of t - 1 is free */
             if (t + ST - 1 < te) load_stage((t - 1 - ts) % ST, t + ST - 1);
