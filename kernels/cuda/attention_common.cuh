@@ -147,9 +147,10 @@ template <bool CAP> __device__ __forceinline__ float attn_row_factor_fp8(float q
 
 /* Starts copying keys [n0, n0 + BN) of KV head kvh into a [BN][HD + 8]
  * shared tile, through the sequence's block table; keys outside [lo, hi)
- * become zeros (never read from the cache); key `skip`'s row is left as it
- * is (the short decode kernel writes its new key there itself). */
-template <int HD, int BN, int NT>
+ * become zeros (never read from the cache); with SKIP, key `skip`'s row is
+ * left as it is (the short decode kernel writes its new key there itself;
+ * a template flag, so the other callers' code has no such test). */
+template <int HD, int BN, int NT, bool SKIP = false>
 __device__ __forceinline__ void load_kv_tile(bf16 *sm, const bf16 *cache, const int32_t *tab, const AttnKParams &p,
                                              int kvh, int n0, int lo, int hi, int skip = -1) {
     constexpr int CH = HD / 8, STRIDE = HD + 8;
@@ -165,7 +166,7 @@ __device__ __forceinline__ void load_kv_tile(bf16 *sm, const bf16 *cache, const 
             int64_t slot = ((int64_t)tab[j >> p.block_shift] << p.block_shift) + (j & bmask);
             src = cache + (slot * p.n_kv_heads + kvh) * HD + c * 8;
         }
-        if (j != skip) cp_async16(smem_u32(sm + r * STRIDE + c * 8), src, ok);
+        if (!SKIP || j != skip) cp_async16(smem_u32(sm + r * STRIDE + c * 8), src, ok);
     }
 }
 
@@ -173,8 +174,9 @@ __device__ __forceinline__ void load_kv_tile(bf16 *sm, const bf16 *cache, const 
  * kvh into a [BN][RS] byte tile (16-byte chunks; a row's chunks are
  * contiguous in the cache) and their scales into sc[BN] (4-byte copies: the
  * scales of one head are n_kv_heads floats apart). Keys outside [lo, hi)
- * become code 0 with scale 0; key `skip` is left as it is (load_kv_tile). */
-template <int HD, int BN, int NT, int RS = HD>
+ * become code 0 with scale 0; with SKIP, key `skip` is left as it is
+ * (load_kv_tile). */
+template <int HD, int BN, int NT, int RS = HD, bool SKIP = false>
 __device__ __forceinline__ void load_kv_tile_fp8(uint8_t *sm, float *sc, const uint8_t *cache, const float *scales,
                                                  const int32_t *tab, const AttnKParams &p, int kvh, int n0, int lo,
                                                  int hi, int skip = -1) {
@@ -188,14 +190,14 @@ __device__ __forceinline__ void load_kv_tile_fp8(uint8_t *sm, float *sc, const u
             int64_t slot = ((int64_t)tab[j >> p.block_shift] << p.block_shift) + (j & bmask);
             src = cache + (slot * p.n_kv_heads + kvh) * HD + c * 16;
         }
-        if (j != skip) cp_async16(smem_u32(sm + r * RS + c * 16), src, ok);
+        if (!SKIP || j != skip) cp_async16(smem_u32(sm + r * RS + c * 16), src, ok);
     }
     for (int r = (int)threadIdx.x; r < BN; r += NT) {
         int j = n0 + r;
         bool ok = j >= lo && j < hi;
         const float *src = scales;
         if (ok) src = scales + (((int64_t)tab[j >> p.block_shift] << p.block_shift) + (j & bmask)) * p.n_kv_heads + kvh;
-        if (j != skip)
+        if (!SKIP || j != skip)
             asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(sc + r)), "l"(src),
                          "r"(ok ? 4 : 0));
     }

@@ -4,8 +4,11 @@
  * the store of a warp's state for the 4-warp merge. Two kernels use them:
  * attention_decode.cu (any split count, cascade rows, the split merge) and
  * attention_decode_short.cu (one split, no cascade: the short-context
- * launches), so both compute a row's output with the same operations in
- * the same order, bit for bit. */
+ * launches). decode_tile and decode_warp_store are attention_decode.cu's
+ * key-loop body and warp store, the same operations in the same order (a
+ * row's output has the same bits from both kernels: test_attention checks
+ * it); that kernel keeps its own inline copy of the two (its header says
+ * why), so a change to one must be made to both. */
 #ifndef CLLM_ATTENTION_DECODE_CUH
 #define CLLM_ATTENTION_DECODE_CUH
 

@@ -155,13 +155,13 @@ __global__ void __launch_bounds__(128, 1) attn_decode_short_kernel(const AttnKPa
     auto vs = [&](int st) { return ks(st) + BN; };
     auto load_stage = [&](int st, int t) {
         if (FP8) {
-            load_kv_tile_fp8<HDK, BN, NT, S::RSK>(k8(st), ks(st), (const uint8_t *)p.k, p.k_scale, tab, p, kvh,
-                                                  t * BN, lo, hi, skip);
-            load_kv_tile_fp8<HDV, BN, NT, S::RSV>(v8(st), vs(st), (const uint8_t *)p.v, p.v_scale, tab, p, kvh,
-                                                  t * BN, lo, hi, skip);
+            load_kv_tile_fp8<HDK, BN, NT, S::RSK, true>(k8(st), ks(st), (const uint8_t *)p.k, p.k_scale, tab, p,
+                                                        kvh, t * BN, lo, hi, skip);
+            load_kv_tile_fp8<HDV, BN, NT, S::RSV, true>(v8(st), vs(st), (const uint8_t *)p.v, p.v_scale, tab, p,
+                                                        kvh, t * BN, lo, hi, skip);
         } else {
-            load_kv_tile<HDK, BN, NT>(kbuf(st), (const bf16 *)p.k, tab, p, kvh, t * BN, lo, hi, skip);
-            load_kv_tile<HDV, BN, NT>(vbuf(st), (const bf16 *)p.v, tab, p, kvh, t * BN, lo, hi, skip);
+            load_kv_tile<HDK, BN, NT, true>(kbuf(st), (const bf16 *)p.k, tab, p, kvh, t * BN, lo, hi, skip);
+            load_kv_tile<HDV, BN, NT, true>(vbuf(st), (const bf16 *)p.v, tab, p, kvh, t * BN, lo, hi, skip);
         }
     };
 
