@@ -109,10 +109,15 @@ static int decode_rows(AttnKParams *kp, const AttnDevMeta *m, const AttnParams *
     /* rows in groups whose partials fit (the same group count for a given
      * n_decode and n_splits, so a captured step replays): each row's sums
      * depend on its own splits alone, never on its group */
+    /* one split and no cascade: every row's keys in one block, the short kernel (the grid is the same, so
+     * the choice depends only on what the graph key covers) */
+    const bool short_rows = kp->n_splits == 1 && !kp->casc && !w->no_short;
     for (int d0 = 0; d0 < m->n_decode; d0 += (int)group) {
         int n = m->n_decode - d0 < group ? m->n_decode - d0 : (int)group;
         kp->off_decode = m->off_decode + 3 * d0;
-        if (attn_decode_launch(kp, p->head_dim_k, p->head_dim_v, n, s, err)) return -1;
+        if (short_rows ? attn_decode_short_launch(kp, p->head_dim_k, p->head_dim_v, n, s, err)
+                       : attn_decode_launch(kp, p->head_dim_k, p->head_dim_v, n, s, err))
+            return -1;
     }
     return 0;
 }

@@ -120,6 +120,8 @@ typedef struct {
     int rows_warps;              /* > 0: the many-rows kernel may run (cuda_attention_decode_rows_takes), and
                                     the GPU holds this many of its warps (cuda_attention_decode_rows_resident);
                                     0: every launch on the split kernel (the batch-invariant mode) */
+    bool no_short;               /* temporary A/B (CLLM_AB_DECODE_SHORT=off): launches of one split run the
+                                    general decode kernel, not attention_decode_short.cu's */
 } AttnDecodeWork;
 
 size_t attn_decode_work_bytes(int max_decode, int n_heads, int head_dim_v, int n_splits);
@@ -237,6 +239,9 @@ extern "C" int attn_decode_launch(const AttnKParams *kp, int head_dim_k, int hea
 extern "C" bool attn_decode_rows_serves(int head_dim_k, int head_dim_v);
 extern "C" int attn_decode_rows_launch(const AttnKParams *kp, int head_dim_k, int head_dim_v, int n_decode,
                                        int resident_warps, cudaStream_t s, Err *err);
+/* attention_decode_short.cu: a launch of one split (kp->n_splits == 1) and no cascade plan */
+extern "C" int attn_decode_short_launch(const AttnKParams *kp, int head_dim_k, int head_dim_v, int n_decode,
+                                        cudaStream_t s, Err *err);
 #endif
 
 #endif

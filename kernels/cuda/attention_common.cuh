@@ -149,10 +149,12 @@ template <bool CAP> __device__ __forceinline__ float attn_row_factor_fp8(float q
 
 /* Starts copying keys [n0, n0 + BN) of KV head kvh into a [BN][HD + 8]
  * shared tile, through the sequence's block table; keys outside [lo, hi)
- * become zeros (never read from the cache). */
-template <int HD, int BN, int NT>
+ * become zeros (never read from the cache); with SKIP, key `skip`'s row is
+ * left as it is (the short decode kernel writes its new key there itself;
+ * a template flag, so the other callers' code has no such test). */
+template <int HD, int BN, int NT, bool SKIP = false>
 __device__ __forceinline__ void load_kv_tile(bf16 *sm, const bf16 *cache, const int32_t *tab, const AttnKParams &p,
-                                             int kvh, int n0, int lo, int hi) {
+                                             int kvh, int n0, int lo, int hi, int skip = -1) {
     constexpr int CH = HD / 8, STRIDE = HD + 8;
     static_assert((BN * CH) % NT == 0, "tile chunks must split evenly over the threads");
     const int bmask = (1 << p.block_shift) - 1;
@@ -166,7 +168,7 @@ __device__ __forceinline__ void load_kv_tile(bf16 *sm, const bf16 *cache, const 
             int64_t slot = ((int64_t)tab[j >> p.block_shift] << p.block_shift) + (j & bmask);
             src = cache + (slot * p.n_kv_heads + kvh) * HD + c * 8;
         }
-        cp_async16(smem_u32(sm + r * STRIDE + c * 8), src, ok);
+        if (!SKIP || j != skip) cp_async16(smem_u32(sm + r * STRIDE + c * 8), src, ok);
     }
 }
 
@@ -174,11 +176,12 @@ __device__ __forceinline__ void load_kv_tile(bf16 *sm, const bf16 *cache, const 
  * kvh into a [BN][RS] byte tile (16-byte chunks; a row's chunks are
  * contiguous in the cache) and their scales into sc[BN] (4-byte copies: the
  * scales of one head are n_kv_heads floats apart). Keys outside [lo, hi)
- * become code 0 with scale 0. */
-template <int HD, int BN, int NT, int RS = HD>
+ * become code 0 with scale 0; with SKIP, key `skip` is left as it is
+ * (load_kv_tile). */
+template <int HD, int BN, int NT, int RS = HD, bool SKIP = false>
 __device__ __forceinline__ void load_kv_tile_fp8(uint8_t *sm, float *sc, const uint8_t *cache, const float *scales,
                                                  const int32_t *tab, const AttnKParams &p, int kvh, int n0, int lo,
-                                                 int hi) {
+                                                 int hi, int skip = -1) {
     constexpr int CH = HD / 16;
     const int bmask = (1 << p.block_shift) - 1;
     for (int i = (int)threadIdx.x; i < BN * CH; i += NT) {
@@ -189,15 +192,16 @@ __device__ __forceinline__ void load_kv_tile_fp8(uint8_t *sm, float *sc, const u
             int64_t slot = ((int64_t)tab[j >> p.block_shift] << p.block_shift) + (j & bmask);
             src = cache + (slot * p.n_kv_heads + kvh) * HD + c * 16;
         }
-        cp_async16(smem_u32(sm + r * RS + c * 16), src, ok);
+        if (!SKIP || j != skip) cp_async16(smem_u32(sm + r * RS + c * 16), src, ok);
     }
     for (int r = (int)threadIdx.x; r < BN; r += NT) {
         int j = n0 + r;
         bool ok = j >= lo && j < hi;
         const float *src = scales;
         if (ok) src = scales + (((int64_t)tab[j >> p.block_shift] << p.block_shift) + (j & bmask)) * p.n_kv_heads + kvh;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(sc + r)), "l"(src),
-                     "r"(ok ? 4 : 0));
+        if (!SKIP || j != skip)
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(sc + r)), "l"(src),
+                         "r"(ok ? 4 : 0));
     }
 }
 

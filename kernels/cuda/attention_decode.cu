@@ -14,7 +14,14 @@
  * more than the merge. The grid is (n_splits, n_kv_heads x head groups,
  * n_decode): it depends on no per-step value, so a captured launch replays
  * for any context up to the one n_splits was chosen for. A windowed row
- * visits only the tiles of its window.
+ * visits only the tiles of its window. A launch of one split and no cascade
+ * runs attention_decode_short.cu's kernel instead (the short-context case:
+ * this kernel's key loop and 4-warp merge, as attention_decode.cuh's
+ * decode_tile and decode_warp_store, without the split and cascade code);
+ * this one serves every other launch. Its loop body and merge store stay
+ * inline here, not calls of those two: so its code is byte for byte the one
+ * measured before the short kernel (through the functions ptxas scheduled
+ * its fp8 variants differently, ~1.7k of 9.5k instructions).
  *
  * With rope (cuda_attention_decode_rope) the kernel also does the rope +
  * KV-write kernel's work for its rows: the blocks rope their query heads into
@@ -45,6 +52,7 @@
  */
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/attention_decode.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/pdl.cuh"
 
@@ -54,108 +62,6 @@
  * invariant mode) a count from the row's own range, never above the grid's. */
 static __device__ __forceinline__ int decode_row_splits(const AttnKParams &p, int nt) {
     return p.split_tiles > 0 ? min(p.n_splits, attn_row_splits(nt, p.split_tiles)) : p.n_splits;
-}
-
-/* The output value of a row whose key range is one split, from the split's
- * running max m, sum l and unnormalized output o, with the sink: the block
- * finishes the row itself (no partials, no merge). */
-static __device__ __forceinline__ float decode_finish_one(const AttnKParams &p, int h, float m, float l, float o) {
-    const float sink = p.sinks ? p.sinks[h] * ATTN_LOG2E : -INFINITY, mm = fmaxf(sink, m);
-    const float base = mm == -INFINITY ? 0.f : mm, e = exp2f(m - base);
-    float sum = p.sinks ? exp2f(sink - base) : 0.f;
-    sum += e * l;
-    return e * o * (sum > 0.f ? 1.f / sum : 0.f);
-}
-
-/* Rope mode, right after pdl_wait (every thread): the block's query rows as
- * the qkv product wrote them into sQ (rows past nh zeroed) and, where the
- * block's split holds the row's new key (has_new), that key and its value
- * into nkv's raw area: one round of 16-byte loads for all of them, so the
- * rows wait for one L2 trip instead of one per warp's turn. */
-template <int HDK, int HDV, int NT, int RAW>
-static __device__ void decode_stage_rows(const AttnKParams &p, bf16 *sQ, unsigned char *nkv, int row, int kvh, int h0,
-                                         int nh, bool has_new) {
-    constexpr int CK = HDK / 8, CV = HDV / 8; /* 16-byte chunks of a head vector */
-    const bf16 *q = p.q + ((int64_t)row * p.n_heads + h0) * HDK;
-    for (int i = threadIdx.x; i < 16 * CK; i += NT) {
-        const int hr = i / CK, c = i % CK;
-        *(uint4 *)(sQ + hr * (HDK + 8) + 8 * c) = hr < nh ? *(const uint4 *)(q + hr * HDK + 8 * c) : make_uint4(0, 0, 0, 0);
-    }
-    if (!has_new) return;
-    const bf16 *k = p.k_new + ((int64_t)row * p.n_kv_heads + kvh) * HDK;
-    const bf16 *v = p.v_new + ((int64_t)row * p.n_kv_heads + kvh) * HDV;
-    bf16 *raw = (bf16 *)(nkv + RAW);
-    for (int i = threadIdx.x; i < CK + CV; i += NT)
-        *(uint4 *)(raw + 8 * i) = i < CK ? *(const uint4 *)(k + 8 * i) : *(const uint4 *)(v + 8 * (i - CK));
-}
-
-/* Rope mode, after decode_stage_rows and a barrier: the query rows in sQ
- * qk-normed and roped in place as kernel_rope_kv_write does it (cs: the
- * lane's cos and sin of this position); where has_new, the new key roped and
- * its value into nkv (bf16, or fp8 codes then the two scales) for the last
- * tile, and (store) into the cache. */
-template <int HDK, int HDV, bool FP8, int NW, int RAW>
-static __device__ void decode_rope_rows(const AttnKParams &p, bf16 *sQ, float *buf, unsigned char *nkv, int row,
-                                        int kvh, int nh, bool has_new, bool store, const RopeLaneCS &cs) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    buf += warp * HDK;
-    for (int hr = warp; hr < nh; hr += NW) {
-        bf16 *qr = sQ + hr * (HDK + 8);
-        for (int i = lane; i < HDK; i += 32) buf[i] = __bfloat162float(qr[i]);
-        warp_norm_rope_cs(buf, HDK, p.q_norm, p.qk_eps, p.qk_offset, cs, p.freqs);
-        for (int i = lane; i < HDK; i += 32) qr[i] = __float2bfloat16(buf[i]);
-        __syncwarp(); /* buf is the next head's */
-    }
-    if (!has_new || warp > 1) return;
-    const int64_t at = store ? p.slot[row] * p.n_kv_heads + kvh : 0;
-    const bf16 *raw = (const bf16 *)(nkv + RAW);
-    float *scales = (float *)(nkv + HDK + HDV);
-    if (warp == 0) { /* the new key */
-        for (int i = lane; i < HDK; i += 32) buf[i] = __bfloat162float(raw[i]);
-        warp_norm_rope_cs(buf, HDK, p.k_norm, p.qk_eps, p.qk_offset, cs, p.freqs);
-        if (FP8) {
-            warp_quantize_fp8(buf, HDK, nkv, scales, p.k_fixed ? p.k_fixed + kvh : nullptr);
-            __syncwarp();
-            for (int i = lane; store && i < HDK; i += 32) ((uint8_t *)p.k)[at * HDK + i] = nkv[i];
-            if (store && lane == 0) ((float *)p.k_scale)[at] = scales[0];
-        } else {
-            for (int i = lane; i < HDK; i += 32) {
-                const bf16 x = __float2bfloat16(buf[i]);
-                ((bf16 *)nkv)[i] = x;
-                if (store) ((bf16 *)p.k)[at * HDK + i] = x;
-            }
-        }
-    } else { /* the new value, as it is */
-        const bf16 *src = raw + HDK;
-        if (FP8) {
-            warp_quantize_fp8(src, HDV, nkv + HDK, scales + 1, p.v_fixed ? p.v_fixed + kvh : nullptr);
-            __syncwarp();
-            for (int i = lane; store && i < HDV; i += 32) ((uint8_t *)p.v)[at * HDV + i] = nkv[HDK + i];
-            if (store && lane == 0) ((float *)p.v_scale)[at] = scales[1];
-        } else {
-            for (int i = lane; i < HDV; i += 32) {
-                ((bf16 *)nkv)[HDK + i] = src[i];
-                if (store) ((bf16 *)p.v)[at * HDV + i] = src[i];
-            }
-        }
-    }
-}
-
-/* Rope mode: the new key and value (nkv, from decode_rope_rows) into row r
- * of the landed tile (bf16: K and V tiles; fp8: the stage's codes and
- * scales, before their conversion); the loads left that row out. */
-template <int HDK, int HDV, bool FP8, int NT, int RSK, int RSV>
-static __device__ void decode_put_new(const unsigned char *nkv, bf16 *kt, bf16 *vt, uint8_t *k8, uint8_t *v8,
-                                      float *ks, float *vs, int r) {
-    const float *scales = (const float *)(nkv + HDK + HDV);
-    if (FP8) {
-        for (int i = threadIdx.x; i < HDK; i += NT) k8[r * RSK + i] = nkv[i];
-        for (int i = threadIdx.x; i < HDV; i += NT) v8[r * RSV + i] = nkv[HDK + i];
-        if (threadIdx.x == 0) ks[r] = scales[0], vs[r] = scales[1];
-    } else {
-        for (int i = threadIdx.x; i < HDK; i += NT) kt[r * (HDK + 8) + i] = ((const bf16 *)nkv)[i];
-        for (int i = threadIdx.x; i < HDV; i += NT) vt[r * (HDV + 8) + i] = ((const bf16 *)nkv)[HDK + i];
-    }
 }
 
 /* Cascade: the shared pass's partial results of member mi's head h, split s
@@ -215,90 +121,6 @@ static __device__ void decode_merge_splits(const AttnKParams &p, int row, int d,
         p.out[((int64_t)row * p.n_heads + h0 + hr) * HDV + c] = __float2bfloat16(acc * inv[hr]);
     }
 }
-
-/* fp8: S += Q K^T for this warp's 16 keys, straight from the stage's e4m3
- * bytes ([BN][RSK]). ldmatrix x4 reads keys 0-7 and 8-15 of two 16-code
- * chunks; lane (g, t) gets codes 4t..4t+3 of key g in one word, whose two
- * halves are the B fragment's two registers: they stand for dimensions
- * 2t, 2t + 1, 2t + 8, 2t + 9 of the product, so Q was permuted to match.
- * s gets q . code (no scales yet). */
-template <int HDK, int RSK, bool QREG>
-static __device__ __forceinline__ void decode_scores_fp8(float (&s)[2][4], const uint32_t (*qf)[4], uint32_t q_addr,
-                                                         const uint8_t *k8, int warp, int lane) {
-    constexpr int CH = HDK / 16;
-    const uint32_t k_addr = smem_u32(k8 + (warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * RSK + (lane >> 4) * 16);
-    auto q_frag = [&](int c, uint32_t(&a)[4]) {
-        if (QREG) a[0] = qf[c][0], a[1] = qf[c][1], a[2] = qf[c][2], a[3] = qf[c][3];
-        else ldsm_x4(q_addr + c * 32, a[0], a[1], a[2], a[3]);
-    };
-#pragma unroll
-    for (int c = 0; c < CH; c += 2) {
-        uint32_t w[4], a[4];
-        if (c + 1 < CH) ldsm_x4(k_addr + c * 16, w[0], w[1], w[2], w[3]);
-        else ldsm_x2(k_addr + c * 16, w[0], w[1]); /* head size 80: the last chunk alone */
-#pragma unroll
-        for (int h = 0; h < (c + 1 < CH ? 2 : 1); h++) {
-            q_frag(c + h, a);
-            mma_f16(s[0], a, e4m3x2_to_f16x2(w[2 * h]), e4m3x2_to_f16x2(w[2 * h] >> 16));
-            mma_f16(s[1], a, e4m3x2_to_f16x2(w[2 * h + 1]), e4m3x2_to_f16x2(w[2 * h + 1] >> 16));
-        }
-    }
-}
-
-/* fp8: O += P V from the stage's e4m3 value bytes ([BN][RSV]). ldmatrix
- * .trans on the bytes gives lane (g, t) keys 2t, 2t + 1 x dimensions 2g,
- * 2g + 1 of a 16-code chunk; a byte permute makes that two B registers, one
- * for dimension 2g (n-tile 2c) and one for 2g + 1 (n-tile 2c + 1). So column
- * j of o[2c + e] is dimension 16c + 2j + e (the merge puts it back). */
-template <int HDV, int RSV>
-static __device__ __forceinline__ void decode_pv_fp8(float (&o)[HDV / 8][4], const uint32_t (&a)[4], const uint8_t *v8,
-                                                     int warp, int lane) {
-    constexpr int CH = HDV / 16;
-    const uint32_t v_addr = smem_u32(v8 + (warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * RSV + (lane >> 4) * 16);
-#pragma unroll
-    for (int c = 0; c < CH; c += 2) {
-        uint32_t w[4];
-        if (c + 1 < CH) ldsm_x4_t(v_addr + c * 16, w[0], w[1], w[2], w[3]);
-        else ldsm_x2_t(v_addr + c * 16, w[0], w[1]);
-#pragma unroll
-        for (int h = 0; h < (c + 1 < CH ? 2 : 1); h++) {
-            const uint32_t lo = __byte_perm(w[2 * h], 0, 0x3120), hi = __byte_perm(w[2 * h + 1], 0, 0x3120);
-            mma_f16(o[2 * (c + h)], a, e4m3x2_to_f16x2(lo), e4m3x2_to_f16x2(hi));
-            mma_f16(o[2 * (c + h) + 1], a, e4m3x2_to_f16x2(lo >> 16), e4m3x2_to_f16x2(hi >> 16));
-        }
-    }
-}
-
-template <int HDK, int HDV, bool FP8> struct DecodeShape {
-    static constexpr int BN = ATTN_DECODE_TILE_N, NW = 4, NT = 32 * NW;
-    static constexpr bool BIG = HDK > 128 || HDV > 128;
-    /* fp8 at <= 128: 3 stages (~64 KB) let 3 blocks share an SM (12 warps to
-     * hide the per-tile chain: the kernel is issue-latency bound there); at
-     * 256 one block fits, so its ring is deeper */
-    static constexpr int STAGES = FP8 ? (BIG ? 5 : 3) : (BIG ? 2 : 3);
-    static constexpr int SK = HDK + 8, SV = HDV + 8;
-    static constexpr int RSK = fp8_row_stride(HDK), RSV = fp8_row_stride(HDV); /* fp8 stage rows, bytes */
-    static constexpr bool Q_IN_REGS = HDK <= 128;
-    /* a ring stage: bf16 K|V tiles, or e4m3 K|V bytes and their 2 x BN scales */
-    static constexpr int STAGE = FP8 ? BN * (RSK + RSV) + 2 * BN * 4 : BN * (SK + SV) * 2;
-    static constexpr int RING = STAGES * STAGE;
-    /* per-warp O (rows MS floats: HDV + 8 puts the 8-byte stores of a half-warp's 4 rows x 4 lanes on
-     * distinct banks; HDV alone was an 8-way conflict on every store), m, l; reuses the ring */
-    static constexpr int MS = HDV + 8;
-    static constexpr int MERGE = NW * 16 * (MS + 2) * 4;
-    /* rope: a warp's fp32 head buffer each, then the new key and value (fp8: codes, then 2 scales),
-     * then (from RAW) the two as the qkv product wrote them (bf16) */
-    static constexpr int RAW = FP8 ? HDK + HDV + 16 : (HDK + HDV) * 2;
-    static constexpr int NEW_KV = RAW + (HDK + HDV) * 2;
-    static constexpr int ROPE = NW * HDK * 4 + NEW_KV;
-    static constexpr int QSC = 16 * 4; /* fp8: the queries' row factors (q_rows_to_f16) */
-    static constexpr int SMEM = 16 * SK * 2 + QSC + ROPE + (RING > MERGE ? RING : MERGE);
-    static_assert(RAW % 16 == 0 && NEW_KV % 16 == 0, "16-byte stores into nkv; the ring keeps 16-byte alignment");
-    static_assert(BN == 16 * NW, "one warp per 16 keys of a tile");
-    static_assert(HDK / 2 <= 32 * ROPE_LANE_PAIRS, "rope_lane_cs holds a lane's pairs of head sizes up to 256");
-    static_assert(STAGE % 16 == 0, "stages keep 16-byte alignment");
-    static_assert(STAGES >= 2, "the key loop's waits count on a group past the tile it reads");
-};
 
 template <int HDK, int HDV, bool CAP, bool WIN, bool FP8>
 __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {

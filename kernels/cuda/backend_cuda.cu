@@ -232,6 +232,8 @@ static int read_tuning(CudaTuning *t, const BackendOptions *o, const CudaChecks 
     t->norm_fold = !(nf && !strcmp(nf, "off"));
     const char *dr = getenv("CLLM_AB_DECODE_ROWS"); /* TEMPORARY: the many-rows decode kernel's A/B */
     t->decode_rows = !(dr && !strcmp(dr, "off"));
+    const char *ds = getenv("CLLM_AB_DECODE_SHORT"); /* temporary: the short-context decode kernel A/B */
+    t->decode_short = !(ds && !strcmp(ds, "off"));
     const char *ps = getenv("CLLM_PROFILE_STEPS");
     if (ps && *ps && (sscanf(ps, "%d,%d", &t->prof_first, &t->prof_count) != 2 || t->prof_first < 0 ||
                       t->prof_count < 1))

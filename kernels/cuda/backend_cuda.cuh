@@ -82,6 +82,8 @@ typedef struct {
                                     the split kernel (attention.cuh cuda_attention_decode_rows_takes) */
     int prof_first, prof_count;  /* CLLM_PROFILE_STEPS=FIRST,COUNT: the profiler (ncu --profile-from-start off)
                                     records steps FIRST .. FIRST + COUNT - 1 only (0-based); count 0: off */
+    bool decode_short;           /* temporary A/B, CLLM_AB_DECODE_SHORT=off: false, and decode launches of one
+                                    split run the general kernel (AttnDecodeWork.no_short) */
 } CudaTuning;
 
 typedef struct {

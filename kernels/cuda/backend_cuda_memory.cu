@@ -222,6 +222,7 @@ int attn_alloc_work(CudaBackend *cb, const ModelShape *c, int block_size, bool g
             cuda_attention_decode_rows_resident(c->head_dim_k, c->head_dim_v, cb->kv_dtype == KV_DTYPE_FP8, err);
         if (cb->work.rows_warps < 0) return -1;
     }
+    cb->work.no_short = !cb->tune.decode_short;
     return cascade_alloc(cb, err);
 }
 

@@ -22,7 +22,8 @@
  * the output: keys a box, 0 where it does not run; CLLM_AB_PREFILL_TMA=off:
  * none), windows of 1, the prompt length and more,
  * sinks, soft-cap, long decode rows over many splits, a decode step replayed
- * from a CUDA graph after its metadata changed, and an unsupported head size.
+ * from a CUDA graph after its metadata changed (at the engine's splits and
+ * at one split), and an unsupported head size.
  * The decode kernel's rope mode (cuda_attention_decode_rope: qk-norm, rope
  * and the new rows' cache write in the kernel) against the host's rope,
  * cache write and attention, every head-size pair, both caches: the output,
@@ -33,6 +34,12 @@
  * resident warps and one of a few warps, each launch twice (its item
  * counter resets), a graph replayed over changed metadata, and which
  * launches it takes.
+ * Decode launches of one split run attention_decode_short.cu's kernel:
+ * every case's decode rows also run as one split (the short kernel, many
+ * tiles a row included) against the CPU op, and against the general
+ * kernel on the same launch (AttnDecodeWork.no_short) bit for bit, output
+ * and (rope mode) the cache; short rows at the tile edges and at the ring's
+ * depth (the new key's tile among the up-front loads or not), both modes.
  *   test_attention [--quick]   (--quick: a few cases, for compute-sanitizer)
  *   test_attention --case N    (k_cases[N] alone, bf16 then fp8: racecheck's runs, ~100x slower)
  */
@@ -82,6 +89,43 @@ static void poison_unused_slots(Problem *P) {
     free(used);
 }
 static int g_quick, g_case = -1; /* --quick, --case N */
+/* The device output's bits (n bf16 values), or NULL. */
+static uint16_t *out_bits(const DevBufs *D, size_t n) {
+    uint16_t *h = malloc(n * 2);
+    if (h && cudaMemcpy(h, D->out, n * 2, cudaMemcpyDeviceToHost) != cudaSuccess) free(h), h = NULL;
+    return h;
+}
+
+/* The decode rows as one split: the short kernel against the CPU op, then
+ * the general kernel on the same launch, bit for bit (the batch-invariant
+ * mode runs a row in grids of one split and of several). */
+static void one_split_paths(DevBufs *D, const Problem *P, const AttnDevMeta *dm) {
+    const Case *c = &P->c;
+    size_t n = (size_t)P->T * c->n_heads * c->hdv;
+    Err err = {{0}};
+    int saved = D->work.n_splits;
+    uint16_t *bits[2] = {NULL, NULL};
+    D->work.n_splits = 1;
+    for (int path = 0; path < 2; path++) { /* 0: the short kernel, 1: the general one */
+        D->work.no_short = path == 1;
+        cudaMemset(D->out, 0xff, n * 2);
+        int rc = cuda_attention(D->out, D->q, &D->kv, dm, &P->par, D->sinks, &D->work, 0, &err);
+        cudaError_t e = cudaDeviceSynchronize();
+        CHECK(rc == 0 && e == cudaSuccess, "%s one split: %s %s", c->name, err.msg, cudaGetErrorString(e));
+        int n_nan;
+        double rel = compare(D, P, &n_nan);
+        CHECK(n_nan == 0 && rel <= TOL, "%s one split (%s kernel): rel err %.3e, %d NaN outputs", c->name,
+              path ? "general" : "short", rel, n_nan);
+        bits[path] = out_bits(D, n);
+    }
+    size_t diff = 0;
+    for (size_t i = 0; bits[0] && bits[1] && i < n; i++) diff += bits[0][i] != bits[1][i];
+    printf("# %-34s %-4s one split: short vs general kernel, %zu of %zu values differ\n", c->name,
+           kv_dtype_name(g_dtype), diff, n);
+    CHECK(bits[0] && bits[1] && diff == 0, "%s: short and general decode kernels differ in %zu values", c->name, diff);
+    free(bits[0]), free(bits[1]);
+    D->work.n_splits = saved, D->work.no_short = false;
+}
 
 static void run_case(const Case *c) {
     Problem P;
@@ -109,6 +153,7 @@ static void run_case(const Case *c) {
         bool want_tma = g_dtype == KV_DTYPE_BF16 && !(ab && !strcmp(ab, "off")) &&
                         !strcmp(cuda_attention_prefill_kernel(c->hdk, c->hdv, false), "sm90a");
         CHECK(!want_tma || D.maps.rows >= 8, "%s: no TMA maps for the sm_90a prefill", c->name);
+        if (m.n_decode > 0) one_split_paths(&D, &P, &dm);
     }
     dev_free(&D);
     attn_meta_free(&m);
@@ -166,6 +211,11 @@ static const Case k_cases[] = {
      .len = {520, 130}},
     {"prefill hd128/64 bs32 900 + 200 at 1000 window 500", 128, 64, 8, 2, 32, 500, 0, 0, .n_seqs = 2,
      .start = {0, 1000}, .len = {900, 200}},
+    /* short decode rows (one split: the short kernel) at the 64-key tile edges and past the ring's 3 stages */
+    {"decode short rows tile edges", 128, 128, 8, 2, 16, 0, 0, 0, .n_seqs = 8,
+     .start = {0, 63, 64, 127, 128, 191, 192, 255}, .len = {1, 1, 1, 1, 1, 1, 1, 1}},
+    {"decode short hd256 window 70 sinks cap", 256, 256, 8, 2, 32, 70, 30.f, 1, .n_seqs = 5,
+     .start = {0, 64, 130, 200, 300}, .len = {1, 1, 1, 1, 1}},
 };
 
 /* A decode step captured in a CUDA graph, replayed after the metadata
@@ -178,9 +228,10 @@ static void graph_step(Problem *P, const int32_t *pos, const int32_t *seq, float
     CHECK(attn_meta_build(m, &P->batch, &(AttnMetaOpts){P->n_blocks, 64}, &err) == 0, "%s", err.msg);
 }
 
-/* rows: on the many-rows kernel (one split, a persistent grid of one block): its item counter must be back
- * at zero after each replay */
-static void graph_replay(bool rows) {
+/* mode 0: the engine's splits (the split kernel); 1: one split (the short kernel); 2: one split on the
+ * many-rows kernel (a persistent grid of one block): its item counter must be back at zero after each replay */
+static void graph_replay(int mode) {
+    const bool rows = mode == 2;
     Case c = {"graph", 128, 128, 8, 2, 32, 0, 0, 0, .n_seqs = 3, .start = {1500, 900, 1999}, .len = {1, 1, 1}};
     Problem P;
     Err err = {{0}};
@@ -191,7 +242,7 @@ static void graph_replay(bool rows) {
     graph_step(&P, (const int32_t[]){40, 1, 7}, (const int32_t[]){0, 1, 2}, ref_a, &ma);
     graph_step(&P, (const int32_t[]){800, 1400, 1999}, (const int32_t[]){1, 0, 2}, ref_b, &mb);
     CHECK(ma.buf_len == mb.buf_len && ma.off_tables == mb.off_tables, "fixed layout %d vs %d", ma.buf_len, mb.buf_len);
-    int splits = rows ? 1 : attn_decode_splits(2048, 3, c.n_kv, 1, 2 * 132);
+    int splits = mode ? 1 : attn_decode_splits(2048, 3, c.n_kv, 1, 2 * 132);
     DevBufs D;
     if (dev_upload(&D, &P, &ma, splits) == 0) {
         AttnDevMeta dm;
@@ -216,8 +267,8 @@ static void graph_replay(bool rows) {
                 memcpy(P.ref, step == 1 ? ref_b : ref_a, n_out * 4);
                 int n_nan;
                 double rel = compare(&D, &P, &n_nan);
-                printf("# graph replay%s step %c %-4s           rel err %.2e\n", rows ? " (rows)" : "",
-                       step == 1 ? 'B' : 'A', kv_dtype_name(g_dtype), rel);
+                printf("# graph replay%s step %c %-4s splits %-3d rel err %.2e\n", rows ? " (rows)" : "",
+                       step == 1 ? 'B' : 'A', kv_dtype_name(g_dtype), splits, rel);
                 CHECK(e == cudaSuccess && n_nan == 0 && rel <= TOL, "step %d: rel %.3e, %d NaN", step, rel, n_nan);
             }
             cudaGraphExecDestroy(ge);
@@ -232,11 +283,11 @@ static void graph_replay(bool rows) {
     problem_free(&P);
 }
 
-static void test_graph_replay(void) { graph_replay(false); }
-static void test_graph_replay_rows(void) { graph_replay(true); }
+static void test_graph_replay(void) { graph_replay(0), graph_replay(1); }
+static void test_graph_replay_rows(void) { graph_replay(2); }
 static void test_graph_replay_rows_fp8(void) {
     g_dtype = KV_DTYPE_FP8;
-    graph_replay(true);
+    graph_replay(2);
     g_dtype = KV_DTYPE_BF16;
 }
 
@@ -424,6 +475,14 @@ static const RopeCase k_rope_cases[] = {
      false},
     {{"rope mqa 32 heads (2 head groups)", 64, 64, 32, 1, 16, 0, 0, 0, .n_seqs = 2, .start = {900, 0},
       .len = {1, 1}}, 64, true, false},
+    /* one split (the short kernel): the new key at the tile edges, its tile among the ring's up-front loads
+     * (written there by the rope pass) or past them (written at its turn) */
+    {{"rope short hd128 gqa4 tile edges", 128, 128, 8, 2, 16, 0, 0, 0, .n_seqs = 8,
+      .start = {0, 63, 64, 127, 128, 191, 192, 320}, .len = {1, 1, 1, 1, 1, 1, 1, 1}}, 128, true, false},
+    {{"rope short hd256 qk-norm window 100 sinks", 256, 256, 8, 2, 32, 100, 0, 1, .n_seqs = 6,
+      .start = {0, 64, 127, 128, 200, 300}, .len = {1, 1, 1, 1, 1, 1}}, 256, true, true},
+    {{"rope short hd64 gqa8 gptj partial", 64, 64, 16, 2, 16, 0, 0, 0, .n_seqs = 3, .start = {5, 129, 250},
+      .len = {1, 1, 1}}, 32, false, false},
 };
 
 /* ||a - b|| / ||b|| over n values */
@@ -500,6 +559,60 @@ static void *dev_copy(const void *h, size_t n) {
     return d;
 }
 
+/* The device cache's bytes (K, V, and with fp8 their scales), or NULL. */
+static uint8_t *cache_bytes(const DevBufs *D, const Problem *P, size_t *len) {
+    const Case *c = &P->c;
+    size_t slots = (size_t)P->n_blocks * c->block_size * c->n_kv, e = P->cache.dtype == KV_DTYPE_FP8 ? 1 : 2;
+    size_t nk = slots * c->hdk * e, nv = slots * c->hdv * e, ns = e == 1 ? slots * 4 : 0;
+    uint8_t *h = malloc(nk + nv + 2 * ns);
+    *len = nk + nv + 2 * ns;
+    cudaError_t r = h ? cudaMemcpy(h, D->k, nk, cudaMemcpyDeviceToHost) : cudaErrorMemoryAllocation;
+    if (r == cudaSuccess) r = cudaMemcpy(h + nk, D->v, nv, cudaMemcpyDeviceToHost);
+    if (r == cudaSuccess && ns) r = cudaMemcpy(h + nk + nv, D->ks, ns, cudaMemcpyDeviceToHost);
+    if (r == cudaSuccess && ns) r = cudaMemcpy(h + nk + nv + ns, D->vs, ns, cudaMemcpyDeviceToHost);
+    if (r != cudaSuccess) free(h), h = NULL;
+    return h;
+}
+
+/* Rope mode, the rows as one split: the short kernel against the host's
+ * step (output, new keys, no other slot touched), then the general kernel
+ * on the same launch: the output and the whole cache bit for bit. */
+static void rope_one_split_paths(DevBufs *D, Problem *P, const AttnDevMeta *dm, const AttnRope *r,
+                                 const uint8_t *k8_before) {
+    const Case *c = &P->c;
+    size_t n = (size_t)P->T * c->n_heads * c->hdv, len = 0;
+    Err err = {{0}};
+    int saved = D->work.n_splits;
+    uint16_t *bits[2] = {NULL, NULL};
+    uint8_t *cache[2] = {NULL, NULL};
+    D->work.n_splits = 1;
+    for (int path = 0; path < 2; path++) { /* 0: the short kernel, 1: the general one */
+        D->work.no_short = path == 1;
+        cudaMemset(D->out, 0xff, n * 2);
+        int rc = cuda_attention_decode_rope(D->out, D->q, &D->kv, dm, &P->par, D->sinks, &D->work, r, 0, &err);
+        cudaError_t e = cudaDeviceSynchronize();
+        CHECK(rc == 0 && e == cudaSuccess, "%s one split: %s %s", c->name, err.msg, cudaGetErrorString(e));
+        int n_nan, stray = -1;
+        double rel = compare(D, P, &n_nan), kerr = check_cache(D, P, k8_before, &stray);
+        CHECK(n_nan == 0 && rel <= TOL, "%s one split (%s kernel): rel err %.3e, %d NaN outputs", c->name,
+              path ? "general" : "short", rel, n_nan);
+        CHECK(kerr <= (g_dtype == KV_DTYPE_FP8 ? 8e-2 : 1e-2) && stray == 0,
+              "%s one split (%s kernel): new keys off by %.3g, %d other slots changed", c->name,
+              path ? "general" : "short", kerr, stray);
+        bits[path] = out_bits(D, n);
+        cache[path] = cache_bytes(D, P, &len);
+    }
+    size_t diff = 0, cdiff = 0;
+    for (size_t i = 0; bits[0] && bits[1] && i < n; i++) diff += bits[0][i] != bits[1][i];
+    for (size_t i = 0; cache[0] && cache[1] && i < len; i++) cdiff += cache[0][i] != cache[1][i];
+    printf("# %-34s %-4s one split: short vs general kernel, %zu of %zu values and %zu cache bytes differ\n",
+           c->name, kv_dtype_name(g_dtype), diff, n, cdiff);
+    CHECK(bits[0] && bits[1] && cache[0] && cache[1] && diff == 0 && cdiff == 0,
+          "%s: short and general decode kernels differ in %zu values, %zu cache bytes", c->name, diff, cdiff);
+    free(bits[0]), free(bits[1]), free(cache[0]), free(cache[1]);
+    D->work.n_splits = saved, D->work.no_short = false;
+}
+
 /* q, k, v as a qkv product would leave them (random bf16 values), the new
  * rows through the decode kernel in rope mode on the device, against the
  * host's rope, cache write and attention; split_tiles 0 (every row the
@@ -552,6 +665,7 @@ static void run_rope_case(const RopeCase *rc, int split_tiles) {
         CHECK(n_nan == 0 && rel <= TOL, "%s: rel err %.3e, %d NaN outputs", c->name, rel, n_nan);
         CHECK(kerr <= (fp8 ? 8e-2 : 1e-2) && stray == 0, "%s: new keys off by %.3g, %d other slots changed", c->name,
               kerr, stray);
+        if (split_tiles == 0) rope_one_split_paths(&D, &P, &dm, &r, k8_before);
         cudaFree(dk), cudaFree(dv), cudaFree(dslot), cudaFree(dqn), cudaFree(dkn), cudaFree(dfreq);
     } else {
         CHECK(0, "%s: setup (prefill tiles %d)", c->name, m.n_tiles);
@@ -565,7 +679,7 @@ static void run_rope_case(const RopeCase *rc, int split_tiles) {
 static void run_rope_cases(void) {
     int n = (int)(sizeof k_rope_cases / sizeof *k_rope_cases);
     for (int i = 0; i < n; i++) {
-        if (g_quick && i != 0 && i != 4) continue;
+        if (g_quick && i != 0 && i != 4 && i != 7) continue;
         run_rope_case(&k_rope_cases[i], 0);
         run_rope_case(&k_rope_cases[i], ATTN_SPLIT_TILES);
         run_rope_case(&k_rope_cases[i], ATTN_SPLIT_TILES_ONE_ROW);
