@@ -429,7 +429,7 @@ static void test_unsupported(void) {
     float s = 1.f;
     KVLayerDev kv = {KV_DTYPE_BF16, &one, &one, NULL, NULL, NULL, NULL, NULL};
     AttnDevMeta m = {NULL, 0, 1, 0, 0, 0, 0, 1, 16};
-    AttnDecodeWork w = {&s, 1, 1, 0, 0, 0};
+    AttnDecodeWork w = {&s, 1, 1, 0, 0, 0, false};
     AttnRope r = {&one, &one, NULL, NULL, 1e-6f, 0.f, &s, 1.f, 127, true, (const int64_t *)&one, 16};
     CHECK(cuda_attention_decode_rope(&one, &one, &kv, &m, &p, NULL, &w, &r, 0, &err) == -1 &&
           strstr(err.msg, "rotated channels 127 of 128"), "'%s'", err.msg);
