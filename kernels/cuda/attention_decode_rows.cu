@@ -91,28 +91,28 @@ template <bool WIN, int KN> struct RowRange {
 };
 
 /* order[0 .. n_decode) = the step's decode rows, most tiles first (buckets
- * of 2^(1/4) in length: close enough to start the long ones first). From the
- * metadata alone (uploaded before the step), so it runs before pdl_wait.
- * Every thread of the block; ends with a barrier. */
+ * of 2^(1/4) in length: close enough to start the long ones first), rows of
+ * one bucket in step order. Every block must reach the same order (a warp's
+ * item names a row through it), so the scatter is stable: warp 0 walks the
+ * rows 32 at a time, a row's place in its bucket the count of the rows
+ * before it there (__match_any_sync), never an atomic's arrival order.
+ * From the metadata alone (uploaded before the step), so it runs before
+ * pdl_wait. Every thread of the block; ends with a barrier. */
+template <bool WIN, typename S>
+__device__ int rows_bucket(const AttnKParams &p, int d) {
+    const RowRange<WIN, S::KN> rr(p, p.meta[p.off_decode + 3 * d + 2]);
+    return min(S::BUCKETS - 1, (int)(4.f * __log2f((float)(rr.t1 - rr.t0))));
+}
+
 template <bool WIN, typename S>
 __device__ void rows_longest_first(const AttnKParams &p, int n_decode, int16_t *order, int *hist) {
-    constexpr int PER = S::ORDER_MAX / S::NT;
     const int lane = threadIdx.x & 31;
     for (int i = threadIdx.x; i < S::BUCKETS; i += S::NT) hist[i] = 0;
     __syncthreads();
-    int key_at[PER]; /* bucket << 16 | place in the bucket, or -1 */
-#pragma unroll
-    for (int i = 0; i < PER; i++) {
-        const int d = threadIdx.x + i * S::NT;
-        key_at[i] = -1;
-        if (d < n_decode) {
-            const RowRange<WIN, S::KN> rr(p, p.meta[p.off_decode + 3 * d + 2]);
-            const int key = min(S::BUCKETS - 1, (int)(4.f * __log2f((float)(rr.t1 - rr.t0))));
-            key_at[i] = key << 16 | atomicAdd(&hist[key], 1);
-        }
-    }
-    __syncthreads();
-    if (threadIdx.x < 32) { /* hist[k] = rows in buckets above k (lane: buckets 63 - 2 lane, 62 - 2 lane) */
+    if (threadIdx.x < 32) {
+        for (int d = lane; d < n_decode; d += 32) atomicAdd(&hist[rows_bucket<WIN, S>(p, d)], 1); /* counts only */
+        __syncwarp();
+        /* hist[k] = rows in buckets above k (lane: buckets 63 - 2 lane, 62 - 2 lane) */
         static_assert(S::BUCKETS == 64, "two buckets a lane");
         const int a = hist[63 - 2 * lane], b = hist[62 - 2 * lane];
         int incl = a + b;
@@ -123,11 +123,20 @@ __device__ void rows_longest_first(const AttnKParams &p, int n_decode, int16_t *
         }
         __syncwarp();
         hist[63 - 2 * lane] = incl - a - b, hist[62 - 2 * lane] = incl - b;
+        __syncwarp();
+        for (int d0 = 0; d0 < n_decode; d0 += 32) {
+            const int d = d0 + lane, key = d < n_decode ? rows_bucket<WIN, S>(p, d) : -1;
+            const unsigned peers = __match_any_sync(0xffffffffu, key);
+            const int before = __popc(peers & ((1u << lane) - 1u));
+            const int at = key >= 0 ? hist[key] + before : 0;
+            __syncwarp();
+            if (key >= 0) {
+                order[at] = (int16_t)d;
+                if (before == 0) hist[key] += __popc(peers); /* the group's first lane moves the bucket on */
+            }
+            __syncwarp();
+        }
     }
-    __syncthreads();
-#pragma unroll
-    for (int i = 0; i < PER; i++)
-        if (key_at[i] >= 0) order[hist[key_at[i] >> 16] + (key_at[i] & 0xffff)] = (int16_t)(threadIdx.x + i * S::NT);
     __syncthreads();
 }
 
