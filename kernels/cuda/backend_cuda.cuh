@@ -209,7 +209,7 @@ typedef struct {
     NcclGroup *link;             /* pipeline stage: NCCL to its neighbours (backend_cuda_link), or NULL */
     int link_rank;
     CudaTp tp;                   /* a tensor-parallel rank's group (tp.group NULL: none) */
-    int graph_splits[N_BUCKETS]; /* batch-invariant mode: the decode splits each graph was captured with */
+    int graph_splits[N_BUCKETS]; /* the decode splits each graph was captured with (step_grid_splits, bi_graph_splits) */
     char name[16];               /* "cuda:N", "cuda:N+bi" in the batch-invariant mode */
     Err err;                     /* first error inside a void op; reported by read() */
     bool failed;

@@ -82,6 +82,32 @@ static int bi_graph_splits(CudaBackend *cb, int need) {
     return cb->graph_splits[b] = s < ATTN_MAX_SPLITS ? s : ATTN_MAX_SPLITS;
 }
 
+/* Default mode, a step of decode rows alone: the grid's splits. At most
+ * cap (the split rule's for the longest context a sequence may reach), at
+ * least the power of two above every row's own (attn_row_splits): a row
+ * takes min(grid, its own) splits, so its sums are those of the cap's grid
+ * whatever the grid. A bucket's graph keeps the splits it was captured with
+ * until a row needs more, then is captured again (as bi_graph_splits). So
+ * steps of short rows run a grid of one split, which the short decode
+ * kernel takes (attention_decode_short.cu), instead of a grid sized for the
+ * longest context with most of its blocks leaving at once. */
+static int step_grid_splits(CudaBackend *cb, int cap, int split_tiles) {
+    int need = 1;
+    for (int d = 0; d < cb->meta.n_decode; d++) {
+        int64_t pos = cb->meta.buf[cb->meta.off_decode + 3 * d + 2];
+        int own = attn_row_splits((int)((pos + ATTN_DECODE_TILE_N) / ATTN_DECODE_TILE_N), split_tiles);
+        need = own > need ? own : need;
+    }
+    int s = 1;
+    while (s < need) s *= 2;
+    s = s < cap ? s : cap;
+    int b = cb->bucket;
+    if (!step_graphed(cb)) return s;
+    if (cb->graph[b] && cb->graph_splits[b] >= s) return cb->graph_splits[b];
+    if (cb->graph[b]) { cudaGraphExecDestroy(cb->graph[b]); cb->graph[b] = NULL; }
+    return cb->graph_splits[b] = s;
+}
+
 /* The attention metadata of a step of Tp rows (h_pos already holds their
  * positions), uploaded to d_meta, and the decode split count: for a step of
  * decode rows alone, from the longest context a sequence may reach, so one
@@ -115,10 +141,11 @@ static int attn_step_meta(CudaBackend *cb, const AttnBatch *b, int Tp, Err *err)
         /* a bucket takes the graph's splits with graphs off too: the same grid either way */
         cb->work.n_splits = cb->bucket >= 0 ? bi_graph_splits(cb, need) : need;
     } else {
-        cb->work.n_splits = decode_grid_splits(cb, ctx, cb->meta.n_decode);
         /* one decode row: half-size splits (more blocks for its long rows); with more rows the grid is
          * full already and the extra merges cost (kernels/README.md "attention") */
         cb->work.split_tiles = cb->meta.n_decode == 1 ? ATTN_SPLIT_TILES_ONE_ROW : ATTN_SPLIT_TILES;
+        int cap = decode_grid_splits(cb, ctx, cb->meta.n_decode);
+        cb->work.n_splits = cb->meta.n_tiles == 0 ? step_grid_splits(cb, cap, cb->work.split_tiles) : cap;
     }
     return 0;
 }
