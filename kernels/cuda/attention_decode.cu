@@ -16,12 +16,12 @@
  * for any context up to the one n_splits was chosen for. A windowed row
  * visits only the tiles of its window. A launch of one split and no cascade
  * runs attention_decode_short.cu's kernel instead (the short-context case:
- * this kernel's key loop and 4-warp merge, as attention_decode.cuh's
+ * this kernel's key loop and 4-warp merge, attention_decode.cuh's
  * decode_tile and decode_warp_store, without the split and cascade code);
- * this one serves every other launch. Its loop body and merge store stay
- * inline here, not calls of those two: so its code is byte for byte the one
- * measured before the short kernel (through the functions ptxas scheduled
- * its fp8 variants differently, ~1.7k of 9.5k instructions).
+ * this one serves every other launch. Both call those two, with the warp's
+ * state in plain arrays: held in a struct, ptxas gave this kernel's fp8
+ * variants 1-2 more registers (the SASS is otherwise the inline copy's it
+ * had before: the same registers, at most 8 instructions fewer).
  *
  * With rope (cuda_attention_decode_rope) the kernel also does the rope +
  * KV-write kernel's work for its rows: the blocks rope their query heads into
@@ -151,7 +151,7 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
     const bool has_new = p.rope && ts <= t_new && t_new < te;
     const int hi_load = p.rope ? pos : hi;           /* rope mode: the new key comes from decode_rope_rows */
 
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tg = lane & 3;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
     /* bf16: stage st's K and V tiles */
     auto kbuf = [&](int st) { return (bf16 *)(ring + st * S::STAGE); };
     auto vbuf = [&](int st) { return (bf16 *)(ring + st * S::STAGE) + BN * SK; };
@@ -231,103 +231,7 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
             for (int kk = 0; kk < (S::Q_IN_REGS ? HDK / 16 : 0); kk++)
                 ldsm_x4(q_addr + kk * 32, qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3]);
         }
-
-        /* S (16 heads x this warp's 16 keys) */
-        float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-        float2 sck[2], scv[2]; /* fp8: the scales of this lane's keys 2tg, 2tg + 1 and 8 + 2tg, 9 + 2tg */
-        if (FP8) {
-            decode_scores_fp8<HDK, S::RSK, S::Q_IN_REGS>(s, qf, q_addr, k8(st), warp, lane);
-#pragma unroll
-            for (int i = 0; i < 2; i++) {
-                sck[i] = *reinterpret_cast<const float2 *>(ks(st) + warp * 16 + i * 8 + 2 * tg);
-                scv[i] = *reinterpret_cast<const float2 *>(vs(st) + warp * 16 + i * 8 + 2 * tg);
-            }
-        }
-        const uint32_t k_addr =
-            smem_u32(kbuf(st) + (warp * 16 + (lane & 7) + ((lane >> 4) << 3)) * SK + ((lane >> 3) & 1) * 8);
-#pragma unroll
-        for (int kk = 0; kk < (FP8 ? 0 : HDK / 16); kk++) {
-            uint32_t a[4];
-            if (S::Q_IN_REGS) {
-                a[0] = qf[S::Q_IN_REGS ? kk : 0][0], a[1] = qf[S::Q_IN_REGS ? kk : 0][1];
-                a[2] = qf[S::Q_IN_REGS ? kk : 0][2], a[3] = qf[S::Q_IN_REGS ? kk : 0][3];
-            } else {
-                ldsm_x4(q_addr + kk * 32, a[0], a[1], a[2], a[3]);
-            }
-            uint32_t b0, b1, b2, b3;
-            ldsm_x4(k_addr + kk * 32, b0, b1, b2, b3);
-            mma_bf16(s[0], a, b0, b1);
-            mma_bf16(s[1], a, b2, b3);
-        }
-        float tmax[2] = {-INFINITY, -INFINITY};
-        /* fp8: only a tile across lo or hi can hold a key outside [lo, hi) (bf16 keeps its one select) */
-        const bool edge = !FP8 || t * BN < lo || (t + 1) * BN > hi;
-#pragma unroll
-        for (int i = 0; i < 2; i++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int j = t * BN + warp * 16 + i * 8 + 2 * tg + (e & 1);
-                float x = !edge || (j >= lo && j < hi)
-                              ? (FP8 ? attn_logit_fp8<CAP>(s[i][e], e & 1 ? sck[i].y : sck[i].x, qr[e >> 1], p)
-                                     : attn_logit<CAP>(s[i][e], p))
-                              : -INFINITY;
-                s[i][e] = x;
-                tmax[e >> 1] = fmaxf(tmax[e >> 1], x);
-            }
-        float alpha[2], base[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float mnew = fmaxf(mx[r], quad_max(tmax[r]));
-            base[r] = mnew == -INFINITY ? 0.f : mnew;
-            alpha[r] = exp2f(mx[r] - base[r]);
-            mx[r] = mnew;
-            l[r] *= alpha[r];
-        }
-#pragma unroll
-        for (int i = 0; i < 2; i++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                s[i][e] = exp2f(s[i][e] - base[e >> 1]);
-                l[e >> 1] += s[i][e];
-            }
-        if (FP8) { /* P x value scale / vref, O rescaled to the new vref with alpha */
-            float rescale;
-            const float inv = fp8_v_ref(fmaxf(fmaxf(scv[0].x, scv[0].y), fmaxf(scv[1].x, scv[1].y)), vref, &rescale);
-            alpha[0] *= rescale, alpha[1] *= rescale;
-#pragma unroll
-            for (int i = 0; i < 2; i++) {
-                s[i][0] *= scv[i].x * inv, s[i][1] *= scv[i].y * inv;
-                s[i][2] *= scv[i].x * inv, s[i][3] *= scv[i].y * inv;
-            }
-        }
-        uint32_t a[4];
-        if (FP8) {
-            a[0] = pack_f16(s[0][0], s[0][1]), a[1] = pack_f16(s[0][2], s[0][3]);
-            a[2] = pack_f16(s[1][0], s[1][1]), a[3] = pack_f16(s[1][2], s[1][3]);
-        } else {
-            a[0] = pack_bf16(s[0][0], s[0][1]), a[1] = pack_bf16(s[0][2], s[0][3]);
-            a[2] = pack_bf16(s[1][0], s[1][1]), a[3] = pack_bf16(s[1][2], s[1][3]);
-        }
-        /* fp8: once the running max and vref settle, alpha stays 1: skip the
-         * HDV / 2 multiplies (warp-uniform). bf16 rescales in the loop below. */
-        if (FP8 && __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
-#pragma unroll
-            for (int i = 0; i < HDV / 8; i++)
-                o[i][0] *= alpha[0], o[i][1] *= alpha[0], o[i][2] *= alpha[1], o[i][3] *= alpha[1];
-        }
-        if (FP8) decode_pv_fp8<HDV, S::RSV>(o, a, v8(st), warp, lane);
-        const uint32_t v_addr =
-            smem_u32(vbuf(st) + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * SV + (lane >> 4) * 8);
-#pragma unroll
-        for (int nn = 0; nn < (FP8 ? 0 : HDV / 16); nn++) {
-            o[2 * nn][0] *= alpha[0], o[2 * nn][1] *= alpha[0], o[2 * nn][2] *= alpha[1], o[2 * nn][3] *= alpha[1];
-            o[2 * nn + 1][0] *= alpha[0], o[2 * nn + 1][1] *= alpha[0];
-            o[2 * nn + 1][2] *= alpha[1], o[2 * nn + 1][3] *= alpha[1];
-            uint32_t b0, b1, b2, b3;
-            ldsm_x4_t(v_addr + nn * 32, b0, b1, b2, b3);
-            mma_bf16(o[2 * nn], a, b0, b1);
-            mma_bf16(o[2 * nn + 1], a, b2, b3);
-        }
+        decode_tile<HDK, HDV, CAP, FP8>(o, mx, l, qr, vref, qf, q_addr, ring + st * S::STAGE, t, lo, hi, p, warp, lane);
     }
 
     /* merge the 4 warps' states through shared memory (the ring is free now) */
@@ -336,25 +240,7 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
     constexpr int MS = S::MS;                     /* mo's row stride: float2 stores of a warp spread over the banks */
     float *mo = (float *)ring;                    /* [4][16][MS] */
     float *mml = mo + 4 * 16 * MS;                /* [4][16][2] */
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int hr = g + 8 * r;
-        float sum = quad_sum(l[r]);
-        if (tg == 0) mml[(warp * 16 + hr) * 2] = mx[r], mml[(warp * 16 + hr) * 2 + 1] = sum;
-        float *mrow = mo + (warp * 16 + hr) * MS;
-#pragma unroll
-        for (int i = 0; i < HDV / 8; i++) {
-            if (!FP8) { /* columns 2tg, 2tg + 1 of n-tile i */
-                *(float2 *)(mrow + i * 8 + 2 * tg) = make_float2(o[i][2 * r], o[i][2 * r + 1]);
-                continue;
-            }
-            if (i & 1) continue;
-#pragma unroll
-            for (int b = 0; b < 2; b++) /* column 2tg + b of n-tiles i, i + 1: dimensions decode_pv_fp8 names */
-                *(float2 *)(mrow + (i >> 1) * 16 + 4 * tg + 2 * b) =
-                    make_float2(o[i][2 * r + b] * vref, o[i + 1][2 * r + b] * vref);
-        }
-    }
+    decode_warp_store<HDV, FP8, MS>(o, mx, l, vref, mo, mml, warp, lane);
     __syncthreads();
     for (int i = threadIdx.x; i < nh * HDV; i += NT) {
         int hr = i / HDV, c = i % HDV;

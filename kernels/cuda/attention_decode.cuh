@@ -1,14 +1,17 @@
 /* attention_decode.cuh — the decode attention kernels' shared parts: the
  * block's shape (DecodeShape), the rope mode's staging and rope of the rows,
- * the per-tile step of a warp (scores, online softmax, P V: decode_tile) and
- * the store of a warp's state for the 4-warp merge. Two kernels use them:
- * attention_decode.cu (any split count, cascade rows, the split merge) and
- * attention_decode_short.cu (one split, no cascade: the short-context
- * launches). decode_tile and decode_warp_store are attention_decode.cu's
- * key-loop body and warp store, the same operations in the same order (a
- * row's output has the same bits from both kernels: test_attention checks
- * it); that kernel keeps its own inline copy of the two (its header says
- * why), so a change to one must be made to both. */
+ * the per-tile step of a warp (scores, mask, online softmax, P V:
+ * decode_tile and its parts) and the store of a warp's state for the 4-warp
+ * merge. Three kernels use them: attention_decode.cu (any split count,
+ * cascade rows, the split merge) and attention_decode_short.cu (one split,
+ * no cascade: the short-context launches) run decode_tile and
+ * decode_warp_store, so a row's output has the same bits from both
+ * (test_attention checks it); attention_decode_rows.cu (a warp per item)
+ * runs decode_tile's parts on its warp's own 16-key stage (decode_scores_fp8,
+ * decode_logits, decode_online_softmax, decode_p_operand, decode_pv_fp8 with
+ * warp 0), its bf16 products, O's rescale and the store its own. Each part
+ * is __forceinline__ and was checked against the kernels' SASS before it
+ * (instruction counts, registers; kernels/README.md "Decode"). */
 #ifndef CLLM_ATTENTION_DECODE_CUH
 #define CLLM_ATTENTION_DECODE_CUH
 
@@ -201,29 +204,90 @@ template <int HDK, int HDV, bool FP8> struct DecodeShape {
     static_assert(STAGES >= 2, "the key loop's waits count on a group past the tile it reads");
 };
 
-/* A warp's state over the key loop: O (its 16 query rows x HDV, C
- * fragments), the running max and sum of rows g and g + 8 and (fp8) the
- * rows' logit factors and the warp's value-scale reference. */
-template <int HDV> struct DecodeWarp {
-    float o[HDV / 8][4];
-    float mx[2], l[2];
-    float qr[2], vref;
-};
-
-template <int HDV> static __device__ __forceinline__ void decode_warp_init(DecodeWarp<HDV> &w) {
+/* A warp's 16 keys' logits: s (Q K^T; s[i][e] is key j0 + 8i + 2tg + (e & 1)
+ * of rows g (e < 2) and g + 8) masked to [lo, hi) where edge (a tile that
+ * may hold keys outside it), else soft-capped and scaled (fp8: times the
+ * keys' scales sck and the rows' factors qr); tmax gets the lane's maxima of
+ * rows g and g + 8. */
+template <bool CAP, bool FP8>
+static __device__ __forceinline__ void decode_logits(float (&s)[2][4], float (&tmax)[2], const float2 (&sck)[2],
+                                                     const float (&qr)[2], int j0, int lo, int hi, bool edge,
+                                                     const AttnKParams &p, int tg) {
+    tmax[0] = tmax[1] = -INFINITY;
 #pragma unroll
-    for (int i = 0; i < HDV / 8; i++) w.o[i][0] = w.o[i][1] = w.o[i][2] = w.o[i][3] = 0.f;
-    w.mx[0] = w.mx[1] = -INFINITY, w.l[0] = w.l[1] = 0.f;
-    w.qr[0] = w.qr[1] = 1.f, w.vref = 0.f;
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int j = j0 + i * 8 + 2 * tg + (e & 1);
+            const float x = !edge || (j >= lo && j < hi)
+                                ? (FP8 ? attn_logit_fp8<CAP>(s[i][e], e & 1 ? sck[i].y : sck[i].x, qr[e >> 1], p)
+                                       : attn_logit<CAP>(s[i][e], p))
+                                : -INFINITY;
+            s[i][e] = x;
+            tmax[e >> 1] = fmaxf(tmax[e >> 1], x);
+        }
+}
+
+/* P (s, after decode_online_softmax) as the A operand of O += P V: fp8 times
+ * the keys' value scales scv over the warp's reference vref (fp8_v_ref moves
+ * vref on and folds its rescale of O into alpha), as f16; bf16 as it is. */
+template <bool FP8>
+static __device__ __forceinline__ void decode_p_operand(uint32_t (&a)[4], float (&s)[2][4], const float2 (&scv)[2],
+                                                        float &vref, float (&alpha)[2]) {
+    if (FP8) {
+        float rescale;
+        const float inv = fp8_v_ref(fmaxf(fmaxf(scv[0].x, scv[0].y), fmaxf(scv[1].x, scv[1].y)), vref, &rescale);
+        alpha[0] *= rescale, alpha[1] *= rescale;
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            s[i][0] *= scv[i].x * inv, s[i][1] *= scv[i].y * inv;
+            s[i][2] *= scv[i].x * inv, s[i][3] *= scv[i].y * inv;
+        }
+        a[0] = pack_f16(s[0][0], s[0][1]), a[1] = pack_f16(s[0][2], s[0][3]);
+        a[2] = pack_f16(s[1][0], s[1][1]), a[3] = pack_f16(s[1][2], s[1][3]);
+    } else {
+        a[0] = pack_bf16(s[0][0], s[0][1]), a[1] = pack_bf16(s[0][2], s[0][3]);
+        a[2] = pack_bf16(s[1][0], s[1][1]), a[3] = pack_bf16(s[1][2], s[1][3]);
+    }
+}
+
+/* The online softmax step of a warp's 16 keys (s: their logits, tmax: the
+ * lane's row maxima of them): rows g and g + 8's running max mx and sum l
+ * moved on (l times alpha, the old terms' factor, plus the new exp2 terms),
+ * s to exp2(s - max). The split, short and many-rows kernels' one copy. */
+static __device__ __forceinline__ void decode_online_softmax(float (&s)[2][4], const float (&tmax)[2], float (&mx)[2],
+                                                             float (&l)[2], float (&alpha)[2]) {
+    float base[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float mnew = fmaxf(mx[r], quad_max(tmax[r]));
+        base[r] = mnew == -INFINITY ? 0.f : mnew;
+        alpha[r] = exp2f(mx[r] - base[r]);
+        mx[r] = mnew;
+        l[r] *= alpha[r];
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            s[i][e] = exp2f(s[i][e] - base[e >> 1]);
+            l[e >> 1] += s[i][e];
+        }
 }
 
 /* One key tile t (landed in the ring stage at `stage`) for this warp's 16
  * keys: S = Q K^T (qf: Q's A fragments when S::Q_IN_REGS, else read at
- * q_addr), the mask to [lo, hi), the online softmax and O += P V. */
+ * q_addr), the mask to [lo, hi), the online softmax and O += P V. The
+ * warp's state: O (its 16 query rows x HDV, C fragments), the running max mx
+ * and sum l of rows g and g + 8, (fp8) the rows' logit factors qr and the
+ * warp's value-scale reference vref; plain arrays, as the split kernel had
+ * them (in a struct ptxas gave its fp8 variants 1-2 more registers). The
+ * split and the short kernel run it; the many-rows kernel runs its parts. */
 template <int HDK, int HDV, bool CAP, bool FP8>
-static __device__ __forceinline__ void decode_tile(DecodeWarp<HDV> &w, const uint32_t (*qf)[4], uint32_t q_addr,
-                                                   unsigned char *stage, int t, int lo, int hi, const AttnKParams &p,
-                                                   int warp, int lane) {
+static __device__ __forceinline__ void decode_tile(float (&o)[HDV / 8][4], float (&mx)[2], float (&l)[2],
+                                                   const float (&qr)[2], float &vref, const uint32_t (*qf)[4],
+                                                   uint32_t q_addr, unsigned char *stage, int t, int lo, int hi,
+                                                   const AttnKParams &p, int warp, int lane) {
     using S = DecodeShape<HDK, HDV, FP8>;
     constexpr int BN = S::BN, SK = S::SK, SV = S::SV;
     const int tg = lane & 3;
@@ -257,73 +321,32 @@ static __device__ __forceinline__ void decode_tile(DecodeWarp<HDV> &w, const uin
         mma_bf16(s[0], a, b0, b1);
         mma_bf16(s[1], a, b2, b3);
     }
-    float tmax[2] = {-INFINITY, -INFINITY};
+    float tmax[2];
     /* fp8: only a tile across lo or hi can hold a key outside [lo, hi) (bf16 keeps its one select) */
     const bool edge = !FP8 || t * BN < lo || (t + 1) * BN > hi;
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            int j = t * BN + warp * 16 + i * 8 + 2 * tg + (e & 1);
-            float x = !edge || (j >= lo && j < hi)
-                          ? (FP8 ? attn_logit_fp8<CAP>(s[i][e], e & 1 ? sck[i].y : sck[i].x, w.qr[e >> 1], p)
-                                 : attn_logit<CAP>(s[i][e], p))
-                          : -INFINITY;
-            s[i][e] = x;
-            tmax[e >> 1] = fmaxf(tmax[e >> 1], x);
-        }
-    float alpha[2], base[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float mnew = fmaxf(w.mx[r], quad_max(tmax[r]));
-        base[r] = mnew == -INFINITY ? 0.f : mnew;
-        alpha[r] = exp2f(w.mx[r] - base[r]);
-        w.mx[r] = mnew;
-        w.l[r] *= alpha[r];
-    }
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            s[i][e] = exp2f(s[i][e] - base[e >> 1]);
-            w.l[e >> 1] += s[i][e];
-        }
-    if (FP8) { /* P x value scale / vref, O rescaled to the new vref with alpha */
-        float rescale;
-        const float inv = fp8_v_ref(fmaxf(fmaxf(scv[0].x, scv[0].y), fmaxf(scv[1].x, scv[1].y)), w.vref, &rescale);
-        alpha[0] *= rescale, alpha[1] *= rescale;
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            s[i][0] *= scv[i].x * inv, s[i][1] *= scv[i].y * inv;
-            s[i][2] *= scv[i].x * inv, s[i][3] *= scv[i].y * inv;
-        }
-    }
+    decode_logits<CAP, FP8>(s, tmax, sck, qr, t * BN + warp * 16, lo, hi, edge, p, tg);
+    float alpha[2];
+    decode_online_softmax(s, tmax, mx, l, alpha);
     uint32_t a[4];
-    if (FP8) {
-        a[0] = pack_f16(s[0][0], s[0][1]), a[1] = pack_f16(s[0][2], s[0][3]);
-        a[2] = pack_f16(s[1][0], s[1][1]), a[3] = pack_f16(s[1][2], s[1][3]);
-    } else {
-        a[0] = pack_bf16(s[0][0], s[0][1]), a[1] = pack_bf16(s[0][2], s[0][3]);
-        a[2] = pack_bf16(s[1][0], s[1][1]), a[3] = pack_bf16(s[1][2], s[1][3]);
-    }
+    decode_p_operand<FP8>(a, s, scv, vref, alpha);
     /* fp8: once the running max and vref settle, alpha stays 1: skip the
      * HDV / 2 multiplies (warp-uniform). bf16 rescales in the loop below. */
     if (FP8 && __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
         for (int i = 0; i < HDV / 8; i++)
-            w.o[i][0] *= alpha[0], w.o[i][1] *= alpha[0], w.o[i][2] *= alpha[1], w.o[i][3] *= alpha[1];
+            o[i][0] *= alpha[0], o[i][1] *= alpha[0], o[i][2] *= alpha[1], o[i][3] *= alpha[1];
     }
-    if (FP8) decode_pv_fp8<HDV, S::RSV>(w.o, a, v8, warp, lane);
+    if (FP8) decode_pv_fp8<HDV, S::RSV>(o, a, v8, warp, lane);
     const uint32_t v_addr = smem_u32(vbuf + (warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * SV + (lane >> 4) * 8);
 #pragma unroll
     for (int nn = 0; nn < (FP8 ? 0 : HDV / 16); nn++) {
-        w.o[2 * nn][0] *= alpha[0], w.o[2 * nn][1] *= alpha[0], w.o[2 * nn][2] *= alpha[1], w.o[2 * nn][3] *= alpha[1];
-        w.o[2 * nn + 1][0] *= alpha[0], w.o[2 * nn + 1][1] *= alpha[0];
-        w.o[2 * nn + 1][2] *= alpha[1], w.o[2 * nn + 1][3] *= alpha[1];
+        o[2 * nn][0] *= alpha[0], o[2 * nn][1] *= alpha[0], o[2 * nn][2] *= alpha[1], o[2 * nn][3] *= alpha[1];
+        o[2 * nn + 1][0] *= alpha[0], o[2 * nn + 1][1] *= alpha[0];
+        o[2 * nn + 1][2] *= alpha[1], o[2 * nn + 1][3] *= alpha[1];
         uint32_t b0, b1, b2, b3;
         ldsm_x4_t(v_addr + nn * 32, b0, b1, b2, b3);
-        mma_bf16(w.o[2 * nn], a, b0, b1);
-        mma_bf16(w.o[2 * nn + 1], a, b2, b3);
+        mma_bf16(o[2 * nn], a, b0, b1);
+        mma_bf16(o[2 * nn + 1], a, b2, b3);
     }
 }
 
@@ -331,26 +354,27 @@ static __device__ __forceinline__ void decode_tile(DecodeWarp<HDV> &w, const uin
  * times vref, its columns put back in order), running max and sum of its 16
  * rows into mo [4][16][MS] and mml [4][16][2], for the 4-warp merge. */
 template <int HDV, bool FP8, int MS>
-static __device__ __forceinline__ void decode_warp_store(const DecodeWarp<HDV> &w, float *mo, float *mml, int warp,
-                                                         int lane) {
+static __device__ __forceinline__ void decode_warp_store(const float (&o)[HDV / 8][4], const float (&mx)[2],
+                                                         const float (&l)[2], float vref, float *mo, float *mml,
+                                                         int warp, int lane) {
     const int g = lane >> 2, tg = lane & 3;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         int hr = g + 8 * r;
-        float sum = quad_sum(w.l[r]);
-        if (tg == 0) mml[(warp * 16 + hr) * 2] = w.mx[r], mml[(warp * 16 + hr) * 2 + 1] = sum;
+        float sum = quad_sum(l[r]);
+        if (tg == 0) mml[(warp * 16 + hr) * 2] = mx[r], mml[(warp * 16 + hr) * 2 + 1] = sum;
         float *mrow = mo + (warp * 16 + hr) * MS;
 #pragma unroll
         for (int i = 0; i < HDV / 8; i++) {
             if (!FP8) { /* columns 2tg, 2tg + 1 of n-tile i */
-                *(float2 *)(mrow + i * 8 + 2 * tg) = make_float2(w.o[i][2 * r], w.o[i][2 * r + 1]);
+                *(float2 *)(mrow + i * 8 + 2 * tg) = make_float2(o[i][2 * r], o[i][2 * r + 1]);
                 continue;
             }
             if (i & 1) continue;
 #pragma unroll
             for (int b = 0; b < 2; b++) /* column 2tg + b of n-tiles i, i + 1: dimensions decode_pv_fp8 names */
                 *(float2 *)(mrow + (i >> 1) * 16 + 4 * tg + 2 * b) =
-                    make_float2(w.o[i][2 * r + b] * w.vref, w.o[i + 1][2 * r + b] * w.vref);
+                    make_float2(o[i][2 * r + b] * vref, o[i + 1][2 * r + b] * vref);
         }
     }
 }

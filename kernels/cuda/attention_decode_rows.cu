@@ -45,8 +45,10 @@
  * - fp8 cache: ldmatrix on the stage's bytes, cvt e4m3x2 -> f16x2 in
  *   registers, f16 products on the exact codes; key scales on the scores,
  *   value scales into P against the warp's running reference vref, Q in f16
- *   times a power of two a row, in K's fragment order (as attention_decode.cu
- *   decode_scores_fp8 / decode_pv_fp8; here for a warp's own 16-key stage).
+ *   times a power of two a row, in K's fragment order (attention_decode.cuh's
+ *   decode_scores_fp8 / decode_pv_fp8, here on a warp's own 16-key stage:
+ *   warp 0's rows of it; so are the mask, the online softmax and P's
+ *   operand: decode_logits, decode_online_softmax, decode_p_operand).
  *
  * Soft-cap and window are template variants (a windowed row loads only its
  * window's tiles); sinks and any GQA group size at run time. Not here: rope
@@ -55,6 +57,7 @@
  */
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/attention_decode.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/pdl.cuh"
 
@@ -248,47 +251,6 @@ __device__ __forceinline__ void rows_load_q(uint32_t (&qf)[HDK / 16][4], float (
         }
 }
 
-/* fp8: s += q' . code for the stage's 16 keys ([16][RSK] bytes); ldmatrix
- * x4 gives lane (g, t) codes 4t..4t+3 of key g (+8) of two 16-code chunks. */
-template <int HDK, int RSK>
-__device__ __forceinline__ void rows_scores_fp8(float (&s)[2][4], const uint32_t (&qf)[HDK / 16][4], const uint8_t *k8,
-                                                int lane) {
-    constexpr int CH = HDK / 16;
-    const uint32_t k_addr = smem_u32(k8 + (((lane >> 3) & 1) * 8 + (lane & 7)) * RSK + (lane >> 4) * 16);
-#pragma unroll
-    for (int c = 0; c < CH; c += 2) {
-        uint32_t w[4];
-        if (c + 1 < CH) ldsm_x4(k_addr + c * 16, w[0], w[1], w[2], w[3]);
-        else ldsm_x2(k_addr + c * 16, w[0], w[1]); /* head size 80: the last chunk alone */
-#pragma unroll
-        for (int h = 0; h < (c + 1 < CH ? 2 : 1); h++) {
-            mma_f16(s[0], qf[c + h], e4m3x2_to_f16x2(w[2 * h]), e4m3x2_to_f16x2(w[2 * h] >> 16));
-            mma_f16(s[1], qf[c + h], e4m3x2_to_f16x2(w[2 * h + 1]), e4m3x2_to_f16x2(w[2 * h + 1] >> 16));
-        }
-    }
-}
-
-/* fp8: o += P V from the stage's value bytes ([16][RSV]); column j of
- * o[2c + e] is dimension 16c + 2j + e (rows_store puts it back). */
-template <int HDV, int RSV>
-__device__ __forceinline__ void rows_pv_fp8(float (&o)[HDV / 8][4], const uint32_t (&a)[4], const uint8_t *v8,
-                                            int lane) {
-    constexpr int CH = HDV / 16;
-    const uint32_t v_addr = smem_u32(v8 + (((lane >> 3) & 1) * 8 + (lane & 7)) * RSV + (lane >> 4) * 16);
-#pragma unroll
-    for (int c = 0; c < CH; c += 2) {
-        uint32_t w[4];
-        if (c + 1 < CH) ldsm_x4_t(v_addr + c * 16, w[0], w[1], w[2], w[3]);
-        else ldsm_x2_t(v_addr + c * 16, w[0], w[1]);
-#pragma unroll
-        for (int h = 0; h < (c + 1 < CH ? 2 : 1); h++) {
-            const uint32_t lo = __byte_perm(w[2 * h], 0, 0x3120), hi = __byte_perm(w[2 * h + 1], 0, 0x3120);
-            mma_f16(o[2 * (c + h)], a, e4m3x2_to_f16x2(lo), e4m3x2_to_f16x2(hi));
-            mma_f16(o[2 * (c + h) + 1], a, e4m3x2_to_f16x2(lo >> 16), e4m3x2_to_f16x2(hi >> 16));
-        }
-    }
-}
-
 /* The item's output: rows g, g + 8 (query heads h0 + g, h0 + g + 8, those
  * below nh) normalized with the sink: o e / (e l + exp2(sink - M)),
  * e = exp2(m - M), M = max(m, sink) (fp8: times vref). */
@@ -308,7 +270,7 @@ __device__ __forceinline__ void rows_store(const AttnKParams &p, const float (&o
         bf16 *out = p.out + ((int64_t)row * p.n_heads + h) * HDV;
         if (FP8) {
 #pragma unroll
-            for (int c = 0; c < HDV / 16; c++) /* dimensions 16c + 4tg .. + 3 (rows_pv_fp8's order) */
+            for (int c = 0; c < HDV / 16; c++) /* dimensions 16c + 4tg .. + 3 (decode_pv_fp8's order) */
                 *(uint2 *)(out + 16 * c + 4 * tg) =
                     make_uint2(pack_bf16(o[2 * c][2 * r] * f, o[2 * c + 1][2 * r] * f),
                                pack_bf16(o[2 * c][2 * r + 1] * f, o[2 * c + 1][2 * r + 1] * f));
@@ -364,7 +326,7 @@ __device__ __forceinline__ void rows_item(const AttnKParams &p, int d, int kvh, 
         if (FP8) {
             const uint8_t *k8 = stage;
             const float *sc = (const float *)(stage + KN * (S::RSK + S::RSV));
-            rows_scores_fp8<HDK, S::RSK>(s, qf, k8, lane);
+            decode_scores_fp8<HDK, S::RSK, true>(s, qf, 0, k8, 0, lane); /* the warp's own stage: warp 0's rows */
 #pragma unroll
             for (int i = 0; i < 2; i++) {
                 sck[i] = *reinterpret_cast<const float2 *>(sc + i * 8 + 2 * tg);
@@ -383,51 +345,12 @@ __device__ __forceinline__ void rows_item(const AttnKParams &p, int d, int kvh, 
         }
         /* only the first and last tiles can hold keys outside [lo, hi) */
         const bool edge = t * KN < lo || (t + 1) * KN > hi;
-        float tmax[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int i = 0; i < 2; i++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int j = t * KN + i * 8 + 2 * tg + (e & 1);
-                const float x = !edge || (j >= lo && j < hi)
-                                    ? (FP8 ? attn_logit_fp8<CAP>(s[i][e], e & 1 ? sck[i].y : sck[i].x, qr[e >> 1], p)
-                                           : attn_logit<CAP>(s[i][e], p))
-                                    : -INFINITY;
-                s[i][e] = x;
-                tmax[e >> 1] = fmaxf(tmax[e >> 1], x);
-            }
-        float alpha[2], base[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const float mnew = fmaxf(mx[r], quad_max(tmax[r]));
-            base[r] = mnew == -INFINITY ? 0.f : mnew;
-            alpha[r] = exp2f(mx[r] - base[r]);
-            mx[r] = mnew;
-            l[r] *= alpha[r];
-        }
-#pragma unroll
-        for (int i = 0; i < 2; i++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                s[i][e] = exp2f(s[i][e] - base[e >> 1]);
-                l[e >> 1] += s[i][e];
-            }
+        float tmax[2];
+        decode_logits<CAP, FP8>(s, tmax, sck, qr, t * KN, lo, hi, edge, p, tg);
+        float alpha[2];
+        decode_online_softmax(s, tmax, mx, l, alpha);
         uint32_t a[4];
-        if (FP8) { /* P x value scale / vref; O rescaled to the new vref with alpha */
-            float rescale;
-            const float inv = fp8_v_ref(fmaxf(fmaxf(scv[0].x, scv[0].y), fmaxf(scv[1].x, scv[1].y)), vref, &rescale);
-            alpha[0] *= rescale, alpha[1] *= rescale;
-#pragma unroll
-            for (int i = 0; i < 2; i++) {
-                s[i][0] *= scv[i].x * inv, s[i][1] *= scv[i].y * inv;
-                s[i][2] *= scv[i].x * inv, s[i][3] *= scv[i].y * inv;
-            }
-            a[0] = pack_f16(s[0][0], s[0][1]), a[1] = pack_f16(s[0][2], s[0][3]);
-            a[2] = pack_f16(s[1][0], s[1][1]), a[3] = pack_f16(s[1][2], s[1][3]);
-        } else {
-            a[0] = pack_bf16(s[0][0], s[0][1]), a[1] = pack_bf16(s[0][2], s[0][3]);
-            a[2] = pack_bf16(s[1][0], s[1][1]), a[3] = pack_bf16(s[1][2], s[1][3]);
-        }
+        decode_p_operand<FP8>(a, s, scv, vref, alpha); /* fp8: P x value scale / vref; alpha rescales O too */
         /* once the running max (and fp8's vref) settle, alpha stays 1: skip the HDV / 2 multiplies */
         if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
@@ -435,7 +358,7 @@ __device__ __forceinline__ void rows_item(const AttnKParams &p, int d, int kvh, 
                 o[i][0] *= alpha[0], o[i][1] *= alpha[0], o[i][2] *= alpha[1], o[i][3] *= alpha[1];
         }
         if (FP8) {
-            rows_pv_fp8<HDV, S::RSV>(o, a, stage + KN * S::RSK, lane);
+            decode_pv_fp8<HDV, S::RSV>(o, a, stage + KN * S::RSK, 0, lane);
         } else {
             const bf16 *vt = (const bf16 *)stage + KN * S::SK;
             const uint32_t v_addr = smem_u32(vt + ((lane & 7) + ((lane >> 3) & 1) * 8) * S::SV + (lane >> 4) * 8);

@@ -209,9 +209,12 @@ __global__ void __launch_bounds__(128, 1) attn_decode_short_kernel(const AttnKPa
     if (up_front) cp_async_wait<0>();
     else cp_async_wait<ST - 1>(); /* tile ts (commit group 0) */
     __syncthreads();              /* ... Q and the rope pass's rows too: in place for every thread */
-    DecodeWarp<HDV> ws;
-    decode_warp_init(ws);
-    if (FP8) ws.qr[0] = attn_row_factor_fp8<CAP>(qsc[g], p), ws.qr[1] = attn_row_factor_fp8<CAP>(qsc[g + 8], p);
+    float o[HDV / 8][4];
+#pragma unroll
+    for (int i = 0; i < HDV / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    float mx[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+    float qr[2] = {1.f, 1.f}, vref = 0.f; /* fp8: rows g, g + 8's logit factors; the warp's value-scale reference */
+    if (FP8) qr[0] = attn_row_factor_fp8<CAP>(qsc[g], p), qr[1] = attn_row_factor_fp8<CAP>(qsc[g + 8], p);
     uint32_t qf[S::Q_IN_REGS ? HDK / 16 : 1][4];
     const uint32_t q_addr = smem_u32(sQ + (lane & 15) * SK + (lane >> 4) * 8);
 #pragma unroll
@@ -231,7 +234,7 @@ __global__ void __launch_bounds__(128, 1) attn_decode_short_kernel(const AttnKPa
                                                               r_new);
             __syncthreads();
         }
-        decode_tile<HDK, HDV, CAP, FP8>(ws, qf, q_addr, stage(st), t, lo, hi, p, warp, lane);
+        decode_tile<HDK, HDV, CAP, FP8>(o, mx, l, qr, vref, qf, q_addr, stage(st), t, lo, hi, p, warp, lane);
     }
 
     /* merge the 4 warps' states through shared memory (the ring is free now) and finish the rows */
@@ -240,7 +243,7 @@ __global__ void __launch_bounds__(128, 1) attn_decode_short_kernel(const AttnKPa
     constexpr int MS = S::MS;
     float *mo = (float *)ring;     /* [4][16][MS] */
     float *mml = mo + 4 * 16 * MS; /* [4][16][2] */
-    decode_warp_store<HDV, FP8, MS>(ws, mo, mml, warp, lane);
+    decode_warp_store<HDV, FP8, MS>(o, mx, l, vref, mo, mml, warp, lane);
     __syncthreads();
     for (int i = threadIdx.x; i < nh * (HDV / 2); i += NT) { /* columns c, c + 1 of row hr */
         const int hr = i / (HDV / 2), c = 2 * (i % (HDV / 2));
