@@ -160,42 +160,21 @@ __device__ void load_tile(const float *l, int n, int b0, float v[UNROLL]) {
 #define TILE_STEP (UNROLL * THREADS)
 #define TILE_INDEX(b0, u) ((b0) + (u) * THREADS + (int)(threadIdx.x % 32))
 
-/* Inclusive prefix sums over the block in thread order; *total gets the sum. */
-__device__ double block_scan_d(double v, double *sh, double *total) {
+/* Inclusive prefix sums over the block in thread order; *total gets the sum.
+ * One body for the two types the sampler scans: double (probability masses)
+ * and uint64_t (fixed-point masses and counts). */
+template <typename T> __device__ T block_scan(T v, T *sh, T *total) {
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     for (int o = 1; o < 32; o <<= 1) {
-        double t = __shfl_up_sync(FULL, v, o);
+        T t = __shfl_up_sync(FULL, v, o);
         if (lane >= o) v += t;
     }
     if (lane == 31) sh[warp] = v;
     __syncthreads();
     if (warp == 0) {
-        double s = sh[lane];
+        T s = sh[lane];
         for (int o = 1; o < 32; o <<= 1) {
-            double t = __shfl_up_sync(FULL, s, o);
-            if (lane >= o) s += t;
-        }
-        sh[lane] = s;
-    }
-    __syncthreads();
-    if (warp > 0) v += sh[warp - 1];
-    *total = sh[31];
-    __syncthreads();
-    return v;
-}
-
-__device__ uint64_t block_scan_u64(uint64_t v, uint64_t *sh, uint64_t *total) {
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    for (int o = 1; o < 32; o <<= 1) {
-        uint64_t t = __shfl_up_sync(FULL, v, o);
-        if (lane >= o) v += t;
-    }
-    if (lane == 31) sh[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        uint64_t s = sh[lane];
-        for (int o = 1; o < 32; o <<= 1) {
-            uint64_t t = __shfl_up_sync(FULL, s, o);
+            T t = __shfl_up_sync(FULL, s, o);
             if (lane >= o) s += t;
         }
         sh[lane] = s;
@@ -438,7 +417,7 @@ __device__ bool rank_search(const Row *r, int set, uint64_t target, uint32_t *ke
         }
     }
     __syncthreads();
-    uint64_t h = sh->hist[threadIdx.x], total, incl = block_scan_u64(h, sh->u, &total); /* FINE_BINS == THREADS */
+    uint64_t h = sh->hist[threadIdx.x], total, incl = block_scan<uint64_t>(h, sh->u, &total); /* FINE_BINS == THREADS */
     if (total <= target) return false;
     if (incl - h <= target && incl > target) sh->bin = threadIdx.x, sh->above = incl - h;
     if (threadIdx.x == 0) sh->n_buf = 0, sh->target = target;
@@ -468,7 +447,7 @@ __device__ bool rank_search(const Row *r, int set, uint64_t target, uint32_t *ke
     int i0 = 2 * threadIdx.x;
     if (i0 < count) w0 = set_weight(r, set, x_of_key((uint32_t)(sh->buf[i0] >> 32)));
     if (i0 + 1 < count) w1 = set_weight(r, set, x_of_key((uint32_t)(sh->buf[i0 + 1] >> 32)));
-    uint64_t all, before = sh->above + block_scan_u64(w0 + w1, sh->u, &all) - (w0 + w1);
+    uint64_t all, before = sh->above + block_scan<uint64_t>(w0 + w1, sh->u, &all) - (w0 + w1);
     if (w0 && before <= target && before + w0 > target) sh->id = i0;
     if (w1 && before + w0 <= target && before + w0 + w1 > target) sh->id = i0 + 1;
     __syncthreads();
@@ -532,7 +511,7 @@ __device__ void sample_sorted(const Row *r, double u, Shared *sh) {
     bool in = i < r->top_k;
     float w = in ? weight_of(x_of_key((uint32_t)(sel[i] >> 32)), r->xmax) : 0.0f;
     if (r->top_p < 1.0f) {
-        double z, cum = block_scan_d(w, sh->d, &z);
+        double z, cum = block_scan<double>(w, sh->d, &z);
         if (threadIdx.x == 0) sh->first = r->top_k;
         __syncthreads();
         if (in && cum >= (double)r->top_p * z) atomicMin(&sh->first, i + 1);
@@ -543,7 +522,7 @@ __device__ void sample_sorted(const Row *r, double u, Shared *sh) {
     if (r->min_p > 0.0f && !(w >= r->min_p)) in = false;
     double z2 = block_sum_1024<double>(in ? w : 0.0f, sh->d);
     float p = in ? (float)((double)w / z2) : 0.0f;
-    double total, cum = block_scan_d(p, sh->d, &total);
+    double total, cum = block_scan<double>(p, sh->d, &total);
     double target = u * total;
     if (threadIdx.x == 0) sh->first = THREADS, sh->last = -1, sh->ni[0] = 0;
     __syncthreads();
