@@ -78,11 +78,17 @@ template <int HDV> static __device__ __forceinline__ float casc_o_at(const AttnK
  * this KV head and head group) to count itself in merges them into out:
  * out[h] = sum_s exp2(m_s - M) o_s / (sum_s exp2(m_s - M) l_s + exp2(sink - M)),
  * s over the row's ns splits and (cascade member mi >= 0) the npre splits
- * of its group's shared pass. sm: 16 x (ns + npre) + 16 floats of free
- * shared memory. */
+ * of its group's shared pass. The merge is a chain of L2 round trips at the
+ * end of every long row (b1 at 4k keys: ~16 splits), so its loads go out
+ * together: one round for every (head, split)'s max and sum, then each
+ * thread sums 4 columns of a head over the splits, 8 splits' loads in
+ * flight (a loop of one scalar load per split cost ~10 us at 16 splits).
+ * The sums keep their order (split 0 first, the shared pass's after).
+ * sm: 2 x 16 x (ns + npre) + 16 floats of free shared memory. */
 template <int HDV, int NT>
 static __device__ void decode_merge_splits(const AttnKParams &p, int row, int d, int h0, int nh, int ns, int mi,
                                            int npre, float *sm) {
+    static_assert(HDV % 4 == 0, "a thread sums 4 columns (float4 loads of the partials)");
     __shared__ int last;
     __threadfence(); /* this block's partials, visible to whichever block merges */
     __syncthreads();
@@ -95,30 +101,46 @@ static __device__ void decode_merge_splits(const AttnKParams &p, int row, int d,
     if (!last) return;
     __threadfence();
     const int nall = ns + npre;
-    float *wt = sm, *inv = sm + 16 * nall;
-    for (int hr = threadIdx.x; hr < nh; hr += NT) { /* partials read through L2 (__ldcg): other blocks wrote them */
+    float *wt = sm, *ls = sm + 16 * nall, *inv = ls + 16 * nall;
+    /* partials read through L2 (__ldcg): other blocks wrote them */
+#pragma unroll 4
+    for (int i = threadIdx.x; i < nh * nall; i += NT) {
+        const int hr = i / nall, s = i % nall, h = h0 + hr;
+        const float *ml = s < ns ? p.part_ml + (((int64_t)d * p.n_heads + h) * p.n_splits + s) * 2
+                                 : casc_ml_at(p, mi, h, s - ns);
+        wt[i] = __ldcg(ml), ls[i] = __ldcg(ml + 1);
+    }
+    __syncthreads();
+    for (int hr = threadIdx.x; hr < nh; hr += NT) {
         const int h = h0 + hr;
-        const float *ml = p.part_ml + ((int64_t)d * p.n_heads + h) * p.n_splits * 2;
-        auto ml_at = [&](int s) { return s < ns ? ml + 2 * s : casc_ml_at(p, mi, h, s - ns); };
         float m = p.sinks ? p.sinks[h] * ATTN_LOG2E : -INFINITY;
-        for (int s = 0; s < nall; s++) m = fmaxf(m, __ldcg(ml_at(s)));
+        for (int s = 0; s < nall; s++) m = fmaxf(m, wt[hr * nall + s]);
         const float base = m == -INFINITY ? 0.f : m;
         float sum = p.sinks ? exp2f(p.sinks[h] * ATTN_LOG2E - base) : 0.f;
         for (int s = 0; s < nall; s++) {
-            const float w = exp2f(__ldcg(ml_at(s)) - base);
+            const float w = exp2f(wt[hr * nall + s] - base);
             wt[hr * nall + s] = w;
-            sum += w * __ldcg(ml_at(s) + 1);
+            sum += w * ls[hr * nall + s];
         }
         inv[hr] = sum > 0.f ? 1.f / sum : 0.f;
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < nh * HDV; i += NT) {
-        const int hr = i / HDV, c = i % HDV;
+    for (int i = threadIdx.x; i < nh * (HDV / 4); i += NT) {
+        const int hr = i / (HDV / 4), c = (i % (HDV / 4)) * 4;
         const float *o = p.part_o + ((int64_t)d * p.n_heads + h0 + hr) * p.n_splits * HDV + c;
-        float acc = 0.f;
-        for (int s = 0; s < ns; s++) acc += wt[hr * nall + s] * __ldcg(o + (int64_t)s * HDV);
-        for (int s = 0; s < npre; s++) acc += wt[hr * nall + ns + s] * casc_o_at<HDV>(p, mi, h0 + hr, s, c);
-        p.out[((int64_t)row * p.n_heads + h0 + hr) * HDV + c] = __float2bfloat16(acc * inv[hr]);
+        const float *w = wt + hr * nall;
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 8
+        for (int s = 0; s < ns; s++) {
+            const float4 v = __ldcg((const float4 *)(o + (int64_t)s * HDV));
+            acc[0] += w[s] * v.x, acc[1] += w[s] * v.y, acc[2] += w[s] * v.z, acc[3] += w[s] * v.w;
+        }
+        for (int s = 0; s < npre; s++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) acc[k] += w[ns + s] * casc_o_at<HDV>(p, mi, h0 + hr, s, c + k);
+        const float f = inv[hr];
+        *(uint2 *)(p.out + ((int64_t)row * p.n_heads + h0 + hr) * HDV + c) =
+            make_uint2(pack_bf16(acc[0] * f, acc[1] * f), pack_bf16(acc[2] * f, acc[3] * f));
     }
 }
 
