@@ -159,19 +159,21 @@ __device__ __forceinline__ void rows_load_tile(unsigned char *stage, const AttnK
     const int64_t blk1 = __ldg(tab + (min(max(n0 + 8, lo), hi - 1) >> p.block_shift));
     const int64_t v0 = ((blk0 << p.block_shift) + (n0 & bmask)) * p.n_kv_heads + kvh;
     const int64_t v1 = ((blk1 << p.block_shift) + ((n0 + 8) & bmask)) * p.n_kv_heads + kvh;
-    auto at = [&](int r, int hd) { /* element offset of key n0 + r's head vector */
-        return ((r < 8 ? v0 : v1) + (int64_t)(r & 7) * p.n_kv_heads) * hd;
-    };
+    /* key n0 + r's head vector starts (r % 8) x n_kv_heads vectors past v[r / 8]: that part of a lane's
+     * offsets is the same every tile (the compiler keeps it out of the key loop), so a chunk's address is
+     * one add to a base worked out once a tile */
     auto ok = [&](int r) { return n0 + r >= lo && n0 + r < hi; };
     if (!FP8) {
         auto copy = [&](bf16 *dst, const bf16 *cache, auto hd_c) {
             constexpr int HD = decltype(hd_c)::value, CH = HD / 8;
             static_assert((KN * CH) % 32 == 0, "a tile's chunks split evenly over the lanes");
+            const bf16 *base0 = cache + v0 * HD, *base1 = cache + v1 * HD;
 #pragma unroll
             for (int it = 0; it < KN * CH / 32; it++) {
                 const int i = it * 32 + lane, r = i / CH, c = i % CH;
                 const bool v = ok(r);
-                cp_async16(smem_u32(dst + r * (HD + 8) + c * 8), v ? cache + at(r, HD) + c * 8 : cache, v);
+                const bf16 *src = (r < 8 ? base0 : base1) + ((r & 7) * p.n_kv_heads * HD + c * 8);
+                cp_async16(smem_u32(dst + r * (HD + 8) + c * 8), v ? src : cache, v);
             }
         };
         bf16 *kt = (bf16 *)stage, *vt = kt + KN * S::SK;
@@ -183,11 +185,13 @@ __device__ __forceinline__ void rows_load_tile(unsigned char *stage, const AttnK
     float *sc = (float *)(v8 + KN * S::RSV); /* K's 16 scales, then V's */
     auto copy = [&](uint8_t *dst, const uint8_t *cache, int rs, auto hd_c) {
         constexpr int HD = decltype(hd_c)::value, CH = HD / 16;
+        const uint8_t *base0 = cache + v0 * HD, *base1 = cache + v1 * HD;
 #pragma unroll
         for (int i = lane; i < KN * CH; i += 32) {
             const int r = i / CH, c = i % CH;
             const bool v = ok(r);
-            cp_async16(smem_u32(dst + r * rs + c * 16), v ? cache + at(r, HD) + c * 16 : cache, v);
+            const uint8_t *src = (r < 8 ? base0 : base1) + ((r & 7) * p.n_kv_heads * HD + c * 16);
+            cp_async16(smem_u32(dst + r * rs + c * 16), v ? src : cache, v);
         }
     };
     copy(k8, (const uint8_t *)p.k, S::RSK, std::integral_constant<int, HDK>{});
@@ -195,7 +199,7 @@ __device__ __forceinline__ void rows_load_tile(unsigned char *stage, const AttnK
     const int r = lane & 15; /* lanes 0-15: K's scales, 16-31: V's */
     const bool v = ok(r);
     const float *scales = lane < 16 ? p.k_scale : p.v_scale;
-    const float *src = v ? scales + at(r, 1) : scales;
+    const float *src = v ? scales + (r < 8 ? v0 : v1) + (r & 7) * p.n_kv_heads : scales;
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(sc + lane)), "l"(src),
                  "r"(v ? 4 : 0));
 }
