@@ -24,6 +24,8 @@
 #define MAX_SEQS 1100 /* test_attention: past the many-rows kernel's 1024 sorted rows (cascade: 66) */
 
 static KVDtype g_dtype; /* of the cache the cases run over */
+static bool g_no_maps;  /* true: no TMA maps for a bf16 cache, so the sm_90a prefill gathers every key by cp.async
+                           (its path for fp8 caches; test_attention runs its cases both ways) */
 
 typedef struct {
     const char *name;
@@ -188,10 +190,9 @@ static int dev_upload_cache(DevBufs *D, const Problem *P) {
         CK(cudaMemcpy(D->vs, P->cache.vs[0], slots * c->n_kv * 4, cudaMemcpyHostToDevice));
     }
     D->kv = (KVLayerDev){P->cache.dtype, D->k, D->v, D->ks, D->vs, NULL, NULL, NULL};
-    /* as the backend: TMA maps unless CLLM_AB_PREFILL_TMA=off (then every key by cp.async) */
-    const char *ab = getenv("CLLM_AB_PREFILL_TMA");
+    /* as the backend: TMA maps, unless g_no_maps (then every key by cp.async) */
     Err err = {{0}};
-    if (!(ab && !strcmp(ab, "off"))) {
+    if (!g_no_maps) {
         if (cuda_attention_kv_maps(&D->maps, &D->kv, (int64_t)slots, c->block_size, &P->par, &err)) {
             CHECK(0, "%s: %s", c->name, err.msg);
             return -1;

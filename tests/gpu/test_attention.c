@@ -19,11 +19,13 @@
  * Cases: every head-size pair, GQA 1/4/8, MQA (group 8 and 32), block sizes
  * 8 to 256, chunked prefill, the sm_90a prefill's TMA loads of whole cache
  * blocks (every tile, and beside cp.async for partial blocks; "TMA box" in
- * the output: keys a box, 0 where it does not run; CLLM_AB_PREFILL_TMA=off:
- * none), windows of 1, the prompt length and more,
- * sinks, soft-cap, long decode rows over many splits, a decode step replayed
- * from a CUDA graph after its metadata changed (at the engine's splits and
- * at one split), and an unsupported head size.
+ * the output: keys a box, 0 where it does not run), windows of 1, the
+ * prompt length and more, sinks, soft-cap, long decode rows over many
+ * splits, a decode step replayed from a CUDA graph after its metadata
+ * changed (at the engine's splits, at one split, and on the many-rows
+ * kernel), and an unsupported head size. The cases whose prefill runs the
+ * sm_90a kernel over a bf16 cache run again without TMA maps
+ * (test_cases_no_maps: its cp.async producer, the fp8 caches' path).
  * The decode kernel's rope mode (cuda_attention_decode_rope: qk-norm, rope
  * and the new rows' cache write in the kernel) against the host's rope,
  * cache write and attention, every head-size pair, both caches: the output,
@@ -32,8 +34,7 @@
  * of mixed lengths (1, tile edges, odd), windows, sinks, soft-cap, GQA 1/4/8/32,
  * both caches (fp8 with dynamic and static scales), a grid of the GPU's
  * resident warps and one of a few warps, each launch twice (its item
- * counter resets), a graph replayed over changed metadata, and which
- * launches it takes.
+ * counter resets), and which launches it takes.
  * Decode launches of one split run attention_decode_short.cu's kernel:
  * every case's decode rows also run as one split (the short kernel, many
  * tiles a row included) against the CPU op, and against the general
@@ -41,7 +42,8 @@
  * and (rope mode) the cache; short rows at the tile edges and at the ring's
  * depth (the new key's tile among the up-front loads or not), both modes.
  *   test_attention [--quick]   (--quick: a few cases, for compute-sanitizer)
- *   test_attention --case N    (k_cases[N] alone, bf16 then fp8: racecheck's runs, ~100x slower)
+ *   test_attention --case N    (k_cases[N] alone, bf16 with and without TMA maps, then fp8: racecheck's
+ *                               runs, ~100x slower)
  */
 #include <math.h>
 #include <stdlib.h>
@@ -148,12 +150,13 @@ static void run_case(const Case *c) {
         printf("# %-34s %-4s T=%-5d prefill tiles %-3d decode %-2d splits %-3d TMA box %-3d rel err %.2e\n", c->name,
                kv_dtype_name(g_dtype), P.T, m.n_tiles, m.n_decode, splits, D.maps.rows, rel);
         CHECK(n_nan == 0 && rel <= TOL, "%s: rel err %.3e, %d NaN outputs", c->name, rel, n_nan);
-        /* where the sm_90a kernel runs a bf16 cache, it has TMA maps (unless the A/B switch is off) */
-        const char *ab = getenv("CLLM_AB_PREFILL_TMA");
-        bool want_tma = g_dtype == KV_DTYPE_BF16 && !(ab && !strcmp(ab, "off")) &&
+        /* where the sm_90a kernel runs a bf16 cache, it has TMA maps (none in the g_no_maps pass) */
+        bool want_tma = g_dtype == KV_DTYPE_BF16 && !g_no_maps &&
                         !strcmp(cuda_attention_prefill_kernel(c->hdk, c->hdv, false), "sm90a");
         CHECK(!want_tma || D.maps.rows >= 8, "%s: no TMA maps for the sm_90a prefill", c->name);
-        if (m.n_decode > 0) one_split_paths(&D, &P, &dm);
+        CHECK(!g_no_maps || D.maps.rows == 0, "%s: TMA maps built in the no-maps pass", c->name);
+        /* the decode kernels never read the maps: their paths once, in the pass with them */
+        if (m.n_decode > 0 && !g_no_maps) one_split_paths(&D, &P, &dm);
     }
     dev_free(&D);
     attn_meta_free(&m);
@@ -391,7 +394,7 @@ static void test_decode_rows_choice(void) {
     w.n_splits = 2;
     CHECK(!cuda_attention_decode_rows_takes(&w, &p, 256), "two splits");
     w.n_splits = 1, w.rows_warps = 0;
-    CHECK(!cuda_attention_decode_rows_takes(&w, &p, 256), "rows_warps 0 (batch-invariant mode, A/B off)");
+    CHECK(!cuda_attention_decode_rows_takes(&w, &p, 256), "rows_warps 0 (the batch-invariant mode)");
     CHECK(!cuda_attention_decode_rows_takes(NULL, &p, 256), "no work area");
     w.rows_warps = 1056;
     p.head_dim_k = p.head_dim_v = 256;
@@ -444,12 +447,27 @@ static void test_unsupported(void) {
           strstr(err.msg, "decode rows alone"), "'%s'", err.msg);
 }
 
+/* Whether the sm_90a prefill runs this case over a bf16 cache (a run of more than one row, head sizes it
+ * has, the GPU and build it needs): where TMA maps matter. */
+static bool sm90_prefill_case(const Case *c) {
+    if (strcmp(cuda_attention_prefill_kernel(c->hdk, c->hdv, false), "sm90a")) return false;
+    for (int s = 0; s < c->n_seqs; s++)
+        if (c->len[s] > 1) return true;
+    return false;
+}
+
 static void run_cases(void) {
-    int n = (int)(sizeof k_cases / sizeof *k_cases);
-    for (int i = 0; i < n; i++)
-        if (g_case >= 0 ? i == g_case : !g_quick || i == 1 || i == 6 || i == 17 || i == 19 || i == 20 || i == 23 || i == 25) run_case(&k_cases[i]);
+    int n = (int)(sizeof k_cases / sizeof *k_cases), ran = 0;
+    for (int i = 0; i < n; i++) {
+        if (g_no_maps && !sm90_prefill_case(&k_cases[i])) continue;
+        if (g_case >= 0 ? i == g_case : !g_quick || i == 1 || i == 6 || i == 17 || i == 19 || i == 20 || i == 23 || i == 25)
+            run_case(&k_cases[i]), ran++;
+    }
+    if (g_no_maps) printf("# no TMA maps: %d cases on the sm_90a prefill's cp.async producer\n", ran);
 }
 static void test_cases(void) { g_dtype = KV_DTYPE_BF16; run_cases(); }
+/* the bf16 cases again without TMA maps: the sm_90a prefill gathers every key by cp.async (its fp8 path) */
+static void test_cases_no_maps(void) { g_dtype = KV_DTYPE_BF16, g_no_maps = true; run_cases(); g_no_maps = false; }
 static void test_cases_fp8(void) { g_dtype = KV_DTYPE_FP8; run_cases(); g_dtype = KV_DTYPE_BF16; }
 static void test_graph_replay_fp8(void) { g_dtype = KV_DTYPE_FP8; test_graph_replay(); g_dtype = KV_DTYPE_BF16; }
 
@@ -786,12 +804,14 @@ int main(int argc, char **argv) {
     if (!g_tp) { printf("not ok - thread pool: %s\n", err.msg); return 1; }
     if (g_case >= 0) {
         RUN(test_cases);
+        RUN(test_cases_no_maps);
         RUN(test_cases_fp8);
         thread_pool_destroy(g_tp);
         TEST_EXIT();
     }
     RUN(test_fp8_quantizer);
     RUN(test_cases);
+    if (!g_quick) RUN(test_cases_no_maps); /* the sanitizers' --quick runs: the TMA path as the backend */
     RUN(test_cases_fp8);
     RUN(test_graph_replay);
     RUN(test_graph_replay_fp8);
