@@ -65,6 +65,8 @@ run_check sampling "$BIN/tests/gpu/test_sampling"
 # finishes in time (attention, quant; not cuda_forward or quant_gemm)
 SAN="compute-sanitizer --error-exitcode 9 --tool"
 run_check attention sh -c "$BIN/tests/gpu/test_attention && if command -v compute-sanitizer >/dev/null; then $SAN memcheck $BIN/tests/gpu/test_attention --quick && $SAN racecheck $BIN/tests/gpu/test_attention --quick; fi"
+# the many-rows decode kernel (attention_decode_rows.cu): its cases and which launches it takes
+run_check attention_rows sh -c "$BIN/tests/gpu/test_attention_rows && if command -v compute-sanitizer >/dev/null; then $SAN memcheck $BIN/tests/gpu/test_attention_rows --quick && $SAN racecheck $BIN/tests/gpu/test_attention_rows --quick; fi"
 # cascade attention (the shared pass, each member's own keys, the merge) against the CPU op, every element
 run_check attn_cascade sh -c "$BIN/tests/gpu/test_attn_cascade_gpu && if command -v compute-sanitizer >/dev/null; then $SAN memcheck $BIN/tests/gpu/test_attn_cascade_gpu --quick && $SAN racecheck $BIN/tests/gpu/test_attn_cascade_gpu --quick; fi"
 # the FlashAttention-2 prefill kernel where the sm_90a one would run (it stays the path for other GPUs)
