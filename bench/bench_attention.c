@@ -17,8 +17,7 @@
  * Each also over an fp8 cache (--kv-dtype fp8: e4m3 codes + a scale per
  * token and KV head; "prefill-fp8", "decode-fp8" lines, bytes = codes +
  * scales). Inputs random, paged cache (block size 32, shuffled blocks;
- * prefill lines say the block size and the sm_90a kernel's TMA box, 0: none;
- * CLLM_AB_PREFILL_TMA=off builds no TMA maps);
+ * prefill lines say the block size and the sm_90a kernel's TMA box, 0: none);
  * CUDA events, 5 warm-ups, median of 30 timed launches. */
 #include <stdbool.h>
 #include <stdio.h>
@@ -173,11 +172,10 @@ static void bench_prefill(int n_seqs, int len, bool fp8) {
     j.kv = dev_cache(n_vec, fp8);
     cudaMalloc(&j.out, (size_t)T * H * D * 2);
     j.par = (AttnParams){H, H, D, D, 0.08838834764f, 0, 0, NULL};
-    /* the sm_90a kernel's TMA maps, as the backend builds them (CLLM_AB_PREFILL_TMA=off: none) */
-    const char *ab = getenv("CLLM_AB_PREFILL_TMA");
+    /* the sm_90a kernel's TMA maps, as the backend builds them */
     AttnKVMaps maps = {0};
     Err err = {{0}};
-    if (!(ab && !strcmp(ab, "off")) && cuda_attention_kv_maps(&maps, &j.kv, (int64_t)(n_vec / H), g_block, &j.par, &err)) {
+    if (cuda_attention_kv_maps(&maps, &j.kv, (int64_t)(n_vec / H), g_block, &j.par, &err)) {
         fprintf(stderr, "bench_attention: %s\n", err.msg);
         exit(1);
     }
@@ -200,8 +198,7 @@ static int decode_resident(bool fp8) {
 
 /* Which decode kernel a bench_decode line asks for. */
 typedef enum {
-    DECODE_ENGINE, /* the engine's choice: the many-rows kernel where cuda_attention_decode_rows_takes says so
-                      (CLLM_AB_DECODE_ROWS=off: never, as in the engine: the temporary A/B switch) */
+    DECODE_ENGINE, /* the engine's choice: the many-rows kernel where cuda_attention_decode_rows_takes says so */
     DECODE_SPLIT,  /* the split kernel (attention_decode.cu) */
     DECODE_ROWS,   /* the many-rows kernel (attention_decode_rows.cu) at one split, whatever the item count */
 } DecodeKernel;
@@ -220,10 +217,9 @@ static void bench_decode(int n_seqs, int ctx, bool fp8, int splits, DecodeKernel
     j.w.max_decode = n_seqs;
     j.w.n_splits = splits > 0 ? splits : attn_decode_splits(ctx, n_seqs, KVH, 1, decode_resident(fp8));
     Err err = {{0}};
-    const char *ab = getenv("CLLM_AB_DECODE_ROWS");
     int resident = cuda_attention_decode_rows_resident(D, D, fp8, &err), items = n_seqs * KVH;
     if (resident < 0) { fprintf(stderr, "bench_attention: %s\n", err.msg); exit(1); }
-    if (kernel == DECODE_ENGINE) j.w.rows_warps = ab && !strcmp(ab, "off") ? 0 : resident;
+    if (kernel == DECODE_ENGINE) j.w.rows_warps = resident;
     if (kernel == DECODE_ROWS) j.w.n_splits = 1, j.w.rows_warps = resident < 2 * items ? resident : 2 * items;
     size_t work = attn_decode_work_bytes(n_seqs, H, D, j.w.n_splits);
     cudaMalloc((void **)&j.w.part, work);

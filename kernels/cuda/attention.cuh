@@ -120,8 +120,9 @@ typedef struct {
     int rows_warps;              /* > 0: the many-rows kernel may run (cuda_attention_decode_rows_takes), and
                                     the GPU holds this many of its warps (cuda_attention_decode_rows_resident);
                                     0: every launch on the split kernel (the batch-invariant mode) */
-    bool no_short;               /* temporary A/B (CLLM_AB_DECODE_SHORT=off): launches of one split run the
-                                    general decode kernel, not attention_decode_short.cu's */
+    bool no_short;               /* launches of one split run the general decode kernel, not
+                                    attention_decode_short.cu's: false in the backend; test_attention sets it to
+                                    check the two kernels' bits against each other */
 } AttnDecodeWork;
 
 size_t attn_decode_work_bytes(int max_decode, int n_heads, int head_dim_v, int n_splits);

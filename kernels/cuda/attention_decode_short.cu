@@ -1,7 +1,7 @@
 /* attention_decode_short.cu — the decode attention of a launch with one
  * split and no cascade rows (short contexts: attention.cu picks it when the
- * grid has n_splits == 1 and no cascade plan; CLLM_AB_DECODE_SHORT=off, a
- * temporary A/B switch, keeps attention_decode.cu's kernel).
+ * grid has n_splits == 1 and no cascade plan; AttnDecodeWork.no_short, set
+ * by test_attention only, keeps attention_decode.cu's kernel).
  *
  * Why a kernel of its own: at batch 1 and a context of ~128 the decode
  * grid is one block per KV head, each SM runs the kernel once, and its time

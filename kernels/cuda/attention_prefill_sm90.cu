@@ -26,7 +26,8 @@
  *     (32 lanes + the announcing one) and complete when the copies and the
  *     announced bytes have landed. An interior tile costs the warp a few
  *     dozen instructions, where the cp.async gather issues one copy per 16 bytes.
- *     Otherwise (fp8, or no maps: CLLM_AB_PREFILL_TMA=off, TMA = false):
+ *     Otherwise (fp8, or a bf16 cache without maps: the backend always
+ *     builds them, test_attention checks this path too; TMA = false):
  *     all 128 threads (setmaxnreg 96) gather each key row through the
  *     block table with 16-byte cp.async (keys outside [lo, hi) zero-filled),
  *     each thread's noinc arrival completing full_k / full_v (128); fp8

@@ -224,16 +224,6 @@ static int read_tuning(CudaTuning *t, const BackendOptions *o, const CudaChecks 
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess)
         t->fp8_gemm = !o->batch_invariant && major * 10 + minor >= 89;
-    const char *ab = getenv("CLLM_AB_PREFILL_TMA");
-    t->prefill_tma = !(ab && !strcmp(ab, "off"));
-    const char *nf = getenv("CLLM_AB_NORM_FOLD");
-    if (nf && *nf && strcmp(nf, "on") && strcmp(nf, "off"))
-        return err_set(err, "CLLM_AB_NORM_FOLD '%s': not on or off", nf);
-    t->norm_fold = !(nf && !strcmp(nf, "off"));
-    const char *dr = getenv("CLLM_AB_DECODE_ROWS"); /* TEMPORARY: the many-rows decode kernel's A/B */
-    t->decode_rows = !(dr && !strcmp(dr, "off"));
-    const char *ds = getenv("CLLM_AB_DECODE_SHORT"); /* temporary: the short-context decode kernel A/B */
-    t->decode_short = !(ds && !strcmp(ds, "off"));
     const char *ps = getenv("CLLM_PROFILE_STEPS");
     if (ps && *ps && (sscanf(ps, "%d,%d", &t->prof_first, &t->prof_count) != 2 || t->prof_first < 0 ||
                       t->prof_count < 1))

@@ -73,17 +73,8 @@ typedef struct {
     bool fp8_gemm;               /* FP8 weights' GEMMs on FP8 tensor cores (cuBLASLt, fp8.cuh): a GPU of compute
                                     capability 8.9 or newer, and not the batch-invariant mode; else they are
                                     dequantized to bf16 first */
-    bool prefill_tma;            /* the sm_90a prefill loads whole cache blocks by TMA (temporary A/B switch:
-                                    CLLM_AB_PREFILL_TMA=off gathers every key by cp.async, as before) */
-    bool norm_fold;              /* the residual add into the bf16 o / down GEMVs and the norm into the FP8 and
-                                    bf16 q|k|v and gate|up GEMVs (norm_fold.cuh); CLLM_AB_NORM_FOLD=off: not
-                                    (a temporary A/B switch) */
-    bool decode_rows;            /* TEMPORARY A/B switch, CLLM_AB_DECODE_ROWS=off: false, every decode launch on
-                                    the split kernel (attention.cuh cuda_attention_decode_rows_takes) */
     int prof_first, prof_count;  /* CLLM_PROFILE_STEPS=FIRST,COUNT: the profiler (ncu --profile-from-start off)
                                     records steps FIRST .. FIRST + COUNT - 1 only (0-based); count 0: off */
-    bool decode_short;           /* temporary A/B, CLLM_AB_DECODE_SHORT=off: false, and decode launches of one
-                                    split run the general kernel (AttnDecodeWork.no_short) */
 } CudaTuning;
 
 typedef struct {

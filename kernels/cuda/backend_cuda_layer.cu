@@ -223,8 +223,7 @@ static void run_add_norm(Backend *be, const AddNorm *n, int T) {
 }
 
 /* The q|k|v GEMV with the norm folded in (the x8 dp4a GEMV at one row;
- * the FP8 and bf16 GEMVs up to their rows, tune.norm_fold): true when it
- * ran. */
+ * the FP8 and bf16 GEMVs up to their rows): true when it ran. */
 static bool qkv_folded(CudaBackend *cb, const AddNorm *n, void *q, void *k, void *v, const LayerWeights *lw, int T) {
     RowNorm rn;
     const QuantMatrix *Wx8 = qkv_x8_matrix(cb, lw, T), *Wq = qkv_quant_matrix(lw);
@@ -236,7 +235,6 @@ static bool qkv_folded(CudaBackend *cb, const AddNorm *n, void *q, void *k, void
         if (quant_gemv_x8(Wx8, NULL, &rn, &out, 1, cb->stream, &e)) cb_fail(cb, &e);
         return true;
     }
-    if (!cb->tune.norm_fold) return false;
     if (Wq && T <= FP8_NORM_FOLD_MAX_T && matmul_route(cb, &lw->wq, T) == MM_FP8_GEMV &&
         fp8_gemv_norm_takes(Wq, &rn, false, T)) {
         if (fp8_gemv(Wq, NULL, &rn, &out, T, cb->stream, &e)) cb_fail(cb, &e);
@@ -277,7 +275,6 @@ static bool gate_up_folded(CudaBackend *cb, const AddNorm *n, void *out, const L
         if (quant_gemv_x8_glu(Wx8, NULL, &rn, out, bg, bu, act, limit, cb->stream, &e)) cb_fail(cb, &e);
         return true;
     }
-    if (!cb->tune.norm_fold) return false;
     if (Wq && T <= FP8_NORM_FOLD_MAX_T && matmul_route(cb, &lw->w_gate, T) == MM_FP8_GEMV &&
         fp8_gemv_norm_takes(Wq, &rn, true, T)) {
         if (fp8_gemv_glu(Wq, NULL, &rn, out, bg, bu, act, limit, T, cb->stream, &e)) cb_fail(cb, &e);
@@ -300,14 +297,14 @@ static void cuda_be_norm_gate_up(Backend *be, const AddNorm *n, void *out, const
 }
 
 /* x += the product, stored by the quantized or FP8 GEMV itself (up to 8
- * rows), or by the bf16 one (its rows; tune.norm_fold): then the norm that
- * follows has nothing to add and folds into the next GEMV. Not in the
- * batch-invariant mode, whose GEMM route writes a buffer. */
+ * rows), or by the bf16 one (its rows): then the norm that follows has
+ * nothing to add and folds into the next GEMV. Not in the batch-invariant
+ * mode, whose GEMM route writes a buffer. */
 static bool cuda_be_matmul_add(Backend *be, void *x, const void *in, const WeightRef *w, int mat,
                                const WeightRef *bias, int T) {
     CudaBackend *cb = cb_of(be);
     MatmulRoute r = T >= 1 ? matmul_route(cb, w, T) : MM_CUBLASLT;
-    bool bf16_gemv = r == MM_GEMV && cb->tune.norm_fold;
+    bool bf16_gemv = r == MM_GEMV;
     if (!route_is_qgemv(r) && !bf16_gemv) return false;
     GemvOut out = gemv_out_one(x, true, vec_of(bias, mat), w->rows);
     out.add = true; /* x += bf16(product + bias), as add_rmsnorm adds the bf16 output */

@@ -132,9 +132,9 @@ static int kv_fix_scales(CudaBackend *cb, const ModelShape *c, KVScales s, Err *
 
 /* The sm_90a prefill's TMA maps of every layer's view, once (kernel
  * parameters by value, so graphs replay them): where that kernel runs this
- * model's bf16 cache, unless CLLM_AB_PREFILL_TMA=off (tune.prefill_tma). */
+ * model's bf16 cache (its cp.async producer stays for fp8 caches). */
 static int kv_maps(CudaBackend *cb, const ModelShape *c, int block_size, Err *err) {
-    if (!cb->fast_attn || !cb->tune.prefill_tma || cb->kv_dtype != KV_DTYPE_BF16) return 0;
+    if (!cb->fast_attn || cb->kv_dtype != KV_DTYPE_BF16) return 0;
     AttnParams p = {c->n_heads, c->n_kv_heads, c->head_dim_k, c->head_dim_v, c->attn_scale, c->attn_softcap, 0, NULL};
     if (!(cb->kv_maps = (AttnKVMaps *)calloc(c->n_layers, sizeof *cb->kv_maps))) return err_set(err, "out of memory");
     for (int l = 0; l < c->n_layers; l++) {
@@ -217,12 +217,11 @@ int attn_alloc_work(CudaBackend *cb, const ModelShape *c, int block_size, bool g
     /* the many-rows decode kernel: not in the batch-invariant mode (a row's sums would then depend on
      * how many rows its step has) */
     cb->work.rows_warps = 0;
-    if (cb->tune.decode_rows && !cb->bi) {
+    if (!cb->bi) {
         cb->work.rows_warps =
             cuda_attention_decode_rows_resident(c->head_dim_k, c->head_dim_v, cb->kv_dtype == KV_DTYPE_FP8, err);
         if (cb->work.rows_warps < 0) return -1;
     }
-    cb->work.no_short = !cb->tune.decode_short;
     return cascade_alloc(cb, err);
 }
 

@@ -1,11 +1,11 @@
 /* attn_problem.h — the attention tests' problems (test_attention.c,
- * test_attn_cascade_gpu.c): a paged cache with a shuffled, non-contiguous
- * block assignment (sequences may share their leading blocks, as the
- * prefix cache makes them), random bf16-exact queries and cache (or an fp8
- * cache of the host's bytes, head vectors of magnitudes 2^-8 .. 2^8), the
- * CPU op's output as the reference, the device copies with the output
- * poisoned (NaN), and the comparison. Static functions: one test binary
- * includes it once. */
+ * test_attention_rows.c, test_attn_cascade_gpu.c): a paged cache with a
+ * shuffled, non-contiguous block assignment (sequences may share their
+ * leading blocks, as the prefix cache makes them), random bf16-exact queries
+ * and cache (or an fp8 cache of the host's bytes, head vectors of magnitudes
+ * 2^-8 .. 2^8), the CPU op's output as the reference, the device copies with
+ * the output poisoned (NaN), and the comparison. Static functions: one test
+ * binary includes it once. */
 #ifndef CLLM_TESTS_GPU_ATTN_PROBLEM_H
 #define CLLM_TESTS_GPU_ATTN_PROBLEM_H
 
@@ -21,9 +21,11 @@
 #include "kernels/cuda/attention.cuh"
 #include "tests/test.h"
 
-#define MAX_SEQS 1100 /* test_attention: past the many-rows kernel's 1024 sorted rows (cascade: 66) */
+#define MAX_SEQS 1100 /* test_attention_rows: past the many-rows kernel's 1024 sorted rows (cascade: 66) */
 
 static KVDtype g_dtype; /* of the cache the cases run over */
+static bool g_no_maps;  /* true: no TMA maps for a bf16 cache, so the sm_90a prefill gathers every key by cp.async
+                           (as over fp8 caches; test_attention runs its bf16 cases both ways) */
 
 typedef struct {
     const char *name;
@@ -188,10 +190,9 @@ static int dev_upload_cache(DevBufs *D, const Problem *P) {
         CK(cudaMemcpy(D->vs, P->cache.vs[0], slots * c->n_kv * 4, cudaMemcpyHostToDevice));
     }
     D->kv = (KVLayerDev){P->cache.dtype, D->k, D->v, D->ks, D->vs, NULL, NULL, NULL};
-    /* as the backend: TMA maps unless CLLM_AB_PREFILL_TMA=off (then every key by cp.async) */
-    const char *ab = getenv("CLLM_AB_PREFILL_TMA");
+    /* as the backend: TMA maps, unless g_no_maps (then every key by cp.async) */
     Err err = {{0}};
-    if (!(ab && !strcmp(ab, "off"))) {
+    if (!g_no_maps) {
         if (cuda_attention_kv_maps(&D->maps, &D->kv, (int64_t)slots, c->block_size, &P->par, &err)) {
             CHECK(0, "%s: %s", c->name, err.msg);
             return -1;

@@ -65,12 +65,12 @@ run_check sampling "$BIN/tests/gpu/test_sampling"
 # finishes in time (attention, quant; not cuda_forward or quant_gemm)
 SAN="compute-sanitizer --error-exitcode 9 --tool"
 run_check attention sh -c "$BIN/tests/gpu/test_attention && if command -v compute-sanitizer >/dev/null; then $SAN memcheck $BIN/tests/gpu/test_attention --quick && $SAN racecheck $BIN/tests/gpu/test_attention --quick; fi"
+# the many-rows decode kernel (attention_decode_rows.cu): its cases and which launches it takes
+run_check attention_rows sh -c "$BIN/tests/gpu/test_attention_rows && if command -v compute-sanitizer >/dev/null; then $SAN memcheck $BIN/tests/gpu/test_attention_rows --quick && $SAN racecheck $BIN/tests/gpu/test_attention_rows --quick; fi"
 # cascade attention (the shared pass, each member's own keys, the merge) against the CPU op, every element
 run_check attn_cascade sh -c "$BIN/tests/gpu/test_attn_cascade_gpu && if command -v compute-sanitizer >/dev/null; then $SAN memcheck $BIN/tests/gpu/test_attn_cascade_gpu --quick && $SAN racecheck $BIN/tests/gpu/test_attn_cascade_gpu --quick; fi"
 # the FlashAttention-2 prefill kernel where the sm_90a one would run (it stays the path for other GPUs)
 run_check attention_fa2 env CLLM_ATTENTION_PREFILL=fa2 "$BIN/tests/gpu/test_attention"
-# the sm_90a prefill's cp.async producer where TMA would load whole blocks (temporary: goes with the A/B switch)
-run_check attention_no_tma env CLLM_AB_PREFILL_TMA=off "$BIN/tests/gpu/test_attention"
 run_check quant sh -c "$BIN/tests/gpu/test_quant && if command -v compute-sanitizer >/dev/null; then $SAN memcheck $BIN/tests/gpu/test_quant --quick && $SAN racecheck $BIN/tests/gpu/test_quant --quick; fi"
 # the fused prefill GEMM (wgmma, quant_gemm.cu) against the CPU; its timing table beside dequantize + cuBLASLt
 run_check quant_gemm sh -c "$BIN/tests/gpu/test_quant_gemm && if command -v compute-sanitizer >/dev/null; then compute-sanitizer --error-exitcode 9 --tool memcheck $BIN/tests/gpu/test_quant_gemm --quick; fi"
@@ -120,22 +120,6 @@ generate_fp8_check() {
         python3 tests/gpu/compare_generate.py "$OUT/f8-batched.jsonl" "$OUT/f8-single.jsonl" 0.5
 }
 run_check generate_batched_fp8 generate_fp8_check
-# The norm folded into the decode GEMVs and the residual add into the bf16 ones (kernels/cuda/norm_fold.cuh) change
-# no bit: greedy replies with and without CLLM_AB_NORM_FOLD=off identical, bf16 and FP8 weights, one sequence at a
-# time (T = 1: every fold) and batched (bf16 folds up to 2 rows, FP8 up to 8).
-norm_fold_same_check() {
-    local w s fl
-    for w in bf16 fp8; do
-        fl=(); [ "$w" = fp8 ] && fl=(--weights fp8)
-        for s in 1 64; do
-            gen -o "$OUT/nf-$w-$s.jsonl" --max-seqs "$s" ${fl[@]+"${fl[@]}"} &&
-                CLLM_AB_NORM_FOLD=off gen -o "$OUT/nf-$w-$s-off.jsonl" --max-seqs "$s" ${fl[@]+"${fl[@]}"} &&
-                python3 tests/gpu/same_results.py "$OUT/nf-$w-$s.jsonl" "$OUT/nf-$w-$s-off.jsonl" \
-                    "$w weights, max-seqs $s: folded vs CLLM_AB_NORM_FOLD=off" || return 1
-        done
-    done
-}
-run_check norm_fold_same norm_fold_same_check
 # Overlapped steps (engine/step_overlap.h): `cllm generate` with steps
 # overlapped (the default) against CLLM_ASYNC_STEPS=off, every field of every
 # reply identical (tests/gpu/same_results.py), on the tiny llama and gemma3
