@@ -54,8 +54,8 @@ static int model_realign(Model *m, WeightRef *w, const TensorInfo *t, Err *err) 
 }
 
 /* The shared random values of dummy tensors of type t, grown to the
- * largest (dummy_fill: a fixed seed). A smaller buffer stays alive: tensors
- * bound earlier point into it. */
+ * largest (dummy_fill: the same values every time). A smaller buffer stays
+ * alive: tensors bound earlier point into it. */
 static int dummy_reserve(Model *m, DType t, uint64_t bytes, Err *err) {
     if (bytes <= m->dummy_bytes[t]) return 0;
     void *d = malloc(bytes);

@@ -9,6 +9,7 @@
 #ifndef CLLM_TEST_H
 #define CLLM_TEST_H
 
+#include <ftw.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -60,6 +61,18 @@ static inline double test_row_err(const float *got, const float *want, int n) {
         mw = fmax(mw, fabs(want[i]));
     }
     return md / (mw > 0 ? mw : 1);
+}
+
+/* Removes dir and everything under it (a test's temporary folder); "" and
+ * NULL: nothing. Links are removed, not followed. */
+static inline int test_remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+static inline void test_remove_tree(const char *dir) {
+    if (dir && *dir) nftw(dir, test_remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 /* Directory holding committed fixtures; run.sh sets CLLM_FIXTURES. */

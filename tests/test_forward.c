@@ -583,6 +583,31 @@ static void test_dummy_weights_quantized(void) {
     remove_dummy_dir(dir);
 }
 
+/* dummy_fill writes the same bytes over any number of threads (each a range
+ * of whole blocks; block sizes 34, 18, 210 cut 4-byte words between them),
+ * and a shorter fill the same first bytes; bf16 with an odd count too. */
+static void test_dummy_fill_threads(void) {
+    static const DType TYPES[] = {DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_F8_E4M3};
+    static const int THREADS[] = {2, 3, 7, 32, 0};
+    for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) {
+        uint64_t bb = (uint64_t)dtype_info(TYPES[i])->block_bytes, bytes = ((6u << 20) / bb + 1) * bb;
+        uint8_t *one = malloc(bytes), *many = malloc(bytes);
+        if (!one || !many) { CHECK(0, "out of memory"); free(one), free(many); return; }
+        dummy_fill_threads(TYPES[i], one, bytes, 1);
+        for (size_t k = 0; k < sizeof THREADS / sizeof THREADS[0]; k++) {
+            memset(many, 0, bytes);
+            dummy_fill_threads(TYPES[i], many, bytes, THREADS[k]);
+            CHECK(!memcmp(one, many, bytes), "%s: %d threads fill other bytes than 1", dtype_info(TYPES[i])->name,
+                  THREADS[k]);
+        }
+        uint64_t part = bytes / bb / 3 * bb + (TYPES[i] == DT_BF16 ? 2 : 0); /* bf16: an odd number of values */
+        memset(many, 0, bytes);
+        dummy_fill_threads(TYPES[i], many, part, 3);
+        CHECK(!memcmp(one, many, part), "%s: a shorter fill begins otherwise", dtype_info(TYPES[i])->name);
+        free(one), free(many);
+    }
+}
+
 /* Names and types cllm does not make dummy weights in are refused, naming
  * the option and the value (main.c prints the message as it is). */
 static void test_dummy_weights_refused(void) {
@@ -623,5 +648,6 @@ int main(void) {
     RUN(test_unused_tensors);
     RUN(test_dummy_weights_quantized);
     RUN(test_dummy_weights_refused);
+    RUN(test_dummy_fill_threads);
     TEST_EXIT();
 }

@@ -104,6 +104,7 @@ static void test_history_file_round_trip(void) {
     line_history_free(&back);
     line_history_free(&few);
     line_history_free(&ed);
+    test_remove_tree(dir);
 }
 
 static void test_history_file_corrupt(void) {
@@ -155,6 +156,7 @@ static void test_history_file_corrupt(void) {
     line_editor_destroy(le);
     close(devnull);
     line_history_free(&h);
+    test_remove_tree(dir);
 }
 
 /* -------------------------------------------------------- the pipe path */
