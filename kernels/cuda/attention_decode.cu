@@ -147,7 +147,7 @@ static __device__ void decode_merge_splits(const AttnKParams &p, int row, int d,
 template <int HDK, int HDV, bool CAP, bool WIN, bool FP8>
 __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
     using S = DecodeShape<HDK, HDV, FP8>;
-    constexpr int BN = S::BN, NT = S::NT, SK = S::SK, SV = S::SV, ST = S::STAGES;
+    constexpr int BN = S::BN, NT = S::NT, SK = S::SK, ST = S::STAGES;
     extern __shared__ __align__(16) unsigned char smem[];
     bf16 *sQ = (bf16 *)smem;
     float *qsc = (float *)(sQ + 16 * SK);                     /* fp8: 16 row factors of Q */
