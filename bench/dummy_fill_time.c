@@ -1,8 +1,7 @@
 /* dummy_fill_time.c — times model/dummy.c's fill of --dummy-weights values
  * on the sizes a big model asks for: 1 GiB of bf16 (the 8B shape's
  * embedding) and 0.5 GiB of F8_E4M3 and Q4_K. Not a test: prints one line a
- * type and thread count (1, and dummy_fill's choice: the online CPUs, at
- * most 32), the first fill of a fresh buffer (page faults included, as the
+ * type and thread count (1, and dummy_fill's choice: the online CPUs), the first fill of a fresh buffer (page faults included, as the
  * loader's) and the best of 3 fills of that buffer once touched.
  *
  *   make -s build/cpu/libcllm.a

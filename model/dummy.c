@@ -10,18 +10,17 @@
  * (sd: the same without the mean term, for types whose min cancels it).
  *
  * The random values come from a counter (a hash of each value's index), so
- * a buffer is filled by up to FILL_MAX_THREADS threads, each a range of
+ * a buffer is filled by a thread pool (base/thread_pool.h), in pieces of
  * whole blocks (values and then fixes, a cache-sized piece at a time), and
- * holds the same bytes for any number of them. */
+ * holds the same bytes for any number of threads. */
 #include "model/dummy.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <string.h>
 #include <strings.h>
-#include <unistd.h>
 
 #include "base/quantize.h"
+#include "base/thread_pool.h"
 
 static const DType SUPPORTED[] = {DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_F8_E4M3};
 #define N_SUPPORTED (sizeof SUPPORTED / sizeof SUPPORTED[0])
@@ -267,62 +266,40 @@ static void fix_blocks(const Fix *f, uint8_t *p, uint64_t n) {
 
 /* ---- the fill, split over threads ---- */
 
-#define FILL_MAX_THREADS 32
 #define FILL_BYTES_A_THREAD (2ull << 20) /* at least: small buffers stay on the caller's thread */
 #define FILL_PIECE 65536                 /* about: filled and fixed while in cache */
-
-/* bytes [b0, b1) of buf (b0 at a block boundary, b1 too or at the end of
- * the buffer), in pieces of whole blocks: random values, then each whole
- * block's fix */
-static void fill_part(const Fix *f, uint8_t *buf, uint64_t b0, uint64_t b1) {
-    uint64_t piece = FILL_PIECE / f->bb * f->bb;
-    for (uint64_t p = b0; p < b1; p += piece) {
-        uint64_t e = b1 - p < piece ? b1 : p + piece;
-        if (f->t == DT_BF16) {
-            fill_bf16((uint16_t *)buf, p / 2, e / 2);
-        } else {
-            fill_bytes(buf, p, e);
-            fix_blocks(f, buf + p, (e - p) / f->bb);
-        }
-    }
-}
 
 typedef struct {
     const Fix *f;
     uint8_t *buf;
-    uint64_t b0, b1;
-} FillPart;
+    uint64_t bytes, piece; /* piece: whole blocks; the last piece also the bytes after the last block */
+} FillJob;
 
-static void *fill_thread(void *arg) {
-    const FillPart *p = arg;
-    fill_part(p->f, p->buf, p->b0, p->b1);
-    return NULL;
+/* pieces [begin, end) of the job: random values, then each whole block's fix */
+static void fill_pieces(void *ctx, int64_t begin, int64_t end) {
+    const FillJob *j = ctx;
+    for (int64_t k = begin; k < end; k++) {
+        uint64_t p = (uint64_t)k * j->piece, e = j->bytes - p < j->piece ? j->bytes : p + j->piece;
+        if (j->f->t == DT_BF16) {
+            fill_bf16((uint16_t *)j->buf, p / 2, e / 2);
+        } else {
+            fill_bytes(j->buf, p, e);
+            fix_blocks(j->f, j->buf + p, (e - p) / j->f->bb);
+        }
+    }
 }
 
 void dummy_fill_threads(DType t, void *buf, uint64_t bytes, int n_threads) {
     Fix f;
     if (!fix_setup(&f, t)) return; /* a caller bug: dummy_type_supported said no */
-    uint64_t blocks = bytes / f.bb, n = n_threads > 0 ? (uint64_t)n_threads : 0;
-    if (!n) {
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        n = cpus > 0 ? (uint64_t)cpus : 1;
-        if (n > bytes / FILL_BYTES_A_THREAD) n = bytes / FILL_BYTES_A_THREAD;
-    }
-    if (n > FILL_MAX_THREADS) n = FILL_MAX_THREADS;
-    if (n > blocks) n = blocks;
-    if (n < 1) n = 1;
-    /* whole blocks a thread; the last one also the bytes after the last block */
-    FillPart parts[FILL_MAX_THREADS];
-    pthread_t threads[FILL_MAX_THREADS];
-    bool started[FILL_MAX_THREADS] = {false};
-    for (uint64_t k = 0; k < n; k++)
-        parts[k] = (FillPart){&f, buf, blocks * k / n * f.bb, k + 1 == n ? bytes : blocks * (k + 1) / n * f.bb};
-    for (uint64_t k = 1; k < n; k++) started[k] = pthread_create(&threads[k], NULL, fill_thread, &parts[k]) == 0;
-    fill_thread(&parts[0]);
-    for (uint64_t k = 1; k < n; k++) {
-        if (started[k]) pthread_join(threads[k], NULL);
-        else fill_thread(&parts[k]); /* no thread: done here */
-    }
+    FillJob j = {&f, buf, bytes, FILL_PIECE / f.bb * f.bb};
+    int64_t pieces = (int64_t)((bytes + j.piece - 1) / j.piece);
+    if (n_threads <= 0 && bytes < 2 * FILL_BYTES_A_THREAD) n_threads = 1;
+    /* no pool (out of memory or threads): the caller fills it all, the same bytes */
+    Err err = {{0}};
+    ThreadPool *tp = n_threads == 1 ? NULL : thread_pool_create(n_threads, &err);
+    cpu_parallel_for(tp, pieces, fill_pieces, &j);
+    if (tp) thread_pool_destroy(tp);
 }
 
 void dummy_fill(DType t, void *buf, uint64_t bytes) { dummy_fill_threads(t, buf, bytes, 0); }

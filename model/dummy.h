@@ -52,12 +52,12 @@ float dummy_fp8_scale(void);
 /* Fills bytes of buf (a whole number of blocks of t, a supported type) with
  * random values of type t as described above. Byte k depends on t and k
  * alone (a counter-based generator): the same t gives the same contents,
- * and a shorter fill the same first bytes. Split over the online CPUs (at
- * most 32; one thread for a buffer under 4 MiB). */
+ * and a shorter fill the same first bytes. Split over the online CPUs (one
+ * thread for a buffer under 4 MiB). */
 void dummy_fill(DType t, void *buf, uint64_t bytes);
 
-/* dummy_fill over n_threads threads (at most 32 and one a block; <= 0:
- * dummy_fill's choice): the same bytes for any n_threads (for the tests). */
+/* dummy_fill over n_threads threads (<= 0: dummy_fill's choice): the same
+ * bytes for any n_threads (for the tests). */
 void dummy_fill_threads(DType t, void *buf, uint64_t bytes, int n_threads);
 
 #endif
