@@ -289,6 +289,9 @@ __global__ void __launch_bounds__(128) attn_decode_kernel(const AttnKParams p) {
         p.part_o[at * HDV + c] = acc;
         if (c == 0) p.part_ml[at * 2] = m, p.part_ml[at * 2 + 1] = sum;
     }
+    constexpr int MERGE_FLOATS = 2 * 16 * (ATTN_MAX_SPLITS + ATTN_CASCADE_MAX_SPLITS) + 16;
+    static_assert((S::RING > S::MERGE ? S::RING : S::MERGE) >= MERGE_FLOATS * 4,
+                  "the ring holds the split merge's weights and sums of every split");
     if (ns > 1) decode_merge_splits<HDV, NT>(p, row, d, h0, nh, ns, mi, npre, (float *)ring);
 }
 
