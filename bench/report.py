@@ -5,8 +5,8 @@ and one row per figure appended to the history CSV (stdlib only).
     python3 bench/report.py OUT [OUT2 ...] --out BENCH.md [--history bench/history.csv | --no-history]
 
 Each folder holds the sections' JSON (single.json, quant.json, kv_fp8.json,
-attention.json, throughput.json, fixed_lengths.json, pipeline.json; bench/results.py says what
-they carry) and run.json (why a section has none). With several folders
+attention.json, throughput.json, fixed_lengths.json, pipeline.json, tensor_parallel.json;
+bench/results.py says what they carry) and run.json (why a section has none). With several folders
 (sections run in separate calls), a section's results come from the last
 folder that has them. Every table gets a device line (GPU as nvidia-smi
 reports it, driver, count, commit, date) and the limits measured in that run
@@ -35,6 +35,7 @@ SECTIONS = [
     ("fixed_lengths", "Fixed lengths", "bench/fixed_lengths.sh: input/output lengths of the published tables "
      "through `cllm generate`"),
     ("pipeline", "Pipeline stages", "bench/pipeline.sh: `--pp 2` against one GPU"),
+    ("tensor_parallel", "Tensor parallelism", "bench/tp.sh: `--tp N` against one GPU"),
 ]
 
 TITLES = {
@@ -69,11 +70,12 @@ class Limits:
         self.tflops = lim.get("matmul_tflops")
         self.source = lim.get("source")
 
-    def flops_pct(self, tflops):
-        return 100.0 * tflops / self.tflops if tflops and self.tflops else None
+    # gpus: the limit of that many GPUs together (tensor-parallel ranks each run a share of every step)
+    def flops_pct(self, tflops, gpus=1):
+        return 100.0 * tflops / (gpus * self.tflops) if tflops and self.tflops else None
 
-    def bw_pct(self, gbps):
-        return 100.0 * gbps / (self.tbps * 1e3) if gbps and self.tbps else None
+    def bw_pct(self, gbps, gpus=1):
+        return 100.0 * gbps / (gpus * self.tbps * 1e3) if gbps and self.tbps else None
 
     def line(self):
         if not (self.tbps and self.tflops):
@@ -129,15 +131,15 @@ class Figures:
 
 # ---------- sections ----------
 
-def prefill_cell(p, lim):
+def prefill_cell(p, lim, gpus=1):
     t = prefill_tflops(p)
-    return (f"{num(p['tok_s'])} tok/s" + (f", {t:.1f} TFLOP/s" if t else ""), lim.flops_pct(t))
+    return (f"{num(p['tok_s'])} tok/s" + (f", {t:.1f} TFLOP/s" if t else ""), lim.flops_pct(t, gpus))
 
 
-def decode_cell(d, lim):
+def decode_cell(d, lim, gpus=1):
     g = decode_gbps(d)
     ms = f" ({d['step_s'] * 1e3:.2f} ms/step)" if d.get("step_s") else ""
-    return (f"{num(d['tok_s'], 1)} tok/s{ms}" + (f", {num(g)} GB/s" if g else ""), lim.bw_pct(g))
+    return (f"{num(d['tok_s'], 1)} tok/s{ms}" + (f", {num(g)} GB/s" if g else ""), lim.bw_pct(g, gpus))
 
 
 def decode_label(d):
@@ -528,6 +530,119 @@ def render_pipeline(doc, fig):
         out += ["", f"Partly failed: {doc['error']}"]
     return out + [""]
 
+def gpus_text(n):
+    return f"{n} GPU" + ("s" if n != 1 else "")
+
+
+def bench_rows(*benches):
+    """The measures of `cllm bench` results (None: not run), in the first result's order: (label, its cell
+    function, each result's row of that measure or None)."""
+    first = next((b for b in benches if b), {})
+    rows = []
+    for kind, cellf in (("prefill", prefill_cell), ("decode", decode_cell)):
+        for x in first.get(kind, []):
+            key = (x.get("tokens"), x.get("ctx"), x.get("batch"))
+            same = [next((y for y in (b or {}).get(kind, []) if (y.get("tokens"), y.get("ctx"), y.get("batch")) == key),
+                         None) for b in benches]
+            rows.append((f"prefill {x['tokens']} tokens" if kind == "prefill" else decode_label(x), cellf, same))
+    return rows
+
+
+def load_text(b):
+    if not b or not b.get("load_s"):
+        return "—"
+    return f"{b['load_s']:.1f} s" + (f", {b['load_gbps']:.1f} GB/s" if b.get("load_gbps") else "")
+
+
+def render_tensor_parallel(doc, fig, pipeline=None):
+    """pipeline: the pipeline section's doc of the same report (its --pp 1 and --pp 2 throughput rows), or None."""
+    lim = Limits(doc)
+    model = doc.get("model", "llama3-8b")
+    runs = doc.get("runs", [])
+    title = TITLES.get(model, model).replace("random bf16 weights", "random bf16 weights made in memory (--dummy-weights)")
+    out = [f"{title}. `cllm bench` (prefill {doc.get('prompt_lens', '?')} tokens, batch-1 decode at "
+           f"{doc.get('ctx', '?')} context) at each `--tp`: each rank on a GPU of its own, the partial sums over NCCL "
+           "(fp32 parts summed in rank order; `--tp-nccl-sum`: ncclAllReduce's sum of bf16 parts). FLOPs and bytes "
+           "are the whole model's. The % of limit of --tp 1 is of one GPU's limits; of --tp N, of N GPUs' together: "
+           "decode, the whole model's bytes per step over N × the copy rate (each rank reads its 1/N of the weights: "
+           "the fastest N GPUs' bandwidth allows); prefill, its FLOPs over N × the matmul rate. Two ranks on one GPU "
+           "(`--gpus 0,0`, host memory): one GPU's limits.", ""]
+    # 1. The 8B shape: a column group per run, its ratio to --tp 1 beside it.
+    base = next((r.get("bench") for r in runs if r.get("name") == "tp1"), None)
+    head, rule = "| measure |", "| --- |"
+    for r in runs:
+        more = r.get("name") != "tp1"
+        head += f" {r['args']} | % of {gpus_text(r['gpus'])} |" + (" ÷ --tp 1 |" if more else "")
+        rule += " --- | --- |" + (" --- |" if more else "")
+    rows = bench_rows(base, *[r.get("bench") for r in runs])
+    out += [head, rule] if rows else ["No `cllm bench` results."]
+    for label, cellf, (b, *xs) in rows:
+        line = f"| {label} |"
+        for r, x in zip(runs, xs):
+            c, p = cellf(x, lim, r["gpus"]) if x else ("—", None)
+            line += f" {c} | {pct_text(p)} |"
+            if r.get("name") != "tp1":
+                line += f" {ratio(x['tok_s'] if x else 0, b['tok_s'] if b else 0)} |"
+            if x:
+                fig.add(model, f"{label}, {r['args']}", x["tok_s"], "tok/s", p)
+        out.append(line)
+    # 2. The 70B shape on G GPUs: split by heads against split by layers.
+    big = doc.get("big") or {}
+    if big:
+        g, bname = big.get("gpus", 2), big.get("model", "llama3-70b")
+        t, pp = big.get("tp"), big.get("pp")
+        one = t or pp
+        size = (f": {one['params'] / 1e9:.2f} G parameters, {one['weight_bytes'] / 1e9:.1f} GB of weights"
+                if one and one.get("params") else "")
+        out += ["", f"{TITLES.get(bname, bname)}{size}, on {g} GPUs, split by heads (`--tp {g}`: every step runs "
+                f"on the {g} at once, so its % is of {g} GPUs' limits together) and by layers (`--pp {g}`: a batch-1 "
+                "request runs the stages in turn, so its % is of one GPU's limits):", ""]
+        if one:
+            out += [f"| measure | --tp {g} | % of {gpus_text(g)} | --pp {g} | % of 1 GPU | --tp {g} ÷ --pp {g} |",
+                    "| --- | --- | --- | --- | --- | --- |",
+                    f"| load (random weights made and uploaded) | {load_text(t)} | | {load_text(pp)} | | |"]
+            for label, cellf, (xt, xp) in bench_rows(t, pp):
+                ct, pt = cellf(xt, lim, g) if xt else ("—", None)
+                cp, ppct = cellf(xp, lim) if xp else ("—", None)
+                out.append(f"| {label} | {ct} | {pct_text(pt)} | {cp} | {pct_text(ppct)} | "
+                           f"{ratio(xt['tok_s'] if xt else 0, xp['tok_s'] if xp else 0)} |")
+                if xt:
+                    fig.add(bname, f"{label}, --tp {g}", xt["tok_s"], "tok/s", pt)
+                if xp:
+                    fig.add(bname, f"{label}, --pp {g}", xp["tok_s"], "tok/s", ppct)
+        else:
+            out.append(f"Neither `--tp {g}` nor `--pp {g}` gave results (the errors below).")
+        if big.get("info"):
+            out += ["", f"Memory per GPU, `cllm info --dummy-weights --tp {g}`: " + "; ".join(big["info"]) + "."]
+    # 3. Offline throughput, beside the pipeline section's --pp 1 and --pp 2 (same shape, its own run).
+    thr = doc.get("throughput") or []
+    if thr:
+        pthr = (pipeline or {}).get("throughput") or {}
+        theirs = [(f"--pp {k} (pipeline section)", int(k), (pthr.get(k) or {}).get("batched")) for k in ("1", "2")]
+        theirs = [x for x in theirs if x[2]]
+        base = tp_rates(theirs[0][2])[2] if theirs and theirs[0][1] == 1 else None
+        n = next((b["prompts"] for _, _, b in theirs + [(0, 0, r.get("batched")) for r in thr] if b), "?")
+        out += ["", f"Offline throughput: bench/throughput.sh on the same shape, {n} prompts of about 128-1024 tokens, "
+                "256 output tokens each, greedy, EOS ignored, `THROUGHPUT_ARGS=\"--dummy-weights ARGS\"`. Whole "
+                "process: wall time of `cllm generate` (the load included); over the steps: the scheduler steps' own "
+                "time." + (" The --pp rows are the pipeline section's runs (the same shape, weights from files; its "
+                           "device line says when)." if theirs else ""), "",
+                "| run | GPUs | output tok/s, whole process | output tok/s over the steps |"
+                + (" ÷ --pp 1 (over the steps) |" if base else "") + " wall s |",
+                "| --- | --- | --- | --- |" + (" --- |" if base else "") + " --- |"]
+        for label, gpus, b, ours in [x + (False,) for x in theirs] + [(r["args"], r["gpus"], r.get("batched"), True)
+                                                                      for r in thr]:
+            o, _, st = tp_rates(b) if b else (None, None, None)
+            wall = f"{b['wall_s']:.1f}" if b and b.get("wall_s") else "—"
+            out.append(f"| {label} | {gpus} | {num(o) if o else ('—' if b else 'failed')} | {num(st) if st else '—'} |"
+                       + (f" {ratio(st, base)} |" if base else "") + f" {wall} |")
+            if ours:
+                fig.add(model, f"throughput output tok/s, whole process, {label}", o, "tok/s")
+                fig.add(model, f"throughput output tok/s over the steps, {label}", st, "tok/s")
+    if doc.get("error"):
+        out += ["", "Partly failed: " + "; ".join(doc["error"].splitlines())]
+    return out + [""]
+
 
 def render_fixed_lengths(doc, fig):
     model = doc.get("model", "?")
@@ -546,7 +661,8 @@ def render_fixed_lengths(doc, fig):
 
 
 RENDER = {"single": render_single, "quant": render_quant, "kv_fp8": render_kv_fp8, "attention": render_attention,
-          "throughput": render_throughput, "fixed_lengths": render_fixed_lengths, "pipeline": render_pipeline}
+          "throughput": render_throughput, "fixed_lengths": render_fixed_lengths, "pipeline": render_pipeline,
+          "tensor_parallel": render_tensor_parallel}
 
 
 # ---------- the document ----------
@@ -581,7 +697,7 @@ def render(dirs, note=""):
            f"{commit}. Not edited by hand: to regenerate, on a GPU machine with a build (`./build.sh`) and "
            "torch + transformers:", "",
            "    CLLM=./cllm OUT=/tmp/bench bench/run.sh        # every section this machine can run; "
-           "--sections single,quant,kv_fp8,attention,throughput,fixed_lengths,pipeline picks",
+           "--sections single,quant,kv_fp8,attention,throughput,fixed_lengths,pipeline,tensor_parallel picks",
            "    cp /tmp/bench/BENCH.md BENCH.md; cp /tmp/bench/history.csv bench/history.csv", "",
            "or one section alone (`OUT=/tmp/bench bench/quant.sh`, ...) and `python3 bench/report.py /tmp/bench "
            "[MORE_FOLDERS] --out BENCH.md`, which also appends the figures to bench/history.csv (one row per figure "
@@ -602,7 +718,9 @@ def render(dirs, note=""):
             continue
         fig = Figures(doc)
         out += [f"{how}. {device_line(doc)}", ""]
-        out += RENDER[name](doc, fig)
+        # the tensor-parallel section's throughput rows sit beside the pipeline section's --pp 1 and --pp 2
+        extra = {"pipeline": docs.get("pipeline")} if name == "tensor_parallel" else {}
+        out += RENDER[name](doc, fig, **extra)
         if doc.get("run_note"):
             out += [f"bench/run.sh: {doc['run_note']}.", ""]
         figures += fig.rows

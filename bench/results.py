@@ -3,7 +3,7 @@
 
 Every bench script writes one JSON per section into the folder ($OUT):
 single.json, quant.json, kv_fp8.json, attention.json, throughput.json,
-fixed_lengths.json, pipeline.json. Each is wrapped here with what its tables need beside the
+fixed_lengths.json, pipeline.json, tensor_parallel.json. Each is wrapped here with what its tables need beside the
 figures: the section, the date (UTC), the cllm commit, the device as
 nvidia-smi reports it, and the limits measured on it (limits.json, written
 by bench/limits.py at the start of the run). run.json (bench/run.sh) says
@@ -21,7 +21,7 @@ import os
 import subprocess
 import sys
 
-SECTIONS = ["single", "quant", "kv_fp8", "attention", "throughput", "fixed_lengths", "pipeline"]
+SECTIONS = ["single", "quant", "kv_fp8", "attention", "throughput", "fixed_lengths", "pipeline", "tensor_parallel"]
 
 
 def now():

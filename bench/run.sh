@@ -9,8 +9,11 @@
 # (bench/kv_fp8.sh), attention (bench/attention.sh), throughput
 # (bench/throughput.sh), fixed_lengths (bench/fixed_lengths.sh: 128/128,
 # 128/2048, 2048/128, 1000/1000 tokens), pipeline (bench/pipeline.sh, >= 2
-# GPUs). Default: all that this machine can run. --tiny: single on the tiny
-# shapes (a smoke test).
+# GPUs), tensor_parallel (bench/tp.sh: --tp N against one GPU, the 70B shape
+# at --tp G vs --pp G, throughput at --tp 2 / 4; by default where >= 2 GPUs:
+# on one GPU, picked by name, it runs --tp 2 with both ranks on GPU 0).
+# Default: all that this machine can run. --tiny: single on the tiny shapes
+# (a smoke test).
 # Writes $OUT/BENCH.md and $OUT/history.csv (bench/history.csv with this
 # generation's rows added); to adopt them here: cp $OUT/BENCH.md BENCH.md and
 # cp $OUT/history.csv bench/history.csv, or render again from the folder(s):
@@ -20,7 +23,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 source bench/lib.sh
-ALL=(single quant kv_fp8 attention throughput fixed_lengths pipeline)
+ALL=(single quant kv_fp8 attention throughput fixed_lengths pipeline tensor_parallel)
 SECTIONS=""
 TINY=""
 while [ $# -gt 0 ]; do
@@ -28,7 +31,7 @@ while [ $# -gt 0 ]; do
         --sections) SECTIONS=$2; shift ;;
         --sections=*) SECTIONS=${1#--sections=} ;;
         --tiny) TINY=--tiny ;;
-        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
         *) echo "bench/run.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -36,7 +39,7 @@ done
 gpus=$(bench_gpu_count)
 if [ -z "$SECTIONS" ]; then
     SECTIONS=single,quant,kv_fp8,attention,throughput,fixed_lengths
-    [ "${gpus:-0}" -ge 2 ] && SECTIONS+=,pipeline
+    [ "${gpus:-0}" -ge 2 ] && SECTIONS+=,pipeline,tensor_parallel
 fi
 for s in ${SECTIONS//,/ }; do
     [[ " ${ALL[*]} " == *" $s "* ]] || { echo "bench/run.sh: unknown section '$s' (${ALL[*]})" >&2; exit 2; }
@@ -54,6 +57,8 @@ for s in "${ALL[@]}"; do
     if [[ ",$SECTIONS," != *",$s,"* ]]; then
         if [ $s = pipeline ] && [ "${gpus:-0}" -lt 2 ]; then
             python3 bench/results.py note "$OUT" $s "needs 2 GPUs; this machine has ${gpus:-0}"
+        elif [ $s = tensor_parallel ] && [ "${gpus:-0}" -lt 2 ]; then
+            python3 bench/results.py note "$OUT" $s "not run by default with fewer than 2 GPUs, and this machine has ${gpus:-0}; --sections tensor_parallel runs --tp 2 with both ranks on GPU 0"
         else
             python3 bench/results.py note "$OUT" $s "not selected: bench/run.sh --sections $SECTIONS"
         fi
@@ -77,6 +82,7 @@ for s in ${SECTIONS//,/ }; do
         throughput) cmd=(bench/throughput.sh) ;;
         fixed_lengths) cmd=(bench/fixed_lengths.sh) ;;
         pipeline) cmd=(bench/pipeline.sh) ;;
+        tensor_parallel) cmd=(bench/tp.sh) ;;
     esac
     say "$s: ${cmd[*]}"
     t0=$SECONDS

@@ -42,11 +42,17 @@ import results, roofline
 out, tb, ts, model, name, args = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6]
 
 def matrix_params(folder):
-    """Elements of the layers' matrices and of the LM head, from the safetensors headers (None for other formats)."""
+    """Elements of the layers' matrices and of the LM head, from the safetensors headers; a folder of
+    config.json alone (bench/make_dummy_model.py, run with --dummy-weights) from the config's shape
+    (roofline.shape_from_config: dense decoders); None for other formats (a GGUF file)."""
     layers = head = embed = 0
     files = glob.glob(os.path.join(folder, "*.safetensors"))
     if not files:
-        return None
+        cfg = results.load(os.path.join(folder, "config.json"))
+        if not cfg:
+            return None
+        s = roofline.shape_from_config(cfg)
+        return {"layers": s["layer_params"], "head": s["head_params"]}
     for p in files:
         with open(p, "rb") as f:
             hdr = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
@@ -86,12 +92,23 @@ def run(path, wall):
             "steps_s": float(steps.group(1)) if steps else None,
             "scheduler_pct": float(steps.group(2)) if steps else None}
 
+def gpus(args):
+    """GPUs a run takes: --pp stages x --tp ranks (a --gpus list naming a GPU twice is not looked at)."""
+    n = 1
+    for opt in ("--pp", "--tp"):
+        m = re.search(opt + r"[ =]([0-9]+)\b", args)
+        n *= int(m.group(1)) if m else 1
+    return n
+
 b = run(f"{out}/tp-batched.jsonl", tb)
 s = run(f"{out}/tp-single.jsonl", ts) if ts > 0 else None
 doc = results.write_section(out, name, {
     "model": os.path.basename(model.rstrip("/")), "args": args, "output_tokens_each": 256,
-    "matrix_params": matrix_params(model), "batched": b, "single": s},
-    gpus_used=2 if re.search(r"--pp[ =]2\b", args) else 1)
+    "matrix_params": matrix_params(model), "batched": b, "single": s}, gpus_used=gpus(args))
+if not b:  # cllm generate failed before writing a line: its last words, not a traceback below
+    log = f"{out}/tp-batched.jsonl.log"
+    last = open(log).read().strip().splitlines()[-1:] if os.path.exists(log) else []
+    sys.exit(f"throughput.sh: the batched run wrote no results: {last[0] if last else 'no log'}")
 
 def rate(r, key):
     return r[key] / r["wall_s"] if r and r["wall_s"] > 0 else 0
