@@ -145,6 +145,7 @@ BackendLinks *backend_tp_links_open(const int *devices, int n, double timeout_s,
     BackendLinks *l = calloc(1, sizeof *l);
     if (!l) return err_set(err, "out of memory"), NULL;
     if (!(l->g = nccl_group_open(devices, n, timeout_s, err))) { free(l); return NULL; }
+    nccl_peer_open(l->g); /* where the GPUs map each other's memory: the one-shot sum of small reduces */
     return l;
 #else
     (void)devices, (void)n, (void)timeout_s;

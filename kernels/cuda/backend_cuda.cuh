@@ -123,6 +123,10 @@ typedef struct {
     void *host_sum, *host_part;  /* host transport, pinned: fp32 sums / the gathered logits; bf16 values or a
                                     rank's own logits (grown on demand: no graphs there) */
     size_t host_sum_bytes, host_part_bytes;
+    unsigned *peer_flags;        /* NVLink peers: this rank's flag area (tp_peer_sum.cuh), or NULL: NCCL alone */
+    int64_t peer_max;            /* values of the largest reduce the one-shot peer sum takes (CLLM_TP_PEER=off: 0) */
+    int peer_state;              /* 0: table not asked yet; 1: the table is whole; -1: not there */
+    TpPeers peers;
 } CudaTp;
 
 typedef struct {

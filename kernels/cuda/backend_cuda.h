@@ -53,6 +53,9 @@ int cuda_kv_tokens_that_fit(const ModelShape *shape, uint64_t weight_bytes, cons
  * per step and layer window, ever (0 for any other backend): tests see the
  * cascade path ran. */
 int64_t backend_cuda_cascade_rows(const Backend *be);
+/* Whether tensor-parallel rank be sums small reduces over NVLink peers
+ * (backend_cuda_tp.cu; false: NCCL or host memory for every one). */
+bool backend_cuda_tp_peers(Backend *be);
 
 #ifdef __cplusplus
 }

@@ -16,6 +16,12 @@
  * calibration) on GPUs of one kind. CLLM_TP_GRAPHS=off issues every step
  * instead: to compare, or where a driver / NCCL pair misbehaves.
  *
+ * NVLink peers (the GPUs map each other's memory, nccl_peer_open): a
+ * reduce of up to PEER_MAX_VALUES is one kernel on every rank that reads
+ * every rank's part where it lies and adds them in rank order
+ * (tp_peer_sum.cu): the same bits as the NCCL path, without its all-gather's
+ * latency, which dominates the two reduces a layer of a decode step needs.
+ *
  * Host memory (several ranks on one GPU, or no NCCL): a rank's part is
  * copied to pinned host memory, summed by kernels/tp_group.c (rank order,
  * fp32) and copied back. Each reduce waits for the stream, so a rank on it
@@ -51,6 +57,36 @@ size_t cuda_tp_device_bytes(const ModelShape *c, const BackendOptions *o) {
     return (size_t)gather_elems(c, tp_group_size(o->tp_group), o->max_tokens, o->tp_links != NULL) * sizeof(float);
 }
 
+/* NVLink peers (nccl_peer_open): this rank's flag area, registered with its
+ * gather buffer, whose start holds its part of a one-shot sum. Reduces of
+ * up to PEER_MAX_VALUES take it (a decode step's, a short prefill's); larger
+ * ones go through NCCL, whose bandwidth wins there. CLLM_TP_PEER=off: NCCL
+ * for every reduce (to compare; the bits are the same). */
+#define PEER_MAX_VALUES (1 << 20)
+
+static int peer_init(CudaBackend *cb, Err *err) {
+    CudaTp *tp = &cb->tp;
+    const char *v = getenv("CLLM_TP_PEER");
+    if (v && *v && strcmp(v, "on") && strcmp(v, "off")) return err_set(err, "CLLM_TP_PEER '%s': expected on or off", v);
+    if (!tp->comm || tp->nccl_sum || (v && !strcmp(v, "off"))) return 0;
+    size_t bytes = TP_PEER_FLAG_WORDS * sizeof(unsigned);
+    CUDA_CHECK(cudaMalloc(&tp->peer_flags, bytes), err);
+    CUDA_CHECK(cudaMemsetAsync(tp->peer_flags, 0, bytes, cb->stream), err);
+    CUDA_CHECK(cudaStreamSynchronize(cb->stream), err); /* zero before any peer's first write */
+    if (nccl_peer_register(tp->comm, tp->rank, tp->gather, tp->peer_flags)) tp->peer_max = PEER_MAX_VALUES;
+    return 0;
+}
+
+/* Whether a reduce of n values takes the one-shot peer sum: the table is
+ * whole once every rank's backend exists, which it does before any step. */
+static bool peer_sum_takes(CudaTp *tp, int64_t n) {
+    if (n > tp->peer_max) return false;
+    if (tp->peer_state == 0) tp->peer_state = nccl_peer_table(tp->comm, tp->rank, &tp->peers) ? 1 : -1;
+    return tp->peer_state == 1;
+}
+
+bool backend_cuda_tp_peers(Backend *be) { return peer_sum_takes(&cb_of(be)->tp, 1); }
+
 int cuda_tp_init(CudaBackend *cb, const ModelShape *c, const BackendOptions *o, NcclGroup *comm, Err *err) {
     CudaTp *tp = &cb->tp;
     tp->group = o->tp_group;
@@ -66,12 +102,13 @@ int cuda_tp_init(CudaBackend *cb, const ModelShape *c, const BackendOptions *o, 
     CUDA_CHECK(cudaMalloc(&tp->gather, tp->gather_elems * sizeof(float)), err);
     /* the logits' padding columns travel too: defined values, never read */
     CUDA_CHECK(cudaMemsetAsync(tp->gather, 0, tp->gather_elems * sizeof(float), cb->stream), err);
-    return 0;
+    return peer_init(cb, err);
 }
 
 void cuda_tp_free(CudaBackend *cb) {
     CudaTp *tp = &cb->tp;
     cudaFree(tp->gather);
+    cudaFree(tp->peer_flags);
     if (tp->host_sum) cudaFreeHost(tp->host_sum);
     if (tp->host_part) cudaFreeHost(tp->host_part);
     memset(tp, 0, sizeof *tp);
@@ -136,17 +173,28 @@ static int host_gather(CudaBackend *cb, float *dst, const float *src, int rows, 
 /* dst (n values; bf16 or fp32) = the rank-order sum of every rank's part
  * (n values of the parts' type), this rank's at src: copied to its offset
  * of the gather buffer unless it lies there already. */
-static int nccl_ordered_sum(CudaBackend *cb, void *dst, bool dst_bf16, const void *src, bool bf16, int64_t n,
+static int nccl_ordered_sum(CudaBackend *cb, void *dst, bool dst_bf16, const void *src, bool parts_bf16, int64_t n,
                             Err *err) {
     CudaTp *tp = &cb->tp;
-    size_t elem = bf16 ? sizeof(bf16) : sizeof(float);
+    size_t elem = parts_bf16 ? sizeof(bf16) : sizeof(float);
     if ((size_t)n * tp->n_ranks * elem > (size_t)tp->gather_elems * sizeof(float))
         return err_set(err, "%s: a tensor-parallel reduce of %lld values exceeds the gather buffer (%lld fp32)",
                        cb->name, (long long)n, (long long)tp->gather_elems);
     char *mine = (char *)tp->gather + (size_t)tp->rank * n * elem;
     if (src != mine) CUDA_CHECK(cudaMemcpyAsync(mine, src, n * elem, cudaMemcpyDeviceToDevice, cb->stream), err);
-    if (nccl_link_all_gather(tp->comm, tp->rank, mine, tp->gather, (size_t)n, bf16, cb->stream, err)) return -1;
-    cuda_tp_sum(dst, dst_bf16, tp->gather, bf16, tp->n_ranks, n, cb->stream);
+    if (nccl_link_all_gather(tp->comm, tp->rank, mine, tp->gather, (size_t)n, parts_bf16, cb->stream, err)) return -1;
+    cuda_tp_sum(dst, dst_bf16, tp->gather, parts_bf16, tp->n_ranks, n, cb->stream);
+    return 0;
+}
+
+/* nccl_ordered_sum's result by the one-shot peer sum: this rank's part at
+ * the start of its gather buffer, where the peers read it. */
+static int peer_sum(CudaBackend *cb, void *dst, bool dst_bf16, const void *src, bool parts_bf16, int64_t n,
+                    Err *err) {
+    CudaTp *tp = &cb->tp;
+    size_t elem = parts_bf16 ? sizeof(bf16) : sizeof(float);
+    if (src != tp->gather) CUDA_CHECK(cudaMemcpyAsync(tp->gather, src, n * elem, cudaMemcpyDeviceToDevice, cb->stream), err);
+    cuda_tp_peer_sum(dst, dst_bf16, &tp->peers, parts_bf16, n, cb->stream);
     return 0;
 }
 
@@ -180,6 +228,7 @@ static void tp_all_reduce(Backend *be, void *buf, int64_t n, BufKind kind) {
     if (cb->failed) { tp_group_abort(tp->group); return; }
     int rc = !tp->comm       ? host_reduce(cb, buf, half, buf, half, n, &e)
              : tp->nccl_sum ? nccl_link_all_reduce_sum(tp->comm, tp->rank, buf, (size_t)n, half, cb->stream, &e)
+             : peer_sum_takes(tp, n) ? peer_sum(cb, buf, half, buf, half, n, &e)
                             : nccl_ordered_sum(cb, buf, half, buf, half, n, &e);
     if (rc) tp_fail(cb, &e);
 }
@@ -212,10 +261,13 @@ static void tp_matmul_all_reduce(Backend *be, void *y, const void *in, const Wei
         tp_fail(cb, &e);
         return;
     }
-    float *part = tp->gather + (tp->comm ? tp->rank * n : 0);
+    bool peer = tp->comm && peer_sum_takes(tp, n);
+    float *part = tp->gather + (tp->comm && !peer ? tp->rank * n : 0);
     wgemm(cb, part, true, (const bf16 *)in, w, mat, vec_of(bias, mat), T);
     if (cb->failed) { tp_group_abort(tp->group); return; }
-    int rc = tp->comm ? nccl_ordered_sum(cb, y, true, part, false, n, &e) : host_reduce(cb, y, true, part, false, n, &e);
+    int rc = peer       ? peer_sum(cb, y, true, part, false, n, &e)
+             : tp->comm ? nccl_ordered_sum(cb, y, true, part, false, n, &e)
+                        : host_reduce(cb, y, true, part, false, n, &e);
     if (rc) tp_fail(cb, &e);
 }
 

@@ -22,6 +22,9 @@ struct NcclGroup {
     int device[MAX_RANKS];
     double timeout_s;
     bool aborted;
+    bool peers;                   /* nccl_peer_open: every GPU of the group maps every other's memory */
+    const void *peer_part[MAX_RANKS]; /* nccl_peer_register: each rank's part buffer and flag area */
+    unsigned *peer_flags[MAX_RANKS];
 };
 
 #define NCCL_CHECK(nc, stmt, err)                                                                              \
@@ -105,6 +108,51 @@ extern "C" void nccl_group_close(NcclGroup *g) {
         g->nc->CommDestroy(g->comm[i]);
     }
     free(g);
+}
+
+/* Peer access both ways between every pair of the group's GPUs (one
+ * process: every rank's communicator is here), or false and none used.
+ * Access NCCL enabled already counts; the calling thread's device is kept. */
+extern "C" bool nccl_peer_open(NcclGroup *g) {
+    if (g->n > TP_PEER_MAX_RANKS) return false;
+    for (int i = 0; i < g->n; i++)
+        if (!g->comm[i]) return false;
+    int here = 0;
+    if (cudaGetDevice(&here) != cudaSuccess) return false;
+    bool ok = true;
+    for (int i = 0; i < g->n && ok; i++)
+        for (int j = 0; j < g->n && ok; j++) {
+            int can = 0;
+            if (i == j) continue;
+            ok = cudaDeviceCanAccessPeer(&can, g->device[i], g->device[j]) == cudaSuccess && can &&
+                 cudaSetDevice(g->device[i]) == cudaSuccess;
+            cudaError_t e = ok ? cudaDeviceEnablePeerAccess(g->device[j], 0) : cudaSuccess;
+            if (e == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError(); /* clears it: not an error here */
+            else ok = ok && e == cudaSuccess;
+        }
+    cudaSetDevice(here);
+    g->peers = ok;
+    return ok;
+}
+
+bool nccl_peer_register(NcclGroup *g, int rank, const void *part, unsigned *flags) {
+    if (!g->peers || rank < 0 || rank >= g->n) return false;
+    g->peer_part[rank] = part;
+    g->peer_flags[rank] = flags;
+    return true;
+}
+
+bool nccl_peer_table(const NcclGroup *g, int rank, TpPeers *p) {
+    if (!g->peers) return false;
+    memset(p, 0, sizeof *p);
+    for (int i = 0; i < g->n; i++) {
+        if (!g->peer_part[i] || !g->peer_flags[i]) return false;
+        p->part[i] = g->peer_part[i];
+        p->flags[i] = g->peer_flags[i];
+    }
+    p->n_ranks = g->n;
+    p->rank = rank;
+    return true;
 }
 
 static int comm_of(NcclGroup *g, int rank, int peer, ncclComm_t *c, Err *err) {

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/nccl_link.h"
+#include "kernels/cuda/tp_peer_sum.cuh"
 
 /* n values (fp32, or bf16) to / from rank peer, on stream: enqueued, not waited for. */
 int nccl_link_send(NcclGroup *g, int rank, const void *buf, size_t n, bool bf16, int peer, cudaStream_t s, Err *err);
@@ -36,5 +37,13 @@ void nccl_link_abort(NcclGroup *g);
 int nccl_link_all_gather(NcclGroup *g, int rank, const void *send, void *recv, size_t count, bool bf16,
                          cudaStream_t s, Err *err);
 int nccl_link_all_reduce_sum(NcclGroup *g, int rank, void *buf, size_t n, bool bf16, cudaStream_t s, Err *err);
+
+/* The one-shot peer sum's table (tp_peer_sum.cuh), for a group of one
+ * process whose GPUs map each other's memory (nccl_peer_open, nccl_link.h).
+ * Each rank registers its part buffer and flag area when its backend is
+ * made; the table is whole once every rank has (false until then, or when
+ * the group has no peer access). */
+bool nccl_peer_register(NcclGroup *g, int rank, const void *part, unsigned *flags);
+bool nccl_peer_table(const NcclGroup *g, int rank, TpPeers *p);
 
 #endif

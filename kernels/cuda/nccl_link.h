@@ -38,6 +38,11 @@ int nccl_unique_id(unsigned char id[CLLM_NCCL_ID_BYTES], Err *err);
 NcclGroup *nccl_group_join(const unsigned char id[CLLM_NCCL_ID_BYTES], int rank, int n, int device,
                            double timeout_s, Err *err);
 void nccl_group_close(NcclGroup *g);
+/* A tensor-parallel group of one process: peer access between all its GPUs
+ * (NVLink or PCIe peers), for the one-shot sum of small reduces
+ * (tp_peer_sum.cuh). False (and the group works through NCCL alone) when a
+ * pair cannot, or the group spans processes. */
+bool nccl_peer_open(NcclGroup *g);
 
 /* Makes be (a CUDA backend, rank `rank` of g) send to rank + 1 and receive
  * from rank - 1. */

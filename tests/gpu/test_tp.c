@@ -8,7 +8,9 @@
  *     host's rank-order fp32 sum (rounded once to bf16) bit for bit, and its
  *     all_gather every rank's logits in their columns. Host transport: all
  *     ranks on GPU 0; NCCL: ranks on GPUs 0..N-1 where there are N (and
- *     --tp-nccl-sum: ncclAllReduce, within a bf16 rounding of the sum);
+ *     --tp-nccl-sum: ncclAllReduce, within a bf16 rounding of the sum); NCCL
+ *     runs twice: with every reduce through it (CLLM_TP_PEER=off) and with
+ *     the small ones summed over NVLink peers (tp_peer_sum.cu), both exact;
  *   - the forward: the tiny dense models (and the 301-token one), one
  *     sequence's steps (a 13-token prompt in chunks of 5, then 6 decode
  *     steps: CUDA graphs on NCCL ranks), N ranks against one GPU: each
@@ -44,8 +46,12 @@
 static int g_quick, g_gpus;
 static char g_dir[64];  /* the 301-token model's config folder */
 
-typedef enum { VIA_HOST, VIA_NCCL, VIA_NCCL_SUM } Via;
-static const char *via_name(Via v) { return v == VIA_HOST ? "host memory" : v == VIA_NCCL ? "NCCL" : "NCCL sum"; }
+/* VIA_NCCL: NCCL for every reduce (CLLM_TP_PEER=off); VIA_PEER: the default, small reduces by the one-shot sum
+ * over NVLink peers (tp_peer_sum.cu) where the GPUs map each other's memory */
+typedef enum { VIA_HOST, VIA_NCCL, VIA_PEER, VIA_NCCL_SUM } Via;
+static const char *via_name(Via v) {
+    return v == VIA_HOST ? "host memory" : v == VIA_NCCL ? "NCCL" : v == VIA_PEER ? "NCCL + peers" : "NCCL sum";
+}
 
 /* A config-only model (random weights made in memory): 4 heads, 2 KV heads, vocabulary 301. */
 static bool make_dummy_dir(void) {
@@ -82,6 +88,7 @@ static bool open_ranks(TpRanks *t, const Model *m, int n, Via via, Err *err) {
                          .max_tokens = ONE_SEQ_MAX_T, .mem_util = 0.9f, .tp_nccl_sum = via == VIA_NCCL_SUM};
     forward_buffer_elems(&m->cfg, ONE_SEQ_MAX_T, &bo.act_elems, &bo.f32_elems);
     TpPlacement where;
+    setenv("CLLM_TP_PEER", via == VIA_NCCL ? "off" : "on", 1); /* read as each rank's backend is made */
     if (via == VIA_HOST) {
         placement_same(0, n, &where);
     } else {
@@ -92,6 +99,8 @@ static bool open_ranks(TpRanks *t, const Model *m, int n, Via via, Err *err) {
     }
     if (tp_ranks_open(t, &m->cfg, &m->shape, &m->w, n, &bo, &where, "the model", err)) return false;
     if (via != VIA_HOST && !t->links) return err_set(err, "NCCL asked for, not used: %s", t->note), false;
+    for (int r = 0; via == VIA_PEER && r < n; r++)
+        if (!backend_cuda_tp_peers(t->be[r])) return err_set(err, "rank %d: no NVLink peer sums", r), false;
     return true;
 }
 
@@ -169,7 +178,7 @@ static void check_collectives(int n, Via via) {
         pthread_create(&th[r], NULL, rank_thread, &jobs[r]);
     }
     for (int r = 0; r < n; r++) pthread_join(th[r], NULL);
-    int bad_act = 0, bad_f32 = 0, bad_gather = 0;
+    int bad_act = 0, bad_f32 = 0, bad_gather = 0, shown = 0;
     double worst_sum = 0;
     for (int r = 0; r < n; r++) {
         CHECK(jobs[r].rc == 0, "--tp %d via %s, rank %d: %s", n, via_name(via), r, jobs[r].err.msg);
@@ -189,8 +198,13 @@ static void check_collectives(int n, Via via) {
                 bad_act += d > 2e-2;
                 bad_f32 += fabs((double)jobs[r].f32[i] - sf) > 1e-6 * (mag > 0 ? mag : 1);
             } else {
-                bad_act += memcmp(&jobs[r].act[i], &want_act, sizeof(float)) != 0;
+                bool off = memcmp(&jobs[r].act[i], &want_act, sizeof(float)) != 0;
+                bad_act += off;
                 bad_f32 += memcmp(&jobs[r].f32[i], &sf, sizeof(float)) != 0;
+                if (off && shown++ < 4) /* what went wrong, for the log */
+                    printf("#   rank %d value %lld: bf16 sum %.8g, want %.8g (rank 0's term %.8g, rank 1's %.8g)\n", r,
+                           (long long)i, jobs[r].act[i], want_act, bf16_to_fp32(fp32_to_bf16(value_of(0, i))),
+                           bf16_to_fp32(fp32_to_bf16(value_of(1, i))));
             }
         }
         for (int row = 0; row < ROWS; row++)
@@ -302,12 +316,13 @@ static void check_forward(const char *name, int n, const Via *vias, int n_vias) 
         CHECK(bad == 0, "%s --tp %d via %s: %d steps off one GPU's (worst %.3g)", name, n, via_name(vias[i]), bad,
               worst);
         if (vias[i] == VIA_HOST) have_host = true;
-        if (vias[i] == VIA_NCCL && have_host) {
+        if ((vias[i] == VIA_NCCL || vias[i] == VIA_PEER) && have_host) {
             int differ = 0;
             for (size_t k = 0; k < (size_t)ONE_SEQ_STEPS * V; k++) differ += memcmp(&got[k], &host[k], sizeof(float)) != 0;
-            printf("#   NCCL vs host memory: %d of %zu logits differ in their bits\n", differ, (size_t)ONE_SEQ_STEPS * V);
-            CHECK(differ == 0, "%s --tp %d: NCCL's logits differ from the host transport's in %d values", name, n,
-                  differ);
+            printf("#   %s vs host memory: %d of %zu logits differ in their bits\n", via_name(vias[i]), differ,
+                   (size_t)ONE_SEQ_STEPS * V);
+            CHECK(differ == 0, "%s --tp %d: %s's logits differ from the host transport's in %d values", name, n,
+                  via_name(vias[i]), differ);
         }
     }
     free(one);
@@ -322,6 +337,7 @@ static int transports(int n, Via *vias) {
     vias[k++] = VIA_HOST;
     if (!g_quick && g_gpus >= n) {
         vias[k++] = VIA_NCCL;
+        vias[k++] = VIA_PEER;
         vias[k++] = VIA_NCCL_SUM;
     } else if (!g_quick) {
         printf("# --tp %d over NCCL: skip: needs %d GPUs, this machine has %d\n", n, n, g_gpus);
@@ -331,7 +347,7 @@ static int transports(int n, Via *vias) {
 
 static void test_collectives(void) {
     for (int n = 2; n <= (g_quick ? 2 : 4); n += 2) {
-        Via vias[3];
+        Via vias[4];
         int k = transports(n, vias);
         for (int i = 0; i < k; i++) check_collectives(n, vias[i]);
     }
@@ -342,7 +358,7 @@ static void test_forward(void) {
                          "qwen3.gguf", "gemma2.gguf", "dummy-301"};
     int n_models = g_quick ? 1 : (int)(sizeof all / sizeof all[0]);
     for (int n = 2; n <= (g_quick ? 2 : 4); n += 2) {
-        Via vias[3];
+        Via vias[4];
         int k = transports(n, vias);
         for (int i = 0; i < n_models; i++) check_forward(all[i], n, vias, k);
     }
