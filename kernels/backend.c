@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "kernels/cpu/backend_cpu.h"
+#include "kernels/weight_rows.h"
 #ifdef CLLM_CUDA
 #include "kernels/cuda/backend_cuda.h"
 #include "kernels/cuda/cuda_libs.h"
@@ -26,6 +27,10 @@ Backend *backend_create(const ModelShape *shape, const ModelWeights *w, const Ba
     if (o->block_size <= 0) return err_set(err, "backend: KV blocks of %d tokens", o->block_size), NULL;
     if (o->device < 0) {
         if (o->n_blocks <= 0) return err_set(err, "cpu: a KV cache of %d blocks", o->n_blocks), NULL;
+        const char *apart = weights_strided(w, shape->n_layers);
+        if (apart) /* its ops read row i at data + i * row_bytes */
+            return err_set(err, "cpu: the rows of '%s' lie apart (a view of wider rows); the CPU backend computes from "
+                           "packed rows (tp_rank_make's copy)", apart), NULL;
         Backend *be = backend_cpu_create(shape, w, o->threads, o->block_size, o->n_blocks, o->kv_dtype, o->kv_scales, err);
         if (be && o->tp_group) backend_cpu_join_tp(be, o->tp_group, o->tp_rank);
         return be;

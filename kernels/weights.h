@@ -23,6 +23,9 @@ typedef struct {
     const char *name;     /* the file's tensor name, for messages */
     const float *scale;   /* DT_F8_E4M3: [rows * n_mats] fp32, one per output row (a per-tensor scale repeated); else NULL */
     float input_scale;    /* DT_F8_E4M3: static activation scale from the checkpoint; 0: dynamic (per token) */
+    uint64_t src_stride;  /* bytes from one row's start to the next's in data; 0: row_bytes (packed rows). A
+                             tensor-parallel column slice is a view of the model's wider rows (tp_plan.h): only
+                             loaders and uploaders read rows that way (kernels/weight_rows.h), no backend op does */
 } WeightRef;
 
 typedef struct {

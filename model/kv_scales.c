@@ -82,7 +82,7 @@ int kv_bind_scales(Model *m, Err *err) {
         int KV = m->cfg.n_kv_heads;
         float *s = malloc(2 * (size_t)KV * sizeof *s);
         if (model_own(m, s, err) || bind_one(m, k, s, err) || bind_one(m, v, s + KV, err)) return -1;
-        lw->kv_scales = (WeightRef){s, DT_F32, 1, 2 * KV, 1, 2 * (uint64_t)KV * sizeof *s, k->name, NULL, 0};
+        lw->kv_scales = (WeightRef){s, DT_F32, 1, 2 * KV, 1, 2 * (uint64_t)KV * sizeof *s, k->name, NULL, 0, 0};
     }
     if (with > 0 && missing_at >= 0)
         return err_set(err, "%s: tensor '%s' is missing: the checkpoint has KV cache scales ('%s'), so every layer "

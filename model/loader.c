@@ -167,7 +167,7 @@ static int model_bind(Model *m, WeightRef *w, const char *name, int64_t n_mats, 
                        "[%llu, %llu, %llu, 1]", m->path, name, (unsigned long long)t->ne[0],
                        (unsigned long long)t->ne[1], (unsigned long long)t->ne[2], (unsigned long long)t->ne[3],
                        (unsigned long long)want[0], (unsigned long long)want[1], (unsigned long long)want[2]);
-    *w = (WeightRef){t->data, t->type, rows, cols, n_mats, dtype_row_bytes(t->type, cols), t->name, NULL, 0};
+    *w = (WeightRef){t->data, t->type, rows, cols, n_mats, dtype_row_bytes(t->type, cols), t->name, NULL, 0, 0};
     m->n_params += tensor_nelems(t);
     m->weight_bytes += t->nbytes;
     model_mark_used(m, t);
@@ -238,13 +238,13 @@ static int model_bind_hf_gpt_oss_experts(Model *m, int l, LayerWeights *lw, Err 
             bu[e * F + f] = GUB[e * 2 * F + 2 * f + 1];
         }
     }
-    WeightRef mat = {NULL, DT_F32, F, C, E, C * sizeof(float), gu.name, NULL, 0};
+    WeightRef mat = {NULL, DT_F32, F, C, E, C * sizeof(float), gu.name, NULL, 0, 0};
     lw->w_gate = mat; lw->w_gate.data = g;
     lw->w_up = mat; lw->w_up.data = u;
-    lw->w_down = (WeightRef){d, DT_F32, C, F, E, F * sizeof(float), dn.name, NULL, 0};
-    lw->b_gate = (WeightRef){bg, DT_F32, 1, F, E, F * sizeof(float), gub.name, NULL, 0};
+    lw->w_down = (WeightRef){d, DT_F32, C, F, E, F * sizeof(float), dn.name, NULL, 0, 0};
+    lw->b_gate = (WeightRef){bg, DT_F32, 1, F, E, F * sizeof(float), gub.name, NULL, 0, 0};
     lw->b_up = lw->b_gate; lw->b_up.data = bu;
-    lw->b_down = (WeightRef){dnb.data, DT_F32, 1, C, E, C * sizeof(float), dnb.name, NULL, 0};
+    lw->b_down = (WeightRef){dnb.data, DT_F32, 1, C, E, C * sizeof(float), dnb.name, NULL, 0, 0};
     return 0;
 }
 

@@ -80,6 +80,54 @@ static int plan_kv_blocks(TpRanks *t, BackendOptions *bo, const TpPlacement *p, 
     return 0;
 }
 
+/* One rank's backend, made on a thread of its own. */
+typedef struct {
+    TpRanks *t;
+    BackendOptions bo;
+    int rank;
+    Err err;
+} RankStart;
+
+static void *start_rank(void *arg) {
+    RankStart *s = arg;
+    TpRankModel *rm = &s->t->rm[s->rank];
+    s->t->be[s->rank] = backend_create(&rm->shape, &rm->w, &s->bo, &s->err);
+    return NULL;
+}
+
+/* Every rank's backend at once, a thread each, so the ranks upload their
+ * weights to their GPUs together. backend_create may run concurrently: each
+ * sets its GPU on its own thread, fills its own backend, reads the slices
+ * and options only, loads the CUDA libraries once (cuda_libs.c), and of the
+ * NCCL group writes only its own rank's entry of the peer table (read at the
+ * first step, after every thread here is joined); no collective runs before
+ * a step. The KV blocks are planned already, so no rank sizes its cache by
+ * what another has taken. The first failing rank, by rank order, is
+ * reported; those made stay in be[] for tp_ranks_free (be[0]: the caller)
+ * to destroy. */
+static int start_ranks(TpRanks *t, const BackendOptions *base, const TpPlacement *where, int n, const char *what,
+                       Err *err) {
+    RankStart s[TP_MAX];
+    pthread_t thread[TP_MAX];
+    bool own_thread[TP_MAX];
+    for (int r = 0; r < n; r++) {
+        s[r] = (RankStart){t, *base, r, {{0}}};
+        s[r].bo.tp_rank = r;
+        s[r].bo.device = where->devices[r];
+        s[r].bo.gpu_share = where->gpu_share[r];
+        own_thread[r] = pthread_create(&thread[r], NULL, start_rank, &s[r]) == 0;
+        if (!own_thread[r]) start_rank(&s[r]); /* no thread to spare: made here, in turn */
+    }
+    for (int r = 0; r < n; r++)
+        if (own_thread[r]) pthread_join(thread[r], NULL);
+    for (int r = 0; r < n; r++)
+        if (!t->be[r]) {
+            *err = s[r].err;
+            return rank_failed(err, t, r, what);
+        }
+    return 0;
+}
+
 int tp_ranks_open(TpRanks *t, const ModelConfig *c, const ModelShape *shape, const ModelWeights *w, int n,
                   const BackendOptions *o, const TpPlacement *where, const char *what, Err *err) {
     memset(t, 0, sizeof *t);
@@ -94,20 +142,17 @@ int tp_ranks_open(TpRanks *t, const ModelConfig *c, const ModelShape *shape, con
         where = &same;
     }
     if (tp_plan_make(&t->plan, c, w, n, err) || !(t->group = tp_group_create(n, err))) return -1;
-    for (int r = 0; r < n; r++)
-        if (tp_rank_make(&t->rm[r], c, shape, w, &t->plan, r, true, err)) return rank_failed(err, t, r, what);
+    for (int r = 0; r < n; r++) /* GPU ranks upload views of the model's rows; CPU ranks compute from copies */
+        if (tp_rank_make(&t->rm[r], c, shape, w, &t->plan, r, where->devices[r] < 0, err))
+            return rank_failed(err, t, r, what);
     open_transport(t, where, n, o->tp_nccl_sum);
     BackendOptions base = *o;
     base.tp_group = t->group;
     base.tp_links = t->links;
     base.tp_nccl_sum = o->tp_nccl_sum && t->links;
     if (where->devices[0] >= 0 && plan_kv_blocks(t, &base, where, n, what, err)) return -1;
+    if (start_ranks(t, &base, where, n, what, err)) return -1;
     for (int r = 0; r < n; r++) {
-        BackendOptions bo = base;
-        bo.tp_rank = r;
-        bo.device = where->devices[r];
-        bo.gpu_share = where->gpu_share[r];
-        if (!(t->be[r] = backend_create(&t->rm[r].shape, &t->rm[r].w, &bo, err))) return rank_failed(err, t, r, what);
         if (t->be[r]->kv_n_blocks != t->be[0]->kv_n_blocks || t->be[r]->kv_block_size != t->be[0]->kv_block_size)
             return err_set(err, "%s: tensor-parallel rank %d has %d KV blocks of %d tokens, rank 0 %d of %d", what, r,
                            t->be[r]->kv_n_blocks, t->be[r]->kv_block_size, t->be[0]->kv_n_blocks,

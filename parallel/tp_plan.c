@@ -5,13 +5,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/thread_pool.h"
+#include "kernels/weight_rows.h"
 #include "parallel/stage_plan.h"
 
 /* Rows [r0, r0 + n) of matrix w: a view (a row is whole in every type). */
 static WeightRef rows_view(const WeightRef *w, int64_t r0, int64_t n) {
     WeightRef v = *w;
     if (!w->data) return v;
-    v.data = (const char *)w->data + (uint64_t)r0 * w->row_bytes;
+    v.data = weight_row(w, r0);
     v.rows = n;
     if (w->scale) v.scale = w->scale + r0;
     return v;
@@ -32,9 +34,13 @@ static int vector_view(WeightRef *v, const WeightRef *w, int64_t c0, int64_t n, 
 }
 
 /* Columns [c0, c0 + n) of matrix w (Wo, Wdown): every row's byte range,
- * copied into a buffer rm owns (copy false: the shape only, data the
- * model's). Quantized blocks are not cut: c0 and n must be whole blocks. */
-static int columns_copy(TpRankModel *rm, WeightRef *v, const WeightRef *w, int64_t c0, int64_t n, bool copy, Err *err) {
+ * a view whose rows lie the model's row stride apart (what the GPU upload
+ * reads); with pool, packed into a buffer rm owns instead (the CPU backend
+ * computes from packed rows), rows copied on pool's threads. Row scales
+ * (FP8) stay whole: a row keeps its scale. Quantized blocks are not cut: c0
+ * and n must be whole blocks. */
+static int columns_slice(TpRankModel *rm, WeightRef *v, const WeightRef *w, int64_t c0, int64_t n, ThreadPool *pool,
+                         Err *err) {
     *v = *w;
     if (!w->data) return 0;
     const DTypeInfo *ti = dtype_info(w->type);
@@ -42,10 +48,12 @@ static int columns_copy(TpRankModel *rm, WeightRef *v, const WeightRef *w, int64
     if (c0 % be || n % be)
         return err_set(err, "%s (%s) would be split at column %lld, inside its blocks of %d values", w->name,
                        ti ? ti->name : "?", (long long)(c0 % be ? c0 : c0 + n), be);
-    uint64_t off = dtype_row_bytes(w->type, (uint64_t)c0), rb = dtype_row_bytes(w->type, (uint64_t)n);
+    uint64_t rb = dtype_row_bytes(w->type, (uint64_t)n);
+    v->data = (const char *)w->data + dtype_row_bytes(w->type, (uint64_t)c0);
     v->cols = n;
     v->row_bytes = rb;
-    if (!copy) return 0;
+    v->src_stride = weight_row_stride(w);
+    if (!pool) return 0;
     char *buf = malloc((size_t)(w->rows * rb));
     void **grown = realloc(rm->owned, (size_t)(rm->n_owned + 1) * sizeof *grown);
     if (!buf || !grown) {
@@ -56,15 +64,16 @@ static int columns_copy(TpRankModel *rm, WeightRef *v, const WeightRef *w, int64
     }
     rm->owned = grown;
     rm->owned[rm->n_owned++] = buf;
-    for (int64_t i = 0; i < w->rows; i++) memcpy(buf + (uint64_t)i * rb, (const char *)w->data + (uint64_t)i * w->row_bytes + off, rb);
+    weight_rows_pack(pool, v, buf);
     v->data = buf;
+    v->src_stride = 0;
     return 0;
 }
 
 /* Layer l of rank r: its heads' rows of Wq/Wk/Wv, their columns of Wo, its
  * MLP rows of Wgate/Wup and columns of Wdown. */
 static int slice_layer(TpRankModel *rm, LayerWeights *d, const LayerWeights *s, const ModelConfig *c, const TpPlan *p,
-                       int r, bool copy, Err *err) {
+                       int r, ThreadPool *pool, Err *err) {
     int64_t Dk = c->head_dim_k, Dv = c->head_dim_v, h0 = p->head0[r], nh = p->n_heads[r];
     int64_t k0 = p->kv0[r], nk = p->n_kv[r], f0 = p->ffn0[r], nf = p->n_ffn[r];
     *d = *s;
@@ -80,8 +89,8 @@ static int slice_layer(TpRankModel *rm, LayerWeights *d, const LayerWeights *s, 
     if (vector_view(&d->bq, &s->bq, h0 * Dk, nh * Dk, err) || vector_view(&d->bk, &s->bk, k0 * Dk, nk * Dk, err) ||
         vector_view(&d->bv, &s->bv, k0 * Dv, nk * Dv, err) || vector_view(&d->sinks, &s->sinks, h0, nh, err) ||
         vector_view(&d->b_gate, &s->b_gate, f0, nf, err) || vector_view(&d->b_up, &s->b_up, f0, nf, err) ||
-        columns_copy(rm, &d->wo, &s->wo, h0 * Dv, nh * Dv, copy, err) ||
-        columns_copy(rm, &d->w_down, &s->w_down, f0, nf, copy, err)) {
+        columns_slice(rm, &d->wo, &s->wo, h0 * Dv, nh * Dv, pool, err) ||
+        columns_slice(rm, &d->w_down, &s->w_down, f0, nf, pool, err)) {
         char why[sizeof err->msg];
         snprintf(why, sizeof why, "%s", err->msg);
         return err_set(err, "--tp %d: rank %d: %s", p->n_ranks, r, why);
@@ -107,12 +116,12 @@ int tp_rank_make(TpRankModel *rm, const ModelConfig *c, const ModelShape *shape,
     rm->w = *w;
     rm->w.layers = rm->layers;
     rm->w.output = rows_view(&w->output, p->vocab0[r], p->n_vocab[r]);
-    for (int l = 0; l < c->n_layers; l++)
-        if (slice_layer(rm, &rm->layers[l], &w->layers[l], c, p, r, copy, err)) {
-            tp_rank_free(rm);
-            return -1;
-        }
-    return 0;
+    ThreadPool *pool = copy ? thread_pool_create(0, err) : NULL;
+    int rc = copy && !pool ? -1 : 0;
+    for (int l = 0; rc == 0 && l < c->n_layers; l++) rc = slice_layer(rm, &rm->layers[l], &w->layers[l], c, p, r, pool, err);
+    thread_pool_destroy(pool);
+    if (rc) tp_rank_free(rm);
+    return rc;
 }
 
 void tp_rank_free(TpRankModel *rm) {

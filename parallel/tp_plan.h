@@ -47,15 +47,17 @@ int tp_plan_make(TpPlan *p, const ModelConfig *c, const ModelWeights *w, int n, 
 /* Rank r's part of the model: its config (n_heads, n_kv_heads, ffn_dim its
  * own; vocab stays the model's, the LM head's rows say its range), its shape
  * (rope tables the model's) and its weights: row slices are views of the
- * model's; the column slices of Wo and Wdown are copies it owns (each row's
- * byte range), unless copy is false: then they describe the slice (types,
- * shapes, bytes) with data pointing at the model's, for counting only. */
+ * model's; the column slices of Wo and Wdown are views too, each row's byte
+ * range of the model's rows (src_stride: their stride, kernels/weight_rows.h),
+ * which the GPU backend uploads as they lie. copy: packed copies it owns
+ * instead (made on a thread per core), for the CPU backend, which computes
+ * from packed rows. */
 typedef struct {
     ModelConfig cfg;
     ModelShape shape;
     ModelWeights w;
     LayerWeights *layers;    /* [n_layers], owned */
-    void **owned;            /* the column copies */
+    void **owned;            /* the column copies (copy) */
     int n_owned;
     int rank;
 } TpRankModel;

@@ -56,7 +56,9 @@ int tp_process_open(TpProcess *t, const ModelConfig *c, const ModelShape *shape,
     for (int r = 0; r < TP_MAX; r++) t->fds[r] = -1;
     if (n < 2 || n > TP_MAX || rank < 0 || rank >= n)
         return err_set(err, "--tp %d: rank %d (2..%d processes)", n, rank, TP_MAX);
-    if (tp_plan_make(&t->plan, c, w, n, err) || tp_rank_make(&t->rm, c, shape, w, &t->plan, rank, true, err)) return -1;
+    /* a GPU rank uploads views of the model's rows; a CPU rank computes from copies */
+    if (tp_plan_make(&t->plan, c, w, n, err) || tp_rank_make(&t->rm, c, shape, w, &t->plan, rank, o->device < 0, err))
+        return -1;
     /* rank 0's choice for every rank: nccl[0] set, an NCCL id follows (GPU ranks only) */
     unsigned char blob[1 + BACKEND_LINK_ID_BYTES] = {0};
     Err why = {{0}};

@@ -20,11 +20,11 @@ static void fake_model(FakeModel *m, int n_layers, const int *rows, bool tied, i
     memset(m, 0, sizeof *m);
     m->c.n_layers = n_layers;
     for (int l = 0; l < n_layers; l++)
-        m->layers[l].wq = (WeightRef){&dummy, DT_BF16, rows[l], 64, 1, 128, "wq", NULL, 0};
+        m->layers[l].wq = (WeightRef){&dummy, DT_BF16, rows[l], 64, 1, 128, "wq", NULL, 0, 0};
     m->w.layers = m->layers;
-    m->w.tok_embd = (WeightRef){&dummy, DT_BF16, vocab_rows, 64, 1, 128, "embd", NULL, 0};
-    m->w.output_norm = (WeightRef){&dummy, DT_F32, 1, 64, 1, 256, "norm", NULL, 0};
-    m->w.output = tied ? m->w.tok_embd : (WeightRef){(char *)&dummy + 1, DT_BF16, vocab_rows, 64, 1, 128, "out", NULL, 0};
+    m->w.tok_embd = (WeightRef){&dummy, DT_BF16, vocab_rows, 64, 1, 128, "embd", NULL, 0, 0};
+    m->w.output_norm = (WeightRef){&dummy, DT_F32, 1, 64, 1, 256, "norm", NULL, 0, 0};
+    m->w.output = tied ? m->w.tok_embd : (WeightRef){(char *)&dummy + 1, DT_BF16, vocab_rows, 64, 1, 128, "out", NULL, 0, 0};
 }
 
 static uint64_t plan_max(const StagePlan *p) {
@@ -106,11 +106,11 @@ static void test_quantized_bytes(void) {
     int rows[2] = {512, 512};
     FakeModel m;
     fake_model(&m, 2, rows, false, 1000);
-    for (int l = 0; l < 2; l++) m.layers[l].wq = (WeightRef){&dummy, DT_Q4_K, 512, 256, 1, 144, "wq", NULL, 0};
-    m.layers[1].wk = (WeightRef){&dummy, DT_Q2_K, 64, 256, 1, 84, "wk", NULL, 0};
-    m.layers[1].w_gate = (WeightRef){&dummy, DT_Q4_K, 32, 256, 8, 144, "experts", NULL, 0};
-    m.w.tok_embd = (WeightRef){&dummy, DT_Q4_K, 1000, 256, 1, 144, "embd", NULL, 0};
-    m.w.output = (WeightRef){(char *)&dummy + 1, DT_Q6_K, 1000, 256, 1, 210, "out", NULL, 0};
+    for (int l = 0; l < 2; l++) m.layers[l].wq = (WeightRef){&dummy, DT_Q4_K, 512, 256, 1, 144, "wq", NULL, 0, 0};
+    m.layers[1].wk = (WeightRef){&dummy, DT_Q2_K, 64, 256, 1, 84, "wk", NULL, 0, 0};
+    m.layers[1].w_gate = (WeightRef){&dummy, DT_Q4_K, 32, 256, 8, 144, "experts", NULL, 0, 0};
+    m.w.tok_embd = (WeightRef){&dummy, DT_Q4_K, 1000, 256, 1, 144, "embd", NULL, 0, 0};
+    m.w.output = (WeightRef){(char *)&dummy + 1, DT_Q6_K, 1000, 256, 1, 210, "out", NULL, 0, 0};
     StagePlan p;
     Err err;
     CHECK(stage_plan_parse(&p, &m.c, &m.w, 2, "1,1", &err) == 0, "%s", err.msg);

@@ -9,10 +9,13 @@
  * row's largest) of the whole model's, with the same argmax: the partial
  * sums of the o-proj and the MLP add in another order, nothing else
  * differs. Also: the plan's ranges, the refusals (MoE, heads, KV heads,
- * ffn_dim, a quantized block cut), and the column copies' bytes. */
+ * ffn_dim, a quantized block cut), the column copies' bytes, and the
+ * column views a GPU rank uploads (their stride, FP8 row scales, Q8_0
+ * blocks; the CPU backend refuses them). */
 #include <string.h>
 
 #include "kernels/cpu/backend_cpu.h"
+#include "kernels/weight_rows.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "parallel/tp.h"
@@ -116,6 +119,57 @@ static void test_fp8_weights(void) {
     check_tp("mistral", MODEL_LOAD_WEIGHTS_FP8, 0.02f, 4);
 }
 
+/* Rank 3's slices without copies (a GPU rank's): Wo and Wdown are views of
+ * the model's rows (their stride), which pack into the copies' bytes (a CPU
+ * rank's, in copied); the CPU backend refuses them by name. */
+static void check_views(const Model *m, const TpPlan *p, const TpRankModel *copied) {
+    Err err = {{0}};
+    TpRankModel rm;
+    CHECK(tp_rank_make(&rm, &m->cfg, &m->shape, &m->w, p, 3, false, &err) == 0, "%s", err.msg);
+    const LayerWeights *s = &m->w.layers[1], *v = &rm.layers[1], *c = &copied->layers[1];
+    const WeightRef *views[2] = {&v->wo, &v->w_down}, *copies[2] = {&c->wo, &c->w_down}, *whole[2] = {&s->wo, &s->w_down};
+    for (int i = 0; i < 2; i++) {
+        const WeightRef *w = views[i];
+        CHECK(w->src_stride == whole[i]->row_bytes && w->row_bytes == copies[i]->row_bytes && !copies[i]->src_stride,
+              "%s: a view of rows %llu bytes apart", w->name, (unsigned long long)w->src_stride);
+        char *packed = malloc((size_t)(w->rows * w->row_bytes));
+        if (packed) weight_rows_pack(NULL, w, packed);
+        CHECK(packed && !memcmp(packed, copies[i]->data, (size_t)(w->rows * w->row_bytes)), "%s: packed as copied", w->name);
+        free(packed);
+    }
+    BackendOptions bo = {.device = -1, .threads = 1, .block_size = ONE_SEQ_BLOCK, .n_blocks = ONE_SEQ_N_BLOCKS};
+    Backend *be = backend_create(&rm.shape, &rm.w, &bo, &err);
+    CHECK(!be && strstr(err.msg, "lie apart") && strstr(err.msg, m->w.layers[0].wo.name), "the CPU backend refuses views: %s", err.msg);
+    if (be) be->destroy(be);
+    tp_rank_free(&rm);
+}
+
+/* A rank's column views of an FP8 Wo (a scale per row: every row keeps its
+ * own) and a Q8_0 Wdown (whole blocks of 32): each row's byte range, at the
+ * source's stride. */
+static void test_column_views(void) {
+    Err err = {{0}};
+    ModelConfig c = {.n_layers = 1, .dim = 64, .n_heads = 4, .n_kv_heads = 2, .head_dim_k = 16, .head_dim_v = 16,
+                     .ffn_dim = 128, .vocab = 100};
+    static char wo[64 * 64], down[64 * 136];
+    static float scale[64];
+    LayerWeights lw;
+    memset(&lw, 0, sizeof lw);
+    lw.wo = (WeightRef){wo, DT_F8_E4M3, 64, 64, 1, 64, "blk.0.attn_output.weight", scale, 0, 0};
+    lw.w_down = (WeightRef){down, DT_Q8_0, 64, 128, 1, dtype_row_bytes(DT_Q8_0, 128), "blk.0.ffn_down.weight", NULL, 0, 0};
+    ModelWeights w = {.layers = &lw};
+    ModelShape shape = {.n_layers = 1};
+    TpPlan p;
+    TpRankModel rm;
+    CHECK(tp_plan_make(&p, &c, &w, 2, &err) == 0 && tp_rank_make(&rm, &c, &shape, &w, &p, 1, false, &err) == 0, "%s",
+          err.msg);
+    const WeightRef *o = &rm.layers[0].wo, *d = &rm.layers[0].w_down;
+    CHECK(o->data == wo + 32 && o->cols == 32 && o->row_bytes == 32 && o->src_stride == 64 && o->scale == scale,
+          "Wo: columns 32-63, row scales whole");
+    CHECK(d->data == down + 68 && d->cols == 64 && d->row_bytes == 68 && d->src_stride == 136, "Wdown: blocks 2-3");
+    tp_rank_free(&rm);
+}
+
 /* Ranges: 4 heads / 2 KV heads over 4 ranks replicate each KV head on 2. */
 static void test_plan_ranges(void) {
     Err err = {{0}};
@@ -147,6 +201,7 @@ static void test_plan_ranges(void) {
     CHECK(d->w_down.cols == F / 4 && d->w_gate.rows == F / 4, "MLP slices");
     CHECK(rm.w.output.rows == p.n_vocab[3] && rm.cfg.n_heads == 1 && rm.cfg.n_kv_heads == 1 && rm.shape.ffn_dim == F / 4,
           "rank config");
+    check_views(&m, &p, &rm);
     tp_rank_free(&rm);
     CHECK(p.bytes[0] > 0 && p.bytes[0] < m.weight_bytes, "rank 0 holds %llu bytes", (unsigned long long)p.bytes[0]);
     model_free(&m);
@@ -181,7 +236,7 @@ static void test_refusals(void) {
     /* a quantized Wdown (Q8_0, blocks of 32) whose 96 columns split in 48 */
     static char bytes[64 * 102];
     LayerWeights lw = {0};
-    lw.w_down = (WeightRef){bytes, DT_Q8_0, 64, 96, 1, dtype_row_bytes(DT_Q8_0, 96), "blk.0.ffn_down.weight", NULL, 0};
+    lw.w_down = (WeightRef){bytes, DT_Q8_0, 64, 96, 1, dtype_row_bytes(DT_Q8_0, 96), "blk.0.ffn_down.weight", NULL, 0, 0};
     c.ffn_dim = 96;
     c.n_layers = 1;
     w.layers = &lw;
@@ -193,6 +248,7 @@ static void test_refusals(void) {
 int main(void) {
     RUN(test_plan_ranges);
     RUN(test_refusals);
+    RUN(test_column_views);
     RUN(test_tiny_models_tp2_tp4);
     RUN(test_fp8_weights);
     TEST_EXIT();

@@ -326,12 +326,13 @@ static int prefill_dispatch(const AttnKParams *kp, int head_dim_k, int head_dim_
 
 /* CLLM_ATTENTION_PREFILL=fa2: this file's kernel even where the sm_90a one
  * has the variant (tests and benchmarks compare the two); read once */
+static bool fa2_asked(void) {
+    const char *v = getenv("CLLM_ATTENTION_PREFILL");
+    return v && !strcmp(v, "fa2");
+}
+
 static bool prefill_fa2_forced(void) {
-    static int forced = -1;
-    if (forced < 0) {
-        const char *v = getenv("CLLM_ATTENTION_PREFILL");
-        forced = v && !strcmp(v, "fa2");
-    }
+    static const bool forced = fa2_asked(); /* set once, thread-safely (C++11): ranks launch on threads of their own */
     return forced;
 }
 

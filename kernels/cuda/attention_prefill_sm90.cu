@@ -632,8 +632,9 @@ static bool sm90_available(void) {
 }
 
 static bool sm90_has(const AttnKParams *kp, int head_dim_k, int head_dim_v) {
-    static int available = -1; /* the binary and the device do not change within a process */
-    if (available < 0) available = sm90_available();
+    /* the binary and the device do not change within a process; a static set once, thread-safely (C++11):
+     * tensor-parallel ranks make their caches (TMA maps) on threads of their own at once */
+    static const bool available = sm90_available();
     if (!available) return false;
     if (kp->fp8 && head_dim_v > 128) return false; /* fp8 tiles of head 256 leave no room for two stages */
 #define SM90_HD(K, V) if (head_dim_k == K && head_dim_v == V) return true;

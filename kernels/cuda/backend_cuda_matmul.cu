@@ -189,7 +189,7 @@ static const QuantMatrix *qnext_of(const CudaBackend *cb, const QuantMatrix *W) 
 static const QuantMatrix *qnext_dequantized(const CudaBackend *cb, const QuantMatrix *W, int T) {
     for (int hop = 0; hop < LAYER_REFS; hop++) {
         if (!(W = qnext_of(cb, W))) return NULL;
-        WeightRef w = {W, W->type, W->rows, W->cols, 1, 0, NULL, NULL, 0.0f};
+        WeightRef w = {W, W->type, W->rows, W->cols, 1, 0, NULL, NULL, 0.0f, 0};
         MatmulRoute r = matmul_route(cb, &w, T);
         if (r == MM_DEQUANT_CUBLASLT || r == MM_DEQUANT_GEMM_BI) return W;
     }
@@ -249,7 +249,7 @@ void wgemm(CudaBackend *cb, void *y, bool y_f32, const bf16 *x, const WeightRef 
 }
 
 bool qgemm_epi(CudaBackend *cb, const bf16 *x, const QuantMatrix *W, const QuantGemmEpi *e, int T) {
-    WeightRef w = {W, W->type, W->rows, W->cols, 1, 0, NULL, NULL, 0.0f};
+    WeightRef w = {W, W->type, W->rows, W->cols, 1, 0, NULL, NULL, 0.0f, 0};
     if (cb->failed || matmul_route(cb, &w, T) != MM_QGEMM || !quant_gemm_epi_takes(W, e)) return false;
     Err err = {};
     if (quant_gemm_epi(W, x, T, e, 0, 0, &cb->qwork, cb->stream, &err)) cb_fail(cb, &err);

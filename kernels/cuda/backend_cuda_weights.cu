@@ -19,6 +19,7 @@
 #include "base/clock.h"
 #include "base/dtype.h"
 #include "kernels/cuda/backend_cuda.cuh"
+#include "kernels/weight_rows.h"
 
 static int cb_track(CudaBackend *cb, void *p, Err *err) {
     if (cb->n_allocs == cb->cap_allocs) {
@@ -49,19 +50,21 @@ typedef struct {
     bool vec, raw;       /* raw: the file's bytes as they are (quantized matrices) */
 } ConvertJob;
 
+/* Each source row is read where it lies (weight_rows.h: a tensor-parallel
+ * column slice's rows are the model's row stride apart). */
 static void convert_rows(void *ctx, int64_t a, int64_t b) {
     const ConvertJob *j = (const ConvertJob *)ctx;
     const WeightRef *hw = j->hw;
-    float *tmp = j->vec || hw->type == DT_BF16 || hw->type == DT_F8_E4M3 ? NULL : (float *)malloc(hw->cols * sizeof(float));
+    if (j->raw || (!j->vec && hw->type == DT_BF16)) { /* bf16: already the device format, row_out its row_bytes */
+        weight_rows_gather(hw, j->r0 + a, b - a, j->dst + a * j->row_out);
+        return;
+    }
+    float *tmp = j->vec || hw->type == DT_F8_E4M3 ? NULL : (float *)malloc(hw->cols * sizeof(float));
     for (int64_t r = a; r < b; r++) {
-        const void *src = (const char *)hw->data + (j->r0 + r) * hw->row_bytes;
+        const void *src = weight_row(hw, j->r0 + r);
         char *out = j->dst + r * j->row_out;
-        if (j->raw) {
-            memcpy(out, src, hw->row_bytes);
-        } else if (j->vec) {
+        if (j->vec) {
             dequantize_row(hw->type, src, (float *)out, hw->cols);
-        } else if (hw->type == DT_BF16) { /* already the device format */
-            memcpy(out, src, j->row_out);
         } else if (hw->type == DT_F8_E4M3) { /* code x its row's scale, in fp32 as the host's dequantization */
             const uint8_t *q = (const uint8_t *)src;
             const float sc = hw->scale ? hw->scale[j->r0 + r] : NAN; /* no scales: NaN, seen downstream */
@@ -123,6 +126,7 @@ static int upload_weight(CudaBackend *cb, Staging *stg, const WeightRef *hw, Wei
     dw->row_bytes = row_out;
     dw->scale = NULL; /* an F8_E4M3 matrix's scales are in its bf16 values now */
     dw->input_scale = 0.0f;
+    dw->src_stride = 0;
     return 0;
 }
 
@@ -179,6 +183,7 @@ static int upload_fp8(CudaBackend *cb, Staging *stg, const WeightRef *const *src
                                    cb->stream), err);
         *dst[i] = *src[i];
         dst[i]->data = slot;
+        dst[i]->src_stride = 0; /* packed on the device */
         dst[i]->scale = scales; /* on the device now */
         r0 += src[i]->rows;
     }
@@ -219,6 +224,7 @@ static int upload_quant(CudaBackend *cb, Staging *stg, const WeightRef *const *s
         off += (size_t)src[i]->rows * src[i]->row_bytes;
         *dst[i] = *src[i];
         dst[i]->data = slot;
+        dst[i]->src_stride = 0; /* packed on the device */
     }
     if (quant_repack(slot, cb->qnative, cb->stream, err)) return -1;
     int64_t deq = rows * cols; /* the bf16 scratch of the GEMMs that dequantize first */

@@ -206,16 +206,17 @@ static int gb_launch(const GemmBiArgs &a, bool vec, cudaStream_t s, Err *err) {
     return gb_launch_v<BM, BN, WM, WN, BK, ST, false>(a, s, err);
 }
 
+static int current_sms(void) {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) ==
+                                                  cudaSuccess && v > 0)
+        return v;
+    return 132;
+}
+
 static int gb_n_sms(void) {
-    static int n = 0; /* every GPU of a machine is the same kind */
-    if (n == 0) {
-        int dev = 0, v = 0;
-        if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) ==
-                                                      cudaSuccess && v > 0)
-            n = v;
-        else
-            return 132;
-    }
+    /* every GPU of a machine is the same kind; set once, thread-safely (C++11): ranks launch on threads of their own */
+    static const int n = current_sms();
     return n;
 }
 

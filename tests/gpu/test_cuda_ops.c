@@ -72,7 +72,7 @@ static int rig_shape(Rig *r, Err *err) { return model_shape_build(&r->shape, &r-
 static WeightRef weight(Rig *r, int64_t rows, int64_t cols, float scale, float offset) {
     float *d = rand_vec(rows * cols, scale, offset);
     r->mem[r->n_mem++] = d;
-    return (WeightRef){d, DT_F32, rows, cols, 1, (uint64_t)cols * sizeof(float), "synthetic", NULL, 0.0f};
+    return (WeightRef){d, DT_F32, rows, cols, 1, (uint64_t)cols * sizeof(float), "synthetic", NULL, 0.0f, 0};
 }
 
 static WeightRef vec(Rig *r, int64_t n, float scale, float offset) { return weight(r, 1, n, scale, offset); }
