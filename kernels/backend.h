@@ -206,6 +206,11 @@ struct Backend {
      * rounded once (as one backend rounds its whole product once). */
     void (*matmul_all_reduce)(Backend *be, void *y, const void *in, const WeightRef *w, int mat, const WeightRef *bias,
                               int T);
+    /* Optional on a rank (NULL: never): x[T][rows] (F32) += that sum rounded
+     * to ACT, where the backend can (true); false: nothing done (the caller
+     * runs matmul_all_reduce and the next add_rmsnorm adds the result). */
+    bool (*matmul_all_reduce_add)(Backend *be, void *x, const void *in, const WeightRef *w, int mat,
+                                  const WeightRef *bias, int T);
     void (*destroy)(Backend *be);
 };
 

@@ -93,8 +93,9 @@ static void forward_run_add_norm(Forward *fw, const AddNorm *n, int T) {
 }
 
 /* A sublayer's output projection: added to x by the product itself where
- * the backend can (matmul_add; not with a post-norm, nor when may_add is
- * false, nor on a tensor-parallel rank, whose product is a partial sum),
+ * the backend can (matmul_add; on a tensor-parallel rank, whose product is a
+ * partial sum, matmul_all_reduce_add; not with a post-norm, nor when may_add
+ * is false),
  * else into proj (all-reduced over a tensor-parallel group, then post-normed
  * if the layer says so). Returns what is still to be added to x: NULL or
  * proj. */
@@ -103,7 +104,10 @@ static const void *forward_out_proj(Forward *fw, const void *in, const WeightRef
     const ModelConfig *c = fw->cfg;
     Backend *be = fw->be;
     bool tp = be->all_reduce != NULL;
-    if (!tp && may_add && !post_norm->data && be->matmul_add && be->matmul_add(be, fw->x, in, w, 0, b, T)) return NULL;
+    if (may_add && !post_norm->data) { /* added into x by the product (tp: by its group's sum) */
+        if (!tp && be->matmul_add && be->matmul_add(be, fw->x, in, w, 0, b, T)) return NULL;
+        if (tp && be->matmul_all_reduce_add && be->matmul_all_reduce_add(be, fw->x, in, w, 0, b, T)) return NULL;
+    }
     if (tp && be->matmul_all_reduce) {
         be->matmul_all_reduce(be, fw->proj, in, w, 0, b, T);
     } else {

@@ -189,12 +189,12 @@ static int nccl_ordered_sum(CudaBackend *cb, void *dst, bool dst_bf16, const voi
 
 /* nccl_ordered_sum's result by the one-shot peer sum: this rank's part at
  * the start of its gather buffer, where the peers read it. */
-static int peer_sum(CudaBackend *cb, void *dst, bool dst_bf16, const void *src, bool parts_bf16, int64_t n,
+static int peer_sum(CudaBackend *cb, void *dst, TpPeerOut how, const void *src, bool parts_bf16, int64_t n,
                     Err *err) {
     CudaTp *tp = &cb->tp;
     size_t elem = parts_bf16 ? sizeof(bf16) : sizeof(float);
     if (src != tp->gather) CUDA_CHECK(cudaMemcpyAsync(tp->gather, src, n * elem, cudaMemcpyDeviceToDevice, cb->stream), err);
-    cuda_tp_peer_sum(dst, dst_bf16, &tp->peers, parts_bf16, n, cb->stream);
+    cuda_tp_peer_sum(dst, how, &tp->peers, parts_bf16, n, cb->stream);
     return 0;
 }
 
@@ -228,7 +228,7 @@ static void tp_all_reduce(Backend *be, void *buf, int64_t n, BufKind kind) {
     if (cb->failed) { tp_group_abort(tp->group); return; }
     int rc = !tp->comm       ? host_reduce(cb, buf, half, buf, half, n, &e)
              : tp->nccl_sum ? nccl_link_all_reduce_sum(tp->comm, tp->rank, buf, (size_t)n, half, cb->stream, &e)
-             : peer_sum_takes(tp, n) ? peer_sum(cb, buf, half, buf, half, n, &e)
+             : peer_sum_takes(tp, n) ? peer_sum(cb, buf, half ? TP_PEER_OUT_BF16 : TP_PEER_OUT_F32, buf, half, n, &e)
                             : nccl_ordered_sum(cb, buf, half, buf, half, n, &e);
     if (rc) tp_fail(cb, &e);
 }
@@ -265,16 +265,35 @@ static void tp_matmul_all_reduce(Backend *be, void *y, const void *in, const Wei
     float *part = tp->gather + (tp->comm && !peer ? tp->rank * n : 0);
     wgemm(cb, part, true, (const bf16 *)in, w, mat, vec_of(bias, mat), T);
     if (cb->failed) { tp_group_abort(tp->group); return; }
-    int rc = peer       ? peer_sum(cb, y, true, part, false, n, &e)
+    int rc = peer       ? peer_sum(cb, y, TP_PEER_OUT_BF16, part, false, n, &e)
              : tp->comm ? nccl_ordered_sum(cb, y, true, part, false, n, &e)
                         : host_reduce(cb, y, true, part, false, n, &e);
     if (rc) tp_fail(cb, &e);
+}
+
+/* x += the group's sum rounded to bf16, where the one-shot peer sum takes
+ * the reduce: the sum is added by the kernel that makes it, so the norm that
+ * follows has nothing to add and folds into the next GEMV (as matmul_add on
+ * one GPU). The same bits as matmul_all_reduce + add_rmsnorm's add. */
+static bool tp_matmul_all_reduce_add(Backend *be, void *x, const void *in, const WeightRef *w, int mat,
+                                     const WeightRef *bias, int T) {
+    CudaBackend *cb = cb_of(be);
+    CudaTp *tp = &cb->tp;
+    int64_t n = (int64_t)T * w->rows;
+    if (!tp->comm || tp->nccl_sum || !peer_sum_takes(tp, n)) return false;
+    Err e = {};
+    if (cb->failed) { tp_group_abort(tp->group); return true; }
+    wgemm(cb, tp->gather, true, (const bf16 *)in, w, mat, vec_of(bias, mat), T);
+    if (cb->failed) { tp_group_abort(tp->group); return true; }
+    if (peer_sum(cb, x, TP_PEER_ADD_BF16, tp->gather, false, n, &e)) tp_fail(cb, &e);
+    return true;
 }
 
 void cuda_tp_ops(Backend *be) {
     be->all_reduce = tp_all_reduce;
     be->all_gather = tp_all_gather;
     be->matmul_all_reduce = tp_matmul_all_reduce;
+    be->matmul_all_reduce_add = tp_matmul_all_reduce_add;
 }
 
 /* ---------- the end of a step ---------- */

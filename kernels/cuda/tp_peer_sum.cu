@@ -48,8 +48,30 @@ static __device__ __forceinline__ float load1(const void *base, bool is_bf16, in
     return is_bf16 ? __bfloat162float(((const bf16 *)base)[i]) : __ldcg((const float *)base + i);
 }
 
+static __device__ __forceinline__ float bf16_round(float v) { return __bfloat162float(__float2bfloat16(v)); }
+
+static __device__ __forceinline__ void store4(void *out, TpPeerOut how, int64_t i, float4 s) {
+    if (how == TP_PEER_OUT_F32) {
+        ((float4 *)out)[i] = s;
+    } else if (how == TP_PEER_OUT_BF16) {
+        __nv_bfloat162 a = __floats2bfloat162_rn(s.x, s.y), b = __floats2bfloat162_rn(s.z, s.w);
+        uint2 u = {*(unsigned *)&a, *(unsigned *)&b};
+        ((uint2 *)out)[i] = u;
+    } else {
+        float4 x = ((const float4 *)out)[i];
+        ((float4 *)out)[i] = make_float4(__fadd_rn(x.x, bf16_round(s.x)), __fadd_rn(x.y, bf16_round(s.y)),
+                                         __fadd_rn(x.z, bf16_round(s.z)), __fadd_rn(x.w, bf16_round(s.w)));
+    }
+}
+
+static __device__ __forceinline__ void store1(void *out, TpPeerOut how, int64_t i, float s) {
+    if (how == TP_PEER_OUT_F32) ((float *)out)[i] = s;
+    else if (how == TP_PEER_OUT_BF16) ((bf16 *)out)[i] = __float2bfloat16(s);
+    else ((float *)out)[i] = __fadd_rn(((const float *)out)[i], bf16_round(s));
+}
+
 /* n4: values in groups of 4 (n % 4 == 0), else one at a time */
-__global__ void kernel_tp_peer_sum(void *out, bool out_bf16, TpPeers p, bool parts_bf16, int64_t n, bool n4) {
+__global__ void kernel_tp_peer_sum(void *out, TpPeerOut how, TpPeers p, bool parts_bf16, int64_t n, bool n4) {
     __shared__ unsigned epoch;
     unsigned *counter = p.flags[p.rank] + 2 * TP_PEER_BLOCKS * TP_PEER_MAX_RANKS + blockIdx.x;
     if (threadIdx.x == 0) epoch = *counter + 1;
@@ -64,20 +86,13 @@ __global__ void kernel_tp_peer_sum(void *out, bool out_bf16, TpPeers p, bool par
                 float4 v = load4(p.part[k], parts_bf16, i);
                 s = make_float4(__fadd_rn(s.x, v.x), __fadd_rn(s.y, v.y), __fadd_rn(s.z, v.z), __fadd_rn(s.w, v.w));
             }
-            if (!out_bf16) {
-                ((float4 *)out)[i] = s;
-            } else {
-                __nv_bfloat162 a = __floats2bfloat162_rn(s.x, s.y), b = __floats2bfloat162_rn(s.z, s.w);
-                uint2 u = {*(unsigned *)&a, *(unsigned *)&b};
-                ((uint2 *)out)[i] = u;
-            }
+            store4(out, how, i, s);
         }
     } else {
         for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += stride) {
             float s = load1(p.part[0], parts_bf16, i);
             for (int k = 1; k < p.n_ranks; k++) s = __fadd_rn(s, load1(p.part[k], parts_bf16, i));
-            if (out_bf16) ((bf16 *)out)[i] = __float2bfloat16(s);
-            else ((float *)out)[i] = s;
+            store1(out, how, i, s);
         }
     }
     __syncthreads();
@@ -85,12 +100,12 @@ __global__ void kernel_tp_peer_sum(void *out, bool out_bf16, TpPeers p, bool par
     if (threadIdx.x == 0) *counter = e;
 }
 
-void cuda_tp_peer_sum(void *out, bool out_bf16, const TpPeers *p, bool parts_bf16, int64_t n, cudaStream_t s) {
+void cuda_tp_peer_sum(void *out, TpPeerOut how, const TpPeers *p, bool parts_bf16, int64_t n, cudaStream_t s) {
     if (n <= 0) return;
     const int threads = 512;
     bool n4 = n % 4 == 0;
     int64_t items = n4 ? n / 4 : n;
     int64_t blocks = (items + threads - 1) / threads;
     if (blocks > TP_PEER_BLOCKS) blocks = TP_PEER_BLOCKS;
-    kernel_tp_peer_sum<<<(int)blocks, threads, 0, s>>>(out, out_bf16, *p, parts_bf16, n, n4);
+    kernel_tp_peer_sum<<<(int)blocks, threads, 0, s>>>(out, how, *p, parts_bf16, n, n4);
 }

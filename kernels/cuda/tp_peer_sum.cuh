@@ -24,11 +24,16 @@ typedef struct {
     int n_ranks, rank;
 } TpPeers;
 
+/* What the sum is written as: bf16 or fp32 values of out, or added to an
+ * fp32 out (a residual) rounded to bf16 first, as add_rmsnorm adds a bf16
+ * sublayer output. */
+typedef enum { TP_PEER_OUT_BF16, TP_PEER_OUT_F32, TP_PEER_ADD_BF16 } TpPeerOut;
+
 /* out[i] = ((part[0][i] + part[1][i]) + part[2][i]) + ... (fp32 adds in rank
  * order, rounded once to out's type: the bits of cuda_tp_sum and of the
  * host's sum), n values, parts bf16 or fp32. Every rank of the group must
  * launch it with the same n; none returns before every rank has read every
  * part, so a part may be overwritten by the next step on the stream. */
-void cuda_tp_peer_sum(void *out, bool out_bf16, const TpPeers *p, bool parts_bf16, int64_t n, cudaStream_t s);
+void cuda_tp_peer_sum(void *out, TpPeerOut how, const TpPeers *p, bool parts_bf16, int64_t n, cudaStream_t s);
 
 #endif
