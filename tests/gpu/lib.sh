@@ -6,10 +6,19 @@ declare -a rows
 
 # CHECKS_ONLY / CHECKS_SKIP (space-separated names): run only those rows / all but those,
 # so the suite can be split over calls of a time-limited GPU machine; a row left out says so.
+# check_wanted NAME...: true when any of these rows runs (so a row's costly set-up can be skipped with it).
+check_wanted() {
+    local name
+    for name in "$@"; do
+        { [ -z "${CHECKS_ONLY:-}" ] || [[ " $CHECKS_ONLY " == *" $name "* ]]; } &&
+            [[ " ${CHECKS_SKIP:-} " != *" $name "* ]] && return 0
+    done
+    return 1
+}
+
 run_check() { # name, command...
     local name=$1; shift
-    if { [ -n "${CHECKS_ONLY:-}" ] && [[ " $CHECKS_ONLY " != *" $name "* ]]; } ||
-       [[ " ${CHECKS_SKIP:-} " == *" $name "* ]]; then
+    if ! check_wanted "$name"; then
         rows+=("$(printf '%-28s not run: left out (CHECKS_ONLY / CHECKS_SKIP)' "$name")")
         return 0
     fi

@@ -575,14 +575,16 @@ run_check chat_tiny_gpu sh -c "$BIN/cllm chat -m tests/fixtures/tiny/llama.gguf 
 QDIR=$MODELS/quant
 mkdir -p "$QDIR"
 quant_files=()
-for a in llama mistral qwen2 qwen3 gemma2 gemma3 gpt-oss; do
+# the files are made only when a row that reads them runs (CHECKS_ONLY / CHECKS_SKIP)
+check_wanted quant_forward_tiny batch_invariant && for a in llama mistral qwen2 qwen3 gemma2 gemma3 gpt-oss; do
     for t in q8_0 q4_0 q4_1; do
         [ -f "$QDIR/$a-$t.gguf" ] || "$BIN/cllm" quantize "tests/fixtures/tiny/$a.gguf" "$QDIR/$a-$t.gguf" --type $t > /dev/null
         quant_files+=("$QDIR/$a-$t.gguf")
     done
 done
-[ -f "$QDIR/l8-tiny-bf16.gguf" ] || python3 bench/make_model.py llama3-8b "$QDIR/l8-tiny-bf16.gguf" --gguf --tiny > "$OUT/make-l8-tiny.log" 2>&1
-for t in q8_0 q4_0 q4_k q5_k q6_k q4_k_m; do
+check_wanted quant_forward_tiny batch_invariant && { [ -f "$QDIR/l8-tiny-bf16.gguf" ] ||
+    python3 bench/make_model.py llama3-8b "$QDIR/l8-tiny-bf16.gguf" --gguf --tiny > "$OUT/make-l8-tiny.log" 2>&1; }
+check_wanted quant_forward_tiny batch_invariant && for t in q8_0 q4_0 q4_k q5_k q6_k q4_k_m; do
     [ -f "$QDIR/l8-tiny-$t.gguf" ] || "$BIN/cllm" quantize "$QDIR/l8-tiny-bf16.gguf" "$QDIR/l8-tiny-$t.gguf" --type $t > /dev/null
     quant_files+=("$QDIR/l8-tiny-$t.gguf")
 done
@@ -593,7 +595,7 @@ run_check quant_forward_tiny "$BIN/tests/gpu/test_quant_forward" "${quant_files[
 run_check batch_invariant_gemm "$BIN/tests/gpu/test_batch_invariant" --gemm-only
 run_check batch_invariant "$BIN/tests/gpu/test_batch_invariant" --models-only "$MODELS/llama3-8b" "$MODELS/gemma2-9b" \
     "$QDIR/l8-tiny-q4_k.gguf" "$QDIR/llama-q4_1.gguf" tests/fixtures/tiny/gpt-oss.gguf
-if [ "${QUANT_8B:-1}" != 0 ]; then
+if [ "${QUANT_8B:-1}" != 0 ] && check_wanted quant_forward_8b; then
     [ -f "$QDIR/l8-bf16.gguf" ] || python3 bench/make_model.py llama3-8b "$QDIR/l8-bf16.gguf" --gguf > "$OUT/make-l8.log" 2>&1
     for t in q8_0 q4_k; do
         [ -f "$QDIR/l8-$t.gguf" ] || "$BIN/cllm" quantize "$QDIR/l8-bf16.gguf" "$QDIR/l8-$t.gguf" --type $t > /dev/null
