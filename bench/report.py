@@ -146,6 +146,20 @@ def decode_label(d):
     return f"decode batch {d.get('batch', 1)} at {d['ctx']} context"
 
 
+def bench_rows(*benches):
+    """The measures of `cllm bench` results (None: not run), in the first result's order: (label, its cell
+    function, each result's row of that measure or None)."""
+    first = next((b for b in benches if b), {})
+    rows = []
+    for kind, cellf in (("prefill", prefill_cell), ("decode", decode_cell)):
+        for x in first.get(kind, []):
+            key = (x.get("tokens"), x.get("ctx"), x.get("batch"))
+            same = [next((y for y in (b or {}).get(kind, []) if (y.get("tokens"), y.get("ctx"), y.get("batch")) == key),
+                         None) for b in benches]
+            rows.append((f"prefill {x['tokens']} tokens" if kind == "prefill" else decode_label(x), cellf, same))
+    return rows
+
+
 def render_single(doc, fig):
     lim = Limits(doc)
     s = doc.get("settings", {})
@@ -253,30 +267,15 @@ def render_quant(doc, fig):
         if not q and not b:
             out.append(f"| {t} | not run ({r.get('error') or 'no results'}) | | | | | |")
             continue
-        bpre = {p["tokens"]: p for p in b.get("prefill", [])} if b else {}
-        for p in (q or b).get("prefill", []):
-            qp = p if q else None
-            bp = bpre.get(p["tokens"])
-            qc, qpct = prefill_cell(qp, lim) if qp else ("—", None)
-            bc, bpct = prefill_cell(bp, lim) if bp else ("—", None)
-            out.append(f"| {t} | prefill {p['tokens']} tokens | {qc} | {pct_text(qpct)} | {bc} | {pct_text(bpct)} | "
-                       f"{ratio(qp['tok_s'] if qp else 0, bp['tok_s'] if bp else 0)} |")
-            if qp:
-                fig.add(mname, f"prefill {p['tokens']} tokens (quantized)", qp["tok_s"], "tok/s", qpct)
-            if bp:
-                fig.add(mname, f"prefill {p['tokens']} tokens (--bf16-weights)", bp["tok_s"], "tok/s", bpct)
-        bdec = {(d["ctx"], d.get("batch", 1)): d for d in b.get("decode", [])} if b else {}
-        for d in (q or b).get("decode", []):
-            qd = d if q else None
-            bd = bdec.get((d["ctx"], d.get("batch", 1)))
-            qc, qpct = decode_cell(qd, lim) if qd else ("—", None)
-            bc, bpct = decode_cell(bd, lim) if bd else ("—", None)
-            out.append(f"| {t} | {decode_label(d)} | {qc} | {pct_text(qpct)} | {bc} | {pct_text(bpct)} | "
-                       f"{ratio(qd['tok_s'] if qd else 0, bd['tok_s'] if bd else 0)} |")
-            if qd:
-                fig.add(mname, f"{decode_label(d)} (quantized)", qd["tok_s"], "tok/s", qpct)
-            if bd:
-                fig.add(mname, f"{decode_label(d)} (--bf16-weights)", bd["tok_s"], "tok/s", bpct)
+        for label, cellf, (qx, bx) in bench_rows(q, b):
+            qc, qpct = cellf(qx, lim) if qx else ("—", None)
+            bc, bpct = cellf(bx, lim) if bx else ("—", None)
+            out.append(f"| {t} | {label} | {qc} | {pct_text(qpct)} | {bc} | {pct_text(bpct)} | "
+                       f"{ratio(qx['tok_s'] if qx else 0, bx['tok_s'] if bx else 0)} |")
+            if qx:
+                fig.add(mname, f"{label} (quantized)", qx["tok_s"], "tok/s", qpct)
+            if bx:
+                fig.add(mname, f"{label} (--bf16-weights)", bx["tok_s"], "tok/s", bpct)
         if r.get("error"):
             out.append(f"| {t} | partly failed: {r['error']} | | | | | |")
     return out + [""]
@@ -475,22 +474,15 @@ def render_pipeline(doc, fig):
            "limits, with the bytes and FLOPs of the whole model.", "",
            "| measure | --pp 1 (one GPU) | % of limit | --pp 2 (two GPUs) | % of limit | --pp 2 ÷ --pp 1 |",
            "| --- | --- | --- | --- | --- | --- |"]
-    for kind in ("prefill", "decode"):
-        b2 = {(x.get("tokens"), x.get("ctx"), x.get("batch")): x for x in (two or {}).get(kind, [])}
-        for x in (one or two or {}).get(kind, []):
-            k = (x.get("tokens"), x.get("ctx"), x.get("batch"))
-            x1 = x if one else None
-            x2 = b2.get(k)
-            cellf = prefill_cell if kind == "prefill" else decode_cell
-            label = f"prefill {x['tokens']} tokens" if kind == "prefill" else decode_label(x)
-            c1, p1 = cellf(x1, lim) if x1 else ("—", None)
-            c2, p2 = cellf(x2, lim) if x2 else ("—", None)
-            out.append(f"| {label} | {c1} | {pct_text(p1)} | {c2} | {pct_text(p2)} | "
-                       f"{ratio(x2['tok_s'] if x2 else 0, x1['tok_s'] if x1 else 0)} |")
-            if x1:
-                fig.add(model, f"{label}, --pp 1", x1["tok_s"], "tok/s", p1)
-            if x2:
-                fig.add(model, f"{label}, --pp 2", x2["tok_s"], "tok/s", p2)
+    for label, cellf, (x1, x2) in bench_rows(one, two):
+        c1, p1 = cellf(x1, lim) if x1 else ("—", None)
+        c2, p2 = cellf(x2, lim) if x2 else ("—", None)
+        out.append(f"| {label} | {c1} | {pct_text(p1)} | {c2} | {pct_text(p2)} | "
+                   f"{ratio(x2['tok_s'] if x2 else 0, x1['tok_s'] if x1 else 0)} |")
+        if x1:
+            fig.add(model, f"{label}, --pp 1", x1["tok_s"], "tok/s", p1)
+        if x2:
+            fig.add(model, f"{label}, --pp 2", x2["tok_s"], "tok/s", p2)
     t1, t2 = (tp.get("1") or {}).get("batched"), (tp.get("2") or {}).get("batched")
     if t1 or t2:
         r1 = tp_rates(t1) if t1 else (None, None, None)
@@ -518,34 +510,16 @@ def render_pipeline(doc, fig):
                 "| measure | --pp 2 | % of limit |", "| --- | --- | --- |"]
         up = f", {bb['load_gbps']:.1f} GB/s" if bb.get("load_gbps") else ""
         out.append(f"| load (random weights made and uploaded) | {bb['load_s']:.1f} s{up} | |")
-        for p in bb.get("prefill", []):
-            c, pc = prefill_cell(p, lim)
-            out.append(f"| prefill {p['tokens']} tokens | {c} | {pct_text(pc)} |")
-            fig.add(bname, f"prefill {p['tokens']} tokens, --pp 2", p["tok_s"], "tok/s", pc)
-        for d in bb.get("decode", []):
-            c, pc = decode_cell(d, lim)
-            out.append(f"| {decode_label(d)} | {c} | {pct_text(pc)} |")
-            fig.add(bname, f"{decode_label(d)}, --pp 2", d["tok_s"], "tok/s", pc)
+        for label, cellf, (x,) in bench_rows(bb):
+            c, pc = cellf(x, lim)
+            out.append(f"| {label} | {c} | {pct_text(pc)} |")
+            fig.add(bname, f"{label}, --pp 2", x["tok_s"], "tok/s", pc)
     if doc.get("error"):
         out += ["", f"Partly failed: {doc['error']}"]
     return out + [""]
 
 def gpus_text(n):
     return f"{n} GPU" + ("s" if n != 1 else "")
-
-
-def bench_rows(*benches):
-    """The measures of `cllm bench` results (None: not run), in the first result's order: (label, its cell
-    function, each result's row of that measure or None)."""
-    first = next((b for b in benches if b), {})
-    rows = []
-    for kind, cellf in (("prefill", prefill_cell), ("decode", decode_cell)):
-        for x in first.get(kind, []):
-            key = (x.get("tokens"), x.get("ctx"), x.get("batch"))
-            same = [next((y for y in (b or {}).get(kind, []) if (y.get("tokens"), y.get("ctx"), y.get("batch")) == key),
-                         None) for b in benches]
-            rows.append((f"prefill {x['tokens']} tokens" if kind == "prefill" else decode_label(x), cellf, same))
-    return rows
 
 
 def load_text(b):
