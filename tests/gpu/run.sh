@@ -419,6 +419,10 @@ tp_refusal_check() {
     refuse "--gpus naming a GPU not there" "GPU 99 asked for, this machine has $NGPU" -m $F/llama.gguf --tp 2 --gpus 0,99
     refuse "--gpus one short" "--gpus '0': 1 of the 2 GPUs --tp 2 needs" -m $F/llama.gguf --tp 2 --gpus 0
     refuse "--gpu 1 with --tp" "--gpu 1 with --tp 2: --gpus names every rank's GPU" -m $F/llama.gguf --tp 2 --gpu 1
+    # the ranks' switches, read as each rank's backend is made (a temporary assignment reaches the cllm refuse runs)
+    CLLM_TP_PEER=maybe refuse "CLLM_TP_PEER=maybe" "CLLM_TP_PEER 'maybe': expected on or off" -m $F/llama.gguf --tp 2 --gpus 0,0
+    CLLM_TP_GRAPHS=maybe refuse "CLLM_TP_GRAPHS=maybe" "CLLM_TP_GRAPHS 'maybe': expected on or off" -m $F/llama.gguf \
+        --tp 2 --gpus 0,0
     return $rc
 }
 run_check tensor_parallel_refusals tp_refusal_check
