@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # bench/pipeline.sh — BENCH.md's pipeline section, on a machine with >= 2 GPUs:
-# pipeline stages (--pp 2) against one GPU on the random Llama-3-8B shape
-# (`cllm bench --pp 1|2`, and bench/throughput.sh with THROUGHPUT_ARGS="--pp 1|2"),
-# then a Llama-3-70B shape that does not fit one GPU (--dummy-weights, --pp 2;
-# PP_70B=0 leaves it out). Writes $OUT/pipeline.json. (The --pp 2 correctness
-# checks: tests/gpu/pipeline.sh.)
+# pipeline stages (--pp 2, and --pp 4 with >= 4 GPUs) against one GPU on the
+# random Llama-3-8B shape (`cllm bench --pp P`, and bench/throughput.sh with
+# THROUGHPUT_ARGS="--pp P"), then models that do not fit one GPU
+# (--dummy-weights; PP_BIG=0 leaves them out): the Llama-3-70B shape in bf16 at
+# --pp G (G = 4 with >= 4 GPUs, else 2) and, with >= 4 GPUs, the
+# Llama-3.1-405B shape in Q4_K (--dummy-weights=q4_k, 229 GB) at --pp 4.
+# Writes $OUT/pipeline.json. (The correctness checks: tests/gpu/pipeline.sh.)
 #   bench/pipeline.sh [MODEL_DIR]   (default: the random Llama-3-8B in $BENCH_MODELS, made when missing)
 # Environment: see bench/lib.sh; PP_N (prompts of the throughput runs, default
 # 1000), BENCH_TIMEOUT (seconds per step, default 300).
@@ -22,7 +24,9 @@ DIR=${1:-}
 bench_limits || exit 1
 read -r -a peak <<< "$(bench_peak_args)"
 rm -rf "$OUT"/pp-*
-for pp in 1 2; do
+PPS="1 2"
+[ "$gpus" -ge 4 ] && PPS="1 2 4"
+for pp in $PPS; do
     echo "== cllm bench --pp $pp"
     timeout "$LIMIT" "$CLLM" bench -m "$DIR" --pp $pp --prompt-lens 512 --ctx 128,4096 "${peak[@]}" \
         --json "$OUT/pp-bench-$pp.json" > "$OUT/pp-bench-$pp.log" 2>&1
@@ -31,7 +35,7 @@ for pp in 1 2; do
     [ $rc = 0 ] || { echo "cllm bench --pp $pp exit $rc: $(tail -1 "$OUT/pp-bench-$pp.log")" >> "$OUT/pp-errors";
                      rm -f "$OUT/pp-bench-$pp.json"; }
 done
-for pp in 1 2; do
+for pp in $PPS; do
     echo "== bench/throughput.sh --pp $pp"
     mkdir -p "$OUT/pp-tp$pp"
     cp "$OUT/limits.json" "$OUT/pp-tp$pp/"
@@ -41,29 +45,44 @@ for pp in 1 2; do
     cat "$OUT/pp-tp$pp.log"
     [ $rc = 0 ] || echo "throughput --pp $pp exit $rc: $(tail -1 "$OUT/pp-tp$pp.log")" >> "$OUT/pp-errors"
 done
-if [ "${PP_70B:-1}" != 0 ]; then
-    echo "== llama3-70b shape, --dummy-weights, --pp 2"
-    big=$BENCH_MODELS/llama3-70b
-    { [ -f "$big/config.json" ] || python3 bench/make_dummy_model.py llama3-70b "$big"; } > "$OUT/pp-70b.log" 2>&1 &&
-        "$CLLM" info "$big" --dummy-weights --pp 2 >> "$OUT/pp-70b.log" 2>&1 &&
-        timeout "$LIMIT" "$CLLM" bench -m "$big" --dummy-weights --pp 2 --prompt-lens 512 --ctx 128 "${peak[@]}" \
-            --json "$OUT/pp-bench-70b.json" >> "$OUT/pp-70b.log" 2>&1
+# big_bench NAME MODEL WEIGHTS PP: the shape's config (made when missing), `cllm info`, then `cllm bench`
+# with --dummy-weights=WEIGHTS at --pp PP into $OUT/pp-bench-NAME.json; a failure is a line in pp-errors.
+big_bench() {
+    local name=$1 model=$2 weights=$3 pp=$4 dir=$BENCH_MODELS/$2 rc
+    echo "== $model shape, --dummy-weights=$weights, --pp $pp"
+    { [ -f "$dir/config.json" ] || python3 bench/make_dummy_model.py "$model" "$dir"; } > "$OUT/pp-$name.log" 2>&1 &&
+        "$CLLM" info "$dir" --dummy-weights="$weights" --pp "$pp" >> "$OUT/pp-$name.log" 2>&1 &&
+        timeout "$LIMIT" "$CLLM" bench -m "$dir" --dummy-weights="$weights" --pp "$pp" --prompt-lens 512 --ctx 128 \
+            "${peak[@]}" --json "$OUT/pp-bench-$name.json" >> "$OUT/pp-$name.log" 2>&1
     rc=$?
-    cat "$OUT/pp-70b.log"
-    [ $rc = 0 ] || { echo "llama3-70b --pp 2 exit $rc: $(tail -1 "$OUT/pp-70b.log")" >> "$OUT/pp-errors";
-                     rm -f "$OUT/pp-bench-70b.json"; }
+    cat "$OUT/pp-$name.log"
+    [ $rc = 0 ] || { echo "$model --pp $pp exit $rc: $(tail -1 "$OUT/pp-$name.log")" >> "$OUT/pp-errors";
+                     rm -f "$OUT/pp-bench-$name.json"; }
+}
+BIG=""
+if [ "${PP_BIG:-1}" != 0 ]; then
+    G=$((gpus >= 4 ? 4 : 2))
+    big_bench 70b llama3-70b bf16 $G
+    BIG="70b|llama3-70b|bf16|$G"
+    if [ "$gpus" -ge 4 ]; then
+        big_bench 405b llama3.1-405b q4_k 4
+        BIG="$BIG;405b|llama3.1-405b|q4_k|4"
+    fi
 fi
-python3 - "$OUT" "$DIR" <<'PY'
+python3 - "$OUT" "$DIR" "$PPS" "$BIG" <<'PY'
 import os, sys
 sys.path.insert(0, "bench")
 import results
-out, model = sys.argv[1:3]
+out, model, pps, big = sys.argv[1:5]
+pps = pps.split()
 err = os.path.join(out, "pp-errors")
+bigs = [dict(zip(("name", "model", "weights", "pp"), b.split("|"))) for b in big.split(";") if b]
 results.write_section(out, "pipeline", {
     "model": os.path.basename(model.rstrip("/")),
-    "bench": {pp: results.load(os.path.join(out, f"pp-bench-{pp}.json")) for pp in ("1", "2")},
-    "throughput": {pp: results.load(os.path.join(out, f"pp-tp{pp}", "throughput.json")) for pp in ("1", "2")},
-    "big": {"model": "llama3-70b", "pp": 2, "bench": results.load(os.path.join(out, "pp-bench-70b.json"))},
-    "error": open(err).read().strip() if os.path.exists(err) else None}, gpus_used=2)
-sys.exit(0 if all(results.load(os.path.join(out, f"pp-bench-{pp}.json")) for pp in ("1", "2")) else 1)
+    "bench": {pp: results.load(os.path.join(out, f"pp-bench-{pp}.json")) for pp in pps},
+    "throughput": {pp: results.load(os.path.join(out, f"pp-tp{pp}", "throughput.json")) for pp in pps},
+    "big": [{"model": b["model"], "weights": b["weights"], "pp": int(b["pp"]),
+             "bench": results.load(os.path.join(out, f"pp-bench-{b['name']}.json"))} for b in bigs],
+    "error": open(err).read().strip() if os.path.exists(err) else None}, gpus_used=int(pps[-1]))
+sys.exit(0 if all(results.load(os.path.join(out, f"pp-bench-{pp}.json")) for pp in pps) else 1)
 PY

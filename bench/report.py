@@ -34,7 +34,7 @@ SECTIONS = [
     ("throughput", "Offline throughput", "bench/throughput.sh: 1000 prompts through `cllm generate`"),
     ("fixed_lengths", "Fixed lengths", "bench/fixed_lengths.sh: input/output lengths of the published tables "
      "through `cllm generate`"),
-    ("pipeline", "Pipeline stages", "bench/pipeline.sh: `--pp 2` against one GPU"),
+    ("pipeline", "Pipeline stages", "bench/pipeline.sh: `--pp 2` (and `--pp 4`) against one GPU"),
     ("tensor_parallel", "Tensor parallelism", "bench/tp.sh: `--tp N` against one GPU"),
 ]
 
@@ -467,56 +467,73 @@ def render_pipeline(doc, fig):
     model = doc.get("model", "llama3-8b")
     bench = doc.get("bench") or {}
     tp = doc.get("throughput") or {}
-    one, two = bench.get("1"), bench.get("2")
-    out = [f"{TITLES.get(model, model)}. `cllm bench --pp 1|2` (prefill 512, batch-1 decode) and bench/throughput.sh "
-           "with `THROUGHPUT_ARGS=\"--pp 1|2\"`. Stages on their own threads, hidden states over NCCL. A batch-1 "
+    pps = sorted(set(bench) | set(tp), key=int) or ["1", "2"]
+    more = [k for k in pps if k != "1"]
+    bar = "|".join(pps)
+    out = [f"{TITLES.get(model, model)}. `cllm bench --pp {bar}` (prefill 512, batch-1 decode) and bench/throughput.sh "
+           f"with `THROUGHPUT_ARGS=\"--pp {bar}\"`. Stages on their own threads, hidden states over NCCL. A batch-1 "
            "request goes through the stages in turn, so its limit is one GPU's: every % is of one GPU's measured "
-           "limits, with the bytes and FLOPs of the whole model.", "",
-           "| measure | --pp 1 (one GPU) | % of limit | --pp 2 (two GPUs) | % of limit | --pp 2 ÷ --pp 1 |",
-           "| --- | --- | --- | --- | --- | --- |"]
-    for label, cellf, (x1, x2) in bench_rows(one, two):
-        c1, p1 = cellf(x1, lim) if x1 else ("—", None)
-        c2, p2 = cellf(x2, lim) if x2 else ("—", None)
-        out.append(f"| {label} | {c1} | {pct_text(p1)} | {c2} | {pct_text(p2)} | "
-                   f"{ratio(x2['tok_s'] if x2 else 0, x1['tok_s'] if x1 else 0)} |")
-        if x1:
-            fig.add(model, f"{label}, --pp 1", x1["tok_s"], "tok/s", p1)
-        if x2:
-            fig.add(model, f"{label}, --pp 2", x2["tok_s"], "tok/s", p2)
-    t1, t2 = (tp.get("1") or {}).get("batched"), (tp.get("2") or {}).get("batched")
-    if t1 or t2:
-        r1 = tp_rates(t1) if t1 else (None, None, None)
-        r2 = tp_rates(t2) if t2 else (None, None, None)
-        n = (t1 or t2)["prompts"]
+           "limits, with the bytes and FLOPs of the whole model.", ""]
+    head, rule = "| measure |", "| --- |"
+    for k in pps:
+        head += f" --pp {k} ({gpus_text(int(k))}) | % of limit |" + (f" ÷ --pp 1 |" if k != "1" else "")
+        rule += " --- | --- |" + (" --- |" if k != "1" else "")
+    out += [head, rule]
+    for label, cellf, xs in bench_rows(*[bench.get(k) for k in pps]):
+        line = f"| {label} |"
+        base = xs[0] if pps[0] == "1" else None
+        for k, x in zip(pps, xs):
+            c, pc = cellf(x, lim) if x else ("—", None)
+            line += f" {c} | {pct_text(pc)} |"
+            if k != "1":
+                line += f" {ratio(x['tok_s'] if x else 0, base['tok_s'] if base else 0)} |"
+            if x:
+                fig.add(model, f"{label}, --pp {k}", x["tok_s"], "tok/s", pc)
+        out.append(line)
+    ts = {k: (tp.get(k) or {}).get("batched") for k in pps}
+    if any(ts.values()):
+        rs = {k: tp_rates(t) if t else (None, None, None) for k, t in ts.items()}
+        n = next(t for t in ts.values() if t)["prompts"]
         for i, what in ((2, "output tok/s over the steps"), (0, "output tok/s, whole process")):
-            out.append(f"| {n} prompts x 256 output tokens: {what} | {num(r1[i]) if r1[i] else '—'} | | "
-                       f"{num(r2[i]) if r2[i] else '—'} | | {ratio(r2[i], r1[i])} |")
-            fig.add(model, f"throughput {what}, --pp 1", r1[i], "tok/s")
-            fig.add(model, f"throughput {what}, --pp 2", r2[i], "tok/s")
-        s1, s2 = (t1 or {}).get("scheduler_pct"), (t2 or {}).get("scheduler_pct")
-        fig.add(model, "throughput scheduler's own work, share of step time, --pp 1", s1, "%")
-        fig.add(model, "throughput scheduler's own work, share of step time, --pp 2", s2, "%")
-        s1 = f"{s1:.2f}%" if s1 is not None else "—"
-        s2 = f"{s2:.2f}%" if s2 is not None else "—"
-        out.append(f"| scheduler's own work, share of step time | {s1} | | {s2} | | |")
-    big = (doc.get("big") or {})
-    bb = big.get("bench")
-    if bb:
-        bname = big.get("model", "?")
-        mem = (doc.get("device") or {}).get("memory_mib")
-        more = f" (more than one GPU's {mem / 1024:.0f} GiB)" if mem and bb["weight_bytes"] > mem * 2**20 else ""
-        out += ["", f"{TITLES.get(bname, bname)}: {bb['params'] / 1e9:.2f} G parameters, {bb['weight_bytes'] / 1e9:.1f} "
-                f"GB of weights{more}, `--pp 2`; the stages run in turn, so the limits are one GPU's:", "",
-                "| measure | --pp 2 | % of limit |", "| --- | --- | --- |"]
+            line = f"| {n} prompts x 256 output tokens: {what} |"
+            for k in pps:
+                v = rs[k][i]
+                line += f" {num(v) if v else '—'} | |" + (f" {ratio(v, rs['1'][i] if '1' in rs else None)} |"
+                                                        if k != "1" else "")
+                fig.add(model, f"throughput {what}, --pp {k}", v, "tok/s")
+            out.append(line)
+        line = "| scheduler's own work, share of step time |"
+        for k in pps:
+            sp = (ts[k] or {}).get("scheduler_pct")
+            fig.add(model, f"throughput scheduler's own work, share of step time, --pp {k}", sp, "%")
+            line += f" {f'{sp:.2f}%' if sp is not None else '—'} | |" + (" |" if k != "1" else "")
+        out.append(line)
+    bigs = doc.get("big") or []
+    if isinstance(bigs, dict):  # one big model, --pp 2 (the section's older form)
+        bigs = [dict(bigs, pp=bigs.get("pp", 2))]
+    mem = (doc.get("device") or {}).get("memory_mib")
+    for big in bigs:
+        bb = big.get("bench")
+        bname, g = big.get("model", "?"), big.get("pp", 2)
+        kind = f" in {big['weights'].upper()} (`--dummy-weights={big['weights']}`)" if big.get("weights") not in (
+            None, "bf16") else ""
+        if not bb:
+            out += ["", f"{TITLES.get(bname, bname)}{kind}, `--pp {g}`: no result (the errors below)."]
+            continue
+        over = f" (more than one GPU's {mem / 1024:.0f} GiB)" if mem and bb["weight_bytes"] > mem * 2**20 else ""
+        out += ["", f"{TITLES.get(bname, bname)}{kind}: {bb['params'] / 1e9:.2f} G parameters, "
+                f"{bb['weight_bytes'] / 1e9:.1f} GB of weights{over}, `--pp {g}`; the stages run in turn, so the "
+                "limits are one GPU's:", "", f"| measure | --pp {g} | % of limit |", "| --- | --- | --- |"]
         up = f", {bb['load_gbps']:.1f} GB/s" if bb.get("load_gbps") else ""
         out.append(f"| load (random weights made and uploaded) | {bb['load_s']:.1f} s{up} | |")
         for label, cellf, (x,) in bench_rows(bb):
             c, pc = cellf(x, lim)
             out.append(f"| {label} | {c} | {pct_text(pc)} |")
-            fig.add(bname, f"{label}, --pp 2", x["tok_s"], "tok/s", pc)
+            fig.add(bname, f"{label}, --pp {g}" + (f", {big['weights']}" if kind else ""), x["tok_s"], "tok/s", pc)
     if doc.get("error"):
-        out += ["", f"Partly failed: {doc['error']}"]
+        out += ["", "Partly failed: " + "; ".join(doc["error"].splitlines())]
     return out + [""]
+
 
 def gpus_text(n):
     return f"{n} GPU" + ("s" if n != 1 else "")
@@ -592,7 +609,7 @@ def render_tensor_parallel(doc, fig, pipeline=None):
     thr = doc.get("throughput") or []
     if thr:
         pthr = (pipeline or {}).get("throughput") or {}
-        theirs = [(f"--pp {k} (pipeline section)", int(k), (pthr.get(k) or {}).get("batched")) for k in ("1", "2")]
+        theirs = [(f"--pp {k} (pipeline section)", int(k), (pthr.get(k) or {}).get("batched")) for k in sorted(pthr, key=int)]
         theirs = [x for x in theirs if x[2]]
         base = tp_rates(theirs[0][2])[2] if theirs and theirs[0][1] == 1 else None
         n = next((b["prompts"] for _, _, b in theirs + [(0, 0, r.get("batched")) for r in thr] if b), "?")

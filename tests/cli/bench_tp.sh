@@ -104,8 +104,14 @@ tp = dict(head, section="tensor_parallel", gpus_used=2, model="llama3-8b", promp
 def batched(wall, steps):
     return {"batched": {"prompts": 1000, "failed": 0, "prompt_tokens": 500000, "output_tokens": 256000,
                         "wall_s": wall, "steps_s": steps}}
-pp = dict(head, section="pipeline", gpus_used=2, model="llama3-8b", bench={},
-          throughput={"1": batched(32.0, 25.6), "2": batched(25.6, 20.48)})
+dec = lambda s: {"decode": [{"ctx": 128, "batch": 1, "bytes": 1.6e10, "step_s": s, "tok_s": 1 / s}]}
+pp = dict(head, section="pipeline", gpus_used=4, model="llama3-8b", bench={"1": dec(0.005), "4": dec(0.00625)},
+          throughput={"1": batched(32.0, 25.6), "2": batched(25.6, 20.48), "4": batched(10.0, 8.0)},
+          big=[{"model": "llama3.1-405b", "weights": "q4_k", "pp": 4, "bench": {
+                   "params": 405.8e9, "weight_bytes": 2.288e11, "load_s": 40.0, "load_gbps": 5.72,
+                   "decode": [{"ctx": 128, "batch": 1, "bytes": 2.3e11, "step_s": 0.1, "tok_s": 10.0}]}},
+               {"model": "llama3-70b", "pp": 4, "bench": None}],
+          error="llama3-70b --pp 4 exit 124: timed out")
 for name, doc in (("tensor_parallel", tp), ("pipeline", pp)):
     json.dump(doc, open(os.path.join(out, name + ".json"), "w"))
 EOF
@@ -139,6 +145,22 @@ expect_line "report: throughput, the pipeline section's --pp 1 beside" "| --pp 1
 expect_line "report: throughput, the pipeline section's --pp 2 beside" "| --pp 2 (pipeline section) | 2 | 10,000 | 12,500 | 1.25× | 25.6 |"
 expect_line "report: throughput, --tp 2" "| --tp 2 | 2 | 12,800 | 16,000 | 1.60× | 20.0 |"
 expect_line "report: the errors" "Partly failed: throughput --tp 4 exit 124: timed out"
+# the pipeline section: a column group per --pp (no --pp 2 bench here); 1.6e10 B / 5 ms = 3,200 GB/s = 80% of 4 TB/s,
+# / 6.25 ms = 64%, 160 / 200
+expect_line "report: pipeline columns, one group per --pp" \
+    "| measure | --pp 1 (1 GPU) | % of limit | --pp 2 (2 GPUs) | % of limit | ÷ --pp 1 | --pp 4 (4 GPUs) | % of limit | ÷ --pp 1 |"
+expect_line "report: pipeline decode, --pp 4 of one GPU's limit" \
+    "| decode batch 1 at 128 context | 200.0 tok/s (5.00 ms/step), 3,200 GB/s | 80.0% | — | — | — | 160.0 tok/s (6.25 ms/step), 2,560 GB/s | 64.0% | 0.80× |"
+# 256,000 / 8 s = 32,000 over the steps (3.20× 10,000); / 10 s = 25,600 whole (3.20× 8,000)
+expect_line "report: pipeline throughput over the steps, --pp 4" \
+    "| 1000 prompts x 256 output tokens: output tok/s over the steps | 10,000 | | 12,500 | | 1.25× | 32,000 | | 3.20× |"
+expect_line "report: pipeline throughput whole, --pp 4" \
+    "| 1000 prompts x 256 output tokens: output tok/s, whole process | 8,000 | | 10,000 | | 1.25× | 25,600 | | 3.20× |"
+# 2.3e11 B / 0.1 s = 2,300 GB/s = 57.5% of one GPU's 4 TB/s
+expect_line "report: 405B Q4_K over --pp 4" "| decode batch 1 at 128 context | 10.0 tok/s (100.00 ms/step), 2,300 GB/s | 57.5% |"
+expect_grep "report: the 405B table names its weights" "$md" 'in Q4_K \(`--dummy-weights=q4_k`\): 405\.80 G parameters, 228\.8 GB'
+expect_grep "report: a big model without results says so" "$md" '`--pp 4`: no result \(the errors below\)'
+expect_line "report: the pipeline errors" "Partly failed: llama3-70b --pp 4 exit 124: timed out"
 why=$(python3 - "$TMP/rep/history.csv" <<'EOF' 2>&1
 import csv, sys
 rows = {(r["section"], r["model"], r["measure"]): r for r in csv.DictReader(open(sys.argv[1]))}
