@@ -200,6 +200,10 @@ struct Backend {
      * (a rank failed) makes them do nothing and the step's read fail. */
     void (*all_reduce)(Backend *be, void *buf, int64_t n, BufKind kind);
     void (*all_gather)(Backend *be, void *dst, const void *src, int rows, int cols);
+    /* Optional on a rank (NULL: the group has no device transport; the
+     * caller copies through the host): every rank's buf [n] (kind) = rank
+     * 0's, called by every rank of the group. */
+    void (*broadcast)(Backend *be, void *buf, int64_t n, BufKind kind);
     /* Optional on a rank (NULL: matmul, then all_reduce of y): y[T][rows]
      * (ACT) = the group's sum of each rank's in @ W[mat]^T (+ bias), each
      * rank's product kept in fp32 until the rank-order sum, which is

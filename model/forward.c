@@ -169,6 +169,10 @@ static void forward_ops(Forward *fw, int T, int n_logits) {
     Backend *be = fw->be;
     const ModelWeights *w = be->weights;
     if (!fw->from_prev) be->embed(be, fw->x, &w->tok_embd, T, c->embed_scale);
+    if (fw->from_prev && be->broadcast) { /* a tensor-parallel stage's input reached its rank 0 only */
+        be->broadcast(be, fw->x, (int64_t)T * c->dim, BUF_F32);
+        be->broadcast(be, fw->proj, (int64_t)T * c->dim, BUF_ACT);
+    }
     const void *pending = fw->from_prev ? fw->proj : NULL;
     for (int l = 0; l < c->n_layers; l++) {
         pending = forward_attention_block(fw, l, T, pending);

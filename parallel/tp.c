@@ -175,7 +175,8 @@ int tp_ranks_open(TpRanks *t, const ModelConfig *c, const ModelShape *shape, con
 const ModelConfig *tp_ranks_cfg(const TpRanks *t) { return &t->rm[0].cfg; }
 
 /* With from_prev, every rank starts from rank 0's x and proj (they came
- * from the previous pipeline stage, whole). */
+ * from the previous pipeline stage, whole): through the host here where
+ * the group has no device broadcast (forward_ops broadcasts otherwise). */
 static int copy_inputs(TpRanks *t, Forward *rank0, int T, Err *err) {
     int64_t n = (int64_t)T * t->dim;
     Backend *be = rank0->be;
@@ -196,7 +197,7 @@ int tp_ranks_run(TpRanks *t, Forward *rank0, const ForwardStep *s, Err *err) {
         t->fw[r].from_prev = rank0->from_prev;
         t->fw[r].to_next = rank0->to_next;
     }
-    if (rank0->from_prev && copy_inputs(t, rank0, s->b.n_tokens, err)) return -1;
+    if (rank0->from_prev && !rank0->be->broadcast && copy_inputs(t, rank0, s->b.n_tokens, err)) return -1;
     pthread_mutex_lock(&t->mu);
     t->step = *s;
     t->n_done = 0;

@@ -155,7 +155,9 @@ static int stages_launch(void *ctx, const int32_t *ids, const AttnBatch *b, cons
 int tp_process_run(TpProcess *t, Forward *fw, const ForwardStep *s, Err *err) {
     if (t->rank != 0) return err_set(err, "tensor-parallel rank %d runs the steps rank 0 sends", t->rank);
     if (t->broken) return err_set(err, "tensor parallel: a rank failed earlier; its state is unknown");
-    if (send_step(t, s, err) || (fw->from_prev && send_hidden(t, fw, s->b.n_tokens, err))) return group_failed(t, err);
+    /* a stage's input: over the sockets, or broadcast by forward_ops where the group has NCCL */
+    if (send_step(t, s, err) || (fw->from_prev && !fw->be->broadcast && send_hidden(t, fw, s->b.n_tokens, err)))
+        return group_failed(t, err);
     int rc = forward_run(fw, s->ids, &s->b, s->logit_rows, s->n_logits, s->logits_out, err);
     if (rc || tp_group_broken(t->group)) return group_failed(t, err);
     return 0;
@@ -188,7 +190,8 @@ static int recv_hidden(TpProcess *t, Forward *fw, int n_tokens, Err *err) {
 
 /* A server's step: the step message (no deadline: an idle chat sends
  * nothing for hours; a dead driver closes the connection), its logit rows,
- * in a stage after the first the hidden state. */
+ * in a stage after the first the hidden state (over NCCL: forward_ops's
+ * broadcast instead). */
 static int serve_one(TpProcess *t, Forward *fw, StepMsg *m, void **rows, size_t *rows_cap, int max_tokens, Err *err) {
     Backend *be = t->be;
     size_t len = 0, most = 64 + (size_t)max_tokens * 24 + (size_t)max_tokens * 4 * (1 + (size_t)be->kv_n_blocks);
@@ -204,7 +207,7 @@ static int serve_one(TpProcess *t, Forward *fw, StepMsg *m, void **rows, size_t 
     for (int i = 0; i < n_logits; i++)
         if (lr[i] < 0 || lr[i] >= m->b.n_tokens)
             return err_set(err, "%s: logit row %d of a %d-row step", t->hub, lr[i], m->b.n_tokens);
-    if (fw->from_prev && recv_hidden(t, fw, m->b.n_tokens, err)) return -1;
+    if (fw->from_prev && !fw->be->broadcast && recv_hidden(t, fw, m->b.n_tokens, err)) return -1;
     int rc = forward_run(fw, m->ids, &m->b, lr, n_logits, NULL, err);
     if (tp_group_broken(t->group) && tp_link_error(t->link)[0]) /* which rank, why: more than "a rank failed" */
         return err_set(err, "%s", tp_link_error(t->link));

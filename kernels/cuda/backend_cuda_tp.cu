@@ -289,7 +289,18 @@ static bool tp_matmul_all_reduce_add(Backend *be, void *x, const void *in, const
     return true;
 }
 
+/* Over NCCL only: the host transport's ranks take a stage's input through
+ * host memory (parallel/tp.c), so there broadcast stays NULL. */
+static void tp_broadcast(Backend *be, void *buf, int64_t n, BufKind kind) {
+    CudaBackend *cb = cb_of(be);
+    CudaTp *tp = &cb->tp;
+    Err e = {};
+    if (cb->failed) { tp_group_abort(tp->group); return; }
+    if (nccl_link_broadcast(tp->comm, tp->rank, buf, (size_t)n, kind == BUF_ACT, cb->stream, &e)) tp_fail(cb, &e);
+}
+
 void cuda_tp_ops(Backend *be) {
+    be->broadcast = cb_of(be)->tp.comm ? tp_broadcast : NULL;
     be->all_reduce = tp_all_reduce;
     be->all_gather = tp_all_gather;
     be->matmul_all_reduce = tp_matmul_all_reduce;

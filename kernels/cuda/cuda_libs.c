@@ -66,7 +66,7 @@ const CublasLt *cublaslt_lib(Err *err) {
 static const CudaSym nccl_syms[] = {
     NCCL_SYM(GetErrorString), NCCL_SYM(GetUniqueId), NCCL_SYM(CommInitAll), NCCL_SYM(CommInitRank),
     NCCL_SYM(CommDestroy), NCCL_SYM(CommAbort), NCCL_SYM(CommGetAsyncError), NCCL_SYM(Send), NCCL_SYM(Recv),
-    NCCL_SYM(AllGather), NCCL_SYM(AllReduce),
+    NCCL_SYM(AllGather), NCCL_SYM(AllReduce), NCCL_SYM(Broadcast),
 };
 static Nccl nccl_table;
 static LoadOnce nccl_once = {PTHREAD_ONCE_INIT, 0, {{0}}};

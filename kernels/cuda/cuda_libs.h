@@ -78,6 +78,7 @@ typedef struct {
     __typeof__(ncclRecv) *Recv;
     __typeof__(ncclAllGather) *AllGather;  /* --tp: the partial sums, summed in rank order after */
     __typeof__(ncclAllReduce) *AllReduce;  /* --tp-nccl-sum */
+    __typeof__(ncclBroadcast) *Broadcast;  /* --pp with --tp: a stage's input from its rank 0 to the others */
 } Nccl;
 
 /* The process's cuBLASLt / NCCL, loaded on the first call (later calls

@@ -253,3 +253,10 @@ int nccl_link_all_reduce_sum(NcclGroup *g, int rank, void *buf, size_t n, bool b
     NCCL_CHECK(g->nc, g->nc->AllReduce(buf, buf, n, bf16 ? ncclBfloat16 : ncclFloat32, ncclSum, c, s), err);
     return 0;
 }
+
+int nccl_link_broadcast(NcclGroup *g, int rank, void *buf, size_t n, bool bf16, cudaStream_t s, Err *err) {
+    ncclComm_t c = NULL;
+    if (comm_of(g, rank, rank, &c, err)) return -1;
+    NCCL_CHECK(g->nc, g->nc->Broadcast(buf, buf, n, bf16 ? ncclBfloat16 : ncclFloat32, 0, c, s), err);
+    return 0;
+}

@@ -33,10 +33,12 @@ void nccl_link_abort(NcclGroup *g);
 /* Collectives of the group, rank's part (enqueued on s, not waited for).
  * all_gather: recv [n ranks][count] = every rank's send [count] in rank
  * order (send may be recv + rank * count: in place). all_reduce_sum: buf =
- * NCCL's own sum over the ranks (its order, not rank order). */
+ * NCCL's own sum over the ranks (its order, not rank order). broadcast:
+ * every rank's buf [n] = rank 0's (in place). */
 int nccl_link_all_gather(NcclGroup *g, int rank, const void *send, void *recv, size_t count, bool bf16,
                          cudaStream_t s, Err *err);
 int nccl_link_all_reduce_sum(NcclGroup *g, int rank, void *buf, size_t n, bool bf16, cudaStream_t s, Err *err);
+int nccl_link_broadcast(NcclGroup *g, int rank, void *buf, size_t n, bool bf16, cudaStream_t s, Err *err);
 
 /* The one-shot peer sum's table (tp_peer_sum.cuh), for a group of one
  * process whose GPUs map each other's memory (nccl_peer_open, nccl_link.h).
