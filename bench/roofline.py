@@ -112,9 +112,13 @@ def read_steps(path):
     return steps
 
 
-def roofline(steps, shape, limits, kv_elem_bytes=2.0, output_tokens=None, wall_s=None):
+def roofline(steps, shape, limits, kv_elem_bytes=2.0, output_tokens=None, wall_s=None, steps_s=None, gpus=1):
     """The run's floor and how close it came. limits: copy_tbps, matmul_tflops
-    (limits.json). output_tokens default: the tokens the steps drew."""
+    (limits.json). output_tokens default: the tokens the steps drew. steps_s:
+    the steps' own time as the run measured it (default: the sum of the
+    steps' seconds, which overcounts where steps overlap: --pp's virtual
+    engines). gpus: the work of every step is shared by that many GPUs (--pp
+    stages x --tp ranks), so the floor is the one-GPU floor over gpus."""
     fps, bps = limits["matmul_tflops"] * 1e12, limits["copy_tbps"] * 1e12
     kvt = kv_bytes_per_token(shape, kv_elem_bytes)
     floor = flops = nbytes = 0.0
@@ -122,9 +126,11 @@ def roofline(steps, shape, limits, kv_elem_bytes=2.0, output_tokens=None, wall_s
     for st in steps:
         t, f, b, c = step_floor(st, shape, kvt, fps, bps)
         floor, flops, nbytes, compute_bound = floor + t, flops + f, nbytes + b, compute_bound + c
-    steps_s = sum(st["seconds"] for st in steps)
+    floor /= max(gpus, 1)
+    if steps_s is None:
+        steps_s = sum(st["seconds"] for st in steps)
     out = output_tokens if output_tokens is not None else sum(st["drawn"] for st in steps)
-    r = {"steps": len(steps), "compute_bound_steps": compute_bound, "flops": flops, "bytes": nbytes,
+    r = {"steps": len(steps), "gpus": gpus, "compute_bound_steps": compute_bound, "flops": flops, "bytes": nbytes,
          "kv_bytes_per_token": kvt, "weight_bytes": shape["weight_bytes"], "output_tokens": out,
          "roofline_s": floor, "steps_s": steps_s,
          "roofline_tok_s": out / floor if floor else None,
@@ -138,8 +144,9 @@ def roofline(steps, shape, limits, kv_elem_bytes=2.0, output_tokens=None, wall_s
 def summary(r):
     if not r["roofline_s"] or not r["steps_s"]:
         return f"no roofline: {r['steps']} steps"
+    on = f", {r['gpus']} GPUs sharing each step" if r.get("gpus", 1) > 1 else ""
     s = (f"roofline {r['roofline_tok_s']:,.0f} output tok/s ({r['roofline_s']:.2f} s over {r['steps']} steps, "
-         f"{r['compute_bound_steps']} compute-bound); over the steps {r['steps_tok_s']:,.0f} tok/s = "
+         f"{r['compute_bound_steps']} compute-bound{on}); over the steps {r['steps_tok_s']:,.0f} tok/s = "
          f"{r['pct_steps']:.1f}% of it")
     if r.get("wall_s"):
         s += f"; whole process {r['wall_tok_s']:,.0f} tok/s = {r['pct_wall']:.1f}%"

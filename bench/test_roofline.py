@@ -75,6 +75,13 @@ check("tok/s at the floor", r["roofline_tok_s"], 3 / 8.32)
 check("% of the floor over the steps (10 s)", r["pct_steps"], 83.2)
 check("% of the floor over the whole process (20 s)", r["pct_wall"], 41.6)
 check("tok/s over the whole process", r["wall_tok_s"], 0.15)
+# --pp 4's virtual engines overlap their steps: the run's own steps time (2.5 s, not the 10 s the steps sum to), and
+# four GPUs share each step's work: the floor 8.32 / 4 = 2.08 s; 2.08 / 2.5 = 83.2%
+r4 = roofline.roofline([prefill, decode], s, lim, kv_elem_bytes=2, steps_s=2.5, gpus=4)
+check("--pp 4: the floor is one GPU's over four", r4["roofline_s"], 2.08)
+check("--pp 4: % of the floor over the run's steps time", r4["pct_steps"], 83.2)
+check("--pp 4: tok/s over the run's steps time", r4["steps_tok_s"], 3 / 2.5)
+check("--pp 4: the summary says the GPUs share the steps", "4 GPUs sharing each step" in roofline.summary(r4), True)
 # Compute-bound: a fast copy, a slow matmul.
 r2 = roofline.roofline([prefill], s, {"matmul_tflops": 100 / 1e12, "copy_tbps": 1e6 / 1e12}, output_tokens=1)
 check("a compute-bound step's floor is FLOPs / rate", r2["roofline_s"], 10.4)

@@ -81,7 +81,8 @@ def run(path, wall):
     if os.path.exists(path + ".csv") and lim.get("copy_tbps") and lim.get("matmul_tflops"):
         rl = roofline.roofline(roofline.read_steps(path + ".csv"), roofline.model_shape(model), lim,
                                kv_elem_bytes=1 if "fp8" in args else 2,
-                               output_tokens=sum(r.get("completion_tokens", 0) for r in rows), wall_s=wall)
+                               output_tokens=sum(r.get("completion_tokens", 0) for r in rows), wall_s=wall,
+                               steps_s=float(steps.group(1)) if steps else None, gpus=gpus(args))
         print(f"{os.path.basename(path)}: {roofline.summary(rl)}", file=sys.stderr)
     wall_line = re.search(r"then [0-9.]+ s of which steps [0-9.]+ s = ([0-9.]+)% \(([0-9.]+)% of the whole\)", log)
     return {"prompts": len(rows), "failed": sum(1 for r in rows if r.get("error")),
