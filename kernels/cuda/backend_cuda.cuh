@@ -124,7 +124,6 @@ typedef struct {
                                     rank's own logits (grown on demand: no graphs there) */
     size_t host_sum_bytes, host_part_bytes;
     unsigned *peer_flags;        /* NVLink peers: this rank's flag area (tp_peer_sum.cuh), or NULL: NCCL alone */
-    void *peer_stage;            /* NVLink peers: this rank's two staging slots of PEER_MAX_VALUES fp32 */
     int64_t peer_max;            /* values of the largest reduce the one-shot peer sum takes (CLLM_TP_PEER=off: 0) */
     int peer_state;              /* 0: table not asked yet; 1: the table is whole; -1: not there */
     TpPeers peers;

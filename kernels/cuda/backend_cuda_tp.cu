@@ -71,10 +71,9 @@ static int peer_init(CudaBackend *cb, Err *err) {
     if (!tp->comm || tp->nccl_sum || (v && !strcmp(v, "off"))) return 0;
     size_t bytes = TP_PEER_FLAG_WORDS * sizeof(unsigned);
     CUDA_CHECK(cudaMalloc(&tp->peer_flags, bytes), err);
-    CUDA_CHECK(cudaMalloc(&tp->peer_stage, 2 * (size_t)PEER_MAX_VALUES * sizeof(float)), err);
     CUDA_CHECK(cudaMemsetAsync(tp->peer_flags, 0, bytes, cb->stream), err);
     CUDA_CHECK(cudaStreamSynchronize(cb->stream), err); /* zero before any peer's first write */
-    if (nccl_peer_register(tp->comm, tp->rank, tp->peer_stage, tp->peer_flags)) tp->peer_max = PEER_MAX_VALUES;
+    if (nccl_peer_register(tp->comm, tp->rank, tp->gather, tp->peer_flags)) tp->peer_max = PEER_MAX_VALUES;
     return 0;
 }
 
@@ -82,10 +81,7 @@ static int peer_init(CudaBackend *cb, Err *err) {
  * whole once every rank's backend exists, which it does before any step. */
 static bool peer_sum_takes(CudaTp *tp, int64_t n) {
     if (n > tp->peer_max) return false;
-    if (tp->peer_state == 0) {
-        tp->peer_state = nccl_peer_table(tp->comm, tp->rank, &tp->peers) ? 1 : -1;
-        tp->peers.slot_bytes = (size_t)PEER_MAX_VALUES * sizeof(float);
-    }
+    if (tp->peer_state == 0) tp->peer_state = nccl_peer_table(tp->comm, tp->rank, &tp->peers) ? 1 : -1;
     return tp->peer_state == 1;
 }
 
@@ -113,7 +109,6 @@ void cuda_tp_free(CudaBackend *cb) {
     CudaTp *tp = &cb->tp;
     cudaFree(tp->gather);
     cudaFree(tp->peer_flags);
-    cudaFree(tp->peer_stage);
     if (tp->host_sum) cudaFreeHost(tp->host_sum);
     if (tp->host_part) cudaFreeHost(tp->host_part);
     memset(tp, 0, sizeof *tp);
@@ -192,12 +187,14 @@ static int nccl_ordered_sum(CudaBackend *cb, void *dst, bool dst_bf16, const voi
     return 0;
 }
 
-/* nccl_ordered_sum's result by the one-shot peer sum (its kernel stages
- * this rank's part where the peers read it). */
+/* nccl_ordered_sum's result by the one-shot peer sum: this rank's part at
+ * the start of its gather buffer, where the peers read it. */
 static int peer_sum(CudaBackend *cb, void *dst, TpPeerOut how, const void *src, bool parts_bf16, int64_t n,
                     Err *err) {
-    cuda_tp_peer_sum(dst, how, &cb->tp.peers, src, parts_bf16, n, cb->stream);
-    CUDA_CHECK(cudaGetLastError(), err);
+    CudaTp *tp = &cb->tp;
+    size_t elem = parts_bf16 ? sizeof(bf16) : sizeof(float);
+    if (src != tp->gather) CUDA_CHECK(cudaMemcpyAsync(tp->gather, src, n * elem, cudaMemcpyDeviceToDevice, cb->stream), err);
+    cuda_tp_peer_sum(dst, how, &tp->peers, parts_bf16, n, cb->stream);
     return 0;
 }
 

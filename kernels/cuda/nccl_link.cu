@@ -23,7 +23,7 @@ struct NcclGroup {
     double timeout_s;
     bool aborted;
     bool peers;                   /* nccl_peer_open: every GPU of the group maps every other's memory */
-    void *peer_stage[MAX_RANKS];  /* nccl_peer_register: each rank's staging buffer and flag area */
+    const void *peer_part[MAX_RANKS]; /* nccl_peer_register: each rank's part buffer and flag area */
     unsigned *peer_flags[MAX_RANKS];
 };
 
@@ -135,9 +135,9 @@ extern "C" bool nccl_peer_open(NcclGroup *g) {
     return ok;
 }
 
-bool nccl_peer_register(NcclGroup *g, int rank, void *stage, unsigned *flags) {
+bool nccl_peer_register(NcclGroup *g, int rank, const void *part, unsigned *flags) {
     if (!g->peers || rank < 0 || rank >= g->n) return false;
-    g->peer_stage[rank] = stage;
+    g->peer_part[rank] = part;
     g->peer_flags[rank] = flags;
     return true;
 }
@@ -146,8 +146,8 @@ bool nccl_peer_table(const NcclGroup *g, int rank, TpPeers *p) {
     if (!g->peers) return false;
     memset(p, 0, sizeof *p);
     for (int i = 0; i < g->n; i++) {
-        if (!g->peer_stage[i] || !g->peer_flags[i]) return false;
-        p->stage[i] = g->peer_stage[i];
+        if (!g->peer_part[i] || !g->peer_flags[i]) return false;
+        p->part[i] = g->peer_part[i];
         p->flags[i] = g->peer_flags[i];
     }
     p->n_ranks = g->n;

@@ -42,10 +42,10 @@ int nccl_link_broadcast(NcclGroup *g, int rank, void *buf, size_t n, bool bf16, 
 
 /* The one-shot peer sum's table (tp_peer_sum.cuh), for a group of one
  * process whose GPUs map each other's memory (nccl_peer_open, nccl_link.h).
- * Each rank registers its staging buffer and flag area when its backend is
+ * Each rank registers its part buffer and flag area when its backend is
  * made; the table is whole once every rank has (false until then, or when
  * the group has no peer access). */
-bool nccl_peer_register(NcclGroup *g, int rank, void *stage, unsigned *flags);
+bool nccl_peer_register(NcclGroup *g, int rank, const void *part, unsigned *flags);
 bool nccl_peer_table(const NcclGroup *g, int rank, TpPeers *p);
 
 #endif
