@@ -110,6 +110,12 @@ static int open_pipeline(Runtime *rt, const RunOptions *o, int ctx, int block, i
                            pipeline_kv_blocks(&rt->pp), &stages, ctx, chunk, err))
         return -1;
     print_tp_notes(rt->pp.tp, o->pp);
+    if (o->verbose && o->world_size <= 1) {
+        char groups[64] = "";
+        if (o->tp > 1) snprintf(groups, sizeof groups, " (groups of %d tensor-parallel ranks)", o->tp);
+        fprintf(stderr, "pipeline: %d stage backends%s made in %.2f s, %s\n", o->pp, groups, rt->pp.made_s,
+                rt->pp.concurrent ? "concurrently" : "one after another");
+    }
     for (int s = 0; o->verbose && s <= last && o->world_size <= 1; s++) {
         fprintf(stderr, "stage %d on %s: layers %d-%d, KV cache %d blocks of %d\n", s, rt->pp.be[s]->name,
                 rt->pp.plan.first_layer[s], rt->pp.plan.first_layer[s] + rt->pp.plan.n_layers[s] - 1,

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/thread_each.h"
 #include "parallel/peer_io.h"
 #include "parallel/step_msg.h"
 
@@ -269,6 +270,21 @@ ForwardStages pipeline_stages(Pipeline *p) {
     return (ForwardStages){p, p->plan.n_stages, stages_launch, stages_finish};
 }
 
+/* Stage s after its thread is joined: its group's ranks after 0 (their
+ * links closed after their backends), its Forward, then its backend (rank
+ * 0's) unless tpp owns it. */
+static void stage_free(void *ctx, int s) {
+    Pipeline *p = ctx;
+    if (p->tp[s]) tp_ranks_free(p->tp[s]);
+    free(p->tp[s]);
+    if (p->fw[s].cfg) forward_free(&p->fw[s]);
+    if (p->be[s] && !(p->tpp && p->tpp->stage == s)) p->be[s]->destroy(p->be[s]);
+    for (int k = 0; k < STAGE_MAX; k++) {
+        free(p->x_host[s][k]);
+        free(p->proj_host[s][k]);
+    }
+}
+
 void pipeline_free(Pipeline *p) {
     int n = p->plan.n_stages;
     for (int s = 0; p->remote && s < n - 1; s++) { /* the other processes end their loops */
@@ -286,18 +302,9 @@ void pipeline_free(Pipeline *p) {
         pthread_mutex_unlock(&p->q[s].mu);
     }
     for (int s = 0; s < p->n_threads; s++) pthread_join(p->thread[s], NULL);
-    for (int s = 0; s < n; s++) { /* each group's ranks after 0 (rank 0's backend is be[s]) */
-        if (p->tp[s]) tp_ranks_free(p->tp[s]);
-        free(p->tp[s]);
-    }
-    for (int s = 0; s < n - 1; s++) {
-        if (p->fw[s].cfg) forward_free(&p->fw[s]);
-        if (p->be[s] && !(p->tpp && p->tpp->stage == s)) p->be[s]->destroy(p->be[s]); /* else tpp's */
-        for (int k = 0; k < STAGE_MAX; k++) {
-            free(p->x_host[s][k]);
-            free(p->proj_host[s][k]);
-        }
-    }
+    if (p->concurrent) thread_each(n, stage_free, p); /* GPUs of their own: each frees its memory at once */
+    else
+        for (int s = 0; s < n; s++) stage_free(p, s);
     if (p->max_tokens) {
         for (int s = 0; s < n; s++) {
             pthread_mutex_destroy(&p->q[s].mu);

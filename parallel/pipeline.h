@@ -78,6 +78,8 @@ struct Pipeline {
     bool failed;
     Err err;                      /* the first error of a stage thread */
     BackendLinks *links;          /* the backends' links (pipeline_open), or NULL: host hand-over */
+    bool concurrent;              /* the backends were made a thread each (GPUs of their own): freed so too */
+    double made_s;                /* seconds their making took (pipeline_make_backends) */
     TpProcess *tpp;               /* --pp P --tp N as processes: this process's rank of its stage's group (it
                                      owns be[its stage]); NULL otherwise */
     bool serving;                 /* one process per stage, not the driver: this one serves serve_stage */
@@ -107,7 +109,11 @@ const ModelConfig *pipeline_stage_cfg(const Pipeline *p, int s);
 int pipeline_kv_blocks(const Pipeline *p);
 /* The stages before the last, as the engine drives them. */
 ForwardStages pipeline_stages(Pipeline *p);
-/* Stops the threads; frees the Forwards and the backends of every stage but the last. */
+/* Stops the threads; frees the Forwards, the tensor-parallel groups and
+ * every stage's backend, the last included (free the engine that runs on it
+ * first), except one a TpProcess owns; with concurrent, a thread per stage
+ * (each stage's group, Forward and backend in that order). The links stay
+ * (pipeline_close closes them after). */
 void pipeline_free(Pipeline *p);
 
 #endif

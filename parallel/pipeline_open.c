@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/clock.h"
+#include "base/thread_each.h"
 #include "parallel/placement.h"
 #include "parallel/process_grid.h"
 #include "parallel/rendezvous.h"
@@ -61,6 +63,62 @@ static int stage_group(Pipeline *p, const PipelineOptions *o, int s, const int *
     return 0;
 }
 
+/* Stage s's backend, or with --tp its group (be[s] its rank 0's). share
+ * counts the stages from s on that use its GPU: made in stage order, each
+ * takes its part of what the earlier ones left (placement.h). */
+static int make_stage(Pipeline *p, const PipelineOptions *o, int s, const int *dev, int n_gpus, Err *err) {
+    int n = o->n_stages;
+    if (o->tp > 1) return stage_group(p, o, s, dev, n * o->tp, n_gpus, err);
+    int share = 0;
+    for (int j = s; j < n; j++) share += dev[j] == dev[s];
+    if (!(p->be[s] = stage_backend(o, &p->sm[s], dev[s], share, n_gpus, err))) return stage_failed(err, s, &p->plan);
+    return 0;
+}
+
+/* The stages being made a thread each: their results, a slot per stage. */
+typedef struct {
+    Pipeline *p;
+    const PipelineOptions *o;
+    const int *dev;
+    int n_gpus;
+    int rc[STAGE_MAX];
+    Err err[STAGE_MAX];
+} StageMakes;
+
+static void make_stage_of(void *ctx, int s) {
+    StageMakes *m = ctx;
+    m->rc[s] = make_stage(m->p, m->o, s, m->dev, m->n_gpus, &m->err[s]);
+}
+
+/* Concurrently: backend_create may run on several threads at once for
+ * different GPUs (tp.c start_ranks says why: each sets its own GPU, fills
+ * its own backend, loads the CUDA libraries once); stage s writes be[s] and
+ * tp[s] only and reads the plan and its slice. */
+int pipeline_make_backends(Pipeline *p, const PipelineOptions *o, const int *dev, int n_gpus, bool concurrent,
+                           Err *err) {
+    int n = o->n_stages;
+    double t0 = now_seconds();
+    p->concurrent = concurrent; /* pipeline_free destroys them the same way */
+    if (!concurrent) {
+        for (int s = 0; s < n; s++)
+            if (make_stage(p, o, s, dev, n_gpus, err)) return -1;
+    } else {
+        StageMakes *m = calloc(1, sizeof *m);
+        if (!m) return err_set(err, "pipeline: out of memory");
+        *m = (StageMakes){.p = p, .o = o, .dev = dev, .n_gpus = n_gpus};
+        thread_each(n, make_stage_of, m);
+        for (int s = 0; s < n; s++) /* the first failure by stage order; those made stay for pipeline_free */
+            if (m->rc[s]) {
+                *err = m->err[s];
+                free(m);
+                return -1;
+            }
+        free(m);
+    }
+    p->made_s = now_seconds() - t0;
+    return 0;
+}
+
 static int make_plan(Pipeline *p, const Model *m, const PipelineOptions *o, int n, Err *err) {
     const ModelConfig *c = &m->cfg;
     if (n > STAGE_MAX || n > c->n_layers)
@@ -94,15 +152,9 @@ static int open_stages(Pipeline *p, const Model *m, const PipelineOptions *o, Er
         for (int j = 0; j < i; j++) shared |= dev[i] == dev[j];
     }
     if (n_gpus > 0 && !shared && backend_link_available(err)) return -1; /* before any weights move */
-    for (int s = 0; s < n; s++) {
-        if (tp > 1 && stage_group(p, o, s, dev, n_all, n_gpus, err)) return -1;
-        if (tp <= 1) {
-            int share = 0;
-            for (int j = s; j < n; j++) share += dev[j] == dev[s];
-            if (!(p->be[s] = stage_backend(o, &p->sm[s], dev[s], share, n_gpus, err)))
-                return stage_failed(err, s, &p->plan);
-        }
-    }
+    /* GPUs of their own: they load together; a shared GPU's backends (and
+     * CPU stages) one after another, as each sizes its part by the others' */
+    if (pipeline_make_backends(p, o, dev, n_gpus, n_gpus > 0 && !shared, err)) return -1;
     for (int s = 1; s < n; s++)
         if (p->be[s]->kv_block_size != p->be[0]->kv_block_size)
             return err_set(err, "pipeline: stage %d has KV blocks of %d tokens, stage 0 of %d", s,
@@ -254,14 +306,11 @@ int pipeline_serve(Pipeline *p, Err *err) {
 }
 
 void pipeline_close(Pipeline *p) {
-    int n = p->plan.n_stages;
     TpProcess *tpp = p->tpp; /* owns its stage's backend */
-    Backend *last = n > 0 && !p->serving && !tpp ? p->be[n - 1] : NULL; /* the one pipeline_free leaves (the engine's) */
     BackendLinks *links = p->links;
     int fd = p->serving ? p->serve_fd : -1;
-    pipeline_free(p);
+    pipeline_free(p); /* every backend but tpp's, the engine's (the last stage's) included */
     if (fd >= 0) close(fd);
-    if (last) last->destroy(last);
     if (tpp) tp_process_close(tpp); /* its ranks told to stop */
     free(tpp);
     backend_link_close(links); /* last: the backends' streams used the communicators */

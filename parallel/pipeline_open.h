@@ -30,10 +30,20 @@ typedef struct {
 } PipelineOptions;
 
 int pipeline_open(Pipeline *p, const Model *m, const PipelineOptions *o, Err *err);
+/* After pipeline_slice: every stage's backend into p->be[] (with o->tp > 1
+ * its group into p->tp[]), stage s on GPU dev[s] (its ranks on
+ * dev[s * tp + r]; n_gpus 0: CPU backends). concurrent: a thread per stage, for
+ * stages on GPUs of their own (pipeline_open's choice); else in stage
+ * order, as a shared GPU needs. The first failing stage by stage order is
+ * reported, naming it; backends made stay in p for pipeline_close. Sets
+ * p->concurrent and, made, p->made_s. */
+int pipeline_make_backends(Pipeline *p, const PipelineOptions *o, const int *dev, int n_gpus, bool concurrent,
+                           Err *err);
 /* A serving rank's loop: runs its stage for the driving process until it says stop. */
 int pipeline_serve(Pipeline *p, Err *err);
-/* The last stage's backend is the engine's: pipeline_free leaves it, this
- * destroys it (after the engine is gone) and closes the links. */
+/* Frees the pipeline (pipeline_free: every backend, the last stage's,
+ * the engine's, included, so after the engine is gone), then closes the
+ * links. */
 void pipeline_close(Pipeline *p);
 
 #endif
