@@ -31,9 +31,9 @@ static void queue_push(JobQueue *q, const StageJob *j) {
 }
 
 /* false when the pipeline stops before a step comes. */
-static bool queue_pop(Pipeline *p, JobQueue *q, StageJob *j) {
+static bool queue_pop(JobQueue *q, StageJob *j) {
     pthread_mutex_lock(&q->mu);
-    while (q->n == 0 && !p->stopping) pthread_cond_wait(&q->cv, &q->mu);
+    while (q->n == 0 && !q->stopping) pthread_cond_wait(&q->cv, &q->mu);
     bool got = q->n > 0;
     if (got) {
         *j = q->job[q->head];
@@ -106,7 +106,7 @@ static void *stage_main(void *arg) {
     int s = t->stage;
     bool device_link = linked(p, s);
     StageJob j;
-    while (queue_pop(p, &p->q[s], &j)) {
+    while (queue_pop(&p->q[s], &j)) {
         Err err = {{0}};
         bool launched = false;
         if (!j.failed) {
@@ -227,7 +227,7 @@ int pipeline_finish(Pipeline *p, Forward *last, Err *err) {
     int ls = p->plan.n_stages - 1;
     if (p->in_flight == 0) return err_set(err, "pipeline: no step in flight");
     StageJob j;
-    if (!queue_pop(p, &p->q[ls], &j)) return err_set(err, "pipeline: stopped");
+    if (!queue_pop(&p->q[ls], &j)) return err_set(err, "pipeline: stopped");
     p->in_flight--;
     /* A stage's error is sticky: its GPU state is unknown, so no later step runs. */
     pthread_mutex_lock(&p->err_mu);
@@ -297,7 +297,7 @@ void pipeline_free(Pipeline *p) {
     free(p->msg);
     for (int s = 0; s < n; s++) {
         pthread_mutex_lock(&p->q[s].mu);
-        p->stopping = true;
+        p->q[s].stopping = true;
         pthread_cond_broadcast(&p->q[s].cv);
         pthread_mutex_unlock(&p->q[s].mu);
     }

@@ -41,6 +41,7 @@ typedef struct {
 typedef struct {
     StageJob job[STAGE_MAX];
     int head, n;
+    bool stopping;                /* the pipeline is stopping: a pop with nothing queued returns */
     pthread_mutex_t mu;
     pthread_cond_t cv;
 } JobQueue;
@@ -65,7 +66,6 @@ struct Pipeline {
     pthread_t thread[STAGE_MAX];
     int n_threads;
     int in_flight, next_slot;
-    bool stopping;
     /* multi-process (pipeline_set_remote): this process runs the last stage
      * and drives stages 0..n-2 in other processes over peer_fd */
     bool remote;
