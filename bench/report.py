@@ -473,7 +473,8 @@ def render_pipeline(doc, fig):
     out = [f"{TITLES.get(model, model)}. `cllm bench --pp {bar}` (prefill 512, batch-1 decode) and bench/throughput.sh "
            f"with `THROUGHPUT_ARGS=\"--pp {bar}\"`. Stages on their own threads, hidden states over NCCL. A batch-1 "
            "request goes through the stages in turn, so its limit is one GPU's: every % is of one GPU's measured "
-           "limits, with the bytes and FLOPs of the whole model.", ""]
+           "limits, with the bytes and FLOPs of the whole model (a prompt's 256-token chunks may run on different "
+           "stages at once, so a prefill may pass 100%).", ""]
     head, rule = "| measure |", "| --- |"
     for k in pps:
         head += f" --pp {k} ({gpus_text(int(k))}) | % of limit |" + (f" ÷ --pp 1 |" if k != "1" else "")
@@ -522,8 +523,9 @@ def render_pipeline(doc, fig):
             continue
         over = f" (more than one GPU's {mem / 1024:.0f} GiB)" if mem and bb["weight_bytes"] > mem * 2**20 else ""
         out += ["", f"{TITLES.get(bname, bname)}{kind}: {bb['params'] / 1e9:.2f} G parameters, "
-                f"{bb['weight_bytes'] / 1e9:.1f} GB of weights{over}, `--pp {g}`; the stages run in turn, so the "
-                "limits are one GPU's:", "", f"| measure | --pp {g} | % of limit |", "| --- | --- | --- |"]
+                f"{bb['weight_bytes'] / 1e9:.1f} GB of weights{over}, `--pp {g}`; a batch-1 step runs the stages in "
+                "turn, so the limits are one GPU's (a prefill's 256-token chunks overlap on the stages: it may pass "
+                "100%):", "", f"| measure | --pp {g} | % of limit |", "| --- | --- | --- |"]
         up = f", {bb['load_gbps']:.1f} GB/s" if bb.get("load_gbps") else ""
         out.append(f"| load (random weights made and uploaded) | {bb['load_s']:.1f} s{up} | |")
         for label, cellf, (x,) in bench_rows(bb):
