@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/thread_each.h"
+
 /* A rank after 0: waits for a step, runs it, says it is done. A rank that
  * fails breaks the group, so no rank waits for it in a reduce. */
 static void *rank_main(void *arg) {
@@ -88,11 +90,10 @@ typedef struct {
     Err err;
 } RankStart;
 
-static void *start_rank(void *arg) {
-    RankStart *s = arg;
+static void start_rank(void *ctx, int r) {
+    RankStart *s = (RankStart *)ctx + r;
     TpRankModel *rm = &s->t->rm[s->rank];
     s->t->be[s->rank] = backend_create(&rm->shape, &rm->w, &s->bo, &s->err);
-    return NULL;
 }
 
 /* Every rank's backend at once, a thread each, so the ranks upload their
@@ -108,18 +109,13 @@ static void *start_rank(void *arg) {
 static int start_ranks(TpRanks *t, const BackendOptions *base, const TpPlacement *where, int n, const char *what,
                        Err *err) {
     RankStart s[TP_MAX];
-    pthread_t thread[TP_MAX];
-    bool own_thread[TP_MAX];
     for (int r = 0; r < n; r++) {
         s[r] = (RankStart){t, *base, r, {{0}}};
         s[r].bo.tp_rank = r;
         s[r].bo.device = where->devices[r];
         s[r].bo.gpu_share = where->gpu_share[r];
-        own_thread[r] = pthread_create(&thread[r], NULL, start_rank, &s[r]) == 0;
-        if (!own_thread[r]) start_rank(&s[r]); /* no thread to spare: made here, in turn */
     }
-    for (int r = 0; r < n; r++)
-        if (own_thread[r]) pthread_join(thread[r], NULL);
+    thread_each(n, start_rank, s);
     for (int r = 0; r < n; r++)
         if (!t->be[r]) {
             *err = s[r].err;
