@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # bench/pipeline.sh — BENCH.md's pipeline section, on a machine with >= 2 GPUs:
-# pipeline stages (--pp 2, and --pp 4 with >= 4 GPUs) against one GPU on the
-# random Llama-3-8B shape (`cllm bench --pp P`, and bench/throughput.sh with
-# THROUGHPUT_ARGS="--pp P"), then models that do not fit one GPU
-# (--dummy-weights; PP_BIG=0 leaves them out): the Llama-3-70B shape in bf16 at
-# --pp G (G = 4 with >= 4 GPUs, else 2) and, with >= 4 GPUs, the
-# Llama-3.1-405B shape in Q4_K (--dummy-weights=q4_k, 229 GB) at --pp 4.
+# pipeline stages (--pp 2, and --pp 4 / --pp 8 with >= 4 / >= 8 GPUs) against
+# one GPU on the random Llama-3-8B shape (`cllm bench --pp P`, and
+# bench/throughput.sh with THROUGHPUT_ARGS="--pp P"), then models that do not
+# fit one GPU (--dummy-weights; PP_BIG=0 leaves them out): the Llama-3-70B
+# shape in bf16 at --pp G (G = 8, 4 or 2: the most the GPUs allow) and the
+# Llama-3.1-405B shape in Q4_K (--dummy-weights=q4_k, 229 GB) at --pp 4 and
+# --pp 8 where there are that many GPUs; with >= 8 GPUs also the 70B shape's
+# 1000-prompt throughput at --pp 4 and --pp 8 (issue 44).
 # Writes $OUT/pipeline.json. (The correctness checks: tests/gpu/pipeline.sh.)
 #   bench/pipeline.sh [MODEL_DIR]   (default: the random Llama-3-8B in $BENCH_MODELS, made when missing)
 # Environment: see bench/lib.sh; PP_N (prompts of the throughput runs, default
@@ -26,6 +28,7 @@ read -r -a peak <<< "$(bench_peak_args)"
 rm -rf "$OUT"/pp-*
 PPS="1 2"
 [ "$gpus" -ge 4 ] && PPS="1 2 4"
+[ "$gpus" -ge 8 ] && PPS="1 2 4 8"
 for pp in $PPS; do
     echo "== cllm bench --pp $pp"
     timeout "$LIMIT" "$CLLM" bench -m "$DIR" --pp $pp --prompt-lens 512 --ctx 128,4096 "${peak[@]}" \
@@ -59,21 +62,35 @@ big_bench() {
     [ $rc = 0 ] || { echo "$model --pp $pp exit $rc: $(tail -1 "$OUT/pp-$name.log")" >> "$OUT/pp-errors";
                      rm -f "$OUT/pp-bench-$name.json"; }
 }
-BIG=""
+BIG="" BIG_THR=""
 if [ "${PP_BIG:-1}" != 0 ]; then
-    G=$((gpus >= 4 ? 4 : 2))
+    G=$((gpus >= 8 ? 8 : gpus >= 4 ? 4 : 2))
     big_bench 70b llama3-70b bf16 $G
     BIG="70b|llama3-70b|bf16|$G"
-    if [ "$gpus" -ge 4 ]; then
-        big_bench 405b llama3.1-405b q4_k 4
-        BIG="$BIG;405b|llama3.1-405b|q4_k|4"
+    for pp in 4 8; do
+        [ "$gpus" -ge $pp ] || continue
+        big_bench 405b-$pp llama3.1-405b q4_k $pp
+        BIG="$BIG;405b-$pp|llama3.1-405b|q4_k|$pp"
+    done
+    if [ "$gpus" -ge 8 ]; then  # the 70B shape's throughput: bf16 weights made in memory
+        for pp in 4 8; do
+            echo "== bench/throughput.sh, llama3-70b shape, --dummy-weights --pp $pp"
+            mkdir -p "$OUT/pp-70b-tp$pp"
+            cp "$OUT/limits.json" "$OUT/pp-70b-tp$pp/"
+            OUT=$OUT/pp-70b-tp$pp THROUGHPUT_ARGS="--dummy-weights --pp $pp" timeout "$LIMIT" bench/throughput.sh \
+                "$BENCH_MODELS/llama3-70b" "${PP_N:-1000}" 0 > "$OUT/pp-70b-tp$pp.log" 2>&1
+            rc=$?
+            cat "$OUT/pp-70b-tp$pp.log"
+            [ $rc = 0 ] || echo "llama3-70b throughput --pp $pp exit $rc: $(tail -1 "$OUT/pp-70b-tp$pp.log")" >> "$OUT/pp-errors"
+            BIG_THR="$BIG_THR $pp"
+        done
     fi
 fi
-python3 - "$OUT" "$DIR" "$PPS" "$BIG" <<'PY'
+python3 - "$OUT" "$DIR" "$PPS" "$BIG" "$BIG_THR" <<'PY'
 import os, sys
 sys.path.insert(0, "bench")
 import results
-out, model, pps, big = sys.argv[1:5]
+out, model, pps, big, big_thr = sys.argv[1:6]
 pps = pps.split()
 err = os.path.join(out, "pp-errors")
 bigs = [dict(zip(("name", "model", "weights", "pp"), b.split("|"))) for b in big.split(";") if b]
@@ -83,6 +100,8 @@ results.write_section(out, "pipeline", {
     "throughput": {pp: results.load(os.path.join(out, f"pp-tp{pp}", "throughput.json")) for pp in pps},
     "big": [{"model": b["model"], "weights": b["weights"], "pp": int(b["pp"]),
              "bench": results.load(os.path.join(out, f"pp-bench-{b['name']}.json"))} for b in bigs],
+    "big_throughput": {"model": "llama3-70b", "runs": {pp: results.load(os.path.join(out, f"pp-70b-tp{pp}", "throughput.json"))
+                                                        for pp in big_thr.split()}} if big_thr.split() else None,
     "error": open(err).read().strip() if os.path.exists(err) else None}, gpus_used=int(pps[-1]))
 sys.exit(0 if all(results.load(os.path.join(out, f"pp-bench-{pp}.json")) for pp in pps) else 1)
 PY

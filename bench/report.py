@@ -19,6 +19,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import sys
 
 import fixed_lengths  # bench/, the script's own folder, is on the path
@@ -532,6 +533,20 @@ def render_pipeline(doc, fig):
             c, pc = cellf(x, lim)
             out.append(f"| {label} | {c} | {pct_text(pc)} |")
             fig.add(bname, f"{label}, --pp {g}" + (f", {big['weights']}" if kind else ""), x["tok_s"], "tok/s", pc)
+    bt = doc.get("big_throughput") or {}
+    if bt.get("runs"):
+        bname = bt.get("model", "llama3-70b")
+        out += ["", f"{TITLES.get(bname, bname)}: bench/throughput.sh "
+                "(`THROUGHPUT_ARGS=\"--dummy-weights --pp P\"`, the prompts and output lengths above; it does not "
+                "fit one GPU):", "", "| run | output tok/s, whole process | output tok/s over the steps | wall s |",
+                "| --- | --- | --- | --- |"]
+        for k in sorted(bt["runs"], key=int):
+            r = (bt["runs"][k] or {}).get("batched")
+            o, _, st = tp_rates(r) if r else (None, None, None)
+            wall = f"{r['wall_s']:.1f}" if r and r.get("wall_s") else "—"
+            out.append(f"| --pp {k} | {num(o) if o else 'failed'} | {num(st) if st else '—'} | {wall} |")
+            fig.add(bname, f"throughput output tok/s, whole process, --pp {k}", o, "tok/s")
+            fig.add(bname, f"throughput output tok/s over the steps, --pp {k}", st, "tok/s")
     if doc.get("error"):
         out += ["", "Partly failed: " + "; ".join(doc["error"].splitlines())]
     return out + [""]
@@ -545,6 +560,46 @@ def load_text(b):
     if not b or not b.get("load_s"):
         return "—"
     return f"{b['load_s']:.1f} s" + (f", {b['load_gbps']:.1f} GB/s" if b.get("load_gbps") else "")
+
+
+def tp_of(args):
+    """The tensor-parallel ranks of a run's args (1 without --tp)."""
+    m = re.search(r"--tp[ =]([0-9]+)", args)
+    return int(m.group(1)) if m else 1
+
+
+def huge_table(huge, lim, fig):
+    """The 405B shape at --tp 8, --pp 2 --tp 4, --pp 8: a column pair per run. A batch-1 step runs a request's
+    stages in turn, so its limit is one stage's GPUs: --tp N of them."""
+    hname, runs = huge.get("model", "llama3.1-405b"), huge["runs"]
+    one = next((r["bench"] for r in runs if r.get("bench")), None)
+    size = f": {one['params'] / 1e9:.2f} G parameters, {one['weight_bytes'] / 1e9:.1f} GB of weights" if one else ""
+    out = ["", f"{TITLES.get(hname, hname)} in {huge.get('weights', 'q4_k').upper()} "
+           f"(`--dummy-weights={huge.get('weights', 'q4_k')}`){size}, on 8 GPUs three ways. A batch-1 step runs a "
+           "request's stages in turn, so each % is of one stage's GPUs (its --tp ranks) together; throughput: "
+           "bench/throughput.sh with the same prompts as below.", ""]
+    head, rule = "| measure |", "| --- |"
+    for r in runs:
+        head += f" {r['args']} | % of {gpus_text(tp_of(r['args']))} |"
+        rule += " --- | --- |"
+    out += [head, rule, "| load (random weights made and uploaded) |" + "".join(f" {load_text(r.get('bench'))} | |"
+                                                                          for r in runs)]
+    for label, cellf, xs in bench_rows(*[r.get("bench") for r in runs]):
+        line = f"| {label} |"
+        for r, x in zip(runs, xs):
+            c, p = cellf(x, lim, tp_of(r["args"])) if x else ("—", None)
+            line += f" {c} | {pct_text(p)} |"
+            if x:
+                fig.add(hname, f"{label}, {r['args']}", x["tok_s"], "tok/s", p)
+        out.append(line)
+    for i, what in ((0, "output tok/s, whole process"), (2, "output tok/s over the steps")):
+        line = f"| 1000-prompt throughput: {what} |"
+        for r in runs:
+            v = tp_rates(r["batched"])[i] if r.get("batched") else None
+            line += f" {num(v) if v else '—'} | |"
+            fig.add(hname, f"throughput {what}, {r['args']}", v, "tok/s")
+        out.append(line)
+    return out
 
 
 def render_tensor_parallel(doc, fig, pipeline=None):
@@ -607,6 +662,10 @@ def render_tensor_parallel(doc, fig, pipeline=None):
             out.append(f"Neither `--tp {g}` nor `--pp {g}` gave results (the errors below).")
         if big.get("info"):
             out += ["", f"Memory per GPU, `cllm info --dummy-weights --tp {g}`: " + "; ".join(big["info"]) + "."]
+    # 2b. The 405B shape in Q4_K three ways (8 GPUs).
+    huge = doc.get("huge") or {}
+    if huge.get("runs"):
+        out += huge_table(huge, lim, fig)
     # 3. Offline throughput, beside the pipeline section's --pp 1 and --pp 2 (same shape, its own run).
     thr = doc.get("throughput") or []
     if thr:

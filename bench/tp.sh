@@ -6,12 +6,16 @@
 #  1. The Llama-3-8B shape (random bf16 weights made in memory:
 #     bench/make_dummy_model.py, --dummy-weights), `cllm bench` (prefill
 #     TP_PROMPT, batch-1 decode at TP_CTX) at --tp 1, --tp 2, --tp 2
-#     --tp-nccl-sum, and with >= 4 GPUs --tp 4 and --tp 4 --tp-nccl-sum; on a
+#     --tp-nccl-sum, with >= 4 GPUs --tp 4 and --tp 4 --tp-nccl-sum, with >= 8
+#     --tp 8; on a
 #     one-GPU machine --tp 2 --gpus 0,0 instead (both ranks on GPU 0, the
 #     host-memory transport: a correctness path, not a fast one).
 #  2. >= 2 GPUs (TP_70B=0 leaves it out): the Llama-3-70B shape on G GPUs
-#     (G = 4 with >= 4 GPUs, else 2): `cllm info --tp G` (memory per GPU),
-#     then `cllm bench --tp G` and `--pp G` (prefill 512, decode at 128).
+#     (G = 8, 4 or 2: the most the GPUs allow): `cllm info --tp G` (memory
+#     per GPU), then `cllm bench --tp G` and `--pp G` (prefill 512, decode at
+#     128). With >= 8 GPUs (issue 44) the Llama-3.1-405B shape in Q4_K
+#     (--dummy-weights=q4_k) at --tp 8, --pp 2 --tp 4 and --pp 8: `cllm
+#     bench` and bench/throughput.sh (TP_N prompts) each.
 #  3. >= 2 GPUs (TP_THROUGHPUT=0 leaves it out): bench/throughput.sh on the 8B
 #     shape with THROUGHPUT_ARGS="--dummy-weights --tp 2" (>= 4 GPUs also
 #     --tp 4, --pp 2 --tp 2, --pp 4), TP_N prompts, each in $OUT/tensor-thr-NAME/.
@@ -37,11 +41,12 @@ ERR=$OUT/tensor-errors
 
 # tp_bench NAME MODEL_DIR ARGS...: `cllm bench --dummy-weights ARGS` into
 # $OUT/tensor-NAME.json and .log; a failure is a line in $ERR (no JSON left).
+# DW: the --dummy-weights option (default plain: bf16).
 tp_bench() {
     local name=$1 dir=$2 rc
     shift 2
-    echo "== cllm bench $*"
-    timeout "$LIMIT" "$CLLM" bench -m "$dir" --dummy-weights "$@" "${peak[@]}" \
+    echo "== cllm bench ${DW:---dummy-weights} $*"
+    timeout "$LIMIT" "$CLLM" bench -m "$dir" "${DW:---dummy-weights}" "$@" "${peak[@]}" \
         --json "$OUT/tensor-$name.json" > "$OUT/tensor-$name.log" 2>&1
     rc=$?
     grep -E '^(prefill [0-9]|decode at)' "$OUT/tensor-$name.log"
@@ -53,7 +58,8 @@ tp_bench() {
 
 # 1. The 8B shape. NAME|GPUS|ARGS; the host-memory run only where NCCL between
 # two GPUs cannot be had (one GPU: both ranks share it, so its limit is one GPU's).
-runs=("tp1|1|--tp 1" "tp2|2|--tp 2" "tp2s|2|--tp 2 --tp-nccl-sum" "tp4|4|--tp 4" "tp4s|4|--tp 4 --tp-nccl-sum")
+runs=("tp1|1|--tp 1" "tp2|2|--tp 2" "tp2s|2|--tp 2 --tp-nccl-sum" "tp4|4|--tp 4" "tp4s|4|--tp 4 --tp-nccl-sum"
+      "tp8|8|--tp 8")
 [ "$gpus" -lt 2 ] && runs+=("tp2h|1|--tp 2 --gpus 0,0")
 ran=()
 for run in "${runs[@]}"; do
@@ -68,7 +74,7 @@ done
 # split by heads (--tp G) and by layers (--pp G: batch-1 decode runs the stages in turn).
 G=0
 if [ "$gpus" -ge 2 ] && [ "${TP_70B:-1}" != 0 ]; then
-    G=$((gpus >= 4 ? 4 : 2))
+    G=$((gpus >= 8 ? 8 : gpus >= 4 ? 4 : 2))
     big=$BENCH_MODELS/llama3-70b
     echo "== llama3-70b shape, --dummy-weights, --tp $G and --pp $G"
     if [ -f "$big/config.json" ] || python3 bench/make_dummy_model.py llama3-70b "$big" > "$OUT/tensor-70b-info.log" 2>&1; then
@@ -79,6 +85,29 @@ if [ "$gpus" -ge 2 ] && [ "${TP_70B:-1}" != 0 ]; then
         tp_bench 70b-pp "$big" --pp $G --prompt-lens 512 --ctx 128
     else
         echo "make_dummy_model.py llama3-70b failed: $(tail -1 "$OUT/tensor-70b-info.log")" | tee -a "$ERR"
+    fi
+fi
+
+# 2b. >= 8 GPUs: the 405B shape in Q4_K (228.8 GB) three ways, each `cllm bench` and 1000-prompt throughput.
+huge=()
+if [ "$gpus" -ge 8 ] && [ "${TP_70B:-1}" != 0 ]; then
+    h=$BENCH_MODELS/llama3.1-405b
+    if [ -f "$h/config.json" ] || python3 bench/make_dummy_model.py llama3.1-405b "$h" > /dev/null 2>&1; then
+        huge=("405b-tp8|8|--tp 8" "405b-pp2tp4|8|--pp 2 --tp 4" "405b-pp8|8|--pp 8")
+        for run in "${huge[@]}"; do
+            IFS='|' read -r name n args <<< "$run"
+            # shellcheck disable=SC2086
+            DW=--dummy-weights=q4_k tp_bench "$name" "$h" $args --prompt-lens 512 --ctx 128
+            sub=$OUT/tensor-thr-$name
+            mkdir -p "$sub"
+            cp "$OUT/limits.json" "$sub/"
+            echo "== bench/throughput.sh, llama3.1-405b shape, THROUGHPUT_ARGS=\"--dummy-weights=q4_k $args\""
+            OUT=$sub THROUGHPUT_ARGS="--dummy-weights=q4_k $args" timeout "$LIMIT" bench/throughput.sh "$h" \
+                "${TP_N:-1000}" 0 > "$sub.log" 2>&1 ||
+                echo "405b throughput $args exit $?: $(tail -1 "$sub.log" | cut -c1-200)" | tee -a "$ERR"
+        done
+    else
+        echo "make_dummy_model.py llama3.1-405b failed" | tee -a "$ERR"
     fi
 fi
 
@@ -104,11 +133,11 @@ for run in "${thr[@]}"; do
 done
 
 python3 - "$OUT" "$gpus" "$G" "${TP_PROMPT:-2048}" "${TP_CTX:-128,4096}" "$(printf '%s;' "${ran[@]}")" \
-    "$(printf '%s;' "${thr[@]}")" <<'PY'
+    "$(printf '%s;' "${thr[@]}")" "$(printf '%s;' "${huge[@]}")" <<'PY'
 import os, re, sys
 sys.path.insert(0, "bench")
 import results
-out, gpus, big_gpus, prompt, ctx, ran, thr = sys.argv[1:8]
+out, gpus, big_gpus, prompt, ctx, ran, thr, huge = sys.argv[1:9]
 gpus, big_gpus = int(gpus), int(big_gpus)
 
 
@@ -143,9 +172,15 @@ for n, g, a in runs(thr):
     doc = results.load(os.path.join(out, f"tensor-thr-{n}", "throughput.json")) or {}
     throughput.append({"name": n, "args": a, "gpus": int(g), "batched": doc.get("batched"),
                        "matrix_params": doc.get("matrix_params")})
-used = max([r["gpus"] for r in bench + throughput] + [big_gpus, 1])
+huge_runs = []
+for n, g, a in runs(huge):
+    doc = results.load(os.path.join(out, f"tensor-thr-{n}", "throughput.json")) or {}
+    huge_runs.append({"name": n, "args": a, "gpus": int(g), "bench": results.load(os.path.join(out, f"tensor-{n}.json")),
+                      "batched": doc.get("batched")})
+used = max([r["gpus"] for r in bench + throughput + huge_runs] + [big_gpus, 1])
 results.write_section(out, "tensor_parallel", {
     "model": "llama3-8b", "prompt_lens": prompt, "ctx": ctx, "runs": bench, "big": big, "throughput": throughput,
+    "huge": {"model": "llama3.1-405b", "weights": "q4_k", "runs": huge_runs} if huge_runs else None,
     "error": open(err).read().strip() if os.path.exists(err) else None}, gpus_used=used)
 base = next((r for r in bench if r["name"] == "tp1"), None)
 if not base or not base["bench"]:

@@ -100,6 +100,13 @@ tp = dict(head, section="tensor_parallel", gpus_used=2, model="llama3-8b", promp
                 "decode": [{"ctx": 128, "batch": 1, "bytes": 1.44e11, "step_s": 0.048, "tok_s": 20.833}]}},
     throughput=[{"name": "tp2", "args": "--tp 2", "gpus": 2, "batched": {
         "prompts": 1000, "failed": 0, "prompt_tokens": 500000, "output_tokens": 256000, "wall_s": 20.0, "steps_s": 16.0}}],
+    huge={"model": "llama3.1-405b", "weights": "q4_k", "runs": [
+        {"name": "405b-tp8", "args": "--tp 8", "gpus": 8, "bench": {
+            "params": 405.85e9, "weight_bytes": 2.288e11, "load_s": 20.0, "load_gbps": 11.4,
+            "decode": [{"ctx": 128, "batch": 1, "bytes": 2.3e11, "step_s": 0.01, "tok_s": 100.0}]},
+         "batched": {"prompts": 1000, "failed": 0, "prompt_tokens": 500000, "output_tokens": 256000, "wall_s": 64.0,
+                     "steps_s": 51.2}},
+        {"name": "405b-pp8", "args": "--pp 8", "gpus": 8, "bench": None, "batched": None}]},
     error="throughput --tp 4 exit 124: timed out")
 def batched(wall, steps):
     return {"batched": {"prompts": 1000, "failed": 0, "prompt_tokens": 500000, "output_tokens": 256000,
@@ -145,6 +152,14 @@ expect_line "report: throughput, the pipeline section's --pp 1 beside" "| --pp 1
 expect_line "report: throughput, the pipeline section's --pp 2 beside" "| --pp 2 (pipeline section) | 2 | 10,000 | 12,500 | 1.25× | 25.6 |"
 expect_line "report: throughput, --tp 2" "| --tp 2 | 2 | 12,800 | 16,000 | 1.60× | 20.0 |"
 expect_line "report: the errors" "Partly failed: throughput --tp 4 exit 124: timed out"
+# the 405B shape on 8 GPUs: 2.3e11 B / 10 ms = 23,000 GB/s = 71.9% of 8 x 4 TB/s (--tp 8: one stage of 8 GPUs)
+expect_line "report: 405B columns, each run's % of its stage's GPUs" "| measure | --tp 8 | % of 8 GPUs | --pp 8 | % of 1 GPU |"
+expect_line "report: 405B load" "| load (random weights made and uploaded) | 20.0 s, 11.4 GB/s | | — | |"
+expect_line "report: 405B decode at --tp 8 against 8 GPUs" \
+    "| decode batch 1 at 128 context | 100.0 tok/s (10.00 ms/step), 23,000 GB/s | 71.9% | — | — |"
+# 256,000 / 64 s = 4,000 whole; / 51.2 s = 5,000 over the steps
+expect_line "report: 405B throughput, whole process" "| 1000-prompt throughput: output tok/s, whole process | 4,000 | | — | |"
+expect_line "report: 405B throughput, over the steps" "| 1000-prompt throughput: output tok/s over the steps | 5,000 | | — | |"
 # the pipeline section: a column group per --pp (no --pp 2 bench here); 1.6e10 B / 5 ms = 3,200 GB/s = 80% of 4 TB/s,
 # / 6.25 ms = 64%, 160 / 200
 expect_line "report: pipeline columns, one group per --pp" \

@@ -24,10 +24,11 @@ NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 # the stages on the GPUs in another order than 0..PP-1, no stage on its own index where PP allows
 case $PP in 2) PERM=1,0 ;; 3) PERM=2,0,1 ;; 4) PERM=2,0,3,1 ;; *) PERM=$(seq -s, $((PP - 1)) -1 0) ;; esac
 # a stage holds at least one layer: the tiny fixtures with fewer than PP layers sit out (gemma3's 6 layers
-# stand in for the 2-layer llama beyond --pp 2)
+# stand in for the 2-layer llama beyond --pp 2, the random 8B shape beyond --pp 6)
 layers_of() { "$BIN/cllm" info "$1" 2>/dev/null | awk '$1 == "layers" { print $2; exit }'; }
 TINY=tests/fixtures/tiny/llama.gguf
 [ "$PP" -gt 2 ] && TINY=tests/fixtures/tiny/gemma3.gguf
+[ "$PP" -gt 6 ] && TINY=$MODELS/llama3-8b  # no tiny fixture has more than 6 layers
 source tests/gpu/lib.sh
 [ -d "$MODELS/llama3-8b" ] || python3 bench/make_model.py llama3-8b "$MODELS/llama3-8b" > "$OUT/make-8b.log" 2>&1
 for i in $(seq 1 64); do echo "prompt $i: the quick brown fox $((i * 7919 % 1000)) jumps"; done > "$OUT/prompts.txt"
