@@ -314,7 +314,7 @@ static void print_placement(const InfoPlacement *pl, const char *gpus, const uin
     bool done[PLACEMENT_MAX] = {false};
     for (int b = 0; b < pl->n; b++) {
         if (done[b]) continue;
-        char who[PLACEMENT_MAX * 20] = "", label[32];
+        char who[PLACEMENT_MAX * 20] = "", label[48];
         int count = 0;
         uint64_t w = 0, k = 0;
         for (int j = b; j < pl->n; j++) {

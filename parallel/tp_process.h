@@ -64,7 +64,7 @@ typedef struct {
     void *hidden;                /* a stage after the first: x or proj of a step on the host (sent or received) */
     size_t hidden_cap;
     char hub[80];                /* rank 0 as its ranks name it */
-    char note[320];              /* GPU ranks through host memory: why, one line for the user ("" otherwise) */
+    char note[512];              /* GPU ranks through host memory: why, one line for the user ("" otherwise) */
 } TpProcess;
 
 /* This process's rank (o: every backend's options; the device is this
