@@ -215,9 +215,38 @@ static int run_pipeline(void *ctx, const OneSeqSteps *q, float *logits, Err *err
     return pipeline_launch(pp->p, q->ids, &q->b, &q->row, 1, logits, err) || pipeline_finish(pp->p, pp->last, err);
 }
 
+/* A device transport's broadcast (kernels/backend.h), played on CPU ranks:
+ * every rank but 0 zeroes buf, then the group's rank-order sum gives every
+ * rank rank 0's values. Installed on a stage group's ranks, it makes
+ * tp_ranks_run leave the stage's input to forward_ops's broadcast (as a GPU
+ * group over NCCL does) instead of copying it through the host. */
+#define BCAST_MAX (PP * 2)
+static struct {
+    Backend *be[BCAST_MAX];
+    int rank[BCAST_MAX], n, calls;
+} bcast;
+
+static void test_broadcast(Backend *be, void *buf, int64_t n, BufKind kind) {
+    for (int i = 0; i < bcast.n; i++)
+        if (bcast.be[i] == be && bcast.rank[i] > 0) memset(buf, 0, (size_t)n * sizeof(float)); /* CPU: fp32 */
+    __atomic_add_fetch(&bcast.calls, 1, __ATOMIC_RELAXED);
+    be->all_reduce(be, buf, n, kind);
+}
+
+static void install_broadcast(Pipeline *p, int tp) {
+    bcast.n = bcast.calls = 0;
+    for (int s = 0; s < PP; s++)
+        for (int r = 0; p->tp[s] && r < tp && bcast.n < BCAST_MAX; r++) {
+            p->tp[s]->be[r]->broadcast = test_broadcast;
+            bcast.be[bcast.n] = p->tp[s]->be[r];
+            bcast.rank[bcast.n++] = r;
+        }
+}
+
 /* The stages made concurrently on CPU backends, then run as a pipeline:
- * the whole model's logits (tp 1: bit for bit; tp 2: within 1e-5). */
-static void check_concurrent_stages(int tp) {
+ * the whole model's logits (tp 1: bit for bit; tp 2: within 1e-5; with
+ * broadcast, the stages' inputs broadcast by forward_ops). */
+static void check_concurrent_stages(int tp, bool broadcast) {
     Err err = {{0}};
     Model m;
     if (!load_tiny(&m, "gemma3")) return;
@@ -236,13 +265,17 @@ static void check_concurrent_stages(int tp) {
     CHECK(ok, "--pp %d --tp %d: %s", PP, tp, err.msg);
     CHECK(!made || (p.concurrent && p.made_s >= 0), "made concurrently: %d, in %g s", p.concurrent, p.made_s);
     for (int s = 0; made && s < PP; s++) CHECK(p.be[s] && (tp > 1) == (p.tp[s] != NULL), "stage %d's backend", s);
+    if (ok && broadcast) install_broadcast(&p, tp);
     if (ok) {
         last.from_prev = true;
         Piped pp = {&p, &last};
-        char what[64];
-        snprintf(what, sizeof what, "gemma3 --pp %d --tp %d, made concurrently", PP, tp);
+        char what[96];
+        snprintf(what, sizeof what, "gemma3 --pp %d --tp %d, made concurrently%s", PP, tp,
+                 broadcast ? ", inputs broadcast" : "");
         compare_steps(what, &fw, run_pipeline, &pp, tp > 1 ? 1e-5 : 0);
     }
+    /* x and proj, on each rank of the 3 stages after the first, at every step */
+    if (ok && broadcast) CHECK(bcast.calls > 0 && bcast.calls % (2 * (PP - 1) * tp) == 0, "broadcasts: %d", bcast.calls);
     if (last.cfg) forward_free(&last);
     if (sliced) pipeline_close(&p);
     if (fw.cfg) forward_free(&fw);
@@ -251,8 +284,9 @@ static void check_concurrent_stages(int tp) {
 }
 
 static void test_stages_made_concurrently(void) {
-    check_concurrent_stages(1);
-    check_concurrent_stages(2);
+    check_concurrent_stages(1, false);
+    check_concurrent_stages(2, false);
+    check_concurrent_stages(2, true);
 }
 
 /* Stage 2 cannot be made (tp 1: a layer's rows are a strided view, which
