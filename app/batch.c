@@ -631,10 +631,20 @@ int batch_main(const RunOptions *o, const BatchOptions *b) {
                 "%.3f s, handing lines to the writer %.3f s, its last lines %.3f s, the rest %.3f s\n", bt.t_read,
                 bt.t_feed, bt.t_hand, bt.t_drain,
                 t_end - bt.t0 - bt.ve.busy_seconds - bt.t_read - bt.t_feed - bt.t_hand - bt.t_drain);
+    if (o->verbose && bt.ve.busy_seconds > 0) {
+        const Runtime *r = &bt.rt;
+        double load = bt.t0 - bt.t_launch;
+        fprintf(stderr, "the load's %.2f s: the model's tensors %.2f s, finding the GPUs %.2f s, backends, links and "
+                "engine %.2f s, the rest (output, tokenizers, schedulers) %.2f s\n", load, r->model_s, r->gpus_s,
+                r->open_s, load - r->model_s - r->gpus_s - r->open_s);
+    }
     if (rc == 130) batch_resume_hint(&bt);
     free(bt.held);
     vengines_free(&bt.ve);
     prompts_close(bt.in);
+    double t_close = now_seconds();
     runtime_close(&bt.rt);
+    /* what follows this line is the process's exit (the CUDA contexts' teardown with GPUs) */
+    if (o->verbose) fprintf(stderr, "closed in %.2f s (engine, backends, links, model)\n", now_seconds() - t_close);
     return rc;
 }

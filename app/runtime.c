@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "app/models.h"
+#include "base/clock.h"
 
 void run_options_default(RunOptions *o) {
     memset(o, 0, sizeof *o);
@@ -289,9 +290,11 @@ int runtime_open(Runtime *rt, const RunOptions *o, Err *err) {
     if (!(o->gpu_mem_util > 0 && o->gpu_mem_util <= 1))
         return err_set(err, "--gpu-mem-util %g: must be a fraction in (0, 1]", o->gpu_mem_util);
     int flags = o->weights && !strcmp(o->weights, "fp8") ? MODEL_LOAD_WEIGHTS_FP8 : 0;
+    double t0 = now_seconds();
     if (o->dummy_weights ? model_load_dummy(&rt->model, o->model, flags, o->dummy_type, err)
                          : model_load(&rt->model, o->model, flags, err))
         return -1;
+    rt->model_s = now_seconds() - t0;
     app_warn_unused(&rt->model);
     if (resolve_kv_scales(o, &rt->model, &rt->kv_scales, err)) {
         runtime_close(rt);
@@ -300,14 +303,21 @@ int runtime_open(Runtime *rt, const RunOptions *o, Err *err) {
     const ModelConfig *c = &rt->model.cfg;
     int ctx = o->ctx_size > 0 ? o->ctx_size : (c->ctx_len < 4096 ? c->ctx_len : 4096);
     int block = 16, chunk = o->prefill_chunk > 0 ? o->prefill_chunk : 256;
+    double t1 = now_seconds();
     int n_gpus = 0, rc = o->cpu ? 0 : gpu_fallback(o, &n_gpus, err);
+    double t2 = now_seconds();
     if (rc == 0)
         rc = o->pp > 1                           ? open_pipeline(rt, o, ctx, block, chunk, err)
              : o->tp > 1 && o->world_size > 1 ? open_tp_processes(rt, o, n_gpus, ctx, block, chunk, err)
              : o->tp > 1                         ? open_tensor_parallel(rt, o, n_gpus, ctx, block, chunk, err)
                          : open_backend(rt, o, n_gpus, ctx, block, chunk, err);
-    if (rc) runtime_close(rt);
-    return rc;
+    if (rc) {
+        runtime_close(rt);
+        return rc;
+    }
+    rt->gpus_s = t2 - t1;
+    rt->open_s = now_seconds() - t2;
+    return 0;
 }
 
 int runtime_serve_main(const RunOptions *o, const char *cmd) {

@@ -68,6 +68,19 @@ expect_grep "token ids: an id outside the vocabulary fails alone" "$TMP/ids.out"
 expect_grep "token ids: a non-integer fails alone" "$TMP/ids.out" "\"id\":\"c\",.*field 'prompt\[1\]' must be a token id"
 expect_grep "token ids: a text prompt beside them runs" "$TMP/ids.out" '"id":"d",.*"finish_reason":"length"'
 expect_grep "-v: the share of wall time in steps" "$TMP/err" 'wall [0-9.]+ s: load [0-9.]+ s, then [0-9.]+ s of which steps [0-9.]+ s = [0-9.]+%'
+expect_grep "-v: the load's parts" "$TMP/err" "^the load's [0-9.]+ s: the model's tensors [0-9.]+ s, finding the GPUs [0-9.]+ s, backends, links and engine [0-9.]+ s, the rest .* [0-9.-]+ s$"
+# the parts add up to the load the wall line gives (each printed to 0.01 s)
+why=$(python3 - "$TMP/err" <<'PY' 2>&1
+import re, sys
+t = open(sys.argv[1]).read()
+load = float(re.search(r"wall [0-9.]+ s: load ([0-9.]+) s", t).group(1))
+parts = [float(x) for x in re.search(r"^the load's ([0-9.]+) s: .*? ([0-9.]+) s, .*? ([0-9.]+) s, .*? ([0-9.]+) s, .*? ([0-9.-]+) s$",
+                                     t, re.M).groups()]
+assert abs(parts[0] - load) <= 0.011, (parts, load)
+assert abs(sum(parts[1:]) - parts[0]) <= 0.03, parts
+PY
+) && ok "-v: the load's parts add up to the load" || notok "-v: the load's parts add up to the load" "$why"
+expect_grep "-v: the close's time, last" "$TMP/err" "^closed in [0-9.]+ s \(engine, backends, links, model\)$"
 expect_grep "--steps-csv: the header" "$TMP/steps.csv" '^step,seconds,seqs,prefill_rows,decode_rows,rows_seen,drawn,context_tokens,attn_pairs$'
 # the steps' rows: every prompt token and every generated token but the last
 # of each request; their draws: every generated token
