@@ -457,6 +457,12 @@ def render_throughput(doc, fig):
             fig.add(model, f"{key}: roofline output tok/s", rl["roofline_tok_s"], "tok/s")
         if r and r.get("steps_pct_after_load") is not None:
             notes.append(f"Steps' share of the {label} run's wall time after the load: {r['steps_pct_after_load']:.2f}%.")
+        lp = (r or {}).get("load_parts")
+        if lp:
+            close = f"; closing took {r['close_s']:.2f} s" if r.get("close_s") is not None else ""
+            notes.append(f"The {label} run's load, {lp['load_s']:.2f} s: the model's tensors {lp['model_s']:.2f} s, "
+                         f"finding the GPUs {lp['gpus_s']:.2f} s, backends, links and engine {lp['open_s']:.2f} s, "
+                         f"the rest {lp['rest_s']:.2f} s{close}.")
     if b.get("scheduler_pct") is not None:
         notes.append(f"Scheduler's own work (outside forward and sampling): {b['scheduler_pct']:.2f}% of step time.")
         fig.add(model, "batched: scheduler's own work, share of step time", b["scheduler_pct"], "%")

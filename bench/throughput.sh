@@ -85,12 +85,18 @@ def run(path, wall):
                                steps_s=float(steps.group(1)) if steps else None, gpus=gpus(args))
         print(f"{os.path.basename(path)}: {roofline.summary(rl)}", file=sys.stderr)
     wall_line = re.search(r"then [0-9.]+ s of which steps [0-9.]+ s = ([0-9.]+)% \(([0-9.]+)% of the whole\)", log)
+    parts = re.search(r"^the load's ([0-9.]+) s: the model's tensors ([0-9.]+) s, finding the GPUs ([0-9.]+) s, "
+                      r"backends, links and engine ([0-9.]+) s, the rest .* ([0-9.-]+) s$", log, re.M)
+    closed = re.search(r"^closed in ([0-9.]+) s", log, re.M)
     return {"prompts": len(rows), "failed": sum(1 for r in rows if r.get("error")),
             "roofline": rl, "steps_pct_after_load": float(wall_line.group(1)) if wall_line else None,
             "prompt_tokens": sum(r.get("prompt_tokens", 0) for r in rows),
             "output_tokens": sum(r.get("completion_tokens", 0) for r in rows),
             "prompt_min": lens[0] if lens else 0, "prompt_max": lens[-1] if lens else 0, "wall_s": wall,
             "steps_s": float(steps.group(1)) if steps else None,
+            "load_parts": dict(zip(("load_s", "model_s", "gpus_s", "open_s", "rest_s"), map(float, parts.groups())))
+                          if parts else None,
+            "close_s": float(closed.group(1)) if closed else None,
             "scheduler_pct": float(steps.group(2)) if steps else None}
 
 def gpus(args):

@@ -119,7 +119,10 @@ pp = dict(head, section="pipeline", gpus_used=4, model="llama3-8b", bench={"1": 
                    "decode": [{"ctx": 128, "batch": 1, "bytes": 2.3e11, "step_s": 0.1, "tok_s": 10.0}]}},
                {"model": "llama3-70b", "pp": 4, "bench": None}],
           error="llama3-70b --pp 4 exit 124: timed out")
-for name, doc in (("tensor_parallel", tp), ("pipeline", pp)):
+thr = dict(head, section="throughput", gpus_used=1, model="llama3-8b", output_tokens_each=256,
+           batched=dict(batched(32.0, 25.6)["batched"], load_parts={"load_s": 1.78, "model_s": 0.05, "gpus_s": 0.31,
+                                                                    "open_s": 1.2, "rest_s": 0.22}, close_s=0.4))
+for name, doc in (("tensor_parallel", tp), ("pipeline", pp), ("throughput", thr)):
     json.dump(doc, open(os.path.join(out, name + ".json"), "w"))
 EOF
 expect_exit "report.py renders the hand-made tensor_parallel.json" 0 \
@@ -176,6 +179,8 @@ expect_line "report: 405B Q4_K over --pp 4" "| decode batch 1 at 128 context | 1
 expect_grep "report: the 405B table names its weights" "$md" 'in Q4_K \(`--dummy-weights=q4_k`\): 405\.80 G parameters, 228\.8 GB'
 expect_grep "report: a big model without results says so" "$md" '`--pp 4`: no result \(the errors below\)'
 expect_line "report: the pipeline errors" "Partly failed: llama3-70b --pp 4 exit 124: timed out"
+expect_grep "report: throughput, where the load went and the close" "$md" \
+    "The batched run's load, 1\.78 s: the model's tensors 0\.05 s, finding the GPUs 0\.31 s, backends, links and engine 1\.20 s, the rest 0\.22 s; closing took 0\.40 s\."
 why=$(python3 - "$TMP/rep/history.csv" <<'EOF' 2>&1
 import csv, sys
 rows = {(r["section"], r["model"], r["measure"]): r for r in csv.DictReader(open(sys.argv[1]))}
