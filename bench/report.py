@@ -147,6 +147,15 @@ def decode_label(d):
     return f"decode batch {d.get('batch', 1)} at {d['ctx']} context"
 
 
+def cell_pair(cellf, x, y, lim, gx=1, gy=1):
+    """Table text of x's and y's cells (cellf: prefill_cell or decode_cell, against gx and gy GPUs' limits), each
+    with its % of limit, then x ÷ y; and the two %s."""
+    cx, px = cellf(x, lim, gx) if x else ("—", None)
+    cy, py = cellf(y, lim, gy) if y else ("—", None)
+    r = ratio(x["tok_s"] if x else 0, y["tok_s"] if y else 0)
+    return f"{cx} | {pct_text(px)} | {cy} | {pct_text(py)} | {r}", px, py
+
+
 def bench_rows(*benches):
     """The measures of `cllm bench` results (None: not run), in the first result's order: (label, its cell
     function, each result's row of that measure or None)."""
@@ -269,10 +278,8 @@ def render_quant(doc, fig):
             out.append(f"| {t} | not run ({r.get('error') or 'no results'}) | | | | | |")
             continue
         for label, cellf, (qx, bx) in bench_rows(q, b):
-            qc, qpct = cellf(qx, lim) if qx else ("—", None)
-            bc, bpct = cellf(bx, lim) if bx else ("—", None)
-            out.append(f"| {t} | {label} | {qc} | {pct_text(qpct)} | {bc} | {pct_text(bpct)} | "
-                       f"{ratio(qx['tok_s'] if qx else 0, bx['tok_s'] if bx else 0)} |")
+            cells, qpct, bpct = cell_pair(cellf, qx, bx, lim)
+            out.append(f"| {t} | {label} | {cells} |")
             if qx:
                 fig.add(mname, f"{label} (quantized)", qx["tok_s"], "tok/s", qpct)
             if bx:
@@ -475,7 +482,6 @@ def render_pipeline(doc, fig):
     bench = doc.get("bench") or {}
     tp = doc.get("throughput") or {}
     pps = sorted(set(bench) | set(tp), key=int) or ["1", "2"]
-    more = [k for k in pps if k != "1"]
     bar = "|".join(pps)
     out = [f"{TITLES.get(model, model)}. `cllm bench --pp {bar}` (prefill 512, batch-1 decode) and bench/throughput.sh "
            f"with `THROUGHPUT_ARGS=\"--pp {bar}\"`. Stages on their own threads, hidden states over NCCL. A batch-1 "
@@ -656,10 +662,8 @@ def render_tensor_parallel(doc, fig, pipeline=None):
                     "| --- | --- | --- | --- | --- | --- |",
                     f"| load (random weights made and uploaded) | {load_text(t)} | | {load_text(pp)} | | |"]
             for label, cellf, (xt, xp) in bench_rows(t, pp):
-                ct, pt = cellf(xt, lim, g) if xt else ("—", None)
-                cp, ppct = cellf(xp, lim) if xp else ("—", None)
-                out.append(f"| {label} | {ct} | {pct_text(pt)} | {cp} | {pct_text(ppct)} | "
-                           f"{ratio(xt['tok_s'] if xt else 0, xp['tok_s'] if xp else 0)} |")
+                cells, pt, ppct = cell_pair(cellf, xt, xp, lim, g)
+                out.append(f"| {label} | {cells} |")
                 if xt:
                     fig.add(bname, f"{label}, --tp {g}", xt["tok_s"], "tok/s", pt)
                 if xp:
