@@ -41,3 +41,19 @@ bench_model() {
 bench_gpu_count() {
     nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true
 }
+
+# bench_throughput NAME MODEL PROMPTS ARGS ERRFILE: bench/throughput.sh on MODEL
+# with THROUGHPUT_ARGS=ARGS, PROMPTS prompts and no one-at-a-time run, in
+# $OUT/NAME/ (the limits copied in), its output in $OUT/NAME.log and printed;
+# a failure (or BENCH_TIMEOUT seconds, default 300) is a line in ERRFILE.
+bench_throughput() {
+    local sub=$OUT/$1 rc
+    echo "== bench/throughput.sh $(basename "$2"), THROUGHPUT_ARGS=\"$4\""
+    mkdir -p "$sub"
+    cp "$OUT/limits.json" "$sub/"
+    OUT=$sub THROUGHPUT_ARGS="$4" timeout "${BENCH_TIMEOUT:-300}" bench/throughput.sh "$2" "$3" 0 > "$sub.log" 2>&1
+    rc=$?
+    cat "$sub.log"
+    [ $rc = 0 ] || echo "throughput $(basename "$2") $4 exit $rc: $(tail -1 "$sub.log" | cut -c1-200)" >> "$5"
+    return $rc
+}

@@ -39,14 +39,7 @@ for pp in $PPS; do
                      rm -f "$OUT/pp-bench-$pp.json"; }
 done
 for pp in $PPS; do
-    echo "== bench/throughput.sh --pp $pp"
-    mkdir -p "$OUT/pp-tp$pp"
-    cp "$OUT/limits.json" "$OUT/pp-tp$pp/"
-    OUT=$OUT/pp-tp$pp THROUGHPUT_ARGS="--pp $pp" timeout "$LIMIT" bench/throughput.sh "$DIR" "${PP_N:-1000}" 0 \
-        > "$OUT/pp-tp$pp.log" 2>&1
-    rc=$?
-    cat "$OUT/pp-tp$pp.log"
-    [ $rc = 0 ] || echo "throughput --pp $pp exit $rc: $(tail -1 "$OUT/pp-tp$pp.log")" >> "$OUT/pp-errors"
+    bench_throughput "pp-tp$pp" "$DIR" "${PP_N:-1000}" "--pp $pp" "$OUT/pp-errors"
 done
 # big_bench NAME MODEL WEIGHTS PP: the shape's config (made when missing), `cllm info`, then `cllm bench`
 # with --dummy-weights=WEIGHTS at --pp PP into $OUT/pp-bench-NAME.json; a failure is a line in pp-errors.
@@ -74,14 +67,8 @@ if [ "${PP_BIG:-1}" != 0 ]; then
     done
     if [ "$gpus" -ge 8 ]; then  # the 70B shape's throughput: bf16 weights made in memory
         for pp in 4 8; do
-            echo "== bench/throughput.sh, llama3-70b shape, --dummy-weights --pp $pp"
-            mkdir -p "$OUT/pp-70b-tp$pp"
-            cp "$OUT/limits.json" "$OUT/pp-70b-tp$pp/"
-            OUT=$OUT/pp-70b-tp$pp THROUGHPUT_ARGS="--dummy-weights --pp $pp" timeout "$LIMIT" bench/throughput.sh \
-                "$BENCH_MODELS/llama3-70b" "${PP_N:-1000}" 0 > "$OUT/pp-70b-tp$pp.log" 2>&1
-            rc=$?
-            cat "$OUT/pp-70b-tp$pp.log"
-            [ $rc = 0 ] || echo "llama3-70b throughput --pp $pp exit $rc: $(tail -1 "$OUT/pp-70b-tp$pp.log")" >> "$OUT/pp-errors"
+            bench_throughput "pp-70b-tp$pp" "$BENCH_MODELS/llama3-70b" "${PP_N:-1000}" "--dummy-weights --pp $pp" \
+                "$OUT/pp-errors"
             BIG_THR="$BIG_THR $pp"
         done
     fi

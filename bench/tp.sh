@@ -98,13 +98,7 @@ if [ "$gpus" -ge 8 ] && [ "${TP_70B:-1}" != 0 ]; then
             IFS='|' read -r name n args <<< "$run"
             # shellcheck disable=SC2086
             DW=--dummy-weights=q4_k tp_bench "$name" "$h" $args --prompt-lens 512 --ctx 128
-            sub=$OUT/tensor-thr-$name
-            mkdir -p "$sub"
-            cp "$OUT/limits.json" "$sub/"
-            echo "== bench/throughput.sh, llama3.1-405b shape, THROUGHPUT_ARGS=\"--dummy-weights=q4_k $args\""
-            OUT=$sub THROUGHPUT_ARGS="--dummy-weights=q4_k $args" timeout "$LIMIT" bench/throughput.sh "$h" \
-                "${TP_N:-1000}" 0 > "$sub.log" 2>&1 ||
-                echo "405b throughput $args exit $?: $(tail -1 "$sub.log" | cut -c1-200)" | tee -a "$ERR"
+            bench_throughput "tensor-thr-$name" "$h" "${TP_N:-1000}" "--dummy-weights=q4_k $args" "$ERR"
         done
     else
         echo "make_dummy_model.py llama3.1-405b failed" | tee -a "$ERR"
@@ -121,15 +115,7 @@ if [ "$gpus" -ge 2 ] && [ "${TP_THROUGHPUT:-1}" != 0 ]; then
 fi
 for run in "${thr[@]}"; do
     IFS='|' read -r name n args <<< "$run"
-    sub=$OUT/tensor-thr-$name
-    echo "== bench/throughput.sh, THROUGHPUT_ARGS=\"--dummy-weights $args\""
-    mkdir -p "$sub"
-    cp "$OUT/limits.json" "$sub/"
-    OUT=$sub THROUGHPUT_ARGS="--dummy-weights $args" timeout "$LIMIT" bench/throughput.sh "$DIR" "${TP_N:-1000}" 0 \
-        > "$sub.log" 2>&1
-    rc=$?
-    cat "$sub.log"
-    [ $rc = 0 ] || echo "throughput $args exit $rc: $(tail -1 "$sub.log" | cut -c1-200)" | tee -a "$ERR"
+    bench_throughput "tensor-thr-$name" "$DIR" "${TP_N:-1000}" "--dummy-weights $args" "$ERR"
 done
 
 python3 - "$OUT" "$gpus" "$G" "${TP_PROMPT:-2048}" "${TP_CTX:-128,4096}" "$(printf '%s;' "${ran[@]}")" \

@@ -2,7 +2,7 @@
 # bench_tp.sh — BENCH.md's tensor_parallel section without a GPU: bench/tp.sh
 # end to end on CPU backends (a fake nvidia-smi says 2 GPUs; tiny shapes stand
 # in for the 8B and 70B folders; the figures mean nothing, the files and
-# their names are checked), then bench/report.py on a hand-made
+# their names are checked), bench/pipeline.sh likewise, then bench/report.py on a hand-made
 # tensor_parallel.json whose table rows, ratios and percentages are worked
 # out here by hand. Also bench/run.sh's section list and usage.
 source "$(dirname "$0")/lib.sh"
@@ -70,6 +70,22 @@ assert d["error"] is None, d["error"]
 EOF
 ) && ok "tp.sh: tensor_parallel.json holds every run, the 70B pair, info lines and throughput" \
     || notok "tp.sh: tensor_parallel.json" "$why"
+
+# --- bench/pipeline.sh on the CPU (the same 2 fake GPUs) ----------------------
+# The tiny Llama's safetensors folder for the 8B's (the section reads weights from files); big models left out.
+mkdir -p "$TMP/ppout" && cp "$TMP/tpout/limits.json" "$TMP/ppout/"
+PATH=$TMP/bin:$PATH CLLM=$TMP/bin/cllm OUT=$TMP/ppout BENCH_MODELS=$TMP/models BENCH_COMMIT=test PP_BIG=0 PP_N=2 \
+    bash bench/pipeline.sh tests/fixtures/tiny/llama > "$TMP/pp.txt" 2>&1; rc=$?
+[ $rc = 0 ] && ok "pipeline.sh on CPU backends (2 fake GPUs) exits 0" || notok "pipeline.sh exits 0" "exit $rc: $(tail -5 "$TMP/pp.txt")"
+why=$(python3 - "$TMP/ppout/pipeline.json" <<'EOF' 2>&1
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["section"] == "pipeline" and d["gpus_used"] == 2, (d["section"], d["gpus_used"])
+assert sorted(d["bench"]) == ["1", "2"] and all(d["bench"].values()), d["bench"]
+assert {k: v["batched"]["prompts"] for k, v in d["throughput"].items()} == {"1": 2, "2": 2}, d["throughput"]
+assert d["big"] == [] and d["big_throughput"] is None and d["error"] is None, (d["big"], d["error"])
+EOF
+) && ok "pipeline.sh: pipeline.json holds --pp 1 and 2, bench and throughput" || notok "pipeline.sh: pipeline.json" "$why"
 
 # --- bench/report.py on hand-made results -----------------------------------
 # RENDERER INPUT, made up by hand (not measurements): limits copy 4 TB/s and
