@@ -430,9 +430,11 @@ def render_throughput(doc, fig):
     lens = f", prompt tokens {b['prompt_min']}-{b['prompt_max']}{mean}" if b.get("prompt_max") else ""
     args = f", `{doc['args']}`" if doc.get("args") else ""
     failed = f" ({b['failed']} failed)" if b.get("failed") is not None else ""
+    took = (f"{b['max_seqs']} sequences and {b['max_batched_tokens']} tokens a step" if b.get("max_seqs")
+            else "not recorded by this run")
     out = [f"{TITLES.get(model, model)}: {b['prompts']} prompts{failed}{lens}, "
-           f"{doc.get('output_tokens_each', 256)} output tokens each, greedy, EOS ignored{args}; default scheduler "
-           "limits (--max-seqs 256, --max-batched-tokens 8192). Whole process: wall time of `cllm generate` (start, "
+           f"{doc.get('output_tokens_each', 256)} output tokens each, greedy, EOS ignored{args}; scheduler "
+           f"limits: {took}. Whole process: wall time of `cllm generate` (start, "
            "load, tokenizing included); over the steps: the scheduler steps' own time. Matrix FLOP/s: 2 × the "
            "layers' matrix weights per row they run + the LM head per output token, over the steps (attention not "
            "counted: a lower bound).", "",

@@ -55,7 +55,7 @@ int engine_prompt_chunk(int need, int budget, int full_budget);
  * multiple of 64 above (a full decode step fills a CUDA graph bucket). */
 #define ENGINE_AUTO_SEQ_TOKENS 1024
 #define ENGINE_AUTO_MIN_SEQS 16
-#define ENGINE_AUTO_MAX_SEQS 256
+#define ENGINE_AUTO_MAX_SEQS 1024 /* the largest CUDA graph bucket */
 #define ENGINE_AUTO_BATCHED_TOKENS 8192
 /* Sequences per step for a cache of kv_blocks blocks of block_size tokens
  * and sequences of at most ctx_limit tokens. */

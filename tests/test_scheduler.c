@@ -467,8 +467,10 @@ static void test_prompt_chunk(void) {
 
 /* The default step limits from the KV cache (engine_auto_*). */
 static void test_auto_limits(void) {
-    /* 8B on an H200: ~780k tokens of cache -> capped at 256 */
-    CHECK(engine_auto_max_seqs(48750, 16, 4096) == 256, "big cache: %d", engine_auto_max_seqs(48750, 16, 4096));
+    /* 8B on an H200: ~780k tokens of cache hold 761 sequences of 1024 -> 704; an fp8 cache twice that -> the cap */
+    CHECK(engine_auto_max_seqs(48750, 16, 4096) == 704, "big cache: %d", engine_auto_max_seqs(48750, 16, 4096));
+    CHECK(engine_auto_max_seqs(2 * 48750, 16, 4096) == ENGINE_AUTO_MAX_SEQS, "twice that: %d",
+          engine_auto_max_seqs(2 * 48750, 16, 4096));
     /* 120k tokens hold 117 sequences of 1024: a multiple of 64 */
     CHECK(engine_auto_max_seqs(7500, 16, 4096) == 64, "117 -> 64: %d", engine_auto_max_seqs(7500, 16, 4096));
     CHECK(engine_auto_max_seqs(64 * 200, 16, 8192) == 192, "200 -> 192: %d", engine_auto_max_seqs(64 * 200, 16, 8192));

@@ -267,7 +267,7 @@ expect_exit "generate --max-seqs 0 exits 2" 2 $GEN -i "$TMP/in.jsonl" --max-seqs
 printf 'One\nTwo\n' > "$TMP/lim.txt"
 expect_exit "generate -v with the default limits" 0 $TG -v -i "$TMP/lim.txt" -o "$TMP/lim.out"
 expect_grep "--verbose: the limits from the KV cache" "$TMP/err" \
-    'cllm generate: 16 sequences and 80 tokens per step \(sequences: the KV cache.s 5 blocks of 16 hold 1 sequences of 64 tokens, kept in \[16, 256\]\)'
+    'cllm generate: 16 sequences and 80 tokens per step \(sequences: the KV cache.s 5 blocks of 16 hold 1 sequences of 64 tokens, kept in \[16, 1024\]\)'
 
 # --pp: the layers split into stages (CPU backends here), the hidden state
 # handed from stage to stage: fp32 on the CPU, so the same greedy results.
