@@ -56,7 +56,6 @@ int engine_auto_max_seqs(int64_t kv_blocks, int block_size, int ctx_limit) {
     int64_t fit = kv_blocks / seq_blocks;
     if (fit < ENGINE_AUTO_MIN_SEQS) fit = ENGINE_AUTO_MIN_SEQS;
     if (fit > ENGINE_AUTO_MAX_SEQS) fit = ENGINE_AUTO_MAX_SEQS;
-    if (fit >= 64) return (int)(fit / 64 * 64);
     int n = 1;
     while (2 * n <= fit) n *= 2;
     return n;

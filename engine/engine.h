@@ -51,8 +51,10 @@ int engine_prompt_chunk(int need, int budget, int full_budget);
  * sequence of up to ENGINE_AUTO_SEQ_TOKENS (or the context, if shorter)
  * should run without preemption: max_seqs is how many such sequences the
  * cache's blocks hold, at least ENGINE_AUTO_MIN_SEQS and at most
- * ENGINE_AUTO_MAX_SEQS, rounded down to a power of two below 64 and a
- * multiple of 64 above (a full decode step fills a CUDA graph bucket). */
+ * ENGINE_AUTO_MAX_SEQS, rounded down to a power of two (a full decode step
+ * fills a CUDA graph bucket, and the cache keeps room for longer sequences:
+ * a multiple of 64 just under the cache's count, 832 of 865, ran a 1000-prompt
+ * file in two unequal waves and preempted 385 times on 1000/1000 tokens). */
 #define ENGINE_AUTO_SEQ_TOKENS 1024
 #define ENGINE_AUTO_MIN_SEQS 16
 #define ENGINE_AUTO_MAX_SEQS 1024 /* the largest CUDA graph bucket */

@@ -467,14 +467,15 @@ static void test_prompt_chunk(void) {
 
 /* The default step limits from the KV cache (engine_auto_*). */
 static void test_auto_limits(void) {
-    /* 8B on an H200: ~780k tokens of cache hold 761 sequences of 1024 -> 704; an fp8 cache twice that -> the cap */
-    CHECK(engine_auto_max_seqs(48750, 16, 4096) == 704, "big cache: %d", engine_auto_max_seqs(48750, 16, 4096));
+    /* 8B on an H200: ~780k tokens of cache hold 761 sequences of 1024 -> 512; an fp8 cache twice that -> the cap */
+    CHECK(engine_auto_max_seqs(48750, 16, 4096) == 512, "big cache: %d", engine_auto_max_seqs(48750, 16, 4096));
     CHECK(engine_auto_max_seqs(2 * 48750, 16, 4096) == ENGINE_AUTO_MAX_SEQS, "twice that: %d",
           engine_auto_max_seqs(2 * 48750, 16, 4096));
-    /* 120k tokens hold 117 sequences of 1024: a multiple of 64 */
+    /* 120k tokens hold 117 sequences of 1024: a power of two below */
     CHECK(engine_auto_max_seqs(7500, 16, 4096) == 64, "117 -> 64: %d", engine_auto_max_seqs(7500, 16, 4096));
-    CHECK(engine_auto_max_seqs(64 * 200, 16, 8192) == 192, "200 -> 192: %d", engine_auto_max_seqs(64 * 200, 16, 8192));
-    /* below 64: a power of two; never below the floor */
+    CHECK(engine_auto_max_seqs(64 * 200, 16, 8192) == 128, "200 -> 128: %d", engine_auto_max_seqs(64 * 200, 16, 8192));
+    CHECK(engine_auto_max_seqs(64 * 1023, 16, 8192) == 512, "1023 -> 512: %d", engine_auto_max_seqs(64 * 1023, 16, 8192));
+    /* never below the floor */
     CHECK(engine_auto_max_seqs(64 * 40, 16, 4096) == 32, "40 -> 32: %d", engine_auto_max_seqs(64 * 40, 16, 4096));
     CHECK(engine_auto_max_seqs(257, 16, 4096) == ENGINE_AUTO_MIN_SEQS, "one context of cache (the CPU): %d",
           engine_auto_max_seqs(257, 16, 4096));

@@ -16,7 +16,7 @@
  * the weights once whatever the rows until a few hundred rows (8B bf16:
  * ~300), so up to 63 padding rows cost their attention over one block and a
  * share of the product only where it is compute-bound (<= 63 / 192 there,
- * none at the default 256 sequences, a full bucket). A power-of-two ladder
+ * none at the default limit, a power of two: a full bucket). A power-of-two ladder
  * above 64 would pad up to half a step (129 -> 256) in the compute-bound
  * range. 22 buckets, each captured at its first use: an 8B graph is ~300
  * kernel nodes (tens of ms to capture and instantiate, ~1 MB of graph
