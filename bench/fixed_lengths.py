@@ -14,6 +14,7 @@ steps) and .wall (seconds of the whole process).
 import argparse
 import json
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -33,6 +34,7 @@ def one_run(out, model, lin, lout, limits):
          "output_tokens": sum(x.get("completion_tokens", 0) for x in rows),
          "inexact": sum(1 for x in ok if x.get("prompt_tokens") != lin or x.get("completion_tokens") != lout),
          "wall_s": wall}
+    r.update(run_limits(base + ".log"))
     if os.path.exists(base + ".csv"):
         steps = roofline.read_steps(base + ".csv")
         r["steps"] = len(steps)
@@ -46,6 +48,19 @@ def one_run(out, model, lin, lout, limits):
     return r
 
 
+def run_limits(log_path):
+    """The step limits a run took and the preemptions it made, from its -v log (empty if there is none)."""
+    if not os.path.exists(log_path):
+        return {}
+    log = open(log_path, errors="replace").read()
+    took = re.search(r"^cllm generate: ([0-9]+) sequences and ([0-9]+) tokens per step", log, re.M)
+    preempted = [int(n) for n in re.findall(r"([0-9]+) preempted", log)]
+    out = {"preempted": max(preempted) if preempted else 0}
+    if took:
+        out.update(max_seqs=int(took.group(1)), max_batched_tokens=int(took.group(2)))
+    return out
+
+
 def cell(v, fmt):
     return format(v, fmt) if v is not None else "—"
 
@@ -54,12 +69,12 @@ def table(doc):
     """The markdown lines of the section (used by this script and by bench/report.py)."""
     out = ["| input / output tokens | prompts | output tok/s, whole process | output tok/s over the steps | "
            "roofline output tok/s | % of roofline, steps | % of roofline, whole process | steps, share of wall | "
-           "wall s |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+           "wall s | sequences a step (preemptions) |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in doc.get("runs", []):
         shape = f"{r['input']} / {r['output']}"
         if r.get("error"):
-            out.append(f"| {shape} | failed: {r['error']} | | | | | | | |")
+            out.append(f"| {shape} | failed: {r['error']} | | | | | | | | |")
             continue
         wall, steps, n = r.get("wall_s"), r.get("steps_s"), r["output_tokens"]
         rl = r.get("roofline") or {}
@@ -70,15 +85,16 @@ def table(doc):
                    f"{cell(rl.get('pct_steps'), '.1f')}{'%' if rl.get('pct_steps') is not None else ''} | "
                    f"{cell(rl.get('pct_wall'), '.1f')}{'%' if rl.get('pct_wall') is not None else ''} | "
                    f"{cell(100 * steps / wall if steps and wall else None, '.1f')}"
-                   f"{'%' if steps and wall else ''} | {cell(wall, '.1f')} |")
+                   f"{'%' if steps and wall else ''} | {cell(wall, '.1f')} | {cell(r.get('max_seqs'), 'd')}"
+                   f"{' (' + str(r['preempted']) + ')' if r.get('max_seqs') is not None else ''} |")
     return out
 
 
 def about(doc):
     args = f", `{doc['args']}`" if doc.get("args") else ""
     return (f"{doc.get('model', '?')}: random token-id prompts of exactly the input length (bench/random_prompts.py "
-            f"--ids), exactly the output length generated (--ignore-eos -n), greedy{args}; default scheduler limits "
-            "unless given. Whole process: wall time of `cllm generate` (load included); over the steps: the sum of "
+            f"--ids), exactly the output length generated (--ignore-eos -n), greedy{args}; the default scheduler "
+            "limits unless given (the sequences a step took, and the preemptions, in the last column). Whole process: wall time of `cllm generate` (load included); over the steps: the sum of "
             "its steps (--steps-csv). Roofline: each step's max(FLOPs / matmul rate, (weight bytes + KV bytes read) "
             "/ copy rate), summed over the steps (bench/roofline.py); the % columns are the roofline's time over the "
             "steps' and over the whole process's.")

@@ -113,5 +113,7 @@ OUT=$TMP/bench CLLM=$CLLM FL_NO_LIMITS=1 FL_PROMPTS=12 FL_SHAPES="8/4 20/16" FL_
 [ $rc = 0 ] && ok "fixed_lengths.sh on the CPU exits 0" || notok "fixed_lengths.sh on the CPU exits 0" "exit $rc: $(tail -3 "$TMP/fl.err")"
 expect_grep "fixed_lengths.sh: the 8/4 row, with its roofline %" "$TMP/fl.md" '^\| 8 / 4 \| 12 \| [0-9,]+ \| [0-9,]+ \| [0-9,]+ \| [0-9.]+% \| [0-9.]+% \| [0-9.]+% \|'
 expect_grep "fixed_lengths.sh: the 20/16 row" "$TMP/fl.md" '^\| 20 / 16 \| 12 \|'
+expect_grep "fixed_lengths.sh: the sequences a step took and the preemptions, from the run's log" "$TMP/fl.md" \
+    '^\| 8 / 4 \| 12 \|.* \| 16 \([0-9]+\) \|$'
 python3 bench/report.py "$TMP/bench" --out "$TMP/bench/BENCH.md" --no-history > /dev/null 2>&1
 expect_grep "report.py: the fixed-lengths table in BENCH.md" "$TMP/bench/BENCH.md" '^\| 20 / 16 \| 12 \|'
