@@ -194,7 +194,7 @@ static int peer_sum(CudaBackend *cb, void *dst, TpPeerOut how, const void *src, 
     CudaTp *tp = &cb->tp;
     size_t elem = parts_bf16 ? sizeof(bf16) : sizeof(float);
     if (src != tp->gather) CUDA_CHECK(cudaMemcpyAsync(tp->gather, src, n * elem, cudaMemcpyDeviceToDevice, cb->stream), err);
-    cuda_tp_peer_sum(dst, how, &tp->peers, parts_bf16, n, cb->stream);
+    CUDA_CHECK(cuda_tp_peer_sum(dst, how, &tp->peers, parts_bf16, n, cb->stream), err);
     return 0;
 }
 

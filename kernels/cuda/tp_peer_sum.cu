@@ -14,6 +14,7 @@
 #include "kernels/cuda/tp_peer_sum.cuh"
 
 #include "kernels/cuda/bf16.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 static __device__ __forceinline__ void flag_release(unsigned *p, unsigned v) {
     asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
@@ -72,6 +73,9 @@ static __device__ __forceinline__ void store1(void *out, TpPeerOut how, int64_t 
 
 /* n4: values in groups of 4 (n % 4 == 0), else one at a time */
 __global__ void kernel_tp_peer_sum(void *out, TpPeerOut how, TpPeers p, bool parts_bf16, int64_t n, bool n4) {
+    /* Launched early (pdl.cuh): the launch is off the chain. The next kernel may start at once: it only reads
+     * constant weights before its own pdl_wait, which waits for this sum (and so for the second meeting). */
+    pdl_enter();
     __shared__ unsigned epoch;
     unsigned *counter = p.flags[p.rank] + 2 * TP_PEER_BLOCKS * TP_PEER_MAX_RANKS + blockIdx.x;
     if (threadIdx.x == 0) epoch = *counter + 1;
@@ -100,12 +104,13 @@ __global__ void kernel_tp_peer_sum(void *out, TpPeerOut how, TpPeers p, bool par
     if (threadIdx.x == 0) *counter = e;
 }
 
-void cuda_tp_peer_sum(void *out, TpPeerOut how, const TpPeers *p, bool parts_bf16, int64_t n, cudaStream_t s) {
-    if (n <= 0) return;
+cudaError_t cuda_tp_peer_sum(void *out, TpPeerOut how, const TpPeers *p, bool parts_bf16, int64_t n,
+                             cudaStream_t s) {
+    if (n <= 0) return cudaSuccess;
     const int threads = 512;
     bool n4 = n % 4 == 0;
     int64_t items = n4 ? n / 4 : n;
     int64_t blocks = (items + threads - 1) / threads;
     if (blocks > TP_PEER_BLOCKS) blocks = TP_PEER_BLOCKS;
-    kernel_tp_peer_sum<<<(int)blocks, threads, 0, s>>>(out, how, *p, parts_bf16, n, n4);
+    return launch_pdl(kernel_tp_peer_sum, dim3((unsigned)blocks), dim3(threads), 0, s, out, how, *p, parts_bf16, n, n4);
 }

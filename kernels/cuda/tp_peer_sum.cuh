@@ -33,7 +33,8 @@ typedef enum { TP_PEER_OUT_BF16, TP_PEER_OUT_F32, TP_PEER_ADD_BF16 } TpPeerOut;
  * order, rounded once to out's type: the bits of cuda_tp_sum and of the
  * host's sum), n values, parts bf16 or fp32. Every rank of the group must
  * launch it with the same n; none returns before every rank has read every
- * part, so a part may be overwritten by the next step on the stream. */
-void cuda_tp_peer_sum(void *out, TpPeerOut how, const TpPeers *p, bool parts_bf16, int64_t n, cudaStream_t s);
+ * part, so a part may be overwritten by the next step on the stream. Returns the launch's error. */
+cudaError_t cuda_tp_peer_sum(void *out, TpPeerOut how, const TpPeers *p, bool parts_bf16, int64_t n,
+                             cudaStream_t s);
 
 #endif
