@@ -75,8 +75,9 @@ typedef struct {
     TpProcess tpp;                    /* this process's rank, with --tp N --world-size N (tpp.rank > 0: it serves) */
     bool tp_processes;
     double model_s, gpus_s, open_s;   /* runtime_open's seconds: the model's tensors (read, or made with
-                                       * --dummy-weights), counting the GPUs (the driver's start), then the
-                                       * backends, their links and the engine (-v's load line) */
+                                       * --dummy-weights), counting the GPUs (the driver's start; it runs beside
+                                       * the tensors, so only what it took beyond them), then the backends, their
+                                       * links and the engine (-v's load line) */
 } Runtime;
 
 /* Loads o->model and builds the backend and engine. Prints nothing but a
