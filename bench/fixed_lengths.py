@@ -22,7 +22,7 @@ import results  # noqa: E402
 import roofline  # noqa: E402
 
 
-def one_run(out, model, lin, lout, limits):
+def one_run(out, model, lin, lout, limits, args=""):
     base = os.path.join(out, f"fl-{lin}-{lout}")
     if not os.path.exists(base + ".jsonl"):
         return {"input": lin, "output": lout, "error": "no output file"}
@@ -40,8 +40,9 @@ def one_run(out, model, lin, lout, limits):
         r["steps"] = len(steps)
         r["steps_s"] = sum(s["seconds"] for s in steps)
         if limits and limits.get("copy_tbps") and limits.get("matmul_tflops"):
-            rl = roofline.roofline(steps, roofline.model_shape(model), limits, output_tokens=r["output_tokens"],
-                                   wall_s=wall)
+            shape = roofline.model_shape(model, fp8_layers=roofline.fp8_layers_in_args(args))
+            rl = roofline.roofline(steps, shape, limits, kv_elem_bytes=roofline.kv_elem_bytes_in_args(args),
+                                   output_tokens=r["output_tokens"], wall_s=wall)
             r["roofline"] = {k: rl[k] for k in ("roofline_s", "roofline_tok_s", "pct_steps", "pct_wall",
                                                  "compute_bound_steps", "kv_bytes_per_token", "weight_bytes")
                              if k in rl}
@@ -112,7 +113,7 @@ def main(argv):
     runs = []
     for s in a.shapes.split():
         lin, lout = (int(x) for x in s.split("/"))
-        runs.append(one_run(a.out, a.model, lin, lout, limits))
+        runs.append(one_run(a.out, a.model, lin, lout, limits, a.args))
     doc = results.write_section(a.out, a.name, {"model": os.path.basename(a.model.rstrip("/")), "args": a.args,
                                                 "runs": runs})
     print(f"## Fixed lengths ({doc['model']})\n\n{about(doc)}\n")

@@ -69,6 +69,7 @@ class Limits:
         lim = doc.get("limits") or {}
         self.tbps = lim.get("copy_tbps")
         self.tflops = lim.get("matmul_tflops")
+        self.fp8_tflops = lim.get("fp8_matmul_tflops")
         self.source = lim.get("source")
 
     # gpus: the limit of that many GPUs together (tensor-parallel ranks each run a share of every step)
@@ -82,6 +83,7 @@ class Limits:
         if not (self.tbps and self.tflops):
             return "limits: not measured (no % of limit)"
         return (f"limits: copy {self.tbps:.2f} TB/s, bf16 matmul {self.tflops:.0f} TFLOP/s"
+                + (f", fp8 matmul {self.fp8_tflops:.0f} TFLOP/s" if self.fp8_tflops else "")
                 + (f" ({self.source})" if self.source else ""))
 
 

@@ -87,6 +87,26 @@ r2 = roofline.roofline([prefill], s, {"matmul_tflops": 100 / 1e12, "copy_tbps": 
 check("a compute-bound step's floor is FLOPs / rate", r2["roofline_s"], 10.4)
 check("compute-bound steps counted", r2["compute_bound_steps"], 1)
 
+# FP8 layer matrices (--weights fp8): one byte a layer parameter, the head stays bf16: 144 + 80 = 224 bytes; the
+# layers' FLOPs at the FP8 rate, the head's and attention's at bf16's.
+s8 = roofline.shape_from_config(cfg, weight_bytes_per_param=2, fp8_layers=True)
+check("fp8 layers: weight bytes", s8["weight_bytes"], 224.0)
+# compute-bound prefill: layers 864 FLOPs at 400 FLOP/s = 2.16 s, head + attention 176 at 100 = 1.76 s: 3.92 s
+lim8 = {"matmul_tflops": 100 / 1e12, "fp8_matmul_tflops": 400 / 1e12, "copy_tbps": 1e6 / 1e12}
+r8 = roofline.roofline([prefill], s8, lim8, output_tokens=1)
+check("fp8 layers: their FLOPs at the FP8 rate", r8["roofline_s"], 3.92)
+check("fp8 layers: the summary says them, with a measured rate",
+      ("FP8 layer matrices at" in roofline.summary(r8), "no FP8 rate" in roofline.summary(r8)), (True, False))
+r8b = roofline.roofline([prefill], s8, {"matmul_tflops": 100 / 1e12, "copy_tbps": 1e6 / 1e12}, output_tokens=1)
+check("fp8 layers, no FP8 rate measured: the bf16 rate stands in", r8b["roofline_s"], 10.4)
+check("... and the summary says so", "no FP8 rate measured" in roofline.summary(r8b), True)
+check("bf16 layers ignore an FP8 rate", roofline.roofline([prefill], s, lim8, output_tokens=1)["roofline_s"], 10.4)
+check("options: --dummy-weights=fp8 makes FP8 layers", roofline.fp8_layers_in_args("--dummy-weights=fp8 --pp 2"), True)
+check("options: --weights fp8 too", roofline.fp8_layers_in_args("--weights fp8"), True)
+check("options: an fp8 cache alone does not", roofline.fp8_layers_in_args("--dummy-weights --kv-dtype fp8"), False)
+check("options: an fp8 cache is 1 byte an element", roofline.kv_elem_bytes_in_args("--kv-dtype fp8"), 1)
+check("options: FP8 weights alone keep a bf16 cache", roofline.kv_elem_bytes_in_args("--dummy-weights=fp8"), 2)
+
 # The CSV as cllm generate --steps-csv writes it.
 with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
     f.write("step,seconds,seqs,prefill_rows,decode_rows,rows_seen,drawn,context_tokens,attn_pairs\n"

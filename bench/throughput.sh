@@ -79,8 +79,9 @@ def run(path, wall):
     lim = results.load(f"{out}/limits.json") or {}
     rl = None
     if os.path.exists(path + ".csv") and lim.get("copy_tbps") and lim.get("matmul_tflops"):
-        rl = roofline.roofline(roofline.read_steps(path + ".csv"), roofline.model_shape(model), lim,
-                               kv_elem_bytes=1 if "fp8" in args else 2,
+        shape = roofline.model_shape(model, fp8_layers=roofline.fp8_layers_in_args(args))
+        rl = roofline.roofline(roofline.read_steps(path + ".csv"), shape, lim,
+                               kv_elem_bytes=roofline.kv_elem_bytes_in_args(args),
                                output_tokens=sum(r.get("completion_tokens", 0) for r in rows), wall_s=wall,
                                steps_s=float(steps.group(1)) if steps else None, gpus=gpus(args))
         print(f"{os.path.basename(path)}: {roofline.summary(rl)}", file=sys.stderr)
