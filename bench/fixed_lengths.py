@@ -14,7 +14,6 @@ steps) and .wall (seconds of the whole process).
 import argparse
 import json
 import os
-import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -34,7 +33,8 @@ def one_run(out, model, lin, lout, limits, args=""):
          "output_tokens": sum(x.get("completion_tokens", 0) for x in rows),
          "inexact": sum(1 for x in ok if x.get("prompt_tokens") != lin or x.get("completion_tokens") != lout),
          "wall_s": wall}
-    r.update(run_limits(base + ".log"))
+    if os.path.exists(base + ".log"):
+        r.update(roofline.generate_limits(open(base + ".log", errors="replace").read()))
     if os.path.exists(base + ".csv"):
         steps = roofline.read_steps(base + ".csv")
         r["steps"] = len(steps)
@@ -47,19 +47,6 @@ def one_run(out, model, lin, lout, limits, args=""):
                                                  "compute_bound_steps", "kv_bytes_per_token", "weight_bytes")
                              if k in rl}
     return r
-
-
-def run_limits(log_path):
-    """The step limits a run took and the preemptions it made, from its -v log (empty if there is none)."""
-    if not os.path.exists(log_path):
-        return {}
-    log = open(log_path, errors="replace").read()
-    took = re.search(r"^cllm generate: ([0-9]+) sequences and ([0-9]+) tokens per step", log, re.M)
-    preempted = [int(n) for n in re.findall(r"([0-9]+) preempted", log)]
-    out = {"preempted": max(preempted) if preempted else 0}
-    if took:
-        out.update(max_seqs=int(took.group(1)), max_batched_tokens=int(took.group(2)))
-    return out
 
 
 def cell(v, fmt):
@@ -95,8 +82,9 @@ def about(doc):
     args = f", `{doc['args']}`" if doc.get("args") else ""
     return (f"{doc.get('model', '?')}: random token-id prompts of exactly the input length (bench/random_prompts.py "
             f"--ids), exactly the output length generated (--ignore-eos -n), greedy{args}; the default scheduler "
-            "limits unless given (the sequences a step took, and the preemptions, in the last column). Whole process: wall time of `cllm generate` (load included); over the steps: the sum of "
-            "its steps (--steps-csv). Roofline: each step's max(FLOPs / matmul rate, (weight bytes + KV bytes read) "
+            "limits unless given (the sequences a step took, and the preemptions, in the last column). Whole "
+            "process: wall time of `cllm generate` (load included); over the steps: the sum of its steps "
+            "(--steps-csv). Roofline: each step's max(FLOPs / matmul rate, (weight bytes + KV bytes read) "
             "/ copy rate), summed over the steps (bench/roofline.py); the % columns are the roofline's time over the "
             "steps' and over the whole process's.")
 

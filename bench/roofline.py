@@ -47,6 +47,16 @@ def fp8_layers_in_args(args):
     return re.search(r"--(weights|dummy-weights)[= ]fp8\b", args or "") is not None
 
 
+def generate_limits(log):
+    """The step limits a `cllm generate -v` run took and the preemptions it made, from its log's text."""
+    took = re.search(r"^cllm generate: ([0-9]+) sequences and ([0-9]+) tokens per step", log or "", re.M)
+    preempted = [int(n) for n in re.findall(r"([0-9]+) preempted", log or "")]
+    out = {"preempted": max(preempted) if preempted else 0}
+    if took:
+        out.update(max_seqs=int(took.group(1)), max_batched_tokens=int(took.group(2)))
+    return out
+
+
 def kv_elem_bytes_in_args(args):
     """Bytes a K/V element takes in the cache under these `cllm` options (--kv-dtype fp8: 1)."""
     return 1 if re.search(r"--kv-dtype[= ]fp8\b", args or "") else 2
@@ -174,7 +184,7 @@ def summary(r):
     on = f", {r['gpus']} GPUs sharing each step" if r.get("gpus", 1) > 1 else ""
     if r.get("fp8_layers"):
         on += f", FP8 layer matrices at {r['layer_matmul_tflops']:.0f} TFLOP/s"
-        if r.get("layer_matmul_tflops") and not r.get("fp8_rate_measured", True):
+        if not r.get("fp8_rate_measured", True):
             on += " (the bf16 rate: no FP8 rate measured)"
     s = (f"roofline {r['roofline_tok_s']:,.0f} output tok/s ({r['roofline_s']:.2f} s over {r['steps']} steps, "
          f"{r['compute_bound_steps']} compute-bound{on}); over the steps {r['steps_tok_s']:,.0f} tok/s = "

@@ -107,6 +107,13 @@ check("options: an fp8 cache alone does not", roofline.fp8_layers_in_args("--dum
 check("options: an fp8 cache is 1 byte an element", roofline.kv_elem_bytes_in_args("--kv-dtype fp8"), 1)
 check("options: FP8 weights alone keep a bf16 cache", roofline.kv_elem_bytes_in_args("--dummy-weights=fp8"), 2)
 
+# The limits and preemptions of a run, from its -v log.
+log = ("cllm generate: 512 sequences and 8192 tokens per step (sequences: ...)\n"
+       "step: 9 seqs, ..., 3 preempted, ...\nstep: 9 seqs, ..., 105 preempted, ...\n")
+check("-v log: limits and the most preemptions", roofline.generate_limits(log),
+      {"preempted": 105, "max_seqs": 512, "max_batched_tokens": 8192})
+check("-v log: none said", roofline.generate_limits(""), {"preempted": 0})
+
 # The CSV as cllm generate --steps-csv writes it.
 with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
     f.write("step,seconds,seqs,prefill_rows,decode_rows,rows_seen,drawn,context_tokens,attn_pairs\n"

@@ -89,7 +89,6 @@ def run(path, wall):
     parts = re.search(r"^the load's ([0-9.]+) s: the model's tensors ([0-9.]+) s, finding the GPUs ([0-9.]+) s, "
                       r"backends, links and engine ([0-9.]+) s, the rest .* ([0-9.-]+) s$", log, re.M)
     closed = re.search(r"^closed in ([0-9.]+) s", log, re.M)
-    limits = re.search(r"^cllm generate: ([0-9]+) sequences and ([0-9]+) tokens per step", log, re.M)
     return {"prompts": len(rows), "failed": sum(1 for r in rows if r.get("error")),
             "roofline": rl, "steps_pct_after_load": float(wall_line.group(1)) if wall_line else None,
             "prompt_tokens": sum(r.get("prompt_tokens", 0) for r in rows),
@@ -99,8 +98,7 @@ def run(path, wall):
             "load_parts": dict(zip(("load_s", "model_s", "gpus_s", "open_s", "rest_s"), map(float, parts.groups())))
                           if parts else None,
             "close_s": float(closed.group(1)) if closed else None,
-            "max_seqs": int(limits.group(1)) if limits else None,
-            "max_batched_tokens": int(limits.group(2)) if limits else None,
+            **roofline.generate_limits(log),
             "scheduler_pct": float(steps.group(2)) if steps else None}
 
 def gpus(args):
