@@ -19,10 +19,10 @@ import argparse
 import csv
 import json
 import os
-import re
 import sys
 
 import fixed_lengths  # bench/, the script's own folder, is on the path
+import roofline
 from results import load
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -578,12 +578,6 @@ def load_text(b):
     return f"{b['load_s']:.1f} s" + (f", {b['load_gbps']:.1f} GB/s" if b.get("load_gbps") else "")
 
 
-def tp_of(args):
-    """The tensor-parallel ranks of a run's args (1 without --tp)."""
-    m = re.search(r"--tp[ =]([0-9]+)", args)
-    return int(m.group(1)) if m else 1
-
-
 def huge_table(huge, lim, fig):
     """The 405B shape at --tp 8, --pp 2 --tp 4, --pp 8: a column pair per run. A batch-1 step runs a request's
     stages in turn, so its limit is one stage's GPUs: --tp N of them."""
@@ -596,14 +590,14 @@ def huge_table(huge, lim, fig):
            "bench/throughput.sh with the same prompts as below.", ""]
     head, rule = "| measure |", "| --- |"
     for r in runs:
-        head += f" {r['args']} | % of {gpus_text(tp_of(r['args']))} |"
+        head += f" {r['args']} | % of {gpus_text(roofline.option_count(r['args'], '--tp'))} |"
         rule += " --- | --- |"
     out += [head, rule, "| load (random weights made and uploaded) |" + "".join(f" {load_text(r.get('bench'))} | |"
                                                                           for r in runs)]
     for label, cellf, xs in bench_rows(*[r.get("bench") for r in runs]):
         line = f"| {label} |"
         for r, x in zip(runs, xs):
-            c, p = cellf(x, lim, tp_of(r["args"])) if x else ("—", None)
+            c, p = cellf(x, lim, roofline.option_count(r["args"], "--tp")) if x else ("—", None)
             line += f" {c} | {pct_text(p)} |"
             if x:
                 fig.add(hname, f"{label}, {r['args']}", x["tok_s"], "tok/s", p)

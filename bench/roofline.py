@@ -57,6 +57,17 @@ def generate_limits(log):
     return out
 
 
+def option_count(args, name):
+    """The count a `cllm` option gives in args (--pp N, --tp N), 1 where it is not there."""
+    m = re.search(re.escape(name) + r"[ =]([0-9]+)\b", args or "")
+    return int(m.group(1)) if m else 1
+
+
+def gpus_in_args(args):
+    """GPUs a run takes: --pp stages x --tp ranks (a --gpus list naming a GPU twice is not looked at)."""
+    return option_count(args, "--pp") * option_count(args, "--tp")
+
+
 def kv_elem_bytes_in_args(args):
     """Bytes a K/V element takes in the cache under these `cllm` options (--kv-dtype fp8: 1)."""
     return 1 if re.search(r"--kv-dtype[= ]fp8\b", args or "") else 2

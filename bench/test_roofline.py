@@ -104,6 +104,9 @@ check("bf16 layers ignore an FP8 rate", roofline.roofline([prefill], s, lim8, ou
 check("options: --dummy-weights=fp8 makes FP8 layers", roofline.fp8_layers_in_args("--dummy-weights=fp8 --pp 2"), True)
 check("options: --weights fp8 too", roofline.fp8_layers_in_args("--weights fp8"), True)
 check("options: an fp8 cache alone does not", roofline.fp8_layers_in_args("--dummy-weights --kv-dtype fp8"), False)
+check("options: --pp 2 --tp=4 take 8 GPUs", roofline.gpus_in_args("--dummy-weights --pp 2 --tp=4"), 8)
+check("options: none given, one GPU; --tp 12 is not --tp 1", (roofline.gpus_in_args(""),
+      roofline.option_count("--tp 12", "--tp")), (1, 12))
 check("options: an fp8 cache is 1 byte an element", roofline.kv_elem_bytes_in_args("--kv-dtype fp8"), 1)
 check("options: FP8 weights alone keep a bf16 cache", roofline.kv_elem_bytes_in_args("--dummy-weights=fp8"), 2)
 

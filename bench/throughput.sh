@@ -83,7 +83,7 @@ def run(path, wall):
         rl = roofline.roofline(roofline.read_steps(path + ".csv"), shape, lim,
                                kv_elem_bytes=roofline.kv_elem_bytes_in_args(args),
                                output_tokens=sum(r.get("completion_tokens", 0) for r in rows), wall_s=wall,
-                               steps_s=float(steps.group(1)) if steps else None, gpus=gpus(args))
+                               steps_s=float(steps.group(1)) if steps else None, gpus=roofline.gpus_in_args(args))
         print(f"{os.path.basename(path)}: {roofline.summary(rl)}", file=sys.stderr)
     wall_line = re.search(r"then [0-9.]+ s of which steps [0-9.]+ s = ([0-9.]+)% \(([0-9.]+)% of the whole\)", log)
     parts = re.search(r"^the load's ([0-9.]+) s: the model's tensors ([0-9.]+) s, finding the GPUs ([0-9.]+) s, "
@@ -101,19 +101,11 @@ def run(path, wall):
             **roofline.generate_limits(log),
             "scheduler_pct": float(steps.group(2)) if steps else None}
 
-def gpus(args):
-    """GPUs a run takes: --pp stages x --tp ranks (a --gpus list naming a GPU twice is not looked at)."""
-    n = 1
-    for opt in ("--pp", "--tp"):
-        m = re.search(opt + r"[ =]([0-9]+)\b", args)
-        n *= int(m.group(1)) if m else 1
-    return n
-
 b = run(f"{out}/tp-batched.jsonl", tb)
 s = run(f"{out}/tp-single.jsonl", ts) if ts > 0 else None
 doc = results.write_section(out, name, {
     "model": os.path.basename(model.rstrip("/")), "args": args, "output_tokens_each": 256,
-    "matrix_params": matrix_params(model), "batched": b, "single": s}, gpus_used=gpus(args))
+    "matrix_params": matrix_params(model), "batched": b, "single": s}, gpus_used=roofline.gpus_in_args(args))
 if not b:  # cllm generate failed before writing a line: its last words, not a traceback below
     log = f"{out}/tp-batched.jsonl.log"
     last = open(log).read().strip().splitlines()[-1:] if os.path.exists(log) else []
