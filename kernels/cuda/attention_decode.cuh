@@ -2,16 +2,15 @@
  * block's shape (DecodeShape), the rope mode's staging and rope of the rows,
  * the per-tile step of a warp (scores, mask, online softmax, P V:
  * decode_tile and its parts) and the store of a warp's state for the 4-warp
- * merge. Three kernels use them: attention_decode.cu (any split count,
+ * merge. Two kernels use them: attention_decode.cu (any split count,
  * cascade rows, the split merge) and attention_decode_short.cu (one split,
  * no cascade: the short-context launches) run decode_tile and
  * decode_warp_store, so a row's output has the same bits from both
- * (test_attention checks it); attention_decode_rows.cu (a warp per item)
- * runs decode_tile's parts on its warp's own 16-key stage (decode_scores_fp8,
- * decode_logits, decode_online_softmax, decode_p_operand, decode_pv_fp8 with
- * warp 0), its bf16 products, O's rescale and the store its own. Each part
- * is __forceinline__ and was checked against the kernels' SASS before it
- * (instruction counts, registers; kernels/README.md "Decode"). */
+ * (test_attention checks it); attention_decode_rows.cu (a warp per item,
+ * the heads as the n8 columns) has its own products on the same
+ * arithmetic. Each part is __forceinline__ and was checked against the
+ * kernels' SASS before it (instruction counts, registers; kernels/README.md
+ * "Decode"). */
 #ifndef CLLM_ATTENTION_DECODE_CUH
 #define CLLM_ATTENTION_DECODE_CUH
 
@@ -254,7 +253,7 @@ static __device__ __forceinline__ void decode_p_operand(uint32_t (&a)[4], float 
 /* The online softmax step of a warp's 16 keys (s: their logits, tmax: the
  * lane's row maxima of them): rows g and g + 8's running max mx and sum l
  * moved on (l times alpha, the old terms' factor, plus the new exp2 terms),
- * s to exp2(s - max). The split, short and many-rows kernels' one copy. */
+ * s to exp2(s - max). The split and short kernels' one copy. */
 static __device__ __forceinline__ void decode_online_softmax(float (&s)[2][4], const float (&tmax)[2], float (&mx)[2],
                                                              float (&l)[2], float (&alpha)[2]) {
     float base[2];
@@ -282,7 +281,7 @@ static __device__ __forceinline__ void decode_online_softmax(float (&s)[2][4], c
  * and sum l of rows g and g + 8, (fp8) the rows' logit factors qr and the
  * warp's value-scale reference vref; plain arrays, as the split kernel had
  * them (in a struct ptxas gave its fp8 variants 1-2 more registers). The
- * split and the short kernel run it; the many-rows kernel runs its parts. */
+ * split and the short kernel run it. */
 template <int HDK, int HDV, bool CAP, bool FP8>
 static __device__ __forceinline__ void decode_tile(float (&o)[HDV / 8][4], float (&mx)[2], float (&l)[2],
                                                    const float (&qr)[2], float &vref, const uint32_t (*qf)[4],

@@ -9,11 +9,17 @@
  * copy rate bf16, ~30% fp8). Here the item is the unit of work and a warp
  * the worker:
  *
- * - An item is (decode row, KV head, up to 16 of its query heads), the
- *   query heads being the rows of the m16n8k16 tile as in the split kernel
- *   (GQA reads K/V once). One warp computes it wholly: its own online
- *   softmax over all the row's keys, then the output (sink included), so
- *   results do not depend on which warp took which item, nor on the grid.
+ * - An item is (decode row, KV head, up to ATTN_ROWS_HEADS = 8 of its
+ *   query heads: GQA reads K/V once for them). The query heads are the n8
+ *   columns of the products, S^T = K Q^T and O^T = V^T P^T, the keys and
+ *   the value dimensions their m16 rows: with the heads as the m16 rows (the
+ *   split kernel's way) an 8B layer's 4 heads of a KV head left 12 of 16
+ *   rows padding, in O's registers and in the mma and softmax work. P^T
+ *   goes from S^T's C fragments to the B operand, and O^T to rows of heads
+ *   at the end, through movmatrix. One warp computes an item wholly: its own
+ *   online softmax over all the row's keys, then the output (sink
+ *   included), so results do not depend on which warp took which item, nor
+ *   on the grid.
  * - Each warp has its own cp.async ring in its slice of shared memory:
  *   STAGES stages of 16 keys (bf16 K|V rows padded as attention_common.cuh
  *   says, or e4m3 bytes + the 2 x 16 scales). Tile t + STAGES - 1 is issued
@@ -25,12 +31,14 @@
  *   flight while it computes on the third: ~139 KB in flight an SM, several
  *   times the ~30 KB that 4.2 TB/s x ~1 us of latency over 132 SMs needs,
  *   so a warp stalled on its chain leaves enough bytes moving. fp8: a stage
- *   is 4.6 KB, 3 stages, 3 blocks (12 warps) an SM, ~113 KB in flight; more
- *   warps because its chain (the e4m3 -> f16 cvts) is longer per byte.
- *   Registers: O (HDV / 2 a lane), Q's fragments (HDK / 4, loaded straight
- *   from global memory into the A layout: no shared Q), S, the softmax
- *   state: at head 128 174-180 bf16 (2 blocks an SM allow 255), 152-156
- *   fp8 (3 blocks allow 168); no spills.
+ *   is 4.6 KB, 3 stages, 3 blocks (12 warps) an SM, ~113 KB in flight.
+ *   Shared memory, not registers, bounds both: 2 stages and more blocks (3
+ *   bf16, 4-5 fp8) measured slower (H200: bf16 256 x 640 3.77 -> 3.38 TB/s,
+ *   fp8 2.54 -> 2.15 / 2.06).
+ *   Registers: O^T (HDV / 4 a lane), Q's B fragments (HDK / 8, loaded
+ *   straight from global memory: no shared Q), S^T, the softmax state; at
+ *   head 128 ptxas takes 174-176 bf16 and 150 fp8 of what 2 / 3 blocks an
+ *   SM allow, no spills (3 / 4 blocks' bounds fit in 139 / 110).
  *   Head sizes above 128 (O and Q would not fit in registers) stay on the
  *   split kernel (attn_decode_rows_serves).
  * - A persistent grid (at most the GPU's resident warps) takes items from a
@@ -45,10 +53,8 @@
  * - fp8 cache: ldmatrix on the stage's bytes, cvt e4m3x2 -> f16x2 in
  *   registers, f16 products on the exact codes; key scales on the scores,
  *   value scales into P against the warp's running reference vref, Q in f16
- *   times a power of two a row, in K's fragment order (attention_decode.cuh's
- *   decode_scores_fp8 / decode_pv_fp8, here on a warp's own 16-key stage:
- *   warp 0's rows of it; so are the mask, the online softmax and P's
- *   operand: decode_logits, decode_online_softmax, decode_p_operand).
+ *   times a power of two a head, in the dimension order ldmatrix gives K's
+ *   codes in (the split kernel's arithmetic, attention_decode.cuh).
  *
  * Soft-cap and window are template variants (a windowed row loads only its
  * window's tiles); sinks and any GQA group size at run time. Not here: rope
@@ -57,7 +63,8 @@
  */
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/attention_common.cuh"
-#include "kernels/cuda/attention_decode.cuh"
+#include "kernels/cuda/e4m3.cuh"
+#include "kernels/cuda/tensor_core.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/pdl.cuh"
 
@@ -71,7 +78,7 @@ template <int HDK, int HDV, bool FP8> struct RowsShape {
     static constexpr int ORDER_MAX = 1024, BUCKETS = 64; /* rows sorted longest first (more: step order) */
     static constexpr int HEAD = ORDER_MAX * 2 + BUCKETS * 4;
     static constexpr int SMEM = HEAD + NW * RING;
-    static constexpr int MIN_BLOCKS = FP8 ? 3 : 2; /* an SM: the register budget (see the top of the file) */
+    static constexpr int MIN_BLOCKS = FP8 ? 3 : 2; /* an SM: shared memory allows no more (top of the file) */
     static_assert(HDK <= 128 && HDV <= 128, "O and Q's fragments in registers");
     static_assert(STAGE % 16 == 0 && HEAD % 16 == 0, "stages keep 16-byte alignment");
     static_assert(STAGES >= 2, "the key loop's wait counts on a group past the tile it reads");
@@ -204,89 +211,185 @@ __device__ __forceinline__ void rows_load_tile(unsigned char *stage, const AttnK
                  "r"(v ? 4 : 0));
 }
 
-/* Q's A fragments for query heads h0 .. h0 + nh - 1 of the row (rows past nh
- * zero), straight from global memory. bf16: chunk c's a0..a3 as ldmatrix
- * would give them. fp8: f16 times 2^(14 - e) a row (q_row_f16_factor; the
- * quad of lanes sharing a row holds all of it), in K's fragment order: lane
- * (g, t) holds dimensions 4t..4t+3 of each 16 (attention_decode.cu
- * decode_scores_fp8); qr gets rows g and g + 8's logit factors. */
+/* The transpose of the 8 x 8 b16 matrix whose mma fragment is x (lane 4g + t
+ * holds row g, columns 2t and 2t + 1): the lane gets row g of the transpose,
+ * i.e. the original's rows 2t and 2t + 1 of column g. */
+static __device__ __forceinline__ uint32_t movmatrix_t(uint32_t x) {
+    uint32_t y;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+    return y;
+}
+
+/* Max / sum over the 8 lanes of a C column (lanes t, t + 4, .. t + 28: the
+ * keys of a tile, for one query head). */
+static __device__ __forceinline__ float col_max(float x) {
+#pragma unroll
+    for (int o = 4; o < 32; o <<= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    return x;
+}
+static __device__ __forceinline__ float col_sum(float x) {
+#pragma unroll
+    for (int o = 4; o < 32; o <<= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+/* Q as the B operand of S^T = K Q^T (an item's query heads are the n8
+ * columns): qb[c] is query head h0 + g's dimensions of chunk c (16 a chunk)
+ * that meet K's A fragment there: bf16 2t, 2t + 1 | 2t + 8, 2t + 9; fp8
+ * 4t .. 4t + 3 (the order ldmatrix gives K's codes in, as the split kernel
+ * has it), f16 times 2^(14 - e) a head (q_row_f16_factor: the quad of lanes
+ * sharing g holds all of a head). Heads past nh: zeros. fp8: qr[e] gets head
+ * 2t + e's logit factor (the C column this lane holds). */
 template <int HDK, bool FP8, bool CAP>
-__device__ __forceinline__ void rows_load_q(uint32_t (&qf)[HDK / 16][4], float (&qr)[2], const AttnKParams &p, int row,
+__device__ __forceinline__ void rows_load_q(uint32_t (&qb)[HDK / 16][2], float (&qr)[2], const AttnKParams &p, int row,
                                             int h0, int nh, int lane) {
     const int g = lane >> 2, tg = lane & 3;
-    const bf16 *q0 = p.q + ((int64_t)row * p.n_heads + h0 + g) * HDK, *q1 = q0 + 8 * HDK;
-    const bool v0 = g < nh, v1 = g + 8 < nh;
+    const bf16 *q = p.q + ((int64_t)row * p.n_heads + h0 + g) * HDK;
+    const bool v = g < nh;
     if (!FP8) {
 #pragma unroll
         for (int c = 0; c < HDK / 16; c++) {
-            qf[c][0] = v0 ? *(const uint32_t *)(q0 + 16 * c + 2 * tg) : 0u;
-            qf[c][1] = v1 ? *(const uint32_t *)(q1 + 16 * c + 2 * tg) : 0u;
-            qf[c][2] = v0 ? *(const uint32_t *)(q0 + 16 * c + 8 + 2 * tg) : 0u;
-            qf[c][3] = v1 ? *(const uint32_t *)(q1 + 16 * c + 8 + 2 * tg) : 0u;
+            qb[c][0] = v ? *(const uint32_t *)(q + 16 * c + 2 * tg) : 0u;
+            qb[c][1] = v ? *(const uint32_t *)(q + 16 * c + 8 + 2 * tg) : 0u;
         }
         return;
     }
-    float amax[2] = {0.f, 0.f};
+    float amax = 0.f;
 #pragma unroll
-    for (int c = 0; c < HDK / 16; c++) { /* the bf16 pairs first (dimensions 4t, 4t+1 | 4t+2, 4t+3) */
-        const uint2 w0 = v0 ? *(const uint2 *)(q0 + 16 * c + 4 * tg) : make_uint2(0u, 0u);
-        const uint2 w1 = v1 ? *(const uint2 *)(q1 + 16 * c + 4 * tg) : make_uint2(0u, 0u);
-        qf[c][0] = w0.x, qf[c][2] = w0.y, qf[c][1] = w1.x, qf[c][3] = w1.y;
+    for (int c = 0; c < HDK / 16; c++) {
+        const uint2 w = v ? *(const uint2 *)(q + 16 * c + 4 * tg) : make_uint2(0u, 0u);
+        qb[c][0] = w.x, qb[c][1] = w.y;
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const uint32_t w = qf[c][k];
-            const float m = fmaxf(fabsf(__uint_as_float(w << 16)), fabsf(__uint_as_float(w & 0xffff0000u)));
-            amax[k & 1] = fmaxf(amax[k & 1], m); /* a0, a2: row g; a1, a3: row g + 8 */
-        }
+        for (int k = 0; k < 2; k++)
+            amax = fmaxf(amax, fmaxf(fabsf(__uint_as_float(qb[c][k] << 16)),
+                                     fabsf(__uint_as_float(qb[c][k] & 0xffff0000u))));
     }
-    float f[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float undo;
-        f[r] = q_row_f16_factor(quad_max(amax[r]), &undo);
-        qr[r] = attn_row_factor_fp8<CAP>(undo, p);
-    }
+    float undo;
+    const float f = q_row_f16_factor(quad_max(amax), &undo), factor = attn_row_factor_fp8<CAP>(undo, p);
+    qr[0] = __shfl_sync(0xffffffffu, factor, 8 * tg), qr[1] = __shfl_sync(0xffffffffu, factor, 8 * tg + 4);
 #pragma unroll
     for (int c = 0; c < HDK / 16; c++)
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const uint32_t w = qf[c][k];
-            qf[c][k] = pack_f16(__uint_as_float(w << 16) * f[k & 1], __uint_as_float(w & 0xffff0000u) * f[k & 1]);
-        }
+        for (int k = 0; k < 2; k++)
+            qb[c][k] = pack_f16(__uint_as_float(qb[c][k] << 16) * f, __uint_as_float(qb[c][k] & 0xffff0000u) * f);
 }
 
-/* The item's output: rows g, g + 8 (query heads h0 + g, h0 + g + 8, those
- * below nh) normalized with the sink: o e / (e l + exp2(sink - M)),
- * e = exp2(m - M), M = max(m, sink) (fp8: times vref). */
-template <int HDV, bool FP8>
-__device__ __forceinline__ void rows_store(const AttnKParams &p, const float (&o)[HDV / 8][4], const float (&mx)[2],
-                                           const float (&l)[2], float vref, int row, int h0, int nh, int lane) {
-    const int g = lane >> 2, tg = lane & 3;
+/* S^T (the tile's 16 keys x the item's query heads): sT[0..1] key g, heads
+ * 2t, 2t + 1; sT[2..3] key g + 8. K is the A operand, straight from the
+ * stage (bf16 by ldmatrix; fp8 codes by ldmatrix, then cvt to f16: exact),
+ * two accumulators to halve the mma chain. */
+template <int HDK, bool FP8, typename S>
+__device__ __forceinline__ void rows_scores(float (&sT)[4], const uint32_t (&qb)[HDK / 16][2],
+                                            const unsigned char *stage, int lane) {
+    constexpr int CH = HDK / 16;
+    float acc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    if (FP8) {
+        const uint32_t k_addr = smem_u32(stage + (((lane >> 3) & 1) * 8 + (lane & 7)) * S::RSK + (lane >> 4) * 16);
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const float sum_l = quad_sum(l[r]);
-        const int hr = g + 8 * r, h = h0 + hr;
-        if (hr >= nh) continue;
-        const float sink = p.sinks ? p.sinks[h] * ATTN_LOG2E : -INFINITY, mm = fmaxf(sink, mx[r]);
-        const float base = mm == -INFINITY ? 0.f : mm, e = exp2f(mx[r] - base);
-        const float sum = e * sum_l + (p.sinks ? exp2f(sink - base) : 0.f);
-        const float f = e * (sum > 0.f ? 1.f / sum : 0.f) * (FP8 ? vref : 1.f);
-        bf16 *out = p.out + ((int64_t)row * p.n_heads + h) * HDV;
-        if (FP8) {
+        for (int c = 0; c < CH; c += 2) {
+            uint32_t w[4];
+            if (c + 1 < CH) ldsm_x4(k_addr + c * 16, w[0], w[1], w[2], w[3]);
+            else ldsm_x2(k_addr + c * 16, w[0], w[1]); /* head size 80: the last chunk alone */
 #pragma unroll
-            for (int c = 0; c < HDV / 16; c++) /* dimensions 16c + 4tg .. + 3 (decode_pv_fp8's order) */
-                *(uint2 *)(out + 16 * c + 4 * tg) =
-                    make_uint2(pack_bf16(o[2 * c][2 * r] * f, o[2 * c + 1][2 * r] * f),
-                               pack_bf16(o[2 * c][2 * r + 1] * f, o[2 * c + 1][2 * r + 1] * f));
-        } else {
+            for (int h = 0; h < (c + 1 < CH ? 2 : 1); h++) {
+                /* w[2h]: keys 0-7, w[2h + 1]: keys 8-15, codes 4t .. 4t + 3 of chunk c + h */
+                const uint32_t a[4] = {e4m3x2_to_f16x2(w[2 * h]), e4m3x2_to_f16x2(w[2 * h + 1]),
+                                       e4m3x2_to_f16x2(w[2 * h] >> 16), e4m3x2_to_f16x2(w[2 * h + 1] >> 16)};
+                mma_f16(acc[(c + h) & 1], a, qb[c + h][0], qb[c + h][1]);
+            }
+        }
+    } else {
+        const uint32_t k_addr =
+            smem_u32((const bf16 *)stage + ((lane & 7) + ((lane >> 4) << 3)) * S::SK + ((lane >> 3) & 1) * 8);
 #pragma unroll
-            for (int i = 0; i < HDV / 8; i++)
-                *(uint32_t *)(out + i * 8 + 2 * tg) = pack_bf16(o[i][2 * r] * f, o[i][2 * r + 1] * f);
+        for (int c = 0; c < CH; c++) {
+            uint32_t r[4]; /* keys 0-7 | 0-7 | 8-15 | 8-15, dimensions 0-7 | 8-15 | 0-7 | 8-15 of chunk c */
+            ldsm_x4(k_addr + c * 32, r[0], r[1], r[2], r[3]);
+            const uint32_t a[4] = {r[0], r[2], r[1], r[3]};
+            mma_bf16(acc[c & 1], a, qb[c][0], qb[c][1]);
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < 4; e++) sT[e] = acc[0][e] + acc[1][e];
+}
+
+/* O^T += V^T P^T: V is the A operand (ldmatrix .trans on the stage), P^T
+ * the B one (b0: keys 2t, 2t + 1, b1: keys 2t + 8, 2t + 9 of head g). oT[c]
+ * holds dimension rows g and g + 8 of chunk c (16 dimensions) x heads 2t,
+ * 2t + 1: bf16 dimensions 16c + g, 16c + g + 8; fp8 16c + 2g, 16c + 2g + 1
+ * (a byte permute of ldmatrix's pairs gives those two rows; rows_store puts
+ * them back). */
+template <int HDV, bool FP8, typename S>
+__device__ __forceinline__ void rows_pv(float (&oT)[HDV / 16][4], uint32_t b0, uint32_t b1,
+                                        const unsigned char *stage, int lane) {
+    constexpr int CH = HDV / 16;
+    if (FP8) {
+        const uint8_t *v8 = stage + S::KN * S::RSK;
+        const uint32_t v_addr = smem_u32(v8 + (((lane >> 3) & 1) * 8 + (lane & 7)) * S::RSV + (lane >> 4) * 16);
+#pragma unroll
+        for (int c = 0; c < CH; c += 2) {
+            uint32_t w[4];
+            if (c + 1 < CH) ldsm_x4_t(v_addr + c * 16, w[0], w[1], w[2], w[3]);
+            else ldsm_x2_t(v_addr + c * 16, w[0], w[1]);
+#pragma unroll
+            for (int h = 0; h < (c + 1 < CH ? 2 : 1); h++) {
+                /* w: keys 2t, 2t + 1 (w[2h]) and 2t + 8, 2t + 9 (w[2h + 1]) of dimensions 2g, 2g + 1 */
+                const uint32_t lo = __byte_perm(w[2 * h], 0, 0x3120), hi = __byte_perm(w[2 * h + 1], 0, 0x3120);
+                const uint32_t a[4] = {e4m3x2_to_f16x2(lo), e4m3x2_to_f16x2(lo >> 16), e4m3x2_to_f16x2(hi),
+                                       e4m3x2_to_f16x2(hi >> 16)};
+                mma_f16(oT[c + h], a, b0, b1);
+            }
+        }
+    } else {
+        const bf16 *vt = (const bf16 *)stage + S::KN * S::SK;
+        const uint32_t v_addr = smem_u32(vt + ((lane & 7) + ((lane >> 3) & 1) * 8) * S::SV + (lane >> 4) * 8);
+#pragma unroll
+        for (int c = 0; c < CH; c++) {
+            uint32_t r[4]; /* keys 0-7 | 8-15 | 0-7 | 8-15, dimensions 0-7 | 0-7 | 8-15 | 8-15 of chunk c */
+            ldsm_x4_t(v_addr + c * 32, r[0], r[1], r[2], r[3]);
+            const uint32_t a[4] = {r[0], r[2], r[1], r[3]};
+            mma_bf16(oT[c], a, b0, b1);
         }
     }
 }
 
-/* One item, by one warp: decode entry d, KV head kvh, head group grp. */
+/* The item's output: query heads h0 + g (below nh), normalized with the
+ * sink (o e / (e l + exp2(sink - M)), e = exp2(m - M), M = max(m, sink);
+ * fp8: times vref), as bf16; oT's columns are heads 2t, 2t + 1, so each
+ * chunk goes through movmatrix to rows of heads. */
+template <int HDV, bool FP8>
+__device__ __forceinline__ void rows_store(const AttnKParams &p, float (&oT)[HDV / 16][4], const float (&mx)[2],
+                                           const float (&l)[2], float vref, int row, int h0, int nh, int lane) {
+    const int g = lane >> 2, tg = lane & 3;
+    float f[2];
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        const int hc = 2 * tg + e; /* this lane's column's head, of the item's */
+        const float sum_l = col_sum(l[e]);
+        const float sink = p.sinks && hc < nh ? p.sinks[h0 + hc] * ATTN_LOG2E : -INFINITY;
+        const float mm = fmaxf(sink, mx[e]), base = mm == -INFINITY ? 0.f : mm, ex = exp2f(mx[e] - base);
+        const float sum = ex * sum_l + (sink > -INFINITY ? exp2f(sink - base) : 0.f);
+        f[e] = ex * (sum > 0.f ? 1.f / sum : 0.f) * (FP8 ? vref : 1.f);
+    }
+    bf16 *out = p.out + ((int64_t)row * p.n_heads + h0 + g) * HDV;
+#pragma unroll
+    for (int c = 0; c < HDV / 16; c++) {
+        /* y0: head g's dimension rows 2t, 2t + 1; y1: rows 2t + 8, 2t + 9 */
+        const uint32_t y0 = movmatrix_t(pack_bf16(oT[c][0] * f[0], oT[c][1] * f[1]));
+        const uint32_t y1 = movmatrix_t(pack_bf16(oT[c][2] * f[0], oT[c][3] * f[1]));
+        if (g >= nh) continue;
+        if (FP8) /* rows 2t, 2t + 1, 2t + 8, 2t + 9 are dimensions 4t, 4t + 2, 4t + 1, 4t + 3 */
+            *(uint2 *)(out + 16 * c + 4 * tg) = make_uint2(__byte_perm(y0, y1, 0x5410), __byte_perm(y0, y1, 0x7632));
+        else
+            *(uint32_t *)(out + 16 * c + 2 * tg) = y0, *(uint32_t *)(out + 16 * c + 8 + 2 * tg) = y1;
+    }
+}
+
+/* One item, by one warp: decode entry d, KV head kvh, head group grp (of
+ * ATTN_ROWS_HEADS). The query heads are the n8 columns of S^T = K Q^T and
+ * O^T = V^T P^T (keys and dimensions the m16 rows): an 8B layer's 4 heads of
+ * a KV head fill half the columns, where with heads as the rows of m16 tiles
+ * 12 of 16 rows were padding, in registers and in mma work. */
 template <int HDK, int HDV, bool CAP, bool WIN, bool FP8>
 __device__ __forceinline__ void rows_item(const AttnKParams &p, int d, int kvh, int grp, unsigned char *ring,
                                           int lane) {
@@ -295,9 +398,10 @@ __device__ __forceinline__ void rows_item(const AttnKParams &p, int d, int kvh, 
     const int32_t *dec = p.meta + p.off_decode + 3 * d;
     const int row = dec[0], pos = dec[2];
     const int32_t *tab = p.meta + p.off_tables + (int64_t)dec[1] * p.table_width;
-    const int h0 = kvh * p.group + grp * 16, nh = min(16, p.group - grp * 16);
+    const int h0 = kvh * p.group + grp * ATTN_ROWS_HEADS;
+    const int nh = min(ATTN_ROWS_HEADS, p.group - grp * ATTN_ROWS_HEADS);
     const RowRange<WIN, KN> rr(p, pos);
-    const int lo = rr.lo, hi = rr.hi, tg = lane & 3;
+    const int lo = rr.lo, hi = rr.hi, g = lane >> 2;
 
     auto load = [&](int st, int t) {
         rows_load_tile<HDK, HDV, FP8, S>(ring + st * S::STAGE, p, tab, kvh, t * KN, lo, hi, lane);
@@ -307,13 +411,13 @@ __device__ __forceinline__ void rows_item(const AttnKParams &p, int d, int kvh, 
         if (rr.t0 + st < rr.t1) load(st, rr.t0 + st);
         cp_async_commit(); /* empty groups keep the wait counts uniform */
     }
-    uint32_t qf[HDK / 16][4];
-    float qr[2] = {1.f, 1.f}; /* fp8: rows g, g + 8's logit factors */
-    rows_load_q<HDK, FP8, CAP>(qf, qr, p, row, h0, nh, lane);
+    uint32_t qb[HDK / 16][2];
+    float qr[2] = {1.f, 1.f}; /* fp8: heads 2t, 2t + 1's logit factors */
+    rows_load_q<HDK, FP8, CAP>(qb, qr, p, row, h0, nh, lane);
 
-    float o[HDV / 8][4];
+    float oT[HDV / 16][4];
 #pragma unroll
-    for (int i = 0; i < HDV / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    for (int i = 0; i < HDV / 16; i++) oT[i][0] = oT[i][1] = oT[i][2] = oT[i][3] = 0.f;
     float mx[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, vref = 0.f;
 
     for (int t = rr.t0, st = 0; t < rr.t1; t++, st = st + 1 == ST ? 0 : st + 1) {
@@ -323,60 +427,64 @@ __device__ __forceinline__ void rows_item(const AttnKParams &p, int d, int kvh, 
         __syncwarp(); /* every lane's copies of tile t visible; every lane done with tile t - 1's stage */
         if (t + ST - 1 < rr.t1) load(st == 0 ? ST - 1 : st - 1, t + ST - 1);
         cp_async_commit();
-        unsigned char *stage = ring + st * S::STAGE;
+        const unsigned char *stage = ring + st * S::STAGE;
 
-        float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-        float2 sck[2], scv[2]; /* fp8: scales of this lane's keys 2tg, 2tg + 1 and 8 + 2tg, 9 + 2tg */
+        float sT[4];
+        rows_scores<HDK, FP8, S>(sT, qb, stage, lane);
+        float sk[2] = {1.f, 1.f}, sv[2] = {0.f, 0.f}; /* fp8: keys g and g + 8's scales */
         if (FP8) {
-            const uint8_t *k8 = stage;
-            const float *sc = (const float *)(stage + KN * (S::RSK + S::RSV));
-            decode_scores_fp8<HDK, S::RSK, true>(s, qf, 0, k8, 0, lane); /* the warp's own stage: warp 0's rows */
-#pragma unroll
-            for (int i = 0; i < 2; i++) {
-                sck[i] = *reinterpret_cast<const float2 *>(sc + i * 8 + 2 * tg);
-                scv[i] = *reinterpret_cast<const float2 *>(sc + KN + i * 8 + 2 * tg);
-            }
-        } else {
-            const uint32_t k_addr =
-                smem_u32((const bf16 *)stage + ((lane & 7) + ((lane >> 4) << 3)) * S::SK + ((lane >> 3) & 1) * 8);
-#pragma unroll
-            for (int kk = 0; kk < HDK / 16; kk++) {
-                uint32_t b0, b1, b2, b3;
-                ldsm_x4(k_addr + kk * 32, b0, b1, b2, b3);
-                mma_bf16(s[0], qf[kk], b0, b1);
-                mma_bf16(s[1], qf[kk], b2, b3);
-            }
+            const float *sc = (const float *)(stage + KN * (S::RSK + S::RSV)); /* K's 16 scales, then V's */
+            sk[0] = sc[g], sk[1] = sc[g + 8], sv[0] = sc[KN + g], sv[1] = sc[KN + g + 8];
         }
-        /* only the first and last tiles can hold keys outside [lo, hi) */
+        /* logits; only the first and last tiles can hold keys outside [lo, hi) */
         const bool edge = t * KN < lo || (t + 1) * KN > hi;
-        float tmax[2];
-        decode_logits<CAP, FP8>(s, tmax, sck, qr, t * KN, lo, hi, edge, p, tg);
-        float alpha[2];
-        decode_online_softmax(s, tmax, mx, l, alpha);
-        uint32_t a[4];
-        decode_p_operand<FP8>(a, s, scv, vref, alpha); /* fp8: P x value scale / vref; alpha rescales O too */
-        /* once the running max (and fp8's vref) settle, alpha stays 1: skip the HDV / 2 multiplies */
+        float tmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int j = t * KN + g + 8 * (e >> 1);
+            const float logit = FP8 ? attn_logit_fp8<CAP>(sT[e], sk[e >> 1], qr[e & 1], p) : attn_logit<CAP>(sT[e], p);
+            const float x = !edge || (j >= lo && j < hi) ? logit : -INFINITY;
+            sT[e] = x;
+            tmax[e & 1] = fmaxf(tmax[e & 1], x);
+        }
+        /* the online softmax of heads 2t, 2t + 1 (l: this lane's keys' part, summed over the column at the end) */
+        float alpha[2], base[2];
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const float mnew = fmaxf(mx[e], col_max(tmax[e]));
+            base[e] = mnew == -INFINITY ? 0.f : mnew;
+            alpha[e] = exp2f(mx[e] - base[e]);
+            mx[e] = mnew;
+            l[e] *= alpha[e];
+        }
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            sT[e] = exp2f(sT[e] - base[e & 1]);
+            l[e & 1] += sT[e];
+        }
+        uint32_t b0, b1; /* P^T's B fragments: fp8 p x value scale / vref as f16, bf16 p as bf16 */
+        if (FP8) {
+            /* vref: the largest value scale the warp has seen (fp8_v_ref, over a column's lanes) */
+            const float m = col_max(fmaxf(sv[0], sv[1])), nv = fmaxf(vref, m), inv = nv > 0.f ? 1.f / nv : 0.f;
+            const float rescale = nv > 0.f ? vref * inv : 1.f;
+            vref = nv;
+            alpha[0] *= rescale, alpha[1] *= rescale;
+            b0 = movmatrix_t(pack_f16(sT[0] * (sv[0] * inv), sT[1] * (sv[0] * inv)));
+            b1 = movmatrix_t(pack_f16(sT[2] * (sv[1] * inv), sT[3] * (sv[1] * inv)));
+        } else {
+            b0 = movmatrix_t(pack_bf16(sT[0], sT[1]));
+            b1 = movmatrix_t(pack_bf16(sT[2], sT[3]));
+        }
+        /* once the running max (and fp8's vref) settle, alpha stays 1: skip the multiplies */
         if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-            for (int i = 0; i < HDV / 8; i++)
-                o[i][0] *= alpha[0], o[i][1] *= alpha[0], o[i][2] *= alpha[1], o[i][3] *= alpha[1];
+            for (int i = 0; i < HDV / 16; i++)
+                oT[i][0] *= alpha[0], oT[i][1] *= alpha[1], oT[i][2] *= alpha[0], oT[i][3] *= alpha[1];
         }
-        if (FP8) {
-            decode_pv_fp8<HDV, S::RSV>(o, a, stage + KN * S::RSK, 0, lane);
-        } else {
-            const bf16 *vt = (const bf16 *)stage + KN * S::SK;
-            const uint32_t v_addr = smem_u32(vt + ((lane & 7) + ((lane >> 3) & 1) * 8) * S::SV + (lane >> 4) * 8);
-#pragma unroll
-            for (int nn = 0; nn < HDV / 16; nn++) {
-                uint32_t b0, b1, b2, b3;
-                ldsm_x4_t(v_addr + nn * 32, b0, b1, b2, b3);
-                mma_bf16(o[2 * nn], a, b0, b1);
-                mma_bf16(o[2 * nn + 1], a, b2, b3);
-            }
-        }
+        rows_pv<HDV, FP8, S>(oT, b0, b1, stage, lane);
     }
     __syncwarp(); /* every lane done with the ring before the next item's copies land in it */
-    rows_store<HDV, FP8>(p, o, mx, l, vref, row, h0, nh, lane);
+    rows_store<HDV, FP8>(p, oT, mx, l, vref, row, h0, nh, lane);
 }
 
 template <int HDK, int HDV, bool CAP, bool WIN, bool FP8>
@@ -393,7 +501,8 @@ __global__ void __launch_bounds__(128, RowsShape<HDK, HDV, FP8>::MIN_BLOCKS)
     if (sorted) rows_longest_first<WIN, S>(p, n_decode, order, hist);
     pdl_wait(); /* q and the cache's newest keys come from the kernels before */
 
-    const int per_row = p.n_kv_heads * p.n_groups, n_items = n_decode * per_row;
+    const int groups = (p.group + ATTN_ROWS_HEADS - 1) / ATTN_ROWS_HEADS, per_row = p.n_kv_heads * groups;
+    const int n_items = n_decode * per_row;
     const int last_fetch = n_items + gridDim.x * S::NW - 1; /* every warp's one failed fetch counted */
     int *next = p.done;
     int item = __shfl_sync(0xffffffffu, lane == 0 ? atomicAdd(next, 1) : 0, 0);
@@ -405,7 +514,7 @@ __global__ void __launch_bounds__(128, RowsShape<HDK, HDV, FP8>::MIN_BLOCKS)
         }
         const int following = lane == 0 ? atomicAdd(next, 1) : 0; /* its latency hides under this item */
         const int dpos = item / per_row, r = item % per_row;
-        rows_item<HDK, HDV, CAP, WIN, FP8>(p, sorted ? order[dpos] : dpos, r / p.n_groups, r % p.n_groups, ring, lane);
+        rows_item<HDK, HDV, CAP, WIN, FP8>(p, sorted ? order[dpos] : dpos, r / groups, r % groups, ring, lane);
         item = __shfl_sync(0xffffffffu, following, 0);
     }
 }
@@ -415,7 +524,8 @@ __global__ void __launch_bounds__(128, RowsShape<HDK, HDV, FP8>::MIN_BLOCKS)
 template <int HDK, int HDV, bool FP8>
 static int rows_variant(const AttnKParams *kp, int n_decode, int resident_warps, cudaStream_t s, Err *err) {
     using S = RowsShape<HDK, HDV, FP8>;
-    const int64_t items = (int64_t)n_decode * kp->n_kv_heads * kp->n_groups;
+    const int groups = (kp->group + ATTN_ROWS_HEADS - 1) / ATTN_ROWS_HEADS;
+    const int64_t items = (int64_t)n_decode * kp->n_kv_heads * groups;
     const int64_t warps = items < resident_warps ? items : resident_warps;
     const int blocks = (int)((warps + S::NW - 1) / S::NW);
     return attn_cap_win(kp, [&](auto cap, auto win) {

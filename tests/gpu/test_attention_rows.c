@@ -7,7 +7,7 @@
  * of the host's bytes), the output poisoned with NaN, ||gpu - cpu|| / ||cpu||
  * <= 1e-2 and no row left unwritten.
  * Cases: steps of 30 to 1025 decode rows of mixed lengths (1, tile edges,
- * odd), windows, sinks, soft-cap, GQA 1/4/8/32, both caches (fp8 with
+ * odd), windows, sinks, soft-cap, GQA 1/4/8/12/32 (items of <= 8 heads), both caches (fp8 with
  * dynamic and static scales), a grid of the GPU's resident warps and one of
  * a few warps, each launch twice (its item counter resets); and which
  * launches it takes (cuda_attention_decode_rows_takes) and how many warps the
@@ -50,6 +50,7 @@ static const RowsCase k_rows_cases[] = {
     {"rows hd64 gqa1 bs8 window 37 sinks", 64, 64, 4, 4, 8, 37, 0, 1, 60, 900, 0, false},
     {"rows hd80 gqa8 softcap", 80, 80, 16, 2, 32, 0, 30.f, 0, 64, 800, 0, false},
     {"rows hd96 gqa32 window 300 cap sinks", 96, 96, 32, 1, 64, 300, 50.f, 1, 48, 1000, 12, false},
+    {"rows hd128 gqa12 sinks (8 + 4 heads)", 128, 128, 24, 2, 16, 0, 0, 1, 70, 700, 0, false},
     {"rows hd128/64 gqa4 window 1", 128, 64, 8, 2, 16, 1, 0, 0, 50, 500, 0, false},
     {"rows hd64 gqa4 window 16 sinks", 64, 64, 16, 4, 16, 16, 0, 1, 50, 400, 4, false},
     /* the kernel sorts up to 1024 rows longest first; more run in step order */
@@ -80,7 +81,7 @@ static void run_rows_case(const RowsCase *rc) {
     }
     AttnMeta m;
     CHECK(attn_meta_build(&m, &P.batch, &(AttnMetaOpts){P.n_blocks, 0}, &err) == 0, "%s: %s", c.name, err.msg);
-    int64_t items = (int64_t)m.n_decode * c.n_kv * ((c.n_heads / c.n_kv + 15) / 16);
+    int64_t items = (int64_t)m.n_decode * c.n_kv * ((c.n_heads / c.n_kv + ATTN_ROWS_HEADS - 1) / ATTN_ROWS_HEADS);
     int resident = cuda_attention_decode_rows_resident(c.hdk, c.hdv, P.cache.dtype == KV_DTYPE_FP8, &err);
     DevBufs D;
     if (m.n_tiles == 0 && resident > 0 && dev_upload(&D, &P, &m, 1) == 0) {
@@ -112,7 +113,7 @@ static void run_rows_case(const RowsCase *rc) {
 static void run_rows_cases(void) {
     int n = (int)(sizeof k_rows_cases / sizeof *k_rows_cases);
     for (int i = 0; i < n; i++)
-        if (!g_quick || i == 1 || i == 5) run_rows_case(&k_rows_cases[i]);
+        if (!g_quick || i == 1 || i == 5 || i == 6) run_rows_case(&k_rows_cases[i]);
 }
 static void test_decode_rows(void) { g_dtype = KV_DTYPE_BF16; run_rows_cases(); }
 static void test_decode_rows_fp8(void) { g_dtype = KV_DTYPE_FP8; run_rows_cases(); g_dtype = KV_DTYPE_BF16; }
@@ -137,9 +138,9 @@ static void test_decode_rows_choice(void) {
     CHECK(!cuda_attention_decode_rows_takes(&w, &p, 256), "head 256");
     p.head_dim_k = 192, p.head_dim_v = 128;
     CHECK(!cuda_attention_decode_rows_takes(&w, &p, 256), "head 192/128");
-    p.head_dim_k = 64, p.head_dim_v = 64, p.n_heads = 34, p.n_kv_heads = 2; /* group 17: two head groups */
-    CHECK(cuda_attention_decode_rows_takes(&w, &p, 132), "132 rows x 2 x 2 = 528 items");
-    CHECK(!cuda_attention_decode_rows_takes(&w, &p, 131), "131 rows x 2 x 2");
+    p.head_dim_k = 64, p.head_dim_v = 64, p.n_heads = 34, p.n_kv_heads = 2; /* group 17: three groups of <= 8 */
+    CHECK(cuda_attention_decode_rows_takes(&w, &p, 88), "88 rows x 2 x 3 = 528 items");
+    CHECK(!cuda_attention_decode_rows_takes(&w, &p, 87), "87 rows x 2 x 3");
     int sms = 0;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
     for (int f = 0; f < 2; f++) {
