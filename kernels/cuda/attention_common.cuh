@@ -112,6 +112,16 @@ __device__ __forceinline__ void ldsm_x2_t(uint32_t addr, uint32_t &r0, uint32_t 
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(addr));
 }
 
+/* e4m3 codes of 16 rows (keys) of an fp8 tile, 16-byte chunks c and c + 1
+ * at addr (the lane's row and chunk already in it, as ldmatrix wants):
+ * w[0], w[1] chunk c's rows 0-7 and 8-15, w[2], w[3] chunk c + 1's; with
+ * pair false (an odd head size's last chunk) chunk c alone. TRANS: the
+ * .trans load (P V's B or A operand), else the plain one. */
+template <bool TRANS> __device__ __forceinline__ void ldsm_fp8_chunks(uint32_t addr, bool pair, uint32_t (&w)[4]) {
+    if (pair) TRANS ? ldsm_x4_t(addr, w[0], w[1], w[2], w[3]) : ldsm_x4(addr, w[0], w[1], w[2], w[3]);
+    else TRANS ? ldsm_x2_t(addr, w[0], w[1]) : ldsm_x2(addr, w[0], w[1]);
+}
+
 /* Row stride in bytes of an fp8 tile in shared memory: an odd number of
  * 16-byte units, so the 8 rows of an ldmatrix phase hit 8 different bank
  * groups (80: 5 units as is; 64, 96, 128, 256: one unit of pad). */

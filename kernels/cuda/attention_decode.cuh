@@ -137,8 +137,7 @@ static __device__ __forceinline__ void decode_scores_fp8(float (&s)[2][4], const
 #pragma unroll
     for (int c = 0; c < CH; c += 2) {
         uint32_t w[4], a[4];
-        if (c + 1 < CH) ldsm_x4(k_addr + c * 16, w[0], w[1], w[2], w[3]);
-        else ldsm_x2(k_addr + c * 16, w[0], w[1]); /* head size 80: the last chunk alone */
+        ldsm_fp8_chunks<false>(k_addr + c * 16, c + 1 < CH, w); /* head size 80: the last chunk alone */
 #pragma unroll
         for (int h = 0; h < (c + 1 < CH ? 2 : 1); h++) {
             q_frag(c + h, a);
@@ -161,8 +160,7 @@ static __device__ __forceinline__ void decode_pv_fp8(float (&o)[HDV / 8][4], con
 #pragma unroll
     for (int c = 0; c < CH; c += 2) {
         uint32_t w[4];
-        if (c + 1 < CH) ldsm_x4_t(v_addr + c * 16, w[0], w[1], w[2], w[3]);
-        else ldsm_x2_t(v_addr + c * 16, w[0], w[1]);
+        ldsm_fp8_chunks<true>(v_addr + c * 16, c + 1 < CH, w);
 #pragma unroll
         for (int h = 0; h < (c + 1 < CH ? 2 : 1); h++) {
             const uint32_t lo = __byte_perm(w[2 * h], 0, 0x3120), hi = __byte_perm(w[2 * h + 1], 0, 0x3120);

@@ -288,8 +288,7 @@ __device__ __forceinline__ void rows_scores(float (&sT)[4], const uint32_t (&qb)
 #pragma unroll
         for (int c = 0; c < CH; c += 2) {
             uint32_t w[4];
-            if (c + 1 < CH) ldsm_x4(k_addr + c * 16, w[0], w[1], w[2], w[3]);
-            else ldsm_x2(k_addr + c * 16, w[0], w[1]); /* head size 80: the last chunk alone */
+            ldsm_fp8_chunks<false>(k_addr + c * 16, c + 1 < CH, w); /* head size 80: the last chunk alone */
 #pragma unroll
             for (int h = 0; h < (c + 1 < CH ? 2 : 1); h++) {
                 /* w[2h]: keys 0-7, w[2h + 1]: keys 8-15, codes 4t .. 4t + 3 of chunk c + h */
@@ -329,8 +328,7 @@ __device__ __forceinline__ void rows_pv(float (&oT)[HDV / 16][4], uint32_t b0, u
 #pragma unroll
         for (int c = 0; c < CH; c += 2) {
             uint32_t w[4];
-            if (c + 1 < CH) ldsm_x4_t(v_addr + c * 16, w[0], w[1], w[2], w[3]);
-            else ldsm_x2_t(v_addr + c * 16, w[0], w[1]);
+            ldsm_fp8_chunks<true>(v_addr + c * 16, c + 1 < CH, w);
 #pragma unroll
             for (int h = 0; h < (c + 1 < CH ? 2 : 1); h++) {
                 /* w: keys 2t, 2t + 1 (w[2h]) and 2t + 8, 2t + 9 (w[2h + 1]) of dimensions 2g, 2g + 1 */
