@@ -122,6 +122,16 @@ template <bool TRANS> __device__ __forceinline__ void ldsm_fp8_chunks(uint32_t a
     else TRANS ? ldsm_x2_t(addr, w[0], w[1]) : ldsm_x2(addr, w[0], w[1]);
 }
 
+/* A chunk of values from ldsm_fp8_chunks<true>: k0 (keys 0-7) and k8 (keys
+ * 8-15) give lane (g, t) keys 2t, 2t + 1 x dimensions 2g, 2g + 1 (k8: keys
+ * 2t + 8, 2t + 9); as f16 pairs over the keys: f[0] dimension 2g keys 2t..,
+ * f[1] dimension 2g keys 2t + 8.., f[2], f[3] dimension 2g + 1 likewise. */
+__device__ __forceinline__ void fp8_value_pairs(uint32_t k0, uint32_t k8, uint32_t (&f)[4]) {
+    const uint32_t lo = __byte_perm(k0, 0, 0x3120), hi = __byte_perm(k8, 0, 0x3120);
+    f[0] = e4m3x2_to_f16x2(lo), f[1] = e4m3x2_to_f16x2(hi);
+    f[2] = e4m3x2_to_f16x2(lo >> 16), f[3] = e4m3x2_to_f16x2(hi >> 16);
+}
+
 /* Row stride in bytes of an fp8 tile in shared memory: an odd number of
  * 16-byte units, so the 8 rows of an ldmatrix phase hit 8 different bank
  * groups (80: 5 units as is; 64, 96, 128, 256: one unit of pad). */

@@ -163,9 +163,10 @@ static __device__ __forceinline__ void decode_pv_fp8(float (&o)[HDV / 8][4], con
         ldsm_fp8_chunks<true>(v_addr + c * 16, c + 1 < CH, w);
 #pragma unroll
         for (int h = 0; h < (c + 1 < CH ? 2 : 1); h++) {
-            const uint32_t lo = __byte_perm(w[2 * h], 0, 0x3120), hi = __byte_perm(w[2 * h + 1], 0, 0x3120);
-            mma_f16(o[2 * (c + h)], a, e4m3x2_to_f16x2(lo), e4m3x2_to_f16x2(hi));
-            mma_f16(o[2 * (c + h) + 1], a, e4m3x2_to_f16x2(lo >> 16), e4m3x2_to_f16x2(hi >> 16));
+            uint32_t f[4];
+            fp8_value_pairs(w[2 * h], w[2 * h + 1], f);
+            mma_f16(o[2 * (c + h)], a, f[0], f[1]);
+            mma_f16(o[2 * (c + h) + 1], a, f[2], f[3]);
         }
     }
 }

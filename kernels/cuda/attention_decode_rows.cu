@@ -331,10 +331,9 @@ __device__ __forceinline__ void rows_pv(float (&oT)[HDV / 16][4], uint32_t b0, u
             ldsm_fp8_chunks<true>(v_addr + c * 16, c + 1 < CH, w);
 #pragma unroll
             for (int h = 0; h < (c + 1 < CH ? 2 : 1); h++) {
-                /* w: keys 2t, 2t + 1 (w[2h]) and 2t + 8, 2t + 9 (w[2h + 1]) of dimensions 2g, 2g + 1 */
-                const uint32_t lo = __byte_perm(w[2 * h], 0, 0x3120), hi = __byte_perm(w[2 * h + 1], 0, 0x3120);
-                const uint32_t a[4] = {e4m3x2_to_f16x2(lo), e4m3x2_to_f16x2(lo >> 16), e4m3x2_to_f16x2(hi),
-                                       e4m3x2_to_f16x2(hi >> 16)};
+                uint32_t f[4]; /* V^T's rows g, g + 8: dimensions 2g, 2g + 1 */
+                fp8_value_pairs(w[2 * h], w[2 * h + 1], f);
+                const uint32_t a[4] = {f[0], f[2], f[1], f[3]};
                 mma_f16(oT[c + h], a, b0, b1);
             }
         }
