@@ -1,11 +1,22 @@
 # tests/gpu/lib.sh — what the GPU check scripts share (sourced by run.sh and
-# pipeline.sh): run_check NAME CMD... runs CMD with its output in
-# $OUT/NAME.log, prints the log's notable lines and adds a row to the table
-# that print_rows prints last.
+# pipeline.sh, $OUT set first): run_check NAME CMD... runs CMD with its output
+# in $OUT/NAME.log, prints the log's notable lines and adds a row to the table
+# that print_rows prints last. Each row also goes to $OUT/summary.txt as it is
+# made, so a run killed by a time limit still leaves the rows it finished.
 declare -a rows
+: > "$OUT/summary.txt"
+CHECKS_T0=$(date +%s)
+
+# add_row TEXT: a row of the table (and of $OUT/summary.txt, at once).
+add_row() {
+    rows+=("$1")
+    printf '%s\n' "$1" >> "$OUT/summary.txt"
+}
 
 # CHECKS_ONLY / CHECKS_SKIP (space-separated names): run only those rows / all but those,
 # so the suite can be split over calls of a time-limited GPU machine; a row left out says so.
+# CHECKS_BUDGET_S: seconds from the start after which no further check starts (its row says
+# so); set it to the call's limit minus the longest check (~150 s) and the table still prints.
 # check_wanted NAME...: true when any of these rows runs (so a row's costly set-up can be skipped with it).
 check_wanted() {
     local name
@@ -19,7 +30,11 @@ check_wanted() {
 run_check() { # name, command...
     local name=$1; shift
     if ! check_wanted "$name"; then
-        rows+=("$(printf '%-28s not run: left out (CHECKS_ONLY / CHECKS_SKIP)' "$name")")
+        add_row "$(printf '%-28s not run: left out (CHECKS_ONLY / CHECKS_SKIP)' "$name")"
+        return 0
+    fi
+    if [ -n "${CHECKS_BUDGET_S:-}" ] && (( $(date +%s) - CHECKS_T0 >= CHECKS_BUDGET_S )); then
+        add_row "$(printf '%-28s not run: CHECKS_BUDGET_S (%s s) spent' "$name" "$CHECKS_BUDGET_S")"
         return 0
     fi
     local log="$OUT/$name.log" t0=$(date +%s%N)
@@ -27,7 +42,7 @@ run_check() { # name, command...
     local secs=$(( ($(date +%s%N) - t0) / 1000000 ))
     local p=$(grep -c '^ok - ' "$log") f=$(grep -c '^not ok - ' "$log")
     grep -E '^#|^not ok|CHECK|ERROR|error|identical' "$log" | head -60
-    rows+=("$(printf '%-28s rc=%-3s %3s ok %3s not-ok %7sms' "$name" "$rc" "$p" "$f" "$secs")")
+    add_row "$(printf '%-28s rc=%-3s %3s ok %3s not-ok %7sms' "$name" "$rc" "$p" "$f" "$secs")"
 }
 
 print_rows() {

@@ -5,7 +5,9 @@
 #   tests/gpu/run.sh [BIN_DIR]   (default build/cuda: the folder ./build.sh builds in, carried)
 # Environment: QUANT_8B=0 skips the whole-8B quantized rows; CHECKS_ONLY / CHECKS_SKIP
 # (names of rows, space-separated) split the suite over calls (the slow rows: sampling
-# and quant_gemm take about two thirds of the suite).
+# and quant_gemm take about two thirds of the suite); CHECKS_BUDGET_S stops starting
+# checks after that many seconds (tests/gpu/lib.sh). The rows also go to $OUT/summary.txt
+# as they finish.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${1:-build/cuda}
@@ -57,7 +59,7 @@ if [ -f "$REAL/smollm2-135m-instruct.gguf" ] && [ -f "$REAL/gemma3-270m.gguf" ];
     # the rope in the decode kernel against rope apart, bit for bit
     run_check cuda_batch_real "$BIN/tests/gpu/test_cuda_batch" --rope-only "$REAL/gemma3-270m.gguf"
 else
-    rows+=("cuda_forward_real            not run: the real models are not in $REAL")
+    add_row "cuda_forward_real            not run: the real models are not in $REAL"
 fi
 run_check sampling "$BIN/tests/gpu/test_sampling"
 # racecheck (shared-memory hazards, cp.async copies included: it flagged the decode attention's ring wait one
@@ -83,7 +85,7 @@ run_check norm_fold sh -c "$BIN/tests/gpu/test_norm_fold && if command -v comput
 if command -v compute-sanitizer >/dev/null; then
     run_check sanitizer_cuda_forward compute-sanitizer --error-exitcode 9 --tool memcheck "$BIN/tests/gpu/test_cuda_forward"
 else
-    rows+=("compute-sanitizer            not installed on this machine")
+    add_row "compute-sanitizer            not installed on this machine"
 fi
 # Random-weight models made here (bench/make_model.py --tiny): Llama-3 shape
 # (head 64, GQA 4) and Gemma-2 shape (head 128, window 256, soft-caps); the
@@ -333,7 +335,7 @@ if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
     }
     run_check pipeline_pp2 pp_check
 else
-    rows+=("pipeline_pp2                 not run: one GPU on this machine")
+    add_row "pipeline_pp2                 not run: one GPU on this machine"
 fi
 # Tensor parallelism (issue 43). test_tp: each transport this machine has (host memory: every rank on
 # GPU 0; NCCL: ranks on GPUs 0..N-1 where there are N) against the host's rank-order sums, bit for bit,
@@ -468,7 +470,7 @@ tp_nccl_check() { # N: ranks
 }
 for n in 2 4; do
     if [ "$NGPU" -ge $n ]; then run_check tensor_parallel_tp$n tp_nccl_check $n
-    else rows+=("$(printf '%-28s skip: needs %d GPUs' tensor_parallel_tp$n $n)"); echo "tensor_parallel_tp$n: skip: needs $n GPUs"; fi
+    else add_row "$(printf '%-28s skip: needs %d GPUs' tensor_parallel_tp$n $n)"; echo "tensor_parallel_tp$n: skip: needs $n GPUs"; fi
 done
 # --tp N --world-size N (the ranks as processes; tests/cli/tp_multiprocess.sh on CPU backends): each process on
 # its --gpus entry, NCCL between them (ncclCommInitRank, the id through the rendezvous; -v says NCCL): batched
@@ -499,7 +501,7 @@ tp_mp_check() { # N: ranks (processes)
 }
 for n in 2 4; do
     if [ "$NGPU" -ge $n ]; then run_check tensor_parallel_tp${n}_processes tp_mp_check $n
-    else rows+=("$(printf '%-28s skip: needs %d GPUs' tensor_parallel_tp${n}_processes $n)"); echo "tensor_parallel_tp${n}_processes: skip: needs $n GPUs"; fi
+    else add_row "$(printf '%-28s skip: needs %d GPUs' tensor_parallel_tp${n}_processes $n)"; echo "tensor_parallel_tp${n}_processes: skip: needs $n GPUs"; fi
 done
 # --pp 2 --tp 2 on 4 GPUs (each stage a group of 2 over NCCL; stages hand over over their rank 0s' link):
 # exactly --tp 2's replies (the stages add no rounding: the hidden state is handed over as it is), and
@@ -520,7 +522,7 @@ tp_pp_check() {
     return $rc
 }
 if [ "$NGPU" -ge 4 ]; then run_check tensor_parallel_pp2_tp2 tp_pp_check
-else rows+=("$(printf '%-28s skip: needs 4 GPUs' tensor_parallel_pp2_tp2)"); echo "tensor_parallel_pp2_tp2: skip: needs 4 GPUs"; fi
+else add_row "$(printf '%-28s skip: needs 4 GPUs' tensor_parallel_pp2_tp2)"; echo "tensor_parallel_pp2_tp2: skip: needs 4 GPUs"; fi
 # --pp P --tp 2 --world-size 2P (tests/cli/pptp_multiprocess.sh on CPU backends): world rank s*2 + t is rank t
 # of stage s, world rank 2(P-1) (the last stage's rank 0) drives; each process on its --gpus entry. With 2P
 # GPUs: --gpus 0,1,...,2P-1, each stage's pair over NCCL (ncclCommInitRank per stage, -v says NCCL), the
@@ -563,7 +565,7 @@ tp_pp_mp_check() { # P: stages
 }
 for P in 2 3; do
     if [ "$NGPU" -ge $P ]; then run_check tensor_parallel_pp${P}_tp2_processes tp_pp_mp_check $P
-    else rows+=("$(printf '%-28s skip: needs %d GPUs' tensor_parallel_pp${P}_tp2_processes $P)"); echo "tensor_parallel_pp${P}_tp2_processes: skip: needs $P GPUs"; fi
+    else add_row "$(printf '%-28s skip: needs %d GPUs' tensor_parallel_pp${P}_tp2_processes $P)"; echo "tensor_parallel_pp${P}_tp2_processes: skip: needs $P GPUs"; fi
 done
 printf 'Hello\n' > "$OUT/turn.txt"
 run_check chat_tiny_gpu sh -c "$BIN/cllm chat -m tests/fixtures/tiny/llama.gguf --temp 0 -n 8 < $OUT/turn.txt && echo 'ok - chat on the GPU'"
