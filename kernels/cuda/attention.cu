@@ -81,8 +81,7 @@ bool cuda_attention_decode_rows_takes(const AttnDecodeWork *w, const AttnParams 
     if (!w || w->rows_warps <= 0 || w->n_splits != 1 || !attn_decode_rows_serves(p->head_dim_k, p->head_dim_v) ||
         p->n_kv_heads <= 0)
         return false;
-    const int groups = (p->n_heads / p->n_kv_heads + ATTN_ROWS_HEADS - 1) / ATTN_ROWS_HEADS;
-    int64_t items = (int64_t)n_decode * p->n_kv_heads * groups;
+    int64_t items = (int64_t)n_decode * p->n_kv_heads * ATTN_ROWS_GROUPS(p->n_heads / p->n_kv_heads);
     return 2 * items >= w->rows_warps;
 }
 

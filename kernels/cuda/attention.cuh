@@ -164,15 +164,16 @@ int cuda_attention_decode_rows_resident(int head_dim_k, int head_dim_v, bool fp8
  * attn_decode_splits gives that once the items fill a wave of the split
  * kernel's blocks), head sizes it serves (k and v <= 128: 256/256 and
  * 192/128 stay on the split kernel), and at least half as many items
- * (rows x KV heads x groups of ATTN_ROWS_HEADS) as its resident warps: 4 (bf16) or 6 (fp8)
- * busy warps an SM at head 128 keep ~60 KB or more in flight, past what the
+ * (rows x KV heads x ATTN_ROWS_GROUPS) as its resident warps: 4 (bf16) or
+ * 6 (fp8) busy warps an SM at head 128 keep ~60 KB or more in flight, past what the
  * copy rate needs, while the split kernel at one split has ~10 tiles a block
  * there. Depends only on values a captured graph fixes. */
 bool cuda_attention_decode_rows_takes(const AttnDecodeWork *w, const AttnParams *p, int n_decode);
 
 /* Query heads a many-rows item takes at most (the n8 of its S^T = K Q^T
- * tiles): a KV head of g query heads is (g + 7) / 8 items. */
+ * tiles), and the items of a KV head of g query heads. */
 #define ATTN_ROWS_HEADS 8
+#define ATTN_ROWS_GROUPS(g) (((g) + ATTN_ROWS_HEADS - 1) / ATTN_ROWS_HEADS)
 
 /* Prefill tiles and decode rows of one step, one layer. The stream is last
  * but one; err names a bad argument or the failed CUDA call. */

@@ -306,14 +306,17 @@ template <int HD, int R, int NT, bool PERM> __device__ void q_rows_to_f16(bf16 *
  * of the tile (the keys of its P fragments; the 4 lanes of a quad hold all
  * the warp's keys), raises vref to the tile's largest and returns 1 / vref;
  * *rescale gets old vref / new vref, the factor for O. P's entries go in as
- * p x scale / vref <= 1, and O x vref is the output's numerator. */
-__device__ __forceinline__ float fp8_v_ref(float m, float &vref, float *rescale) {
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+ * p x scale / vref <= 1, and O x vref is the output's numerator.
+ * fp8_v_ref_raise: the same given the warp's largest scale of the tile
+ * already (the many-rows kernel's lanes hold other keys than a quad's). */
+__device__ __forceinline__ float fp8_v_ref_raise(float m, float &vref, float *rescale) {
     const float nv = fmaxf(vref, m), inv = nv > 0.f ? 1.f / nv : 0.f;
     *rescale = nv > 0.f ? vref * inv : 1.f;
     vref = nv;
     return inv;
+}
+__device__ __forceinline__ float fp8_v_ref(float m, float &vref, float *rescale) {
+    return fp8_v_ref_raise(quad_max(m), vref, rescale);
 }
 
 __device__ __forceinline__ float to_f32(float x) { return x; }

@@ -461,10 +461,8 @@ __device__ __forceinline__ void rows_item(const AttnKParams &p, int d, int kvh, 
         }
         uint32_t b0, b1; /* P^T's B fragments: fp8 p x value scale / vref as f16, bf16 p as bf16 */
         if (FP8) {
-            /* vref: the largest value scale the warp has seen (fp8_v_ref, over a column's lanes) */
-            const float m = col_max(fmaxf(sv[0], sv[1])), nv = fmaxf(vref, m), inv = nv > 0.f ? 1.f / nv : 0.f;
-            const float rescale = nv > 0.f ? vref * inv : 1.f;
-            vref = nv;
+            float rescale; /* vref: the largest value scale the warp has seen (a column's lanes hold all 16 keys) */
+            const float inv = fp8_v_ref_raise(col_max(fmaxf(sv[0], sv[1])), vref, &rescale);
             alpha[0] *= rescale, alpha[1] *= rescale;
             b0 = movmatrix_t(pack_f16(sT[0] * (sv[0] * inv), sT[1] * (sv[0] * inv)));
             b1 = movmatrix_t(pack_f16(sT[2] * (sv[1] * inv), sT[3] * (sv[1] * inv)));
@@ -498,7 +496,7 @@ __global__ void __launch_bounds__(128, RowsShape<HDK, HDV, FP8>::MIN_BLOCKS)
     if (sorted) rows_longest_first<WIN, S>(p, n_decode, order, hist);
     pdl_wait(); /* q and the cache's newest keys come from the kernels before */
 
-    const int groups = (p.group + ATTN_ROWS_HEADS - 1) / ATTN_ROWS_HEADS, per_row = p.n_kv_heads * groups;
+    const int groups = ATTN_ROWS_GROUPS(p.group), per_row = p.n_kv_heads * groups;
     const int n_items = n_decode * per_row;
     const int last_fetch = n_items + gridDim.x * S::NW - 1; /* every warp's one failed fetch counted */
     int *next = p.done;
@@ -521,8 +519,7 @@ __global__ void __launch_bounds__(128, RowsShape<HDK, HDV, FP8>::MIN_BLOCKS)
 template <int HDK, int HDV, bool FP8>
 static int rows_variant(const AttnKParams *kp, int n_decode, int resident_warps, cudaStream_t s, Err *err) {
     using S = RowsShape<HDK, HDV, FP8>;
-    const int groups = (kp->group + ATTN_ROWS_HEADS - 1) / ATTN_ROWS_HEADS;
-    const int64_t items = (int64_t)n_decode * kp->n_kv_heads * groups;
+    const int64_t items = (int64_t)n_decode * kp->n_kv_heads * ATTN_ROWS_GROUPS(kp->group);
     const int64_t warps = items < resident_warps ? items : resident_warps;
     const int blocks = (int)((warps + S::NW - 1) / S::NW);
     return attn_cap_win(kp, [&](auto cap, auto win) {

@@ -81,7 +81,7 @@ static void run_rows_case(const RowsCase *rc) {
     }
     AttnMeta m;
     CHECK(attn_meta_build(&m, &P.batch, &(AttnMetaOpts){P.n_blocks, 0}, &err) == 0, "%s: %s", c.name, err.msg);
-    int64_t items = (int64_t)m.n_decode * c.n_kv * ((c.n_heads / c.n_kv + ATTN_ROWS_HEADS - 1) / ATTN_ROWS_HEADS);
+    int64_t items = (int64_t)m.n_decode * c.n_kv * ATTN_ROWS_GROUPS(c.n_heads / c.n_kv);
     int resident = cuda_attention_decode_rows_resident(c.hdk, c.hdv, P.cache.dtype == KV_DTYPE_FP8, &err);
     DevBufs D;
     if (m.n_tiles == 0 && resident > 0 && dev_upload(&D, &P, &m, 1) == 0) {
