@@ -34,37 +34,45 @@ static int g_block = 32; /* the cache's block size: 32, or `prefill BLOCK`'s */
 
 static uint64_t rng = 88172645463325252ull;
 
-static void *dev_random_bf16(size_t n) {
-    uint16_t *h = malloc(n * 2);
-    for (size_t i = 0; i < n; i++) {
-        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-        /* bf16 of a value in [-1, 1): sign, exponent 119..126, random mantissa */
-        h[i] = (uint16_t)(((rng >> 20) & 0x8000) | ((119 + (rng >> 40) % 8) << 7) | ((rng >> 50) & 0x7f));
-    }
-    void *d = NULL;
-    if (cudaMalloc(&d, n * 2) != cudaSuccess || cudaMemcpy(d, h, n * 2, cudaMemcpyHostToDevice) != cudaSuccess) {
-        fprintf(stderr, "bench_attention: device allocation of %zu MB failed\n", n * 2 >> 20);
-        exit(1);
-    }
-    free(h);
-    return d;
-}
-
-/* Random e4m3 codes of magnitudes 2^-4 .. 2^3 (no nans), and scales near 1/64. */
-static void *dev_random_fp8(size_t n) {
-    uint8_t *h = malloc(n);
-    for (size_t i = 0; i < n; i++) {
-        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-        h[i] = (uint8_t)(((rng >> 20) & 0x80) | ((3 + (rng >> 40) % 8) << 3) | ((rng >> 50) & 7));
-    }
-    void *d = NULL;
-    if (cudaMalloc(&d, n) != cudaSuccess || cudaMemcpy(d, h, n, cudaMemcpyHostToDevice) != cudaSuccess) {
+/* n bytes on the device: the first (up to 32 MiB) from h_fill(h, bytes) on
+ * the host, the rest copies of them made on the device (doubling), so a
+ * cache of gigabytes is ready in milliseconds; a repeat of random data is
+ * as good as new data for timing. */
+#define FILL_MAX ((size_t)32 << 20)
+static void *dev_filled(size_t n, void (*h_fill)(uint8_t *, size_t)) {
+    size_t first = n < FILL_MAX ? n : FILL_MAX;
+    uint8_t *h = malloc(first), *d = NULL;
+    h_fill(h, first);
+    bool ok = cudaMalloc((void **)&d, n) == cudaSuccess && cudaMemcpy(d, h, first, cudaMemcpyHostToDevice) == cudaSuccess;
+    for (size_t done = first; ok && done < n; done *= 2)
+        ok = cudaMemcpy(d + done, d, n - done < done ? n - done : done, cudaMemcpyDeviceToDevice) == cudaSuccess;
+    if (!ok) {
         fprintf(stderr, "bench_attention: device allocation of %zu MB failed\n", n >> 20);
         exit(1);
     }
     free(h);
     return d;
 }
+
+/* bf16 values in [-1, 1): sign, exponent 119..126, random mantissa */
+static void fill_bf16(uint8_t *h, size_t bytes) {
+    uint16_t *v = (uint16_t *)h;
+    for (size_t i = 0; i < bytes / 2; i++) {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        v[i] = (uint16_t)(((rng >> 20) & 0x8000) | ((119 + (rng >> 40) % 8) << 7) | ((rng >> 50) & 0x7f));
+    }
+}
+
+/* e4m3 codes of magnitudes 2^-4 .. 2^3 (no nans) */
+static void fill_e4m3(uint8_t *h, size_t bytes) {
+    for (size_t i = 0; i < bytes; i++) {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        h[i] = (uint8_t)(((rng >> 20) & 0x80) | ((3 + (rng >> 40) % 8) << 3) | ((rng >> 50) & 7));
+    }
+}
+
+static void *dev_random_bf16(size_t n) { return dev_filled(n * 2, fill_bf16); }
+static void *dev_random_fp8(size_t n) { return dev_filled(n, fill_e4m3); }
 
 static float *dev_scales(size_t n) {
     float *h = malloc(n * 4), *d = NULL;
@@ -226,8 +234,11 @@ static void bench_decode(int n_seqs, int ctx, bool fp8, int splits, DecodeKernel
     cudaMemset(j.w.part, 0, work); /* the split counters */
     float ms = time_ms(&j);
     double bytes = (double)n_seqs * ctx * KVH * (fp8 ? 2 * D + 8 : 2 * D * 2);
-    printf("RESULT decode%s %dx%d %.4f %.3f splits=%d kernel=%s\n", fp8 ? "-fp8" : "", n_seqs, ctx, ms,
-           bytes / ms / 1e9, j.w.n_splits, cuda_attention_decode_rows_takes(&j.w, &j.par, n_seqs) ? "rows" : "split");
+    bool rows = cuda_attention_decode_rows_takes(&j.w, &j.par, n_seqs);
+    printf("RESULT decode%s %dx%d %.4f %.3f splits=%d kernel=%s", fp8 ? "-fp8" : "", n_seqs, ctx, ms, bytes / ms / 1e9,
+           j.w.n_splits, rows ? "rows" : "split");
+    if (rows) printf(" warps=%lld", (long long)attn_rows_grid_warps(items, j.w.rows_warps));
+    printf("\n");
     cudaFree(j.q), free_cache(&j.kv), cudaFree(j.out), cudaFree((void *)j.dm.buf), cudaFree(j.w.part);
     free(perm);
 }
@@ -294,17 +305,20 @@ static void bench_shared(int n_seqs, int prefix, int n_sms, bool fp8) {
  * bench_attention decode [S...]   decode shapes only, at the engine's splits,
  *                                 then at each S splits (the split rule's study)
  * bench_attention shared          the shared-prefix (cascade) rows only
- * bench_attention rows            the many-rows shapes (256 x 640 .. 32 x 4096, the batch job's and below):
- *                                 the split kernel at one split, then the many-rows kernel, each forced
+ * bench_attention rows            the many-rows shapes (256 x 640 .. 16 x 8192, the batch job's and below):
+ *                                 the engine's choice, the split kernel at one split, then the many-rows
+ *                                 kernel, each forced (the rows rule's study)
  * bench_attention prefill [BLOCK] the prefill rows only, bf16 then fp8, over
  *                                 blocks of BLOCK (default 32; the engine's: 16) */
 int main(int argc, char **argv) {
     const int dec[7][2] = {{8, 4096}, {8, 32768}, {1, 131072}, {1, 4096}, {1, 32768}, {256, 640}, {64, 2048}};
-    const int many[5][2] = {{256, 640}, {256, 1280}, {128, 1024}, {64, 2048}, {32, 4096}};
+    const int many[9][2] = {{256, 640}, {256, 1280}, {128, 1024}, {128, 2048}, {64, 2048},
+                            {64, 4096}, {32, 4096}, {32, 8192}, {16, 8192}};
     const bool decode_only = argc > 1 && !strcmp(argv[1], "decode"), shared_only = argc > 1 && !strcmp(argv[1], "shared");
     if (argc > 1 && !strcmp(argv[1], "rows")) {
         for (int f = 0; f < 2; f++)
-            for (int i = 0; i < 5; i++) {
+            for (int i = 0; i < 9; i++) {
+                bench_decode(many[i][0], many[i][1], f, 0, DECODE_ENGINE);
                 bench_decode(many[i][0], many[i][1], f, 1, DECODE_SPLIT);
                 bench_decode(many[i][0], many[i][1], f, 1, DECODE_ROWS);
             }

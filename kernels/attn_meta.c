@@ -153,6 +153,12 @@ int attn_decode_splits(int max_ctx, int n_decode, int n_kv_heads, int n_head_gro
     return s < 1 ? 1 : (int)s;
 }
 
+int64_t attn_rows_grid_warps(int64_t items, int resident_warps) {
+    if (items <= resident_warps) return items;
+    int64_t rounds = (items + resident_warps - 1) / resident_warps;
+    return (items + rounds - 1) / rounds;
+}
+
 int attn_decode_row_splits_max(const AttnMeta *m) {
     int most = 1;
     for (int d = 0; d < m->n_decode; d++) {

@@ -74,6 +74,12 @@ void attn_meta_free(AttnMeta *m);
  * n_head_groups = ceil(group size / 16) per KV head. */
 int attn_decode_splits(int max_ctx, int n_decode, int n_kv_heads, int n_head_groups, int resident);
 
+/* The many-rows decode kernel's grid, in warps, for `items` items on a GPU
+ * that holds resident_warps of them: every item a warp of its own where they
+ * fit, else the fewest rounds of items (ceil(items / resident_warps)) spread
+ * evenly, so that no last round runs a few items on an otherwise idle GPU. */
+int64_t attn_rows_grid_warps(int64_t items, int resident_warps);
+
 /* A decode row's KV splits come from its own key range alone (never from the
  * step's other rows or the longest context a graph is sized for, so its sums
  * are the same in any batch, which the batch-invariant mode relies on):

@@ -129,6 +129,21 @@ static void test_decode_splits(void) {
     CHECK(attn_decode_splits(131072, 1, 8, 1, 396) == 49, "%d", attn_decode_splits(131072, 1, 8, 1, 396));
 }
 
+/* The many-rows grid: a warp an item where they fit, else even rounds. */
+static void test_rows_grid(void) {
+    CHECK(attn_rows_grid_warps(1024, 1584) == 1024 && attn_rows_grid_warps(1584, 1584) == 1584, "fits");
+    /* 256 rows x 8 KV heads on fp8's 1584 warps: two rounds of 1024, not 1584 then 464 */
+    CHECK(attn_rows_grid_warps(2048, 1584) == 1024, "%lld", (long long)attn_rows_grid_warps(2048, 1584));
+    CHECK(attn_rows_grid_warps(2048, 1056) == 1024, "%lld", (long long)attn_rows_grid_warps(2048, 1056));
+    CHECK(attn_rows_grid_warps(2049, 1024) == 683, "%lld", (long long)attn_rows_grid_warps(2049, 1024)); /* 3 rounds */
+    CHECK(attn_rows_grid_warps(1585, 1584) == 793, "%lld", (long long)attn_rows_grid_warps(1585, 1584));
+    for (int64_t items = 1; items < 5000; items += 37) { /* never more warps than the GPU holds, nor rounds than needed */
+        int64_t w = attn_rows_grid_warps(items, 528), rounds = (items + 527) / 528;
+        CHECK(w >= 1 && w <= 528 && (items + w - 1) / w == rounds, "%lld items: %lld warps", (long long)items,
+              (long long)w);
+    }
+}
+
 /* Batch-invariant splits: from a row's own tiles (4 per split, at most 64
  * splits), never from the other rows of the step. */
 static void test_row_splits(void) {
@@ -173,6 +188,7 @@ int main(void) {
     RUN(test_errors);
     RUN(test_empty_step);
     RUN(test_decode_splits);
+    RUN(test_rows_grid);
     RUN(test_row_splits);
     TEST_EXIT();
 }

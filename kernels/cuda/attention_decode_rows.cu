@@ -41,7 +41,8 @@
  *   SM allow, no spills (3 / 4 blocks' bounds fit in 139 / 110).
  *   Head sizes above 128 (O and Q would not fit in registers) stay on the
  *   split kernel (attn_decode_rows_serves).
- * - A persistent grid (at most the GPU's resident warps) takes items from a
+ * - A persistent grid (at most the GPU's resident warps, in even rounds:
+ *   attn_rows_grid_warps) takes items from a
  *   counter (the work area's first split counter, p.done[0]: unused by a
  *   one-split launch). Items go longest first: each block sorts the step's
  *   decode rows by their tile counts (a counting sort over log-scale
@@ -520,8 +521,7 @@ template <int HDK, int HDV, bool FP8>
 static int rows_variant(const AttnKParams *kp, int n_decode, int resident_warps, cudaStream_t s, Err *err) {
     using S = RowsShape<HDK, HDV, FP8>;
     const int64_t items = (int64_t)n_decode * kp->n_kv_heads * ATTN_ROWS_GROUPS(kp->group);
-    const int64_t warps = items < resident_warps ? items : resident_warps;
-    const int blocks = (int)((warps + S::NW - 1) / S::NW);
+    const int blocks = (int)((attn_rows_grid_warps(items, resident_warps) + S::NW - 1) / S::NW);
     return attn_cap_win(kp, [&](auto cap, auto win) {
         auto kernel = attn_decode_rows_kernel<HDK, HDV, decltype(cap)::value, decltype(win)::value, FP8>;
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::SMEM), err);
