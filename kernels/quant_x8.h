@@ -92,9 +92,8 @@ QM_FN int qx_dp4a(uint32_t a, uint32_t b, int c, bool a_signed) {
 
 /* x values per lane and step (pieces of 16 = K) of weight type t; 0: none */
 QM_FN int qx_pieces(int t) {
-    return t == DT_Q4_K || t == DT_Q5_K || t == DT_Q6_K                                       ? 4
-         : t == DT_Q8_0 || t == DT_Q4_0 || t == DT_Q4_1 || t == DT_Q5_0 || t == DT_Q5_1 ? 2
-                                                                                       : 0;
+    if (t == DT_Q4_K || t == DT_Q5_K || t == DT_Q6_K) return 4;
+    return t == DT_Q8_0 || t == DT_Q4_0 || t == DT_Q4_1 || t == DT_Q5_0 || t == DT_Q5_1 ? 2 : 0;
 }
 
 /* Byte offset in a plane row of x value i for weight type t: tiles of K

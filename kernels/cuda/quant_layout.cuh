@@ -23,6 +23,7 @@ static __host__ __device__ constexpr int quant_native_bytes(int q) {
 static __host__ __device__ constexpr bool quant_nibbles32(int q) {
     return q == DT_Q4_0 || q == DT_Q4_1 || q == DT_Q5_0 || q == DT_Q5_1;
 }
+/* Q5_0 / Q5_1: the fifth bits in the sc plane's record (quant_q5_record) */
 static __host__ __device__ constexpr bool quant_q5_32(int q) { return q == DT_Q5_0 || q == DT_Q5_1; }
 /* value = d q + min (Q4_1, Q5_1: the block's m; Q4_K, Q5_K: minus the sub-block's dmin m) */
 static __host__ __device__ constexpr bool quant_has_min(int q) {
