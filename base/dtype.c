@@ -61,8 +61,8 @@ uint64_t dtype_row_bytes(DType t, uint64_t n) {
 }
 
 bool dtype_gpu_keeps_blocks(DType t) {
-    return t == DT_Q8_0 || t == DT_Q4_0 || t == DT_Q4_1 || t == DT_Q4_K || t == DT_Q5_K || t == DT_Q6_K ||
-           t == DT_F8_E4M3;
+    return t == DT_Q8_0 || t == DT_Q4_0 || t == DT_Q4_1 || t == DT_Q5_0 || t == DT_Q5_1 || t == DT_Q4_K ||
+           t == DT_Q5_K || t == DT_Q6_K || t == DT_F8_E4M3;
 }
 
 /* ---- scalar conversions ---- */

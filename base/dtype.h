@@ -59,8 +59,8 @@ bool dtype_is_ggml(uint32_t id);
 uint64_t dtype_row_bytes(DType t, uint64_t n);
 
 /* Whether the CUDA backend keeps a weight matrix of type t in its blocks on
- * the GPU (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, and F8_E4M3 as its codes plus
- * fp32 row scales; the rest become bf16 there).
+ * the GPU (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, and F8_E4M3 as
+ * its codes plus fp32 row scales; the rest become bf16 there).
  * The list behind quant_type_supported (kernels/cuda/quant.cuh), here so
  * code built without CUDA sizes stages the same way (`--pp`, `cllm info`). */
 bool dtype_gpu_keeps_blocks(DType t);

@@ -9,7 +9,7 @@ GPU machine (a Llama-3-70B in bf16 is 141 GB).
     python3 bench/make_dummy_model.py llama3.1-405b /tmp/l405
     python3 bench/make_dummy_model.py gemma2-9b /tmp/g9      # windows + soft-caps, head size 256
 
-`--dummy-weights=q4_k` (or q8_0, q4_0, q4_1, q5_k, q6_k) makes the matrices
+`--dummy-weights=q4_k` (or q8_0, q4_0, q4_1, q5_0, q5_1, q5_k, q6_k) makes the matrices
 random but valid GGUF blocks of that type instead of bf16, as a llama.cpp
 file of that type holds them (LM head Q6_K): the 405B shape is then 229 GB
 (`cllm info /tmp/l405 --dummy-weights=q4_k --pp 8` shows the split).

@@ -29,7 +29,8 @@
  * bytes), the 16 taken out of the scale. Q5_K: as Q4_K, with the block's
  * 32 qh bytes read by its 4 lanes (qx_q5k_chunk). Q8_0: one 32-value block.
  * Q6_K: a quarter of a block (qx_q6k_quarter), 4 lanes a block as for Q4_K.
- * Q4_0 / Q4_1: one 32-value block, as Q8_0 (qx_q4_block).
+ * Q4_0 / Q4_1 / Q5_0 / Q5_1: one 32-value block, as Q8_0 (qx_q4_block; Q5's
+ * fifth bits put onto the nibbles by qx_fifth_bits).
  *
  * The int8 planes of x are stored so that each 16-byte load of a warp is
  * 512 contiguous bytes: a lane's values are K 16-byte pieces (Q4_K K = 4:
@@ -91,7 +92,8 @@ QM_FN int qx_dp4a(uint32_t a, uint32_t b, int c, bool a_signed) {
 
 /* x values per lane and step (pieces of 16 = K) of weight type t; 0: none */
 QM_FN int qx_pieces(int t) {
-    return t == DT_Q4_K || t == DT_Q5_K || t == DT_Q6_K ? 4 : t == DT_Q8_0 || t == DT_Q4_0 || t == DT_Q4_1 ? 2 : 0;
+    if (t == DT_Q4_K || t == DT_Q5_K || t == DT_Q6_K) return 4;
+    return t == DT_Q8_0 || t == DT_Q4_0 || t == DT_Q4_1 || t == DT_Q5_0 || t == DT_Q5_1 ? 2 : 0;
 }
 
 /* Byte offset in a plane row of x value i for weight type t: tiles of K
@@ -187,15 +189,23 @@ QM_FN float qx_q5k_chunk(const uint32_t q[8], const uint32_t hb[8], const uint32
     return qx_k_chunk_sum(hdr, j, 128 * a1 + a2, 128 * b1 + b2, 1.f, dxs, sx);
 }
 
-/* A lane's Q4_0 / Q4_1 block: q its 16 code bytes (4 words; value j is the
- * low nibble of byte j, value 16 + j its high nibble), value = d q + m (Q4_0:
- * m = -8 d); x1, x2 the int8 terms of its 32 values, dxs and sx their
- * group's. |sum| <= 32 * 15 * (128 * 127 + 64) < 2^23. */
-QM_FN float qx_q4_block(const uint32_t q[4], float d, float m, const uint32_t x1[8], const uint32_t x2[8], float dxs,
-                        float sx) {
+/* The fifth bits of 4 values onto their word of 4 nibble codes (Q5_0 /
+ * Q5_1): bit 4 of byte i = bit i of the low 4 bits of h. The multiply puts
+ * copies of those bits 7 apart, which land bit i at bit 8i and nowhere else
+ * on a byte's bit 0 (no carries: the copies do not overlap). */
+QM_FN uint32_t qx_fifth_bits(uint32_t h) { return ((h & 0xfu) * 0x00204081u & 0x01010101u) << 4; }
+
+/* A lane's Q4_0 / Q4_1 / Q5_0 / Q5_1 block: q its 16 code bytes (4 words;
+ * value j is the low nibble of byte j, value 16 + j its high nibble), qh the
+ * fifth bits (bit j of value j; 0 for Q4), value = d code + m (Q4_0: m =
+ * -8 d, Q5_0: -16 d); x1, x2 the int8 terms of its 32 values, dxs and sx
+ * their group's. |sum| <= 32 * 31 * (128 * 127 + 64) < 2^24. */
+QM_FN float qx_q4_block(const uint32_t q[4], uint32_t qh, float d, float m, const uint32_t x1[8], const uint32_t x2[8],
+                        float dxs, float sx) {
     int a1 = 0, a2 = 0;
     for (int i = 0; i < 4; i++) {
-        const uint32_t lo = q[i] & 0x0f0f0f0fu, hi = (q[i] >> 4) & 0x0f0f0f0fu;
+        const uint32_t lo = (q[i] & 0x0f0f0f0fu) | qx_fifth_bits(qh >> (4 * i));
+        const uint32_t hi = ((q[i] >> 4) & 0x0f0f0f0fu) | qx_fifth_bits(qh >> (16 + 4 * i));
         a1 = qx_dp4a(lo, x1[i], a1, false);
         a2 = qx_dp4a(lo, x2[i], a2, false);
         a1 = qx_dp4a(hi, x1[4 + i], a1, false);

@@ -22,7 +22,8 @@
 #include "base/quantize.h"
 #include "base/thread_pool.h"
 
-static const DType SUPPORTED[] = {DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_F8_E4M3};
+static const DType SUPPORTED[] = {DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1,
+                                  DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_F8_E4M3};
 #define N_SUPPORTED (sizeof SUPPORTED / sizeof SUPPORTED[0])
 
 bool dummy_type_supported(DType t) {
@@ -177,9 +178,10 @@ typedef struct {
 } Fix;
 
 /* Q8_0: d, int8 codes -128..127 (mean -0.5: 0.7% of their rms, left as is).
- * Q4_0: d * (q - 8), q - 8 in -8..7 leans negative by half a step; a random
- * sign of d (as ggml's own d = absmax / -8 has) makes the mean 0.
- * Q4_1: d * q + m, q in 0..15; m = -7.5 d centres it.
+ * Q4_0 / Q5_0: d * (q - 8), q - 8 in -8..7 (Q5_0: q - 16 in -16..15) leans
+ * negative by half a step; a random sign of d (as ggml's own d = absmax / -8
+ * or / -16 has) makes the mean 0.
+ * Q4_1 / Q5_1: d * q + m, q in 0..15 (0..31); m = -7.5 d (-15.5 d) centres it.
  * Q4_K / Q5_K: d * sc_k * q - dmin * m_k, q in 0..2^bits-1, sub-block scales
  * sc_k random in 16..31 (an fp16 d stays a normal number), dmin = 2^(bits-1) d
  * so that the 6-bit m_k = round(sc_k * d * qmax/2 / dmin) (at most 31)
@@ -196,13 +198,20 @@ static bool fix_setup(Fix *f, DType t) {
     f->bb = (uint64_t)dtype_info(t)->block_bytes;
     switch (t) {
     case DT_Q8_0: put_fp16(f->d, DUMMY_STD / uniform_rms(-128, 127)); break;
-    case DT_Q4_0: {
-        double d = DUMMY_STD / uniform_rms(-8, 7);
+    case DT_Q4_0:
+    case DT_Q5_0: {
+        int half = t == DT_Q4_0 ? 8 : 16;
+        double d = DUMMY_STD / uniform_rms(-half, half - 1);
         put_fp16(f->d, d);
         put_fp16(f->d_neg, -d);
         break;
     }
-    case DT_Q4_1: put_fp16(f->m, -7.5 * put_fp16(f->d, DUMMY_STD / uniform_sd(0, 15))); break;
+    case DT_Q4_1:
+    case DT_Q5_1: {
+        int qmax = t == DT_Q4_1 ? 15 : 31;
+        put_fp16(f->m, -0.5 * qmax * put_fp16(f->d, DUMMY_STD / uniform_sd(0, qmax)));
+        break;
+    }
     case DT_Q4_K:
     case DT_Q5_K: {
         int bits = t == DT_Q4_K ? 4 : 5, qmax = (1 << bits) - 1;
@@ -226,9 +235,11 @@ static void fix_blocks(const Fix *f, uint8_t *p, uint64_t n) {
         for (uint64_t i = 0; i < n; i++) memcpy(p + i * bb, f->d, 2);
         break;
     case DT_Q4_0:
+    case DT_Q5_0:
         for (uint64_t i = 0; i < n; i++) memcpy(p + i * bb, p[i * bb] & 1 ? f->d_neg : f->d, 2);
         break;
     case DT_Q4_1:
+    case DT_Q5_1:
         for (uint64_t i = 0; i < n; i++) memcpy(p + i * bb, f->d, 2), memcpy(p + i * bb + 2, f->m, 2);
         break;
     case DT_Q4_K:

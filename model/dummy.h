@@ -27,7 +27,7 @@
 #include "base/err.h"
 
 #define DUMMY_STD 0.02
-#define DUMMY_TYPE_NAMES "bf16, q8_0, q4_0, q4_1, q4_k, q5_k, q6_k, fp8"
+#define DUMMY_TYPE_NAMES "bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, fp8"
 
 /* true for BF16 and the block types of DUMMY_TYPE_NAMES */
 bool dummy_type_supported(DType t);

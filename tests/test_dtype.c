@@ -30,13 +30,15 @@ static int roundtrip_failures(float (*to_f32)(uint16_t), uint16_t (*from_f32)(fl
     return bad;
 }
 
+/* gpu: dtype_gpu_keeps_blocks, the types the CUDA backend reads in their
+ * blocks (kernels/cuda/quant.cuh); the rest become bf16 there */
 static void test_dtype_info_table(void) {
-    static const struct { uint32_t id; const char *name; int elems, bytes; } known[] = {
-        {0, "F32", 1, 4},        {1, "F16", 1, 2},       {2, "Q4_0", 32, 18},
-        {3, "Q4_1", 32, 20},     {6, "Q5_0", 32, 22},    {7, "Q5_1", 32, 24},
-        {8, "Q8_0", 32, 34},     {10, "Q2_K", 256, 84},  {11, "Q3_K", 256, 110},
-        {12, "Q4_K", 256, 144},  {13, "Q5_K", 256, 176}, {14, "Q6_K", 256, 210},
-        {30, "BF16", 1, 2},      {39, "MXFP4", 32, 17},  {40, "F8_E4M3", 1, 1},
+    static const struct { uint32_t id; const char *name; int elems, bytes; bool gpu; } known[] = {
+        {0, "F32", 1, 4, false},       {1, "F16", 1, 2, false},       {2, "Q4_0", 32, 18, true},
+        {3, "Q4_1", 32, 20, true},     {6, "Q5_0", 32, 22, true},     {7, "Q5_1", 32, 24, true},
+        {8, "Q8_0", 32, 34, true},     {10, "Q2_K", 256, 84, false},  {11, "Q3_K", 256, 110, false},
+        {12, "Q4_K", 256, 144, true},  {13, "Q5_K", 256, 176, true},  {14, "Q6_K", 256, 210, true},
+        {30, "BF16", 1, 2, false},     {39, "MXFP4", 32, 17, false},  {40, "F8_E4M3", 1, 1, true},
     };
     int n_known = 0;
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
@@ -45,6 +47,8 @@ static void test_dtype_info_table(void) {
         if (!d) continue;
         CHECK(strcmp(d->name, known[i].name) == 0, "id %u: %s", known[i].id, d->name);
         CHECK(d->block_elems == known[i].elems && d->block_bytes == known[i].bytes, "%s", d->name);
+        CHECK(dtype_gpu_keeps_blocks((DType)known[i].id) == known[i].gpu, "%s: kept in blocks on the GPU: %d, want %d",
+              d->name, dtype_gpu_keeps_blocks((DType)known[i].id), known[i].gpu);
     }
     for (uint32_t id = 0; id < 64; id++) n_known += dtype_info(id) != NULL;
     CHECK(n_known == 15, "%d ids known", n_known);

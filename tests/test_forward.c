@@ -422,7 +422,8 @@ static const char DUMMY_CONFIG[] =
  * from base/dtype.c, so the sizes are checked against an independent copy */
 static const struct { DType t; int elems, bytes, scale_at[2]; } GGUF_BLOCKS[] = {
     {DT_Q8_0, 32, 34, {0, -1}},   {DT_Q4_0, 32, 18, {0, -1}},   {DT_Q4_1, 32, 20, {0, 2}},
-    {DT_Q4_K, 256, 144, {0, 2}}, {DT_Q5_K, 256, 176, {0, 2}}, {DT_Q6_K, 256, 210, {208, -1}},
+    {DT_Q5_0, 32, 22, {0, -1}},   {DT_Q5_1, 32, 24, {0, 2}},    {DT_Q4_K, 256, 144, {0, 2}},
+    {DT_Q5_K, 256, 176, {0, 2}},  {DT_Q6_K, 256, 210, {208, -1}},
 };
 #define N_GGUF_BLOCKS (int)(sizeof GGUF_BLOCKS / sizeof GGUF_BLOCKS[0])
 
@@ -564,7 +565,8 @@ static void remove_dummy_dir(const char *dir) {
 }
 
 static void test_dummy_weights_quantized(void) {
-    static const DType TYPES[] = {DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_F8_E4M3};
+    static const DType TYPES[] = {DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q4_K, DT_Q5_K, DT_Q6_K,
+                                  DT_F8_E4M3};
     char dir[] = "/tmp/cllm-dummy-XXXXXX";
     CHECK(write_dummy_dir(dir) == 0, "cannot write a config to %s", dir);
     for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) {
@@ -584,10 +586,11 @@ static void test_dummy_weights_quantized(void) {
 }
 
 /* dummy_fill writes the same bytes over any number of threads (each a range
- * of whole blocks; block sizes 34, 18, 210 cut 4-byte words between them),
+ * of whole blocks; block sizes 34, 18, 22, 210 cut 4-byte words between them),
  * and a shorter fill the same first bytes; bf16 with an odd count too. */
 static void test_dummy_fill_threads(void) {
-    static const DType TYPES[] = {DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_F8_E4M3};
+    static const DType TYPES[] = {DT_BF16, DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q4_K, DT_Q5_K, DT_Q6_K,
+                                  DT_F8_E4M3};
     static const int THREADS[] = {2, 3, 7, 32, 0};
     for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0]; i++) {
         uint64_t bb = (uint64_t)dtype_info(TYPES[i])->block_bytes, bytes = ((6u << 20) / bb + 1) * bb;

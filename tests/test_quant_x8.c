@@ -6,12 +6,13 @@
  * stores) and laid out in the tiled order (qx_x_offset: each value lands
  * once, inside the padded plane), then each row's product is replayed lane by lane as the kernel
  * walks it (Q4_K, Q5_K: lane 4 s + j takes chunk j of blocks s, s + 8, ...;
- * Q6_K likewise quarter j; Q8_0, Q4_0, Q4_1: lane L takes blocks L, L + 32, ...), through
+ * Q6_K likewise quarter j; Q8_0, Q4_0, Q4_1, Q5_0, Q5_1: lane L takes blocks L, L + 32, ...), through
  * emulated dp4a, and the 32 lane sums added. The reference is dequantize_row (base/dtype.c) times
  * the rounded x in double: the error must be fp32 rounding only (1e-5).
  * Against the unrounded x the error is what the two int8 terms cost
  * (bounded by 2e-4). Controls that must fail: the high-nibble x words taken
- * from the low half, and the scales of the neighbouring chunk. The kernel
+ * from the low half, the scales of the neighbouring chunk, and (Q5_0 /
+ * Q5_1) the fifth bits of values j and j + 16 exchanged. The kernel
  * itself (loads, PDL, the warp reduction, the stores) is checked on a GPU by
  * tests/gpu/test_quant.c. */
 #include <math.h>
@@ -97,7 +98,7 @@ static void test_rounding(void) {
     printf("# rounding: worst |x~ - x| = %.3g of the group's max (bound %.3g)\n", worst, 1.0 / (127 * 256));
 }
 
-typedef struct { bool hi_from_lo, wrong_scales; } Faults;
+typedef struct { bool hi_from_lo, wrong_scales, swap_qh; } Faults;
 
 /* one Q4_K row (nsb blocks at blk) times the rounded x, as the kernel's lanes do it */
 static double q4k_row(const uint8_t *blk, int nsb, const RoundedX *x, Faults f) {
@@ -198,23 +199,27 @@ static double q6k_row(const uint8_t *blk, int nsb, const RoundedX *x, Faults f) 
     return s;
 }
 
-/* one Q4_0 / Q4_1 row (native blocks of 18 / 20 bytes: d (, m), 16 code
- * bytes), lanes as q8_row */
-static double q4_row(DType t, const uint8_t *blk, int nb, const RoundedX *x) {
-    const int bb = t == DT_Q4_1 ? 20 : 18, h = bb - 16;
+/* one Q4_0 / Q4_1 / Q5_0 / Q5_1 row (native blocks of 18 / 20 / 22 / 24
+ * bytes: d (, m) (, qh), 16 code bytes), lanes as q8_row */
+static double q4_row(DType t, const uint8_t *blk, int nb, const RoundedX *x, Faults f) {
+    const bool q5 = t == DT_Q5_0 || t == DT_Q5_1, min = t == DT_Q4_1 || t == DT_Q5_1;
+    const int bb = dtype_info(t)->block_bytes, h = bb - 16;
     float lane_acc[32] = {0};
     for (int L = 0; L < 32; L++)
         for (int b = L; b < nb; b += 32) {
             const uint8_t *p = blk + (size_t)b * bb;
             uint32_t q[4], x1[8], x2[8];
             for (int i = 0; i < 8; i++) {
-                int64_t o = (int64_t)(b / 32) * 1024 + 16 * (32 * (i / 4) + L) + 4 * (i % 4); /* the kernel's loads */
+                int k = f.hi_from_lo && i >= 4 ? i - 4 : i;
+                int64_t o = (int64_t)(b / 32) * 1024 + 16 * (32 * (k / 4) + L) + 4 * (k % 4); /* the kernel's loads */
                 x1[i] = word_at(x->q1 + o), x2[i] = word_at(x->q2 + o);
             }
             for (int i = 0; i < 4; i++) q[i] = word_at(p + h + 4 * i);
+            uint32_t qh = q5 ? word_at(p + h - 4) : 0;
+            if (f.swap_qh) qh = qh << 16 | qh >> 16;
             float d = fp16_to_fp32((uint16_t)(p[0] | p[1] << 8));
-            float m = t == DT_Q4_1 ? fp16_to_fp32((uint16_t)(p[2] | p[3] << 8)) : -8.f * d;
-            lane_acc[L] += qx_q4_block(q, d, m, x1, x2, x->dxs[b], x->sx[b]);
+            float m = min ? fp16_to_fp32((uint16_t)(p[2] | p[3] << 8)) : (q5 ? -16.f : -8.f) * d;
+            lane_acc[L] += qx_q4_block(q, qh, d, m, x1, x2, x->dxs[b], x->sx[b]);
         }
     double s = 0;
     for (int L = 0; L < 32; L++) s += lane_acc[L];
@@ -231,7 +236,7 @@ static void run_case(DType t, int rows, int64_t cols, Faults f, double *e_round,
     int64_t nb = cols / info->block_elems;
     for (int64_t b = 0; b < nb * rows; b++) {
         uint8_t *p = w + b * info->block_bytes;
-        if (t == DT_Q8_0 || t == DT_Q4_0) put_half(p, 0.001f * frand());
+        if (t == DT_Q8_0 || t == DT_Q4_0 || t == DT_Q5_0) put_half(p, 0.001f * frand());
         else if (t == DT_Q6_K) put_half(p + 208, 0.0002f * frand());
         else put_half(p, 0.0005f * (1.1f + frand())), put_half(p + 2, 0.001f * (1.1f + frand()));
     }
@@ -248,7 +253,7 @@ static void run_case(DType t, int rows, int64_t cols, Faults f, double *e_round,
         double v = t == DT_Q4_K ? q4k_row(row, (int)nb, &xr, f)
                    : t == DT_Q5_K ? q5k_row(row, (int)nb, &xr, f)
                    : t == DT_Q6_K ? q6k_row(row, (int)nb, &xr, f)
-                   : t == DT_Q4_0 || t == DT_Q4_1 ? q4_row(t, row, (int)nb, &xr) : q8_row(row, (int)nb, &xr);
+                   : t == DT_Q8_0 ? q8_row(row, (int)nb, &xr) : q4_row(t, row, (int)nb, &xr, f);
         n1 += (v - ref) * (v - ref), n2 += (v - ref_x) * (v - ref_x), den += ref * ref;
     }
     *e_round = sqrt(n1 / den), *e_exact = sqrt(n2 / den);
@@ -258,9 +263,9 @@ static void run_case(DType t, int rows, int64_t cols, Faults f, double *e_round,
 
 static void test_products(void) {
     const int64_t widths[] = {256, 2304, 4096, 14336};
-    const Faults ok = {false, false};
-    const DType types[6] = {DT_Q4_K, DT_Q8_0, DT_Q6_K, DT_Q5_K, DT_Q4_0, DT_Q4_1};
-    for (int k = 0; k < 6; k++) {
+    const Faults ok = {false, false, false};
+    const DType types[8] = {DT_Q4_K, DT_Q8_0, DT_Q6_K, DT_Q5_K, DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1};
+    for (int k = 0; k < 8; k++) {
         DType t = types[k];
         for (int i = 0; i < 4; i++) {
             double er, ex;
@@ -275,16 +280,24 @@ static void test_products(void) {
 /* The check can fail: a wrong x half or wrong scales give errors of order 1. */
 static void test_controls(void) {
     double er, ex;
-    run_case(DT_Q4_K, 8, 2304, (Faults){true, false}, &er, &ex);
+    run_case(DT_Q4_K, 8, 2304, (Faults){true, false, false}, &er, &ex);
     CHECK(er > 1e-2, "high nibbles with the low half's x: rel err only %.3g", er);
-    run_case(DT_Q4_K, 8, 2304, (Faults){false, true}, &er, &ex);
+    run_case(DT_Q4_K, 8, 2304, (Faults){false, true, false}, &er, &ex);
     CHECK(er > 1e-2, "the neighbouring chunk's scales: rel err only %.3g", er);
-    run_case(DT_Q5_K, 8, 2304, (Faults){false, true}, &er, &ex);
+    run_case(DT_Q5_K, 8, 2304, (Faults){false, true, false}, &er, &ex);
     CHECK(er > 1e-2, "Q5_K with the neighbouring chunk's scales and qh bits: rel err only %.3g", er);
-    run_case(DT_Q6_K, 8, 2304, (Faults){true, false}, &er, &ex);
+    run_case(DT_Q6_K, 8, 2304, (Faults){true, false, false}, &er, &ex);
     CHECK(er > 1e-2, "Q6_K pieces 2, 3 with pieces 0, 1's x: rel err only %.3g", er);
-    run_case(DT_Q6_K, 8, 2304, (Faults){false, true}, &er, &ex);
+    run_case(DT_Q6_K, 8, 2304, (Faults){false, true, false}, &er, &ex);
     CHECK(er > 1e-2, "Q6_K with the other quarter's scales: rel err only %.3g", er);
+    run_case(DT_Q5_1, 8, 2304, (Faults){true, false, false}, &er, &ex);
+    CHECK(er > 1e-2, "Q5_1 high nibbles with the low half's x: rel err only %.3g", er);
+    for (int k = 0; k < 2; k++) {
+        DType t = k ? DT_Q5_1 : DT_Q5_0;
+        run_case(t, 8, 2304, (Faults){false, false, true}, &er, &ex);
+        CHECK(er > 1e-2, "%s with the fifth bits of values j and j + 16 exchanged: rel err only %.3g",
+              dtype_info(t)->name, er);
+    }
 }
 
 int main(void) {

@@ -100,7 +100,7 @@ static void test_end_stages(void) {
 }
 
 /* Quantized matrices count as the GPU holds them: a type it keeps in
- * blocks (Q4_K, Q6_K) by its file bytes, an expert stack or a type it
+ * blocks (Q4_K, Q5_0, Q6_K) by its file bytes, an expert stack or a type it
  * dequantizes (Q2_K) as bf16; the embedding table is bf16 whatever its type. */
 static void test_quantized_bytes(void) {
     int rows[2] = {512, 512};
@@ -108,6 +108,7 @@ static void test_quantized_bytes(void) {
     fake_model(&m, 2, rows, false, 1000);
     for (int l = 0; l < 2; l++) m.layers[l].wq = (WeightRef){&dummy, DT_Q4_K, 512, 256, 1, 144, "wq", NULL, 0, 0};
     m.layers[1].wk = (WeightRef){&dummy, DT_Q2_K, 64, 256, 1, 84, "wk", NULL, 0, 0};
+    m.layers[1].wv = (WeightRef){&dummy, DT_Q5_0, 64, 256, 1, 176, "wv", NULL, 0, 0};
     m.layers[1].w_gate = (WeightRef){&dummy, DT_Q4_K, 32, 256, 8, 144, "experts", NULL, 0, 0};
     m.w.tok_embd = (WeightRef){&dummy, DT_Q4_K, 1000, 256, 1, 144, "embd", NULL, 0, 0};
     m.w.output = (WeightRef){(char *)&dummy + 1, DT_Q6_K, 1000, 256, 1, 210, "out", NULL, 0, 0};
@@ -115,7 +116,7 @@ static void test_quantized_bytes(void) {
     Err err;
     CHECK(stage_plan_parse(&p, &m.c, &m.w, 2, "1,1", &err) == 0, "%s", err.msg);
     uint64_t q4k = 512 * 144, embd = 1000 * 256 * 2, head = 1000 * 210 + 64 * 4;
-    uint64_t layer1 = q4k + 64 * 256 * 2 + 8 * 32 * 256 * 2;
+    uint64_t layer1 = q4k + 64 * 256 * 2 + 64 * 176 + 8 * 32 * 256 * 2;
     CHECK(p.bytes[0] == q4k + embd, "stage 0: %llu, want %llu", (unsigned long long)p.bytes[0],
           (unsigned long long)(q4k + embd));
     CHECK(p.bytes[1] == layer1 + head, "stage 1: %llu, want %llu", (unsigned long long)p.bytes[1],

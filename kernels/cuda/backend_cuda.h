@@ -1,10 +1,11 @@
 /* backend_cuda.h — the CUDA backend (C interface of kernels/cuda/backend_cuda*.cu).
  *
  * Weights are uploaded once: matrices as bf16 with each layer's Wq|Wk|Wv and
- * Wgate|Wup back to back (one GEMM each), or, for Q8_0/Q4_0/Q4_1/Q4_K/
- * Q5_K/Q6_K matrices, in their blocks (quant.cuh); vectors as fp32. The KV
- * cache is bf16 or fp8 e4m3 with a scale per (token, KV head), sized by the
- * memory budget. kernels/README.md describes the kernels each op runs. */
+ * Wgate|Wup back to back (one GEMM each), or, for Q8_0/Q4_0/Q4_1/Q5_0/
+ * Q5_1/Q4_K/Q5_K/Q6_K matrices, in their blocks (quant.cuh); vectors as
+ * fp32. The KV cache is bf16 or fp8 e4m3 with a scale per (token, KV head),
+ * sized by the memory budget. kernels/README.md describes the kernels each
+ * op runs. */
 #ifndef CLLM_BACKEND_CUDA_H
 #define CLLM_BACKEND_CUDA_H
 

@@ -4,8 +4,8 @@
  * thread pool into pinned staging buffers, two alternating so converting
  * overlaps the copy); vectors fp32. Each layer's Wq|Wk|Wv and Wgate|Wup go
  * back to back, one GEMM each. Matrices of a type quant.cuh reads (Q8_0,
- * Q4_0, Q4_1, Q4_K, Q5_K, Q6_K) stay in their blocks instead: the file's
- * bytes are copied up and repacked on the device, a concatenation of one
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) stay in their blocks instead:
+ * the file's bytes are copied up and repacked on the device, a concatenation of one
  * type as one matrix; their WeightRef keeps the file's type and row_bytes and
  * points at a QuantMatrix. F8_E4M3 matrices (FP8 checkpoints) stay too, as
  * their codes plus their fp32 row scales (WeightRef.scale), a group of them

@@ -3,25 +3,34 @@
  * the fused prefill GEMM (Hopper wgmma), and dequantize to bf16 (a bf16
  * scratch for cuBLASLt).
  *
- * Types: Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K (quant_type_supported), and
+ * Types: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K (quant_type_supported), and
  * F8_E4M3 (FP8 checkpoints), whose matrices are plain [rows][cols] e4m3 codes
  * in the qs plane and one fp32 scale a row in the sc plane; its products are
  * fp8.cuh's (the GEMV and GEMM entry points here refuse it), its
  * quant_dequant_bf16 is bf16(e4m3 code x row scale).
  *
  * Layout on the device ("split" layout, made by quant_repack from the GGUF
- * bytes). GGUF blocks of 34, 18, 20 and 210 bytes do not keep 16-byte
- * alignment, so each block is split in two planes:
+ * bytes). GGUF blocks of 34, 18, 20, 22, 24 and 210 bytes do not keep
+ * 16-byte alignment, so each block is split in two planes:
  *   qs plane: [rows][blocks per row][QB] the block's 16-byte-aligned part
- *             Q8_0 QB=32 (qs), Q4_0 16 (qs), Q4_1 16 (qs),
+ *             Q8_0 QB=32 (qs), Q4_0, Q4_1, Q5_0, Q5_1 16 (qs: the nibbles),
  *             Q4_K 144 and Q5_K 176 (the whole GGUF block: already aligned),
  *             Q6_K 208 (ql, qh, scales; the GGUF block without d)
- *   sc plane: [rows][blocks per row][SB] the rest
- *             Q8_0 SB=2 (d), Q4_0 2 (d), Q4_1 4 (d, m), Q6_K 2 (d), K4/K5 none
- * Bytes are those of the GGUF tensor (no padding but the plane alignment), and
- * rows stay independent: the native bytes of two matrices with the same
- * column count placed one after the other repack to one matrix (e.g. gate
- * and up for one GEMV).
+ *   sc plane: [rows][blocks per row][SB] the rest, in the GGUF order
+ *             Q8_0 SB=2 (d), Q4_0 2 (d), Q4_1 4 (d, m), Q5_0 6 (d, qh),
+ *             Q5_1 8 (d, m, qh), Q6_K 2 (d), K4/K5 none
+ * Bytes are those of the GGUF tensor (no padding but the plane alignment:
+ * the qs plane to 256 bytes, the sc plane to 4), and rows stay independent:
+ * the native bytes of two matrices with the same column count placed one
+ * after the other repack to one matrix (e.g. gate and up for one GEMV).
+ * Q5_0's qh stays unpadded, at 2 bytes past a 4-byte boundary in every other
+ * record: padding the record to 8 bytes would make its qh one aligned load
+ * but add 2 bytes to every 22 (9% more memory and bytes streamed by every
+ * GEMV, and device bytes no longer the file's, which the stage plan assumes:
+ * parallel/stage_plan.c), while reading a record as the two aligned 32-bit
+ * words that hold it costs a load and a funnel shift a block, and a warp's
+ * loads still cover its records' bytes contiguously (quant_q5_record,
+ * quant_layout.cuh). Q5_1's 8-byte records are aligned as they are.
  *
  * Every function returns 0, or -1 with err filled; the stream is last. Which
  * kernel runs a product is the caller's choice (the backend's route table):
@@ -79,7 +88,7 @@ int quant_repack(const QuantMatrix *m, const void *native, cudaStream_t s, Err *
  *     fp32 x.
  *   QGEMV_MMA (quant_gemv_mma.cu, kernels/quant_mma.h): weights and x by
  *     cp.async into per-warp rings, bf16 mma.sync on the exact codes; Q4_K
- *     and Q8_0 with cols a multiple of 256, bf16 x.
+ *     and Q8_0 with cols a multiple of 256, bf16 x (no other type).
  *   QGEMV_X8 (quant_gemv_x8.cu, kernels/quant_x8.h): each block rounds x to
  *     two int8 terms per group of 32 values in shared memory, then integer
  *     dot products (dp4a) of the weight codes with those terms; the result is

@@ -33,6 +33,7 @@
 #include "kernels/cuda/quant.cuh"
 #include "kernels/cuda/quant_gemv_kernels.cuh"
 #include "kernels/cuda/quant_layout.cuh"
+#include "kernels/quant_x8.h"
 
 #define QG_WARPS 8
 #define QG_XSMEM (96 * 1024)        /* staging bytes for x: few chunk barriers at T > 1; two blocks still fit an SM */
@@ -45,7 +46,8 @@ typedef struct {
     uint4 q;    /* the 16-byte chunk of the qs plane */
     uint4 h;    /* K types: the block's header (Q4_K/Q5_K) or its qh chunk (Q6_K) */
     uint4 g;    /* Q5_K: the qh chunk; Q6_K: the 16 scales */
-    uint32_t s; /* sc plane: d (low 16 bits), m (high, Q4_1) */
+    uint32_t s; /* sc plane: d (low 16 bits), m (high, Q4_1, Q5_1) */
+    uint32_t qh; /* Q5_0 / Q5_1: the fifth bits, bit j of value j */
 } UnitRaw;
 
 /* A unit decoded: 4 codes per 32-bit word (slot k), and per run (k / 4 for
@@ -68,10 +70,16 @@ static __device__ __forceinline__ uint32_t byte_of(uint4 v, int i) { return (wor
 template <int Q>
 static __device__ __forceinline__ UnitRaw unit_load(const uint8_t *qs, const uint8_t *sc, int64_t u) {
     UnitRaw r;
-    if (Q == DT_Q8_0 || Q == DT_Q4_0 || Q == DT_Q4_1) {
+    if (quant_block_elems(Q) == 32) {
         r.q = __ldcs((const uint4 *)qs + u);
         int64_t b = Q == DT_Q8_0 ? u / 2 : u;
-        r.s = Q == DT_Q4_1 ? __ldg((const uint32_t *)sc + b) : (uint32_t)__ldg((const unsigned short *)sc + b);
+        if (quant_q5_32(Q)) {
+            const uint2 rec = quant_q5_record<Q>(sc, b);
+            r.s = rec.x;
+            r.qh = rec.y;
+        } else {
+            r.s = Q == DT_Q4_1 ? __ldg((const uint32_t *)sc + b) : (uint32_t)__ldg((const unsigned short *)sc + b);
+        }
     } else {
         int64_t b = u / 8;
         int p = (int)(u % 8);
@@ -123,9 +131,12 @@ static __device__ __forceinline__ Unit unit_decode(const UnitRaw &r, int p) {
             d.code[k + 4] = (w[k] >> 4) & lo;
         }
     }
-    if (Q == DT_Q8_0 || Q == DT_Q4_0 || Q == DT_Q4_1) {
+    if (quant_q5_32(Q)) /* word k holds values 4k .. 4k + 3 (k >= 4: 16 + 4(k - 4), the same 4k) */
+#pragma unroll
+        for (int k = 0; k < 8; k++) d.code[k] |= qx_fifth_bits(r.qh >> (4 * k));
+    if (quant_block_elems(Q) == 32) {
         d.mul[0] = d.mul[1] = half_lo(r.s);
-        d.add[0] = d.add[1] = Q == DT_Q4_1 ? half_hi(r.s) : 0.0f;
+        d.add[0] = d.add[1] = quant_has_min(Q) ? half_hi(r.s) : 0.0f;
     } else if (Q == DT_Q4_K || Q == DT_Q5_K) {
         float dd = half_lo(r.h.x), dmin = half_hi(r.h.x);
 #pragma unroll
@@ -159,7 +170,8 @@ static __device__ __forceinline__ Unit unit_decode(const UnitRaw &r, int p) {
 /* code - sub is the signed quant value (exact in fp32) */
 template <int Q>
 static __device__ __forceinline__ constexpr float code_sub() {
-    return Q == DT_Q8_0 ? MAGIC + 128.0f : Q == DT_Q4_0 ? MAGIC + 8.0f : Q == DT_Q6_K ? MAGIC + 32.0f : MAGIC;
+    return Q == DT_Q8_0 ? MAGIC + 128.0f : Q == DT_Q4_0 ? MAGIC + 8.0f : Q == DT_Q5_0 ? MAGIC + 16.0f
+         : Q == DT_Q6_K ? MAGIC + 32.0f : MAGIC;
 }
 
 /* 2^23 + byte i of c, as a float */
@@ -241,7 +253,7 @@ template <int Q, int T, int R>
 static __device__ __forceinline__ void unit_fma_sums(float (*acc)[T], const UnitRaw *raw, int p, const float4 *xs,
                                                      int stride_t, int lane) {
     const int K = quant_unit_k(Q), NRUN = quant_block_elems(Q) == 256 ? 2 : 1;
-    const bool ADD = Q == DT_Q4_1 || Q == DT_Q4_K || Q == DT_Q5_K;
+    const bool ADD = quant_has_min(Q);
     Unit un[R];
 #pragma unroll
     for (int r = 0; r < R; r++) un[r] = unit_decode<Q>(raw[r], p);
@@ -300,7 +312,7 @@ static __device__ __forceinline__ void gemv_chunk(float (*acc)[T], const GemvArg
                                                      const uint8_t *const *sc, const float4 *xs, int tile0, int nt,
                                                      int stride_t, int lane) {
     const int K = quant_unit_k(Q), upb = quant_units_per_block(Q), U = gemv_tiles(Q, R);
-    const bool SUMS = !(Q == DT_Q4_1 || Q == DT_Q4_K || Q == DT_Q5_K) || T <= 2;
+    const bool SUMS = !quant_has_min(Q) || T <= 2;
     for (int tile = 0; tile < nt; tile += U) {
         UnitRaw raw[U][R];
 #pragma unroll
@@ -400,7 +412,7 @@ kernel_quant_dequant_bf16(__nv_bfloat16 *dst, const uint8_t *qs_base, const uint
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 float e = __fmul_rn(un.mul[run], code_float(un.code[k], j) - code_sub<Q>());
-                if (Q == DT_Q4_1 || Q == DT_Q4_K || Q == DT_Q5_K) e = __fadd_rn(e, un.add[run]);
+                if (quant_has_min(Q)) e = __fadd_rn(e, un.add[run]);
                 v[j] = __float2bfloat16_rn(e);
             }
             *(uint2 *)(buf + dq_pad(local0 + (int)quant_unit_xoff<Q>(u, k))) = *(const uint2 *)v;
@@ -457,6 +469,8 @@ static int quant_gemv_scalar(const QuantMatrix *W, const void *x, bool x_f32, co
     case DT_Q8_0: return launch_gemv_t<DT_Q8_0>(a, T, s, err);
     case DT_Q4_0: return launch_gemv_t<DT_Q4_0>(a, T, s, err);
     case DT_Q4_1: return launch_gemv_t<DT_Q4_1>(a, T, s, err);
+    case DT_Q5_0: return launch_gemv_t<DT_Q5_0>(a, T, s, err);
+    case DT_Q5_1: return launch_gemv_t<DT_Q5_1>(a, T, s, err);
     case DT_Q4_K: return launch_gemv_t<DT_Q4_K>(a, T, s, err);
     case DT_Q5_K: return launch_gemv_t<DT_Q5_K>(a, T, s, err);
     case DT_Q6_K: return launch_gemv_t<DT_Q6_K>(a, T, s, err);
@@ -518,6 +532,8 @@ int quant_dequant_bf16(const QuantMatrix *W, int64_t row0, int64_t n_rows, void 
     case DT_Q8_0: return launch_dequant<DT_Q8_0>(W, row0, n_rows, dst, s, err);
     case DT_Q4_0: return launch_dequant<DT_Q4_0>(W, row0, n_rows, dst, s, err);
     case DT_Q4_1: return launch_dequant<DT_Q4_1>(W, row0, n_rows, dst, s, err);
+    case DT_Q5_0: return launch_dequant<DT_Q5_0>(W, row0, n_rows, dst, s, err);
+    case DT_Q5_1: return launch_dequant<DT_Q5_1>(W, row0, n_rows, dst, s, err);
     case DT_Q4_K: return launch_dequant<DT_Q4_K>(W, row0, n_rows, dst, s, err);
     case DT_Q5_K: return launch_dequant<DT_Q5_K>(W, row0, n_rows, dst, s, err);
     case DT_Q6_K: return launch_dequant<DT_Q6_K>(W, row0, n_rows, dst, s, err);

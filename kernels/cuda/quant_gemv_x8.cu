@@ -5,7 +5,8 @@
  * row sums integer dot products (dp4a) of the codes with those terms; the
  * lane arithmetic is kernels/quant_x8.h (replayed on the CPU by
  * tests/test_quant_x8.c). The weights are the split layout of quant.cuh
- * (Q4_K and Q5_K blocks whole, Q8_0, Q4_0, Q4_1 and Q6_K codes and scales in two planes).
+ * (Q4_K and Q5_K blocks whole, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and Q6_K codes
+ * and scales in two planes).
  *
  * One block of QX_THREADS per SM (a persistent grid): the rounding is
  * repeated per block, so few big blocks keep it cheap (~0.4 us for 14336
@@ -293,11 +294,11 @@ static __device__ __forceinline__ float qx_compute(const Q6kLoad &L, const QxPla
     return qx_q6k_quarter(a, bq, hb, sc8, lane & 1, qm_half(L.d), x1, x2, dxs);
 }
 
-/* Q4_0 / Q4_1 (Q): as Q8_0, a lane a block: 16 code bytes and the scale
- * plane's d (and m). */
+/* Q4_0 / Q4_1 / Q5_0 / Q5_1 (Q): as Q8_0, a lane a block: 16 code bytes
+ * and the scale plane's d (and m; Q5: and qh). */
 template <int Q> struct Q4Load {
     uint4 a;
-    uint32_t s;
+    uint32_t s, qh;
 };
 
 template <int Q> static __device__ __forceinline__ int qx_steps(const Q4Load<Q> &, int nblk) { return (nblk + 31) / 32; }
@@ -309,7 +310,12 @@ static __device__ __forceinline__ void qx_load(Q4Load<Q> &L, const QxWeights &W,
     if (b >= W.nblk) return;
     const int64_t blk = (int64_t)it.row * W.nblk + b;
     L.a = ld_stream(W.qs + blk * 16);
-    L.s = Q == DT_Q4_1 ? __ldg((const uint32_t *)W.sc + blk) : (uint32_t)__ldg(W.sc + blk);
+    if (quant_q5_32(Q)) {
+        const uint2 rec = quant_q5_record<Q>((const uint8_t *)W.sc, blk);
+        L.s = rec.x, L.qh = rec.y;
+    } else {
+        L.s = Q == DT_Q4_1 ? __ldg((const uint32_t *)W.sc + blk) : (uint32_t)__ldg(W.sc + blk);
+    }
 }
 
 template <int Q>
@@ -323,8 +329,9 @@ static __device__ __forceinline__ float qx_compute(const Q4Load<Q> &L, const QxP
     const uint32_t x1[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
     const uint32_t x2[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
     const uint32_t q[4] = {L.a.x, L.a.y, L.a.z, L.a.w};
-    const float d = qm_half(L.s & 0xffffu), m = Q == DT_Q4_1 ? qm_half(L.s >> 16) : -8.f * d;
-    return qx_q4_block(q, d, m, x1, x2, x.dxs[b], x.sx[b]);
+    const float d = qm_half(L.s & 0xffffu);
+    const float m = quant_has_min(Q) ? qm_half(L.s >> 16) : (Q == DT_Q5_0 ? -16.f : -8.f) * d;
+    return qx_q4_block(q, quant_q5_32(Q) ? L.qh : 0u, d, m, x1, x2, x.dxs[b], x.sx[b]);
 }
 
 /* Q8_0: a step is 32 blocks (one x tile); lane = block of the step. */
@@ -439,8 +446,7 @@ static int qx_launch(const QxWeights &W, const void *x, const QxNorm &n, int64_t
 }
 
 static bool qx_type_cols(DType t, int64_t cols) {
-    const bool k_type = t == DT_Q4_K || t == DT_Q5_K || t == DT_Q6_K, small = t == DT_Q8_0 || t == DT_Q4_0 || t == DT_Q4_1;
-    return cols <= QX_MAX_COLS && ((k_type && cols % 256 == 0) || (small && cols % 32 == 0));
+    return cols <= QX_MAX_COLS && qx_pieces(t) > 0 && cols % quant_block_elems(t) == 0;
 }
 
 bool quant_gemv_x8_takes(DType t, int64_t rows, int64_t cols, int T, bool x_f32) {
@@ -449,7 +455,8 @@ bool quant_gemv_x8_takes(DType t, int64_t rows, int64_t cols, int T, bool x_f32)
 
 static int qx_check(const QuantMatrix *W, const void *x, const QxNorm *n, int T, Err *err) {
     if (!qx_type_cols(W->type, W->cols))
-        return err_set(err, "quant_gemv_x8: %s with %lld columns (Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, Q8_0 up to %d columns)",
+        return err_set(err, "quant_gemv_x8: %s with %lld columns (Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q8_0 up to "
+                            "%d columns)",
                        dtype_info(W->type)->name, (long long)W->cols, QX_MAX_COLS);
     if (T != 1) return err_set(err, "quant_gemv_x8: %d rows of x (one row only)", T);
     if (n && (!n->x || !n->w || (uintptr_t)n->x % 16 || (uintptr_t)n->w % 16))
@@ -470,32 +477,34 @@ static QxNorm qx_norm_of(const QxNorm *n) {
     return n ? *n : none;
 }
 
+/* The kernel of W's type (qx_check took it). */
+template <bool GLU>
+static int qx_run(DType t, const QxWeights &w, const void *x, const QxNorm &n, int64_t cols, const GemvOut &out,
+                  const QxGlu &glu, cudaStream_t s, Err *err) {
+    switch (t) {
+    case DT_Q4_K: return qx_launch<Q4kLoad, GLU>(w, x, n, cols, out, glu, s, err);
+    case DT_Q4_0: return qx_launch<Q4Load<DT_Q4_0>, GLU>(w, x, n, cols, out, glu, s, err);
+    case DT_Q4_1: return qx_launch<Q4Load<DT_Q4_1>, GLU>(w, x, n, cols, out, glu, s, err);
+    case DT_Q5_0: return qx_launch<Q4Load<DT_Q5_0>, GLU>(w, x, n, cols, out, glu, s, err);
+    case DT_Q5_1: return qx_launch<Q4Load<DT_Q5_1>, GLU>(w, x, n, cols, out, glu, s, err);
+    case DT_Q5_K: return qx_launch<Q5kLoad, GLU>(w, x, n, cols, out, glu, s, err);
+    case DT_Q6_K: return qx_launch<Q6kLoad, GLU>(w, x, n, cols, out, glu, s, err);
+    default: return qx_launch<Q8Load, GLU>(w, x, n, cols, out, glu, s, err); /* Q8_0 */
+    }
+}
+
 int quant_gemv_x8(const QuantMatrix *W, const void *x, const QxNorm *n, const GemvOut *out, int T, cudaStream_t s,
                   Err *err) {
     if (qx_check(W, x, n, T, err)) return -1;
-    const QxWeights w = qx_weights(W, W->rows);
     const QxGlu none = {NULL, NULL, NULL, ACT_SILU, 0.f};
-    const QxNorm nn = qx_norm_of(n);
-    if (W->type == DT_Q4_K) return qx_launch<Q4kLoad, false>(w, x, nn, W->cols, *out, none, s, err);
-    if (W->type == DT_Q4_0) return qx_launch<Q4Load<DT_Q4_0>, false>(w, x, nn, W->cols, *out, none, s, err);
-    if (W->type == DT_Q4_1) return qx_launch<Q4Load<DT_Q4_1>, false>(w, x, nn, W->cols, *out, none, s, err);
-    if (W->type == DT_Q5_K) return qx_launch<Q5kLoad, false>(w, x, nn, W->cols, *out, none, s, err);
-    if (W->type == DT_Q6_K) return qx_launch<Q6kLoad, false>(w, x, nn, W->cols, *out, none, s, err);
-    return qx_launch<Q8Load, false>(w, x, nn, W->cols, *out, none, s, err);
+    return qx_run<false>(W->type, qx_weights(W, W->rows), x, qx_norm_of(n), W->cols, *out, none, s, err);
 }
 
 int quant_gemv_x8_glu(const QuantMatrix *W, const void *x, const QxNorm *n, void *out, const float *bg,
                       const float *bu, Activation act, float limit, cudaStream_t s, Err *err) {
     if (qx_check(W, x, n, 1, err)) return -1;
     if (W->rows % 2) return err_set(err, "quant_gemv_x8_glu: %lld rows (gate and up: an even count)", (long long)W->rows);
-    const QxWeights w = qx_weights(W, W->rows / 2);
     const QxGlu glu = {(__nv_bfloat16 *)out, bg, bu, act, limit};
     const GemvOut none = gemv_out_one(NULL, false, NULL, 0);
-    const QxNorm nn = qx_norm_of(n);
-    if (W->type == DT_Q4_K) return qx_launch<Q4kLoad, true>(w, x, nn, W->cols, none, glu, s, err);
-    if (W->type == DT_Q4_0) return qx_launch<Q4Load<DT_Q4_0>, true>(w, x, nn, W->cols, none, glu, s, err);
-    if (W->type == DT_Q4_1) return qx_launch<Q4Load<DT_Q4_1>, true>(w, x, nn, W->cols, none, glu, s, err);
-    if (W->type == DT_Q5_K) return qx_launch<Q5kLoad, true>(w, x, nn, W->cols, none, glu, s, err);
-    if (W->type == DT_Q6_K) return qx_launch<Q6kLoad, true>(w, x, nn, W->cols, none, glu, s, err);
-    return qx_launch<Q8Load, true>(w, x, nn, W->cols, none, glu, s, err);
+    return qx_run<true>(W->type, qx_weights(W, W->rows / 2), x, qx_norm_of(n), W->cols, none, glu, s, err);
 }

@@ -10,8 +10,9 @@
 bool quant_type_supported(DType t) { return dtype_gpu_keeps_blocks(t); } /* one list, shared with the stage plan */
 
 /* Where the native block's bytes go: [qs_from, qs_from + QB) to the qs plane,
- * the rest (in order, minus that range) to the sc plane. */
-static __device__ int qs_from(int q) { return q == DT_Q8_0 || q == DT_Q4_0 ? 2 : q == DT_Q4_1 ? 4 : 0; }
+ * the rest (in order, minus that range) to the sc plane. The 32-value blocks
+ * end with their codes; the K blocks start with what the qs plane takes. */
+static __device__ int qs_from(int q) { return quant_block_elems(q) == 32 ? quant_native_bytes(q) - quant_qs_bytes(q) : 0; }
 
 /* F8_E4M3: no blocks; a row is cols one-byte codes (cols % 16 == 0 keeps each row's 16-byte loads
  * aligned) and one fp32 scale. */
@@ -21,6 +22,13 @@ static size_t qs_plane_bytes(DType t, int64_t rows, int64_t cols) {
     size_t b = t == DT_F8_E4M3 ? (size_t)rows * (size_t)cols
                                : (size_t)rows * (size_t)(cols / quant_block_elems(t)) * quant_qs_bytes(t);
     return (b + QUANT_PLANE_ALIGN - 1) / QUANT_PLANE_ALIGN * QUANT_PLANE_ALIGN;
+}
+
+/* A multiple of 4 bytes: Q5_0's 6-byte records are read as the aligned words
+ * that hold them (quant_q5_record), the last one's second word up to 2 bytes
+ * past the records. */
+static size_t sc_plane_bytes(DType t, int64_t rows, int64_t cols) {
+    return ((size_t)rows * (size_t)(cols / quant_block_elems(t)) * quant_sc_bytes(t) + 3) / 4 * 4;
 }
 
 int quant_matrix_bytes(DType t, int64_t rows, int64_t cols, size_t *bytes, Err *err) {
@@ -37,7 +45,7 @@ int quant_matrix_bytes(DType t, int64_t rows, int64_t cols, size_t *bytes, Err *
     if (rows <= 0 || cols <= 0 || cols % quant_block_elems(t) || cols > INT32_MAX)
         return err_set(err, "quantized GEMV: %s matrix [%lld][%lld]: columns must be a positive multiple of %d",
                        dtype_info(t)->name, (long long)rows, (long long)cols, quant_block_elems(t));
-    *bytes = qs_plane_bytes(t, rows, cols) + (size_t)rows * (size_t)(cols / quant_block_elems(t)) * quant_sc_bytes(t);
+    *bytes = qs_plane_bytes(t, rows, cols) + sc_plane_bytes(t, rows, cols);
     return 0;
 }
 

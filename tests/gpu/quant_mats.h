@@ -31,8 +31,8 @@ static void put_half(uint8_t *p, float v) {
     p[1] = (uint8_t)(h >> 8);
 }
 
-static const DType TYPES[] = {DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q4_K, DT_Q5_K, DT_Q6_K};
-#define N_TYPES 6
+static const DType TYPES[] = {DT_Q8_0, DT_Q4_0, DT_Q4_1, DT_Q5_0, DT_Q5_1, DT_Q4_K, DT_Q5_K, DT_Q6_K};
+#define N_TYPES 8
 
 /* Random GGUF blocks: random bytes, then the fp16 scale fields set to random
  * finite values of a realistic size (values of order 0.01 .. 0.1). */
@@ -49,8 +49,9 @@ static uint8_t *rand_native(DType t, int64_t rows, int64_t cols, size_t *nbytes)
         uint8_t *blk = p + b * info->block_bytes;
         switch (t) {
         case DT_Q8_0: put_half(blk, 0.001f * frand()); break;
-        case DT_Q4_0: put_half(blk, 0.02f * frand()); break;
+        case DT_Q4_0: case DT_Q5_0: put_half(blk, 0.02f * frand()); break;
         case DT_Q4_1: put_half(blk, 0.01f * (1.1f + frand())); put_half(blk + 2, -0.08f * (1.1f + frand())); break;
+        case DT_Q5_1: put_half(blk, 0.005f * (1.1f + frand())); put_half(blk + 2, -0.08f * (1.1f + frand())); break;
         case DT_Q4_K: case DT_Q5_K:
             put_half(blk, 0.0005f * (1.1f + frand())); put_half(blk + 2, 0.001f * (1.1f + frand())); break;
         case DT_Q6_K: put_half(blk + 208, 0.0001f * frand()); break;

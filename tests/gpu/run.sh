@@ -574,8 +574,8 @@ run_check chat_tiny_gpu sh -c "$BIN/cllm chat -m tests/fixtures/tiny/llama.gguf 
 # run with their blocks on the GPU vs dequantized to bf16 at load
 # (test_quant_forward: teacher-forced top-1 agreement >= 99%). The tiny
 # fixtures are F32 and 64 wide (K types fall back to Q8_0 there: Q8_0 and
-# Q4_0/Q4_1); a Llama-3-8B-shaped random model (bench/make_model.py --gguf)
-# at 2 layers (512 wide: every K type, and the Q4_K_M mix, whose layer 1 has
+# Q4_0/Q4_1/Q5_0/Q5_1); a Llama-3-8B-shaped random model (bench/make_model.py --gguf)
+# at 2 layers (512 wide: every K type, Q5_0/Q5_1, and the Q4_K_M mix, whose layer 1 has
 # Wv in Q6_K beside Q4_K Wq and Wk: a mixed group, three products) and whole
 # (Q8_0 and Q4_K, 16 GB of BF16 made first; QUANT_8B=0 skips it).
 QDIR=$MODELS/quant
@@ -583,14 +583,14 @@ mkdir -p "$QDIR"
 quant_files=()
 # the files are made only when a row that reads them runs (CHECKS_ONLY / CHECKS_SKIP)
 check_wanted quant_forward_tiny batch_invariant && for a in llama mistral qwen2 qwen3 gemma2 gemma3 gpt-oss; do
-    for t in q8_0 q4_0 q4_1; do
+    for t in q8_0 q4_0 q4_1 q5_0 q5_1; do
         [ -f "$QDIR/$a-$t.gguf" ] || "$BIN/cllm" quantize "tests/fixtures/tiny/$a.gguf" "$QDIR/$a-$t.gguf" --type $t > /dev/null
         quant_files+=("$QDIR/$a-$t.gguf")
     done
 done
 check_wanted quant_forward_tiny batch_invariant && { [ -f "$QDIR/l8-tiny-bf16.gguf" ] ||
     python3 bench/make_model.py llama3-8b "$QDIR/l8-tiny-bf16.gguf" --gguf --tiny > "$OUT/make-l8-tiny.log" 2>&1; }
-check_wanted quant_forward_tiny batch_invariant && for t in q8_0 q4_0 q4_k q5_k q6_k q4_k_m; do
+check_wanted quant_forward_tiny batch_invariant && for t in q8_0 q4_0 q5_0 q5_1 q4_k q5_k q6_k q4_k_m; do
     [ -f "$QDIR/l8-tiny-$t.gguf" ] || "$BIN/cllm" quantize "$QDIR/l8-tiny-bf16.gguf" "$QDIR/l8-tiny-$t.gguf" --type $t > /dev/null
     quant_files+=("$QDIR/l8-tiny-$t.gguf")
 done

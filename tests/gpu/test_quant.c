@@ -3,7 +3,7 @@
  * reference dequantizer (base/dtype.c), run on a GPU machine by
  * tests/gpu/run.sh; never in CI.
  *
- *   - GEMV: for Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, matrices of random GGUF
+ *   - GEMV: for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, matrices of random GGUF
  *     blocks (every quant bit random, scale fields random finite fp16) are
  *     uploaded, repacked on the GPU and multiplied by random x (bf16 or fp32,
  *     T = 1..8 rows) by each kernel of quant.cuh that takes the case
@@ -14,9 +14,12 @@
  *     round_x_int8; its error against the unrounded x is printed).
  *     ||y - ref|| / ||ref|| <= 1e-3 for fp32 outputs, 1e-2 for bf16
  *     outputs; outputs NaN-poisoned before each launch and every one must be
- *     finite. Shapes 4096x4096, 14336x4096, 4096x14336, 576x1536, 1000x256
- *     and odd ones (3 Q8_0 blocks a row: a partial tile); bias on some
- *     cases. Big shapes check a spread of rows.
+ *     finite. Shapes 4096x4096, 14336x4096, 4096x14336, 576x1536, 1000x256,
+ *     Gemma 3 270M's qkv 1536x640 (Q5_0 in its Q4_K_M file) and odd ones (3
+ *     Q8_0 blocks a row: a partial tile; 3 Q5_0 blocks a row: records whose
+ *     rows start 2 bytes off a word, and the plane's last record read up to
+ *     its rounded end, which memcheck watches); bias on some cases. Big
+ *     shapes check a spread of rows.
  *   - dequantize to bf16: bit-exact with dequantize_row + fp32_to_bf16 (whole
  *     matrices, and a row range of a big one).
  *   - dequant_ahead.cuh: the GEMM's buffer holds the asked matrix's bytes
@@ -297,10 +300,10 @@ static void test_dequant_ahead(void) {
 static const int T_ALL[] = {1, 2, 3, 4, 5, 6, 7, 8}, T_FEW[] = {1, 5, 8};
 
 static void test_small_shapes(void) {
-    /* odd: 3 Q8_0 blocks (a partial tile); 9 K blocks of 256 (a partial tile) */
-    int64_t shapes[][2] = {{576, 1536}, {1000, 256}, {7, 96}, {33, 2304}};
+    /* odd: 3 Q8_0 blocks (a partial tile); 9 K blocks of 256 (a partial tile); 640: Gemma 3 270M's width */
+    int64_t shapes[][2] = {{576, 1536}, {1000, 256}, {7, 96}, {33, 2304}, {1536, 640}};
     for (int i = 0; i < N_TYPES; i++)
-        for (int s = 0; s < 4; s++) {
+        for (int s = 0; s < 5; s++) {
             Mat M;
             int64_t cols = shapes[s][1];
             if (cols % dtype_info(TYPES[i])->block_elems) continue;
@@ -333,32 +336,44 @@ static void test_refused(void) {
     CHECK(quant_matrix_bytes(DT_Q4_K, 8, 300, &b, &err) == -1, "Q4_K with 300 columns accepted");
     CHECK(quant_matrix_bytes(DT_Q2_K, 8, 256, &b, &err) == -1, "Q2_K accepted");
     CHECK(quant_matrix_bytes(DT_Q8_0, 8, 64, &b, &err) == 0 && b >= 8 * 68, "Q8_0 8x64: %zu bytes", b);
+    /* Q5_0 / Q5_1: the file's bytes (22 / 24 a block) plus the planes' alignment only: the qs plane to 256
+     * bytes, the sc plane to 4 (3 x 3 blocks: 144 -> 256 + 54 -> 56; 9 x 8 = 72) */
+    CHECK(quant_matrix_bytes(DT_Q5_0, 3, 96, &b, &err) == 0 && b == 256 + 56, "Q5_0 3x96: %zu bytes, want 312", b);
+    CHECK(quant_matrix_bytes(DT_Q5_1, 3, 96, &b, &err) == 0 && b == 256 + 72, "Q5_1 3x96: %zu bytes, want 328", b);
+    CHECK(quant_matrix_bytes(DT_Q5_0, 1536, 640, &b, &err) == 0 && b == 1536 * 20 * 22, "Q5_0 1536x640: %zu bytes", b);
+    CHECK(quant_matrix_bytes(DT_Q5_0, 8, 48, &b, &err) == -1, "Q5_0 with 48 columns accepted");
     /* which kernel takes what; refused before any launch (no pointers needed) */
     QuantMatrix q4k = {DT_Q4_K, 16, 4096, NULL, NULL, 0.0f}, q40 = {DT_Q4_0, 16, 4096, NULL, NULL, 0.0f};
     QuantMatrix q8 = {DT_Q8_0, 16, 512, NULL, NULL, 0.0f}, q8n = {DT_Q8_0, 16, 96, NULL, NULL, 0.0f};
     QuantMatrix q41 = {DT_Q4_1, 16, 96, NULL, NULL, 0.0f}, q50 = {DT_Q5_0, 16, 4096, NULL, NULL, 0.0f};
+    QuantMatrix q51 = {DT_Q5_1, 16, 640, NULL, NULL, 0.0f}, q3k = {DT_Q3_K, 16, 4096, NULL, NULL, 0.0f};
     QuantMatrix q4k288 = {DT_Q4_K, 16, 288, NULL, NULL, 0.0f}, wide = {DT_Q8_0, 16, 65536 + 32, NULL, NULL, 0.0f};
     QuantMatrix tall = {DT_Q8_0, (int64_t)1 << 25, 32, NULL, NULL, 0.0f};
     CHECK(quant_gemv_takes(QGEMV_SCALAR, &q40, 8, true) && quant_gemv_takes(QGEMV_SCALAR, &q4k, 1, false) &&
+              quant_gemv_takes(QGEMV_SCALAR, &q50, 8, true) && quant_gemv_takes(QGEMV_SCALAR, &q51, 1, false) &&
               !quant_gemv_takes(QGEMV_SCALAR, &q4k, 9, false) && !quant_gemv_takes(QGEMV_SCALAR, &q4k, 0, false) &&
-              !quant_gemv_takes(QGEMV_SCALAR, &q50, 1, false) && !quant_gemv_takes(QGEMV_SCALAR, &q4k288, 1, false),
+              !quant_gemv_takes(QGEMV_SCALAR, &q3k, 1, false) && !quant_gemv_takes(QGEMV_SCALAR, &q4k288, 1, false),
           "scalar: every type the GPU keeps in blocks, 1..8 rows, bf16 or fp32 x");
     CHECK(quant_gemv_takes(QGEMV_MMA, &q4k, 1, false) && quant_gemv_takes(QGEMV_MMA, &q8, 8, false),
           "mma: Q4_K / Q8_0 with bf16 x");
     CHECK(!quant_gemv_takes(QGEMV_MMA, &q40, 1, false) && !quant_gemv_takes(QGEMV_MMA, &q8n, 1, false) &&
+              !quant_gemv_takes(QGEMV_MMA, &q50, 2, false) && !quant_gemv_takes(QGEMV_MMA, &q51, 2, false) &&
               !quant_gemv_takes(QGEMV_MMA, &q4k, 1, true) && !quant_gemv_takes(QGEMV_MMA, &q4k, 9, false),
-          "Q4_0, 96 columns, fp32 x or 9 rows taken by mma");
+          "Q4_0, Q5_0, Q5_1, 96 columns, fp32 x or 9 rows taken by mma");
     GemvOut none = {{NULL}, {NULL}, {0}, false, false}, out16 = gemv_out_one(NULL, false, NULL, 16);
     CHECK(quant_gemv(&q40, NULL, false, &out16, 1, QGEMV_MMA, 0, &err) == -1 && strstr(err.msg, "mma"), "'%s'",
+          err.msg);
+    CHECK(quant_gemv(&q50, NULL, false, &out16, 2, QGEMV_MMA, 0, &err) == -1 && strstr(err.msg, "mma"), "'%s'",
           err.msg);
     /* x8: every type the GPU keeps in blocks, one bf16 x row, x rounded for this width */
     CHECK(quant_gemv_takes(QGEMV_X8, &q4k, 1, false) && quant_gemv_takes(QGEMV_X8, &q8n, 1, false) &&
               quant_gemv_takes(QGEMV_X8, &q40, 1, false) && quant_gemv_takes(QGEMV_X8, &q41, 1, false) &&
-              !quant_gemv_takes(QGEMV_X8, &q50, 1, false) && !quant_gemv_takes(QGEMV_X8, &q4k288, 1, false),
+              quant_gemv_takes(QGEMV_X8, &q50, 1, false) && quant_gemv_takes(QGEMV_X8, &q51, 1, false) &&
+              !quant_gemv_takes(QGEMV_X8, &q3k, 1, false) && !quant_gemv_takes(QGEMV_X8, &q4k288, 1, false),
           "x8 type / column list");
     CHECK(!quant_gemv_takes(QGEMV_X8, &q4k, 2, false) && !quant_gemv_takes(QGEMV_X8, &q4k, 1, true),
           "x8 at two rows or with fp32 x");
-    CHECK(quant_gemv_x8(&q50, NULL, NULL, &none, 1, 0, &err) == -1 && strstr(err.msg, "quant_gemv_x8"), "'%s'",
+    CHECK(quant_gemv_x8(&q3k, NULL, NULL, &none, 1, 0, &err) == -1 && strstr(err.msg, "quant_gemv_x8"), "'%s'",
           err.msg);
     CHECK(quant_gemv_x8(&q4k, NULL, NULL, &none, 2, 0, &err) == -1 && strstr(err.msg, "one row"), "'%s'", err.msg);
     CHECK(quant_gemv(&q4k, NULL, true, &out16, 1, QGEMV_X8, 0, &err) == -1 && strstr(err.msg, "fp32 x"), "'%s'",
@@ -375,9 +390,9 @@ static void test_refused(void) {
  * bf16 with its own bias (none for the middle one): every kernel that takes
  * the case, T = 1 and 3, against the dequantized rows. */
 static void test_parts(void) {
-    const DType types[] = {DT_Q4_K, DT_Q8_0, DT_Q4_0, DT_Q6_K, DT_Q5_K};
+    const DType types[] = {DT_Q4_K, DT_Q8_0, DT_Q4_0, DT_Q6_K, DT_Q5_K, DT_Q5_0, DT_Q5_1};
     const int64_t end[3] = {384, 512, 640}, cols = 1536;
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 7; i++) {
         Mat M;
         if (mat_build(&M, types[i], end[2], cols)) continue;
         float *w = malloc((size_t)end[2] * cols * sizeof *w), *x = malloc(3 * cols * sizeof *x);
@@ -432,12 +447,12 @@ static void test_parts(void) {
  * dequantize_row times the rounded x, then cpu_glu; y is bf16 (tolerance
  * 1e-2 of the norm) and NaN-poisoned first. */
 static void test_glu(void) {
-    const DType types[] = {DT_Q4_K, DT_Q8_0, DT_Q6_K, DT_Q5_K, DT_Q4_0};
+    const DType types[] = {DT_Q4_K, DT_Q8_0, DT_Q6_K, DT_Q5_K, DT_Q4_0, DT_Q5_0, DT_Q5_1};
     const int64_t shapes[2][2] = {{700, 2304}, {9001, 512}}; /* F, cols; the second: several rows per warp pair */
-    for (int i = 0; i < 10; i++) {
+    for (int i = 0; i < 14; i++) {
         Mat M;
-        const int64_t F = shapes[i / 5][0], cols = shapes[i / 5][1];
-        if (mat_build(&M, types[i % 5], 2 * F, cols)) continue;
+        const int64_t F = shapes[i / 7][0], cols = shapes[i / 7][1];
+        if (mat_build(&M, types[i % 7], 2 * F, cols)) continue;
         float *w = malloc((size_t)2 * F * cols * sizeof *w), *x = malloc(cols * sizeof *x), *b = malloc(2 * F * sizeof *b);
         float *g = malloc(F * sizeof *g), *u = malloc(F * sizeof *u), *ref = malloc(F * sizeof *ref);
         uint16_t *xb = malloc(cols * 2), *y = malloc(F * 2);
@@ -491,9 +506,9 @@ static void test_glu(void) {
  * (Gemma's 1 + w) and a residual of large magnitude are both exercised.
  * Then bit for bit: add_rmsnorm's kernel, then the same GEMV reading it. */
 static void test_norm_x8(void) {
-    const DType types[] = {DT_Q4_K, DT_Q8_0, DT_Q6_K, DT_Q5_K, DT_Q4_1};
+    const DType types[] = {DT_Q4_K, DT_Q8_0, DT_Q6_K, DT_Q5_K, DT_Q4_1, DT_Q5_0, DT_Q5_1};
     const int64_t F = 700, cols = 2304;
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 7; i++) {
         Mat M;
         if (mat_build(&M, types[i], 2 * F, cols)) continue;
         float *w = malloc((size_t)2 * F * cols * sizeof *w), *res = malloc(cols * sizeof *res), *g = malloc(cols * 4);

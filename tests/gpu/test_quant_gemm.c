@@ -363,7 +363,9 @@ static void test_epilogues(void) {
 
 static void test_refused(void) {
     Err err = {{0}};
-    CHECK(!quant_gemm_supported(DT_Q4_0, 128, 256), "Q4_0 taken");
+    CHECK(!quant_gemm_supported(DT_Q4_0, 128, 256) && !quant_gemm_supported(DT_Q4_1, 128, 256) &&
+              !quant_gemm_supported(DT_Q5_0, 128, 256) && !quant_gemm_supported(DT_Q5_1, 128, 256),
+          "Q4_0, Q4_1, Q5_0 or Q5_1 taken (they go dequantize + cuBLASLt)");
     CHECK(!quant_gemm_supported(DT_Q4_K, 100, 256), "rows 100 taken");
     CHECK(!quant_gemm_supported(DT_Q4_K, 128, 128), "Q4_K cols 128 taken");
     /* W comes by TMA boxes: a Q8_0 scale plane's rows (cols / 16 bytes) must be 16-byte multiples */
@@ -375,6 +377,10 @@ static void test_refused(void) {
     Mat M;
     if (mat_build(&M, DT_Q4_0, 128, 256)) return;
     CHECK(quant_gemm(&M.m, NULL, 4, NULL, false, 0, 0, NULL, 0, &err) != 0 && strstr(err.msg, "Q4_0"), "Q4_0: '%s'",
+          err.msg);
+    mat_free(&M);
+    if (mat_build(&M, DT_Q5_0, 128, 256)) return;
+    CHECK(quant_gemm(&M.m, NULL, 4, NULL, false, 0, 0, NULL, 0, &err) != 0 && strstr(err.msg, "Q5_0"), "Q5_0: '%s'",
           err.msg);
     mat_free(&M);
     if (mat_build(&M, DT_Q4_K, 128, 256)) return;
