@@ -5,9 +5,13 @@
  *   prefill: causal, 32 heads (MHA), head size 128, B sequences of L tokens
  *            each, whole prompts; FLOPs counted 4 * L^2 * H * D / 2 per sequence
  *   decode:  8 sequences, 32 query / 8 KV heads, head size 128, context C
- *            (decode mode and rows mode: also 256 x 640 .. 32 x 4096, the
+ *            (decode mode and rows mode: also 256 x 640 .. 16 x 8192, the
  *            many-rows kernel's shapes); bytes = the K and V of every cached
  *            token read once
+ *   variants: the model set's sliding window (4096), soft-cap (50) and
+ *            sinks at 1 x 16384 prefill and 8 x 32768 decode (bf16 cache),
+ *            "variant=NAME" ending the line; a window's FLOPs and bytes are
+ *            those of the pairs and keys inside it
  *   shared:  cascade attention (DESIGN.md "Cascade attention"): N sequences
  *            sharing a P-token prefix (the same block ids) with suffixes of
  *            64..256 tokens, one decode row each, 32q/8kv, head 128: the flat
@@ -111,7 +115,37 @@ typedef struct {
     AttnDecodeWork w;
     int decode;
     const AttnCascadeDev *cd;   /* decode through cuda_attention_cascade */
+    float *sinks;               /* device [heads] (a variant with sinks), or NULL */
 } Job;
+
+/* An attention variant of the model set (the plain causal kernel: name NULL):
+ * a sliding window, a logit soft-cap, attention sinks. */
+typedef struct {
+    const char *name;
+    int window;
+    float softcap;
+    bool sinks;
+} Variant;
+
+static const Variant PLAIN = {NULL, 0, 0, false};
+static const Variant VARIANTS[3] = {{"window4096", 4096, 0, false}, {"softcap50", 0, 50.0f, false},
+                                    {"sinks", 0, 0, true}};
+
+/* j's parameters for variant v over H query heads (sinks: random logits near 1 on the device). */
+static void set_variant(Job *j, const Variant *v, int H) {
+    j->par.window = v->window, j->par.softcap = v->softcap;
+    if (!v->sinks) return;
+    float h[256];
+    for (int i = 0; i < H && i < 256; i++) h[i] = 0.5f + (float)(i % 5) / 4;
+    cudaMalloc((void **)&j->sinks, (size_t)H * sizeof(float));
+    cudaMemcpy(j->sinks, h, (size_t)H * sizeof(float), cudaMemcpyHostToDevice);
+}
+
+/* " variant=NAME", or nothing for the plain kernel */
+static void print_variant(const Variant *v) {
+    if (v->name) printf(" variant=%s", v->name);
+    printf("\n");
+}
 
 static float time_ms(const Job *j) {
     Err err = {{0}};
@@ -120,9 +154,9 @@ static float time_ms(const Job *j) {
     float t[30];
     for (int i = 0; i < 35; i++) {
         cudaEventRecord(a, 0);
-        int rc = j->cd       ? cuda_attention_cascade(j->out, j->q, &j->kv, &j->dm, &j->par, NULL, &j->w, j->cd, 0, &err)
-                 : j->decode ? cuda_attention_decode(j->out, j->q, &j->kv, &j->dm, &j->par, NULL, &j->w, 0, &err)
-                             : cuda_attention_prefill(j->out, j->q, &j->kv, &j->dm, &j->par, NULL, 0, &err);
+        int rc = j->cd ? cuda_attention_cascade(j->out, j->q, &j->kv, &j->dm, &j->par, j->sinks, &j->w, j->cd, 0, &err)
+                 : j->decode ? cuda_attention_decode(j->out, j->q, &j->kv, &j->dm, &j->par, j->sinks, &j->w, 0, &err)
+                             : cuda_attention_prefill(j->out, j->q, &j->kv, &j->dm, &j->par, j->sinks, 0, &err);
         cudaEventRecord(b, 0);
         if (rc) { fprintf(stderr, "bench_attention: %s\n", err.msg); exit(1); }
         cudaEventSynchronize(b);
@@ -171,7 +205,16 @@ static void build_meta(Job *j, int n_seqs, int ctx, int q_len, int **tables_out)
     *tables_out = perm;
 }
 
-static void bench_prefill(int n_seqs, int len, bool fp8) {
+/* Query-key pairs a causal prompt of len tokens computes under a window (0: none, counted as len^2 / 2, the
+ * usual FLOP count) */
+static double prefill_pairs(int len, int window) {
+    if (window <= 0) return (double)len * len / 2;
+    double pairs = 0;
+    for (int i = 0; i < len; i++) pairs += i + 1 < window ? i + 1 : window;
+    return pairs;
+}
+
+static void bench_prefill(int n_seqs, int len, bool fp8, const Variant *v) {
     Job j = {0};
     int H = 32, T = n_seqs * len, *perm;
     build_meta(&j, n_seqs, len, len, &perm);
@@ -180,6 +223,7 @@ static void bench_prefill(int n_seqs, int len, bool fp8) {
     j.kv = dev_cache(n_vec, fp8);
     cudaMalloc(&j.out, (size_t)T * H * D * 2);
     j.par = (AttnParams){H, H, D, D, 0.08838834764f, 0, 0, NULL};
+    set_variant(&j, v, H);
     /* the sm_90a kernel's TMA maps, as the backend builds them */
     AttnKVMaps maps = {0};
     Err err = {{0}};
@@ -189,10 +233,11 @@ static void bench_prefill(int n_seqs, int len, bool fp8) {
     }
     j.kv.maps = maps.rows > 0 ? &maps : NULL;
     float ms = time_ms(&j);
-    double flops = 4.0 * len * (double)len * H * D / 2 * n_seqs;
-    printf("RESULT prefill%s %dx%d %.4f %.1f block=%d tma=%d\n", fp8 ? "-fp8" : "", n_seqs, len, ms, flops / ms / 1e9,
+    double flops = 4.0 * prefill_pairs(len, v->window) * H * D * n_seqs;
+    printf("RESULT prefill%s %dx%d %.4f %.1f block=%d tma=%d", fp8 ? "-fp8" : "", n_seqs, len, ms, flops / ms / 1e9,
            g_block, maps.rows);
-    cudaFree(j.q), free_cache(&j.kv), cudaFree(j.out), cudaFree((void *)j.dm.buf);
+    print_variant(v);
+    cudaFree(j.q), free_cache(&j.kv), cudaFree(j.out), cudaFree((void *)j.dm.buf), cudaFree(j.sinks);
     free(perm);
 }
 
@@ -212,7 +257,7 @@ typedef enum {
 } DecodeKernel;
 
 /* splits: the grid's KV splits, or 0 for the engine's choice (attn_decode_splits) */
-static void bench_decode(int n_seqs, int ctx, bool fp8, int splits, DecodeKernel kernel) {
+static void bench_decode(int n_seqs, int ctx, bool fp8, int splits, DecodeKernel kernel, const Variant *v) {
     Job j = {0};
     int H = 32, KVH = 8, *perm;
     build_meta(&j, n_seqs, ctx, 1, &perm);
@@ -221,6 +266,7 @@ static void bench_decode(int n_seqs, int ctx, bool fp8, int splits, DecodeKernel
     j.kv = dev_cache(n_vec, fp8);
     cudaMalloc(&j.out, (size_t)n_seqs * H * D * 2);
     j.par = (AttnParams){H, KVH, D, D, 0.08838834764f, 0, 0, NULL};
+    set_variant(&j, v, H);
     j.decode = 1;
     j.w.max_decode = n_seqs;
     j.w.n_splits = splits > 0 ? splits : attn_decode_splits(ctx, n_seqs, KVH, 1, decode_resident(fp8));
@@ -233,13 +279,14 @@ static void bench_decode(int n_seqs, int ctx, bool fp8, int splits, DecodeKernel
     cudaMalloc((void **)&j.w.part, work);
     cudaMemset(j.w.part, 0, work); /* the split counters */
     float ms = time_ms(&j);
-    double bytes = (double)n_seqs * ctx * KVH * (fp8 ? 2 * D + 8 : 2 * D * 2);
+    int keys = v->window > 0 && v->window < ctx ? v->window : ctx; /* a windowed row reads its window */
+    double bytes = (double)n_seqs * keys * KVH * (fp8 ? 2 * D + 8 : 2 * D * 2);
     bool rows = cuda_attention_decode_rows_takes(&j.w, &j.par, n_seqs);
     printf("RESULT decode%s %dx%d %.4f %.3f splits=%d kernel=%s", fp8 ? "-fp8" : "", n_seqs, ctx, ms, bytes / ms / 1e9,
            j.w.n_splits, rows ? "rows" : "split");
     if (rows) printf(" warps=%lld", (long long)attn_rows_grid_warps(items, j.w.rows_warps));
-    printf("\n");
-    cudaFree(j.q), free_cache(&j.kv), cudaFree(j.out), cudaFree((void *)j.dm.buf), cudaFree(j.w.part);
+    print_variant(v);
+    cudaFree(j.q), free_cache(&j.kv), cudaFree(j.out), cudaFree((void *)j.dm.buf), cudaFree(j.w.part), cudaFree(j.sinks);
     free(perm);
 }
 
@@ -301,10 +348,20 @@ static void bench_shared(int n_seqs, int prefix, int n_sms, bool fp8) {
     attn_cascade_free(&pl);
 }
 
+/* The model set's variants (bf16 cache) at 1 x 16384 prefill and 8 x 32768 decode, beside the plain rows of
+ * those shapes: what each costs over the plain causal kernel. */
+static void bench_variants(void) {
+    for (int i = 0; i < 3; i++) {
+        bench_prefill(1, 16384, false, &VARIANTS[i]);
+        bench_decode(8, 32768, false, 0, DECODE_ENGINE, &VARIANTS[i]);
+    }
+}
+
 /* bench_attention                 every shape (attention.sh)
  * bench_attention decode [S...]   decode shapes only, at the engine's splits,
  *                                 then at each S splits (the split rule's study)
  * bench_attention shared          the shared-prefix (cascade) rows only
+ * bench_attention variants        the window, soft-cap and sink rows only (bf16; also in the full run)
  * bench_attention rows            the many-rows shapes (256 x 640 .. 16 x 8192, the batch job's and below):
  *                                 the engine's choice, the split kernel at one split, then the many-rows
  *                                 kernel, each forced (the rows rule's study)
@@ -315,12 +372,16 @@ int main(int argc, char **argv) {
     const int many[9][2] = {{256, 640}, {256, 1280}, {128, 1024}, {128, 2048}, {64, 2048},
                             {64, 4096}, {32, 4096}, {32, 8192}, {16, 8192}};
     const bool decode_only = argc > 1 && !strcmp(argv[1], "decode"), shared_only = argc > 1 && !strcmp(argv[1], "shared");
+    if (argc > 1 && !strcmp(argv[1], "variants")) {
+        bench_variants();
+        return 0;
+    }
     if (argc > 1 && !strcmp(argv[1], "rows")) {
         for (int f = 0; f < 2; f++)
             for (int i = 0; i < 9; i++) {
-                bench_decode(many[i][0], many[i][1], f, 0, DECODE_ENGINE);
-                bench_decode(many[i][0], many[i][1], f, 1, DECODE_SPLIT);
-                bench_decode(many[i][0], many[i][1], f, 1, DECODE_ROWS);
+                bench_decode(many[i][0], many[i][1], f, 0, DECODE_ENGINE, &PLAIN);
+                bench_decode(many[i][0], many[i][1], f, 1, DECODE_SPLIT, &PLAIN);
+                bench_decode(many[i][0], many[i][1], f, 1, DECODE_ROWS, &PLAIN);
             }
         return 0;
     }
@@ -333,18 +394,19 @@ int main(int argc, char **argv) {
            cuda_attention_prefill_kernel(D, D, true));
     for (int f = 0; f < 2; f++) {
         if (!decode_only && !shared_only) {
-            bench_prefill(16, 1024, f);
-            bench_prefill(4, 4096, f);
-            bench_prefill(1, 16384, f);
+            bench_prefill(16, 1024, f, &PLAIN);
+            bench_prefill(4, 4096, f, &PLAIN);
+            bench_prefill(1, 16384, f, &PLAIN);
         }
         if (prefill_only) continue;
         for (int i = 0; !shared_only && i < (decode_only ? 7 : 3); i++)
             for (int r = 0; r < (decode_only ? argc - 1 : 1); r++)
-                bench_decode(dec[i][0], dec[i][1], f, r ? atoi(argv[1 + r]) : 0, DECODE_ENGINE);
+                bench_decode(dec[i][0], dec[i][1], f, r ? atoi(argv[1 + r]) : 0, DECODE_ENGINE, &PLAIN);
         if (!decode_only) {
             bench_shared(64, 2000, n_sms, f);
             bench_shared(256, 2000, n_sms, f);
         }
     }
+    if (!decode_only && !shared_only && !prefill_only) bench_variants();
     return 0;
 }

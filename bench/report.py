@@ -348,15 +348,16 @@ def render_attention(doc, fig):
            "matmul limit. Decode: one query row per sequence (SEQUENCES x CONTEXT), 32 query / 8 KV heads, head "
            f"size 128, bytes = the K and V read once, against the copy limit. cllm over its paged cache; {sdpa}.", ""]
 
-    def find(kind, shape, impl, kv="bf16"):
+    def find(kind, shape, impl, kv="bf16", variant=None):
         for r in rows:
-            if (r["kind"], r["shape"], r["impl"], r.get("kv", "bf16")) == (kind, shape, impl, kv):
+            if (r["kind"], r["shape"], r["impl"], r.get("kv", "bf16"), r.get("variant")) == (kind, shape, impl, kv,
+                                                                                              variant):
                 return r
         return None
 
-    def skipped(kind, shape, impl):
+    def skipped(kind, shape, impl, variant=None):
         for r in doc.get("skipped", []):
-            if (r["kind"], r["shape"], r["impl"]) == (kind, shape, impl):
+            if (r["kind"], r["shape"], r["impl"], r.get("variant")) == (kind, shape, impl, variant):
                 return "not supported"
         return "—"
 
@@ -369,7 +370,7 @@ def render_attention(doc, fig):
     def ms(r):
         return f"{r['ms']:.3f}"
 
-    ours = [r for r in rows if r["impl"] == "cllm" and r.get("kv", "bf16") == "bf16"]
+    ours = [r for r in rows if r["impl"] == "cllm" and r.get("kv", "bf16") == "bf16" and not r.get("variant")]
     cols = "".join(f" SDPA {b[5:]} ms |" for b in backends)
     best_name = "faster SDPA" if len(backends) > 1 else "SDPA"
     out += [f"| shape | cllm ms | cllm rate (% of limit) |{cols} {best_name} rate (% of limit) | cllm speed ÷ {best_name} |",
@@ -385,7 +386,7 @@ def render_attention(doc, fig):
         for x in refs:
             if x:
                 fig.add("kernels", f"{label} {x['impl']}", x["rate"], x["unit"], pct(x))
-    fp8 = [r for r in rows if r["impl"] == "cllm" and r.get("kv") == "fp8"]
+    fp8 = [r for r in rows if r["impl"] == "cllm" and r.get("kv") == "fp8" and not r.get("variant")]
     if fp8:
         out += ["", "The same kernels over an fp8 KV cache (`--kv-dtype fp8`: e4m3 codes + a scale per token and KV "
                 "head; decode bytes as the cache holds them) against the bf16 cache, same run:", "",
@@ -396,6 +397,25 @@ def render_attention(doc, fig):
             out.append(f"| {r['kind']} {r['shape']} | {ms(b) if b else '—'} | {ms(r)} | "
                        f"{ratio(b['ms'], r['ms']) if b else '—'} | {rate(r)} |")
             fig.add("kernels", f"{r['kind']} {r['shape']} cllm fp8 KV", r["rate"], r["unit"], pct(r))
+    variants = [r for r in rows if r["impl"] == "cllm" and r.get("variant")]
+    if variants:
+        out += ["", "The model set's variants (bf16 cache): a sliding window of 4096 (its FLOPs and bytes those inside "
+                "the window), a logit soft-cap of 50, attention sinks; against the plain causal kernel on the same "
+                "shape and, where it has the variant, PyTorch's flex_attention (compiled, block-sparse; SDPA has "
+                "neither a window nor a soft-cap of its own), same run:", "",
+                "| variant | shape | cllm ms | cllm rate (% of limit) | plain kernel ms | time ÷ plain | flex ms | "
+                "cllm speed ÷ flex |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for r in variants:
+            plain = find(r["kind"], r["shape"], "cllm")
+            flex = find(r["kind"], r["shape"], "torch-flex", variant=r["variant"])
+            out.append(f"| {r['variant']} | {r['kind']} {r['shape']} | {ms(r)} | {rate(r)} | "
+                       f"{ms(plain) if plain else '—'} | {ratio(r['ms'], plain['ms']) if plain else '—'} | "
+                       f"{ms(flex) if flex else skipped(r['kind'], r['shape'], 'torch-flex', r['variant'])} | "
+                       f"{ratio(flex['ms'], r['ms']) if flex else '—'} |")
+            fig.add("kernels", f"{r['kind']} {r['shape']} {r['variant']} cllm", r["rate"], r["unit"], pct(r))
+            if flex:
+                fig.add("kernels", f"{r['kind']} {r['shape']} {r['variant']} torch-flex", flex["rate"], flex["unit"],
+                        pct(flex))
     if doc.get("error"):
         out += ["", f"Partly failed: {doc['error']}"]
     return out + [""]
