@@ -34,7 +34,9 @@
 
 #define D 128
 
-static int g_block = 32; /* the cache's block size: 32, or `prefill BLOCK`'s */
+static int g_block = 32; /* the cache's block size: 32, or `prefill BLOCK`'s / `rows BLOCK`'s */
+static int g_pool_blocks;  /* rows POOL_GIB: decode caches of this many blocks, a row's blocks drawn from all of
+                            * them (an engine's pool of tens of GB); 0: just the blocks the rows use */
 
 static uint64_t rng = 88172645463325252ull;
 
@@ -183,11 +185,12 @@ static void upload_meta(Job *j, const AttnBatch *b, int n_blocks) {
 
 /* Builds n_seqs sequences whose rows are positions [ctx - q_len, ctx) over a
  * shuffled block assignment; uploads the metadata. */
-static void build_meta(Job *j, int n_seqs, int ctx, int q_len, int **tables_out) {
+static void build_meta(Job *j, int n_seqs, int ctx, int q_len, int n_pool, int **tables_out) {
     int per = (ctx + g_block - 1) / g_block, n_blocks = n_seqs * per;
-    int *perm = malloc(n_blocks * sizeof *perm);
-    for (int i = 0; i < n_blocks; i++) perm[i] = i;
-    for (int i = n_blocks - 1; i > 0; i--) {
+    if (n_pool < n_blocks) n_pool = n_blocks;
+    int *perm = malloc((size_t)n_pool * sizeof *perm);
+    for (int i = 0; i < n_pool; i++) perm[i] = i;
+    for (int i = n_pool - 1; i > 0; i--) { /* the first n_blocks of a shuffled pool */
         rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
         int r = (int)(rng % (uint64_t)(i + 1)), x = perm[i];
         perm[i] = perm[r], perm[r] = x;
@@ -200,7 +203,7 @@ static void build_meta(Job *j, int n_seqs, int ctx, int q_len, int **tables_out)
         for (int i = 0; i < q_len; i++) pos[s * q_len + i] = ctx - q_len + i, seq[s * q_len + i] = s;
     }
     AttnBatch b = {T, pos, seq, NULL, n_seqs, tabs, g_block};
-    upload_meta(j, &b, n_blocks);
+    upload_meta(j, &b, n_pool);
     free(pos), free(seq), free(tabs);
     *tables_out = perm;
 }
@@ -217,7 +220,7 @@ static double prefill_pairs(int len, int window) {
 static void bench_prefill(int n_seqs, int len, bool fp8, const Variant *v) {
     Job j = {0};
     int H = 32, T = n_seqs * len, *perm;
-    build_meta(&j, n_seqs, len, len, &perm);
+    build_meta(&j, n_seqs, len, len, 0, &perm);
     size_t n_vec = (size_t)n_seqs * ((len + g_block - 1) / g_block) * g_block * H;
     j.q = dev_random_bf16((size_t)T * H * D);
     j.kv = dev_cache(n_vec, fp8);
@@ -260,8 +263,10 @@ typedef enum {
 static void bench_decode(int n_seqs, int ctx, bool fp8, int splits, DecodeKernel kernel, const Variant *v) {
     Job j = {0};
     int H = 32, KVH = 8, *perm;
-    build_meta(&j, n_seqs, ctx, 1, &perm);
-    size_t n_vec = (size_t)n_seqs * ((ctx + g_block - 1) / g_block) * g_block * KVH;
+    int n_blocks = n_seqs * ((ctx + g_block - 1) / g_block);
+    if (g_pool_blocks > n_blocks) n_blocks = g_pool_blocks;
+    build_meta(&j, n_seqs, ctx, 1, n_blocks, &perm);
+    size_t n_vec = (size_t)n_blocks * g_block * KVH;
     j.q = dev_random_bf16((size_t)n_seqs * H * D);
     j.kv = dev_cache(n_vec, fp8);
     cudaMalloc(&j.out, (size_t)n_seqs * H * D * 2);
@@ -362,9 +367,13 @@ static void bench_variants(void) {
  *                                 then at each S splits (the split rule's study)
  * bench_attention shared          the shared-prefix (cascade) rows only
  * bench_attention variants        the window, soft-cap and sink rows only (bf16; also in the full run)
- * bench_attention rows            the many-rows shapes (256 x 640 .. 16 x 8192, the batch job's and below):
+ * bench_attention rows [BLOCK [POOL_GIB]]
+ *                                 the many-rows shapes (256 x 640 .. 16 x 8192, the batch job's and below):
  *                                 the engine's choice, the split kernel at one split, then the many-rows
- *                                 kernel, each forced (the rows rule's study)
+ *                                 kernel, each forced (the rows rule's study); over blocks of BLOCK tokens
+ *                                 (default 32; the engine's: 16) drawn from a pool of POOL_GIB GiB of K and V
+ *                                 (default: the blocks used; the engine's pool is tens of GB: the kernel
+ *                                 faster alone than in the model may be the pool's span)
  * bench_attention prefill [BLOCK] the prefill rows only, bf16 then fp8, over
  *                                 blocks of BLOCK (default 32; the engine's: 16) */
 int main(int argc, char **argv) {
@@ -377,6 +386,10 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (argc > 1 && !strcmp(argv[1], "rows")) {
+        if (argc > 2) g_block = atoi(argv[2]);
+        if (g_block < 8 || (g_block & (g_block - 1))) { fprintf(stderr, "bench_attention: block size %d\n", g_block); return 1; }
+        if (argc > 3) g_pool_blocks = (int)(atof(argv[3]) * (1 << 30) / (2.0 * g_block * 8 * D * 2)); /* bf16 K + V */
+        printf("# rows: blocks of %d tokens, a pool of %d blocks (0: the blocks used)\n", g_block, g_pool_blocks);
         for (int f = 0; f < 2; f++)
             for (int i = 0; i < 9; i++) {
                 bench_decode(many[i][0], many[i][1], f, 0, DECODE_ENGINE, &PLAIN);
