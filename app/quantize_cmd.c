@@ -2,7 +2,10 @@
  *
  * Which tensors: every matrix (2+ dims, more than one row) whose rows are
  * whole blocks of the asked type; a K type on rows that are not whole
- * 256-blocks falls back to Q8_0 (as llama.cpp does). Vectors, MoE routers
+ * 256-blocks falls back as llama.cpp's does (Q4_K to Q5_0, Q5_K to Q5_1,
+ * Q6_K to Q8_0: 32-value blocks of at least its bits, so a file of ours
+ * holds the types a published one does, all kept in blocks on the GPU;
+ * rows not of whole 32-blocks keep their type). Vectors, MoE routers
  * (ffn_gate_inp: small, and routing is sensitive to them) and anything else
  * keep their type and bytes. A quantized input is dequantized and quantized
  * again. general.file_type is set to llama.cpp's file-type id. */
@@ -75,11 +78,14 @@ static DType mix_type_of(const GGUFTensor *t, DType base, bool k_m, int n_layers
     return l >= 0 && v_or_down && more_bits(l, n_layers) ? DT_Q6_K : base;
 }
 
+/* llama.cpp's type for a K type's matrix whose rows are not whole 256-blocks */
+static DType k_fallback(DType k) { return k == DT_Q4_K ? DT_Q5_0 : k == DT_Q5_K ? DT_Q5_1 : DT_Q8_0; }
+
 static DType out_type_of(const GGUFTensor *t, DType want) {
     bool matrix = t->n_dims >= 2 && t->ne[1] > 1 && !strstr(t->name, "ffn_gate_inp");
     if (!matrix || t->type == want) return t->type;
     if (t->ne[0] % (uint64_t)dtype_info(want)->block_elems == 0) return want;
-    if (t->ne[0] % 32 == 0 && dtype_info(want)->block_elems == 256) return DT_Q8_0;
+    if (t->ne[0] % 32 == 0 && dtype_info(want)->block_elems == 256) return k_fallback(want);
     return t->type;
 }
 

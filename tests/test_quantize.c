@@ -10,7 +10,8 @@
  *     zeros, no NaN;
  *   - quantize_model on the tiny Llama GGUF and on a written GGUF with
  *     256-wide rows: metadata copied, general.file_type set, matrices of the
- *     asked type (Q8_0 fallback for rows that are not 256-blocks), vectors
+ *     asked type (llama.cpp's fallback for rows that are not 256-blocks:
+ *     Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0), vectors
  *     byte-identical, values close to the originals, and the result loads
  *     as a model (tokenizer included);
  *   - refusals: unsupported type, partial block, IN == OUT, non-GGUF input,
@@ -183,12 +184,12 @@ static void test_quantize_tiny_llama(void) {
     int fd = mkstemp(out);
     if (fd >= 0) close(fd);
     Err err = {{0}};
-    const DType types[] = {DT_Q8_0, DT_Q4_K};
+    const DType types[] = {DT_Q8_0, DT_Q4_K}, fallbacks[] = {DT_Q8_0, DT_Q5_0}; /* its rows: 64 wide */
     for (int k = 0; k < 2; k++) {
         int rc = quantize_model(in, out, types[k], NULL, &err);
         CHECK(rc == 0, "quantize %s: %s", dtype_info(types[k])->name, err.msg);
         if (rc) continue;
-        check_copy(in, out, types[k], DT_Q8_0);
+        check_copy(in, out, types[k], fallbacks[k]);
         Model m;
         rc = model_load(&m, out, 0, &err);
         CHECK(rc == 0 && m.tok, "the %s copy does not load: %s", dtype_info(types[k])->name, err.msg);
@@ -280,8 +281,9 @@ static int write_llama(const char *path, const LlamaSpec *s) {
     return rc;
 }
 
-/* 256-wide rows (a K type applies), 96-wide ones (ffn_down: falls back to
- * Q8_0), and a 3-D tensor no role reads (kept, quantized) */
+/* 256-wide rows (a K type applies), 96-wide ones (ffn_down: falls back as
+ * llama.cpp's quantizer does, written out by hand: Q4_K -> Q5_0, Q5_K ->
+ * Q5_1, Q6_K -> Q8_0), and a 3-D tensor no role reads (kept, quantized) */
 static void test_quantize_k_rows(void) {
     char in[] = "/tmp/cllm_test_qin_XXXXXX", out[] = "/tmp/cllm_test_qout_XXXXXX";
     temp_pair(in, out);
@@ -290,11 +292,11 @@ static void test_quantize_k_rows(void) {
     int rc = write_llama(in, &spec);
     CHECK(rc == 0, "cannot write %s", in);
     Err err = {{0}};
-    const DType types[] = {DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_Q4_0};
+    const DType types[] = {DT_Q4_K, DT_Q5_K, DT_Q6_K, DT_Q4_0}, fallbacks[] = {DT_Q5_0, DT_Q5_1, DT_Q8_0, DT_Q4_0};
     for (int k = 0; rc == 0 && k < 4; k++) {
         int r = quantize_model(in, out, types[k], NULL, &err);
         CHECK(r == 0, "quantize %s: %s", dtype_info(types[k])->name, err.msg);
-        if (r == 0) check_copy(in, out, types[k], types[k] == DT_Q4_0 ? DT_Q4_0 : DT_Q8_0);
+        if (r == 0) check_copy(in, out, types[k], fallbacks[k]);
     }
     unlink(in);
     unlink(out);
