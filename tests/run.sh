@@ -13,12 +13,12 @@ log=tests/out/run.log; : > "$log"
 pass=0; fail=0
 
 # Counts the "ok - " / "not ok - " lines a test program printed.
-count() { # label, output file, exit code
+count() { # label, output file, exit code (t0: $SECONDS when the test started)
     local p f
     p=$(grep -c '^ok - ' "$2"); f=$(grep -c '^not ok - ' "$2")
     if [ "$3" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; echo "not ok - $1 exited $3" >> "$2"; fi
     pass=$((pass + p)); fail=$((fail + f))
-    printf '%-40s %4d passed %4d failed\n' "$1" "$p" "$f"
+    printf '%-40s %4d passed %4d failed %5d s\n' "$1" "$p" "$f" "$((SECONDS - t0))"
     grep '^not ok\|^  ' "$2" | head -40
     cat "$2" >> "$log"
 }
@@ -46,7 +46,7 @@ export CLLM_MODELS="$PWD/models/cache"
 echo "== unit tests"
 for t in "$bin"/tests/test_*; do
     case $t in *.d|*.o) continue ;; esac  # make's dependency files and kept objects (incremental builds)
-    name=$(basename "$t"); out=tests/out/$name.txt
+    name=$(basename "$t"); out=tests/out/$name.txt; t0=$SECONDS
     timeout 900 "$t" > "$out" 2>&1; count "$name" "$out" $?
 done
 
@@ -54,20 +54,21 @@ echo "== unit tests under AddressSanitizer + UBSan"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1
 for t in build/asan/tests/test_*; do
     case $t in *.d|*.o) continue ;; esac  # make's dependency files and kept objects (incremental builds)
-    name=$(basename "$t"); out=tests/out/asan-$name.txt
+    name=$(basename "$t"); out=tests/out/asan-$name.txt; t0=$SECONDS
     CLLM_QUICK=1 timeout 900 "$t" > "$out" 2>&1; count "asan/$name" "$out" $?
 done
 
 echo "== layers"
-out=tests/out/layers.txt
+out=tests/out/layers.txt; t0=$SECONDS
 bash tests/layers.sh > "$out" 2>&1; count "layers" "$out" $?
 
 echo "== command line"
 for s in tests/cli/*.sh; do
     [ "$(basename "$s")" = lib.sh ] && continue
-    name=$(basename "$s" .sh); out=tests/out/cli-$name.txt
+    name=$(basename "$s" .sh); out=tests/out/cli-$name.txt; t0=$SECONDS
     timeout 900 bash "$s" > "$out" 2>&1; count "cli/$name" "$out" $?
 done
 
+echo "== $((SECONDS / 60)) min $((SECONDS % 60)) s in all (the budget: 20 min on 2 cores)"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
