@@ -49,7 +49,8 @@ static void *dev_filled(size_t n, void (*h_fill)(uint8_t *, size_t)) {
     size_t first = n < FILL_MAX ? n : FILL_MAX;
     uint8_t *h = malloc(first), *d = NULL;
     h_fill(h, first);
-    bool ok = cudaMalloc((void **)&d, n) == cudaSuccess && cudaMemcpy(d, h, first, cudaMemcpyHostToDevice) == cudaSuccess;
+    bool ok = cudaMalloc((void **)&d, n) == cudaSuccess &&
+              cudaMemcpy(d, h, first, cudaMemcpyHostToDevice) == cudaSuccess;
     for (size_t done = first; ok && done < n; done *= 2)
         ok = cudaMemcpy(d + done, d, n - done < done ? n - done : done, cudaMemcpyDeviceToDevice) == cudaSuccess;
     if (!ok) {
@@ -291,7 +292,8 @@ static void bench_decode(int n_seqs, int ctx, bool fp8, int splits, DecodeKernel
            j.w.n_splits, rows ? "rows" : "split");
     if (rows) printf(" warps=%lld", (long long)attn_rows_grid_warps(items, j.w.rows_warps));
     print_variant(v);
-    cudaFree(j.q), free_cache(&j.kv), cudaFree(j.out), cudaFree((void *)j.dm.buf), cudaFree(j.w.part), cudaFree(j.sinks);
+    cudaFree(j.q), free_cache(&j.kv), cudaFree(j.out), cudaFree((void *)j.dm.buf), cudaFree(j.w.part);
+    cudaFree(j.sinks);
     free(perm);
 }
 
@@ -353,6 +355,13 @@ static void bench_shared(int n_seqs, int prefix, int n_sms, bool fp8) {
     attn_cascade_free(&pl);
 }
 
+/* g_block a power of two >= 8, or false with a message */
+static bool block_size_ok(void) {
+    if (g_block >= 8 && !(g_block & (g_block - 1))) return true;
+    fprintf(stderr, "bench_attention: block size %d (a power of two, at least 8)\n", g_block);
+    return false;
+}
+
 /* The model set's variants (bf16 cache) at 1 x 16384 prefill and 8 x 32768 decode, beside the plain rows of
  * those shapes: what each costs over the plain causal kernel. */
 static void bench_variants(void) {
@@ -387,7 +396,7 @@ int main(int argc, char **argv) {
     }
     if (argc > 1 && !strcmp(argv[1], "rows")) {
         if (argc > 2) g_block = atoi(argv[2]);
-        if (g_block < 8 || (g_block & (g_block - 1))) { fprintf(stderr, "bench_attention: block size %d\n", g_block); return 1; }
+        if (!block_size_ok()) return 1;
         if (argc > 3) g_pool_blocks = (int)(atof(argv[3]) * (1 << 30) / (2.0 * g_block * 8 * D * 2)); /* bf16 K + V */
         printf("# rows: blocks of %d tokens, a pool of %d blocks (0: the blocks used)\n", g_block, g_pool_blocks);
         for (int f = 0; f < 2; f++)
@@ -400,7 +409,7 @@ int main(int argc, char **argv) {
     }
     const bool prefill_only = argc > 1 && !strcmp(argv[1], "prefill");
     if (prefill_only && argc > 2) g_block = atoi(argv[2]);
-    if (g_block < 8 || (g_block & (g_block - 1))) { fprintf(stderr, "bench_attention: block size %d\n", g_block); return 1; }
+    if (!block_size_ok()) return 1;
     int n_sms = 0;
     cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, 0);
     printf("# prefill kernel: bf16 %s, fp8 %s\n", cuda_attention_prefill_kernel(D, D, false),
