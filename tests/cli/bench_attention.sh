@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# bench_attention.sh — BENCH.md's attention section without a GPU: the lines of
+# bench_attention.sh — BENCH.md's attention section without a GPU: bench_attention.c
+# compiles (against the CUDA headers; it runs on the GPU machine only), the lines of
 # bench_attention and bench/sdpa_reference.py parsed by bench/attention_results.py
 # (variant rows, fp8 rows, cascade rows, the reference's skips), then bench/report.py
 # on a hand-made attention.json whose table rows, ratios and percentages are worked
@@ -11,6 +12,14 @@ for f in bench/attention.sh; do
 done
 python3 -c "import ast; ast.parse(open('bench/sdpa_reference.py').read())" && ok "sdpa_reference.py parses" ||
     notok "sdpa_reference.py parses"
+# bench_attention.c is built on the GPU machine (attention.sh): compiled here so it cannot rot unseen
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+if gcc -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -I. -I"$CUDA_HOME/include" -c bench/bench_attention.c \
+    -o "$TMP/bench_attention.o" 2> "$TMP/cc.txt"; then
+    ok "bench_attention.c compiles without warnings"
+else
+    notok "bench_attention.c compiles without warnings" "$(head -20 "$TMP/cc.txt")"
+fi
 
 # --- bench/attention_results.py on hand-made lines ---------------------------
 why=$(python3 - <<'EOF' 2>&1
