@@ -138,10 +138,11 @@ static const Variant VARIANTS[3] = {{"window4096", 4096, 0, false}, {"softcap50"
 static void set_variant(Job *j, const Variant *v, int H) {
     j->par.window = v->window, j->par.softcap = v->softcap;
     if (!v->sinks) return;
-    float h[256];
-    for (int i = 0; i < H && i < 256; i++) h[i] = 0.5f + (float)(i % 5) / 4;
+    float *h = malloc((size_t)H * sizeof *h);
+    for (int i = 0; i < H; i++) h[i] = 0.5f + (float)(i % 5) / 4;
     cudaMalloc((void **)&j->sinks, (size_t)H * sizeof(float));
     cudaMemcpy(j->sinks, h, (size_t)H * sizeof(float), cudaMemcpyHostToDevice);
+    free(h);
 }
 
 /* " variant=NAME", or nothing for the plain kernel */
