@@ -68,7 +68,7 @@ endif
 
 all: $(BUILD)/cllm tests
 
-tests: $(TESTBINS)
+tests: $(GPUTESTOBJS) $(TESTBINS)  # the objects named: a new tests/gpu/*.cu is built before the checks link
 
 $(BUILD)/libcllm.a: $(OBJS) $(CUOBJS)
 	@rm -f $@

@@ -52,6 +52,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/attention.cuh"
 #include "tests/gpu/attn_problem.h"
+#include "tests/gpu/attn_tanh.h"
 #include "tests/gpu/fp8_rows.h"
 #include "tests/test.h"
 
@@ -580,6 +581,43 @@ static void test_decode_rope_fp8(void) { g_dtype = KV_DTYPE_FP8; run_rope_cases(
 
 static void check_fp8_rows(const float *x, int rows, int N, bool fixed);
 
+/* The soft-cap's tanh (attn_tanh: ex2 and rcp, not libdevice's tanhf) against tanh in double: within 1e-6
+ * absolutely (what the logit's exp sees) over a fine sweep of [-12, 12], around 0 down to denormals, far out
+ * (saturated to exactly +-1), at +-inf and NaN; odd symmetry within the same bound. */
+static void test_attn_tanh(void) {
+    enum { N = 1 << 16 };
+    float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y);
+    int n = 0;
+    for (int i = 0; i < 48001; i++) x[n++] = -12.f + 24.f * (float)i / 48000; /* steps of 5e-4 */
+    for (int e = -149; e <= 0; e++) x[n++] = ldexpf(1.f, e), x[n++] = -ldexpf(1.f, e) * 1.37f;
+    for (int i = 0; i < 2000; i++) x[n++] = (frand() - 0.5f) * 2e-3f;
+    float far[] = {12.5f, 20.f, 44.4f, 88.f, 100.f, 1e6f, 3e38f, -12.5f, -20.f, -44.4f, -88.f, -1e6f, -3e38f, 0.f, -0.f};
+    for (int i = 0; i < 15; i++) x[n++] = far[i];
+    const int n_far = n;
+    x[n++] = INFINITY, x[n++] = -INFINITY, x[n++] = NAN;
+    float *dx, *dy;
+    cudaMalloc((void **)&dx, (size_t)n * 4), cudaMalloc((void **)&dy, (size_t)n * 4);
+    cudaMemcpy(dx, x, (size_t)n * 4, cudaMemcpyHostToDevice);
+    cudaMemset(dy, 0xff, (size_t)n * 4); /* poisoned: NaN */
+    cuda_attn_tanh(dy, dx, n, 0);
+    cudaMemcpy(y, dy, (size_t)n * 4, cudaMemcpyDeviceToHost);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess, "attn_tanh kernel: %s", cudaGetErrorString(cudaGetLastError()));
+    double worst = 0;
+    int at = 0;
+    for (int i = 0; i < n_far; i++) {
+        double d = fabs((double)y[i] - tanh((double)x[i]));
+        if (!(d <= worst)) worst = d, at = i; /* a NaN result is the worst */
+    }
+    CHECK(worst <= 1e-6, "attn_tanh(%.9g) = %.9g, tanh = %.9g: off by %.3g (want <= 1e-6)", x[at], y[at],
+          tanh((double)x[at]), worst);
+    printf("# attn_tanh: largest error %.3g (at %.6g) over %d inputs\n", worst, x[at], n_far);
+    for (int i = 0; i < n_far; i++)
+        if (fabsf(x[i]) >= 12.5f) CHECK(y[i] == (x[i] > 0 ? 1.f : -1.f), "attn_tanh(%g) = %.9g, want +-1", x[i], y[i]);
+    CHECK(y[n_far] == 1.f && y[n_far + 1] == -1.f && isnan(y[n_far + 2]), "attn_tanh(inf, -inf, nan) = %g %g %g",
+          y[n_far], y[n_far + 1], y[n_far + 2]);
+    cudaFree(dx), cudaFree(dy), free(x), free(y);
+}
+
 /* cuda_fp8_quantize_rows (the device code of the fp8 KV write) against the
  * host's fp8_quantize_row, byte for byte: rows whose first value is 448
  * (scale exactly 1, so the rest are converted as they are) holding every
@@ -681,6 +719,7 @@ int main(int argc, char **argv) {
         thread_pool_destroy(g_tp);
         TEST_EXIT();
     }
+    RUN(test_attn_tanh);
     RUN(test_fp8_quantizer);
     RUN(test_cases);
     if (!g_quick) RUN(test_cases_no_maps); /* the sanitizers' --quick runs: the TMA path as the backend */
