@@ -5,9 +5,10 @@ bench_attention (OUT/attention-cllm.txt) and bench/sdpa_reference.py
 
     python3 bench/attention_results.py OUT SDPA_EXIT_CODE
 
-bench_attention: RESULT prefill[-fp8] SHAPE MS RATE [splits=N | flat | cascade ...] [variant=NAME]
+bench_attention: RESULT prefill[-fp8] SHAPE MS RATE [splits=N | flat | cascade ...] [copy=MS] [variant=NAME]
 sdpa_reference:  RESULT KIND SHAPE BACKEND MS RATE [variant=NAME] | SKIP KIND SHAPE BACKEND REASON [variant=NAME]
-A row's "variant" (window4096, softcap50, sinks) is absent for the plain causal kernel. The reference's
+A row's "variant" (window4096, softcap50, sinks) is absent for the plain causal kernel; a decode row's
+"copy_ms" is a device-to-device cudaMemcpy moving the same bytes (half read, half written). The reference's
 backends become impl "sdpa-flash", "sdpa-cudnn" and, for flex_attention's variant rows, "torch-flex"."""
 import os
 import sys
@@ -37,8 +38,12 @@ def parse_cllm(lines):
         if len(f) >= 5 and f[0] == "RESULT":
             kind, _, kv = f[1].partition("-")
             impl = "cllm-" + f[5] if kind == "shared" and len(f) >= 6 else "cllm"  # shared: flat | cascade
-            rows.append(with_variant({"kind": kind, "shape": f[2], "impl": impl, "kv": kv or "bf16", "ms": float(f[3]),
-                                      "rate": float(f[4]), "unit": unit(kind)}, variant))
+            row = {"kind": kind, "shape": f[2], "impl": impl, "kv": kv or "bf16", "ms": float(f[3]),
+                   "rate": float(f[4]), "unit": unit(kind)}
+            copy = [x[len("copy="):] for x in f[5:] if x.startswith("copy=")]
+            if copy:  # a device copy of the row's bytes, ms (decode rows)
+                row["copy_ms"] = float(copy[0])
+            rows.append(with_variant(row, variant))
     return rows
 
 

@@ -173,6 +173,33 @@ static float time_ms(const Job *j) {
     return (t[14] + t[15]) / 2;
 }
 
+/* A device-to-device cudaMemcpy moving `bytes` (half read, half written), timed as time_ms times a kernel: what
+ * the copy limit (bench/limits.py: 4 GiB, read + write bytes) comes to at a decode row's size, where a launch's
+ * ramp and tail weigh. */
+static float copy_ms(size_t bytes) {
+    size_t half = (bytes / 2 + 255) / 256 * 256;
+    void *a = NULL, *b = NULL;
+    if (cudaMalloc(&a, half) != cudaSuccess || cudaMalloc(&b, half) != cudaSuccess) {
+        fprintf(stderr, "bench_attention: device allocation of 2 x %zu bytes failed\n", half);
+        exit(1);
+    }
+    cudaMemset(a, 1, half);
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0), cudaEventCreate(&e1);
+    float t[30];
+    for (int i = 0; i < 35; i++) {
+        cudaEventRecord(e0, 0);
+        cudaMemcpyAsync(b, a, half, cudaMemcpyDeviceToDevice, 0);
+        cudaEventRecord(e1, 0);
+        cudaEventSynchronize(e1);
+        if (i >= 5) cudaEventElapsedTime(&t[i - 5], e0, e1);
+    }
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
+    cudaFree(a), cudaFree(b);
+    qsort(t, 30, sizeof *t, cmp_f);
+    return (t[14] + t[15]) / 2;
+}
+
 /* The metadata of b (a cache of n_blocks blocks) built and uploaded into j->dm. */
 static void upload_meta(Job *j, const AttnBatch *b, int n_blocks) {
     AttnMeta m;
@@ -292,6 +319,7 @@ static void bench_decode(int n_seqs, int ctx, bool fp8, int splits, DecodeKernel
     printf("RESULT decode%s %dx%d %.4f %.3f splits=%d kernel=%s", fp8 ? "-fp8" : "", n_seqs, ctx, ms, bytes / ms / 1e9,
            j.w.n_splits, rows ? "rows" : "split");
     if (rows) printf(" warps=%lld", (long long)attn_rows_grid_warps(items, j.w.rows_warps));
+    if (kernel == DECODE_ENGINE && !v->name) printf(" copy=%.4f", copy_ms((size_t)bytes));
     print_variant(v);
     cudaFree(j.q), free_cache(&j.kv), cudaFree(j.out), cudaFree((void *)j.dm.buf), cudaFree(j.w.part);
     cudaFree(j.sinks);

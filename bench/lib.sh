@@ -57,3 +57,21 @@ bench_throughput() {
     [ $rc = 0 ] || echo "throughput $(basename "$2") $4 exit $rc: $(tail -1 "$sub.log" | cut -c1-200)" >> "$5"
     return $rc
 }
+
+# bench_power_start FILE, bench_power_stop: every GPU's SM clock, board power and clock-event
+# reasons sampled every 100 ms into FILE while a run goes (bench/power.py summarizes them): the
+# limits are measured on a cool GPU, a long batched run can sit at the board's power cap, its SM
+# clock lowered. Without nvidia-smi, nothing (FILE not written).
+bench_power_start() {
+    BENCH_POWER_PID=
+    command -v nvidia-smi > /dev/null 2>&1 || return 0
+    nvidia-smi --query-gpu=index,clocks.sm,clocks.max.sm,power.draw,power.limit,clocks_throttle_reasons.active \
+        --format=csv,noheader,nounits -lms 100 > "$1" 2> /dev/null &
+    BENCH_POWER_PID=$!
+}
+bench_power_stop() {
+    [ -n "${BENCH_POWER_PID:-}" ] || return 0
+    kill "$BENCH_POWER_PID" 2> /dev/null || true
+    wait "$BENCH_POWER_PID" 2> /dev/null || true
+    BENCH_POWER_PID=
+}

@@ -22,6 +22,7 @@ import os
 import sys
 
 import fixed_lengths  # bench/, the script's own folder, is on the path
+import power
 import roofline
 from results import load
 
@@ -397,6 +398,20 @@ def render_attention(doc, fig):
             out.append(f"| {r['kind']} {r['shape']} | {ms(b) if b else '—'} | {ms(r)} | "
                        f"{ratio(b['ms'], r['ms']) if b else '—'} | {rate(r)} |")
             fig.add("kernels", f"{r['kind']} {r['shape']} cllm fp8 KV", r["rate"], r["unit"], pct(r))
+    copies = [r for r in rows if r["impl"] == "cllm" and r.get("copy_ms") and not r.get("variant")]
+    if copies:
+        out += ["", "Decode against a device copy of the same size: cudaMemcpy device to device moving the row's bytes "
+                "(half read, half written), timed the same way in the same run. The limit is a 4 GiB copy; at a decode "
+                "row's size a launch's ramp and tail weigh, and this is what the copy engine reaches there:", "",
+                "| cache | shape | bytes | cllm ms | copy ms | copy rate (% of limit) | cllm time ÷ copy |",
+                "| --- | --- | --- | --- | --- | --- | --- |"]
+        for r in copies:
+            nbytes = r["rate"] * r["ms"] * 1e9  # TB/s x ms
+            crate = nbytes / r["copy_ms"] / 1e9
+            out.append(f"| {r.get('kv', 'bf16')} | {r['shape']} | {nbytes / 1e6:.0f} MB | {ms(r)} | {r['copy_ms']:.3f} | "
+                       f"{crate:.3g} TB/s ({pct_text(lim.bw_pct(crate * 1e3))}) | {ratio(r['ms'], r['copy_ms'])} |")
+            fig.add("kernels", f"decode {r['shape']} {r.get('kv', 'bf16')} copy of the same bytes", crate, "TB/s",
+                    lim.bw_pct(crate * 1e3))
     variants = [r for r in rows if r["impl"] == "cllm" and r.get("variant")]
     if variants:
         out += ["", "The model set's variants (bf16 cache): a sliding window of 4096 (its FLOPs and bytes those inside "
@@ -494,6 +509,8 @@ def render_throughput(doc, fig):
             notes.append(f"The {label} run's load, {lp['load_s']:.2f} s: the model's tensors {lp['model_s']:.2f} s, "
                          f"finding the GPUs {lp['gpus_s']:.2f} s, backends, links and engine {lp['open_s']:.2f} s, "
                          f"the rest {lp['rest_s']:.2f} s{close}.")
+        if r and r.get("power"):
+            notes.append(power.sentence(r["power"], label))
     if b.get("scheduler_pct") is not None:
         notes.append(f"Scheduler's own work (outside forward and sampling): {b['scheduler_pct']:.2f}% of step time.")
         fig.add(model, "batched: scheduler's own work, share of step time", b["scheduler_pct"], "%")

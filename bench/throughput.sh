@@ -32,13 +32,16 @@ run() { # out-file, extra args, prompts: prints wall seconds
     t1=$(date +%s.%N)
     python3 -c "print($t1 - $t0)"
 }
-batched=$(run "$OUT/tp-batched.jsonl" "" "$OUT/tp-prompts.txt")
+rm -f "$OUT/tp-batched.jsonl.power.csv"
+bench_power_start "$OUT/tp-batched.jsonl.power.csv"
+batched=$(run "$OUT/tp-batched.jsonl" "" "$OUT/tp-prompts.txt") || { bench_power_stop; exit 1; }
+bench_power_stop
 single=0
 [ "$SEQ" -gt 0 ] && single=$(run "$OUT/tp-single.jsonl" "--max-seqs 1" "$OUT/tp-seq-prompts.txt")
 python3 - "$OUT" "$batched" "$single" "$MODEL" "$NAME" "${THROUGHPUT_ARGS:-}" <<'PY'
 import glob, json, os, re, struct, sys
 sys.path.insert(0, "bench")
-import results, roofline
+import power, results, roofline
 out, tb, ts, model, name, args = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6]
 
 def matrix_params(folder):
@@ -98,6 +101,7 @@ def run(path, wall):
             "load_parts": dict(zip(("load_s", "model_s", "gpus_s", "open_s", "rest_s"), map(float, parts.groups())))
                           if parts else None,
             "close_s": float(closed.group(1)) if closed else None,
+            "power": power.summarize(path + ".power.csv") or None,
             **roofline.generate_limits(log),
             "scheduler_pct": float(steps.group(2)) if steps else None}
 

@@ -29,7 +29,7 @@ from attention_results import parse_cllm, parse_reference
 rows = parse_cllm(["# prefill kernel: bf16 sm90, fp8 sm90",
                    "RESULT prefill 1x16384 2.0000 400.0 block=32 tma=64",
                    "RESULT prefill 1x16384 0.8000 375.0 block=32 tma=64 variant=window4096",
-                   "RESULT decode-fp8 8x32768 0.1000 2.000 splits=4 kernel=split",
+                   "RESULT decode-fp8 8x32768 0.1000 2.000 splits=4 kernel=split copy=0.0800",
                    "RESULT decode 8x32768 0.2500 3.200 splits=4 kernel=split variant=softcap50",
                    "RESULT shared 64x2000+64..256 0.2000 1.500 cascade groups=1 units=2 splits=3"])
 assert len(rows) == 5, rows
@@ -37,6 +37,7 @@ assert rows[0] == {"kind": "prefill", "shape": "1x16384", "impl": "cllm", "kv": 
                    "unit": "TFLOP/s"}, rows[0]
 assert rows[1]["variant"] == "window4096" and rows[1]["rate"] == 375.0, rows[1]
 assert rows[2]["kv"] == "fp8" and rows[2]["unit"] == "TB/s" and "variant" not in rows[2], rows[2]
+assert rows[2]["copy_ms"] == 0.08 and "copy_ms" not in rows[0] and "copy_ms" not in rows[3], rows
 assert rows[3]["variant"] == "softcap50" and rows[3]["kind"] == "decode", rows[3]
 assert rows[4]["impl"] == "cllm-cascade" and rows[4]["kind"] == "shared", rows[4]
 ref, skipped, desc = parse_reference(["# torch 2.11, cuDNN 91000, NVIDIA H200",
@@ -63,7 +64,7 @@ dev = {"name": "TEST GPU", "driver": "1.0", "count": 1, "memory_mib": 143771}
 lim = {"device": "TEST GPU", "copy_tbps": 4.0, "matmul_tflops": 800.0}
 row = lambda kind, shape, impl, ms, rate, **kw: dict(kind=kind, shape=shape, impl=impl, kv="bf16", ms=ms, rate=rate,
                                                      unit="TFLOP/s" if kind == "prefill" else "TB/s", **kw)
-rows = [row("prefill", "1x16384", "cllm", 2.0, 400.0), row("decode", "8x32768", "cllm", 0.24, 3.333),
+rows = [row("prefill", "1x16384", "cllm", 2.0, 400.0), row("decode", "8x32768", "cllm", 0.24, 3.333, copy_ms=0.2),
         row("prefill", "1x16384", "sdpa-flash", 3.0, 266.7),
         row("prefill", "1x16384", "cllm", 0.8, 375.0, variant="window4096"),
         row("prefill", "1x16384", "torch-flex", 1.6, 187.5, variant="window4096"),
@@ -90,6 +91,10 @@ expect_line "report: window row, against plain and flex" \
     "| window4096 | prefill 1x16384 | 0.800 | 375 TFLOP/s (46.9%) | 2.000 | 0.40× | 1.600 | 2.00× |"
 # 360 / 800 = 45%; 2.2 / 2.0 = 1.10x; no flex row nor skip: dashes
 expect_line "report: sinks row, no flex" "| sinks | prefill 1x16384 | 2.200 | 360 TFLOP/s (45.0%) | 2.000 | 1.10× | — | — |"
+# the copy table: 3.333 TB/s x 0.24 ms = 800 MB; copied in 0.2 ms: 4.0 TB/s = 100% of the 4 TB/s limit; 0.24 / 0.2 = 1.20x
+expect_line "report: decode against a copy of its bytes" "| bf16 | 8x32768 | 800 MB | 0.240 | 0.200 | 4 TB/s (100.0%) | 1.20× |"
+n=$(grep -c '^| bf16 | ' "$md")
+[ "$n" = 1 ] && ok "report: only rows with a copy time in the copy table" || notok "report: only rows with a copy time in the copy table" "$n rows"
 # 3.2 TB/s / 4 = 80%; 0.25 / 0.24 = 1.04x; flex skipped
 expect_line "report: soft-cap decode row, flex skipped" \
     "| softcap50 | decode 8x32768 | 0.250 | 3.2 TB/s (80.0%) | 0.240 | 1.04× | not supported | — |"

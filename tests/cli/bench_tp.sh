@@ -137,7 +137,10 @@ pp = dict(head, section="pipeline", gpus_used=4, model="llama3-8b", bench={"1": 
           error="llama3-70b --pp 4 exit 124: timed out")
 thr = dict(head, section="throughput", gpus_used=1, model="llama3-8b", output_tokens_each=256,
            batched=dict(batched(32.0, 25.6)["batched"], load_parts={"load_s": 1.78, "model_s": 0.05, "gpus_s": 0.31,
-                                                                    "open_s": 1.2, "rest_s": 0.22}, close_s=0.4))
+                                                                    "open_s": 1.2, "rest_s": 0.22}, close_s=0.4,
+                        power={"0": {"samples": 290, "sm_mhz_median": 1665, "sm_mhz_max_clock": 1980,
+                                     "power_w_median": 688.4, "power_w_max": 699.5, "power_limit_w": 700,
+                                     "power_capped_pct": 91.4}}))
 for name, doc in (("tensor_parallel", tp), ("pipeline", pp), ("throughput", thr)):
     json.dump(doc, open(os.path.join(out, name + ".json"), "w"))
 EOF
@@ -197,6 +200,8 @@ expect_grep "report: a big model without results says so" "$md" '`--pp 4`: no re
 expect_line "report: the pipeline errors" "Partly failed: llama3-70b --pp 4 exit 124: timed out"
 expect_grep "report: throughput, where the load went and the close" "$md" \
     "The batched run's load, 1\.78 s: the model's tensors 0\.05 s, finding the GPUs 0\.31 s, backends, links and engine 1\.20 s, the rest 0\.22 s; closing took 0\.40 s\."
+expect_grep "report: throughput, the batched run's clocks and power" "$md" \
+    "During the batched run \(nvidia-smi every 100 ms\): GPU 0: SM clock median 1665 MHz of 1980, board power median 688 W \(max 700, limit 700\), at the power cap in 91% of 290 samples\."
 why=$(python3 - "$TMP/rep/history.csv" <<'EOF' 2>&1
 import csv, sys
 rows = {(r["section"], r["model"], r["measure"]): r for r in csv.DictReader(open(sys.argv[1]))}
