@@ -151,16 +151,16 @@ static void print_variant(const Variant *v) {
     printf("\n");
 }
 
-static float time_ms(const Job *j) {
+/* The median of 30 timings (CUDA events around each, after 5 warm-ups) of run(arg) on stream 0; exits with the
+ * message run returns (nonzero) or the stream's error. */
+static float median_ms(int (*run)(const void *arg, Err *err), const void *arg) {
     Err err = {{0}};
     cudaEvent_t a, b;
     cudaEventCreate(&a), cudaEventCreate(&b);
     float t[30];
     for (int i = 0; i < 35; i++) {
         cudaEventRecord(a, 0);
-        int rc = j->cd ? cuda_attention_cascade(j->out, j->q, &j->kv, &j->dm, &j->par, j->sinks, &j->w, j->cd, 0, &err)
-                 : j->decode ? cuda_attention_decode(j->out, j->q, &j->kv, &j->dm, &j->par, j->sinks, &j->w, 0, &err)
-                             : cuda_attention_prefill(j->out, j->q, &j->kv, &j->dm, &j->par, j->sinks, 0, &err);
+        int rc = run(arg, &err);
         cudaEventRecord(b, 0);
         if (rc) { fprintf(stderr, "bench_attention: %s\n", err.msg); exit(1); }
         cudaEventSynchronize(b);
@@ -173,31 +173,40 @@ static float time_ms(const Job *j) {
     return (t[14] + t[15]) / 2;
 }
 
-/* A device-to-device cudaMemcpy moving `bytes` (half read, half written), timed as time_ms times a kernel: what
- * the copy limit (bench/limits.py: 4 GiB, read + write bytes) comes to at a decode row's size, where a launch's
- * ramp and tail weigh. */
+static int run_job(const void *arg, Err *err) {
+    const Job *j = arg;
+    return j->cd       ? cuda_attention_cascade(j->out, j->q, &j->kv, &j->dm, &j->par, j->sinks, &j->w, j->cd, 0, err)
+           : j->decode ? cuda_attention_decode(j->out, j->q, &j->kv, &j->dm, &j->par, j->sinks, &j->w, 0, err)
+                       : cuda_attention_prefill(j->out, j->q, &j->kv, &j->dm, &j->par, j->sinks, 0, err);
+}
+
+static float time_ms(const Job *j) { return median_ms(run_job, j); }
+
+typedef struct {
+    void *dst;
+    const void *src;
+    size_t bytes;
+} Copy;
+
+static int run_copy(const void *arg, Err *err) {
+    const Copy *c = arg;
+    cudaError_t e = cudaMemcpyAsync(c->dst, c->src, c->bytes, cudaMemcpyDeviceToDevice, 0);
+    return e == cudaSuccess ? 0 : err_set(err, "cudaMemcpyAsync: %s", cudaGetErrorString(e));
+}
+
+/* A device-to-device cudaMemcpy moving `bytes` (half read, half written), timed as a kernel is: what the copy
+ * limit (bench/limits.py: 4 GiB, read + write bytes) comes to at a decode row's size, where a launch's ramp and
+ * tail weigh. */
 static float copy_ms(size_t bytes) {
-    size_t half = (bytes / 2 + 255) / 256 * 256;
-    void *a = NULL, *b = NULL;
-    if (cudaMalloc(&a, half) != cudaSuccess || cudaMalloc(&b, half) != cudaSuccess) {
-        fprintf(stderr, "bench_attention: device allocation of 2 x %zu bytes failed\n", half);
+    Copy c = {NULL, NULL, (bytes / 2 + 255) / 256 * 256};
+    if (cudaMalloc(&c.dst, c.bytes) != cudaSuccess || cudaMalloc((void **)&c.src, c.bytes) != cudaSuccess) {
+        fprintf(stderr, "bench_attention: device allocation of 2 x %zu bytes failed\n", c.bytes);
         exit(1);
     }
-    cudaMemset(a, 1, half);
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0), cudaEventCreate(&e1);
-    float t[30];
-    for (int i = 0; i < 35; i++) {
-        cudaEventRecord(e0, 0);
-        cudaMemcpyAsync(b, a, half, cudaMemcpyDeviceToDevice, 0);
-        cudaEventRecord(e1, 0);
-        cudaEventSynchronize(e1);
-        if (i >= 5) cudaEventElapsedTime(&t[i - 5], e0, e1);
-    }
-    cudaEventDestroy(e0), cudaEventDestroy(e1);
-    cudaFree(a), cudaFree(b);
-    qsort(t, 30, sizeof *t, cmp_f);
-    return (t[14] + t[15]) / 2;
+    cudaMemset((void *)c.src, 1, c.bytes);
+    float ms = median_ms(run_copy, &c);
+    cudaFree(c.dst), cudaFree((void *)c.src);
+    return ms;
 }
 
 /* The metadata of b (a cache of n_blocks blocks) built and uploaded into j->dm. */

@@ -573,8 +573,8 @@ run_check chat_tiny_gpu sh -c "$BIN/cllm chat -m tests/fixtures/tiny/llama.gguf 
 # quantized weights: GGUF files quantized here by `cllm quantize`,
 # run with their blocks on the GPU vs dequantized to bf16 at load
 # (test_quant_forward: teacher-forced top-1 agreement >= 99%). The tiny
-# fixtures are F32 and 64 wide (K types fall back to Q8_0 there: Q8_0 and
-# Q4_0/Q4_1/Q5_0/Q5_1); a Llama-3-8B-shaped random model (bench/make_model.py --gguf)
+# fixtures are F32 and 64 wide (K types would fall back to Q5_0/Q5_1/Q8_0
+# there, so they run Q8_0 and Q4_0/Q4_1/Q5_0/Q5_1); a Llama-3-8B-shaped random model (bench/make_model.py --gguf)
 # at 2 layers (512 wide: every K type, Q5_0/Q5_1, and the Q4_K_M mix, whose layer 1 has
 # Wv in Q6_K beside Q4_K Wq and Wk: a mixed group, three products) and whole
 # (Q8_0 and Q4_K, 16 GB of BF16 made first; QUANT_8B=0 skips it).
