@@ -39,33 +39,59 @@ template <bool XS> static __device__ __forceinline__ uint4 gemv_x8(const bf16 *x
     return XS ? ((const uint4 *)(x + (int64_t)t * K))[c] : __ldg((const uint4 *)(x + (int64_t)t * K) + c);
 }
 
-/* acc[r][t] += W row r . x row t over the whole row, this lane's share;
- * XS: x is in shared memory (the folded kernels below). */
+/* One round of a warp's weight loads: 16 bytes of each of its NR rows at
+ * chunks c0 + 32u (u < GEMV_UNROLL), zeros past the row's n8 chunks. */
+template <int NR>
+static __device__ __forceinline__ void gemv_load_round(uint4 (&wv)[NR][GEMV_UNROLL], const bf16 *const *wrow, int c0,
+                                                       int n8) {
+#pragma unroll
+    for (int r = 0; r < NR; r++)
+#pragma unroll
+        for (int u = 0; u < GEMV_UNROLL; u++) {
+            const int c = c0 + u * 32;
+            wv[r][u] = c < n8 ? __ldcs((const uint4 *)wrow[r] + c) : make_uint4(0, 0, 0, 0);
+        }
+}
+
+template <int NT, int NR, bool XS>
+static __device__ __forceinline__ void gemv_use_round(float (*acc)[NT], const uint4 (&wv)[NR][GEMV_UNROLL],
+                                                      const bf16 *x, int K, int c0, int n8) {
+#pragma unroll
+    for (int u = 0; u < GEMV_UNROLL; u++) {
+        const int c = c0 + u * 32;
+        if (c >= n8) break;
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const uint4 xv = gemv_x8<XS>(x, t, K, c);
+#pragma unroll
+            for (int r = 0; r < NR; r++) dot8(&acc[r][t], wv[r][u], xv);
+        }
+    }
+}
+
+template <int NT, int NR>
+static __device__ __forceinline__ void gemv_reduce(float (*acc)[NT]) {
+#pragma unroll
+    for (int r = 0; r < NR; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++)
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) acc[r][t] += __shfl_xor_sync(0xffffffffu, acc[r][t], o);
+}
+
+/* acc[r][t] += W row r . x row t over the whole row, this lane's share, then
+ * summed over the warp; VEC: a round of 16-byte loads at a time (the
+ * registers of more rows or x rows hold no second one), else one value a
+ * lane at a time. XS: x is in shared memory (the folded kernels below). */
 template <int NT, int NR, bool VEC, bool XS = false>
 static __device__ __forceinline__ void gemv_rows(float (*acc)[NT], const bf16 *const *wrow, const bf16 *x, int K,
                                                  int lane) {
     if (VEC) {
-        int n8 = K / 8;
+        const int n8 = K / 8;
         for (int c0 = lane; c0 < n8; c0 += 32 * GEMV_UNROLL) {
             uint4 wv[NR][GEMV_UNROLL];
-#pragma unroll
-            for (int r = 0; r < NR; r++)
-#pragma unroll
-                for (int u = 0; u < GEMV_UNROLL; u++) {
-                    int c = c0 + u * 32;
-                    wv[r][u] = c < n8 ? __ldcs((const uint4 *)wrow[r] + c) : make_uint4(0, 0, 0, 0);
-                }
-#pragma unroll
-            for (int u = 0; u < GEMV_UNROLL; u++) {
-                int c = c0 + u * 32;
-                if (c >= n8) break;
-#pragma unroll
-                for (int t = 0; t < NT; t++) {
-                    uint4 xv = gemv_x8<XS>(x, t, K, c);
-#pragma unroll
-                    for (int r = 0; r < NR; r++) dot8(&acc[r][t], wv[r][u], xv);
-                }
-            }
+            gemv_load_round<NR>(wv, wrow, c0, n8);
+            gemv_use_round<NT, NR, XS>(acc, wv, x, K, c0, n8);
         }
     } else {
         for (int c = lane; c < K; c += 32) {
@@ -80,12 +106,32 @@ static __device__ __forceinline__ void gemv_rows(float (*acc)[NT], const bf16 *c
             }
         }
     }
-#pragma unroll
-    for (int r = 0; r < NR; r++)
-#pragma unroll
-        for (int t = 0; t < NT; t++)
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) acc[r][t] += __shfl_xor_sync(0xffffffffu, acc[r][t], o);
+    gemv_reduce<NT, NR>(acc);
+}
+
+/* One row and one x row (batch 1) with the round `cur` already issued
+ * (gemv_row_begin: before pdl_wait, or before the previous row's stores):
+ * the next round's loads go out before the current one is used, two rounds
+ * in flight. The same sums in the same order as gemv_rows<1, 1, true, XS>. */
+typedef struct {
+    uint4 w[1][GEMV_UNROLL];
+} GemvRound;
+
+static __device__ __forceinline__ void gemv_row_begin(GemvRound &first, const bf16 *row, int K, int lane) {
+    gemv_load_round<1>(first.w, &row, lane, K / 8);
+}
+
+template <bool XS>
+static __device__ __forceinline__ void gemv_row_ahead(float (*acc)[1], GemvRound &cur, const bf16 *row, const bf16 *x,
+                                                      int K, int lane) {
+    const int n8 = K / 8;
+    for (int c0 = lane; c0 < n8; c0 += 32 * GEMV_UNROLL) {
+        GemvRound next;
+        gemv_load_round<1>(next.w, &row, c0 + 32 * GEMV_UNROLL, n8);
+        gemv_use_round<1, 1, XS>(acc, cur.w, x, K, c0, n8);
+        cur = next;
+    }
+    gemv_reduce<1, 1>(acc);
 }
 
 /* R consecutive rows per warp: each x load then serves R rows, which keeps
@@ -104,7 +150,7 @@ kernel_gemv(GemvOut o, const bf16 *W, const bf16 *x, int M, int K) {
         for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
         prefetch_l2_span(wrow[r], 2 * (int64_t)K, GEMV_PREFETCH, lane);
     }
-    pdl_enter();
+    pdl_enter(); /* no first round ahead here: it measured no faster (O, down: kernels/README.md) */
     gemv_rows<NT, R, VEC>(acc, wrow, x, K, lane);
     if (lane != 0) return;
 #pragma unroll
@@ -135,7 +181,7 @@ kernel_gemv_glu(bf16 *out, const bf16 *W, const bf16 *x, const float *bg, const 
         prefetch_l2_span(wrow[2 * p], 2 * (int64_t)K, GEMV_PREFETCH, lane);
         prefetch_l2_span(wrow[2 * p + 1], 2 * (int64_t)K, GEMV_PREFETCH, lane);
     }
-    pdl_enter();
+    pdl_enter(); /* two rows: a first round issued ahead measured no faster (kernels/README.md) */
     gemv_rows<NT, 2 * P, VEC>(acc, wrow, x, K, lane);
     if (lane != 0) return;
 #pragma unroll
@@ -190,6 +236,13 @@ static __device__ __forceinline__ void gemv_fold_x(bf16 *xs, const RowNorm &n, i
     __syncthreads();
 }
 
+/* Group g's rows: R rows from gR (past the end: duplicates of row gR, never written). */
+template <int R>
+static __device__ __forceinline__ void gemv_group_rows(const bf16 *(&wrow)[R], const bf16 *W, int g, int M, int K) {
+#pragma unroll
+    for (int r = 0; r < R; r++) wrow[r] = W + (int64_t)(g * R + r < M ? g * R + r : g * R) * K;
+}
+
 /* kernel_gemv with the norm folded in: R rows per warp, the warps of the
  * grid striding over the groups of R rows. */
 template <int NT, int R>
@@ -202,26 +255,33 @@ kernel_gemv_norm(GemvOut o, const bf16 *W, RowNorm n, int M, int K) {
     const int n_warps = gridDim.x * (GEMV_NORM_THREADS / 32), groups = (M + R - 1) / R;
     for (int r = 0; w0 < groups && r < R; r++) /* the first group's rows, before the inputs are ready */
         prefetch_l2_span(W + (int64_t)min(w0 * R + r, M - 1) * K, 2 * (int64_t)K, GEMV_PREFETCH, lane);
+    /* batch 1: a warp's first round before pdl_wait, and each next row's before the stores (gemv_row_ahead;
+     * at more rows or x rows the registers would spill) */
+    constexpr bool ahead = R == 1 && NT == 1;
+    const bf16 *wrow[R];
+    GemvRound first;
+    gemv_group_rows<R>(wrow, W, w0, M, K);
+    if (ahead && w0 < groups) gemv_row_begin(first, wrow[0], K, lane);
     pdl_wait();
     gemv_fold_x<NT>(xs, n, K, red);
     pdl_launch_dependents();
     for (int g = w0; g < groups; g += n_warps) {
-        const int m0 = g * R;
-        float acc[R][NT];
-        const bf16 *wrow[R];
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            wrow[r] = W + (int64_t)(m0 + r < M ? m0 + r : m0) * K; /* past the end: a duplicate, never written */
-#pragma unroll
-            for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
+        float acc[R][NT] = {};
+        if constexpr (ahead) {
+            gemv_row_ahead<true>(acc, first, wrow[0], xs, K, lane);
+            gemv_group_rows<R>(wrow, W, g + n_warps, M, K);
+            if (g + n_warps < groups) gemv_row_begin(first, wrow[0], K, lane);
+        } else {
+            const bf16 *rows[R];
+            gemv_group_rows<R>(rows, W, g, M, K);
+            gemv_rows<NT, R, true, true>(acc, rows, xs, K, lane);
         }
-        gemv_rows<NT, R, true, true>(acc, wrow, xs, K, lane);
         if (lane != 0) continue;
 #pragma unroll
         for (int r = 0; r < R; r++) {
-            if (m0 + r >= M) break;
+            if (g * R + r >= M) break;
 #pragma unroll
-            for (int t = 0; t < NT; t++) gemv_out_store(o, t, m0 + r, acc[r][t]);
+            for (int t = 0; t < NT; t++) gemv_out_store(o, t, g * R + r, acc[r][t]);
         }
     }
 }
@@ -241,7 +301,7 @@ kernel_gemv_glu_norm(bf16 *out, const bf16 *W, RowNorm n, const float *bg, const
         prefetch_l2_span(W + m * K, 2 * (int64_t)K, GEMV_PREFETCH, lane);
         prefetch_l2_span(W + (F + m) * K, 2 * (int64_t)K, GEMV_PREFETCH, lane);
     }
-    pdl_wait();
+    pdl_wait(); /* no first round before: held across the fold it would spill (64 registers) */
     gemv_fold_x<NT>(xs, n, K, red);
     pdl_launch_dependents();
     for (int g = w0; g < groups; g += n_warps) {
