@@ -104,7 +104,7 @@ static int decode_rows(AttnKParams *kp, const AttnDevMeta *m, const AttnParams *
      * step left partial values (counters must start at zero: the last split to count zeroes its own) */
     kp->done = w->cap > 0 ? (int *)(w->part + (size_t)w->cap * p->n_heads * (p->head_dim_v + 2))
                           : (int *)(kp->part_ml + (size_t)group * p->n_heads * w->n_splits * 2);
-    if (!kp->rope && !kp->casc && cuda_attention_decode_rows_takes(w, p, m->n_decode))
+    if (!kp->rope && cuda_attention_decode_rows_takes(w, p, m->n_decode))
         return attn_decode_rows_launch(kp, p->head_dim_k, p->head_dim_v, m->n_decode, w->rows_warps, s, err);
     /* rows in groups whose partials fit (the same group count for a given
      * n_decode and n_splits, so a captured step replays): each row's sums

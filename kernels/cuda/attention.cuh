@@ -159,7 +159,7 @@ int cuda_attention_decode_resident(int head_dim_k, int head_dim_v, bool fp8, Err
  * The backend puts it in AttnDecodeWork.rows_warps once. */
 int cuda_attention_decode_rows_resident(int head_dim_k, int head_dim_v, bool fp8, Err *err);
 
-/* Whether a decode launch of n_decode rows (not rope mode, no cascade) runs
+/* Whether a decode launch of n_decode rows (not rope mode; cascade rows too) runs
  * on the many-rows kernel: w->rows_warps > 0, one split (w->n_splits == 1:
  * attn_decode_splits gives that once the items fill a wave of the split
  * kernel's blocks), head sizes it serves (k and v <= 128: 256/256 and

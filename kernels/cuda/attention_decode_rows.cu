@@ -58,9 +58,11 @@
  *   codes in (the split kernel's arithmetic, attention_decode.cuh).
  *
  * Soft-cap and window are template variants (a windowed row loads only its
- * window's tiles); sinks and any GQA group size at run time. Not here: rope
- * mode, cascade rows, several splits, the batch-invariant mode (attention.cu
- * decode_rows keeps those on the split kernel).
+ * window's tiles); sinks and any GQA group size at run time. Cascade rows
+ * (p.casc): a member's keys from its suffix start, then the shared pass's
+ * partials folded in before the sink (rows_fold_shared). Not here: rope
+ * mode, several splits, the batch-invariant mode (attention.cu decode_rows
+ * keeps those on the split kernel).
  */
 #include "kernels/cuda/attention.cuh"
 #include "kernels/cuda/attention_common.cuh"
@@ -92,11 +94,22 @@ extern "C" bool attn_decode_rows_serves(int head_dim_k, int head_dim_v) {
     return head_dim_k <= 128 && head_dim_v <= 128;
 }
 
-/* A decode row's key range [lo, hi) and its 16-key tiles [t0, t1). */
+/* A decode row's cascade entry (attn_cascade.h): its suffix start, member
+ * index and its group's shared splits; 0, -1, 0 outside a group. */
+struct RowCascade {
+    int lo, mi, npre;
+    __device__ __forceinline__ RowCascade(const AttnKParams &p, int row) {
+        const int32_t *c = p.casc ? p.casc + p.casc_rows + 3 * row : nullptr;
+        lo = c ? c[0] : 0, mi = c ? c[1] : -1, npre = mi >= 0 ? c[2] : 0;
+    }
+};
+
+/* A decode row's key range [lo, hi) and its 16-key tiles [t0, t1): a
+ * cascade member's from its suffix start (the shared pass did the prefix). */
 template <bool WIN, int KN> struct RowRange {
     int lo, hi, t0, t1;
-    __device__ __forceinline__ RowRange(const AttnKParams &p, int pos) {
-        lo = WIN ? max(0, pos - p.window + 1) : 0, hi = pos + 1;
+    __device__ __forceinline__ RowRange(const AttnKParams &p, int pos, int casc_lo) {
+        lo = max(WIN ? max(0, pos - p.window + 1) : 0, casc_lo), hi = pos + 1;
         t0 = lo / KN, t1 = pos / KN + 1;
     }
 };
@@ -111,7 +124,8 @@ template <bool WIN, int KN> struct RowRange {
  * pdl_wait. Every thread of the block; ends with a barrier. */
 template <bool WIN, typename S>
 __device__ int rows_bucket(const AttnKParams &p, int d) {
-    const RowRange<WIN, S::KN> rr(p, p.meta[p.off_decode + 3 * d + 2]);
+    const int32_t *dec = p.meta + p.off_decode + 3 * d;
+    const RowRange<WIN, S::KN> rr(p, dec[2], RowCascade(p, dec[0]).lo);
     return min(S::BUCKETS - 1, (int)(4.f * __log2f((float)(rr.t1 - rr.t0))));
 }
 
@@ -351,23 +365,63 @@ __device__ __forceinline__ void rows_pv(float (&oT)[HDV / 16][4], uint32_t b0, u
     }
 }
 
+/* A cascade member's shared partials (the shared pass's npre splits of the
+ * prefix, true units) folded into the item's state by log-sum-exp, as the
+ * split kernel's finish folds them (lse_fold, the same order); l: the
+ * columns' whole sums. fp8: O goes to true units first (x vref). Row rho of
+ * chunk c is dimension 16c + rho, fp8 16c + 2 (rho & 7) + (rho >> 3) (the
+ * order rows_pv's V^T rows hold them). */
+template <int HDV, bool FP8>
+__device__ __forceinline__ void rows_fold_shared(const AttnKParams &p, float (&oT)[HDV / 16][4], float (&m)[2],
+                                                 float (&l)[2], float vref, const RowCascade &casc, int h0, int nh,
+                                                 int lane) {
+    const int g = lane >> 2, tg = lane & 3;
+    if (FP8)
+#pragma unroll
+        for (int c = 0; c < HDV / 16; c++) oT[c][0] *= vref, oT[c][1] *= vref, oT[c][2] *= vref, oT[c][3] *= vref;
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        const int hc = 2 * tg + e;
+        if (hc >= nh) continue;
+        const int64_t slot0 = ((int64_t)casc.mi * p.n_heads + h0 + hc) * p.casc_splits;
+        for (int s = 0; s < casc.npre; s++) {
+            const float *ml = p.casc_ml + (slot0 + s) * 2, *os = p.casc_o + (slot0 + s) * HDV;
+            const float ms = __ldcg(ml), ls = __ldcg(ml + 1);
+            const float mm = fmaxf(m[e], ms), base = mm == -INFINITY ? 0.f : mm;
+            const float a = exp2f(m[e] - base), b = exp2f(ms - base);
+            l[e] = l[e] * a + ls * b, m[e] = mm;
+#pragma unroll
+            for (int c = 0; c < HDV / 16; c++)
+#pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    const int rho = g + 8 * half, dim = 16 * c + (FP8 ? 2 * (rho & 7) + (rho >> 3) : rho);
+                    oT[c][2 * half + e] = oT[c][2 * half + e] * a + __ldcg(os + dim) * b;
+                }
+        }
+    }
+}
+
 /* The item's output: query heads h0 + g (below nh), normalized with the
  * sink (o e / (e l + exp2(sink - M)), e = exp2(m - M), M = max(m, sink);
- * fp8: times vref), as bf16; oT's columns are heads 2t, 2t + 1, so each
- * chunk goes through movmatrix to rows of heads. */
+ * fp8: times vref), as bf16, after a cascade member's shared partials;
+ * oT's columns are heads 2t, 2t + 1, so each chunk goes through movmatrix
+ * to rows of heads. */
 template <int HDV, bool FP8>
 __device__ __forceinline__ void rows_store(const AttnKParams &p, float (&oT)[HDV / 16][4], const float (&mx)[2],
-                                           const float (&l)[2], float vref, int row, int h0, int nh, int lane) {
+                                           const float (&l)[2], float vref, const RowCascade &casc, int row, int h0,
+                                           int nh, int lane) {
     const int g = lane >> 2, tg = lane & 3;
+    float m[2] = {mx[0], mx[1]}, sum_l[2] = {col_sum(l[0]), col_sum(l[1])};
+    if (casc.mi >= 0) rows_fold_shared<HDV, FP8>(p, oT, m, sum_l, vref, casc, h0, nh, lane);
+    const float vf = FP8 && casc.mi < 0 ? vref : 1.f; /* folded: O is in true units already */
     float f[2];
 #pragma unroll
     for (int e = 0; e < 2; e++) {
         const int hc = 2 * tg + e; /* this lane's column's head, of the item's */
-        const float sum_l = col_sum(l[e]);
         const float sink = p.sinks && hc < nh ? p.sinks[h0 + hc] * ATTN_LOG2E : -INFINITY;
-        const float mm = fmaxf(sink, mx[e]), base = mm == -INFINITY ? 0.f : mm, ex = exp2f(mx[e] - base);
-        const float sum = ex * sum_l + (sink > -INFINITY ? exp2f(sink - base) : 0.f);
-        f[e] = ex * (sum > 0.f ? 1.f / sum : 0.f) * (FP8 ? vref : 1.f);
+        const float mm = fmaxf(sink, m[e]), base = mm == -INFINITY ? 0.f : mm, ex = exp2f(m[e] - base);
+        const float sum = ex * sum_l[e] + (sink > -INFINITY ? exp2f(sink - base) : 0.f);
+        f[e] = ex * (sum > 0.f ? 1.f / sum : 0.f) * vf;
     }
     bf16 *out = p.out + ((int64_t)row * p.n_heads + h0 + g) * HDV;
 #pragma unroll
@@ -398,7 +452,8 @@ __device__ __forceinline__ void rows_item(const AttnKParams &p, int d, int kvh, 
     const int32_t *tab = p.meta + p.off_tables + (int64_t)dec[1] * p.table_width;
     const int h0 = kvh * p.group + grp * ATTN_ROWS_HEADS;
     const int nh = min(ATTN_ROWS_HEADS, p.group - grp * ATTN_ROWS_HEADS);
-    const RowRange<WIN, KN> rr(p, pos);
+    const RowCascade casc(p, row);
+    const RowRange<WIN, KN> rr(p, pos, casc.lo);
     const int lo = rr.lo, hi = rr.hi, g = lane >> 2;
 
     auto load = [&](int st, int t) {
@@ -480,7 +535,7 @@ __device__ __forceinline__ void rows_item(const AttnKParams &p, int d, int kvh, 
         rows_pv<HDV, FP8, S>(oT, b0, b1, stage, lane);
     }
     __syncwarp(); /* every lane done with the ring before the next item's copies land in it */
-    rows_store<HDV, FP8>(p, oT, mx, l, vref, row, h0, nh, lane);
+    rows_store<HDV, FP8>(p, oT, mx, l, vref, casc, row, h0, nh, lane);
 }
 
 template <int HDK, int HDV, bool CAP, bool WIN, bool FP8>

@@ -15,7 +15,9 @@
  * the backend picks or with one, and the decode kernel with every row in
  * the step's splits (the last split's combine merges the shared partials)
  * or in splits of its own range as the backend runs it (a member's short
- * suffix is one split: the block's own finish folds them in).
+ * suffix is one split: the block's own finish folds them in); and once more
+ * at one split on the many-rows kernel (attention_decode_rows.cu), which
+ * folds them in its store.
  * The output is poisoned with NaN first; every element is checked.
  *
  * Tolerance, per element: |gpu - cpu| <= 2 x 2^-8 x (vmax + |cpu|), vmax the
@@ -141,7 +143,8 @@ static int check_elements(const DevBufs *D, const Problem *P, const float *vmax,
 /* One packing of the plan (target_blocks, max_splits) through cuda_attention_cascade, the decode rows split
  * as split_tiles says (AttnDecodeWork). */
 static void run_packed(const Problem *P, const AttnMeta *m, int splits, const AttnCascadePlan *pl, const AttnBatch *db,
-                       const int32_t *row_of, int target_blocks, int max_splits, int split_tiles, const float *vmax) {
+                       const int32_t *row_of, int target_blocks, int max_splits, int split_tiles, int rows_warps,
+                       const float *vmax) {
     const Case *c = &P->c;
     Err err = {{0}};
     AttnCascadePackOpts po = {c->n_heads / c->n_kv, c->n_kv, ATTN_TILE_M, ATTN_DECODE_TILE_N, target_blocks, max_splits};
@@ -162,6 +165,7 @@ static void run_packed(const Problem *P, const AttnMeta *m, int splits, const At
         AttnDevMeta dm;
         attn_dev_meta(&dm, m, D.meta);
         D.work.split_tiles = split_tiles;
+        D.work.rows_warps = rows_warps; /* > 0 at one split: the many-rows kernel (heads <= 128) */
         rc = cuda_attention_cascade(D.out, D.q, &D.kv, &dm, &P->par, D.sinks, &D.work, &cd, 0, &err);
         CHECK(rc == 0, "%s: %s", c->name, err.msg);
         cudaError_t e = cudaDeviceSynchronize();
@@ -169,9 +173,10 @@ static void run_packed(const Problem *P, const AttnMeta *m, int splits, const At
         int n_nan;
         double rel = compare(&D, P, &n_nan), worst;
         int bad = check_elements(&D, P, vmax, &worst);
-        printf("# %-36s %-4s T=%-3d groups %d units %-3d shared splits %-2d (max %2d) own splits %s rel err %.2e "
+        const bool rows = cuda_attention_decode_rows_takes(&D.work, &P->par, m->n_decode);
+        printf("# %-36s %-4s T=%-3d groups %d units %-3d shared splits %-2d (max %2d) own %s rel err %.2e "
                "worst/tol %.2f\n", c->name, kv_dtype_name(g_dtype), P->T, pl->n_groups, cd.m.n_units, cd.m.n_splits,
-               max_splits, split_tiles ? "by range" : "all", rel, worst);
+               max_splits, rows ? "many-rows" : split_tiles ? "splits by range" : "all splits", rel, worst);
         CHECK(n_nan == 0 && bad == 0 && rel <= NORM_TOL, "%s (%d splits): rel err %.3e, %d NaN, %d elements off",
               c->name, cd.m.n_splits, rel, n_nan, bad);
         cudaFree(dbuf), cudaFree(cd.part);
@@ -194,9 +199,11 @@ static void run_case(const CascadeCase *cc) {
     if (plan_decode_rows(&P, &pl, &db, pos, seq, row_of) == 0) {
         CHECK(pl.n_groups == cc->want_groups, "%s: %d groups, want %d", c.name, pl.n_groups, cc->want_groups);
         float *vmax = row_vmax(&P);
-        run_packed(&P, &m, splits, &pl, &db, row_of, 2 * SMS, ATTN_CASCADE_MAX_SPLITS, 0, vmax);
-        run_packed(&P, &m, splits, &pl, &db, row_of, 2 * SMS, ATTN_CASCADE_MAX_SPLITS, ATTN_SPLIT_TILES, vmax);
-        run_packed(&P, &m, splits, &pl, &db, row_of, 1, 1, ATTN_SPLIT_TILES, vmax);
+        run_packed(&P, &m, splits, &pl, &db, row_of, 2 * SMS, ATTN_CASCADE_MAX_SPLITS, 0, 0, vmax);
+        run_packed(&P, &m, splits, &pl, &db, row_of, 2 * SMS, ATTN_CASCADE_MAX_SPLITS, ATTN_SPLIT_TILES, 0, vmax);
+        run_packed(&P, &m, splits, &pl, &db, row_of, 1, 1, ATTN_SPLIT_TILES, 0, vmax);
+        /* one split, the many-rows kernel (the batch job's steps of hundreds of rows) */
+        run_packed(&P, &m, 1, &pl, &db, row_of, 2 * SMS, ATTN_CASCADE_MAX_SPLITS, ATTN_SPLIT_TILES, 1, vmax);
         free(vmax);
         attn_cascade_free(&pl);
     }
