@@ -363,6 +363,7 @@ static void bench_shared(int n_seqs, int prefix, int n_sms, bool fp8) {
     j.w.max_decode = n_seqs;
     j.w.n_splits = attn_decode_splits(max_ctx, n_seqs, KVH, 1, decode_resident(fp8));
     j.w.split_tiles = ATTN_SPLIT_TILES;
+    j.w.rows_warps = cuda_attention_decode_rows_resident(D, D, fp8, &err); /* as the engine: the many-rows kernel */
     size_t work = attn_decode_work_bytes(n_seqs, H, D, j.w.n_splits);
     cudaMalloc((void **)&j.w.part, work);
     cudaMemset(j.w.part, 0, work);
