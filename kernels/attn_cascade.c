@@ -196,8 +196,10 @@ int attn_cascade_pack(int32_t *buf, int64_t cap, AttnCascadeMeta *m, const AttnC
     m->n_units = (int)units, m->n_members = (int)members;
     m->off_units = 0, m->off_groups = (int)(2 * units), m->off_members = m->off_groups + 5 * pl->n_groups;
     m->off_rows = m->off_members + (int)members, m->len = (int)len;
-    /* splits: enough blocks for target_blocks, at most max_splits, none empty */
-    int64_t blocks = units * o->n_kv_heads, want = blocks > 0 ? ceil_div(o->target_blocks, blocks) : 1;
+    /* splits: blocks up to target_blocks (the shared pass's resident blocks: one wave), rounded down since a
+     * partial second wave costs a whole split's time (H200, 256 members: 5 splits, 320 blocks on 264 slots, vs 4),
+     * at least one, at most max_splits, none empty */
+    int64_t blocks = units * o->n_kv_heads, want = blocks > 0 ? o->target_blocks / blocks : 1;
     int splits = (int)(want < 1 ? 1 : want > o->max_splits ? o->max_splits : want);
     int32_t *u = buf + m->off_units, *gr = buf + m->off_groups, *rows = buf + m->off_rows;
     for (int t = 0; t < n_rows; t++) rows[3 * t] = 0, rows[3 * t + 1] = -1, rows[3 * t + 2] = 0;

@@ -460,7 +460,7 @@ static void test_plan_pack(void) {
         CHECK(e[0] == c.b.seq[pl.rows[G->row0]] && e[1] == G->n_blocks * 4 && e[2] == G->row0 && e[3] == G->n_rows * 2,
               "group %d: table %d keys %d member0 %d pairs %d", g, e[0], e[1], e[2], e[3]);
         int ns = (e[1] + e[4] - 1) / e[4];
-        /* 3 units x 2 KV heads = 6 blocks, 20 wanted: 4 splits, at most 3; 32 or 24 keys in 8-key tiles */
+        /* 3 units x 2 KV heads = 6 blocks, up to 20 wanted: 3 splits (at most 3); 32 or 24 keys in 8-key tiles */
         CHECK(e[4] % 8 == 0 && e[4] > 0 && ns <= 3 && ns <= m.n_splits && (ns - 1) * e[4] < e[1],
               "group %d: %d keys a split, %d splits of %d", g, e[4], ns, m.n_splits);
         for (int i = G->row0; i < G->row0 + G->n_rows; i++) {
@@ -472,6 +472,13 @@ static void test_plan_pack(void) {
         }
     }
     CHECK(m.n_splits == 3, "the grid's splits: %d", m.n_splits);
+    /* room for 8 splits: still 3, the 20 blocks' one wave rounded down (20 / 6), never a partial second one */
+    AttnCascadePackOpts wide = o;
+    wide.max_splits = 8;
+    AttnCascadeMeta mw;
+    CHECK(attn_cascade_pack(buf, 400, &mw, &pl, &c.b, row_of, n_rows, &wide, &err) == 0 && mw.n_splits == 3,
+          "splits with room for 8: %d (%s)", mw.n_splits, err.msg);
+    CHECK(attn_cascade_pack(buf, 400, &m, &pl, &c.b, row_of, n_rows, &o, &err) == 0, "%s", err.msg);
     for (int t = 0; t < n_rows; t += 2) {
         const int32_t *r = buf + m.off_rows + 3 * t;
         CHECK(r[0] == 0 && r[1] == -1 && r[2] == 0, "step row %d outside the plan: %d %d %d", t, r[0], r[1], r[2]);
