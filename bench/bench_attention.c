@@ -290,6 +290,14 @@ static int decode_resident(bool fp8) {
     return r > 0 ? r : 264;
 }
 
+/* The many-rows kernel's resident warps (the engine's AttnDecodeWork.rows_warps); exits on an error. */
+static int rows_resident(bool fp8) {
+    Err err = {{0}};
+    int r = cuda_attention_decode_rows_resident(D, D, fp8, &err);
+    if (r < 0) { fprintf(stderr, "bench_attention: %s\n", err.msg); exit(1); }
+    return r;
+}
+
 /* Which decode kernel a bench_decode line asks for. */
 typedef enum {
     DECODE_ENGINE, /* the engine's choice: the many-rows kernel where cuda_attention_decode_rows_takes says so */
@@ -313,9 +321,7 @@ static void bench_decode(int n_seqs, int ctx, bool fp8, int splits, DecodeKernel
     j.decode = 1;
     j.w.max_decode = n_seqs;
     j.w.n_splits = splits > 0 ? splits : attn_decode_splits(ctx, n_seqs, KVH, 1, decode_resident(fp8));
-    Err err = {{0}};
-    int resident = cuda_attention_decode_rows_resident(D, D, fp8, &err), items = n_seqs * KVH;
-    if (resident < 0) { fprintf(stderr, "bench_attention: %s\n", err.msg); exit(1); }
+    int resident = rows_resident(fp8), items = n_seqs * KVH;
     if (kernel == DECODE_ENGINE) j.w.rows_warps = resident;
     if (kernel == DECODE_ROWS) j.w.n_splits = 1, j.w.rows_warps = resident < 2 * items ? resident : 2 * items;
     size_t work = attn_decode_work_bytes(n_seqs, H, D, j.w.n_splits);
@@ -363,7 +369,7 @@ static void bench_shared(int n_seqs, int prefix, int n_sms, bool fp8) {
     j.w.max_decode = n_seqs;
     j.w.n_splits = attn_decode_splits(max_ctx, n_seqs, KVH, 1, decode_resident(fp8));
     j.w.split_tiles = ATTN_SPLIT_TILES;
-    j.w.rows_warps = cuda_attention_decode_rows_resident(D, D, fp8, &err); /* as the engine: the many-rows kernel */
+    j.w.rows_warps = rows_resident(fp8); /* as the engine: the many-rows kernel */
     size_t work = attn_decode_work_bytes(n_seqs, H, D, j.w.n_splits);
     cudaMalloc((void **)&j.w.part, work);
     cudaMemset(j.w.part, 0, work);

@@ -120,8 +120,8 @@ template <bool WIN, int KN> struct RowRange {
  * item names a row through it), so the scatter is stable: warp 0 walks the
  * rows 32 at a time, a row's place in its bucket the count of the rows
  * before it there (__match_any_sync), never an atomic's arrival order.
- * From the metadata alone (uploaded before the step), so it runs before
- * pdl_wait. Every thread of the block; ends with a barrier. */
+ * From the metadata alone (uploaded before the step, the cascade plan in
+ * the same copy), so it runs before pdl_wait. Every thread of the block; ends with a barrier. */
 template <bool WIN, typename S>
 __device__ int rows_bucket(const AttnKParams &p, int d) {
     const int32_t *dec = p.meta + p.off_decode + 3 * d;

@@ -181,7 +181,7 @@ kernel_gemv_glu(bf16 *out, const bf16 *W, const bf16 *x, const float *bg, const 
         prefetch_l2_span(wrow[2 * p], 2 * (int64_t)K, GEMV_PREFETCH, lane);
         prefetch_l2_span(wrow[2 * p + 1], 2 * (int64_t)K, GEMV_PREFETCH, lane);
     }
-    pdl_enter(); /* two rows: a first round issued ahead measured no faster (kernels/README.md) */
+    pdl_enter();
     gemv_rows<NT, 2 * P, VEC>(acc, wrow, x, K, lane);
     if (lane != 0) return;
 #pragma unroll
